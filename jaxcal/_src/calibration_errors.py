@@ -1,0 +1,528 @@
+"""Binned calibration errors: truthful (LinCE, LinCE_cw, ConfCE_corr) and not.
+
+SPEC §2, from truthful_multiclass_calibration_errors (§3, App. C-D) and
+making_and_evaluating_calibrated_forecasts. All errors reduce to per-bin sums
+of residuals ``u_i - phi(y_i)`` computed by :mod:`jaxcal._src.binning`.
+
+Every public function here:
+
+* takes one data set ``(n, C)``; batch with ``jax.vmap``;
+* accepts ``num_bins`` as a Python int (one compilation per value), or an int
+  array of any shape (one compilation for the whole array; the result has
+  its shape), or a traced scalar under a user's ``vmap``/``jit`` (bounded by
+  ``max_bins`` if given, else by ``n``);
+* validates eagerly (ValueError) and never modifies its inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxcal._src import binning as B
+from jaxcal._src import validation as V
+from jaxcal._src.scores import prepare
+
+__all__ = [
+    "conf_ece",
+    "conf_ce",
+    "conf_ce_corr",
+    "classwise_ce",
+    "classwise_ece",
+    "binary_ce",
+    "lin_ce",
+    "lin_ece",
+    "ecce",
+    "reliability_stats",
+    "ReliabilityStats",
+]
+
+
+# --------------------------------------------------------------------------
+# Pure cores: one data set, scalar (possibly traced) num_bins, static max_bins.
+# --------------------------------------------------------------------------
+
+def _sq(sums: jax.Array, n: int) -> jax.Array:
+  return jnp.sum(sums ** 2) / (n * n)
+
+
+def _l1(sums: jax.Array, n: int) -> jax.Array:
+  return jnp.sum(jnp.abs(sums)) / n
+
+
+def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+  r = jnp.argmax(p, axis=-1)
+  c = jnp.take_along_axis(p, r[:, None], axis=-1)[:, 0]
+  z = (r == y).astype(p.dtype)
+  return c, z
+
+
+def _conf_core(p, y, m, *, binning, max_bins, kind):
+  n = p.shape[0]
+  c, z = _confidence(p, y)
+  sums = B.binned_sums(c, (c - z)[:, None], m, binning, max_bins).sums
+  if kind == "ece":
+    return _l1(sums, n)
+  ce = _sq(sums, n)
+  if kind == "ce_corr":
+    ce = ce + (1.0 - jnp.mean(z)) / n
+  return ce
+
+
+def _classwise_core(p, y, m, weights, *, binning, max_bins, kind):
+  n, num_classes = p.shape
+  resid = p - jax.nn.one_hot(y, num_classes, dtype=p.dtype)
+
+  def per_class(s, r):
+    return B.binned_sums(s, r[:, None], m, binning, max_bins).sums[:, 0]
+
+  sums = jax.vmap(per_class, in_axes=(1, 1), out_axes=1)(p, resid)  # (max_bins, C)
+  if kind == "ece":
+    per = jnp.sum(jnp.abs(sums), axis=0) / n
+  else:
+    per = jnp.sum(sums ** 2, axis=0) / (n * n)
+  return jnp.sum(weights * per)
+
+
+def _binary_core(p, y, m, *, binning, max_bins):
+  n = p.shape[0]
+  sums = B.binned_sums(p, (p - y.astype(p.dtype))[:, None], m, binning, max_bins).sums
+  return _sq(sums, n)
+
+
+def _ecce_core(p, y, m, weights, *, max_bins):
+  n, num_classes = p.shape
+  resid = jax.nn.one_hot(y, num_classes, dtype=p.dtype) - p
+
+  def per_class(s, r):
+    bs = B.binned_sums(s, r[:, None], m, "fixed", max_bins)
+    return jnp.sum(jnp.where(bs.counts > 0, jnp.abs(bs.cumsums[:, 0]), 0.0)) / n
+
+  per = jax.vmap(per_class, in_axes=(1, 1))(p, resid)
+  return jnp.sum(weights * per)
+
+
+# --------------------------------------------------------------------------
+# Dispatch: validation, num_bins as int / array / tracer, jit.
+# --------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _compiled(core: Callable, batched: bool, n_args: int, **static) -> Callable:
+  f = functools.partial(core, **static)
+  if batched:  # vmap over the bin-count argument (position 2)
+    axes = [None] * n_args
+    axes[2] = 0
+    f = jax.vmap(f, in_axes=tuple(axes))
+  return jax.jit(f)
+
+
+def _run(core: Callable, args: tuple, num_bins: Any, n: int, max_bins: int | None,
+         binning: str | None, **static) -> jax.Array:
+  """Calls ``core(*args[:2], m, *args[2:])`` for a scalar or an array of ``m``."""
+  m = V.check_num_bins(num_bins)
+  if binning is not None:
+    static["binning"] = V.check_binning(binning)
+  mb = B.resolve_max_bins(m, n, max_bins)
+  if V.is_concrete(m):
+    mmax = m if isinstance(m, int) else (int(np.max(np.asarray(m))) if np.size(m) else 0)
+    if mmax > mb:
+      raise ValueError(f"num_bins = {mmax} exceeds max_bins = {mb}")
+    if binning == "quantile" and mmax > n:
+      raise ValueError(
+          f"too few samples for the bins: quantile binning with num_bins = {mmax} "
+          f"needs at least that many samples, got n = {n}")
+  full = (args[0], args[1], None) + tuple(args[2:])
+  if isinstance(m, int) or jnp.ndim(m) == 0:
+    f = _compiled(core, False, len(full), max_bins=mb, **static)
+    return f(*full[:2], jnp.asarray(m, jnp.int32), *full[3:])
+  f = _compiled(core, True, len(full), max_bins=mb, **static)
+  flat = jnp.reshape(m, (-1,))
+  return f(*full[:2], flat, *full[3:]).reshape(jnp.shape(m))
+
+
+def _class_weights(class_weights: ArrayLike | None, num_classes: int, dtype) -> jax.Array:
+  if class_weights is None:
+    return jnp.full((num_classes,), 1.0 / num_classes, dtype)
+  w = V.as_float(class_weights, "class_weights")
+  if w.shape != (num_classes,):
+    raise ValueError(f"class_weights must have shape ({num_classes},), got {tuple(w.shape)}")
+  V.check_finite(w, "class_weights")
+  if V.is_concrete(w) and float(jnp.min(w)) < 0:
+    raise ValueError("class_weights must be non-negative")
+  return w.astype(dtype)
+
+
+_BIN_ARGS = """
+    num_bins: bin count ``m``: a Python int, or an int array of any shape (one
+      compiled call for all of them; the result has that shape). Under a
+      user's ``vmap``/``jit`` it may be traced, bounded by ``max_bins``.
+    max_bins: static bound on a traced ``num_bins`` (default: ``num_bins``
+      itself, the largest entry of an array, or ``n`` when traced).
+    from_logits: treat ``probs`` as logits and apply a softmax first."""
+
+
+def conf_ece(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
+             binning: str = "fixed", *, max_bins: int | None = None,
+             from_logits: bool = False) -> jax.Array:
+  """Top-label binned ℓ1 calibration error ConfECE (not truthful).
+
+  ``ConfECE = (1/n) sum_B |sum_{i in B} (c_i - z_i)|`` with ``c_i = max p_i``,
+  ``z_i = 1[y_i = argmax p_i]`` and bins on ``c``.
+
+  Args:
+    probs: ``(n, C)`` probabilities.
+    labels: ``(n,)`` integer labels.
+    binning: ``"fixed"`` (default, the usual ECE) or ``"quantile"``.{BIN_ARGS}
+
+  Returns:
+    Scalar, or an array shaped like ``num_bins``.
+
+  Raises:
+    ValueError: bad probabilities or labels, ``num_bins < 1``, unknown
+      binning, or quantile ``num_bins > n``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
+    >>> round(float(conf_ece(p, jnp.array([0, 1, 1]), num_bins=2)), 4)
+    0.1333
+
+  Reference: SPEC §2; truthful_multiclass_calibration_errors §2 (ConfECE).
+  """
+  p, y = prepare(probs, labels, from_logits)
+  return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ece")
+
+
+def conf_ce(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
+            binning: str = "quantile", *, max_bins: int | None = None,
+            from_logits: bool = False) -> jax.Array:
+  """Squared top-label binned calibration error ConfCE (not truthful).
+
+  ``ConfCE = (1/n^2) sum_B (sum_{i in B} (c_i - z_i))^2``.
+
+  Args:
+    probs: ``(n, C)`` probabilities.
+    labels: ``(n,)`` integer labels.
+    binning: ``"quantile"`` (default) or ``"fixed"``.{BIN_ARGS}
+
+  Returns:
+    Scalar, or an array shaped like ``num_bins``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
+    >>> round(float(conf_ce(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
+    0.0178
+
+  Reference: SPEC §2; truthful_multiclass_calibration_errors §3, Example C.1.
+  """
+  p, y = prepare(probs, labels, from_logits)
+  return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ce")
+
+
+def conf_ce_corr(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
+                 binning: str = "quantile", *, max_bins: int | None = None,
+                 from_logits: bool = False) -> jax.Array:
+  """Corrected squared top-label calibration error ConfCE_corr (truthful).
+
+  ``ConfCE_corr = ConfCE + (1/n)(1 - (1/n) sum_i z_i)``. For a calibrated
+  predictor ``E[ConfCE_corr] = E[l_conf]/n`` (Lemma D.1).
+
+  Args:
+    probs: ``(n, C)`` probabilities.
+    labels: ``(n,)`` integer labels.
+    binning: ``"quantile"`` (default) or ``"fixed"``.{BIN_ARGS}
+
+  Returns:
+    Scalar, or an array shaped like ``num_bins``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
+    >>> round(float(conf_ce_corr(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
+    0.1289
+
+  Reference: SPEC §2; truthful_multiclass_calibration_errors §4 (corrected
+  confidence calibration error) and Example C.1.
+  """
+  p, y = prepare(probs, labels, from_logits)
+  return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ce_corr")
+
+
+def classwise_ce(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
+                 binning: str = "quantile", *, max_bins: int | None = None,
+                 from_logits: bool = False) -> jax.Array:
+  """Classwise squared calibration error LinCE_cw (truthful).
+
+  ``LinCE_cw = (1/C) sum_r (1/n^2) sum_B (sum_{i in B} (p_ir - 1[y_i = r]))^2``,
+  each class's column binned on its own.
+
+  Args:
+    probs: ``(n, C)`` probabilities.
+    labels: ``(n,)`` integer labels.
+    binning: ``"quantile"`` (default) or ``"fixed"``.{BIN_ARGS}
+
+  Returns:
+    Scalar, or an array shaped like ``num_bins``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
+    >>> round(float(classwise_ce(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
+    0.1111
+
+  Reference: SPEC §2; truthful_multiclass_calibration_errors §3 (LinCE_cw),
+  Lemma D.1.
+  """
+  p, y = prepare(probs, labels, from_logits)
+  w = _class_weights(None, p.shape[1], p.dtype)
+  return _run(_classwise_core, (p, y, w), num_bins, p.shape[0], max_bins, binning, kind="ce")
+
+
+def classwise_ece(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
+                  binning: str = "fixed", class_weights: ArrayLike | None = None, *,
+                  max_bins: int | None = None, from_logits: bool = False) -> jax.Array:
+  """Classwise binned ℓ1 calibration error CWE_bin.
+
+  ``CWE = sum_r w_r (1/n) sum_B |sum_{i in B} (p_ir - 1[y_i = r])|``,
+  weights ``w_r = 1/C`` by default.
+
+  Args:
+    probs: ``(n, C)`` probabilities.
+    labels: ``(n,)`` integer labels.
+    binning: ``"fixed"`` (default) or ``"quantile"`` (the utility paper's
+      ``CWE_bin`` uses 15 equal-mass bins).
+    class_weights: ``(C,)`` non-negative weights (default ``1/C``).{BIN_ARGS}
+
+  Returns:
+    Scalar, or an array shaped like ``num_bins``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
+    >>> round(float(classwise_ece(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
+    0.3333
+
+  Reference: SPEC §2 (LinECE) and §6 (CWE_bin); local_calibration (class-wise
+  ECE), utility_aware_multiclass_calibration §5.
+  """
+  p, y = prepare(probs, labels, from_logits)
+  w = _class_weights(class_weights, p.shape[1], p.dtype)
+  return _run(_classwise_core, (p, y, w), num_bins, p.shape[0], max_bins, binning, kind="ece")
+
+
+def binary_ce(p: ArrayLike, y: ArrayLike, num_bins: ArrayLike = 15,
+              binning: str = "quantile", *, max_bins: int | None = None) -> jax.Array:
+  """Binary squared binned calibration error (Hartline et al.'s ℓ2-QECE).
+
+  ``(1/n^2) sum_B (sum_{i in B} (p_i - y_i))^2`` with quantile bins on ``p``.
+
+  Args:
+    p: ``(n,)`` predicted probabilities of the positive outcome.
+    y: ``(n,)`` outcomes in ``{0, 1}``.
+    binning: ``"quantile"`` (default, ℓ2-QECE) or ``"fixed"``.
+    num_bins: as for the other errors; max_bins: static bound.
+
+  Returns:
+    Scalar, or an array shaped like ``num_bins``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> round(float(binary_ce(jnp.array([0.2, 0.4, 0.6, 0.8]), jnp.array([0, 1, 0, 1]), 2)), 4)
+    0.01
+
+  Reference: SPEC §2; making_and_evaluating_calibrated_forecasts (ℓ2-QECE).
+  """
+  pp = V.as_float(p, "p")
+  if pp.ndim != 1 or pp.shape[0] == 0:
+    raise ValueError(f"p must have shape (n,) with n >= 1, got {tuple(pp.shape)}")
+  V.check_finite(pp, "p")
+  if V.is_concrete(pp) and (float(jnp.min(pp)) < -V.SIMPLEX_ATOL or float(jnp.max(pp)) > 1 + V.SIMPLEX_ATOL):
+    raise ValueError("p must lie in [0, 1]")
+  yy = V.check_labels(y, pp.shape[0], 2, name="y")
+  return _run(_binary_core, (pp, yy), num_bins, pp.shape[0], max_bins, binning)
+
+
+def ecce(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
+         class_weights: ArrayLike | None = None, *, max_bins: int | None = None,
+         from_logits: bool = False) -> jax.Array:
+  """Class-wise cumulative calibration error ECCE.
+
+  ``ECCE = sum_c pi_c sum_b (1/n) |sum_{b' <= b} sum_{j in b'} (1[y_j = c] - p_jc)|``
+  over non-empty equal-width bins ``b`` of ``p[:, c]``.
+
+  Args:
+    probs: ``(n, C)`` probabilities.
+    labels: ``(n,)`` integer labels.
+    class_weights: ``(C,)`` class weights ``pi`` (default uniform ``1/C``;
+      the paper uses the training-label priors).{BIN_ARGS}
+
+  Returns:
+    Scalar, or an array shaped like ``num_bins``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
+    >>> round(float(ecce(p, jnp.array([0, 1, 1]), num_bins=2)), 4)
+    0.5
+
+  Reference: SPEC §5; local_calibration_jensen_shannon §5 (ECCE).
+  """
+  p, y = prepare(probs, labels, from_logits)
+  w = _class_weights(class_weights, p.shape[1], p.dtype)
+  return _run(_ecce_core, (p, y, w), num_bins, p.shape[0], max_bins, None)
+
+
+for _f in (conf_ece, conf_ce, conf_ce_corr, classwise_ce, classwise_ece, ecce):
+  _f.__doc__ = _f.__doc__.replace("{BIN_ARGS}", _BIN_ARGS)
+del _f
+
+
+# --------------------------------------------------------------------------
+# Generic vector forms with a user-given partition.
+# --------------------------------------------------------------------------
+
+def _lin_sums(reports, signals, bin_ids, num_bins):
+  u = V.as_float(reports, "reports")
+  s = V.as_float(signals, "signals")
+  if u.ndim == 1:
+    u = u[:, None]
+  if s.ndim == 1:
+    s = s[:, None]
+  if u.ndim != 2 or u.shape != s.shape:
+    raise ValueError(f"reports and signals must have the same shape (n, d); got "
+                     f"{tuple(u.shape)} and {tuple(s.shape)}")
+  n = u.shape[0]
+  if n == 0:
+    raise ValueError("reports is empty (n = 0 samples)")
+  V.check_finite(u, "reports")
+  V.check_finite(s, "signals")
+  if not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
+    raise ValueError(f"num_bins must be a static int >= 1 for lin_ce/lin_ece, got {num_bins!r}")
+  b = V.check_labels(bin_ids, n, int(num_bins), name="bin_ids")
+  sums = jax.ops.segment_sum(u - s.astype(u.dtype), b, num_segments=int(num_bins))
+  return sums, n
+
+
+def lin_ce(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike,
+           num_bins: int) -> jax.Array:
+  """Generic squared binned error LinCE for vector reports (truthful for any partition).
+
+  ``LinCE = (1/n^2) sum_B ||sum_{i in B} (u_i - phi(y_i))||_2^2``.
+
+  Args:
+    reports: ``(n, d)`` (or ``(n,)``) reports ``u_i``.
+    signals: same shape, the signals ``phi(y_i)`` (e.g. one-hot labels).
+    bin_ids: ``(n,)`` integer bin of each sample in ``[0, num_bins)``; the
+      partition must not depend on the outcomes.
+    num_bins: static number of bins.
+
+  Returns:
+    Scalar.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> float(lin_ce(jnp.array([0.5, 0.5]), jnp.array([1.0, 0.0]), jnp.array([0, 0]), 1))
+    0.0
+
+  Reference: SPEC §2; truthful_multiclass_calibration_errors Thm 3.1.
+  """
+  sums, n = _lin_sums(reports, signals, bin_ids, num_bins)
+  return _sq(sums, n)
+
+
+def lin_ece(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike,
+            num_bins: int) -> jax.Array:
+  """Generic binned ℓ1 error LinECE for vector reports (not truthful).
+
+  ``LinECE = (1/n) sum_B ||sum_{i in B} (u_i - phi(y_i))||_1``.
+
+  Args:
+    reports: ``(n, d)`` (or ``(n,)``) reports.
+    signals: same shape, the signals.
+    bin_ids: ``(n,)`` integer bins in ``[0, num_bins)``.
+    num_bins: static number of bins.
+
+  Returns:
+    Scalar.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> float(lin_ece(jnp.array([0.5, 0.5]), jnp.array([1.0, 0.0]), jnp.array([0, 1]), 2))
+    0.5
+
+  Reference: SPEC §2.
+  """
+  sums, n = _lin_sums(reports, signals, bin_ids, num_bins)
+  return _l1(sums, n)
+
+
+# --------------------------------------------------------------------------
+# Per-bin statistics for reliability diagrams.
+# --------------------------------------------------------------------------
+
+class ReliabilityStats(NamedTuple):
+  """Per-bin top-label statistics (rows of empty bins are 0)."""
+  counts: jax.Array       # (num_bins,)
+  confidence: jax.Array   # (num_bins,) mean confidence in the bin
+  accuracy: jax.Array     # (num_bins,) mean correctness in the bin
+  lower: jax.Array        # (num_bins,) left edge of the bin on the score axis
+  upper: jax.Array        # (num_bins,) right edge
+
+
+@functools.partial(jax.jit, static_argnames=("num_bins", "binning"))
+def _reliability_core(p, y, num_bins, binning):
+  c, z = _confidence(p, y)
+  order = jnp.argsort(c, stable=True)
+  cs = c[order]
+  bs = B.binned_sums(c, jnp.stack([c, z], axis=1), num_bins, binning, num_bins)
+  cnt = bs.counts
+  safe = jnp.maximum(cnt, 1)[:, None]
+  means = jnp.where((cnt > 0)[:, None], bs.sums / safe, 0.0)
+  ends = jnp.cumsum(cnt)
+  starts = ends - cnt
+  if binning == "fixed":
+    edges = jnp.arange(num_bins + 1, dtype=p.dtype) / num_bins
+    lower, upper = edges[:-1], edges[1:]
+  else:
+    n = cs.shape[0]
+    lower = jnp.where(cnt > 0, cs[jnp.clip(starts, 0, n - 1)], 0.0)
+    upper = jnp.where(cnt > 0, cs[jnp.clip(ends - 1, 0, n - 1)], 0.0)
+  return ReliabilityStats(cnt, means[:, 0], means[:, 1], lower, upper)
+
+
+def reliability_stats(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
+                      binning: str = "fixed", *, from_logits: bool = False) -> ReliabilityStats:
+  """Per-bin counts, mean confidence and accuracy of the top label.
+
+  The data behind a reliability diagram: ``ConfECE = sum_b (counts_b/n)
+  |confidence_b - accuracy_b|``.
+
+  Args:
+    probs: ``(n, C)`` probabilities.
+    labels: ``(n,)`` labels.
+    num_bins: static bin count.
+    binning: ``"fixed"`` or ``"quantile"``.
+    from_logits: treat ``probs`` as logits.
+
+  Returns:
+    :class:`ReliabilityStats` of ``(num_bins,)`` arrays.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> s = reliability_stats(jnp.array([[0.9, 0.1], [0.3, 0.7]]), jnp.array([0, 0]), 2)
+    >>> s.counts.tolist(), s.accuracy.tolist()
+    ([0, 2], [0.0, 0.5])
+
+  Reference: SPEC §2 (ConfECE bins).
+  """
+  p, y = prepare(probs, labels, from_logits)
+  m = V.check_num_bins(num_bins)
+  if not isinstance(m, int):
+    raise ValueError("num_bins must be a Python int for reliability_stats")
+  return _reliability_core(p, y, m, V.check_binning(binning))
