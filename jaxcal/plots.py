@@ -1,0 +1,8 @@
+"""Figures: reliability diagrams, bin-count robustness, utility eCDFs, MCB-DSC plots.
+
+All functions take numbers (JAX or numpy arrays) and return a matplotlib
+``Figure``; none of them computes a metric that ``jaxcal.metrics`` does not.
+Matplotlib is imported lazily, so ``import jaxcal`` stays light.
+"""
+
+__all__: list[str] = []
