@@ -5,4 +5,9 @@ All functions take numbers (JAX or numpy arrays) and return a matplotlib
 Matplotlib is imported lazily, so ``import jaxcal`` stays light.
 """
 
-__all__: list[str] = []
+from jaxcal._src.plots.reliability import bin_robustness_plot, reliability_diagram
+
+__all__ = [
+    "bin_robustness_plot",
+    "reliability_diagram",
+]
