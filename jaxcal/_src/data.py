@@ -31,7 +31,7 @@ def _pick(mapping, split: str, path) -> tuple[np.ndarray, np.ndarray]:
       if k in keys:
         for lk in (f"{split}_labels", "labels", "y"):
           if lk in keys:
-            return np.asarray(mapping[k]), np.asarray(mapping[lk])
+            return mapping[k], mapping[lk]
         raise ValueError(f"{path}: found {k!r} but no labels array ('{split}_labels' or 'labels')")
   raise ValueError(
       f"{path}: no predictions found; expected arrays named e.g. '{split}_logits' and "
@@ -85,6 +85,7 @@ def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.n
     elif p.endswith(".npz"):
       with np.load(p, allow_pickle=False) as z:
         scores, labels = _pick(z, split, p)
+        scores, labels = np.asarray(scores), np.asarray(labels)
     elif p.endswith(".npy"):
       raise ValueError(f"{p}: a single .npy holds no labels; pass 'scores.npy,labels.npy' or a folder")
     else:

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal import metrics, scores
+from jaxcal._src import validation as V
 from jaxcal._src.data import looks_like_probs
 
 __all__ = ["calibration_report", "write_report", "format_summary", "ROBUSTNESS_BINS"]
@@ -60,8 +61,11 @@ def calibration_report(scores_in: Any, labels: Any, *, num_bins: int = 15,
   t0 = time.perf_counter()
   x = np.asarray(scores_in)
   is_probs = looks_like_probs(x)
-  probs = jnp.asarray(x) if is_probs else jax.nn.softmax(jnp.asarray(x, jnp.float32), axis=-1)
-  y = jnp.asarray(labels)
+  if is_probs:
+    probs = V.check_probs(x)
+  else:
+    probs = jax.nn.softmax(V.check_logits(x), axis=-1)
+  y = V.check_labels(labels, probs.shape[0], probs.shape[1])
   n, c = probs.shape
   rep: dict[str, Any] = {
       "data": {"source": source, "n": int(n), "num_classes": int(c),
