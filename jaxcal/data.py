@@ -8,11 +8,13 @@ from jaxcal._src.data import (
     looks_like_probs,
     synthetic,
 )
+from jaxcal._src.fashion_mnist import load_fashion_mnist
 
 __all__ = [
     "DEFAULT_PREDICTIONS",
     "Synthetic",
     "default_predictions",
+    "load_fashion_mnist",
     "load_predictions",
     "looks_like_probs",
     "synthetic",

@@ -21,8 +21,10 @@ from jaxcal._src.calibration_errors import (
     lin_ece,
     reliability_stats,
 )
+from jaxcal._src.local import LocalCalibration, lce, nadaraya_watson
 
 __all__ = [
+    "LocalCalibration",
     "ReliabilityStats",
     "bin_ids",
     "binary_ce",
@@ -32,7 +34,9 @@ __all__ = [
     "conf_ce_corr",
     "conf_ece",
     "ecce",
+    "lce",
     "lin_ce",
     "lin_ece",
+    "nadaraya_watson",
     "reliability_stats",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "check_logits",
     "check_labels",
     "check_num_bins",
+    "MAX_NUM_BINS",
     "check_binning",
     "check_features",
     "check_finite",
@@ -96,20 +97,30 @@ def check_probs(probs: Any, name: str = "probs", atol: float = SIMPLEX_ATOL,
   if c < min_classes:
     raise ValueError(f"{name} must have at least {min_classes} classes (columns), got C = {c}")
   if is_concrete(p):
-    check_finite(p, name)
-    a = _np(p).astype(np.float64)
-    if a.min() < -atol or a.max() > 1 + atol:
+    nonfinite, lo, hi, err, worst = (float(v) for v in jax.device_get(_probs_stats(p)))
+    if nonfinite:
+      check_finite(p, name)  # names NaN or inf
+    if lo < -atol or hi > 1 + atol:
       raise ValueError(
-          f"{name} must lie in [0, 1]; found values in [{a.min():.4g}, {a.max():.4g}]"
+          f"{name} must lie in [0, 1]; found values in [{lo:.4g}, {hi:.4g}]"
           " (pass logits with from_logits=True)")
-    err = np.abs(a.sum(axis=1) - 1.0)
-    if err.max() > atol:
-      i = int(err.argmax())
+    if err > atol:
+      a = _np(p)
+      rows = np.abs(a.sum(axis=1, dtype=np.float64) - 1.0)
       raise ValueError(
-          f"rows of {name} must sum to 1 (tolerance {atol:g}); row {i} sums to "
-          f"{a[i].sum():.6g} ({int((err > atol).sum())} bad rows). "
+          f"rows of {name} must sum to 1 (tolerance {atol:g}); row {int(worst)} sums to "
+          f"{a[int(worst)].sum(dtype=np.float64):.6g} ({int((rows > atol).sum())} bad rows). "
           "Pass logits with from_logits=True or normalise the rows.")
   return p
+
+
+@jax.jit
+def _probs_stats(p: jax.Array):
+  """One fused pass: #non-finite, min, max, max |row sum - 1| and its row."""
+  acc = jnp.promote_types(p.dtype, jnp.float32)
+  nonfinite = jnp.sum(~jnp.isfinite(p))
+  err = jnp.abs(jnp.sum(p.astype(acc), axis=1) - 1.0)
+  return nonfinite, jnp.min(p), jnp.max(p), jnp.max(err), jnp.argmax(err)
 
 
 def check_logits(logits: Any, name: str = "logits") -> jax.Array:
@@ -133,8 +144,8 @@ def check_labels(labels: Any, n: int, num_classes: int | None, name: str = "labe
   """
   try:
     y = jnp.asarray(labels)
-  except TypeError as e:
-    raise ValueError(f"{name} must be an integer array: {e}") from None
+  except (TypeError, OverflowError, ValueError) as e:
+    raise ValueError(f"{name} must be an integer array in int32 range: {e}") from None
   if y.ndim != 1:
     raise ValueError(f"{name} must have shape (n,), got shape {tuple(y.shape)}")
   if y.shape[0] != n:
@@ -159,26 +170,44 @@ def check_labels(labels: Any, n: int, num_classes: int | None, name: str = "labe
   return y
 
 
+#: Largest accepted bin count (bin indices and ``i * m`` products are int32).
+MAX_NUM_BINS = 2**24
+
+
 def check_num_bins(num_bins: Any, name: str = "num_bins") -> jax.Array | int:
   """Validates a bin count: a positive int, or an integer array of them.
 
   Returns a Python int when given one (static path) and an int32 array
-  otherwise (traced path).
+  otherwise (traced path). Integral floats (``15.0``) are accepted on
+  concrete inputs; booleans, strings, ``None`` and non-integral values are not.
   """
   if isinstance(num_bins, (bool, np.bool_)):
     raise ValueError(f"{name} must be an integer >= 1, got {num_bins!r}")
   if isinstance(num_bins, (int, np.integer)):
     if int(num_bins) < 1:
       raise ValueError(f"{name} must be >= 1, got {int(num_bins)}")
+    if int(num_bins) > MAX_NUM_BINS:
+      raise ValueError(f"{name} must be <= {MAX_NUM_BINS}, got {int(num_bins)}")
     return int(num_bins)
-  m = jnp.asarray(num_bins)
+  if num_bins is None or isinstance(num_bins, (str, bytes)):
+    raise ValueError(f"{name} must be an integer >= 1 or an integer array, got {num_bins!r}")
+  try:
+    m = num_bins if isinstance(num_bins, jax.Array) else np.asarray(num_bins)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{name} must be an integer or an integer array: {e}") from None
+  if m.dtype == np.bool_ or not (jnp.issubdtype(m.dtype, jnp.integer) or jnp.issubdtype(m.dtype, jnp.floating)):
+    raise ValueError(f"{name} must be integer-valued, got dtype {m.dtype}")
+  if is_concrete(m):
+    a = _np(m)
+    if jnp.issubdtype(a.dtype, jnp.floating) and not np.all(np.isfinite(a) & (a == np.round(a))):
+      raise ValueError(f"{name} must be integer-valued, got {a.ravel()[~(a.ravel() == np.round(a.ravel()))][:3]}")
+    if a.size and a.min() < 1:
+      raise ValueError(f"{name} must be >= 1, got minimum {a.min():g}")
+    if a.size and a.max() > MAX_NUM_BINS:
+      raise ValueError(f"{name} must be <= {MAX_NUM_BINS}, got maximum {a.max():g}")
+    return jnp.asarray(a.astype(np.int32))
   if not jnp.issubdtype(m.dtype, jnp.integer):
-    if is_concrete(m) and np.all(_np(m) == np.round(_np(m))):
-      m = m.astype(jnp.int32)
-    else:
-      raise ValueError(f"{name} must be integer-valued, got dtype {m.dtype}")
-  if is_concrete(m) and m.size and int(_np(m).min()) < 1:
-    raise ValueError(f"{name} must be >= 1, got minimum {int(_np(m).min())}")
+    raise ValueError(f"{name} must have an integer dtype when traced, got {m.dtype}")
   return m.astype(jnp.int32)
 
 

@@ -1,0 +1,139 @@
+"""Shared helpers for the benchmarks in ``experiments/bench/``.
+
+Usage from a benchmark script (run it as ``python experiments/bench/NAME.py``;
+this folder is then first on ``sys.path``, so ``import _common`` works)::
+
+    from _common import timeit, device_info, write_result
+
+    t = timeit(lambda: f(x), repeat=5)          # warm-up call + 5 timed calls
+    write_result("my_bench", {"timings": {"jax": t}, **device_info()})
+
+``timeit`` blocks on every JAX array in the result (``jax.block_until_ready``
+over the whole pytree), so asynchronous dispatch is not mistaken for speed.
+The first (warm-up) call is timed separately: it includes tracing and
+compilation.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import platform
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["RESULTS_DIR", "timeit", "device_info", "write_result", "cpu_load"]
+
+#: experiments/results/ beside this folder.
+RESULTS_DIR = pathlib.Path(__file__).resolve().parents[1] / "results"
+
+
+def _block(x: Any) -> Any:
+  try:
+    import jax
+  except ImportError:  # pure numpy benchmark
+    return x
+  return jax.block_until_ready(x)
+
+
+def timeit(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> dict:
+  """Times ``fn()`` (no arguments), blocking until its result is ready.
+
+  Args:
+    fn: a thunk; its return value (any pytree of arrays) is waited for.
+    repeat: number of timed calls after the warm-up.
+    warmup: untimed-for-the-statistics calls first (compilation, caches);
+      the first one's time is reported as ``first_s``.
+
+  Returns:
+    dict with ``best_s`` (minimum, the figure to compare), ``median_s``,
+    ``mean_s``, ``times_s`` (every timed call), ``first_s`` (the first
+    warm-up call, i.e. including compilation; ``None`` if ``warmup == 0``)
+    and ``repeat``.
+  """
+  first = None
+  for k in range(warmup):
+    t0 = time.perf_counter()
+    _block(fn())
+    if k == 0:
+      first = time.perf_counter() - t0
+  times = []
+  for _ in range(max(1, repeat)):
+    t0 = time.perf_counter()
+    _block(fn())
+    times.append(time.perf_counter() - t0)
+  return {
+      "best_s": min(times),
+      "median_s": statistics.median(times),
+      "mean_s": statistics.fmean(times),
+      "times_s": times,
+      "first_s": first,
+      "repeat": len(times),
+  }
+
+
+def cpu_load() -> list[float] | None:
+  """1/5/15-minute load averages (other users of a shared machine), if known."""
+  try:
+    return [round(x, 2) for x in os.getloadavg()]
+  except (AttributeError, OSError):
+    return None
+
+
+def device_info() -> dict:
+  """Where the benchmark ran: JAX backend and devices, versions, CPU, date."""
+  info: dict[str, Any] = {
+      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+      "host": platform.node(),
+      "platform": platform.platform(),
+      "processor": platform.processor() or platform.machine(),
+      "cpu_count": os.cpu_count(),
+      "load_avg_at_start": cpu_load(),
+      "python": platform.python_version(),
+      "numpy": np.__version__,
+  }
+  try:
+    import jax
+    devs = jax.devices()
+    info.update({
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "device": devs[0].device_kind if devs else None,
+        "num_devices": len(devs),
+        "devices": [str(d) for d in devs],
+    })
+  except ImportError:
+    pass
+  return info
+
+
+def _jsonable(x: Any) -> Any:
+  if isinstance(x, dict):
+    return {str(k): _jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_jsonable(v) for v in x]
+  if isinstance(x, (np.generic,)):
+    return x.item()
+  if hasattr(x, "tolist") and hasattr(x, "shape"):  # numpy / jax arrays
+    return np.asarray(x).tolist()
+  return x
+
+
+def write_result(name: str, result: dict, results_dir: str | os.PathLike | None = None) -> pathlib.Path:
+  """Writes ``result`` as pretty JSON to ``experiments/results/<name>.json``.
+
+  Numpy/JAX scalars and arrays are converted to plain lists/numbers.
+
+  Returns:
+    The path written.
+  """
+  out_dir = pathlib.Path(results_dir) if results_dir is not None else RESULTS_DIR
+  out_dir.mkdir(parents=True, exist_ok=True)
+  path = out_dir / f"{name}.json"
+  path.write_text(json.dumps(_jsonable(result), indent=2, sort_keys=False) + "\n")
+  return path

@@ -1,0 +1,229 @@
+"""Benchmark: utility calibration errors of thousands of sampled utilities.
+
+ImageNet-scale synthetic predictions (n = 15,000, C = 1,000; over-confident
+softmax of Gaussian logits, labels drawn from a tempered softmax) and
+M = 1,500 linear plus M = 1,500 rank utilities (``sample_linear`` /
+``sample_rank``), measured with ``jaxcal.utility.uc_sweep`` against a numpy
+loop over utilities in the same run.
+
+The numpy reference gets every advantage that does not depend on the
+utility: the rows of ``p`` sorted descending and the label ranks (for rank
+utilities) are computed once outside the timed loop; per utility it does
+``v = P @ a`` (or ``P_sorted @ θ``), ``u = a[y]`` (or ``θ[rank_y]``), a
+stable ``np.argsort`` of ``v``, a cumulative sum and the max-min over cuts
+between distinct values. It runs on the first ``--numpy-utilities`` of each
+family (default 300; the per-utility time is then multiplied by 1,500, which
+the JSON states), and its errors are checked against jaxcal's first. The
+jaxcal side is timed through the public API (validation and the data-only
+precomputation included).
+
+Memory at scale: ``M = 100,000`` linear utilities go through the chunked
+sweep in a child process, whose peak resident memory (``VmHWM``) is compared
+with its resident memory just before the sweep; on GPU the device's
+``peak_bytes_in_use`` is reported instead. By default the 100k run uses
+``n = 1,500`` (10x fewer samples: a full-scale 100k sweep is several minutes
+of 2 shared CPU cores); ``--full-100k`` runs it at n = 15,000. XLA's compiled
+memory analysis of the full-scale (n = 15,000, C = 1,000, M = 100,000) sweep
+is always reported: its temporary buffers are what chunking bounds.
+
+  python experiments/bench/uc_sweep.py            # writes results/uc_sweep.json
+  python experiments/bench/uc_sweep.py --small    # quick (n=2,000, C=100, M=200), uc_sweep_small.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from _common import cpu_load, device_info, timeit, write_result
+
+from jaxcal import utility as U
+from jaxcal._src.utility import sweep as _sweep
+
+
+def synthetic(n: int, c: int, seed: int = 0):
+  rng = np.random.default_rng(seed)
+  z = rng.standard_normal((n, c)).astype(np.float32) * 2.5
+  z[np.arange(n), rng.integers(0, c, n)] += 6.0            # a confident top class
+  p = np.exp(z - z.max(1, keepdims=True))
+  p = (p / p.sum(1, keepdims=True)).astype(np.float32)
+  pt = np.exp((z - z.max(1, keepdims=True)) / 1.6)          # true law: softer
+  pt /= pt.sum(1, keepdims=True)
+  y = (rng.random(n)[:, None] > np.cumsum(pt, 1)).sum(1).clip(0, c - 1)
+  return p, y
+
+
+# ------------------------------------------------------------------ numpy
+
+def np_prep(p, y):
+  n, c = p.shape
+  ps = -np.sort(-p, axis=1)
+  py = p[np.arange(n), y][:, None]
+  label_rank = ((p > py) | ((p == py) & (np.arange(c)[None, :] < y[:, None]))).sum(1)
+  return ps, label_rank
+
+
+def np_uc(v, u):
+  n = v.shape[0]
+  o = np.argsort(v, kind="stable")
+  vs = v[o]
+  s = np.empty(n + 1, np.float64)
+  s[0] = 0.0
+  np.cumsum((u - v)[o], out=s[1:], dtype=np.float64)
+  cut = np.empty(n + 1, bool)
+  cut[0] = cut[-1] = True
+  np.not_equal(vs[1:], vs[:-1], out=cut[1:-1])
+  sc = s[cut]
+  return (sc.max() - sc.min()) / n
+
+
+def np_loop(kind, p, y, prep, params):
+  ps, label_rank = prep
+  out = np.empty(len(params))
+  for i, a in enumerate(params):
+    if kind == "linear":
+      out[i] = np_uc(p @ a, a[y])
+    else:
+      out[i] = np_uc(ps @ a, a[label_rank])
+  return out
+
+
+# ------------------------------------------------------------------ memory child
+
+_CHILD = r"""
+import json, sys, time
+import numpy as np, jax
+sys.path.insert(0, {bench!r})
+from uc_sweep import synthetic
+from jaxcal import utility as U
+def rss(field):
+  for line in open('/proc/self/status'):
+    if line.startswith(field):
+      return int(line.split()[1]) * 1024
+p, y = synthetic({n}, {c})
+batch = U.sample_linear(jax.random.PRNGKey(7), {m}, {c})
+jax.block_until_ready(batch.params)
+open('/proc/self/clear_refs', 'w').write('5')   # reset the peak (VmHWM) to the current RSS
+before = rss('VmRSS:')
+t0 = time.perf_counter()
+e = np.asarray(U.uc_sweep(p, y, batch))
+dt = time.perf_counter() - t0
+dev = jax.devices()[0]
+stats = dev.memory_stats() if hasattr(dev, 'memory_stats') else None
+print(json.dumps({{"seconds": dt, "rss_before_bytes": before, "peak_rss_bytes": rss('VmHWM:'),
+                  "device_peak_bytes_in_use": (stats or {{}}).get('peak_bytes_in_use'),
+                  "mean_error": float(e.mean()), "m": int(e.shape[0])}}))
+"""
+
+
+def memory_run(n, c, m):
+  code = _CHILD.format(bench=os.path.dirname(os.path.abspath(__file__)), n=n, c=c, m=m)
+  res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600)
+  if res.returncode != 0:
+    return {"error": res.stderr[-2000:]}
+  out = json.loads(res.stdout.strip().splitlines()[-1])
+  out["rss_growth_bytes"] = out["peak_rss_bytes"] - out["rss_before_bytes"]
+  out.update({"n": n, "C": c, "chunk_size": _sweep.default_chunk_size("linear", n, c)})
+  return out
+
+
+def compiled_memory(n, c, m):
+  p = jax.ShapeDtypeStruct((n, c), jnp.float32)
+  y = jax.ShapeDtypeStruct((n,), jnp.int32)
+  prm = jax.ShapeDtypeStruct((m, c), jnp.float32)
+  chunk = _sweep.default_chunk_size("linear", n, c)
+  ma = _sweep._local_jit.lower("linear", p, y, prm, chunk).compile().memory_analysis()
+  if ma is None:
+    return None
+  keys = ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes",
+          "generated_code_size_in_bytes")
+  out = {k: int(getattr(ma, k)) for k in keys if hasattr(ma, k)}
+  out.update({"n": n, "C": c, "M": m, "chunk_size": chunk})
+  return out
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--small", action="store_true", help="quick run: n=2,000, C=100, M=200 per family")
+  ap.add_argument("--numpy-utilities", type=int, default=300,
+                  help="utilities per family in the numpy loop (its time is scaled to M)")
+  ap.add_argument("--full-100k", action="store_true", help="run the 100k sweep at full n = 15,000")
+  ap.add_argument("--repeat", type=int, default=3)
+  args = ap.parse_args()
+
+  n, c, m = (2000, 100, 200) if args.small else (15000, 1000, 1500)
+  m_np = min(m, args.numpy_utilities)
+  info = device_info()
+  print(f"uc_sweep benchmark: n={n}, C={c}, M={m} per family on {info.get('device')} "
+        f"(load {cpu_load()})", flush=True)
+  p, y = synthetic(n, c)
+  key_l, key_r = jax.random.split(jax.random.PRNGKey(0))
+  fams = {"linear": U.sample_linear(key_l, m, c), "rank": U.sample_rank(key_r, m, c)}
+  t0 = time.perf_counter()
+  prep = np_prep(p, y)
+  np_prep_s = time.perf_counter() - t0
+
+  results = {}
+  for kind, batch in fams.items():
+    params = np.asarray(batch.params)
+    got = np.asarray(U.uc_sweep(p, y, batch))
+    ref = np_loop(kind, p, y, prep, params[:m_np])
+    err = float(np.abs(got[:m_np] - ref).max())
+    assert err < 1e-5, (kind, err)
+    t_jax = timeit(lambda: U.uc_sweep(p, y, batch), repeat=args.repeat)
+    t_np = timeit(lambda: np_loop(kind, p, y, prep, params[:m_np]), repeat=1, warmup=0)
+    np_total = t_np["best_s"] * m / m_np
+    results[kind] = {
+        "jax": t_jax, "numpy_loop": t_np, "numpy_utilities_timed": m_np,
+        "numpy_loop_extrapolated_s": np_total,
+        "numpy_per_utility_ms": 1e3 * t_np["best_s"] / m_np,
+        "jax_per_utility_ms": 1e3 * t_jax["best_s"] / m,
+        "speedup_vs_numpy_loop": np_total / t_jax["best_s"],
+        "max_abs_diff_vs_numpy": err,
+        "mean_error": float(got.mean()),
+    }
+    print(f"  {kind:6s}: jaxcal {t_jax['best_s']:.3f}s for {m} (first call {t_jax['first_s']:.2f}s) | "
+          f"numpy loop {1e3 * t_np['best_s'] / m_np:.2f} ms/utility -> {np_total:.2f}s for {m} | "
+          f"x{np_total / t_jax['best_s']:.1f}", flush=True)
+
+  big_m = 5000 if args.small else 100_000
+  big_n = n if (args.small or args.full_100k) else 1500
+  print(f"  chunked sweep: M={big_m}, n={big_n}, C={c} (child process) ...", flush=True)
+  mem = memory_run(big_n, c, big_m)
+  if "seconds" in mem:
+    print(f"    {mem['seconds']:.1f}s, peak RSS {mem['peak_rss_bytes'] / 2**20:.0f} MiB "
+          f"(+{mem['rss_growth_bytes'] / 2**20:.0f} MiB during the sweep), chunk {mem['chunk_size']}", flush=True)
+  cm = compiled_memory(n, c, 100_000)
+  if cm:
+    print(f"    compiled n={n} M=100,000 sweep: temp {cm.get('temp_size_in_bytes', 0) / 2**20:.0f} MiB, "
+          f"arguments {cm.get('argument_size_in_bytes', 0) / 2**20:.0f} MiB", flush=True)
+
+  out = {
+      "benchmark": "uc_sweep",
+      "config": {"n": n, "C": c, "M_per_family": m, "small": args.small, "repeat": args.repeat},
+      **info,
+      "load_avg_at_end": cpu_load(),
+      "numpy_precompute_s": np_prep_s,
+      "results": results,
+      "chunked_100k": mem,
+      "compiled_memory_100k_full_scale": cm,
+      "notes": ("numpy loop timed on numpy_utilities_timed utilities per family and scaled to M; "
+                "jaxcal timed through the public uc_sweep (validation + precomputation included); "
+                "best of `repeat` calls after a warm-up (first_s includes compilation). "
+                "The machine's 2 CPU cores are shared: see load averages."),
+  }
+  path = write_result("uc_sweep_small" if args.small else "uc_sweep", out)
+  print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,1 @@
+"""Private implementation of jaxcal (public names live in jaxcal/<name>.py)."""

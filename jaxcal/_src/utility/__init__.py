@@ -1,0 +1,1 @@
+"""Utility calibration (SPEC §6): utility families, the UC estimator, sweeps."""

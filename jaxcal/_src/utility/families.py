@@ -1,0 +1,553 @@
+"""Utility families as vmappable pytrees (SPEC §6).
+
+A utility ``u(p, e_j) in [-1, 1]`` is a :class:`Utility`: a static ``kind``
+and an array ``params``. A *batch* of utilities is the same pytree with a
+leading axis on ``params`` (batches are homogeneous in kind), so ``jax.vmap``
+over utilities is ``jax.vmap(f, in_axes=(None, None, 0))``.
+
+Five kinds cover every family of the paper:
+
+=============  ===============  ===============================================
+kind           params           ``ū(p)_j = u(p, e_j)``
+=============  ===============  ===============================================
+``top_class``  ``(0,)``         ``1[j = argmax p]``  (U_TCE)
+``linear``     ``a: (C,)``      ``a_j``  (U_lin; U_CWE is ``a = e_c``)
+``rank``       ``θ: (C,)``      ``θ_{rank(p, j)}``  (U_rank, U_topK, U_dcg)
+``decision``   ``l: (C, K)``    ``-l(j, a*(p))``, ``a* = argmin_a Σ_y p_y l(y, a)``
+                                (U_dec,K; gain matrices are ``l = -R``)
+``similarity`` ``S: (C, C)``    ``Σ_i p_i S_ij``
+=============  ===============  ===============================================
+
+Ranks are 1-based (rank 1 = largest ``p``) with ties broken toward the lowest
+class index, as ``argmax`` does (SPEC notation), so ``top_class`` equals
+``rank`` with ``θ = e_1``. ``argmin``/``argmax`` over actions also break ties
+toward the lowest index.
+
+For the sweep, each kind splits into :func:`prepare` (work that depends only
+on ``(probs, labels)``: sorted probabilities, label ranks; done once) and
+:func:`predicted_realized` (per utility: predicted ``v_u(p_i) = <p_i, ū(p_i)>``
+and realised ``u(p_i, y_i)``), which for linear and rank utilities is one
+matrix-vector product and one gather.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxcal._src import validation as V
+from jaxcal._src.utility.sorting import sort_descending, stable_argsort
+
+__all__ = [
+    "Utility",
+    "KINDS",
+    "top_class",
+    "classwise",
+    "linear",
+    "rank",
+    "top_k",
+    "dcg",
+    "decision",
+    "gain_matrix",
+    "similarity",
+    "sample_linear",
+    "sample_rank",
+    "sample_decision",
+    "sample_aligned_gain",
+    "sample_misaligned_gain",
+    "check_utility",
+    "prepare",
+    "predicted_realized",
+    "utility_values",
+    "ranks",
+]
+
+#: Number of trailing (non-batch) axes of ``params`` for each kind.
+KINDS = {"top_class": 1, "linear": 1, "rank": 1, "decision": 2, "similarity": 2}
+
+_HI = jax.lax.Precision.HIGHEST  # exact float32 products on GPU/TPU too (no TF32)
+
+
+@flax.struct.dataclass
+class Utility:
+  """A utility (or a batch of utilities of one kind), as a pytree.
+
+  Attributes:
+    params: the parameter array (see the module table); a batch has extra
+      leading axes.
+    kind: static kind name, one of :data:`KINDS`.
+  """
+
+  params: jax.Array
+  kind: str = flax.struct.field(pytree_node=False, default="linear")
+
+  @property
+  def batch_shape(self) -> tuple[int, ...]:
+    """Leading axes of ``params`` beyond the kind's own (``()`` for one utility)."""
+    return tuple(self.params.shape[: self.params.ndim - KINDS[self.kind]])
+
+  def __len__(self) -> int:
+    if not self.batch_shape:
+      raise TypeError("len() of a single utility; only batches have a length")
+    return self.batch_shape[0]
+
+  def __getitem__(self, idx: Any) -> "Utility":
+    """Indexes a batch: ``batch[i]`` is one utility, ``batch[a:b]`` a sub-batch."""
+    if not self.batch_shape:
+      raise TypeError("indexing a single utility; only batches can be indexed")
+    return Utility(self.params[idx], self.kind)
+
+  def values(self, probs: ArrayLike) -> jax.Array:
+    """``ū(p_i) = (u(p_i, e_j))_j`` for each row: ``(n, C)`` (single utility)."""
+    return utility_values(self, jnp.asarray(probs))
+
+
+def _f(x: ArrayLike) -> jax.Array:
+  x = jnp.asarray(x)
+  return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.result_type(float))
+
+
+# --------------------------------------------------------------------------
+# Constructors
+# --------------------------------------------------------------------------
+
+def top_class() -> Utility:
+  """The top-class utility ``u(p, e_j) = 1[j = argmax p]`` (U_TCE).
+
+  Its predicted utility is the top confidence ``max p`` and its realised
+  utility the top-label hit ``1[y = argmax p]``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> top_class().values(jnp.array([[0.2, 0.5, 0.3]])).tolist()
+    [[0.0, 1.0, 0.0]]
+
+  Reference: utility_aware_multiclass_calibration, Example 3.4; SPEC §6.
+  """
+  return Utility(jnp.zeros((0,), jnp.float32), "top_class")
+
+
+def linear(a: ArrayLike) -> Utility:
+  """Linear utility ``u(p, e_j) = a_j`` with payoff ``a in [-1, 1]^C`` (U_lin).
+
+  Args:
+    a: ``(C,)`` payoff vector, or ``(..., C)`` for a batch.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> linear(jnp.array([1.0, -0.5])).values(jnp.array([[0.3, 0.7]])).tolist()
+    [[1.0, -0.5]]
+
+  Reference: utility_aware_multiclass_calibration, Example 3.5; SPEC §6.
+  """
+  u = Utility(_f(a), "linear")
+  _check_params(u)
+  return u
+
+
+def classwise(c: ArrayLike, num_classes: int) -> Utility:
+  """Class-wise utility ``u(p, e_j) = 1[j = c]`` (U_CWE), a linear utility ``a = e_c``.
+
+  Args:
+    c: class index, or an int array of indices (a batch).
+    num_classes: ``C`` (static).
+
+  Example:
+    >>> classwise(1, 3).params.tolist()
+    [0.0, 1.0, 0.0]
+    >>> classwise([0, 2], 3).params.shape
+    (2, 3)
+
+  Reference: utility_aware_multiclass_calibration, Example 3.4; SPEC §6.
+  """
+  c = jnp.asarray(c)
+  if V.is_concrete(c) and c.size and (int(jnp.min(c)) < 0 or int(jnp.max(c)) >= num_classes):
+    raise ValueError(f"class index c must lie in [0, {num_classes}), got {np.asarray(c).tolist()}")
+  return Utility(jax.nn.one_hot(c, num_classes, dtype=jnp.float32), "linear")
+
+
+def rank(theta: ArrayLike) -> Utility:
+  """Rank-based utility ``u(p, e_j) = θ_{rank(p, j)}`` (U_rank).
+
+  Args:
+    theta: ``(C,)`` valuation of ranks 1..C (``theta[0]`` for the top class),
+      in ``[-1, 1]``; ``(..., C)`` for a batch.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> rank(jnp.array([1.0, 0.5, 0.0])).values(jnp.array([[0.2, 0.5, 0.3]])).tolist()
+    [[0.0, 1.0, 0.5]]
+
+  Reference: utility_aware_multiclass_calibration, Example 3.6; SPEC §6.
+  """
+  u = Utility(_f(theta), "rank")
+  _check_params(u)
+  return u
+
+
+def top_k(k: ArrayLike, num_classes: int) -> Utility:
+  """Top-K utility ``u(p, e_j) = 1[rank(p, j) <= K]`` (U_topK), ``θ_r = 1[r <= K]``.
+
+  Args:
+    k: ``K`` in ``1..C``, or an int array of them (a batch).
+    num_classes: ``C`` (static).
+
+  Example:
+    >>> top_k(2, 4).params.tolist()
+    [1.0, 1.0, 0.0, 0.0]
+
+  Reference: utility_aware_multiclass_calibration, Example 3.6; SPEC §6.
+  """
+  k = jnp.asarray(k)
+  if V.is_concrete(k) and k.size and (int(jnp.min(k)) < 1 or int(jnp.max(k)) > num_classes):
+    raise ValueError(f"K must lie in [1, {num_classes}], got {np.asarray(k).tolist()}")
+  r = jnp.arange(1, num_classes + 1)
+  return Utility((r <= k[..., None]).astype(jnp.float32), "rank")
+
+
+def dcg(gamma: ArrayLike, num_classes: int) -> Utility:
+  """Discounted-cumulative-gain utility ``θ_r = (log2(1 + r))^(-γ)`` (U_dcg).
+
+  Args:
+    gamma: ``γ >= 0``, or an array of them (a batch); the paper's grid is
+      ``(0.5, 0.75, 1, 1.25, 1.5, 2)``.
+    num_classes: ``C`` (static).
+
+  Example:
+    >>> [round(t, 4) for t in dcg(1.0, 3).params.tolist()]
+    [1.0, 0.6309, 0.5]
+
+  Reference: utility_aware_multiclass_calibration, App. C.3 (DCG); SPEC §6.
+  """
+  g = _f(gamma)
+  if V.is_concrete(g) and g.size and float(jnp.min(g)) < 0:
+    raise ValueError(f"gamma must be >= 0, got {np.asarray(g).tolist()}")
+  r = jnp.arange(1, num_classes + 1, dtype=g.dtype)
+  return Utility(jnp.log2(1.0 + r) ** (-g[..., None]), "rank")
+
+
+def decision(loss_matrix: ArrayLike) -> Utility:
+  """Decision utility of a K-action loss ``l in [-1, 1]^{C×K}`` (U_dec,K).
+
+  ``a*(p) = argmin_a Σ_y p_y l(y, a)`` (ties toward the lowest action) and
+  ``u(p, y) = -l(y, a*(p))``.
+
+  Args:
+    loss_matrix: ``(C, K)`` losses ``l(y, a)``; ``(..., C, K)`` for a batch.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> l = jnp.array([[0.0, 1.0], [1.0, 0.0]])  # 0-1 loss, 2 actions
+    >>> decision(l).values(jnp.array([[0.3, 0.7]])).tolist()
+    [[-1.0, -0.0]]
+
+  Reference: utility_aware_multiclass_calibration, Example 3.7; SPEC §6.
+  """
+  l = _f(loss_matrix)
+  if l.ndim < 2:
+    raise ValueError(f"loss_matrix must have shape (C, K), got shape {tuple(l.shape)}")
+  u = Utility(l, "decision")
+  _check_params(u)
+  return u
+
+
+def gain_matrix(R: ArrayLike) -> Utility:
+  """Gain-matrix utility: ``j*(p) = argmax_j Σ_i p_i R_ij``, ``u(p, e_i) = R_{i, j*(p)}``.
+
+  A decision utility with ``C`` actions and loss ``l = -R``.
+
+  Args:
+    R: ``(C, C)`` gains in ``[0, 1]`` (``R_ii = 1`` in the paper; any values
+      in ``[-1, 1]`` are accepted); ``(..., C, C)`` for a batch.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> R = jnp.array([[1.0, 0.5], [0.0, 1.0]])
+    >>> gain_matrix(R).values(jnp.array([[0.6, 0.4]])).tolist()  # j* = 1
+    [[0.5, 1.0]]
+
+  Reference: utility_aware_multiclass_calibration, App. C.2; SPEC §6.
+  """
+  R = _f(R)
+  if R.ndim < 2 or R.shape[-1] != R.shape[-2]:
+    raise ValueError(f"R must be square (C, C), got shape {tuple(R.shape)}")
+  return decision(-R)
+
+
+def similarity(S: ArrayLike) -> Utility:
+  """Expected-similarity utility ``u(p, e_j) = Σ_i p_i S_ij`` (U_w2v).
+
+  Args:
+    S: ``(C, C)`` similarities in ``[-1, 1]`` (``S_ii = 1`` in the paper);
+      ``(..., C, C)`` for a batch.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> S = jnp.array([[1.0, 0.5], [0.5, 1.0]])
+    >>> similarity(S).values(jnp.array([[1.0, 0.0]])).tolist()
+    [[1.0, 0.5]]
+
+  Reference: utility_aware_multiclass_calibration, App. C.3; SPEC §6.
+  """
+  S = _f(S)
+  if S.ndim < 2 or S.shape[-1] != S.shape[-2]:
+    raise ValueError(f"S must be square (C, C), got shape {tuple(S.shape)}")
+  u = Utility(S, "similarity")
+  _check_params(u)
+  return u
+
+
+# --------------------------------------------------------------------------
+# Samplers
+# --------------------------------------------------------------------------
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _sphere_faces(key: jax.Array, shape: tuple[int, ...], dim: int, descending: bool = False) -> jax.Array:
+  """Uniform on ``{x in R^dim : ||x||_inf = 1}``: a uniform face, uniform on it."""
+  kf, ks, ku = jax.random.split(key, 3)
+  face = jax.random.randint(kf, shape, 0, dim)
+  sign = jnp.where(jax.random.bernoulli(ks, 0.5, shape), 1.0, -1.0)
+  x = jax.random.uniform(ku, shape + (dim,), jnp.float32, -1.0, 1.0)
+  x = jnp.where(jax.nn.one_hot(face, dim, dtype=bool), sign[..., None], x)
+  return -jnp.sort(-x, axis=-1) if descending else x
+
+
+def sample_linear(key: jax.Array, m: int, num_classes: int) -> Utility:
+  """``m`` linear utilities with ``a`` uniform on the ∞-sphere ``{||a||_inf = 1}``.
+
+  One of the ``2C`` faces ``{a_j = ±1}`` is picked uniformly, then the other
+  coordinates are iid ``U(-1, 1)`` (the faces have equal area, so this is the
+  uniform law on the sphere).
+
+  Example:
+    >>> import jax
+    >>> u = sample_linear(jax.random.PRNGKey(0), 4, 3)
+    >>> u.params.shape, float(abs(u.params).max(axis=1).min())
+    ((4, 3), 1.0)
+
+  Reference: utility_aware_multiclass_calibration §4 (sampling D_U); SPEC §6.
+  """
+  return Utility(_sphere_faces(key, (m,), num_classes), "linear")
+
+
+def sample_rank(key: jax.Array, m: int, num_classes: int) -> Utility:
+  """``m`` rank utilities: ``θ`` sampled as for :func:`sample_linear`, sorted descending.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> th = sample_rank(jax.random.PRNGKey(0), 5, 4).params
+    >>> bool(jnp.all(th[:, :-1] >= th[:, 1:]))
+    True
+
+  Reference: utility_aware_multiclass_calibration §4; SPEC §6.
+  """
+  return Utility(_sphere_faces(key, (m,), num_classes, True), "rank")
+
+
+def sample_decision(key: jax.Array, m: int, num_classes: int, num_actions: int) -> Utility:
+  """``m`` decision utilities, the ``C×K`` loss uniform on the ∞-sphere of ``R^{C·K}``.
+
+  Example:
+    >>> import jax
+    >>> sample_decision(jax.random.PRNGKey(0), 3, 4, 2).params.shape
+    (3, 4, 2)
+
+  Reference: utility_aware_multiclass_calibration, Example 3.7; SPEC §6.
+  """
+  flat = _sphere_faces(key, (m,), num_classes * num_actions)
+  return Utility(flat.reshape(m, num_classes, num_actions), "decision")
+
+
+def sample_aligned_gain(key: jax.Array, m: int, num_classes: int,
+                        max_off_diagonal: float = 0.1) -> Utility:
+  """``m`` aligned gain-matrix utilities: ``R_ii = 1``, off-diagonals iid ``U(0, 0.1)``.
+
+  Example:
+    >>> import jax
+    >>> u = sample_aligned_gain(jax.random.PRNGKey(0), 2, 3)
+    >>> (-u.params[0]).diagonal().tolist()
+    [1.0, 1.0, 1.0]
+
+  Reference: utility_aware_multiclass_calibration, App. C.2 (aligned class).
+  """
+  return gain_matrix(_aligned(key, m, num_classes, max_off_diagonal))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _aligned(key, m, num_classes, max_off_diagonal):
+  off = jax.random.uniform(key, (m, num_classes, num_classes), jnp.float32, 0.0, max_off_diagonal)
+  return jnp.where(jnp.eye(num_classes, dtype=bool), 1.0, off)
+
+
+def sample_misaligned_gain(key: jax.Array, m: int, num_classes: int,
+                           num_groups: int = 10, gain: float = 0.2) -> Utility:
+  """``m`` misaligned (specialist) gain-matrix utilities.
+
+  The labels are split into ``num_groups`` disjoint groups of near-equal size
+  (a random permutation of the classes cut into consecutive runs, drawn once
+  from ``key``). Each utility is a specialist of one group ``K`` drawn
+  uniformly: ``R_ii = 1``, ``R_ij = gain`` (0.2) for ``i != j`` both in ``K``,
+  and 0 elsewhere.
+
+  Example:
+    >>> import jax
+    >>> u = sample_misaligned_gain(jax.random.PRNGKey(0), 3, 6, num_groups=2)
+    >>> sorted(set((-u.params[0]).ravel().tolist()))
+    [0.0, 0.2..., 1.0]
+
+  Reference: utility_aware_multiclass_calibration, App. C.2 (misaligned class).
+  """
+  if not 1 <= num_groups <= num_classes:
+    raise ValueError(f"num_groups must lie in [1, {num_classes}], got {num_groups}")
+  return gain_matrix(_misaligned(key, m, num_classes, num_groups, gain))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _misaligned(key, m, num_classes, num_groups, gain):
+  kp, kg = jax.random.split(key)
+  perm = jax.random.permutation(kp, num_classes)
+  group_of = jnp.zeros(num_classes, jnp.int32).at[perm].set(
+      (jnp.arange(num_classes) * num_groups) // num_classes)
+  chosen = jax.random.randint(kg, (m,), 0, num_groups)
+  member = group_of[None, :] == chosen[:, None]                    # (m, C)
+  both = member[:, :, None] & member[:, None, :]
+  R = jnp.where(both, gain, 0.0)
+  return jnp.where(jnp.eye(num_classes, dtype=bool), 1.0, R)
+
+
+# --------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------
+
+_UTILITY_ATOL = 1e-6
+
+
+def _check_params(u: Utility, num_classes: int | None = None, name: str = "utility") -> None:
+  if u.kind not in KINDS:
+    raise ValueError(f"{name}: unknown utility kind {u.kind!r}; expected one of {sorted(KINDS)}")
+  ndim = KINDS[u.kind]
+  prm = u.params
+  if prm.ndim < ndim:
+    raise ValueError(f"{name}: {u.kind} parameters need at least {ndim} axes, got shape {tuple(prm.shape)}")
+  if not jnp.issubdtype(prm.dtype, jnp.floating):
+    raise ValueError(f"{name}: parameters must be floating point, got dtype {prm.dtype}")
+  if u.kind != "top_class":
+    c = prm.shape[-2] if u.kind == "decision" else prm.shape[-1]
+    if u.kind == "similarity" and prm.shape[-1] != prm.shape[-2]:
+      raise ValueError(f"{name}: similarity matrix must be square, got shape {tuple(prm.shape[-2:])}")
+    if u.kind == "decision" and prm.shape[-1] < 1:
+      raise ValueError(f"{name}: a decision utility needs at least one action")
+    if num_classes is not None and c != num_classes:
+      raise ValueError(
+          f"{name}: {u.kind} utility is defined for C = {c} classes but the predictions "
+          f"have C = {num_classes}")
+  if V.is_concrete(prm) and prm.size:
+    a = np.asarray(jax.device_get(prm), np.float64)
+    if not np.all(np.isfinite(a)):
+      raise ValueError(f"{name}: utility parameters contain NaN or inf")
+    lo, hi = a.min(), a.max()
+    if lo < -1 - _UTILITY_ATOL or hi > 1 + _UTILITY_ATOL:
+      raise ValueError(
+          f"{name}: utility values must lie in [-1, 1]; the {u.kind} parameters lie in "
+          f"[{lo:.4g}, {hi:.4g}]")
+
+
+def check_utility(utility: Any, num_classes: int, *, batched: bool | None = None,
+                  name: str = "utility") -> Utility:
+  """Validates a :class:`Utility` against ``C`` classes.
+
+  Shape checks always; value checks (finite, in ``[-1, 1]``) when concrete.
+
+  Args:
+    utility: the utility or batch.
+    num_classes: ``C`` of the predictions.
+    batched: ``True`` requires exactly one batch axis, ``False`` none,
+      ``None`` either.
+
+  Raises:
+    ValueError: naming the problem.
+  """
+  if not isinstance(utility, Utility):
+    raise ValueError(f"{name} must be a jaxcal.utility.Utility (e.g. linear(a)), got {type(utility).__name__}")
+  _check_params(utility, num_classes, name)
+  nb = len(utility.batch_shape)
+  if batched is True and nb != 1:
+    raise ValueError(f"{name} must be a batch with one leading axis, got batch shape {utility.batch_shape}")
+  if batched is False and nb != 0:
+    raise ValueError(
+        f"{name} must be a single utility, got a batch of shape {utility.batch_shape} "
+        "(use uc_sweep for batches, or jax.vmap)")
+  return utility
+
+
+# --------------------------------------------------------------------------
+# Evaluation: one utility on one data set
+# --------------------------------------------------------------------------
+
+def ranks(probs: jax.Array) -> jax.Array:
+  """0-based rank of every class in each row (0 = largest; ties toward lower index)."""
+  order = jax.vmap(lambda r: stable_argsort(-r))(probs)
+  n, c = probs.shape
+  return jnp.zeros((n, c), jnp.int32).at[jnp.arange(n)[:, None], order].set(
+      jnp.arange(c, dtype=jnp.int32)[None, :])
+
+
+def _label_rank(p: jax.Array, y: jax.Array) -> jax.Array:
+  """0-based rank of the label: ``#{j: p_j > p_y} + #{j < y: p_j = p_y}``."""
+  py = jnp.take_along_axis(p, y[:, None], axis=1)
+  j = jnp.arange(p.shape[1])[None, :]
+  before = (p > py) | ((p == py) & (j < y[:, None]))
+  return jnp.sum(before, axis=1).astype(jnp.int32)
+
+
+def prepare(kind: str, p: jax.Array, y: jax.Array) -> dict[str, jax.Array]:
+  """Everything that depends on the data only, computed once per sweep."""
+  if kind == "top_class":
+    top = jnp.argmax(p, axis=1)
+    return {"conf": jnp.max(p, axis=1), "hit": (top == y).astype(p.dtype)}
+  if kind == "rank":
+    return {"sorted": sort_descending(p, axis=1), "label_rank": _label_rank(p, y)}
+  return {"p": p, "y": y}
+
+
+def predicted_realized(kind: str, prep: dict[str, jax.Array], params: jax.Array
+                       ) -> tuple[jax.Array, jax.Array]:
+  """``(v_u(p_i), u(p_i, y_i))``, each ``(n,)``, for one utility of ``kind``."""
+  if kind == "top_class":
+    return prep["conf"], prep["hit"]
+  if kind == "linear":
+    return jnp.dot(prep["p"], params, precision=_HI), params[prep["y"]]
+  if kind == "rank":
+    return jnp.dot(prep["sorted"], params, precision=_HI), params[prep["label_rank"]]
+  p, y = prep["p"], prep["y"]
+  if kind == "decision":
+    expected_loss = jnp.dot(p, params, precision=_HI)           # (n, K)
+    act = jnp.argmin(expected_loss, axis=1)
+    return -jnp.min(expected_loss, axis=1), -params[y, act]
+  if kind == "similarity":
+    q = jnp.dot(p, params, precision=_HI)                        # (n, C)
+    return jnp.sum(p * q, axis=1), jnp.take_along_axis(q, y[:, None], axis=1)[:, 0]
+  raise ValueError(f"unknown utility kind {kind!r}")
+
+
+def utility_values(u: Utility, p: jax.Array) -> jax.Array:
+  """``ū(p_i)`` for a single utility: ``(n, C)``."""
+  prm = u.params
+  if u.kind == "top_class":
+    return jax.nn.one_hot(jnp.argmax(p, axis=1), p.shape[1], dtype=p.dtype)
+  if u.kind == "linear":
+    return jnp.broadcast_to(prm.astype(p.dtype), p.shape)
+  if u.kind == "rank":
+    return prm.astype(p.dtype)[ranks(p)]
+  if u.kind == "decision":
+    act = jnp.argmin(jnp.dot(p, prm, precision=_HI), axis=1)
+    return -prm.T[act].astype(p.dtype)
+  if u.kind == "similarity":
+    return jnp.dot(p, prm, precision=_HI)
+  raise ValueError(f"unknown utility kind {u.kind!r}")

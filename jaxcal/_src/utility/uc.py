@@ -1,0 +1,150 @@
+"""The worst-interval utility calibration estimator UC (SPEC §6).
+
+``UC(f, u; S) = sup_I |(1/n) Σ_i (u(p_i, y_i) - v_i) 1[v_i in I]|`` over
+intervals ``I`` of predicted utility ``v_i = <p_i, ū(p_i)>``.
+
+Sorting the ``v_i`` turns every interval into a contiguous run of the sorted
+order, and its sum into a difference ``S_b - S_a`` of prefix sums
+``S_k = (1/n) Σ_{sorted position < k} (u - v)``. An interval cannot split a
+group of equal ``v``'s, so only ``S_0 = 0``, ``S_n`` and the positions between
+distinct ``v`` values count, and ``UC = max S - min S`` over them: ``O(n log n)``
+for the sort, ``O(n)`` after it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from jaxcal._src.binning import blocked_cumsum
+from jaxcal._src.scores import prepare as _prepare_data
+from jaxcal._src.utility import families as F
+from jaxcal._src.utility.sorting import stable_argsort
+
+__all__ = ["UCResult", "uc", "uc_from_scores", "ecdf"]
+
+
+class UCResult(NamedTuple):
+  """Result of :func:`uc`.
+
+  Attributes:
+    value: the utility calibration error ``UC >= 0``.
+    lo: smallest predicted utility in the worst interval.
+    hi: largest predicted utility in the worst interval; the interval is
+      ``[lo, hi]`` (closed, it holds whole groups of tied ``v``).
+    sign: ``+1`` when realised utility exceeds predicted utility on the
+      interval (``Σ_I (u - v) = n · value``), ``-1`` when it falls short,
+      ``0`` when ``value = 0`` (then ``[lo, hi]`` is arbitrary). The patching
+      witness direction is ``ξ = -sign``.
+  """
+  value: jax.Array
+  lo: jax.Array
+  hi: jax.Array
+  sign: jax.Array
+
+
+def uc_from_scores(v: jax.Array, u: jax.Array) -> UCResult:
+  """The worst interval for predicted utilities ``v`` and realised utilities ``u``.
+
+  Pure core (no validation) behind :func:`uc` and the sweeps.
+
+  Args:
+    v: ``(n,)`` predicted utilities.
+    u: ``(n,)`` realised utilities.
+
+  Returns:
+    :class:`UCResult`.
+  """
+  n = v.shape[0]
+  dt = jnp.promote_types(v.dtype, jnp.float32)
+  v = v.astype(dt)
+  order = stable_argsort(v)
+  vs = v[order]
+  rs = (u.astype(dt) - v)[order]
+  s = jnp.concatenate([jnp.zeros((1,), dt), blocked_cumsum(rs)]) / n      # S_0..S_n
+  cut = jnp.concatenate([jnp.ones((1,), bool), vs[1:] != vs[:-1], jnp.ones((1,), bool)])
+  kmax = jnp.argmax(jnp.where(cut, s, -jnp.inf))
+  kmin = jnp.argmin(jnp.where(cut, s, jnp.inf))
+  a = jnp.minimum(kmax, kmin)
+  b = jnp.maximum(kmax, kmin)
+  lo = vs[jnp.minimum(a, n - 1)]
+  hi = vs[jnp.clip(b - 1, a, n - 1)]
+  sign = jnp.sign(kmax - kmin).astype(jnp.int32)
+  return UCResult(value=s[kmax] - s[kmin], lo=lo, hi=hi, sign=sign)
+
+
+@jax.jit
+def _uc_jit(p, y, utility):
+  prep = F.prepare(utility.kind, p, y)
+  v, u = F.predicted_realized(utility.kind, prep, utility.params)
+  return uc_from_scores(v, u)
+
+
+def uc(probs: ArrayLike, labels: ArrayLike, utility: F.Utility, *,
+       from_logits: bool = False) -> UCResult:
+  """Utility calibration error of one utility, with its worst interval and sign.
+
+  ``UC(f, u; S) = max_{I interval} |(1/n) Σ_i (u(p_i, y_i) - v_u(p_i)) 1[v_u(p_i) in I]|``
+  with ``v_u(p) = <p, ū(p)>``. Computed exactly in ``O(n log n)``: sort by
+  ``v``, prefix sums ``S_k`` of the residuals over ``n``, and
+  ``max S - min S`` over ``S_0 = 0`` and the positions between distinct
+  ``v`` values (an interval never splits tied predicted utilities).
+
+  Args:
+    probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels.
+    utility: a single :class:`~jaxcal.utility.Utility` (for a batch use
+      :func:`~jaxcal.utility.uc_sweep`, or ``jax.vmap`` over it).
+    from_logits: apply a softmax to ``probs`` first.
+
+  Returns:
+    :class:`UCResult` ``(value, lo, hi, sign)``: the error, the worst interval
+    ``[lo, hi]`` of predicted utility, and the sign of ``Σ_I (u - v)``.
+
+  Raises:
+    ValueError: bad probabilities or labels, a utility with values outside
+      ``[-1, 1]``, or a utility built for a different number of classes.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> from jaxcal.utility import uc, top_class
+    >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.6, 0.4], [0.3, 0.7]])
+    >>> r = uc(p, jnp.array([0, 1, 1, 1]), top_class())
+    >>> round(float(r.value), 4), float(r.lo), float(r.hi), int(r.sign)
+    (0.275, 0.6, 0.8, -1)
+
+  Reference: utility_aware_multiclass_calibration, eq. (3.2) and Lemma 3.3;
+  SPEC §6.
+  """
+  p, y = _prepare_data(probs, labels, from_logits)
+  F.check_utility(utility, p.shape[1], batched=False)
+  return _uc_jit(p, y, utility)
+
+
+def ecdf(errors: ArrayLike) -> tuple[jax.Array, jax.Array]:
+  """Empirical CDF of utility calibration errors.
+
+  ``F̂(e) = (1/M) Σ_m 1[E_m <= e]``, returned at the sorted errors.
+
+  Args:
+    errors: ``(M,)`` errors (e.g. from :func:`~jaxcal.utility.uc_sweep`).
+
+  Returns:
+    ``(sorted_errors, fractions)``, both ``(M,)``, ``fractions = (1..M)/M``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> e, f = ecdf(jnp.array([0.3, 0.1, 0.2, 0.4]))
+    >>> e.tolist(), f.tolist()
+    ([0.1..., 0.2..., 0.3..., 0.4...], [0.25, 0.5, 0.75, 1.0])
+
+  Reference: utility_aware_multiclass_calibration §4 (eCDF); SPEC §6.
+  """
+  e = jnp.asarray(errors)
+  if e.ndim != 1 or e.shape[0] == 0:
+    raise ValueError(f"errors must be a non-empty 1-d array, got shape {tuple(e.shape)}")
+  m = e.shape[0]
+  return jnp.sort(e), jnp.arange(1, m + 1, dtype=jnp.result_type(e.dtype, jnp.float32)) / m

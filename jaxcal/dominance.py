@@ -1,0 +1,26 @@
+"""Dominance between predictors, rank correlations and bootstrap intervals (SPEC §3).
+
+``dominance_chain`` extracts the maximum dominance set (longest chain of the
+"every loss is no larger" partial order); ``rank_correlation`` compares the
+order a calibration error induces with it (Spearman / Kendall, scipy ties);
+``bootstrap`` gives the papers' ``±1.96 sd`` intervals by vmapping a statistic
+over resampled test indices.
+"""
+
+from jaxcal._src.dominance import (
+    BootstrapResult,
+    bootstrap,
+    dominance_chain,
+    dominance_matrix,
+    rank_correlation,
+    resample_indices,
+)
+
+__all__ = [
+    "BootstrapResult",
+    "bootstrap",
+    "dominance_chain",
+    "dominance_matrix",
+    "rank_correlation",
+    "resample_indices",
+]

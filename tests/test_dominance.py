@@ -1,0 +1,289 @@
+"""jaxcal.dominance: dominance order, longest chain, rank correlations, bootstrap."""
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+
+from jaxcal import dominance as D
+from jaxcal import metrics
+
+
+# --------------------------------------------------------------------------
+# slow float64 references
+# --------------------------------------------------------------------------
+
+def ref_dominates(f, g):
+  f = np.asarray(f, np.float64)
+  g = np.asarray(g, np.float64)
+  return bool(np.all(f <= g) and np.any(f < g))
+
+
+def ref_longest_chain_length(L):
+  """Longest path (in vertices) of the dominance DAG by memoised DFS."""
+  p = len(L)
+
+  @functools.lru_cache(maxsize=None)
+  def from_(i):
+    nxt = [from_(j) for j in range(p) if ref_dominates(L[i], L[j])]
+    return 1 + max(nxt, default=0)
+
+  return max(from_(i) for i in range(p))
+
+
+def ref_average_ranks(x):
+  x = np.asarray(x, np.float64)
+  return np.array([np.sum(x < v) + (np.sum(x == v) + 1) / 2 for v in x])
+
+
+def random_tables(seed, count, p_max=9, L_max=4, levels=4):
+  """Small tables with many ties (integer levels) so every tie rule is hit."""
+  rng = np.random.default_rng(seed)
+  for _ in range(count):
+    p = int(rng.integers(1, p_max + 1))
+    L = int(rng.integers(1, L_max + 1))
+    yield rng.integers(0, levels, size=(p, L)).astype(np.float64)
+
+
+# --------------------------------------------------------------------------
+# dominance_matrix / dominance_chain
+# --------------------------------------------------------------------------
+
+def test_dominance_matrix_matches_loop_reference_jit_and_vmap():
+  rng = np.random.default_rng(0)
+  tables = rng.integers(0, 3, size=(4, 6, 3)).astype(np.float32)
+  ref = np.array([[[ref_dominates(t[i], t[j]) for j in range(6)] for i in range(6)]
+                  for t in tables])
+  eager = np.stack([np.asarray(D.dominance_matrix(t)) for t in tables])
+  np.testing.assert_array_equal(eager, ref)
+  np.testing.assert_array_equal(np.asarray(jax.jit(D.dominance_matrix)(tables[0])), ref[0])
+  np.testing.assert_array_equal(np.asarray(jax.vmap(D.dominance_matrix)(tables)), ref)
+  # a strict partial order: irreflexive and antisymmetric
+  assert not np.any(np.diagonal(ref, axis1=1, axis2=2))
+  assert not np.any(ref & np.swapaxes(ref, 1, 2))
+
+
+def test_dominance_chain_is_a_longest_valid_chain():
+  for L in random_tables(1, 60):
+    chain = D.dominance_chain(L)
+    assert chain.dtype == np.int64 and chain.ndim == 1
+    assert len(set(chain.tolist())) == len(chain)
+    # every earlier element dominates every later one (transitivity)
+    for a, b in itertools.combinations(chain, 2):
+      assert ref_dominates(L[a], L[b])
+    assert len(chain) == ref_longest_chain_length(tuple(map(tuple, L)))
+
+
+def test_dominance_chain_ties_and_edge_cases():
+  # identical rows are incomparable: at most one of them, the smallest index
+  L = np.array([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [2.0, 2.0]])
+  assert D.dominance_chain(L).tolist() == [2, 0, 3]
+  # equal in one loss, strictly better in the other: dominates
+  assert D.dominance_chain(np.array([[1.0, 2.0], [1.0, 1.0]])).tolist() == [1, 0]
+  # single predictor, single loss, a total order, an antichain
+  assert D.dominance_chain(np.array([[3.0]])).tolist() == [0]
+  assert D.dominance_chain(np.array([[3.0], [1.0], [2.0]])).tolist() == [1, 2, 0]
+  assert D.dominance_chain(np.array([[0.0, 1.0], [1.0, 0.0]])).tolist() == [0]
+  # the tie rule between two longest chains: smallest end index, then
+  # smallest predecessor index
+  L = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0], [2.0, 2.0]])
+  assert D.dominance_chain(L).tolist() == [0, 2]
+  # jax, integer and float32 inputs give the same answer; input unchanged
+  L = np.array([[3, 1], [1, 0], [2, 2]])
+  L0 = L.copy()
+  assert D.dominance_chain(jnp.asarray(L, jnp.float32)).tolist() == D.dominance_chain(L).tolist()
+  np.testing.assert_array_equal(L, L0)
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (np.zeros(3), "2-D"),
+    (np.zeros((0, 2)), "at least one"),
+    (np.zeros((2, 0)), "at least one"),
+    (np.array([[0.0, np.nan], [1.0, 1.0]]), "NaN"),
+    (np.array([["a", "b"]]), "numeric"),
+])
+def test_dominance_chain_bad_input(bad, msg):
+  with pytest.raises(ValueError, match=msg):
+    D.dominance_chain(bad)
+
+
+def test_dominance_errors_under_trace_and_nan_matrix():
+  with pytest.raises(ValueError, match="concrete"):
+    jax.jit(D.dominance_chain)(jnp.zeros((3, 2)))
+  with pytest.raises(ValueError, match="NaN"):
+    D.dominance_matrix(np.array([[np.nan], [1.0]]))
+  with pytest.raises(ValueError, match="2-D"):
+    D.dominance_matrix(np.zeros((2, 2, 2)))
+
+
+# --------------------------------------------------------------------------
+# rank_correlation
+# --------------------------------------------------------------------------
+
+def _pairs(seed, count):
+  rng = np.random.default_rng(seed)
+  for i in range(count):
+    n = int(rng.choice([2, 5, 17, 31]))  # few shapes: few compilations
+    if i % 3 == 0:   # heavy ties in both
+      a, b = rng.integers(0, 3, n), rng.integers(0, 4, n)
+    elif i % 3 == 1:  # continuous
+      a, b = rng.normal(size=n), rng.normal(size=n)
+    else:  # correlated with ties in one
+      a = rng.normal(size=n)
+      b = np.round(a + 0.5 * rng.normal(size=n), 1)
+    if np.all(a == a[0]) or np.all(b == b[0]):
+      continue
+    yield a.astype(np.float64), b.astype(np.float64)
+
+
+def test_average_ranks_match_scipy_and_reference():
+  x = np.array([3.0, 1.0, 3.0, 2.0, 3.0, -np.inf])
+  want = scipy.stats.rankdata(x)
+  np.testing.assert_allclose(ref_average_ranks(x), want)
+  from jaxcal._src.dominance import _average_ranks
+  np.testing.assert_allclose(np.asarray(_average_ranks(jnp.asarray(x))), want)
+
+
+@pytest.mark.parametrize("method", ["spearman", "kendall"])
+def test_rank_correlation_matches_scipy(method):
+  ref_fn = {"spearman": scipy.stats.spearmanr, "kendall": scipy.stats.kendalltau}[method]
+  for a, b in _pairs(2, 45):
+    want = ref_fn(a, b)[0]
+    got = float(D.rank_correlation(a, b, method))
+    assert got == pytest.approx(want, abs=2e-6), (a, b)
+  with jax.enable_x64(True):
+    a, b = next(_pairs(3, 1))
+    got = D.rank_correlation(jnp.asarray(a), jnp.asarray(b), method)
+    assert got.dtype == jnp.float64
+    assert float(got) == pytest.approx(ref_fn(a, b)[0], abs=1e-12)
+
+
+def test_rank_correlation_jit_vmap_and_constant_under_trace():
+  rng = np.random.default_rng(4)
+  A = rng.integers(0, 5, size=(5, 12)).astype(np.float32)
+  B = (A + rng.normal(size=(5, 12))).astype(np.float32)
+  for method in ("spearman", "kendall"):
+    loop = np.array([float(D.rank_correlation(a, b, method)) for a, b in zip(A, B)])
+    f = functools.partial(D.rank_correlation, method=method)
+    np.testing.assert_allclose(np.asarray(jax.vmap(f)(A, B)), loop, atol=1e-6)
+    np.testing.assert_allclose(float(jax.jit(f)(A[0], B[0])), loop[0], atol=1e-6)
+  # traced constant input cannot be checked: NaN, as scipy returns
+  assert np.isnan(float(jax.jit(D.rank_correlation)(jnp.ones(4), jnp.arange(4.0))))
+  # perfect (anti-)monotone relations
+  x = jnp.arange(10.0)
+  assert float(D.rank_correlation(x, x ** 3)) == pytest.approx(1.0)
+  assert float(D.rank_correlation(x, -x, "kendall")) == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("a, b, method, msg", [
+    ([1.0, 1.0, 1.0], [1.0, 2.0, 3.0], "spearman", "constant"),
+    ([1.0, 2.0, 3.0], [5.0, 5.0, 5.0], "kendall", "constant"),
+    ([1.0, 2.0, 3.0], [1.0, 2.0], "spearman", "same length"),
+    ([1.0, np.nan, 3.0], [1.0, 2.0, 3.0], "spearman", "NaN"),
+    ([1.0, 2.0], [1.0, 2.0], "pearson", "method"),
+    ([[1.0, 2.0]], [[1.0, 2.0]], "spearman", "1-D"),
+    ([1.0], [2.0], "spearman", "at least 2"),
+])
+def test_rank_correlation_bad_input(a, b, method, msg):
+  with pytest.raises(ValueError, match=msg):
+    D.rank_correlation(np.asarray(a), np.asarray(b), method)
+
+
+# --------------------------------------------------------------------------
+# bootstrap
+# --------------------------------------------------------------------------
+
+def test_bootstrap_matches_manual_resampling_and_batching():
+  key = jax.random.PRNGKey(7)
+  x = jnp.asarray(np.random.default_rng(5).normal(size=50), jnp.float32)
+  r = D.bootstrap(key, jnp.mean, x, num_resamples=40, batch_size=7)
+  idx = np.asarray(D.resample_indices(key, 50, 40))
+  manual = np.asarray(x)[idx].mean(axis=1)
+  np.testing.assert_allclose(np.asarray(r.samples), manual, rtol=1e-5, atol=1e-6)
+  assert float(r.sd) == pytest.approx(np.std(manual, ddof=1), rel=1e-4)
+  assert float(r.estimate) == pytest.approx(float(jnp.mean(x)))
+  assert float(r.hi - r.lo) == pytest.approx(2 * 1.96 * float(r.sd), rel=1e-5)
+  r_all = D.bootstrap(key, jnp.mean, x, num_resamples=40, batch_size=None)
+  np.testing.assert_allclose(np.asarray(r_all.samples), np.asarray(r.samples), rtol=1e-6)
+
+
+def test_bootstrap_sd_of_a_mean_is_the_standard_error():
+  x = jnp.asarray(np.random.default_rng(6).exponential(size=400), jnp.float32)
+  r = D.bootstrap(jax.random.PRNGKey(0), jnp.mean, x, num_resamples=400, batch_size=None)
+  se = float(jnp.std(x)) / np.sqrt(400)
+  # sd of a bootstrap sd estimate from 400 resamples is ~3.5 %; allow 5 sd
+  assert float(r.sd) == pytest.approx(se, rel=0.18)
+
+
+def test_bootstrap_vmapped_metric_over_stacked_predictors_and_correlation():
+  rng = np.random.default_rng(8)
+  n, C, P = 300, 4, 3
+  probs = rng.dirichlet(np.ones(C), size=(P, n)).astype(np.float32)
+  labels = rng.integers(0, C, n)
+  bins = np.array([2, 5])  # a jnp array closed over inside lax.map needs max_bins (binning.resolve_max_bins)
+
+  def stat(p, y):
+    ce = jax.vmap(lambda q: metrics.conf_ce(q, y, num_bins=bins), in_axes=0)(p)  # (P, 2)
+    return {"ce": ce, "rho": D.rank_correlation(ce[:, 0], ce[:, 1])}
+
+  key = jax.random.PRNGKey(1)
+  r = D.bootstrap(key, stat, probs, labels, num_resamples=6, sample_axis=(1, 0), batch_size=4)
+  assert r.samples["ce"].shape == (6, P, 2) and r.sd["ce"].shape == (P, 2)
+  assert r.samples["rho"].shape == (6,)
+  idx = np.asarray(D.resample_indices(key, n, 6))
+  for b in (0, 5):
+    want = [[float(metrics.conf_ce(probs[i][idx[b]], labels[idx[b]], num_bins=m)) for m in (2, 5)]
+            for i in range(P)]
+    np.testing.assert_allclose(np.asarray(r.samples["ce"][b]), want, rtol=1e-5, atol=1e-8)
+  est = np.asarray(r.estimate["ce"])
+  np.testing.assert_allclose(np.asarray(r.lo["ce"]), est - 1.96 * np.asarray(r.sd["ce"]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("args, kwargs, msg", [
+    ((), {}, "at least one"),
+    ((np.zeros(5), np.zeros(4)), {}, "same number of samples"),
+    ((np.zeros(5), np.zeros(4)), {"groups": (0, 0)}, "same number of samples"),
+    ((np.zeros(5), np.zeros(4)), {"groups": (0,)}, "groups has"),
+    ((np.zeros(5),), {"num_resamples": 1}, "num_resamples"),
+    ((np.zeros(5),), {"sample_axis": 1}, "out of range"),
+    ((np.zeros(5), np.zeros(5)), {"sample_axis": (0,)}, "entries"),
+])
+def test_bootstrap_bad_input(args, kwargs, msg):
+  with pytest.raises(ValueError, match=msg):
+    D.bootstrap(jax.random.PRNGKey(0), jnp.mean, *args, **kwargs)
+
+
+def test_bootstrap_groups_resample_data_sets_independently():
+  key = jax.random.PRNGKey(3)
+  a = jnp.arange(6.0)
+  b = jnp.arange(4.0) * 10
+  c = jnp.arange(6.0) * 100   # same group as a: same indices
+  r = D.bootstrap(key, lambda x, y, z: jnp.stack([x.mean(), y.mean(), z.mean()]), a, b, c,
+                  num_resamples=5, groups=(7, 3, 7))
+  k7, k3 = jax.random.split(key, 2)   # groups in order of first appearance
+  i7 = np.asarray(D.resample_indices(k7, 6, 5))
+  i3 = np.asarray(D.resample_indices(k3, 4, 5))
+  want = np.stack([np.asarray(a)[i7].mean(1), np.asarray(b)[i3].mean(1),
+                   np.asarray(c)[i7].mean(1)], axis=1)
+  np.testing.assert_allclose(np.asarray(r.samples), want, rtol=1e-6)
+
+
+def test_resample_indices_bad_input_and_range():
+  idx = np.asarray(D.resample_indices(jax.random.PRNGKey(2), 7, 100))
+  assert idx.min() >= 0 and idx.max() <= 6 and len(np.unique(idx)) == 7
+  with pytest.raises(ValueError, match="n must be"):
+    D.resample_indices(jax.random.PRNGKey(0), 0, 3)
+  with pytest.raises(ValueError, match="num_resamples"):
+    D.resample_indices(jax.random.PRNGKey(0), 3, 0)
+
+
+def test_public_module_exports():
+  assert sorted(D.__all__) == sorted([
+      "BootstrapResult", "bootstrap", "dominance_chain", "dominance_matrix",
+      "rank_correlation", "resample_indices"])
+  for name in D.__all__:
+    assert getattr(D, name).__doc__

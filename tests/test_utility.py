@@ -1,0 +1,378 @@
+"""Utility calibration (SPEC §6): the UC estimator, the families, the samplers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxcal import utility as U
+from jaxcal._src.utility import families as F
+from jaxcal._src.utility.sorting import sort_descending, stable_argsort
+from jaxcal._src.utility.uc import uc_from_scores
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---------------------------------------------------------------- references
+
+def uc_brute(v, u):
+  """float64 search over every interval [d_i, d_j] of distinct values (and the empty one)."""
+  v = np.asarray(v, np.float64)
+  r = np.asarray(u, np.float64) - v
+  n = len(v)
+  d = np.unique(v)
+  best = 0.0
+  for i in range(len(d)):
+    for j in range(i, len(d)):
+      s = r[(v >= d[i]) & (v <= d[j])].sum() / n
+      best = max(best, abs(s))
+  return best
+
+
+def uc_sorted_np(v, u):
+  """float64 O(n log n) reference: max S - min S over cuts between distinct values."""
+  v = np.asarray(v, np.float64)
+  r = np.asarray(u, np.float64) - v
+  o = np.argsort(v, kind="stable")
+  vs = v[o]
+  s = np.concatenate([[0.0], np.cumsum(r[o])]) / len(v)
+  cut = np.concatenate([[True], vs[1:] != vs[:-1], [True]])
+  return s[cut].max() - s[cut].min()
+
+
+def np_ranks(p):
+  """0-based ranks, ties toward the lower index (loops)."""
+  n, c = p.shape
+  out = np.zeros((n, c), np.int64)
+  for i in range(n):
+    for j in range(c):
+      out[i, j] = sum(p[i, k] > p[i, j] or (p[i, k] == p[i, j] and k < j) for k in range(c))
+  return out
+
+
+def np_values(kind, params, p):
+  """Hand-written ū(p) per kind (float64, loops over rows)."""
+  p = np.asarray(p, np.float64)
+  prm = np.asarray(params, np.float64)
+  n, c = p.shape
+  out = np.zeros((n, c))
+  rk = np_ranks(p)
+  for i in range(n):
+    if kind == "top_class":
+      out[i, int(np.argmax(p[i]))] = 1.0
+    elif kind == "linear":
+      out[i] = prm
+    elif kind == "rank":
+      out[i] = [prm[rk[i, j]] for j in range(c)]
+    elif kind == "decision":
+      a = int(np.argmin(p[i] @ prm))
+      out[i] = -prm[:, a]
+    elif kind == "similarity":
+      out[i] = [sum(p[i, k] * prm[k, j] for k in range(c)) for j in range(c)]
+  return out
+
+
+# ---------------------------------------------------------------- fixtures
+
+def _data(n=60, c=5, seed=0, ties=True):
+  rng = np.random.default_rng(seed)
+  logits = rng.normal(size=(n, c)) * 2
+  if ties:  # repeated rows and equal entries: ties in v and in ranks
+    logits = np.round(logits)
+    logits[n // 2:] = logits[: n - n // 2]
+  p = np.exp(logits - logits.max(1, keepdims=True))
+  p = (p / p.sum(1, keepdims=True)).astype(np.float32)
+  y = rng.integers(0, c, n)
+  return p, y
+
+
+def _utilities(c=5, seed=0):
+  key = jax.random.PRNGKey(seed)
+  k1, k2, k3 = jax.random.split(key, 3)
+  S = np.asarray(jax.random.uniform(k3, (c, c), minval=-1, maxval=1))
+  S = (S + S.T) / 2
+  np.fill_diagonal(S, 1.0)
+  return {
+      "top_class": U.top_class(),
+      "classwise": U.classwise(2, c),
+      "linear": U.sample_linear(k1, 1, c)[0],
+      "rank": U.sample_rank(k2, 1, c)[0],
+      "top_k": U.top_k(2, c),
+      "dcg": U.dcg(1.25, c),
+      "decision": U.sample_decision(k3, 1, c, 3)[0],
+      "gain": U.sample_misaligned_gain(k1, 1, c, num_groups=2)[0],
+      "similarity": U.similarity(S),
+  }
+
+
+# ---------------------------------------------------------------- sorting helpers
+
+@pytest.mark.parametrize("n", [1, 2, 3, 127, 128, 129, 5000])
+def test_stable_argsort_matches_numpy(n):
+  rng = np.random.default_rng(n)
+  grid = np.array([-1, -0.5, -0.0, 0.0, 1e-30, -1e-30, 0.25, 1], np.float32)
+  for x in (rng.choice(grid, n), rng.normal(size=n).astype(np.float32)):
+    np.testing.assert_array_equal(np.asarray(stable_argsort(jnp.asarray(x))),
+                                  np.argsort(x, kind="stable"))
+  x = rng.normal(size=(4, 9)).astype(np.float32)
+  x[:, ::3] = 0.0
+  np.testing.assert_array_equal(np.asarray(sort_descending(jnp.asarray(x), axis=1)), -np.sort(-x, axis=1))
+
+
+# ---------------------------------------------------------------- the UC core
+
+@pytest.mark.parametrize("seed", range(6))
+def test_uc_core_equals_bruteforce_with_ties(seed):
+  rng = np.random.default_rng(seed)
+  n = [1, 2, 7, 20, 33, 40][seed]
+  v = rng.choice(np.linspace(-1, 1, 9), n).astype(np.float32)   # many ties
+  u = rng.choice([-1.0, 0.0, 0.5, 1.0], n).astype(np.float32)
+  res = jax.jit(uc_from_scores)(jnp.asarray(v), jnp.asarray(u))
+  assert float(res.value) == pytest.approx(uc_brute(v, u), abs=1e-6)
+  inside = (v >= float(res.lo)) & (v <= float(res.hi))
+  signed = (u[inside].astype(np.float64) - v[inside]).sum() / n
+  if float(res.value) > 0:
+    assert int(res.sign) in (-1, 1)
+    assert signed == pytest.approx(int(res.sign) * float(res.value), abs=1e-6)
+    assert float(res.lo) in v and float(res.hi) in v and float(res.lo) <= float(res.hi)
+  else:
+    assert int(res.sign) == 0
+
+
+@pytest.mark.parametrize("name", list(_utilities()))
+def test_uc_each_family_equals_bruteforce(name):
+  p, y = _data()
+  u = _utilities()[name]
+  ubar = np_values(u.kind, u.params, p)
+  v = (p.astype(np.float64) * ubar).sum(1)
+  real = ubar[np.arange(len(y)), y]
+  res = U.uc(p, y, u)
+  assert float(res.value) == pytest.approx(uc_brute(v, real), abs=2e-6)
+  inside = (v >= float(res.lo) - 1e-6) & (v <= float(res.hi) + 1e-6)
+  signed = (real - v)[inside].sum() / len(y)
+  assert signed == pytest.approx(int(res.sign) * float(res.value), abs=2e-6)
+
+
+@pytest.mark.parametrize("name", list(_utilities()))
+def test_family_values_match_numpy(name):
+  p, y = _data(n=12, seed=3)
+  u = _utilities()[name]
+  ubar = np_values(u.kind, u.params, p)
+  np.testing.assert_allclose(np.asarray(u.values(p)), ubar, atol=1e-6)
+  v, real = F.predicted_realized(u.kind, F.prepare(u.kind, jnp.asarray(p), jnp.asarray(y)), u.params)
+  np.testing.assert_allclose(np.asarray(v), (p * ubar).sum(1), atol=1e-6)
+  np.testing.assert_allclose(np.asarray(real), ubar[np.arange(len(y)), y], atol=1e-6)
+
+
+def test_constructor_parameters():
+  np.testing.assert_allclose(U.top_k(3, 5).params, [1, 1, 1, 0, 0])
+  np.testing.assert_allclose(U.dcg(2.0, 4).params, np.log2(1 + np.arange(1, 5)) ** -2.0, rtol=1e-6)
+  assert U.dcg(jnp.array([0.5, 0.75, 1, 1.25, 1.5, 2]), 7).params.shape == (6, 7)
+  np.testing.assert_allclose(U.gain_matrix(np.eye(3)).params, -np.eye(3))
+  # top-class == rank with θ = e_1, class-wise == linear e_c
+  p, y = _data(seed=5)
+  np.testing.assert_allclose(U.uc(p, y, U.top_class()).value,
+                             U.uc(p, y, U.rank(np.eye(5)[0])).value, atol=1e-7)
+  np.testing.assert_allclose(U.uc(p, y, U.classwise(1, 5)).value,
+                             U.uc(p, y, U.linear(np.eye(5)[1])).value, atol=1e-7)
+
+
+def test_uc_float32_close_to_float64_at_one_million():
+  n, c = 10 ** 6, 4
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.full(c, 0.7), size=n).astype(np.float32)
+  y = (rng.random(n)[:, None] > np.cumsum(p, 1)).sum(1).clip(0, c - 1)   # calibrated labels
+  p = p.copy()
+  p[:, 0] *= np.float32(0.97)
+  p[:, 1] = 1 - p[:, 0] - p[:, 2] - p[:, 3]
+  p = np.clip(p, 0, 1)
+  a = np.array([1.0, -0.3, 0.6, -1.0], np.float32)
+  got = float(U.uc(p, y, U.linear(a)).value)
+  v = p.astype(np.float64) @ a.astype(np.float64)
+  want = uc_sorted_np(v, a.astype(np.float64)[y])
+  assert got == pytest.approx(want, abs=1e-5)
+
+
+def test_jit_and_vmap():
+  p, y = _data(seed=1)
+  batch = U.sample_rank(jax.random.PRNGKey(4), 5, 5)
+  eager = U.uc(p, y, batch[0])
+  jitted = jax.jit(U.uc)(p, y, batch[0])
+  for a, b in zip(eager, jitted):
+    np.testing.assert_allclose(a, b, atol=1e-7)
+  vm = jax.vmap(U.uc, in_axes=(None, None, 0))(p, y, batch)
+  loop = [U.uc(p, y, batch[i]) for i in range(5)]
+  for field in range(4):
+    np.testing.assert_allclose(vm[field], np.array([r[field] for r in loop]), atol=1e-6)
+  # vmap over data sets
+  p2, y2 = _data(seed=2)
+  vd = jax.vmap(U.uc, in_axes=(0, 0, None))(np.stack([p, p2]), np.stack([y, y2]), U.top_class())
+  np.testing.assert_allclose(vd.value, [U.uc(p, y, U.top_class()).value,
+                                        U.uc(p2, y2, U.top_class()).value], atol=1e-7)
+
+
+def test_uc_bounds_binned_tce():
+  """m · UC(U_TCE) >= TCE_bin with any m bins (paper App. B.2)."""
+  from jaxcal.metrics import conf_ece
+  p, y = _data(n=300, c=4, seed=7, ties=False)
+  ucv = float(U.uc_class(p, y, "tce"))
+  for m in (1, 5, 15):
+    assert float(conf_ece(p, y, m, binning="quantile")) <= m * ucv + 1e-6
+
+
+# ---------------------------------------------------------------- samplers
+
+def test_sample_linear_law():
+  c, m = 4, 40_000
+  a = np.asarray(U.sample_linear(jax.random.PRNGKey(0), m, c).params)
+  assert a.shape == (m, c) and np.abs(a).max() <= 1
+  face = np.argmax(np.abs(a), axis=1)
+  sign = a[np.arange(m), face] > 0
+  assert np.all(np.abs(a[np.arange(m), face]) == 1)
+  counts = np.bincount(face * 2 + sign, minlength=2 * c)
+  expected = m / (2 * c)
+  chi2 = ((counts - expected) ** 2 / expected).sum()
+  assert chi2 < 30, counts            # 7 dof: P(chi2 > 30) ~ 1e-4
+  # marginal on the face: the other coordinates are iid U(-1, 1)
+  rest = a[np.arange(c)[None, :] != face[:, None]]
+  from scipy import stats
+  assert stats.kstest(rest, "uniform", args=(-1, 2)).pvalue > 1e-3
+  assert abs(rest.mean()) < 0.01 and abs(rest.var() - 1 / 3) < 0.01
+
+
+def test_sample_rank_and_decision():
+  th = np.asarray(U.sample_rank(jax.random.PRNGKey(1), 2000, 6).params)
+  assert np.all(np.diff(th, axis=1) <= 0) and np.all(np.abs(th).max(1) == 1)
+  # the first rank is +1 exactly when the +1 face was drawn: probability 1/2 · ... ≥ 1/12
+  l = np.asarray(U.sample_decision(jax.random.PRNGKey(2), 3000, 3, 2).params)
+  assert l.shape == (3000, 3, 2) and np.all(np.abs(l.reshape(3000, -1)).max(1) == 1)
+  faces = np.argmax(np.abs(l.reshape(3000, -1)), 1)
+  assert np.bincount(faces, minlength=6).min() > 3000 / 6 * 0.8
+  R = -np.asarray(U.sample_aligned_gain(jax.random.PRNGKey(3), 5, 4).params)
+  off = R[:, ~np.eye(4, dtype=bool)]
+  assert np.all(np.diagonal(R, axis1=1, axis2=2) == 1) and off.min() >= 0 and off.max() <= 0.1
+  R = -np.asarray(U.sample_misaligned_gain(jax.random.PRNGKey(4), 20, 6, num_groups=3).params)
+  for r in R:
+    ingroup = (r > 0) & ~np.eye(6, dtype=bool)
+    assert set(np.unique(r[ingroup])) <= {np.float32(0.2)} and ingroup.sum() == 2  # one pair
+
+
+# ---------------------------------------------------------------- sweeps and families
+
+def test_uc_sweep_chunked_equals_unchunked_and_uc():
+  p, y = _data(n=80, c=5, seed=8)
+  lin = U.sample_linear(jax.random.PRNGKey(5), 23, 5)
+  full = U.uc_sweep(p, y, lin)
+  for chunk in (1, 7):                      # 7: 4 chunks of 6, one padded utility
+    np.testing.assert_allclose(U.uc_sweep(p, y, lin, chunk_size=chunk), full, atol=1e-7)
+  for batch in (lin, U.sample_rank(jax.random.PRNGKey(6), 23, 5),
+                U.sample_decision(jax.random.PRNGKey(7), 23, 5, 3)):
+    loop = [float(U.uc(p, y, batch[i]).value) for i in range(23)]
+    np.testing.assert_allclose(U.uc_sweep(p, y, batch), loop, atol=2e-6)
+
+
+def test_uc_class_families():
+  p, y = _data(n=70, c=4, seed=9)
+  tce = float(U.uc_class(p, y, "tce"))
+  assert tce == pytest.approx(float(U.uc(p, y, U.top_class()).value), abs=1e-7)
+  cwe = max(float(U.uc(p, y, U.classwise(c, 4)).value) for c in range(4))
+  topk = max(float(U.uc(p, y, U.top_k(k, 4)).value) for k in range(1, 5))
+  assert float(U.uc_class(p, y, "cwe")) == pytest.approx(cwe, abs=1e-6)
+  assert float(U.uc_class(p, y, "topk")) == pytest.approx(topk, abs=1e-6)
+  assert float(U.uc_class(p, y, "comb")) == pytest.approx(max(cwe, topk), abs=1e-6)
+  assert topk >= tce - 1e-7          # K = 1 is the top-class utility
+  p2, y2 = _data(n=70, c=4, seed=10)
+  vm = jax.vmap(lambda a, b: U.uc_class(a, b, "comb"))(np.stack([p, p2]), np.stack([y, y2]))
+  np.testing.assert_allclose(vm, [U.uc_class(p, y, "comb"), U.uc_class(p2, y2, "comb")], atol=1e-7)
+  assert [u.params.shape for u in U.family("comb", 4)] == [(4, 4), (4, 4)]
+
+
+_SHARDED_SCRIPT = r"""
+import json, jax, numpy as np
+from jaxcal import utility as U
+rng = np.random.default_rng(0)
+p = rng.dirichlet(np.ones(6), size=90).astype(np.float32); y = rng.integers(0, 6, 90)
+out = {"devices": jax.device_count()}
+for name, batch in (("linear", U.sample_linear(jax.random.PRNGKey(0), 10, 6)),
+                    ("rank", U.sample_rank(jax.random.PRNGKey(1), 13, 6))):
+  sharded = U.uc_sweep(p, y, batch, chunk_size=2)
+  single = U.uc_sweep(p, y, batch, chunk_size=2, devices=jax.devices()[:1])
+  out[name] = [np.asarray(sharded).tolist(), np.asarray(single).tolist()]
+print(json.dumps(out))
+"""
+
+
+def test_uc_sweep_sharded_equals_single_device():
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+  res = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+  assert res.returncode == 0, res.stderr[-3000:]
+  out = json.loads(res.stdout.strip().splitlines()[-1])
+  assert out["devices"] == 4
+  for name in ("linear", "rank"):
+    sharded, single = out[name]
+    assert len(sharded) == len(single) == {"linear": 10, "rank": 13}[name]
+    np.testing.assert_array_equal(sharded, single)
+
+
+def test_ecdf_and_plot():
+  e, f = U.ecdf(jnp.array([0.2, 0.0, 0.1, 0.1]))
+  np.testing.assert_allclose(e, [0.0, 0.1, 0.1, 0.2])
+  np.testing.assert_allclose(f, [0.25, 0.5, 0.75, 1.0])
+  import matplotlib
+  matplotlib.use("Agg")
+  from jaxcal._src.plots.ecdf import ecdf_plot
+  fig = ecdf_plot({"a": np.array([0.01, 0.02, 0.03]), "b": jnp.array([0.0, 0.05])}, log_x=True)
+  ax = fig.axes[0]
+  assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+  assert ax.get_xscale() == "log"
+  import matplotlib.pyplot as plt
+  plt.close(fig)
+
+
+# ---------------------------------------------------------------- bad input
+
+def test_bad_inputs_raise():
+  p, y = _data(n=10, c=5)
+  with pytest.raises(ValueError, match=r"\[-1, 1\]"):
+    U.uc(p, y, U.Utility(jnp.array([2.0, 0, 0, 0, 0]), "linear"))
+  with pytest.raises(ValueError, match=r"\[-1, 1\]"):
+    U.linear(jnp.array([1.5, 0.0]))
+  with pytest.raises(ValueError, match="C = 3"):
+    U.uc(p, y, U.linear(jnp.zeros(3)))
+  with pytest.raises(ValueError, match="C = 4"):
+    U.uc_sweep(p, y, U.sample_decision(jax.random.PRNGKey(0), 2, 4, 2))
+  with pytest.raises(ValueError, match="single utility"):
+    U.uc(p, y, U.sample_linear(jax.random.PRNGKey(0), 3, 5))
+  with pytest.raises(ValueError, match="batch"):
+    U.uc_sweep(p, y, U.linear(jnp.zeros(5)))
+  with pytest.raises(ValueError, match="chunk_size"):
+    U.uc_sweep(p, y, U.sample_linear(jax.random.PRNGKey(0), 3, 5), chunk_size=0)
+  with pytest.raises(ValueError, match="Utility"):
+    U.uc(p, y, jnp.zeros(5))
+  with pytest.raises(ValueError, match="kind"):
+    U.uc(p, y, U.Utility(jnp.zeros(5), "nonsense"))
+  with pytest.raises(ValueError, match="NaN"):
+    U.uc(p, y, U.Utility(jnp.array([np.nan, 0, 0, 0, 0]), "rank"))
+  with pytest.raises(ValueError, match="family"):
+    U.uc_class(p, y, "ece")
+  with pytest.raises(ValueError, match="class index"):
+    U.classwise(5, 5)
+  with pytest.raises(ValueError, match="K must"):
+    U.top_k(0, 5)
+  with pytest.raises(ValueError, match="square"):
+    U.similarity(jnp.zeros((3, 4)))
+  with pytest.raises(ValueError, match="labels"):
+    U.uc(p, np.full(10, 7), U.top_class())
+  with pytest.raises(ValueError, match="sum to 1"):
+    U.uc(p * 0.5, y, U.top_class())
+  with pytest.raises(ValueError, match="non-empty"):
+    U.ecdf(jnp.zeros((0,)))
