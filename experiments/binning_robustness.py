@@ -388,6 +388,7 @@ def trend_figure(res: dict, num_bins, path: pathlib.Path) -> None:
                  and t["item2"] == f"{fam}({m})")
       ax.set_title(f"{fam}({FAMILIES[fam][1][:3]};{m}){' *' if fam in TRUTHFUL else ''}  "
                    f"ρ={rho['spearman']:.2f}±{rho['ci95']:.2f}", fontsize=8)
+      ax.yaxis.get_offset_text().set_fontsize(6)
       if fi == len(FAMILIES) - 1:
         ax.set_xlabel("classification error")
   items = list(cmap.items())
@@ -423,6 +424,7 @@ def dominance_figure(res: dict, num_bins, path: pathlib.Path) -> None:
                      f"τ={c['kendall']:.2f}", fontsize=8)
       else:
         ax.set_title(f"{fam}({m})", fontsize=8)
+      ax.yaxis.get_offset_text().set_fontsize(6)
       if fi == len(FAMILIES) - 1:
         ax.set_xlabel("log loss")
   fig.suptitle(f"{res['name']}: maximum dominance set ({len(chain)} of {len(logl)} predictors, "

@@ -1,5 +1,6 @@
 """Proper scores, the confidence loss and score decompositions (SPEC §3-4)."""
 
+from jaxcal._src.decomposition import Decomposition, decompose
 from jaxcal._src.scores import (
     brier,
     classification_error,
@@ -9,9 +10,11 @@ from jaxcal._src.scores import (
 )
 
 __all__ = [
+    "Decomposition",
     "brier",
     "classification_error",
     "confidence_loss",
+    "decompose",
     "log_loss",
     "spherical",
 ]

@@ -103,11 +103,11 @@ def _utilities(c=5, seed=0):
   return {
       "top_class": U.top_class(),
       "classwise": U.classwise(2, c),
-      "linear": U.sample_linear(k1, 1, c)[0],
-      "rank": U.sample_rank(k2, 1, c)[0],
+      "linear": U.sample_linear(k1, 23, c)[0],
+      "rank": U.sample_rank(k2, 23, c)[0],
       "top_k": U.top_k(2, c),
       "dcg": U.dcg(1.25, c),
-      "decision": U.sample_decision(k3, 1, c, 3)[0],
+      "decision": U.sample_decision(k3, 23, c, 3)[0],
       "gain": U.sample_misaligned_gain(k1, 1, c, num_groups=2)[0],
       "similarity": U.similarity(S),
   }
@@ -203,7 +203,7 @@ def test_uc_float32_close_to_float64_at_one_million():
 
 def test_jit_and_vmap():
   p, y = _data(seed=1)
-  batch = U.sample_rank(jax.random.PRNGKey(4), 5, 5)
+  batch = U.sample_rank(jax.random.PRNGKey(4), 23, 5)[:5]
   eager = U.uc(p, y, batch[0])
   jitted = jax.jit(U.uc)(p, y, batch[0])
   for a, b in zip(eager, jitted):
@@ -349,13 +349,13 @@ def test_bad_inputs_raise():
   with pytest.raises(ValueError, match="C = 3"):
     U.uc(p, y, U.linear(jnp.zeros(3)))
   with pytest.raises(ValueError, match="C = 4"):
-    U.uc_sweep(p, y, U.sample_decision(jax.random.PRNGKey(0), 2, 4, 2))
+    U.uc_sweep(p, y, U.decision(np.zeros((2, 4, 2))))
   with pytest.raises(ValueError, match="single utility"):
-    U.uc(p, y, U.sample_linear(jax.random.PRNGKey(0), 3, 5))
+    U.uc(p, y, U.sample_linear(jax.random.PRNGKey(0), 23, 5))
   with pytest.raises(ValueError, match="batch"):
     U.uc_sweep(p, y, U.linear(jnp.zeros(5)))
   with pytest.raises(ValueError, match="chunk_size"):
-    U.uc_sweep(p, y, U.sample_linear(jax.random.PRNGKey(0), 3, 5), chunk_size=0)
+    U.uc_sweep(p, y, U.sample_linear(jax.random.PRNGKey(0), 23, 5), chunk_size=0)
   with pytest.raises(ValueError, match="Utility"):
     U.uc(p, y, jnp.zeros(5))
   with pytest.raises(ValueError, match="kind"):

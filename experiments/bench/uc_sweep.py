@@ -18,8 +18,10 @@ jaxcal side is timed through the public API (validation and the data-only
 precomputation included).
 
 Memory at scale: ``M = 100,000`` linear utilities go through the chunked
-sweep in a child process, whose peak resident memory (``VmHWM``) is compared
-with its resident memory just before the sweep; on GPU the device's
+sweep in a child process (payoffs drawn uniformly in [-1, 1]^C with numpy, so
+no sampler temporaries inflate the baseline), whose peak resident memory
+(``VmHWM``, reset just before the sweep) is compared with its resident memory
+just before the sweep; on GPU the device's
 ``peak_bytes_in_use`` is reported instead. By default the 100k run uses
 ``n = 1,500`` (10x fewer samples: a full-scale 100k sweep is several minutes
 of 2 shared CPU cores); ``--full-100k`` runs it at n = 15,000. XLA's compiled
@@ -110,8 +112,10 @@ def rss(field):
     if line.startswith(field):
       return int(line.split()[1]) * 1024
 p, y = synthetic({n}, {c})
-batch = U.sample_linear(jax.random.PRNGKey(7), {m}, {c})
-jax.block_until_ready(batch.params)
+a = np.random.default_rng(7).random(({m}, {c}), dtype=np.float32)   # numpy: no JAX temporaries
+a *= 2
+a -= 1
+batch = U.linear(a)
 open('/proc/self/clear_refs', 'w').write('5')   # reset the peak (VmHWM) to the current RSS
 before = rss('VmRSS:')
 t0 = time.perf_counter()

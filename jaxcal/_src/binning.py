@@ -61,6 +61,7 @@ __all__ = [
     "EDGES_MAX_BINS",
     "quantile_ends",
     "sorted_residual_prefix",
+    "MAX_MIXED_TIES",
     "binned_residual_sums",
 ]
 
@@ -413,6 +414,60 @@ def _stable_sorted_residuals(scores, bits, sign):
   return jnp.take_along_axis(resid, order, axis=-1)
 
 
+#: How many tie groups holding both bits (over all rows) the fast quantile
+#: path repairs exactly before it falls back to the stable payload sort.
+MAX_MIXED_TIES = 64
+
+
+def _mixed_tie_correction(scores, bits, key, mixed, sign, cap):
+  """Exact prefix corrections for tie groups that hold both bits.
+
+  In the fast order a tie group of value ``v`` at sorted positions
+  ``[L, L+E)`` lists its ``Z`` zero-bits first; the stable order lists the
+  group's members by index. At prefix position ``L + t`` the fast prefix
+  counts ``max(0, t - Z)`` ones, the stable one the ones among the first
+  ``t`` members by index. For up to ``cap`` such groups (located by their
+  0->1 transition in the sorted keys) the members are found in the original
+  row (``O(n)`` per group) and the difference is scattered into a
+  ``(rows, n + 1)`` correction of the prefix sums.
+  """
+  rows, n = scores.shape
+  flat = mixed.reshape(-1)                                   # (rows * (n-1),)
+  (idx,) = jnp.nonzero(flat, size=cap, fill_value=0)
+  valid = jnp.arange(cap) < jnp.sum(flat)
+  row = idx // (n - 1)
+  t = idx % (n - 1)                                          # last zero of the group
+  hi = key >> 1
+  v_hi = hi[row, t]
+  # group start L: first position in the row with hi == v_hi (bisection)
+  lo_b = jnp.zeros_like(t)
+  hi_b = t
+
+  def body(_, c):
+    a, b = c
+    mid = (a + b) // 2
+    less = hi[row, mid] < v_hi
+    return jnp.where(less, mid + 1, a), jnp.where(less, b, mid)
+
+  start, _ = jax.lax.fori_loop(0, max(1, math.ceil(math.log2(n + 1))), body, (lo_b, hi_b))
+  zeros = t + 1 - start
+  v = _from_sortable_int(v_hi)
+
+  def one(r, vv, l0, z, ok):
+    s_row = scores[r]
+    member = (s_row == vv) & ok
+    rank = jnp.cumsum(member.astype(jnp.int32))              # 1-based rank among members
+    ones = jnp.cumsum((member & (bits[r] != 0)).astype(jnp.int32))
+    delta = sign * (jnp.maximum(rank - z, 0) - ones).astype(scores.dtype)
+    pos = jnp.where(member, r * (n + 1) + l0 + rank, rows * (n + 1))  # dropped if not member
+    return pos, jnp.where(member, delta, 0.0)
+
+  pos, delta = jax.vmap(one)(row, v, start, zeros, valid)
+  corr = jnp.zeros((rows * (n + 1) + 1,), scores.dtype).at[pos.reshape(-1)].add(
+      delta.reshape(-1), mode="drop")
+  return corr[:-1].reshape(rows, n + 1)
+
+
 def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0,
                            method: str = "auto") -> jax.Array:
   """Prefix sums of ``sign * (s - b)`` in the stable sorted order of ``s``.
@@ -425,30 +480,54 @@ def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0
   scores, each score is mapped to an order-preserving int32 ``k`` (``|k| <
   2**30`` for ``|s| < 2``) and ``2k + b`` is sorted alone: score order,
   and within equal scores the 0-bits first. That differs from the stable
-  order only inside a tie group holding both bits; if any row has one (or a
-  score outside ``(-2, 2)``), one global ``lax.cond`` falls back to the
-  stable sort with a payload (``method="sort"`` always does). The predicate
-  does not depend on the bin count, so under ``vmap`` over bin counts the
-  cond stays a cond.
+  order only inside a tie group holding both bits; up to
+  :data:`MAX_MIXED_TIES` such groups (over all rows) are repaired exactly
+  (:func:`_mixed_tie_correction`, cost ``O(n)`` per group slot, so a
+  ``lax.switch`` picks the smallest of a few caps). With more of them, or a
+  score outside ``(-2, 2)``, it falls back to the stable sort with a
+  payload (``method="sort"`` always uses it). The switch index does not
+  depend on the bin count, so under ``vmap`` over bin counts it stays a
+  switch (under a user's ``vmap`` over data sets it becomes a select: still
+  exact, just slower).
 
   Returns:
     ``(..., n + 1)`` with a leading 0.
   """
   if method not in ("auto", "sort", "edges"):
     raise ValueError(f"method must be 'auto', 'sort' or 'edges', got {method!r}")
-  if method == "auto" and scores.dtype == jnp.float32:
-    key = jax.lax.sort(_sortable_int(scores) * 2 + bits.astype(jnp.int32),
-                       dimension=scores.ndim - 1, is_stable=False)
+  lead, n = scores.shape[:-1], scores.shape[-1]
+  if method == "auto" and scores.dtype == jnp.float32 and n >= 2:
+    s2 = scores.reshape((-1, n))
+    b2 = bits.reshape((-1, n))
+    key = jax.lax.sort(_sortable_int(s2) * 2 + b2.astype(jnp.int32), dimension=1, is_stable=False)
     hi = key >> 1
-    mixed = (hi[..., 1:] == hi[..., :-1]) & (key[..., 1:] != key[..., :-1])
-    ok = jnp.all(jnp.abs(scores) < 2.0) & ~jnp.any(mixed)
+    mixed = (hi[:, 1:] == hi[:, :-1]) & (key[:, 1:] != key[:, :-1])
+    num_mixed = jnp.sum(mixed)
+    in_range = jnp.all(jnp.abs(s2) < 2.0)
 
-    def fast(_):
-      return sign * (_from_sortable_int(hi) - (key & 1).astype(jnp.float32))
+    def with_prefix(resid):
+      prefix = blocked_cumsum(resid, axis=1)
+      return jnp.concatenate([jnp.zeros((prefix.shape[0], 1), prefix.dtype), prefix], axis=1)
 
-    resid = jax.lax.cond(ok, fast, lambda _: _stable_sorted_residuals(scores, bits, sign), None)
-  else:
-    resid = _stable_sorted_residuals(scores, bits, sign)
+    def fast(cap):
+      def f(_):
+        resid = sign * (_from_sortable_int(hi) - (key & 1).astype(jnp.float32))
+        prefix = with_prefix(resid)
+        if cap:  # the repair costs O(cap * n): use the smallest cap that suffices
+          prefix = prefix + _mixed_tie_correction(s2, b2, key, mixed, sign, cap)
+        return prefix
+      return f
+
+    def exact(_):
+      return with_prefix(_stable_sorted_residuals(s2, b2, sign))
+
+    caps = [c for c in (8, MAX_MIXED_TIES) if c <= MAX_MIXED_TIES]
+    branches = [fast(0)] + [fast(c) for c in caps] + [exact]
+    bounds = jnp.asarray([0] + caps, jnp.int32)
+    which = jnp.sum((num_mixed > bounds).astype(jnp.int32))   # 0: no mixed tie, ...
+    which = jnp.where(in_range, which, len(branches) - 1)
+    return jax.lax.switch(which, branches, None).reshape(lead + (n + 1,))
+  resid = _stable_sorted_residuals(scores, bits, sign)
   prefix = blocked_cumsum(resid, axis=resid.ndim - 1)
   zero = jnp.zeros(prefix.shape[:-1] + (1,), prefix.dtype)
   return jnp.concatenate([zero, prefix], axis=-1)

@@ -31,7 +31,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 __all__ = ["Recalibrator", "register", "fit", "methods", "save", "load",
-           "to_probs", "to_logits", "recalibrator_class"]
+           "to_probs", "to_logits", "recalibrator_class", "prepare_fit"]
 
 _FITTERS: dict[str, Callable[..., "Recalibrator"]] = {}
 _CLASSES: dict[str, type] = {}
@@ -48,9 +48,18 @@ class Recalibrator:
     raise NotImplementedError
 
   def __call__(self, inputs: ArrayLike) -> jax.Array:
-    """Recalibrated ``(n, C)`` probabilities for ``(n, C)`` inputs."""
+    """Recalibrated ``(n, C)`` probabilities for ``(n, C)`` inputs.
+
+    Validates the inputs (logits: finite; probabilities: on the simplex) and,
+    when the fitted object has a positive ``num_classes`` attribute, that
+    ``C`` matches it.
+    """
     from jaxcal._src import validation as V
     x = V.check_logits(inputs, "inputs") if self.from_logits else V.check_probs(inputs, "inputs")
+    expected = getattr(self, "num_classes", None)
+    if isinstance(expected, int) and expected > 0 and x.shape[1] != expected:
+      raise ValueError(f"{type(self).__name__} was fitted on C = {expected} classes but the "
+                       f"inputs have C = {x.shape[1]} columns")
     return self.apply(x)
 
 
@@ -113,6 +122,38 @@ def fit(method: str, inputs: ArrayLike, labels: ArrayLike, **options: Any) -> Re
   if method not in _FITTERS:
     raise ValueError(f"unknown recalibration method {method!r}; available: {', '.join(sorted(_FITTERS))}")
   return _FITTERS[method](inputs, labels, **options)
+
+
+def prepare_fit(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool, method: str,
+                require_all_classes: bool = False) -> tuple[jax.Array, jax.Array]:
+  """Validates a calibration split for ``fit``; returns ``(inputs, labels)`` as arrays.
+
+  Args:
+    inputs: ``(n, C)`` logits (``from_logits=True``: finite) or probabilities
+      (rows on the simplex).
+    labels: ``(n,)`` integers in ``[0, C)``.
+    from_logits: how to check ``inputs``.
+    method: the method name, for error messages.
+    require_all_classes: raise when some class has no sample (methods with
+      per-class parameters that diverge without one).
+
+  Raises:
+    ValueError: naming the problem (non-finite logits, rows off the simplex,
+      labels out of range, classes missing from the calibration split).
+  """
+  from jaxcal._src import validation as V
+  x = V.check_logits(inputs, "inputs") if from_logits else V.check_probs(inputs, "inputs")
+  n, c = x.shape
+  y = V.check_labels(labels, n, c)
+  if require_all_classes and V.is_concrete(y):
+    counts = np.bincount(np.asarray(y), minlength=c)
+    missing = np.flatnonzero(counts == 0)
+    if missing.size:
+      shown = ", ".join(str(int(k)) for k in missing[:10]) + (" ..." if missing.size > 10 else "")
+      raise ValueError(
+          f"recalibration method {method!r} needs every class in the calibration labels; "
+          f"{missing.size} of C = {c} classes have no sample (classes {shown})")
+  return x, y
 
 
 def to_probs(x: jax.Array, from_logits: bool) -> jax.Array:

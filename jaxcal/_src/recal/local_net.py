@@ -375,8 +375,8 @@ def fit_local_net(inputs: ArrayLike, labels: ArrayLike, *, features: ArrayLike,
                   dropout: float = 0.3, bandwidth: float = 10.0, lam: float = 1.0,
                   alignment: str = "paper", learning_rate: float = 1e-3,
                   batch_size: int = 1024, epochs: int = 30, patience: int | None = 10,
-                  val_fraction: float = 0.1, seed: int = 0, verbose: bool = True,
-                  checkpoint_dir: str | os.PathLike | None = None) -> LocalNet:
+                  val_fraction: float = 0.1, validation_data: tuple | None = None,
+                  seed: int = 0, verbose: bool = True, checkpoint_dir: str | os.PathLike | None = None) -> LocalNet:
   """Fits a LoCal Net on a calibration split (SPEC §5).
 
   Args:
@@ -387,7 +387,8 @@ def fit_local_net(inputs: ArrayLike, labels: ArrayLike, *, features: ArrayLike,
     from_logits: whether ``inputs`` are logits.
     pca_dim: PCA dimension k of ``phi_PCA`` and ``phi'`` (paper: 50; capped at
       ``min(D, n)``). The PCA (of standardised features) is fitted on all of
-      ``features``, i.e. on the calibration split.
+      ``features`` (plus the validation features, if given), i.e. on the
+      whole calibration split.
     hidden: hidden units (paper: 64 / 128 / 256).
     dropout: dropout rate on the hidden layer (paper: 0.3 / 0.5).
     bandwidth: Gaussian kernel bandwidth gamma of the Nadaraya–Watson estimate
@@ -402,6 +403,9 @@ def fit_local_net(inputs: ArrayLike, labels: ArrayLike, *, features: ArrayLike,
       (``None``: train all epochs); the best epoch's parameters are kept.
     val_fraction: held-out share of the calibration split for early stopping
       (paper: 10 %); 0 disables validation (the last epoch is kept).
+    validation_data: optional ``(inputs, labels, features)`` held-out split
+      for early stopping; then all of ``inputs`` is used for training and
+      ``val_fraction`` is ignored.
     seed: seeds the split, the initialisation, the batch order and dropout.
     verbose: print one progress line per epoch.
     checkpoint_dir: if given, the best parameters so far are written there as
@@ -443,12 +447,30 @@ def fit_local_net(inputs: ArrayLike, labels: ArrayLike, *, features: ArrayLike,
       raise ValueError(f"{name} must be a positive int, got {v!r}")
   if not 0 <= dropout < 1:
     raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
-  tr, va = _split(n, val_fraction, seed)
+  if validation_data is not None:
+    if len(validation_data) != 3:
+      raise ValueError("validation_data must be (inputs, labels, features)")
+    xv = (V.check_logits(validation_data[0], "validation inputs") if from_logits else
+          V.check_probs(validation_data[0], "validation inputs"))
+    if xv.shape[1] != num_classes:
+      raise ValueError(f"validation inputs have {xv.shape[1]} classes, inputs {num_classes}")
+    yv = V.check_labels(validation_data[1], xv.shape[0], num_classes, "validation labels")
+    fv = V.check_features(validation_data[2], xv.shape[0], "validation features")
+    if fv.shape[1] != f.shape[1]:
+      raise ValueError(f"validation features have dimension {fv.shape[1]}, features {f.shape[1]}")
+    tr = np.arange(n)
+    va = np.arange(n, n + xv.shape[0])
+    x = jnp.concatenate([x, xv.astype(x.dtype)])
+    y = jnp.concatenate([y, yv.astype(y.dtype)])
+    f_all = jnp.concatenate([f, fv.astype(f.dtype)])
+  else:
+    tr, va = _split(n, val_fraction, seed)
+    f_all = f
   if tr.size < 2 or (val_fraction > 0 and va.size < 2):
     raise ValueError(f"too few samples ({n}) for a LoCal Net with val_fraction={val_fraction}")
 
   (pca, data_tr, data_va, params), graphdef = _setup(
-      f, to_logits(x, from_logits), y, jnp.asarray(tr), jnp.asarray(va), jax.random.key(seed),
+      f_all, to_logits(x, from_logits), y, jnp.asarray(tr), jnp.asarray(va), jax.random.key(seed),
       pca_dim=int(pca_dim), hidden=int(hidden), dropout=float(dropout))
   k = int(pca.components.shape[1])
   if not va.size:
@@ -478,7 +500,7 @@ def fit_local_net(inputs: ArrayLike, labels: ArrayLike, *, features: ArrayLike,
       best_params, best_val, best_epoch, stale = params, va_loss, epoch, 0
       if checkpoint_dir is not None:
         save_checkpoint(pathlib.Path(checkpoint_dir) / "local_net_best.msgpack",
-                        best_params.to_pure_dict(),
+                        nnx.to_pure_dict(best_params),
                         {"epoch": epoch, "val_loss": va_loss, "seed": seed})
     else:
       stale += 1
@@ -492,7 +514,7 @@ def fit_local_net(inputs: ArrayLike, labels: ArrayLike, *, features: ArrayLike,
         print(f"local_net: early stop at epoch {epoch}; best epoch {best_epoch}", flush=True)
       break
 
-  return LocalNet(params=best_params.to_pure_dict(), pca_mean=pca.mean, pca_scale=pca.scale,
+  return LocalNet(params=nnx.to_pure_dict(best_params), pca_mean=pca.mean, pca_scale=pca.scale,
                   pca_components=pca.components, feature_dim=int(f.shape[1]), pca_dim=k,
                   num_classes=int(num_classes), hidden=int(hidden), dropout=float(dropout),
                   bandwidth=float(bandwidth), best_epoch=int(best_epoch),

@@ -96,6 +96,7 @@ ARCHITECTURES: dict[str, Callable[..., nnx.Module]] = {
     "mlp_2x": lambda num_classes, rngs: MLP(784, (256, 128), num_classes, rngs=rngs),
     # small CNNs
     "cnn_xs": lambda num_classes, rngs: CNN(28, (8, 16), 32, num_classes, rngs=rngs),
+    "cnn_s": lambda num_classes, rngs: CNN(28, (8, 16), 128, num_classes, rngs=rngs),
     "cnn": lambda num_classes, rngs: CNN(28, (16, 32), 128, num_classes, dropout=0.2,
                                          rngs=rngs),
 }

@@ -315,7 +315,7 @@ def _sphere_faces(key: jax.Array, shape: tuple[int, ...], dim: int, descending: 
   sign = jnp.where(jax.random.bernoulli(ks, 0.5, shape), 1.0, -1.0)
   x = jax.random.uniform(ku, shape + (dim,), jnp.float32, -1.0, 1.0)
   x = jnp.where(jax.nn.one_hot(face, dim, dtype=bool), sign[..., None], x)
-  return -jnp.sort(-x, axis=-1) if descending else x
+  return sort_descending(x, axis=-1) if descending else x
 
 
 def sample_linear(key: jax.Array, m: int, num_classes: int) -> Utility:
@@ -448,10 +448,10 @@ def _check_params(u: Utility, num_classes: int | None = None, name: str = "utili
           f"{name}: {u.kind} utility is defined for C = {c} classes but the predictions "
           f"have C = {num_classes}")
   if V.is_concrete(prm) and prm.size:
-    a = np.asarray(jax.device_get(prm), np.float64)
+    a = np.asarray(jax.device_get(prm))   # no float64 copy: M x C can be large
     if not np.all(np.isfinite(a)):
       raise ValueError(f"{name}: utility parameters contain NaN or inf")
-    lo, hi = a.min(), a.max()
+    lo, hi = float(a.min()), float(a.max())
     if lo < -1 - _UTILITY_ATOL or hi > 1 + _UTILITY_ATOL:
       raise ValueError(
           f"{name}: utility values must lie in [-1, 1]; the {u.kind} parameters lie in "
