@@ -171,3 +171,14 @@ def test_loss_finite_with_gradient(alignment):
   assert np.isfinite(float(val))
   assert all(np.all(np.isfinite(np.asarray(x))) for x in grads)
   assert float(jnp.abs(grads[0][13:]).max()) == 0.0   # padding rows do not count
+
+
+def test_explicit_validation_data(setup):
+  phi, logits, y = setup["phi"], setup["logits"], setup["y"]
+  tr, va = slice(0, 1800), slice(1800, 2000)         # same shapes as the fixture: no recompilation
+  rc = base.fit("local_net", logits[tr], y[tr], features=phi[tr],
+                validation_data=(logits[va], y[va], phi[va]), seed=0, **{**OPTS, "epochs": 2})
+  assert rc.history.shape == (2, 3) and rc.feature_dim == 10
+  with pytest.raises(ValueError, match="dimension"):
+    base.fit("local_net", logits[tr], y[tr], features=phi[tr],
+             validation_data=(logits[va], y[va], phi[va, :5]), **OPTS)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
+import functools
 import json
 import os
 import subprocess
@@ -94,6 +94,10 @@ def _data(n=60, c=5, seed=0, ties=True):
   return p, y
 
 
+NAMES = ["top_class", "classwise", "linear", "rank", "top_k", "dcg", "decision", "gain", "similarity"]
+
+
+@functools.lru_cache(maxsize=None)
 def _utilities(c=5, seed=0):
   key = jax.random.PRNGKey(seed)
   k1, k2, k3 = jax.random.split(key, 3)
@@ -147,7 +151,7 @@ def test_uc_core_equals_bruteforce_with_ties(seed):
     assert int(res.sign) == 0
 
 
-@pytest.mark.parametrize("name", list(_utilities()))
+@pytest.mark.parametrize("name", NAMES)
 def test_uc_each_family_equals_bruteforce(name):
   p, y = _data()
   u = _utilities()[name]
@@ -161,7 +165,7 @@ def test_uc_each_family_equals_bruteforce(name):
   assert signed == pytest.approx(int(res.sign) * float(res.value), abs=2e-6)
 
 
-@pytest.mark.parametrize("name", list(_utilities()))
+@pytest.mark.parametrize("name", NAMES)
 def test_family_values_match_numpy(name):
   p, y = _data(n=12, seed=3)
   u = _utilities()[name]
@@ -224,8 +228,8 @@ def test_uc_bounds_binned_tce():
   from jaxcal.metrics import conf_ece
   p, y = _data(n=300, c=4, seed=7, ties=False)
   ucv = float(U.uc_class(p, y, "tce"))
-  for m in (1, 5, 15):
-    assert float(conf_ece(p, y, m, binning="quantile")) <= m * ucv + 1e-6
+  m = np.array([1, 5, 15])
+  assert np.all(np.asarray(conf_ece(p, y, m, binning="quantile")) <= m * ucv + 1e-6)
 
 
 # ---------------------------------------------------------------- samplers
@@ -249,9 +253,8 @@ def test_sample_linear_law():
 
 
 def test_sample_rank_and_decision():
-  th = np.asarray(U.sample_rank(jax.random.PRNGKey(1), 2000, 6).params)
+  th = np.asarray(U.sample_rank(jax.random.PRNGKey(1), 3000, 6).params)
   assert np.all(np.diff(th, axis=1) <= 0) and np.all(np.abs(th).max(1) == 1)
-  # the first rank is +1 exactly when the +1 face was drawn: probability 1/2 · ... ≥ 1/12
   l = np.asarray(U.sample_decision(jax.random.PRNGKey(2), 3000, 3, 2).params)
   assert l.shape == (3000, 3, 2) and np.all(np.abs(l.reshape(3000, -1)).max(1) == 1)
   faces = np.argmax(np.abs(l.reshape(3000, -1)), 1)
@@ -259,7 +262,7 @@ def test_sample_rank_and_decision():
   R = -np.asarray(U.sample_aligned_gain(jax.random.PRNGKey(3), 5, 4).params)
   off = R[:, ~np.eye(4, dtype=bool)]
   assert np.all(np.diagonal(R, axis1=1, axis2=2) == 1) and off.min() >= 0 and off.max() <= 0.1
-  R = -np.asarray(U.sample_misaligned_gain(jax.random.PRNGKey(4), 20, 6, num_groups=3).params)
+  R = -np.asarray(U.sample_misaligned_gain(jax.random.PRNGKey(4), 23, 6, num_groups=3).params)
   for r in R:
     ingroup = (r > 0) & ~np.eye(6, dtype=bool)
     assert set(np.unique(r[ingroup])) <= {np.float32(0.2)} and ingroup.sum() == 2  # one pair

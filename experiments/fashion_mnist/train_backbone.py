@@ -8,12 +8,18 @@ official 10,000 test images are the calibration set (the recalibrators split
 it again 90 % / 10 %). Every seed gives a different split and a different
 network, as in the paper's five repetitions.
 
-Backbone: ``cnn`` of :mod:`jaxcal._src.train.models` -- two stride-2 3x3
-convolutions (16, 32 channels), a 128-unit dense layer (the penultimate
-features ``phi(x)``), dropout 0.2, a linear head -- trained with Adam
-(lr 1e-3, batch 128) for ``--epochs`` epochs; the epoch with the lowest
-validation NLL is kept (the paper's backbones use a dropout layer before the
-head and no batch norm, App. D.1). Deterministic given the seed.
+Backbone: ``cnn_s`` of :mod:`jaxcal._src.train.models` -- two stride-2 3x3
+convolutions (8, 16 channels), a 128-unit dense layer (the penultimate
+features ``phi(x)``), a linear head, no batch norm -- trained with Adam
+(lr 1e-3, batch 128) for a fixed ``--epochs`` (default 25) and the last
+epoch kept, as the paper fine-tunes its backbones for a fixed number of
+epochs (App. D.1); the validation split only records the NLL per epoch
+(``--select-best`` keeps the epoch with the lowest validation NLL instead).
+At 25 epochs the network is overconfident like the paper's backbones
+(seed 0: validation NLL 0.35 against 0.29 after temperature scaling,
+T = 1.8, accuracy 0.90); the best-NLL epoch of a 6-epoch run is already
+calibrated (class-wise ECE 0.005) and leaves nothing to recalibrate.
+About 4 minutes per seed on 2 busy CPU cores. Deterministic given the seed.
 
 Outputs:
 
@@ -23,13 +29,14 @@ Outputs:
   ``test_features`` (27000, 128) float32, ``test_labels`` (27000,) int64,
   ``test_index`` (indices into the official training set),
   ``train_class_counts`` (10,) int64 (for the class priors pi),
-  ``val_nll``/``val_accuracy`` per epoch, ``best_epoch``, ``seed``, ``seconds``.
+  ``val_nll``/``val_accuracy`` per epoch, ``best_epoch`` (the epoch kept),
+  ``seed``, ``seconds``, ``arch``.
 * with ``--compact``: ``experiments/results/fashion_mnist/backbone_seed<S>.npz``,
   the same keys with features stored as float16 (compressed), small enough to
   commit; the experiment reads the cache first, then this copy.
 
 Usage:
-  python experiments/fashion_mnist/train_backbone.py --seeds 0 1 2 3 4 [--epochs 6] [--compact]
+  python experiments/fashion_mnist/train_backbone.py --seeds 0 1 2 3 4 [--epochs 25] [--compact]
 """
 
 from __future__ import annotations
@@ -49,7 +56,8 @@ from jaxcal._src.fashion_mnist import load_fashion_mnist  # noqa: E402
 from jaxcal._src.train import (local_calibration_splits, make_model, predict,  # noqa: E402
                                train_classifier)
 
-ARCH = "cnn"
+ARCH = "cnn_s"
+EPOCHS = 25
 CACHE = ROOT / "experiments" / "cache" / "fashion_mnist"
 COMPACT = ROOT / "experiments" / "results" / "fashion_mnist"
 
@@ -69,7 +77,8 @@ def compact_path(seed: int) -> pathlib.Path:
   return COMPACT / f"backbone_seed{seed}.npz"
 
 
-def train_one(data: dict, seed: int, epochs: int, verbose: bool = True) -> dict:
+def train_one(data: dict, seed: int, epochs: int = EPOCHS, verbose: bool = True,
+              select_best: bool = False) -> dict:
   sp = local_calibration_splits(data["train_images"].shape[0], seed)
   xtr, ytr = data["train_images"][sp["train"]], data["train_labels"][sp["train"]].astype(np.int32)
   xva, yva = data["train_images"][sp["val"]], data["train_labels"][sp["val"]].astype(np.int64)
@@ -84,7 +93,7 @@ def train_one(data: dict, seed: int, epochs: int, verbose: bool = True) -> dict:
     val_acc.append(float((lo.argmax(1) == yva).mean()))
     if verbose:
       print(f"    val nll {nll:.4f}  acc {val_acc[-1]:.4f}", flush=True)
-    if nll < best["nll"]:
+    if nll < best["nll"] or not select_best:
       best.update(nll=nll, epoch=e, state=nnx.state(model, nnx.Param))
 
   print(f"[backbone seed {seed}] {ARCH} on {len(ytr)} images, {epochs} epochs", flush=True)
@@ -107,7 +116,7 @@ def train_one(data: dict, seed: int, epochs: int, verbose: bool = True) -> dict:
       "seconds": np.float64(res.seconds), "arch": np.array(ARCH),
   }
   acc = float((te_logits.argmax(1) == out["test_labels"]).mean())
-  print(f"[backbone seed {seed}] best epoch {best['epoch']}, test accuracy {acc:.4f}, "
+  print(f"[backbone seed {seed}] kept epoch {best['epoch']}, test accuracy {acc:.4f}, "
         f"{res.seconds:.1f}s", flush=True)
   return out
 
@@ -125,7 +134,7 @@ def save(out: dict, seed: int, compact: bool) -> None:
     np.savez_compressed(compact_path(seed), **small)
 
 
-def load_backbone(seed: int, epochs: int = 6, train_if_missing: bool = True) -> dict:
+def load_backbone(seed: int, epochs: int = EPOCHS, train_if_missing: bool = True) -> dict:
   """The cached outputs of seed ``seed`` (cache, else compact copy, else train)."""
   for p in (cache_path(seed), compact_path(seed)):
     if p.is_file():
@@ -144,14 +153,16 @@ def load_backbone(seed: int, epochs: int = 6, train_if_missing: bool = True) -> 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-  ap.add_argument("--epochs", type=int, default=6)
+  ap.add_argument("--epochs", type=int, default=EPOCHS)
+  ap.add_argument("--select-best", action="store_true",
+                  help="keep the epoch with the lowest validation NLL (default: the last)")
   ap.add_argument("--compact", action="store_true", help="also write the committed compact copy")
   ap.add_argument("--root", default=None, help="Fashion-MNIST folder")
   args = ap.parse_args(argv)
   data = load_fashion_mnist(args.root)
   for s in args.seeds:
     t = time.perf_counter()
-    save(train_one(data, s, args.epochs), s, args.compact)
+    save(train_one(data, s, args.epochs, select_best=args.select_best), s, args.compact)
     print(f"[backbone seed {s}] saved {cache_path(s)} ({time.perf_counter() - t:.1f}s)", flush=True)
 
 

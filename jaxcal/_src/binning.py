@@ -62,16 +62,22 @@ __all__ = [
     "quantile_ends",
     "sorted_residual_prefix",
     "MAX_MIXED_TIES",
+    "MAX_TIE_SIZE",
     "binned_residual_sums",
 ]
 
 
-def blocked_cumsum(x: jax.Array, block: int = 512, axis: int = 0) -> jax.Array:
+def blocked_cumsum(x: jax.Array, block: int = 128, axis: int = 0) -> jax.Array:
   """Inclusive prefix sum along ``axis``, blocked for float32 accuracy.
 
-  Sums within blocks of ``block`` entries, then adds the prefix sum of block
-  totals; the rounding error grows like ``block + n/block`` additions rather
-  than ``n``.
+  Prefix sums within blocks of ``block`` entries (a matmul with a triangular
+  matrix of ones), then the prefix sum of the block totals (recursively)
+  added to each block: the rounding error grows like ``block + n/block``
+  additions rather than ``n``. Integer inputs use ``jnp.cumsum`` (exact).
+
+  (On CPU, XLA lowers ``jnp.cumsum`` to a full-window ``reduce_window``
+  that is slow to compile; the matmul form compiles in a fraction of the
+  time and runs as fast.)
 
   Args:
     x: array.
@@ -81,20 +87,27 @@ def blocked_cumsum(x: jax.Array, block: int = 512, axis: int = 0) -> jax.Array:
   Returns:
     Array of ``x``'s shape with ``out[..., i, ...] = sum(x[..., :i+1, ...])``.
   """
-  if axis != 0:
-    return jnp.moveaxis(blocked_cumsum(jnp.moveaxis(x, axis, 0), block), 0, axis)
-  n = x.shape[0]
+  if not jnp.issubdtype(x.dtype, jnp.floating):
+    return jnp.cumsum(x, axis=axis)
+  x = jnp.moveaxis(x, axis, -1)
+  out = _mm_cumsum_last(x, block)
+  return jnp.moveaxis(out, -1, axis)
+
+
+def _mm_cumsum_last(x: jax.Array, block: int) -> jax.Array:
+  n = x.shape[-1]
   if n <= block:
-    return jnp.cumsum(x, axis=0)
+    tri = jnp.triu(jnp.ones((n, n), x.dtype))
+    return jnp.matmul(x, tri, precision=jax.lax.Precision.HIGHEST)
   nb = -(-n // block)
-  pad = nb * block - n
-  xp = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
-  xb = xp.reshape((nb, block) + x.shape[1:])
-  within = jnp.cumsum(xb, axis=1)
-  totals = within[:, -1]
-  offsets = jnp.cumsum(totals, axis=0) - totals
-  out = within + offsets[:, None]
-  return out.reshape((nb * block,) + x.shape[1:])[:n]
+  xp = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, nb * block - n)])
+  xb = xp.reshape(x.shape[:-1] + (nb, block))
+  tri = jnp.triu(jnp.ones((block, block), x.dtype))
+  within = jnp.matmul(xb, tri, precision=jax.lax.Precision.HIGHEST)
+  totals = within[..., -1]
+  offsets = _mm_cumsum_last(totals, block) - totals
+  out = within + offsets[..., None]
+  return out.reshape(x.shape[:-1] + (nb * block,))[..., :n]
 
 
 def floor_mul_div(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
@@ -367,7 +380,11 @@ def binned_sums(scores: jax.Array, values: jax.Array, num_bins: ArrayLike,
     cnt = jax.ops.segment_sum(jnp.ones_like(bucket), bucket, num_segments=k_count + 1)
     zero = jnp.zeros((1,) + per.shape[1:], per.dtype)
     prefix = jnp.concatenate([zero, blocked_cumsum(per)])                  # (K + 2, d)
-    cprefix = jnp.concatenate([jnp.zeros((1,), cnt.dtype), jnp.cumsum(cnt)])
+    if scores.shape[0] < 2**24:  # counts exact in float32: cheaper to compile than cumsum
+      ccum = jnp.round(blocked_cumsum(cnt.astype(jnp.float32))).astype(jnp.int32)
+    else:
+      ccum = jnp.cumsum(cnt)
+    cprefix = jnp.concatenate([jnp.zeros((1,), jnp.int32), ccum])
     rows = jnp.asarray(table.index)[jnp.clip(m, 1, max_bins)]              # (max_bins,)
     rows = jnp.concatenate([jnp.zeros((1,), jnp.int32), rows])
     at_ends = prefix[rows]
@@ -414,24 +431,27 @@ def _stable_sorted_residuals(scores, bits, sign):
   return jnp.take_along_axis(resid, order, axis=-1)
 
 
-#: How many tie groups holding both bits (over all rows) the fast quantile
-#: path repairs exactly before it falls back to the stable payload sort.
+#: The fast quantile path repairs up to this many tie groups that hold both
+#: bits (over all rows), each of at most :data:`MAX_TIE_SIZE` samples;
+#: beyond that it falls back to the stable payload sort.
 MAX_MIXED_TIES = 64
+MAX_TIE_SIZE = 32
 
 
-def _mixed_tie_correction(scores, bits, key, mixed, sign, cap):
-  """Exact prefix corrections for tie groups that hold both bits.
+def _repair_mixed_ties(scores, bits, key, mixed, resid, sign):
+  """Rewrites the residuals of mixed tie groups into the stable order.
 
   In the fast order a tie group of value ``v`` at sorted positions
   ``[L, L+E)`` lists its ``Z`` zero-bits first; the stable order lists the
-  group's members by index. At prefix position ``L + t`` the fast prefix
-  counts ``max(0, t - Z)`` ones, the stable one the ones among the first
-  ``t`` members by index. For up to ``cap`` such groups (located by their
-  0->1 transition in the sorted keys) the members are found in the original
-  row (``O(n)`` per group) and the difference is scattered into a
-  ``(rows, n + 1)`` correction of the prefix sums.
+  group's members by index. For up to ``MAX_MIXED_TIES`` such groups
+  (located by their 0->1 transition in the sorted keys) the first
+  ``MAX_TIE_SIZE`` members are found in the original row with ``top_k``
+  on ``-index`` and their bits written to positions ``L..L+E-1``: a scatter
+  of ``MAX_MIXED_TIES * MAX_TIE_SIZE`` entries. Returns the repaired
+  residuals and whether every group fitted.
   """
   rows, n = scores.shape
+  cap, size = MAX_MIXED_TIES, min(MAX_TIE_SIZE, n)
   flat = mixed.reshape(-1)                                   # (rows * (n-1),)
   (idx,) = jnp.nonzero(flat, size=cap, fill_value=0)
   valid = jnp.arange(cap) < jnp.sum(flat)
@@ -439,9 +459,7 @@ def _mixed_tie_correction(scores, bits, key, mixed, sign, cap):
   t = idx % (n - 1)                                          # last zero of the group
   hi = key >> 1
   v_hi = hi[row, t]
-  # group start L: first position in the row with hi == v_hi (bisection)
-  lo_b = jnp.zeros_like(t)
-  hi_b = t
+  lo_b, hi_b = jnp.zeros_like(t), t                          # group start: bisection
 
   def body(_, c):
     a, b = c
@@ -450,22 +468,19 @@ def _mixed_tie_correction(scores, bits, key, mixed, sign, cap):
     return jnp.where(less, mid + 1, a), jnp.where(less, b, mid)
 
   start, _ = jax.lax.fori_loop(0, max(1, math.ceil(math.log2(n + 1))), body, (lo_b, hi_b))
-  zeros = t + 1 - start
   v = _from_sortable_int(v_hi)
-
-  def one(r, vv, l0, z, ok):
-    s_row = scores[r]
-    member = (s_row == vv) & ok
-    rank = jnp.cumsum(member.astype(jnp.int32))              # 1-based rank among members
-    ones = jnp.cumsum((member & (bits[r] != 0)).astype(jnp.int32))
-    delta = sign * (jnp.maximum(rank - z, 0) - ones).astype(scores.dtype)
-    pos = jnp.where(member, r * (n + 1) + l0 + rank, rows * (n + 1))  # dropped if not member
-    return pos, jnp.where(member, delta, 0.0)
-
-  pos, delta = jax.vmap(one)(row, v, start, zeros, valid)
-  corr = jnp.zeros((rows * (n + 1) + 1,), scores.dtype).at[pos.reshape(-1)].add(
-      delta.reshape(-1), mode="drop")
-  return corr[:-1].reshape(rows, n + 1)
+  member = scores[row] == v[:, None]                         # (cap, n)
+  count = jnp.sum(member, axis=1)
+  neg_idx = jnp.where(member, -jnp.arange(n, dtype=jnp.int32), -n)
+  first, _ = jax.lax.top_k(neg_idx, size)                    # -(member indices), ascending
+  k = jnp.arange(size)
+  take = valid[:, None] & (k[None, :] < count[:, None])
+  b_stable = jnp.take_along_axis(bits[row], jnp.clip(-first, 0, n - 1), axis=1)
+  new_resid = sign * (v[:, None] - b_stable.astype(resid.dtype))
+  col = jnp.where(take, start[:, None] + k[None, :], n)      # n: dropped
+  out = resid.at[jnp.broadcast_to(row[:, None], col.shape), col].set(new_resid, mode="drop")
+  fits = jnp.all(~valid | (count <= size))
+  return out, fits
 
 
 def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0,
@@ -481,14 +496,13 @@ def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0
   2**30`` for ``|s| < 2``) and ``2k + b`` is sorted alone: score order,
   and within equal scores the 0-bits first. That differs from the stable
   order only inside a tie group holding both bits; up to
-  :data:`MAX_MIXED_TIES` such groups (over all rows) are repaired exactly
-  (:func:`_mixed_tie_correction`, cost ``O(n)`` per group slot, so a
-  ``lax.switch`` picks the smallest of a few caps). With more of them, or a
-  score outside ``(-2, 2)``, it falls back to the stable sort with a
-  payload (``method="sort"`` always uses it). The switch index does not
-  depend on the bin count, so under ``vmap`` over bin counts it stays a
-  switch (under a user's ``vmap`` over data sets it becomes a select: still
-  exact, just slower).
+  :data:`MAX_MIXED_TIES` such groups of at most :data:`MAX_TIE_SIZE`
+  samples are repaired exactly (:func:`_repair_mixed_ties`). Otherwise (more
+  or larger mixed groups, or a score outside ``(-2, 2)``) one ``lax.cond``
+  falls back to the stable sort with a payload; ``method="sort"`` always
+  uses it. The predicate does not depend on the bin count, so under
+  ``vmap`` over bin counts the cond stays a cond (under a user's ``vmap``
+  over data sets it becomes a select: still exact, just slower).
 
   Returns:
     ``(..., n + 1)`` with a leading 0.
@@ -496,41 +510,25 @@ def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0
   if method not in ("auto", "sort", "edges"):
     raise ValueError(f"method must be 'auto', 'sort' or 'edges', got {method!r}")
   lead, n = scores.shape[:-1], scores.shape[-1]
+  s2 = scores.reshape((-1, n))
+  b2 = bits.reshape((-1, n))
   if method == "auto" and scores.dtype == jnp.float32 and n >= 2:
-    s2 = scores.reshape((-1, n))
-    b2 = bits.reshape((-1, n))
     key = jax.lax.sort(_sortable_int(s2) * 2 + b2.astype(jnp.int32), dimension=1, is_stable=False)
     hi = key >> 1
     mixed = (hi[:, 1:] == hi[:, :-1]) & (key[:, 1:] != key[:, :-1])
     num_mixed = jnp.sum(mixed)
-    in_range = jnp.all(jnp.abs(s2) < 2.0)
-
-    def with_prefix(resid):
-      prefix = blocked_cumsum(resid, axis=1)
-      return jnp.concatenate([jnp.zeros((prefix.shape[0], 1), prefix.dtype), prefix], axis=1)
-
-    def fast(cap):
-      def f(_):
-        resid = sign * (_from_sortable_int(hi) - (key & 1).astype(jnp.float32))
-        prefix = with_prefix(resid)
-        if cap:  # the repair costs O(cap * n): use the smallest cap that suffices
-          prefix = prefix + _mixed_tie_correction(s2, b2, key, mixed, sign, cap)
-        return prefix
-      return f
-
-    def exact(_):
-      return with_prefix(_stable_sorted_residuals(s2, b2, sign))
-
-    caps = [c for c in (8, MAX_MIXED_TIES) if c <= MAX_MIXED_TIES]
-    branches = [fast(0)] + [fast(c) for c in caps] + [exact]
-    bounds = jnp.asarray([0] + caps, jnp.int32)
-    which = jnp.sum((num_mixed > bounds).astype(jnp.int32))   # 0: no mixed tie, ...
-    which = jnp.where(in_range, which, len(branches) - 1)
-    return jax.lax.switch(which, branches, None).reshape(lead + (n + 1,))
-  resid = _stable_sorted_residuals(scores, bits, sign)
-  prefix = blocked_cumsum(resid, axis=resid.ndim - 1)
-  zero = jnp.zeros(prefix.shape[:-1] + (1,), prefix.dtype)
-  return jnp.concatenate([zero, prefix], axis=-1)
+    fast = sign * (_from_sortable_int(hi) - (key & 1).astype(jnp.float32))
+    fast, fits = jax.lax.cond(
+        num_mixed > 0,
+        lambda r: _repair_mixed_ties(s2, b2, key, mixed, r, sign),
+        lambda r: (r, jnp.bool_(True)), fast)
+    ok = jnp.all(jnp.abs(s2) < 2.0) & (num_mixed <= MAX_MIXED_TIES) & fits
+    resid = jax.lax.cond(ok, lambda: fast, lambda: _stable_sorted_residuals(s2, b2, sign))
+  else:
+    resid = _stable_sorted_residuals(s2, b2, sign)
+  prefix = blocked_cumsum(resid, axis=1)
+  prefix = jnp.concatenate([jnp.zeros((prefix.shape[0], 1), prefix.dtype), prefix], axis=1)
+  return prefix.reshape(lead + (n + 1,))
 
 
 def binned_residual_sums(scores: jax.Array, bits: jax.Array, num_bins: ArrayLike,

@@ -141,7 +141,7 @@ def decompose(probs: ArrayLike, labels: ArrayLike, score: str = "brier",
     >>> p = jnp.array([[0.8, 0.2], [0.6, 0.4], [0.3, 0.7], [0.1, 0.9]])
     >>> d = decompose(p, jnp.array([0, 1, 0, 1]))
     >>> [round(float(v), 4) for v in d]
-    [0.175, 0.05, 0.125, 0.25]
+    [0.225, 0.1, 0.125, 0.25]
 
   Reference: score_decompositions_case_study, §2.4-2.6, Eq. (4), App. A;
   Dimitriadis, Gneiting & Jordan (2021) (CORP); SPEC §4.

@@ -310,9 +310,9 @@ def similarity(S: ArrayLike) -> Utility:
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _sphere_faces(key: jax.Array, shape: tuple[int, ...], dim: int, descending: bool = False) -> jax.Array:
   """Uniform on ``{x in R^dim : ||x||_inf = 1}``: a uniform face, uniform on it."""
-  kf, ks, ku = jax.random.split(key, 3)
-  face = jax.random.randint(kf, shape, 0, dim)
-  sign = jnp.where(jax.random.bernoulli(ks, 0.5, shape), 1.0, -1.0)
+  kf, ku = jax.random.split(key)
+  r = jax.random.randint(kf, shape, 0, 2 * dim)          # one of the 2·dim faces
+  face, sign = r % dim, jnp.where(r >= dim, 1.0, -1.0)
   x = jax.random.uniform(ku, shape + (dim,), jnp.float32, -1.0, 1.0)
   x = jnp.where(jax.nn.one_hot(face, dim, dtype=bool), sign[..., None], x)
   return sort_descending(x, axis=-1) if descending else x

@@ -1,8 +1,8 @@
 """Many utilities in one compiled call: chunked, and sharded over devices (SPEC §6).
 
 :func:`uc_sweep` evaluates ``UC(f, u_m; S)`` for a batch of ``M`` utilities of
-one kind. What depends only on the data (one-hot/label gathers, the rows of
-``p`` sorted for rank utilities, the label ranks) is computed once; the
+one kind. What depends only on the data (the rows of ``p`` sorted for rank
+utilities, the label ranks, the top-class confidences) is computed once; the
 per-utility work is one matrix-vector product (a matrix product per chunk),
 one gather, one sort and one prefix sum.
 
@@ -53,11 +53,10 @@ def default_chunk_size(kind: str, n: int, num_classes: int, params_shape: tuple[
   return max(1, CHUNK_BYTES // (4 * words * max(n, 1)))
 
 
-def _balanced_chunks(m: int, chunk: int) -> tuple[int, int]:
-  """``(chunk, padded_m)``: equal chunks of at most ``chunk`` covering ``m``."""
+def _balanced_chunk(m: int, chunk: int) -> int:
+  """The size of ``ceil(m / chunk)`` near-equal chunks covering ``m`` (``<= chunk``)."""
   num = max(1, math.ceil(m / max(chunk, 1)))
-  chunk = math.ceil(m / num)
-  return chunk, num * chunk
+  return math.ceil(m / num)
 
 
 def _pad_rows(x: jax.Array, total: int) -> jax.Array:
@@ -81,7 +80,7 @@ def sweep_results(kind: str, p: jax.Array, y: jax.Array, params: jax.Array,
   prep = F.prepare(kind, p, y)
   batched = jax.vmap(lambda prm: uc_from_scores(*F.predicted_realized(kind, prep, prm)))
   m = params.shape[0]
-  chunk, _ = _balanced_chunks(m, min(chunk_size, m))
+  chunk = _balanced_chunk(m, min(chunk_size, m))
   num = math.ceil(m / chunk)
   if num == 1:
     return batched(params)
@@ -175,7 +174,7 @@ def uc_sweep(probs: ArrayLike, labels: ArrayLike, utilities: F.Utility,
   devs = list(jax.devices() if devices is None else devices)
   d = len(devs)
   per_dev = math.ceil(m / d)
-  chunk_size, _ = _balanced_chunks(per_dev, min(int(chunk_size), per_dev))  # one compile per shape
+  chunk_size = _balanced_chunk(per_dev, min(int(chunk_size), per_dev))  # one compile per shape
   if d <= 1:
     return _local_jit(utilities.kind, p, y, utilities.params, chunk_size)
   params = _pad_rows(utilities.params, per_dev * d)
