@@ -204,7 +204,7 @@ def figures(results: dict, settings: dict, out: pathlib.Path) -> list[str]:
       # compact legend: models by colour, methods by marker
       handles = [Line2D([], [], color=cmap(k % 10), marker="o", ls="", label=s) for k, s in enumerate(sets)]
       handles += [Line2D([], [], color="k", marker=markers[m], ls="", label=m) for m in METHODS]
-      ax.legend(handles=handles, fontsize=6, loc="lower right", ncol=2)
+      ax.legend(handles=handles, fontsize=6, loc="best", ncol=2)
     fig.tight_layout()
     path = out / f"mcb_dsc_{mode}.png"
     fig.savefig(path, dpi=120)
@@ -243,7 +243,10 @@ def main(argv=None) -> dict:
         "`experiments/score_decomposition.py`.", ""]
   for group in ALL_SETTINGS:
     full = len(paper_avail[group]) == len(PAPER_MODELS[group])
-    for label, sets in ((f"paper's {len(PAPER_MODELS[group])} models", paper_avail[group]),
+    n_paper = len(PAPER_MODELS[group])
+    paper_label = (f"the paper's {n_paper} models" if full else
+                   f"the paper's models available here ({len(paper_avail[group])} of {n_paper})")
+    for label, sets in ((paper_label, paper_avail[group]),
                         (f"all {len(avail[group])} available settings", avail[group])):
       if not sets:
         continue

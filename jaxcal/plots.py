@@ -5,11 +5,13 @@ All functions take numbers (JAX or numpy arrays) and return a matplotlib
 Matplotlib is imported lazily, so ``import jaxcal`` stays light.
 """
 
+from jaxcal._src.plots.decomposition import mcb_dsc_plot
 from jaxcal._src.plots.ecdf import ecdf_plot
 from jaxcal._src.plots.reliability import bin_robustness_plot, reliability_diagram
 
 __all__ = [
     "bin_robustness_plot",
     "ecdf_plot",
+    "mcb_dsc_plot",
     "reliability_diagram",
 ]

@@ -85,10 +85,10 @@ def truthful_errors():
       `E[ConfCE] = 1/(4n)`; always reporting the uniform distribution (argmax
       tie -> class 0) has `(1/n)(1/C)(1-1/C) = 2/(9n)`, which is smaller. With
       the correction the truth wins: `3/(4n)` against `(1 - 1/C^2)/n = 8/(9n)`.
-      `jax.vmap` runs 3000 replicate data sets in one call.
+      `jax.vmap` runs 1000 replicate data sets in one call.
       """),
       code('''
-      C, n, R = 3, 300, 3000
+      C, n, R = 3, 200, 1000
       p_star = jnp.array([1 / C, 1 / 2, 1 / 2 - 1 / C])
       reports = {"truthful": jnp.broadcast_to(p_star, (n, C)), "uniform": jnp.full((n, C), 1 / C)}
 
@@ -112,14 +112,14 @@ def truthful_errors():
       `mu_i`, two temperature distortions `softmax(log(mu_i) / T)`
       (over-confident `T = 0.7`, under-confident `T = 1.4`), and the constant
       uniform report `1/C`, which is calibrated (the classes are exchangeable)
-      but uninformative. Each error is averaged over 150 replicate data sets
-      (`n = 1000`, `C = 10`) at 5, 20 and 100 bins. A truthful error must rank
+      but uninformative. Each error is averaged over 100 replicate data sets
+      (`n = 500`, `C = 10`) at 5, 20 and 100 bins. A truthful error must rank
       the truth first at every bin count; the non-truthful ConfECE and ConfCE
       prefer the uninformative uniform report (its sampling noise is smaller,
       Example 1.1 and C.1 of the paper).
       """),
       code('''
-      n, C, R = 1000, 10, 150
+      n, C, R = 500, 10, 100
       bins = np.array([5, 20, 100])
       REPORTS = ["truth", "T = 0.7", "T = 1.4", "uniform"]
 
@@ -201,16 +201,18 @@ def truthful_errors():
       chain = dominance.dominance_chain(losses)
       print("chain (best first):", [settings[i] for i in chain])
 
+      PAIR = ["ConfECE(fix)", "LinCE_cw(qua)"]   # a non-truthful and a truthful error
+
       def chain_correlations(p, y):
         e = jax.vmap(lambda q, t: jnp.stack(
-            [f(q, t, num_bins=np.array([20]), binning=b)[0] for f, b in FAMILIES.values()]))(p[chain], y[chain])
+            [FAMILIES[k][0](q, t, num_bins=20, binning=FAMILIES[k][1]) for k in PAIR]))(p[chain], y[chain])
         pos = jnp.arange(len(chain), dtype=e.dtype)
         return jax.vmap(lambda col: dominance.rank_correlation(pos, col))(e.T)
 
       if len(chain) >= 3:
         r = dominance.bootstrap(jax.random.PRNGKey(2), chain_correlations, probs, labels,
                                 num_resamples=20, sample_axis=1)
-        for f, name in enumerate(FAMILIES):
+        for f, name in enumerate(PAIR):
           print(f"Spearman(chain position, {name} at m=20) = {float(r.estimate[f]):+.2f} ± {float(1.96 * r.sd[f]):.2f}")
       '''),
       md("""
@@ -260,8 +262,8 @@ def calibrated_forecasts():
       * **f4** uniform, biased: `1/k + delta` on class 0, the rest lowered.
 
       With `eps = delta = 0.5/sqrt(n)` (the order of the sampling error) we
-      estimate each error by Monte Carlo (`jax.lax.map`/`jax.vmap` over 200
-      replicate data sets, `num_bins` as an array) and compare with closed
+      estimate each error by Monte Carlo (`jax.vmap` over 100 replicate data
+      sets, `num_bins` as an array) and compare with closed
       forms. `experiments/four_predictors.py` has the derivations, exact
       closed forms for every case, more n, 2000 replicates and a second
       flip scenario (k = 4, p = 0.9). Runs in under a minute.
@@ -288,7 +290,7 @@ def calibrated_forecasts():
       import functools
 
       @functools.partial(jax.jit, static_argnames=("n", "k", "reps"))
-      def monte_carlo(key, p, *, n, k, reps=200):
+      def monte_carlo(key, p, *, n, k, reps=100):
         """Mean and SE of every error, (predictor, family, bins), over replicate data sets.
         p is traced, so scenarios with the same (n, k) share one compilation."""
         eps = 0.5 / np.sqrt(n)
@@ -299,7 +301,7 @@ def calibrated_forecasts():
           P = four_predictors(x, k, p, eps, eps)
           return jax.vmap(lambda q: jnp.stack(
               [f(q, y, num_bins=BINS, binning=b) for f, b in FAMILIES.values()]))(P)
-        out = jax.lax.map(one, jax.random.split(key, reps), batch_size=50)
+        out = jax.vmap(one)(jax.random.split(key, reps))
         return out.mean(0), out.std(0) / np.sqrt(reps)
       '''),
       md("""
@@ -509,9 +511,9 @@ def score_decomposition():
           if name.startswith("HB"):   # the normalized decomposition, paper App. A
             rows[(setting, name + " (N dec.)")] = [100 * float(v) for v in scores.decompose(
                 p, test_labels, score="brier", mode="normalized", require_simplex=simplex)]
-      print(f"{'setting':20s} {'method':13s} {'Brier':>7s} {'MCB':>7s} {'DSC':>7s} {'UNC':>7s}")
+      print(f"{'setting':20s} {'method':15s} {'Brier':>7s} {'MCB':>7s} {'DSC':>7s} {'UNC':>7s}")
       for (setting, name), (s, mcb, dsc, unc) in rows.items():
-        print(f"{setting:20s} {name:13s} {s:7.3f} {mcb:7.3f} {dsc:7.3f} {unc:7.3f}")
+        print(f"{setting:20s} {name:15s} {s:7.3f} {mcb:7.3f} {dsc:7.3f} {unc:7.3f}")
       '''),
       md("""
       All rows use the class-wise (CORP) decomposition of the paper's Table 1;

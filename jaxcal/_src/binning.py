@@ -453,7 +453,10 @@ def _repair_mixed_ties(scores, bits, key, mixed, resid, sign):
   rows, n = scores.shape
   cap, size = MAX_MIXED_TIES, min(MAX_TIE_SIZE, n)
   flat = mixed.reshape(-1)                                   # (rows * (n-1),)
-  (idx,) = jnp.nonzero(flat, size=cap, fill_value=0)
+  cap = min(cap, flat.shape[0])
+  iota = jnp.arange(flat.shape[0], dtype=jnp.int32)
+  neg, _ = jax.lax.top_k(jnp.where(flat, -iota, -flat.shape[0]), cap)  # first `cap` hits
+  idx = jnp.clip(-neg, 0, flat.shape[0] - 1)
   valid = jnp.arange(cap) < jnp.sum(flat)
   row = idx // (n - 1)
   t = idx % (n - 1)                                          # last zero of the group

@@ -157,10 +157,12 @@ def prepare_fit(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool, meth
 
 
 def to_probs(x: jax.Array, from_logits: bool) -> jax.Array:
+  """``softmax(x)`` for logits, ``x`` itself for probabilities."""
   return jax.nn.softmax(x, axis=-1) if from_logits else x
 
 
 def to_logits(x: jax.Array, from_logits: bool, eps: float = 1e-12) -> jax.Array:
+  """``x`` itself for logits, ``log(max(x, eps))`` for probabilities (``softmax`` of it is ``x``)."""
   return x if from_logits else jnp.log(jnp.maximum(x, eps))
 
 

@@ -435,7 +435,11 @@ def fit_local_net(inputs: ArrayLike, labels: ArrayLike, *, features: ArrayLike,
   n, num_classes = x.shape
   y = V.check_labels(labels, n, num_classes)
   f = V.check_features(features, n)
-  if not (isinstance(bandwidth, (int, float)) and np.isfinite(bandwidth) and bandwidth > 0):
+  try:
+    bandwidth = float(bandwidth)
+  except (TypeError, ValueError):
+    raise ValueError(f"bandwidth must be a finite number > 0, got {bandwidth!r}") from None
+  if not (np.isfinite(bandwidth) and bandwidth > 0):
     raise ValueError(f"bandwidth must be a finite number > 0, got {bandwidth!r}")
   if alignment not in _ALIGNMENTS:
     raise ValueError(f"alignment must be one of {_ALIGNMENTS}, got {alignment!r}")
