@@ -32,13 +32,11 @@ Checkpoint sets:
   ``experiments/fashion_mnist/traces.py``), when present.
 
 Protocol (SPEC §3): every checkpoint is temperature-scaled on its validation
-split (``T = argmin NLL``, L-BFGS over log T) and evaluated on the test split.
-Temperature scaling uses ``jaxcal.recalibrate.fit("temperature")`` when that
-exists; otherwise a local optax L-BFGS fallback (``_local_temperature``,
-marked for replacement).
+split with ``jaxcal.recalibrate.fit("temperature")`` (``T = argmin NLL``,
+L-BFGS over log T) and evaluated on the test split.
 
 Everything is computed with the public API (jaxcal.metrics, jaxcal.scores,
-jaxcal.dominance, jaxcal.data); all metric sweeps of one checkpoint set are
+jaxcal.dominance, jaxcal.recalibrate, jaxcal.data); all metric sweeps of one checkpoint set are
 one jitted call: ``jax.vmap`` over the stacked predictors of equal (n, C),
 ``num_bins`` as an int array, ``jax.lax.map`` over bootstrap resamples.
 
@@ -62,13 +60,12 @@ import os
 import pathlib
 import platform
 import time
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcal import dominance, metrics, scores
+from jaxcal import dominance, metrics, recalibrate, scores
 from jaxcal.data import load_predictions
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -129,60 +126,13 @@ class CheckpointSet:
   meta: list[dict]  # one per predictor, in stack order: name, group, T, ...
 
 
-def _nll(log_t, z, y):
-  lp = jax.nn.log_softmax(z * jnp.exp(-log_t), axis=-1)
-  return -jnp.mean(jnp.take_along_axis(lp, y[:, None], axis=1))
-
-
-@jax.jit
-def _lbfgs_log_temperature(z, y):
-  import optax
-
-  f = lambda lt: _nll(lt, z, y)  # noqa: E731
-  opt = optax.lbfgs()
-  vg = optax.value_and_grad_from_state(f)
-
-  def step(carry, _):
-    p, s = carry
-    v, g = vg(p, state=s)
-    u, s = opt.update(g, s, p, value=v, grad=g, value_fn=f)
-    return (optax.apply_updates(p, u), s), v
-
-  p0 = jnp.zeros((), jnp.float32)
-  (p, _), _ = jax.lax.scan(step, (p0, opt.init(p0)), None, length=30)
-  return p
-
-
-def _local_temperature(val_logits: np.ndarray, val_labels: np.ndarray) -> float:
-  """FALLBACK, to be replaced by jaxcal.recalibrate.fit("temperature") (issue 4).
-
-  ``T = argmin_T NLL(softmax(z / T))`` by optax L-BFGS over ``log T`` from
-  ``T = 1``, 30 iterations (SPEC §3).
-  """
-  z = jnp.asarray(val_logits, jnp.float32)
-  y = jnp.asarray(val_labels, jnp.int32)
-  return float(jnp.exp(_lbfgs_log_temperature(z, y)))
-
-
 def temperature_scale(val_logits, val_labels, test_logits) -> tuple[np.ndarray, dict]:
-  """Temperature-scaled test probabilities and how they were obtained."""
-  try:
-    from jaxcal import recalibrate  # built by issue 4
-  except ImportError:
-    recalibrate = None
-  if recalibrate is not None:
-    rc = recalibrate.fit("temperature", val_logits, val_labels)
-    probs = np.asarray(rc(test_logits), np.float32)
-    t = None
-    for attr in ("temperature", "T", "log_temperature"):
-      if hasattr(rc, attr):
-        v = float(np.asarray(getattr(rc, attr)))
-        t = float(np.exp(v)) if attr == "log_temperature" else v
-        break
-    return probs, dict(temperature=t, temperature_source="jaxcal.recalibrate.fit('temperature')")
-  t = _local_temperature(val_logits, val_labels)
-  probs = np.asarray(jax.nn.softmax(jnp.asarray(test_logits, jnp.float32) / t, axis=-1))
-  return probs, dict(temperature=t, temperature_source="local optax L-BFGS fallback")
+  """Temperature-scaled test probabilities: T fitted on the validation split
+  with ``jaxcal.recalibrate.fit("temperature")`` (argmin NLL, L-BFGS over log T)."""
+  rc = recalibrate.fit("temperature", val_logits, val_labels)
+  probs = np.asarray(rc(test_logits), np.float32)
+  return probs, dict(temperature=float(np.asarray(rc.temperature)),
+                     temperature_source="jaxcal.recalibrate.fit('temperature')")
 
 
 def cifar_sets(subsample: int | None, seed: int = 0,

@@ -185,7 +185,7 @@ def truthful_errors():
                    for a in range(len(bins)) for b in range(a + 1, len(bins))]
         with_err = [float(dominance.rank_correlation(losses[:, 3], E[:, f, j])) for j in range(len(bins))]
         print(f"{name:17s} between bin counts: mean {np.mean(between):+.2f} (min {np.min(between):+.2f});"
-              f"  with classification error at m={list(bins)}: {np.round(with_err, 2)}")
+              f"  with classification error at m={bins.tolist()}: {np.round(with_err, 2)}")
       '''),
       md("""
       ## 4. Maximum dominance set
@@ -642,9 +642,10 @@ def local_calibration():
       one looks at a few neighbours and grows towards the per-sample noise.
       """),
       code('''
-      gammas = [1.0, 3.0, 10.0, 30.0, 100.0]
+      gammas = [1.0, 3.0, 10.0, 30.0]
       fig, ax = plt.subplots(figsize=(5.5, 3.6), constrained_layout=True)
-      for name, p in preds.items():
+      for name in ("uncalibrated", "LoCal Net"):
+        p = preds[name]
         ax.plot(gammas, [float(metrics.lce(p, y_test, feat_test, bandwidth=g).lce) for g in gammas], "o-", label=name)
       ax.set_xscale("log"); ax.set_xlabel("bandwidth gamma"); ax.set_ylabel("LCE"); ax.legend()
       plt.show()

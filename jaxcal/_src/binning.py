@@ -414,7 +414,8 @@ def quantile_ends(n: int, num_bins: ArrayLike, max_bins: int) -> jax.Array:
 
 def _sortable_int(s: jax.Array) -> jax.Array:
   """float32 -> int32 with the same order (``-0.0`` first mapped to ``+0.0``)."""
-  b = jax.lax.bitcast_convert_type(s + jnp.float32(0.0), jnp.int32)
+  # -0.0 -> +0.0 with a select: XLA simplifies ``s + 0.0`` to ``s`` under jit.
+  b = jax.lax.bitcast_convert_type(jnp.where(s == 0, jnp.float32(0.0), s), jnp.int32)
   return jnp.where(b < 0, b ^ jnp.int32(0x7FFFFFFF), b)
 
 
@@ -512,6 +513,7 @@ def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0
   """
   if method not in ("auto", "sort", "edges"):
     raise ValueError(f"method must be 'auto', 'sort' or 'edges', got {method!r}")
+  scores, bits = jnp.asarray(scores), jnp.asarray(bits)
   lead, n = scores.shape[:-1], scores.shape[-1]
   s2 = scores.reshape((-1, n))
   b2 = bits.reshape((-1, n))
@@ -545,6 +547,7 @@ def binned_residual_sums(scores: jax.Array, bits: jax.Array, num_bins: ArrayLike
   uses :func:`binned_sums` per row (sort-free when possible); quantile
   binning uses :func:`sorted_residual_prefix` and integer bin ends.
   """
+  scores, bits = jnp.asarray(scores), jnp.asarray(bits)
   lead = scores.shape[:-1]
   n = scores.shape[-1]
   if binning == "quantile":

@@ -1,0 +1,283 @@
+"""Calibration errors against the slow float64 loop references (SPEC §1-2).
+
+Tolerance 1e-6 absolute throughout (issue 2). The references bin float32
+scores with the float32 product rule (see tests/_reference.py) and sum in
+float64, so the only differences are float32 rounding in jaxcal's sums.
+
+Compilation is the expensive part on CPU: each metric is compiled once per
+data-set shape and evaluated for a whole array of bin counts in one call.
+"""
+
+import functools
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+import _reference as R  # noqa: E402
+from jaxcal import metrics  # noqa: E402
+
+ATOL = 1e-6
+
+# (name, binning) for every (p, y) metric; binary_ce is handled separately.
+VARIANTS = [
+    ("conf_ece", "fixed"), ("conf_ece", "quantile"),
+    ("conf_ce", "quantile"), ("conf_ce", "fixed"),
+    ("conf_ce_corr", "quantile"), ("conf_ce_corr", "fixed"),
+    ("classwise_ce", "quantile"), ("classwise_ce", "fixed"),
+    ("classwise_ece", "fixed"), ("classwise_ece", "quantile"),
+    ("ecce", "fixed"),
+]
+
+
+def call(name, binning, p, y, m, **kw):
+  f = getattr(metrics, name)
+  if name == "ecce":
+    return f(p, y, m, **kw)
+  return f(p, y, m, binning, **kw)
+
+
+def ref(name, binning, p, y, m, **kw):
+  f = getattr(R, name)
+  if name == "ecce":
+    return f(p, y, m, **kw)
+  return f(p, y, m, binning, **kw)
+
+
+def _dirichlet(rng, n, c, alpha):
+  p = rng.dirichlet(np.full(c, alpha), n).astype(np.float32)
+  return p / p.sum(axis=1, keepdims=True, dtype=np.float32)
+
+
+def make_datasets():
+  rng = np.random.default_rng(2024)
+  out = {}
+  # n = 1: fixed binning only meaningful; quantile only with m = 1.
+  out["n1_c2"] = (np.array([[0.3, 0.7]], np.float32), np.array([0]))
+  # ties, confidence exactly 1.0, argmax ties (0.5/0.5 -> class 0), exact 0s.
+  p = np.array([[0.5, 0.5], [1.0, 0.0], [0.25, 0.75], [0.75, 0.25],
+                [1.0, 0.0], [0.5, 0.5], [0.0, 1.0]], np.float32)
+  out["n7_c2_ties"] = (p, np.array([0, 1, 1, 0, 0, 1, 1]))
+  p = _dirichlet(rng, 60, 3, 0.7)
+  p[:20] = np.round(p[:20] * 4) / 4
+  p[:20, 0] = 1.0 - p[:20, 1] - p[:20, 2]
+  p[:20] = np.clip(p[:20], 0, 1)
+  p[:20] /= p[:20].sum(axis=1, keepdims=True)
+  p[20:25] = np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1]]
+  out["n60_c3_ties"] = (p.astype(np.float32), rng.integers(0, 3, 60))
+  out["n300_c10"] = (_dirichlet(rng, 300, 10, 0.3), rng.integers(0, 10, 300))
+  return out
+
+
+DATA = make_datasets()
+MS = np.array([1, 2, 3, 5, 15, 40])
+
+
+def _ms_for(binning, n):
+  return MS[MS <= n] if binning == "quantile" else MS
+
+
+@pytest.mark.parametrize("data", list(DATA))
+@pytest.mark.parametrize("name,binning", VARIANTS)
+def test_metric_matches_reference(name, binning, data):
+  p, y = DATA[data]
+  ms = _ms_for(binning, p.shape[0])
+  got = np.asarray(call(name, binning, p, y, ms))
+  assert got.shape == ms.shape
+  want = np.array([ref(name, binning, p, y, int(m)) for m in ms])
+  np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("binning", ["quantile", "fixed"])
+def test_binary_ce_matches_reference(binning):
+  for key in ("n7_c2_ties", "n60_c3_ties"):
+    p, y = DATA[key]
+    s, yy = p[:, 0], (y == 0).astype(np.int32)
+    ms = _ms_for(binning, p.shape[0])
+    got = np.asarray(metrics.binary_ce(s, yy, ms, binning))
+    want = [R.binary_ce(s, yy, int(m), binning) for m in ms]
+    np.testing.assert_allclose(got, want, atol=ATOL)
+
+
+def test_class_weights_match_reference():
+  p, y = DATA["n60_c3_ties"]
+  w = np.array([0.2, 0.5, 0.3])
+  np.testing.assert_allclose(metrics.classwise_ece(p, y, 7, class_weights=w),
+                             R.classwise_ece(p, y, 7, "fixed", w), atol=ATOL)
+  np.testing.assert_allclose(metrics.ecce(p, y, 7, class_weights=w), R.ecce(p, y, 7, w), atol=ATOL)
+
+
+@pytest.mark.parametrize("binning", ["fixed", "quantile"])
+def test_reliability_stats_match_reference(binning):
+  p, y = DATA["n300_c10"]
+  got = metrics.reliability_stats(p, y, 12, binning)
+  want = R.reliability_stats(p, y, 12, binning)
+  np.testing.assert_array_equal(got.counts, want[0])
+  for g, w in zip(got[1:], want[1:]):
+    np.testing.assert_allclose(g, w, atol=ATOL)
+  # ConfECE from the per-bin statistics
+  n = p.shape[0]
+  ece = np.sum(want[0] / n * np.abs(want[1] - want[2]))
+  np.testing.assert_allclose(metrics.conf_ece(p, y, 12, binning), ece, atol=ATOL)
+
+
+def test_lin_ce_lin_ece_match_reference():
+  p, y = DATA["n60_c3_ties"]
+  onehot = np.eye(3)[y]
+  bins = np.random.default_rng(0).integers(0, 5, 60)
+  np.testing.assert_allclose(metrics.lin_ce(p, onehot, bins, 5), R.lin_ce(p, onehot, bins, 5), atol=ATOL)
+  np.testing.assert_allclose(metrics.lin_ece(p, onehot, bins, 5), R.lin_ece(p, onehot, bins, 5), atol=ATOL)
+  # 1-d reports; jit; vmap over data sets
+  np.testing.assert_allclose(metrics.lin_ce(p[:, 0], onehot[:, 0], bins, 5),
+                             R.lin_ce(p[:, 0], onehot[:, 0], bins, 5), atol=ATOL)
+  f = jax.jit(metrics.lin_ce, static_argnums=3)
+  np.testing.assert_allclose(f(p, onehot, bins, 5), metrics.lin_ce(p, onehot, bins, 5), atol=1e-7)
+  stack = np.stack([p, p[::-1], p[:, ::-1]])
+  v = jax.vmap(lambda u: metrics.lin_ece(u, onehot, bins, 5))(stack)
+  np.testing.assert_allclose(v, [R.lin_ece(u, onehot, bins, 5) for u in stack], atol=ATOL)
+
+
+def test_lin_ce_generalises_classwise_and_confidence():
+  # LinCE with per-class bins == classwise_ce; with d = 1 confidence residuals == conf_ce.
+  p, y = DATA["n300_c10"]
+  per_class = [metrics.lin_ce(p[:, r], (y == r).astype(np.float32),
+                              metrics.bin_ids(p[:, r], 15, "quantile"), 15) for r in range(10)]
+  np.testing.assert_allclose(np.mean(per_class), metrics.classwise_ce(p, y, 15), atol=ATOL)
+  r_, c = R.confidence(p)
+  b = metrics.bin_ids(c, 15, "quantile")
+  np.testing.assert_allclose(metrics.lin_ce(c, (r_ == y).astype(np.float32), b, 15),
+                             metrics.conf_ce(p, y, 15), atol=ATOL)
+
+
+# --------------------------------------------------------------- transforms
+
+@pytest.mark.parametrize("name,binning", VARIANTS)
+def test_jit_equals_eager(name, binning):
+  p, y = DATA["n300_c10"]
+  eager = call(name, binning, p, y, 15)
+  jitted = jax.jit(lambda p, y: call(name, binning, p, y, 15))(p, y)
+  np.testing.assert_allclose(jitted, eager, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("name,binning", VARIANTS)
+def test_vmap_over_datasets_equals_loop(name, binning):
+  rng = np.random.default_rng(7)
+  ps = np.stack([_dirichlet(rng, 60, 3, 0.7) for _ in range(3)])
+  ys = rng.integers(0, 3, (3, 60))
+  ms = np.array([4, 15])
+  got = jax.vmap(lambda p, y: call(name, binning, p, y, ms))(ps, ys)
+  assert got.shape == (3, 2)
+  want = np.stack([call(name, binning, ps[k], ys[k], ms) for k in range(3)])
+  np.testing.assert_allclose(got, want, atol=1e-7)
+  np.testing.assert_allclose(want[:, 1], [ref(name, binning, ps[k], ys[k], 15) for k in range(3)], atol=ATOL)
+
+
+SWEEP = [("conf_ece", "fixed"), ("conf_ce", "quantile"), ("conf_ce_corr", "quantile"),
+         ("classwise_ce", "quantile"), ("classwise_ece", "fixed"), ("ecce", "fixed")]
+
+
+@pytest.mark.parametrize("name,binning", SWEEP)
+def test_num_bins_array_equals_loop_over_ints(name, binning):
+  # One compiled call for 2..200 == a loop over Python ints (sharing
+  # max_bins=200 so the loop compiles once) == traced under a user's vmap.
+  p, y = DATA["n300_c10"]
+  ms = np.arange(2, 201)
+  arr = np.asarray(call(name, binning, p, y, ms))
+  loop = np.array([float(call(name, binning, p, y, int(m), max_bins=200)) for m in ms])
+  np.testing.assert_allclose(arr, loop, rtol=0, atol=1e-7)
+  traced = jax.vmap(lambda m: call(name, binning, p, y, m, max_bins=200))(jnp.asarray(ms))
+  np.testing.assert_allclose(traced, arr, rtol=0, atol=1e-7)
+  for m in (2, 57, 200):  # spot checks against the reference
+    np.testing.assert_allclose(arr[m - 2], ref(name, binning, p, y, m), atol=ATOL)
+
+
+def test_num_bins_shapes_and_traced_out_of_range():
+  p, y = DATA["n60_c3_ties"]
+  m2 = np.array([[2, 3], [4, 5]])
+  out = metrics.conf_ece(p, y, m2)
+  assert out.shape == (2, 2)
+  np.testing.assert_allclose(out[1, 0], metrics.conf_ece(p, y, 4), atol=1e-7)
+  assert metrics.classwise_ce(p, y, np.zeros((0,), int)).shape == (0,)
+  # traced bin counts outside [1, max_bins] cannot be binned: NaN, not garbage
+  got = jax.vmap(lambda m: metrics.classwise_ece(p, y, m, max_bins=10))(jnp.array([0, 3, 10, 11]))
+  assert np.isnan(got[0]) and np.isnan(got[3])
+  np.testing.assert_allclose(got[1:3], [R.classwise_ece(p, y, 3), R.classwise_ece(p, y, 10)], atol=ATOL)
+  # traced quantile bin count > n is well defined (empty bins, SPEC §1)
+  q = jax.vmap(lambda m: metrics.conf_ce(p[:5], y[:5], m, max_bins=8))(jnp.arange(1, 9))
+  want = [R.conf_ce(p[:5], y[:5], m) for m in range(1, 9)]
+  np.testing.assert_allclose(q, want, atol=ATOL)
+
+
+def test_fixed_sort_path_equals_edges_path():
+  # max_bins above binning.EDGES_MAX_BINS uses the sort + bisection path.
+  p, y = DATA["n300_c10"]
+  ms = np.array([3, 15, 200])
+  a = metrics.classwise_ece(p, y, ms)
+  b = jax.vmap(lambda m: metrics.classwise_ece(p, y, m, max_bins=600))(jnp.asarray(ms))
+  np.testing.assert_allclose(a, b, atol=1e-7)
+
+
+def test_from_logits():
+  rng = np.random.default_rng(3)
+  z = rng.normal(size=(60, 3)).astype(np.float32) * 3
+  p = np.asarray(jax.nn.softmax(z))
+  y = rng.integers(0, 3, 60)
+  for name, binning in [("conf_ece", "fixed"), ("classwise_ce", "quantile"), ("ecce", "fixed")]:
+    np.testing.assert_allclose(call(name, binning, z, y, 15, from_logits=True),
+                               call(name, binning, p, y, 15), atol=1e-7)
+
+
+# ---------------------------------------------------------------- precision
+
+def test_float32_large_n_against_float64_reference():
+  # n = 200k float32 scores: jaxcal sums in float32 (blocked prefix sums, so
+  # a bin sum is off by O(eps * |prefix|)), the reference in float64 on the
+  # same float32 scores. Each bin contributes at most ~eps * max|prefix|/n
+  # (ECE) or its square-scale analogue, so 2e-6 absolute over 15-100 bins is
+  # a comfortable bound; measured differences are ~1e-7.
+  rng = np.random.default_rng(11)
+  n = 200_000
+  p = _dirichlet(rng, n, 3, 0.5)
+  y = np.array([rng.choice(3, p=np.asarray(q, np.float64) / q.sum()) for q in p[:2000]])
+  y = np.concatenate([y, rng.integers(0, 3, n - 2000)])
+  for name, binning in [("conf_ece", "fixed"), ("conf_ce_corr", "quantile"),
+                        ("classwise_ce", "quantile"), ("classwise_ece", "fixed"), ("ecce", "fixed")]:
+    got = np.asarray(call(name, binning, p, y, np.array([15, 100])))
+    want = [ref(name, binning, p, y, m) for m in (15, 100)]
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6, err_msg=name)
+
+
+def test_float64_inputs_under_x64_are_exact():
+  p, y = DATA["n60_c3_ties"]
+  p64 = p.astype(np.float64)
+  p64 /= p64.sum(axis=1, keepdims=True)
+  with jax.experimental.enable_x64():
+    for name, binning in [("conf_ece", "fixed"), ("conf_ce", "quantile"),
+                          ("classwise_ce", "quantile"), ("ecce", "fixed")]:
+      got = call(name, binning, p64, y, np.array([3, 15]))
+      assert got.dtype == np.float64
+      want = [ref(name, binning, p64, y, m) for m in (3, 15)]
+      np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------- real data
+
+@functools.lru_cache(maxsize=None)
+def _cifar_probs(setting):
+  from conftest import load_cifar  # noqa: F401  (tests/ is on sys.path above)
+  logits, labels = load_cifar(setting, "test")
+  # softmax once, in float32, and fed to both jaxcal and the reference
+  return np.asarray(jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1)), labels
+
+
+@pytest.mark.parametrize("setting", ["cifar10_resnet110", "cifar100_resnet110"])
+def test_real_cifar_logits_match_reference(cifar_dir, setting):
+  p, y = _cifar_probs(setting)
+  for name, binning in VARIANTS:
+    got = np.asarray(call(name, binning, p, y, np.array([15, 50])))
+    want = [ref(name, binning, p, y, m) for m in (15, 50)]
+    np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"{setting} {name} {binning}")
