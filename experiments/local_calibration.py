@@ -185,6 +185,20 @@ def markdown(summ, meta):
   if meta.get("extra_bandwidths"):
     lines += ["", "LCE@g / MLCE@g: the same metrics at kernel bandwidth g (the LoCal Net is "
               f"still trained at gamma = {meta['bandwidth']})."]
+  if "NC" in summ and "LN" in summ:
+    nc, ln = summ["NC"], summ["LN"]
+    lines += ["", "Checks computed from these numbers:", "",
+              f"- LN vs NC: LCE {nc['LCE']['mean']:.4f} -> {ln['LCE']['mean']:.4f} "
+              f"({100 * (ln['LCE']['mean'] / nc['LCE']['mean'] - 1):+.0f} %), accuracy "
+              f"{100 * (ln['ACC']['mean'] - nc['ACC']['mean']):+.2f} points, NLL "
+              f"{nc['NLL']['mean']:.3f} -> {ln['NLL']['mean']:.3f}.",
+              "- LCE / class-wise ECE per method: " + ", ".join(
+                  f"{m} {summ[m]['LCE']['mean'] / summ[m]['ECE']['mean']:.2f}" for m in methods)
+              + f" (a ratio near 1 means the kernel at gamma = {meta['bandwidth']:g} is nearly "
+              "flat within a bin on these features, so LCE measures little beyond the binned error)."]
+    if meta.get("ln_epochs"):
+      lines += [f"- LN epochs run per seed: {meta['ln_epochs']} (cap {LN_OPTS['epochs']}, early "
+                f"stopping patience {LN_OPTS['patience']})."]
   if meta.get("skipped"):
     lines += ["", f"Not run (not registered in jaxcal.recalibrate): {', '.join(meta['skipped'])}."]
   return "\n".join(lines) + "\n"
@@ -232,9 +246,10 @@ def main(argv=None):
     per_seed[s], infos[s] = r, info
     skipped |= set(sk)
   summ = summarize(per_seed)
+  ln_epochs = [infos[s]["LN"]["epochs_run"] for s in infos if infos[s].get("LN")]
   n_test = 3000 if args.quick else int(load_backbone(args.seeds[0])["test_labels"].shape[0])
   meta = {"num_seeds": len(args.seeds), "seeds": args.seeds, "bandwidth": args.bandwidth,
-          "extra_bandwidths": args.extra_bandwidths,
+          "extra_bandwidths": args.extra_bandwidths, "ln_epochs": ln_epochs,
           "n_test": n_test, "skipped": sorted(skipped), "quick": args.quick}
   result = {
       "description": "LoCal Nets paper Q1-Q3 on Fashion-MNIST; see experiments/local_calibration.py",

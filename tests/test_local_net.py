@@ -167,7 +167,7 @@ def test_loss_finite_with_gradient(alignment):
   y = jnp.arange(16) % 3
   w = (jnp.arange(16) < 13).astype(jnp.float32)    # 3 padding rows
   f = lambda g, phi: local_net_loss(g, phi, y, w, bandwidth=1.0, lam=1.0, alignment=alignment)
-  val, grads = jax.value_and_grad(f, argnums=(0, 1))(g, phi)
+  val, grads = jax.jit(jax.value_and_grad(f, argnums=(0, 1)))(g, phi)
   assert np.isfinite(float(val))
   assert all(np.all(np.isfinite(np.asarray(x))) for x in grads)
   assert float(jnp.abs(grads[0][13:]).max()) == 0.0   # padding rows do not count

@@ -155,15 +155,24 @@ def test_lin_ce_generalises_classwise_and_confidence():
 
 # --------------------------------------------------------------- transforms
 
-@pytest.mark.parametrize("name,binning", VARIANTS)
+# jit / vmap: one variant per code path (confidence / classwise / binary x
+# fixed (edges) / quantile, cumulative) keeps the compile count down.
+CORE = [("conf_ece", "fixed"), ("conf_ce_corr", "quantile"), ("classwise_ce", "quantile"),
+        ("classwise_ece", "fixed"), ("ecce", "fixed")]
+
+
+@pytest.mark.parametrize("name,binning", CORE)
 def test_jit_equals_eager(name, binning):
   p, y = DATA["n300_c10"]
   eager = call(name, binning, p, y, 15)
   jitted = jax.jit(lambda p, y: call(name, binning, p, y, 15))(p, y)
   np.testing.assert_allclose(jitted, eager, rtol=0, atol=1e-7)
+  if name == "classwise_ce":  # binary_ce shares the engine; check its jit too
+    s, yy = p[:, 0], (y == 0).astype(np.int32)
+    np.testing.assert_allclose(jax.jit(metrics.binary_ce)(s, yy), metrics.binary_ce(s, yy), atol=1e-7)
 
 
-@pytest.mark.parametrize("name,binning", VARIANTS)
+@pytest.mark.parametrize("name,binning", CORE)
 def test_vmap_over_datasets_equals_loop(name, binning):
   rng = np.random.default_rng(7)
   ps = np.stack([_dirichlet(rng, 60, 3, 0.7) for _ in range(3)])
@@ -172,7 +181,7 @@ def test_vmap_over_datasets_equals_loop(name, binning):
   got = jax.vmap(lambda p, y: call(name, binning, p, y, ms))(ps, ys)
   assert got.shape == (3, 2)
   want = np.stack([call(name, binning, ps[k], ys[k], ms) for k in range(3)])
-  np.testing.assert_allclose(got, want, atol=1e-7)
+  np.testing.assert_allclose(got, want, atol=ATOL)
   np.testing.assert_allclose(want[:, 1], [ref(name, binning, ps[k], ys[k], 15) for k in range(3)], atol=ATOL)
 
 
@@ -184,13 +193,15 @@ SWEEP = [("conf_ece", "fixed"), ("conf_ce", "quantile"), ("conf_ce_corr", "quant
 def test_num_bins_array_equals_loop_over_ints(name, binning):
   # One compiled call for 2..200 == a loop over Python ints (sharing
   # max_bins=200 so the loop compiles once) == traced under a user's vmap.
+  # (batched and unbatched programs may fuse sums differently: 1e-6.)
   p, y = DATA["n300_c10"]
   ms = np.arange(2, 201)
   arr = np.asarray(call(name, binning, p, y, ms))
-  loop = np.array([float(call(name, binning, p, y, int(m), max_bins=200)) for m in ms])
-  np.testing.assert_allclose(arr, loop, rtol=0, atol=1e-7)
+  loop_ms = ms[::3]
+  loop = np.array([float(call(name, binning, p, y, int(m), max_bins=200)) for m in loop_ms])
+  np.testing.assert_allclose(arr[::3], loop, rtol=0, atol=ATOL)
   traced = jax.vmap(lambda m: call(name, binning, p, y, m, max_bins=200))(jnp.asarray(ms))
-  np.testing.assert_allclose(traced, arr, rtol=0, atol=1e-7)
+  np.testing.assert_allclose(traced, arr, rtol=0, atol=ATOL)
   for m in (2, 57, 200):  # spot checks against the reference
     np.testing.assert_allclose(arr[m - 2], ref(name, binning, p, y, m), atol=ATOL)
 
@@ -203,7 +214,7 @@ def test_num_bins_shapes_and_traced_out_of_range():
   np.testing.assert_allclose(out[1, 0], metrics.conf_ece(p, y, 4), atol=1e-7)
   assert metrics.classwise_ce(p, y, np.zeros((0,), int)).shape == (0,)
   # traced bin counts outside [1, max_bins] cannot be binned: NaN, not garbage
-  got = jax.vmap(lambda m: metrics.classwise_ece(p, y, m, max_bins=10))(jnp.array([0, 3, 10, 11]))
+  got = np.asarray(jax.vmap(lambda m: metrics.classwise_ece(p, y, m, max_bins=10))(jnp.array([0, 3, 10, 11])))
   assert np.isnan(got[0]) and np.isnan(got[3])
   np.testing.assert_allclose(got[1:3], [R.classwise_ece(p, y, 3), R.classwise_ece(p, y, 10)], atol=ATOL)
   # traced quantile bin count > n is well defined (empty bins, SPEC §1)
@@ -242,8 +253,8 @@ def test_float32_large_n_against_float64_reference():
   rng = np.random.default_rng(11)
   n = 200_000
   p = _dirichlet(rng, n, 3, 0.5)
-  y = np.array([rng.choice(3, p=np.asarray(q, np.float64) / q.sum()) for q in p[:2000]])
-  y = np.concatenate([y, rng.integers(0, 3, n - 2000)])
+  cdf = np.cumsum(p.astype(np.float64), axis=1)
+  y = np.minimum((rng.random((n, 1)) * cdf[:, -1:] > cdf).sum(axis=1), 2)  # y ~ p
   for name, binning in [("conf_ece", "fixed"), ("conf_ce_corr", "quantile"),
                         ("classwise_ce", "quantile"), ("classwise_ece", "fixed"), ("ecce", "fixed")]:
     got = np.asarray(call(name, binning, p, y, np.array([15, 100])))
@@ -255,7 +266,7 @@ def test_float64_inputs_under_x64_are_exact():
   p, y = DATA["n60_c3_ties"]
   p64 = p.astype(np.float64)
   p64 /= p64.sum(axis=1, keepdims=True)
-  with jax.experimental.enable_x64():
+  with jax.enable_x64(True):
     for name, binning in [("conf_ece", "fixed"), ("conf_ce", "quantile"),
                           ("classwise_ce", "quantile"), ("ecce", "fixed")]:
       got = call(name, binning, p64, y, np.array([3, 15]))
@@ -277,7 +288,7 @@ def _cifar_probs(setting):
 @pytest.mark.parametrize("setting", ["cifar10_resnet110", "cifar100_resnet110"])
 def test_real_cifar_logits_match_reference(cifar_dir, setting):
   p, y = _cifar_probs(setting)
-  for name, binning in VARIANTS:
+  for name, binning in SWEEP:  # every metric with its default binning
     got = np.asarray(call(name, binning, p, y, np.array([15, 50])))
     want = [ref(name, binning, p, y, m) for m in (15, 50)]
     np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"{setting} {name} {binning}")

@@ -63,6 +63,7 @@ __all__ = [
     "sorted_residual_prefix",
     "MAX_MIXED_TIES",
     "MAX_TIE_SIZE",
+    "FAST_SORT_MIN_N",
     "binned_residual_sums",
 ]
 
@@ -437,6 +438,9 @@ def _stable_sorted_residuals(scores, bits, sign):
 #: beyond that it falls back to the stable payload sort.
 MAX_MIXED_TIES = 64
 MAX_TIE_SIZE = 32
+#: ``method="auto"`` uses the fast int-key sort from this many samples on;
+#: below it the stable payload sort is cheap and compiles faster.
+FAST_SORT_MIN_N = 4096
 
 
 def _repair_mixed_ties(scores, bits, key, mixed, resid, sign):
@@ -495,29 +499,30 @@ def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0
 
   The stable sort by score (ties by index) is what the quantile rule
   needs, but on CPU a stable sort that carries a payload is several times
-  slower than sorting one int32 array. With ``method="auto"`` and float32
-  scores, each score is mapped to an order-preserving int32 ``k`` (``|k| <
+  slower than sorting one int32 array. With ``method="fast"`` (or
+  ``"auto"`` and ``n >= FAST_SORT_MIN_N``) and float32 scores, each score is mapped to an order-preserving int32 ``k`` (``|k| <
   2**30`` for ``|s| < 2``) and ``2k + b`` is sorted alone: score order,
   and within equal scores the 0-bits first. That differs from the stable
   order only inside a tie group holding both bits; up to
   :data:`MAX_MIXED_TIES` such groups of at most :data:`MAX_TIE_SIZE`
   samples are repaired exactly (:func:`_repair_mixed_ties`). Otherwise (more
   or larger mixed groups, or a score outside ``(-2, 2)``) one ``lax.cond``
-  falls back to the stable sort with a payload; ``method="sort"`` always
-  uses it. The predicate does not depend on the bin count, so under
+  falls back to the stable sort with a payload; ``method="sort"`` (and
+  ``"auto"`` for small ``n``) always uses it. The predicate does not depend on the bin count, so under
   ``vmap`` over bin counts the cond stays a cond (under a user's ``vmap``
   over data sets it becomes a select: still exact, just slower).
 
   Returns:
     ``(..., n + 1)`` with a leading 0.
   """
-  if method not in ("auto", "sort", "edges"):
-    raise ValueError(f"method must be 'auto', 'sort' or 'edges', got {method!r}")
+  if method not in ("auto", "fast", "sort"):
+    raise ValueError(f"method must be 'auto', 'fast' or 'sort', got {method!r}")
   scores, bits = jnp.asarray(scores), jnp.asarray(bits)
   lead, n = scores.shape[:-1], scores.shape[-1]
   s2 = scores.reshape((-1, n))
   b2 = bits.reshape((-1, n))
-  if method == "auto" and scores.dtype == jnp.float32 and n >= 2:
+  use_fast = method == "fast" or (method == "auto" and n >= FAST_SORT_MIN_N)
+  if use_fast and scores.dtype == jnp.float32 and n >= 2:
     key = jax.lax.sort(_sortable_int(s2) * 2 + b2.astype(jnp.int32), dimension=1, is_stable=False)
     hi = key >> 1
     mixed = (hi[:, 1:] == hi[:, :-1]) & (key[:, 1:] != key[:, :-1])
@@ -551,7 +556,7 @@ def binned_residual_sums(scores: jax.Array, bits: jax.Array, num_bins: ArrayLike
   lead = scores.shape[:-1]
   n = scores.shape[-1]
   if binning == "quantile":
-    prefix = sorted_residual_prefix(scores, bits, sign, "sort" if method == "sort" else "auto")
+    prefix = sorted_residual_prefix(scores, bits, sign, method if method in ("fast", "sort") else "auto")
     ends = quantile_ends(n, num_bins, max_bins)
     at_ends = prefix[..., ends]                                   # (..., max_bins + 1)
     counts = jnp.broadcast_to(ends[1:] - ends[:-1], lead + (max_bins,))
