@@ -39,9 +39,10 @@ Writes experiments/results/utility_table/ (``--quick``: utility_table_quick/):
 <model>.json and ecdf_<model>.png per model, and table.md / results.json
 rebuilt from every <model>.json present (so models can be run separately).
 
-Runtime (2 shared CPU cores, load ~10 from other users): about 1.5 min per
-split and model (patching ~50 s, Dirichlet ~20 s), i.e. ~15 min per model
-and ~1 h for the full table; ``--quick`` takes ~5 min.
+Runtime (2 CPU cores shared with other users, load average 7-9): ~50 s per
+split and model (patching ~25 s, Dirichlet ~10 s) plus ~2 min per model for
+the Dirichlet tuning and the eCDF sweeps: 37 min for the full table;
+``--quick`` takes about 5 min.
 """
 
 from __future__ import annotations

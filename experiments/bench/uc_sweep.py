@@ -13,7 +13,10 @@ utilities) are computed once outside the timed loop; per utility it does
 stable ``np.argsort`` of ``v``, a cumulative sum and the max-min over cuts
 between distinct values. It runs on the first ``--numpy-utilities`` of each
 family (default 300; the per-utility time is then multiplied by 1,500, which
-the JSON states), and its errors are checked against jaxcal's first. The
+the JSON states), and its errors are checked against jaxcal's first (equal up
+to float32 rounding of the predicted utilities: a swap of two nearly tied
+samples moves UC by at most 4/n; the JSON counts utilities differing by more
+than 1e-6). The
 jaxcal side is timed through the public API (validation and the data-only
 precomputation included).
 
@@ -181,8 +184,12 @@ def main():
     params = np.asarray(batch.params)
     got = np.asarray(U.uc_sweep(p, y, batch))
     ref = np_loop(kind, p, y, prep, params[:m_np])
-    err = float(np.abs(got[:m_np] - ref).max())
-    assert err < 1e-5, (kind, err)
+    diff = np.abs(got[:m_np] - ref)
+    err = float(diff.max())
+    # float32 predicted utilities from a matrix product (jaxcal) and a matrix-vector
+    # product (numpy) round differently; two nearly tied samples can swap, which moves
+    # UC by at most |r_i - r_j| / n <= 4 / n. Anything larger would be a bug.
+    assert err <= 4.0 / n, (kind, err)
     t_jax = timeit(lambda: U.uc_sweep(p, y, batch), repeat=args.repeat)
     t_np = timeit(lambda: np_loop(kind, p, y, prep, params[:m_np]), repeat=1, warmup=0)
     np_total = t_np["best_s"] * m / m_np
@@ -193,6 +200,7 @@ def main():
         "jax_per_utility_ms": 1e3 * t_jax["best_s"] / m,
         "speedup_vs_numpy_loop": np_total / t_jax["best_s"],
         "max_abs_diff_vs_numpy": err,
+        "utilities_differing_by_more_than_1e-6": int((diff > 1e-6).sum()),
         "mean_error": float(got.mean()),
     }
     print(f"  {kind:6s}: jaxcal {t_jax['best_s']:.3f}s for {m} (first call {t_jax['first_s']:.2f}s) | "

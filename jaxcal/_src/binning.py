@@ -61,8 +61,6 @@ __all__ = [
     "EDGES_MAX_BINS",
     "quantile_ends",
     "sorted_residual_prefix",
-    "MAX_MIXED_TIES",
-    "MAX_TIE_SIZE",
     "FAST_SORT_MIN_N",
     "binned_residual_sums",
 ]
@@ -433,62 +431,28 @@ def _stable_sorted_residuals(scores, bits, sign):
   return jnp.take_along_axis(resid, order, axis=-1)
 
 
-#: The fast quantile path repairs up to this many tie groups that hold both
-#: bits (over all rows), each of at most :data:`MAX_TIE_SIZE` samples;
-#: beyond that it falls back to the stable payload sort.
-MAX_MIXED_TIES = 64
-MAX_TIE_SIZE = 32
 #: ``method="auto"`` uses the fast int-key sort from this many samples on;
 #: below it the stable payload sort is cheap and compiles faster.
 FAST_SORT_MIN_N = 4096
 
 
-def _repair_mixed_ties(scores, bits, key, mixed, resid, sign):
-  """Rewrites the residuals of mixed tie groups into the stable order.
+def _repair_rows(scores, bits, mixed, resid, sign):
+  """Re-sorts (stably, with a payload) only the rows that hold a mixed tie group.
 
-  In the fast order a tie group of value ``v`` at sorted positions
-  ``[L, L+E)`` lists its ``Z`` zero-bits first; the stable order lists the
-  group's members by index. For up to ``MAX_MIXED_TIES`` such groups
-  (located by their 0->1 transition in the sorted keys) the first
-  ``MAX_TIE_SIZE`` members are found in the original row with ``top_k``
-  on ``-index`` and their bits written to positions ``L..L+E-1``: a scatter
-  of ``MAX_MIXED_TIES * MAX_TIE_SIZE`` entries. Returns the repaired
-  residuals and whether every group fitted.
+  Up to ``max(1, rows // 4)`` such rows (static) are gathered, sorted exactly
+  and scattered back. Returns the residuals and whether all such rows fitted.
   """
-  rows, n = scores.shape
-  cap, size = MAX_MIXED_TIES, min(MAX_TIE_SIZE, n)
-  flat = mixed.reshape(-1)                                   # (rows * (n-1),)
-  cap = min(cap, flat.shape[0])
-  iota = jnp.arange(flat.shape[0], dtype=jnp.int32)
-  neg, _ = jax.lax.top_k(jnp.where(flat, -iota, -flat.shape[0]), cap)  # first `cap` hits
-  idx = jnp.clip(-neg, 0, flat.shape[0] - 1)
-  valid = jnp.arange(cap) < jnp.sum(flat)
-  row = idx // (n - 1)
-  t = idx % (n - 1)                                          # last zero of the group
-  hi = key >> 1
-  v_hi = hi[row, t]
-  lo_b, hi_b = jnp.zeros_like(t), t                          # group start: bisection
-
-  def body(_, c):
-    a, b = c
-    mid = (a + b) // 2
-    less = hi[row, mid] < v_hi
-    return jnp.where(less, mid + 1, a), jnp.where(less, b, mid)
-
-  start, _ = jax.lax.fori_loop(0, max(1, math.ceil(math.log2(n + 1))), body, (lo_b, hi_b))
-  v = _from_sortable_int(v_hi)
-  member = scores[row] == v[:, None]                         # (cap, n)
-  count = jnp.sum(member, axis=1)
-  neg_idx = jnp.where(member, -jnp.arange(n, dtype=jnp.int32), -n)
-  first, _ = jax.lax.top_k(neg_idx, size)                    # -(member indices), ascending
-  k = jnp.arange(size)
-  take = valid[:, None] & (k[None, :] < count[:, None])
-  b_stable = jnp.take_along_axis(bits[row], jnp.clip(-first, 0, n - 1), axis=1)
-  new_resid = sign * (v[:, None] - b_stable.astype(resid.dtype))
-  col = jnp.where(take, start[:, None] + k[None, :], n)      # n: dropped
-  out = resid.at[jnp.broadcast_to(row[:, None], col.shape), col].set(new_resid, mode="drop")
-  fits = jnp.all(~valid | (count <= size))
-  return out, fits
+  rows = scores.shape[0]
+  cap = max(1, rows // 4)
+  row_mixed = jnp.any(mixed, axis=1)
+  count = jnp.sum(row_mixed)
+  iota = jnp.arange(rows, dtype=jnp.int32)
+  neg, _ = jax.lax.top_k(jnp.where(row_mixed, -iota, -rows), cap)   # first `cap` such rows
+  valid = jnp.arange(cap) < count
+  ridx = jnp.clip(-neg, 0, rows - 1)
+  exact = _stable_sorted_residuals(scores[ridx], bits[ridx], sign)
+  out = resid.at[jnp.where(valid, ridx, rows)].set(exact, mode="drop")
+  return out, count <= cap
 
 
 def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0,
@@ -503,14 +467,14 @@ def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0
   ``"auto"`` and ``n >= FAST_SORT_MIN_N``) and float32 scores, each score is mapped to an order-preserving int32 ``k`` (``|k| <
   2**30`` for ``|s| < 2``) and ``2k + b`` is sorted alone: score order,
   and within equal scores the 0-bits first. That differs from the stable
-  order only inside a tie group holding both bits; up to
-  :data:`MAX_MIXED_TIES` such groups of at most :data:`MAX_TIE_SIZE`
-  samples are repaired exactly (:func:`_repair_mixed_ties`). Otherwise (more
-  or larger mixed groups, or a score outside ``(-2, 2)``) one ``lax.cond``
-  falls back to the stable sort with a payload; ``method="sort"`` (and
-  ``"auto"`` for small ``n``) always uses it. The predicate does not depend on the bin count, so under
-  ``vmap`` over bin counts the cond stays a cond (under a user's ``vmap``
-  over data sets it becomes a select: still exact, just slower).
+  order only inside a tie group holding both bits ("mixed"); rows that hold
+  one (up to a quarter of the rows) are re-sorted stably with a payload
+  (:func:`_repair_rows`). With more such rows, or a score outside
+  ``(-2, 2)``, one ``lax.cond`` falls back to the stable payload sort for
+  all rows; ``method="sort"`` (and ``"auto"`` for small ``n``) always uses
+  it. The predicates do not depend on the bin count, so under ``vmap`` over
+  bin counts the conds stay conds (under a user's ``vmap`` over data sets
+  they become selects: still exact, just slower).
 
   Returns:
     ``(..., n + 1)`` with a leading 0.
@@ -526,13 +490,12 @@ def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0
     key = jax.lax.sort(_sortable_int(s2) * 2 + b2.astype(jnp.int32), dimension=1, is_stable=False)
     hi = key >> 1
     mixed = (hi[:, 1:] == hi[:, :-1]) & (key[:, 1:] != key[:, :-1])
-    num_mixed = jnp.sum(mixed)
     fast = sign * (_from_sortable_int(hi) - (key & 1).astype(jnp.float32))
     fast, fits = jax.lax.cond(
-        num_mixed > 0,
-        lambda r: _repair_mixed_ties(s2, b2, key, mixed, r, sign),
+        jnp.any(mixed),
+        lambda r: _repair_rows(s2, b2, mixed, r, sign),
         lambda r: (r, jnp.bool_(True)), fast)
-    ok = jnp.all(jnp.abs(s2) < 2.0) & (num_mixed <= MAX_MIXED_TIES) & fits
+    ok = jnp.all(jnp.abs(s2) < 2.0) & fits
     resid = jax.lax.cond(ok, lambda: fast, lambda: _stable_sorted_residuals(s2, b2, sign))
   else:
     resid = _stable_sorted_residuals(s2, b2, sign)
@@ -551,6 +514,8 @@ def binned_residual_sums(scores: jax.Array, bits: jax.Array, num_bins: ArrayLike
   are ``(..., n)``; results have ``(..., max_bins)`` rows. Fixed binning
   uses :func:`binned_sums` per row (sort-free when possible); quantile
   binning uses :func:`sorted_residual_prefix` and integer bin ends.
+  ``method``: ``"auto"``, ``"sort"`` (stable sort / bisection everywhere),
+  ``"edges"`` (fixed only) or ``"fast"`` (quantile int-key sort at any n).
   """
   scores, bits = jnp.asarray(scores), jnp.asarray(bits)
   lead = scores.shape[:-1]
@@ -566,5 +531,6 @@ def binned_residual_sums(scores: jax.Array, bits: jax.Array, num_bins: ArrayLike
     raise ValueError(f"binning must be 'fixed' or 'quantile', got {binning!r}")
   s2 = scores.reshape((-1, n))
   v2 = (sign * (scores - bits.astype(scores.dtype))).reshape((-1, n, 1))
-  out = jax.vmap(lambda s, v: binned_sums(s, v, num_bins, "fixed", max_bins, method))(s2, v2)
+  fixed_method = "auto" if method == "fast" else method
+  out = jax.vmap(lambda s, v: binned_sums(s, v, num_bins, "fixed", max_bins, fixed_method))(s2, v2)
   return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), out)

@@ -1,0 +1,61 @@
+"""Proper scores and the confidence loss (SPEC §3) against loop references."""
+
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+import _reference as R  # noqa: E402
+from jaxcal import scores  # noqa: E402
+
+NAMES = ["brier", "log_loss", "spherical", "classification_error", "confidence_loss"]
+
+
+def _data():
+  rng = np.random.default_rng(5)
+  p = rng.dirichlet(np.full(4, 0.5), 80).astype(np.float32)
+  p = p / p.sum(axis=1, keepdims=True)
+  p[0] = [0.5, 0.5, 0.0, 0.0]          # argmax tie -> class 0
+  p[1] = [0.0, 1.0, 0.0, 0.0]          # p_y = 0 below: log clipped at 1e-12
+  y = rng.integers(0, 4, 80)
+  y[0], y[1] = 1, 0
+  return p, y
+
+
+P, Y = _data()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_score_matches_reference(name):
+  f = getattr(scores, name)
+  want = getattr(R, name)(P, Y)
+  np.testing.assert_allclose(f(P, Y, per_sample=True), want, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(f(P, Y), want.mean(), rtol=1e-6, atol=1e-6)
+  # jit == eager; vmap over data sets == loop; from_logits == softmax first
+  np.testing.assert_allclose(jax.jit(f)(P, Y), f(P, Y), atol=1e-7)
+  ps = np.stack([P, P[::-1]])
+  ys = np.stack([Y, Y[::-1]])
+  np.testing.assert_allclose(jax.vmap(f)(ps, ys), [f(P, Y), f(P[::-1], Y[::-1])], atol=1e-7)
+  z = np.log(np.maximum(P, 1e-30)) + 1.5
+  np.testing.assert_allclose(f(z, Y, from_logits=True), f(np.asarray(jax.nn.softmax(z)), Y), atol=1e-6)
+
+
+def test_score_edge_values():
+  assert float(scores.log_loss(P[1:2], Y[1:2])) == pytest.approx(-np.log(1e-12), rel=1e-6)
+  assert float(scores.classification_error(P[:1], np.array([0]))) == 0.0   # tie -> class 0
+  assert float(scores.classification_error(P[:1], np.array([1]))) == 1.0
+  onehot = np.eye(3, dtype=np.float32)
+  y = np.arange(3)
+  for name in NAMES:   # a perfect one-hot predictor has zero loss
+    assert float(getattr(scores, name)(onehot, y)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_confidence_loss_is_mean_of_parts():
+  r, c = R.confidence(P)
+  z = (r == Y).astype(np.float64)
+  want = np.mean(1 - z + (c.astype(np.float64) - z) ** 2)
+  np.testing.assert_allclose(scores.confidence_loss(P, Y), want, atol=1e-6)
