@@ -30,6 +30,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.recal.base import Recalibrator, recalibrator_class, register, to_probs
 from jaxcal._src.recal.linesearch import armijo_stepsize
+from jaxcal._src.scores import brier_per_sample
 from jaxcal._src.utility import families as F
 from jaxcal._src.utility.sorting import sort_descending
 from jaxcal._src.utility.sweep import default_chunk_size, sweep_results
@@ -128,8 +129,8 @@ class Patching(Recalibrator):
 # Fitting
 # --------------------------------------------------------------------------
 
-def _brier(p: jax.Array, onehot: jax.Array) -> jax.Array:
-  return jnp.mean(jnp.sum((p - onehot) ** 2, axis=1))
+def _brier(p: jax.Array, y: jax.Array) -> jax.Array:
+  return jnp.mean(brier_per_sample(p, y))
 
 
 @functools.partial(jax.jit, static_argnames=("num_samples", "chunk", "quadratic"))
@@ -155,17 +156,16 @@ def _step(p, y, key, step_scale, *, num_samples, chunk, quadratic):
   mask = (v >= res.lo) & (v <= res.hi)
   w = xi * ubar * mask[:, None]
   # Step size: backtracking Armijo on Brier(Π(P - ηW)), slope <∇Brier, -W> = -2 err.
-  onehot = jax.nn.one_hot(y, c, dtype=p.dtype)
-  b0 = _brier(p, onehot)
-  grad = 2.0 * (p - onehot) / n
-  fun = lambda x: _brier(project_simplex(x), onehot)
+  b0 = _brier(p, y)
+  grad = 2.0 * (p - jax.nn.one_hot(y, c, dtype=p.dtype)) / n
+  fun = lambda x: _brier(project_simplex(x), y)
   sq = jnp.mean(jnp.sum(w * w, axis=1))
   init = step_scale * err / jnp.where(quadratic, jnp.maximum(sq, 1e-12), c)
   eta, _ = armijo_stepsize(fun, p, -w, value=b0, grad=grad, init_stepsize=init)
   patch = {"is_rank": is_rank, "vec": vec, "lo": res.lo, "hi": res.hi, "xi": xi,
            "eta": eta.astype(p.dtype)}
   p_new = apply_patch(p, patch)
-  return err, patch, p_new, b0, _brier(p_new, onehot)
+  return err, patch, p_new, b0, _brier(p_new, y)
 
 
 @register("patching")

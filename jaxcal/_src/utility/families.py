@@ -108,11 +108,6 @@ class Utility:
     return utility_values(self, jnp.asarray(probs))
 
 
-def _f(x: ArrayLike) -> jax.Array:
-  x = jnp.asarray(x)
-  return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.result_type(float))
-
-
 # --------------------------------------------------------------------------
 # Constructors
 # --------------------------------------------------------------------------
@@ -146,7 +141,7 @@ def linear(a: ArrayLike) -> Utility:
 
   Reference: utility_aware_multiclass_calibration, Example 3.5; SPEC §6.
   """
-  u = Utility(_f(a), "linear")
+  u = Utility(V.as_float(a, "a"), "linear")
   _check_params(u)
   return u
 
@@ -186,7 +181,7 @@ def rank(theta: ArrayLike) -> Utility:
 
   Reference: utility_aware_multiclass_calibration, Example 3.6; SPEC §6.
   """
-  u = Utility(_f(theta), "rank")
+  u = Utility(V.as_float(theta, "theta"), "rank")
   _check_params(u)
   return u
 
@@ -225,7 +220,7 @@ def dcg(gamma: ArrayLike, num_classes: int) -> Utility:
 
   Reference: utility_aware_multiclass_calibration, App. C.3 (DCG); SPEC §6.
   """
-  g = _f(gamma)
+  g = V.as_float(gamma, "gamma")
   if V.is_concrete(g) and g.size and float(jnp.min(g)) < 0:
     raise ValueError(f"gamma must be >= 0, got {np.asarray(g).tolist()}")
   r = jnp.arange(1, num_classes + 1, dtype=g.dtype)
@@ -249,7 +244,7 @@ def decision(loss_matrix: ArrayLike) -> Utility:
 
   Reference: utility_aware_multiclass_calibration, Example 3.7; SPEC §6.
   """
-  l = _f(loss_matrix)
+  l = V.as_float(loss_matrix, "loss_matrix")
   if l.ndim < 2:
     raise ValueError(f"loss_matrix must have shape (C, K), got shape {tuple(l.shape)}")
   u = Utility(l, "decision")
@@ -274,7 +269,7 @@ def gain_matrix(R: ArrayLike) -> Utility:
 
   Reference: utility_aware_multiclass_calibration, App. C.2; SPEC §6.
   """
-  R = _f(R)
+  R = V.as_float(R, "R")
   if R.ndim < 2 or R.shape[-1] != R.shape[-2]:
     raise ValueError(f"R must be square (C, C), got shape {tuple(R.shape)}")
   return decision(-R)
@@ -295,7 +290,7 @@ def similarity(S: ArrayLike) -> Utility:
 
   Reference: utility_aware_multiclass_calibration, App. C.3; SPEC §6.
   """
-  S = _f(S)
+  S = V.as_float(S, "S")
   if S.ndim < 2 or S.shape[-1] != S.shape[-2]:
     raise ValueError(f"S must be square (C, C), got shape {tuple(S.shape)}")
   u = Utility(S, "similarity")
