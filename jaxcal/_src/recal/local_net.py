@@ -54,6 +54,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.local import nadaraya_watson
 from jaxcal._src.recal.base import Recalibrator, recalibrator_class, register, to_logits
+from jaxcal._src.train.loop import _batches
 from jaxcal._src.train.pca import PCA, fit_pca, pca_transform, standardize
 
 __all__ = ["LocalNet", "LocalNetModule", "fit_local_net", "local_net_loss",
@@ -284,15 +285,6 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
 # --------------------------------------------------------------------------
 # Training.
 # --------------------------------------------------------------------------
-
-def _batches(key, n, batch_size):
-  nb = -(-n // batch_size)
-  perm = jax.random.permutation(key, n)
-  pad = nb * batch_size - n
-  idx = jnp.concatenate([perm, jnp.zeros((pad,), perm.dtype)]).reshape(nb, batch_size)
-  w = jnp.concatenate([jnp.ones((n,)), jnp.zeros((pad,))]).reshape(nb, batch_size)
-  return idx, w
-
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "tx", "batch_size", "bandwidth", "lam",
                                              "alignment"))
