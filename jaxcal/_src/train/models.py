@@ -22,7 +22,19 @@ def _flat(x: jax.Array) -> jax.Array:
   return x.reshape(x.shape[0], -1)
 
 
-class MLP(nnx.Module):
+class _Backbone(nnx.Module):
+  """Shared head of the backbones: ``features(x)`` -> dropout -> ``head``."""
+
+  def __call__(self, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
+    return self.logits_from_features(self.features(x), key)
+
+  def logits_from_features(self, h: jax.Array, key: jax.Array | None = None) -> jax.Array:
+    if key is not None and self.dropout.rate > 0:
+      h = self.dropout(h, deterministic=False, rngs=key)
+    return self.head(h)
+
+
+class MLP(_Backbone):
   """``input -> [Dense -> ReLU] * len(hidden) -> Dropout -> Dense(C)``.
 
   The features are the last hidden layer's activations.
@@ -42,16 +54,9 @@ class MLP(nnx.Module):
       h = jax.nn.relu(layer(h))
     return h
 
-  def __call__(self, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
-    return self.logits_from_features(self.features(x), key)
-
-  def logits_from_features(self, h: jax.Array, key: jax.Array | None = None) -> jax.Array:
-    if key is not None and self.dropout.rate > 0:
-      h = self.dropout(h, deterministic=False, rngs=key)
-    return self.head(h)
 
 
-class CNN(nnx.Module):
+class CNN(_Backbone):
   """``[Conv3x3 stride 2 -> ReLU] * len(channels) -> Dense(hidden) -> ReLU
   -> Dropout -> Dense(C)``; the features are the ``hidden``-d activations.
 
@@ -79,13 +84,6 @@ class CNN(nnx.Module):
       h = jax.nn.relu(conv(h))
     return jax.nn.relu(self.dense(_flat(h)))
 
-  def __call__(self, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
-    return self.logits_from_features(self.features(x), key)
-
-  def logits_from_features(self, h: jax.Array, key: jax.Array | None = None) -> jax.Array:
-    if key is not None and self.dropout.rate > 0:
-      h = self.dropout(h, deterministic=False, rngs=key)
-    return self.head(h)
 
 
 #: name -> constructor ``(num_classes, rngs) -> model`` for 28x28 images.
