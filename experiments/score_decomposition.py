@@ -181,7 +181,7 @@ def figures(results: dict, settings: dict, out: pathlib.Path) -> list[str]:
   import matplotlib.pyplot as plt
   from matplotlib.lines import Line2D
 
-  from jaxcal._src.plots.decomposition import mcb_dsc_plot
+  from jaxcal.plots import mcb_dsc_plot
 
   markers = {"base": "*", "CW-HB": "s", "N-HB": "D", "CW-IR": "^", "N-IR": ">", "CW-SIR": "v",
              "N-SIR": "<"}

@@ -61,7 +61,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from jaxcal._src.fashion_mnist import load_fashion_mnist  # noqa: E402
+from jaxcal.data import load_fashion_mnist  # noqa: E402
 from jaxcal._src.train import make_model, predict, trace_splits, train_classifier  # noqa: E402
 
 WITHIN_ARCH = "mlp"

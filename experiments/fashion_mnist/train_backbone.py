@@ -52,7 +52,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from jaxcal._src.fashion_mnist import load_fashion_mnist  # noqa: E402
+from jaxcal.data import load_fashion_mnist  # noqa: E402
 from jaxcal._src.train import (local_calibration_splits, make_model, predict,  # noqa: E402
                                train_classifier)
 
