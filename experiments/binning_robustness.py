@@ -41,8 +41,10 @@ one jitted call: ``jax.vmap`` over the stacked predictors of equal (n, C),
 ``num_bins`` as an int array, ``jax.lax.map`` over bootstrap resamples.
 
 Run:  python experiments/binning_robustness.py           (full, all four sets, 100 resamples:
-                                                          28 min wall / 12 min CPU on the shared
-                                                          2-core machine; CIFAR sets alone ~12 min)
+                                                          28 min wall / 12 min CPU on the shared,
+                                                          loaded 2-core machine; the committed
+                                                          rerun at nice 19 took 54 min wall;
+                                                          about a third of it is the CIFAR sets)
       python experiments/binning_robustness.py --quick   (4 CIFAR-10 models on 1000 test
                                                           samples, 4 resamples; a smoke test)
 Options: ``--resamples B`` (default 100), ``--sets cifar12,cifar10,fmnist_within,fmnist_cross``,
