@@ -262,6 +262,7 @@ def main(argv=None):
       "local_net": {str(s): infos[s].get("LN") for s in infos},
       "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                   "jax_backend": jax.default_backend(), "jax": jax.__version__,
+                  "device": jax.devices()[0].device_kind,
                   "load_avg": list(os.getloadavg())},
       "total_seconds": round(time.perf_counter() - t0, 1),
       "date": time.strftime("%Y-%m-%d"),

@@ -15,7 +15,7 @@ import pytest
 
 from jaxcal import utility as U
 from jaxcal._src.utility import families as F
-from jaxcal._src.utility.sorting import sort_descending, stable_argsort
+from jaxcal._src.sorting import sort_descending, stable_argsort
 from jaxcal._src.utility.uc import uc_from_scores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -323,7 +323,8 @@ def test_uc_sweep_sharded_equals_single_device():
   for name in ("linear", "rank"):
     sharded, single = out[name]
     assert len(sharded) == len(single) == {"linear": 10, "rank": 13}[name]
-    np.testing.assert_array_equal(sharded, single)
+    # per-device chunks change the matrix-product blocking: float32 rounding only
+    np.testing.assert_allclose(sharded, single, rtol=1e-6, atol=1e-7)
 
 
 def test_ecdf_and_plot():

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["RESULTS_DIR", "timeit", "device_info", "write_result", "cpu_load"]
+__all__ = ["RESULTS_DIR", "timeit", "device_info", "write_result", "cpu_load", "machine_note"]
 
 #: experiments/results/ beside this folder.
 RESULTS_DIR = pathlib.Path(__file__).resolve().parents[1] / "results"
@@ -85,6 +85,17 @@ def cpu_load() -> list[float] | None:
     return None
 
 
+def machine_note(load: list[float] | None, cpu_count: int | None = None) -> str:
+  """One line on how busy the machine was (the 1-minute load vs its cores)."""
+  if load is None:
+    return "load unknown"
+  cores = cpu_count or os.cpu_count() or 1
+  if load[0] < 0.5 * cores:
+    return f"quiet machine (1-minute load {load[0]} on {cores} cores); both sides measured in the same run"
+  return (f"machine shared with other jobs during the measurement (1-minute load {load[0]} on "
+          f"{cores} cores); both sides measured in the same run, best of the timed calls")
+
+
 def device_info() -> dict:
   """Where the benchmark ran: JAX backend and devices, versions, CPU, date."""
   info: dict[str, Any] = {
@@ -127,13 +138,23 @@ def _jsonable(x: Any) -> Any:
 def write_result(name: str, result: dict, results_dir: str | os.PathLike | None = None) -> pathlib.Path:
   """Writes ``result`` as pretty JSON to ``experiments/results/<name>.json``.
 
-  Numpy/JAX scalars and arrays are converted to plain lists/numbers.
+  Numpy/JAX scalars and arrays are converted to plain lists/numbers. A run
+  on an accelerator (``result["backend"]`` not ``"cpu"``, as
+  :func:`device_info` records it) writes ``<name>_<backend>.json`` instead,
+  so GPU figures sit beside the CPU ones. The folder is ``results_dir``, else
+  the environment variable ``JAXCAL_RESULTS_DIR``, else
+  ``experiments/results/``.
 
   Returns:
     The path written.
   """
-  out_dir = pathlib.Path(results_dir) if results_dir is not None else RESULTS_DIR
+  if results_dir is None:
+    results_dir = os.environ.get("JAXCAL_RESULTS_DIR") or RESULTS_DIR
+  out_dir = pathlib.Path(results_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
+  backend = result.get("backend")
+  if backend not in (None, "cpu"):
+    name = f"{name}_{backend}"
   path = out_dir / f"{name}.json"
   path.write_text(json.dumps(_jsonable(result), indent=2, sort_keys=False) + "\n")
   return path

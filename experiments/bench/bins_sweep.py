@@ -39,7 +39,7 @@ import numpy as np
 
 import jax
 
-from _common import cpu_load, device_info, timeit, write_result
+from _common import cpu_load, device_info, machine_note, timeit, write_result
 
 import jaxcal
 from jaxcal import metrics
@@ -218,8 +218,7 @@ def main(argv=None):
       **info,
       "jaxcal_version": jaxcal.__version__,
       "load_avg_at_end": cpu_load(),
-      "note": "machine shared with other engineers running tests during the measurement; "
-              "both sides measured in the same run, best of the timed calls",
+      "note": machine_note(info["load_avg_at_start"]),
       "n": n,
       "num_classes": num_classes,
       "num_bins": [int(ms[0]), int(ms[-1])],

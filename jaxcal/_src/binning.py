@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
+from jaxcal._src.sorting import stable_argsort
 
 __all__ = [
     "blocked_cumsum",
@@ -424,9 +425,7 @@ def _from_sortable_int(k: jax.Array) -> jax.Array:
 
 
 def _stable_sorted_residuals(scores, bits, sign):
-  n = scores.shape[-1]
-  iota = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), scores.shape)
-  _, order = jax.lax.sort((scores, iota), dimension=scores.ndim - 1, num_keys=1, is_stable=True)
+  order = stable_argsort(scores)
   resid = sign * (scores - bits.astype(scores.dtype))
   return jnp.take_along_axis(resid, order, axis=-1)
 

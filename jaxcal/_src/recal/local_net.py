@@ -341,7 +341,7 @@ def _setup_jit(f, z, y, tr, va, key, *, pca_dim, hidden, dropout):
   z = z.astype(jnp.float32)
   pca = fit_pca(f, pca_dim)
   phi_std = standardize(pca, f)
-  phi_pca = phi_std @ pca.components
+  phi_pca = jnp.matmul(phi_std, pca.components, precision=jax.lax.Precision.HIGHEST)
   take = lambda idx: (phi_std[idx], phi_pca[idx], z[idx], y[idx])
   module = LocalNetModule(f.shape[1], pca.components.shape[1], z.shape[1], hidden, dropout,
                           rngs=nnx.Rngs(params=jax.random.fold_in(key, 0)))

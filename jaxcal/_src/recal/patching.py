@@ -32,7 +32,7 @@ from jaxcal._src.recal.base import Recalibrator, recalibrator_class, register, t
 from jaxcal._src.recal.linesearch import armijo_stepsize
 from jaxcal._src.scores import brier_per_sample
 from jaxcal._src.utility import families as F
-from jaxcal._src.utility.sorting import sort_descending
+from jaxcal._src.sorting import sort_descending
 from jaxcal._src.utility.sweep import default_chunk_size, sweep_results
 from jaxcal._src.utility.uc import uc_from_scores
 
@@ -89,6 +89,27 @@ def apply_patch(p: jax.Array, patch: dict[str, jax.Array]) -> jax.Array:
 _PATCH_FIELDS = ("is_rank", "vec", "lo", "hi", "xi", "eta")
 
 
+def _cut_points(v: jax.Array, lo: jax.Array, hi: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """The interval's ends moved to the midpoints towards the neighbouring values.
+
+  ``[lo, hi]`` holds whole groups of tied ``v`` (the worst interval's
+  smallest and largest value). Replaying the patch re-computes ``v``, and on
+  GPUs a fused ``sum(p * ū)`` may round differently from the fit's, so a
+  threshold *at* a sample's value would flip that sample in or out. Storing
+  the midpoints to the nearest values outside (``lo - 1`` / ``hi + 1`` when
+  there are none) selects exactly the same training samples with the widest
+  margin; on new data the interval extends to those midpoints, like a
+  decision-tree split.
+  """
+  below = jnp.max(jnp.where(v < lo, v, -jnp.inf))
+  above = jnp.min(jnp.where(v > hi, v, jnp.inf))
+  mid_lo = 0.5 * (below + lo)
+  mid_hi = 0.5 * (above + hi)
+  lo_cut = jnp.where(jnp.isfinite(below), jnp.where(mid_lo > below, mid_lo, lo), lo - 1.0)
+  hi_cut = jnp.where(jnp.isfinite(above), jnp.where(mid_hi < above, mid_hi, hi), hi + 1.0)
+  return lo_cut.astype(v.dtype), hi_cut.astype(v.dtype)
+
+
 @recalibrator_class
 @flax.struct.dataclass
 class Patching(Recalibrator):
@@ -97,7 +118,9 @@ class Patching(Recalibrator):
   Attributes:
     is_rank: ``(T,)`` bool, rank (``True``) or linear witness utility.
     vec: ``(T, C)`` the payoff ``a`` or rank valuation ``θ``.
-    lo, hi: ``(T,)`` the interval ``[lo, hi]`` of predicted utility.
+    lo, hi: ``(T,)`` the interval ``[lo, hi]`` of predicted utility; the
+      worst interval's ends moved halfway to the nearest calibration values
+      outside it (the same calibration samples, robust to re-rounding).
     xi: ``(T,)`` ``±1``, the witness sign.
     eta: ``(T,)`` step sizes.
     errors: ``(T + 1,)`` audited witness error before each step and after
@@ -153,7 +176,8 @@ def _step(p, y, key, step_scale, *, num_samples, chunk, quadratic):
   res = uc_from_scores(v, jnp.take_along_axis(ubar, y[:, None], axis=1)[:, 0])
   err = res.value
   xi = -res.sign.astype(p.dtype)
-  mask = (v >= res.lo) & (v <= res.hi)
+  lo, hi = _cut_points(v, res.lo, res.hi)
+  mask = (v >= lo) & (v <= hi)
   w = xi * ubar * mask[:, None]
   # Step size: backtracking Armijo on Brier(Π(P - ηW)), slope <∇Brier, -W> = -2 err.
   b0 = _brier(p, y)
@@ -162,7 +186,7 @@ def _step(p, y, key, step_scale, *, num_samples, chunk, quadratic):
   sq = jnp.mean(jnp.sum(w * w, axis=1))
   init = step_scale * err / jnp.where(quadratic, jnp.maximum(sq, 1e-12), c)
   eta, _ = armijo_stepsize(fun, p, -w, value=b0, grad=grad, init_stepsize=init)
-  patch = {"is_rank": is_rank, "vec": vec, "lo": res.lo, "hi": res.hi, "xi": xi,
+  patch = {"is_rank": is_rank, "vec": vec, "lo": lo, "hi": hi, "xi": xi,
            "eta": eta.astype(p.dtype)}
   p_new = apply_patch(p, patch)
   return err, patch, p_new, b0, _brier(p_new, y)

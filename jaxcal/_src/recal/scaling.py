@@ -30,6 +30,8 @@ from jax.typing import ArrayLike
 
 from jaxcal._src.recal.base import Recalibrator, prepare_fit, recalibrator_class, register, to_logits
 
+_HI = jax.lax.Precision.HIGHEST  # exact float32 products on GPU/TPU too (no TF32)
+
 __all__ = [
     "lbfgs_minimize",
     "TemperatureScaling",
@@ -188,7 +190,7 @@ class LinearScaling(Recalibrator):
     if self.on_log_probs:
       z = jax.nn.log_softmax(z, axis=-1)
     w = self.weight.astype(z.dtype)
-    return jax.nn.softmax(z @ w.T + self.bias.astype(z.dtype), axis=-1)
+    return jax.nn.softmax(jnp.matmul(z, w.T, precision=_HI) + self.bias.astype(z.dtype), axis=-1)
 
 
 @recalibrator_class
@@ -218,7 +220,7 @@ def _fit_linear(z, onehot, lam, mu, diagonal, max_iter, tol):
 
   def loss(params):
     w, b = unpack(params)
-    val = _nll(z @ w.T + b, onehot)
+    val = _nll(jnp.matmul(z, w.T, precision=_HI) + b, onehot)
     if not diagonal:
       val = val + lam_n * jnp.sum((w * off) ** 2)
     return val + mu_n * jnp.sum(b ** 2)

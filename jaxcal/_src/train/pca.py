@@ -58,4 +58,4 @@ def standardize(pca: PCA, x: jax.Array) -> jax.Array:
 
 def pca_transform(pca: PCA, x: jax.Array) -> jax.Array:
   """``((x - mean) / scale) @ components``: ``(n, D) -> (n, k)``."""
-  return standardize(pca, x) @ pca.components
+  return jnp.matmul(standardize(pca, x), pca.components, precision=jax.lax.Precision.HIGHEST)

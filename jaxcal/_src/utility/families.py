@@ -42,7 +42,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.utility.sorting import sort_descending, stable_argsort
+from jaxcal._src.sorting import sort_descending, stable_argsort
 
 __all__ = [
     "Utility",

@@ -22,7 +22,7 @@ from jax.typing import ArrayLike
 from jaxcal._src.binning import blocked_cumsum
 from jaxcal._src.scores import prepare as _prepare_data
 from jaxcal._src.utility import families as F
-from jaxcal._src.utility.sorting import stable_argsort
+from jaxcal._src.sorting import sort_with_payload
 
 __all__ = ["UCResult", "uc", "uc_from_scores", "ecdf"]
 
@@ -61,9 +61,8 @@ def uc_from_scores(v: jax.Array, u: jax.Array) -> UCResult:
   n = v.shape[0]
   dt = jnp.promote_types(v.dtype, jnp.float32)
   v = v.astype(dt)
-  order = stable_argsort(v)
-  vs = v[order]
-  rs = (u.astype(dt) - v)[order]
+  # S is read only between distinct values, so the order among ties is immaterial
+  vs, rs = sort_with_payload(v, u.astype(dt) - v)
   s = jnp.concatenate([jnp.zeros((1,), dt), blocked_cumsum(rs)]) / n      # S_0..S_n
   cut = jnp.concatenate([jnp.ones((1,), bool), vs[1:] != vs[:-1], jnp.ones((1,), bool)])
   kmax = jnp.argmax(jnp.where(cut, s, -jnp.inf))
