@@ -75,7 +75,7 @@ def _lce_dense(p, y, phi):
     b = jnp.clip(jnp.ceil(s * 15), 1, 15).astype(jnp.int32)
     same = b[:, None] == b[None, :]
     kk = jnp.where(same, k, 0.0)
-    e = jnp.abs(kk @ r / kk.sum(1))
+    e = jnp.abs(jnp.matmul(kk, r, precision=jax.lax.Precision.HIGHEST) / kk.sum(1))
     cnt = jnp.sum(same, 1)
     keep = cnt > 20
     return jnp.sum(jnp.where(keep, e, 0)) / jnp.maximum(keep.sum(), 1), jnp.max(jnp.where(keep, e, 0))
