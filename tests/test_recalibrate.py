@@ -172,9 +172,12 @@ def test_fitted_objects_are_pytrees_usable_under_jit(c10, fitted):
     leaves = jax.tree.leaves(rc)
     assert leaves and all(isinstance(x, jax.Array) for x in leaves), m
   apply = jax.jit(lambda r, x: r.apply(x))
-  for m in ("dirichlet", "histogram", "smooth_isotonic"):
+  # smooth isotonic maps have steep segments (slopes in the hundreds between close
+  # pool medians): on a GPU the fused (jit) softmax can differ from the eager one by
+  # an ulp, which such a slope turns into ~1e-5. On CPU the results are identical.
+  for m, atol in (("dirichlet", 1e-6), ("histogram", 1e-6), ("smooth_isotonic", 5e-5)):
     np.testing.assert_allclose(np.asarray(apply(fitted[m], z)), np.asarray(fitted[m](z)),
-                               rtol=1e-5, atol=1e-6, err_msg=m)
+                               rtol=1e-5, atol=atol, err_msg=m)
 
 
 def test_probability_inputs(c10):
