@@ -58,7 +58,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import jaxcal  # noqa: E402
 from jaxcal import metrics, scores  # noqa: E402
-from jaxcal._src.train import calibration_fit_val, fit_pca, pca_transform  # noqa: E402
+from jaxcal.train import calibration_fit_val, fit_pca, pca_transform  # noqa: E402
 from train_backbone import load_backbone  # noqa: E402
 
 OUT = ROOT / "experiments" / "results" / "local_calibration"
@@ -72,11 +72,7 @@ LN_OPTS = dict(pca_dim=50, hidden=64, dropout=0.3, lam=1.0, learning_rate=1e-3, 
 
 
 def _fit_fn():
-  try:
-    return jaxcal.recalibrate.fit, jaxcal.recalibrate.methods
-  except (AttributeError, ImportError):
-    from jaxcal._src.recal import base
-    return base.fit, base.methods
+  return jaxcal.recalibrate.fit, jaxcal.recalibrate.methods
 
 
 def evaluate(p, y, z, prior, bandwidth, extra_bandwidths=()):

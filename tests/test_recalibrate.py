@@ -228,3 +228,13 @@ def test_temperature_does_not_need_every_class():
   z = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)
   rc = R.fit("temperature", z, np.array([0, 1, 3] * 13 + [0]))
   assert float(rc.temperature) > 0
+
+
+def test_public_train_module_reexports_private_one():
+  import jaxcal
+  from jaxcal import train
+  from jaxcal._src import train as private
+  assert "train" in dir(jaxcal)
+  assert sorted(train.__all__) == sorted(private.__all__)
+  for name in train.__all__:
+    assert getattr(train, name) is getattr(private, name)

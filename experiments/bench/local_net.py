@@ -34,7 +34,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from _common import device_info, timeit, write_result  # noqa: E402
 from jaxcal import metrics  # noqa: E402
-from jaxcal._src.recal.base import fit  # noqa: E402
+from jaxcal.recalibrate import fit  # noqa: E402
 
 
 def _calibration_data(n=10_000, seed=0):

@@ -62,7 +62,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from jaxcal.data import load_fashion_mnist  # noqa: E402
-from jaxcal._src.train import make_model, predict, trace_splits, train_classifier  # noqa: E402
+from jaxcal.train import make_model, predict, trace_splits, train_classifier  # noqa: E402
 
 WITHIN_ARCH = "mlp"
 WITHIN_FRACTIONS = [0.025, 0.05] + [round(0.05 * k, 3) for k in range(2, 21)]

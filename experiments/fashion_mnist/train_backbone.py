@@ -8,7 +8,7 @@ official 10,000 test images are the calibration set (the recalibrators split
 it again 90 % / 10 %). Every seed gives a different split and a different
 network, as in the paper's five repetitions.
 
-Backbone: ``cnn_s`` of :mod:`jaxcal._src.train.models` -- two stride-2 3x3
+Backbone: ``cnn_s`` of :mod:`jaxcal.train` -- two stride-2 3x3
 convolutions (8, 16 channels), a 128-unit dense layer (the penultimate
 features ``phi(x)``), a linear head, no batch norm -- trained with Adam
 (lr 1e-3, batch 128) for a fixed ``--epochs`` (default 25) and the last
@@ -53,7 +53,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from jaxcal.data import load_fashion_mnist  # noqa: E402
-from jaxcal._src.train import (local_calibration_splits, make_model, predict,  # noqa: E402
+from jaxcal.train import (local_calibration_splits, make_model, predict,  # noqa: E402
                                train_classifier)
 
 ARCH = "cnn_s"
