@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
-from jaxcal._src.sorting import stable_argsort
+from jaxcal._src.sorting import float_to_key, key_to_float, stable_argsort
 
 __all__ = [
     "blocked_cumsum",
@@ -413,15 +413,16 @@ def quantile_ends(n: int, num_bins: ArrayLike, max_bins: int) -> jax.Array:
 
 
 def _sortable_int(s: jax.Array) -> jax.Array:
-  """float32 -> int32 with the same order (``-0.0`` first mapped to ``+0.0``)."""
-  # -0.0 -> +0.0 with a select: XLA simplifies ``s + 0.0`` to ``s`` under jit.
-  b = jax.lax.bitcast_convert_type(jnp.where(s == 0, jnp.float32(0.0), s), jnp.int32)
-  return jnp.where(b < 0, b ^ jnp.int32(0x7FFFFFFF), b)
+  """float32 -> int32 with the same order (``-0.0`` and ``+0.0`` share ``0``).
+
+  :func:`~jaxcal._src.sorting.float_to_key` with the top bit flipped, so
+  scores in ``(-2, 2)`` map into ``|k| < 2**30`` and ``2k + b`` fits int32.
+  """
+  return jax.lax.bitcast_convert_type(float_to_key(s) ^ jnp.uint32(0x80000000), jnp.int32)
 
 
 def _from_sortable_int(k: jax.Array) -> jax.Array:
-  b = jnp.where(k < 0, k ^ jnp.int32(0x7FFFFFFF), k)
-  return jax.lax.bitcast_convert_type(b, jnp.float32)
+  return key_to_float(jax.lax.bitcast_convert_type(k, jnp.uint32) ^ jnp.uint32(0x80000000))
 
 
 def _stable_sorted_residuals(scores, bits, sign):
