@@ -124,3 +124,19 @@ def test_bad_options_raise():
   bad[0, 0] = np.inf
   with pytest.raises(ValueError, match="inf"):
     base.fit("patching", bad, y)
+
+
+def test_cut_points_select_the_same_samples_with_a_margin():
+  from jaxcal._src.recal.patching import _cut_points
+  rng = np.random.default_rng(5)
+  v = np.round(rng.uniform(-1, 1, 400), 2).astype(np.float32)           # tied values
+  vals = np.unique(v)
+  for a, b in [(3, 40), (0, 10), (50, len(vals) - 1), (0, len(vals) - 1), (7, 7)]:
+    lo, hi = vals[a], vals[b]
+    lc, hc = map(float, _cut_points(jnp.asarray(v), jnp.float32(lo), jnp.float32(hi)))
+    np.testing.assert_array_equal((v >= lc) & (v <= hc), (v >= lo) & (v <= hi))
+    assert lc <= lo and hc >= hi
+    if a > 0:
+      assert vals[a - 1] < lc < lo                                        # strictly between
+    if b < len(vals) - 1:
+      assert hi < hc < vals[b + 1]
