@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
+
 from jaxcal._src.sorting import float_to_key, key_to_float, stable_argsort
 
 __all__ = [
