@@ -78,34 +78,63 @@ CIFAR = SHARED / "data" / "cifar_logits"
 TRACES = HERE / "cache" / "fmnist_traces"
 
 CIFAR_SETTINGS = tuple(
-    [f"cifar10_{a}" for a in ("resnet50", "resnet110", "wide_resnet", "densenet121")]
-    + [f"focal_cifar10_{a}" for a in ("resnet50", "resnet110", "wide_resnet", "densenet121")]
-    + [f"cifar100_{a}" for a in ("resnet50", "resnet110", "wide_resnet", "densenet121")])
+  [f"cifar10_{a}" for a in ("resnet50", "resnet110", "wide_resnet", "densenet121")]
+  + [f"focal_cifar10_{a}" for a in ("resnet50", "resnet110", "wide_resnet", "densenet121")]
+  + [f"cifar100_{a}" for a in ("resnet50", "resnet110", "wide_resnet", "densenet121")]
+)
 
 #: family -> (metric function, binning); Table 1 of the truthful paper.
 FAMILIES = {
-    "ConfECE": (metrics.conf_ece, "fixed"),
-    "ConfCE": (metrics.conf_ce, "quantile"),
-    "ConfCE_corr": (metrics.conf_ce_corr, "quantile"),
-    "LinCE_cw": (metrics.classwise_ce, "quantile"),
+  "ConfECE": (metrics.conf_ece, "fixed"),
+  "ConfCE": (metrics.conf_ce, "quantile"),
+  "ConfCE_corr": (metrics.conf_ce_corr, "quantile"),
+  "LinCE_cw": (metrics.classwise_ce, "quantile"),
 }
 TRUTHFUL = ("ConfCE_corr", "LinCE_cw")
 LOSSES = {
-    "brier": scores.brier,
-    "log_loss": scores.log_loss,
-    "spherical": scores.spherical,
-    "classification_error": scores.classification_error,
-    "confidence_loss": scores.confidence_loss,
+  "brier": scores.brier,
+  "log_loss": scores.log_loss,
+  "spherical": scores.spherical,
+  "classification_error": scores.classification_error,
+  "confidence_loss": scores.confidence_loss,
 }
 CLS = list(LOSSES).index("classification_error")
 
 #: The paper's Table 1 (CIFAR-100; within-model MobileNetV3-Small-1.0 traces,
 #: cross-model 9 architectures), in the row order of ``table_pairs``.
 PAPER_TABLE1 = {
-    "ConfECE": [(0.972, 0.974), (-0.009, 0.654), (-0.277, 0.604), (-0.006, 0.672), (-0.285, 0.624), (0.660, 0.841)],
-    "ConfCE": [(0.966, 0.976), (0.045, 0.639), (-0.121, 0.582), (0.070, 0.662), (-0.115, 0.608), (0.652, 0.828)],
-    "ConfCE_corr": [(0.998, 0.999), (0.691, 0.891), (0.272, 0.753), (0.695, 0.895), (0.272, 0.760), (0.642, 0.884)],
-    "LinCE_cw": [(0.994, 0.992), (0.887, 0.875), (0.884, 0.873), (0.899, 0.910), (0.895, 0.907), (0.997, 0.997)],
+  "ConfECE": [
+    (0.972, 0.974),
+    (-0.009, 0.654),
+    (-0.277, 0.604),
+    (-0.006, 0.672),
+    (-0.285, 0.624),
+    (0.660, 0.841),
+  ],
+  "ConfCE": [
+    (0.966, 0.976),
+    (0.045, 0.639),
+    (-0.121, 0.582),
+    (0.070, 0.662),
+    (-0.115, 0.608),
+    (0.652, 0.828),
+  ],
+  "ConfCE_corr": [
+    (0.998, 0.999),
+    (0.691, 0.891),
+    (0.272, 0.753),
+    (0.695, 0.895),
+    (0.272, 0.760),
+    (0.642, 0.884),
+  ],
+  "LinCE_cw": [
+    (0.994, 0.992),
+    (0.887, 0.875),
+    (0.884, 0.873),
+    (0.899, 0.910),
+    (0.895, 0.907),
+    (0.997, 0.997),
+  ],
 }
 
 
@@ -113,9 +142,11 @@ PAPER_TABLE1 = {
 # Checkpoint sets
 # --------------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class Stack:
   """Predictors of equal (n, C) on one test set: probs (P, n, C), labels (P, n)."""
+
   probs: np.ndarray
   labels: np.ndarray
 
@@ -133,12 +164,15 @@ def temperature_scale(val_logits, val_labels, test_logits) -> tuple[np.ndarray, 
   with ``jaxcal.recalibrate.fit("temperature")`` (argmin NLL, L-BFGS over log T)."""
   rc = recalibrate.fit("temperature", val_logits, val_labels)
   probs = np.asarray(rc(test_logits), np.float32)
-  return probs, dict(temperature=float(np.asarray(rc.temperature)),
-                     temperature_source="jaxcal.recalibrate.fit('temperature')")
+  return probs, dict(
+    temperature=float(np.asarray(rc.temperature)),
+    temperature_source="jaxcal.recalibrate.fit('temperature')",
+  )
 
 
-def cifar_sets(subsample: int | None, seed: int = 0,
-               settings: tuple[str, ...] = CIFAR_SETTINGS) -> list[CheckpointSet]:
+def cifar_sets(
+  subsample: int | None, seed: int = 0, settings: tuple[str, ...] = CIFAR_SETTINGS
+) -> list[CheckpointSet]:
   if not CIFAR.is_dir():
     print(f"CIFAR logits not found at {CIFAR}: skipping the CIFAR sets")
     return []
@@ -154,18 +188,32 @@ def cifar_sets(subsample: int | None, seed: int = 0,
     g = groups.setdefault(probs.shape[1], dict(probs=[], labels=[], meta=[]))
     g["probs"].append(probs)
     g["labels"].append(ty)
-    g["meta"].append(dict(name=setting, group=f"CIFAR-{probs.shape[1]}",
-                          focal=setting.startswith("focal"), **info))
+    g["meta"].append(
+      dict(name=setting, group=f"CIFAR-{probs.shape[1]}", focal=setting.startswith("focal"), **info)
+    )
   stacks, meta = [], []
   for c in sorted(groups):
     stacks.append(Stack(np.stack(groups[c]["probs"]), np.stack(groups[c]["labels"])))
     meta += groups[c]["meta"]
   name = "cifar12" if tuple(settings) == CIFAR_SETTINGS else "cifar_subset"
-  out = [CheckpointSet(name, f"{len(meta)} CIFAR models ({', '.join(sorted(set(m['group'] for m in meta)))}"
-                       "; CIFAR-10 incl. focal loss), cross-model", stacks, meta)]
+  out = [
+    CheckpointSet(
+      name,
+      f"{len(meta)} CIFAR models ({', '.join(sorted(set(m['group'] for m in meta)))}"
+      "; CIFAR-10 incl. focal loss), cross-model",
+      stacks,
+      meta,
+    )
+  ]
   if 10 in groups and len(groups) > 1:
-    out.append(CheckpointSet("cifar10", "8 CIFAR-10 models (4 cross-entropy, 4 focal), one test set",
-                             [stacks[sorted(groups).index(10)]], groups[10]["meta"]))
+    out.append(
+      CheckpointSet(
+        "cifar10",
+        "8 CIFAR-10 models (4 cross-entropy, 4 focal), one test set",
+        [stacks[sorted(groups).index(10)]],
+        groups[10]["meta"],
+      )
+    )
   return out
 
 
@@ -177,13 +225,16 @@ def fmnist_sets(subsample: int | None, max_predictors: int | None) -> list[Check
   return load_fmnist_traces(TRACES, subsample, max_predictors)
 
 
-def load_fmnist_traces(root: pathlib.Path, subsample: int | None,
-                       max_predictors: int | None) -> list[CheckpointSet]:
+def load_fmnist_traces(
+  root: pathlib.Path, subsample: int | None, max_predictors: int | None
+) -> list[CheckpointSet]:
   """Reads ``within/*.npz`` and ``cross/*.npz``: every epoch of every trace is a
   predictor, temperature-scaled on its own ``val_logits``."""
   out = []
-  for sub, name, desc in (("within", "fmnist_within", "Fashion-MNIST within-model traces"),
-                          ("cross", "fmnist_cross", "Fashion-MNIST cross-model traces")):
+  for sub, name, desc in (
+    ("within", "fmnist_within", "Fashion-MNIST within-model traces"),
+    ("cross", "fmnist_cross", "Fashion-MNIST cross-model traces"),
+  ):
     files = sorted((root / sub).glob("*.npz"))
     if not files:
       continue
@@ -198,16 +249,27 @@ def load_fmnist_traces(root: pathlib.Path, subsample: int | None,
         p, info = temperature_scale(vz[e], vy, tz[e])
         probs.append(p)
         labels.append(ty)
-        meta.append(dict(name=f"{arch}_f{frac:.3f}_e{ep}", group=f"{arch} f={frac:g}", arch=arch,
-                         fraction=frac, epoch=int(ep), seed=seed, **info))
+        meta.append(
+          dict(
+            name=f"{arch}_f{frac:.3f}_e{ep}",
+            group=f"{arch} f={frac:g}",
+            arch=arch,
+            fraction=frac,
+            epoch=int(ep),
+            seed=seed,
+            **info,
+          )
+        )
     if max_predictors is not None:
       probs, labels, meta = probs[:max_predictors], labels[:max_predictors], meta[:max_predictors]
     P, Y = np.stack(probs), np.stack(labels)
     if subsample is not None:
       P, Y = P[:, :subsample], Y[:, :subsample]
-    desc += (f": {len(files)} traces x {len(set(m['epoch'] for m in meta))} epochs; "
-             f"architectures {sorted(set(m['arch'] for m in meta))}; every checkpoint "
-             "temperature-scaled on the 5,000-image val split, evaluated on the 5,000-image test split")
+    desc += (
+      f": {len(files)} traces x {len(set(m['epoch'] for m in meta))} epochs; "
+      f"architectures {sorted(set(m['arch'] for m in meta))}; every checkpoint "
+      "temperature-scaled on the 5,000-image val split, evaluated on the 5,000-image test split"
+    )
     out.append(CheckpointSet(name, desc, [Stack(P, Y)], meta))
   return out
 
@@ -215,6 +277,7 @@ def load_fmnist_traces(root: pathlib.Path, subsample: int | None,
 # --------------------------------------------------------------------------
 # One vmapped statistic per checkpoint set
 # --------------------------------------------------------------------------
+
 
 def table_pairs(num_bins: tuple[int, ...]) -> list[tuple[str, str]]:
   """Table 1 rows: (classification error, m) for each m, then (m1, m2) pairs."""
@@ -239,24 +302,26 @@ def make_statistic(num_bins: tuple[int, ...], chain: np.ndarray | None):
       l_, e_ = jax.vmap(per_predictor)(p, y)
       ls.append(l_)
       es.append(e_)
-    losses = jnp.concatenate(ls)   # (P, 5)
-    errs = jnp.concatenate(es)     # (P, 4, M)
+    losses = jnp.concatenate(ls)  # (P, 5)
+    errs = jnp.concatenate(es)  # (P, 4, M)
     cls = losses[:, CLS]
     col = {str(m): j for j, m in enumerate(num_bins)}
     # every correlation of the table in one vmapped rank_correlation call
     pairs = table_pairs(num_bins)
-    xs = jnp.stack([cls if a == "cls" else errs[:, fi, col[a]]
-                    for fi in range(len(fams)) for a, _ in pairs])
+    xs = jnp.stack(
+      [cls if a == "cls" else errs[:, fi, col[a]] for fi in range(len(fams)) for a, _ in pairs]
+    )
     ys = jnp.stack([errs[:, fi, col[b]] for fi in range(len(fams)) for _, b in pairs])
     table = jax.vmap(dominance.rank_correlation)(xs, ys).reshape(len(fams), len(pairs))
     out = dict(losses=losses, errors=errs, table=table)
     if chain is not None and len(chain) >= 2:
-      ce = errs[jnp.asarray(chain)].reshape(len(chain), -1).T        # (4*M, K)
+      ce = errs[jnp.asarray(chain)].reshape(len(chain), -1).T  # (4*M, K)
       pos = jnp.broadcast_to(jnp.arange(len(chain), dtype=ce.dtype), ce.shape)
       shape = (len(fams), len(num_bins))
       out["chain_spearman"] = jax.vmap(dominance.rank_correlation)(pos, ce).reshape(shape)
-      out["chain_kendall"] = jax.vmap(
-          lambda a, b: dominance.rank_correlation(a, b, "kendall"))(pos, ce).reshape(shape)
+      out["chain_kendall"] = jax.vmap(lambda a, b: dominance.rank_correlation(a, b, "kendall"))(
+        pos, ce
+      ).reshape(shape)
     return out
 
   return stat
@@ -281,39 +346,69 @@ def analyse(cs: CheckpointSet, num_bins, resamples: int, key, batch_size: int) -
     arrays += [st.probs, st.labels]
     axes += [1, 1]
     groups += [g, g]
-  r = dominance.bootstrap(key, stat, *arrays, num_resamples=resamples, sample_axis=axes,
-                          groups=groups, batch_size=batch_size)
+  r = dominance.bootstrap(
+    key,
+    stat,
+    *arrays,
+    num_resamples=resamples,
+    sample_axis=axes,
+    groups=groups,
+    batch_size=batch_size,
+  )
   est = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), r.estimate)
   sd = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), r.sd)
   table = []
   for fi, fam in enumerate(FAMILIES):
     for ri, (a, b) in enumerate(table_pairs(num_bins)):
-      table.append(dict(family=fam, item1="classification_error" if a == "cls" else f"{fam}({a})",
-                        item2=f"{fam}({b})", spearman=float(est["table"][fi, ri]),
-                        sd=float(sd["table"][fi, ri]), ci95=1.96 * float(sd["table"][fi, ri])))
+      table.append(
+        dict(
+          family=fam,
+          item1="classification_error" if a == "cls" else f"{fam}({a})",
+          item2=f"{fam}({b})",
+          spearman=float(est["table"][fi, ri]),
+          sd=float(sd["table"][fi, ri]),
+          ci95=1.96 * float(sd["table"][fi, ri]),
+        )
+      )
   chain_corr = []
   if "chain_spearman" in est:
     for fi, fam in enumerate(FAMILIES):
       for j, m in enumerate(num_bins):
-        chain_corr.append(dict(
-            family=fam, num_bins=int(m), spearman=float(est["chain_spearman"][fi, j]),
+        chain_corr.append(
+          dict(
+            family=fam,
+            num_bins=int(m),
+            spearman=float(est["chain_spearman"][fi, j]),
             spearman_ci95=1.96 * float(sd["chain_spearman"][fi, j]),
             kendall=float(est["chain_kendall"][fi, j]),
-            kendall_ci95=1.96 * float(sd["chain_kendall"][fi, j])))
+            kendall_ci95=1.96 * float(sd["chain_kendall"][fi, j]),
+          )
+        )
   n_test = [int(st.labels.shape[1]) for st in cs.stacks]
   return dict(
-      name=cs.name, description=cs.description, num_predictors=len(cs.meta), n_test=n_test,
-      num_classes=[int(st.probs.shape[2]) for st in cs.stacks], predictors=cs.meta,
-      losses_names=list(LOSSES), losses=losses.tolist(),
-      errors=est["errors"].tolist(), errors_sd=sd["errors"].tolist(),
-      chain=chain.tolist(), chain_names=[cs.meta[i]["name"] for i in chain],
-      chain_correlations=chain_corr, table=table, resamples=resamples,
-      seconds=round(time.time() - t0, 1))
+    name=cs.name,
+    description=cs.description,
+    num_predictors=len(cs.meta),
+    n_test=n_test,
+    num_classes=[int(st.probs.shape[2]) for st in cs.stacks],
+    predictors=cs.meta,
+    losses_names=list(LOSSES),
+    losses=losses.tolist(),
+    errors=est["errors"].tolist(),
+    errors_sd=sd["errors"].tolist(),
+    chain=chain.tolist(),
+    chain_names=[cs.meta[i]["name"] for i in chain],
+    chain_correlations=chain_corr,
+    table=table,
+    resamples=resamples,
+    seconds=round(time.time() - t0, 1),
+  )
 
 
 # --------------------------------------------------------------------------
 # Figures and report
 # --------------------------------------------------------------------------
+
 
 def _kernel_trend(x, y, grid, bandwidth):
   w = np.exp(-0.5 * ((grid[:, None] - x[None, :]) / bandwidth) ** 2)
@@ -327,6 +422,7 @@ def _colors(res):
     cmap = {g: f"C{i}" for i, g in enumerate(uniq)}
   else:  # many traces: a gradient in trace order (e.g. by training-set fraction)
     import matplotlib
+
     cm = matplotlib.colormaps["viridis"]
     cmap = {g: cm(i / (len(uniq) - 1)) for i, g in enumerate(uniq)}
   return [cmap[g] for g in groups], cmap
@@ -334,11 +430,16 @@ def _colors(res):
 
 def trend_figure(res: dict, num_bins, path: pathlib.Path) -> None:
   plt = _plt()
-  errs = np.asarray(res["errors"])           # (P, 4, M)
+  errs = np.asarray(res["errors"])  # (P, 4, M)
   cls = np.asarray(res["losses"])[:, CLS]
   colors, cmap = _colors(res)
-  fig, axes = plt.subplots(len(FAMILIES), len(num_bins), figsize=(3.3 * len(num_bins), 2.7 * len(FAMILIES)),
-                           constrained_layout=True, squeeze=False)
+  fig, axes = plt.subplots(
+    len(FAMILIES),
+    len(num_bins),
+    figsize=(3.3 * len(num_bins), 2.7 * len(FAMILIES)),
+    constrained_layout=True,
+    squeeze=False,
+  )
   grid = np.linspace(cls.min(), cls.max(), 200)
   bw = max(1e-6, 0.1 * (cls.max() - cls.min()))
   for fi, fam in enumerate(FAMILIES):
@@ -347,10 +448,18 @@ def trend_figure(res: dict, num_bins, path: pathlib.Path) -> None:
       y = errs[:, fi, j]
       ax.scatter(cls, y, c=colors, s=12)
       ax.plot(grid, _kernel_trend(cls, y, grid, bw), "k-", lw=1)
-      rho = next(t for t in res["table"] if t["family"] == fam and t["item1"] == "classification_error"
-                 and t["item2"] == f"{fam}({m})")
-      ax.set_title(f"{fam}({FAMILIES[fam][1][:3]};{m}){' *' if fam in TRUTHFUL else ''}  "
-                   f"ρ={rho['spearman']:.2f}±{rho['ci95']:.2f}", fontsize=8)
+      rho = next(
+        t
+        for t in res["table"]
+        if t["family"] == fam
+        and t["item1"] == "classification_error"
+        and t["item2"] == f"{fam}({m})"
+      )
+      ax.set_title(
+        f"{fam}({FAMILIES[fam][1][:3]};{m}){' *' if fam in TRUTHFUL else ''}  "
+        f"ρ={rho['spearman']:.2f}±{rho['ci95']:.2f}",
+        fontsize=8,
+      )
       ax.yaxis.get_offset_text().set_fontsize(6)
       if fi == len(FAMILIES) - 1:
         ax.set_xlabel("classification error")
@@ -359,8 +468,11 @@ def trend_figure(res: dict, num_bins, path: pathlib.Path) -> None:
     items = [items[0], items[len(items) // 2], items[-1]]
   handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=g) for g, c in items]
   axes[0, 0].legend(handles=handles, fontsize=6)
-  fig.suptitle(f"{res['name']}: calibration error vs classification error "
-               "(kernel trend; * truthful; ρ = Spearman ± 1.96 sd)", fontsize=10)
+  fig.suptitle(
+    f"{res['name']}: calibration error vs classification error "
+    "(kernel trend; * truthful; ρ = Spearman ± 1.96 sd)",
+    fontsize=10,
+  )
   fig.savefig(path, dpi=100)
   plt.close(fig)
 
@@ -370,8 +482,13 @@ def dominance_figure(res: dict, num_bins, path: pathlib.Path) -> None:
   errs = np.asarray(res["errors"])
   logl = np.asarray(res["losses"])[:, list(LOSSES).index("log_loss")]
   chain = np.asarray(res["chain"])
-  fig, axes = plt.subplots(len(FAMILIES), len(num_bins), figsize=(3.3 * len(num_bins), 2.7 * len(FAMILIES)),
-                           constrained_layout=True, squeeze=False)
+  fig, axes = plt.subplots(
+    len(FAMILIES),
+    len(num_bins),
+    figsize=(3.3 * len(num_bins), 2.7 * len(FAMILIES)),
+    constrained_layout=True,
+    squeeze=False,
+  )
   others = np.setdiff1d(np.arange(len(logl)), chain)
   for fi, fam in enumerate(FAMILIES):
     for j, m in enumerate(num_bins):
@@ -383,15 +500,20 @@ def dominance_figure(res: dict, num_bins, path: pathlib.Path) -> None:
       cc = [c for c in res["chain_correlations"] if c["family"] == fam and c["num_bins"] == m]
       if cc:
         c = cc[0]
-        ax.set_title(f"{fam}({m}){' *' if fam in TRUTHFUL else ''} ρ={c['spearman']:.2f} "
-                     f"τ={c['kendall']:.2f}", fontsize=8)
+        ax.set_title(
+          f"{fam}({m}){' *' if fam in TRUTHFUL else ''} ρ={c['spearman']:.2f} τ={c['kendall']:.2f}",
+          fontsize=8,
+        )
       else:
         ax.set_title(f"{fam}({m})", fontsize=8)
       ax.yaxis.get_offset_text().set_fontsize(6)
       if fi == len(FAMILIES) - 1:
         ax.set_xlabel("log loss")
-  fig.suptitle(f"{res['name']}: maximum dominance set ({len(chain)} of {len(logl)} predictors, "
-               "colored by chain position; gray: others)", fontsize=10)
+  fig.suptitle(
+    f"{res['name']}: maximum dominance set ({len(chain)} of {len(logl)} predictors, "
+    "colored by chain position; gray: others)",
+    fontsize=10,
+  )
   fig.savefig(path, dpi=100)
   plt.close(fig)
 
@@ -423,8 +545,10 @@ def _calibrated_values(res: dict) -> dict:
   losses = np.asarray(res["losses"])
   n = np.concatenate([[n_] * len(st) for n_, st in zip(res["n_test"], _split(res))])
   c = np.concatenate([[c_] * len(st) for c_, st in zip(res["num_classes"], _split(res))])
-  return {"ConfCE_corr": losses[:, list(LOSSES).index("confidence_loss")] / n,
-          "LinCE_cw": losses[:, list(LOSSES).index("brier")] / (c * n)}
+  return {
+    "ConfCE_corr": losses[:, list(LOSSES).index("confidence_loss")] / n,
+    "LinCE_cw": losses[:, list(LOSSES).index("brier")] / (c * n),
+  }
 
 
 def assumption_ratios(res: dict) -> dict:
@@ -445,8 +569,10 @@ def _split(res):
 
 def _plt():
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   return plt
 
 
@@ -454,19 +580,20 @@ def markdown(result: dict) -> str:
   sets = result["sets"]
   bins = result["config"]["num_bins"]
   lines = [
-      "# Binning robustness (truthful_multiclass_calibration_errors, Table 1 and Figs. 2-4)",
-      "",
-      f"Produced by `python experiments/binning_robustness.py{' --quick' if result['quick'] else ''}` "
-      f"in {result['runtime_s']} s on {result['device']} ({result['platform']}), {result['date']}, "
-      f"jax {result['jax_version']}. Bins m = {bins}; ± = 1.96 sd over {result['config']['resamples']} "
-      "bootstrap resamples of the test samples. Temperature scaling: "
-      f"{sorted(set(m['temperature_source'] for s in sets for m in s['predictors']))}.",
-      "",
-      "## Table 1: Spearman rank correlations across predictors",
-      "",
-      "| family | item 1 | item 2 | " + " | ".join(f"{s['name']} (P={s['num_predictors']})" for s in sets)
-      + " | paper within | paper cross |",
-      "|" + "---|" * (5 + len(sets)),
+    "# Binning robustness (truthful_multiclass_calibration_errors, Table 1 and Figs. 2-4)",
+    "",
+    f"Produced by `python experiments/binning_robustness.py{' --quick' if result['quick'] else ''}` "
+    f"in {result['runtime_s']} s on {result['device']} ({result['platform']}), {result['date']}, "
+    f"jax {result['jax_version']}. Bins m = {bins}; ± = 1.96 sd over {result['config']['resamples']} "
+    "bootstrap resamples of the test samples. Temperature scaling: "
+    f"{sorted(set(m['temperature_source'] for s in sets for m in s['predictors']))}.",
+    "",
+    "## Table 1: Spearman rank correlations across predictors",
+    "",
+    "| family | item 1 | item 2 | "
+    + " | ".join(f"{s['name']} (P={s['num_predictors']})" for s in sets)
+    + " | paper within | paper cross |",
+    "|" + "---|" * (5 + len(sets)),
   ]
   paper_rows = len(bins) == 3
   for i, row in enumerate(sets[0]["table"]):
@@ -477,44 +604,69 @@ def markdown(result: dict) -> str:
     ref = PAPER_TABLE1[row["family"]][i % 6] if paper_rows else ("", "")
     cells += [f"{ref[0]:.3f}" if ref[0] != "" else "", f"{ref[1]:.3f}" if ref[1] != "" else ""]
     tag = " *" if row["family"] in TRUTHFUL else ""
-    lines.append(f"| {row['family']}{tag} | {row['item1']} | {row['item2']} | " + " | ".join(cells) + " |")
-  lines += ["", "\\* truthful errors. Paper columns: Table 1 of the truthful paper (CIFAR-100, "
-            "MobileNetV3 within-model traces / 9 architectures cross-model, 5,000 test images, "
-            "its \"2k\" = 2000 bins).", "",
-            "Notes:", "",
-            "- `cifar12` mixes CIFAR-10 (C = 10) and CIFAR-100 (C = 100) models. LinCE_cw averages "
-            "over classes, so at equal Brier score a CIFAR-100 model gets a ~10x smaller value "
-            "(Lemma D.1: Brier/(C n)); across the two data sets its correlation with classification "
-            "error is therefore negative. Within one data set (`cifar10`, the Fashion-MNIST sets) "
-            "it is not. ConfECE/ConfCE/ConfCE_corr do not have this 1/C factor.",
-            "- With 8-12 predictors the bootstrap intervals are wide; the Fashion-MNIST sets "
-            "(168 and 75 checkpoints) are the ones comparable with the paper.",
-            "- The ± is 1.96 sd of the bootstrap distribution around the full-data estimate, as "
-            "in the paper; intervals are not clipped to [-1, 1].", ""]
-  lines += ["## Assumption check (Lemma D.1, paper Fig. 4)", "",
-            "Median over predictors of error / calibrated-predictor value (1 = calibrated; "
-            "ConfCE_corr vs l_conf/n, LinCE_cw vs Brier/(C n)):", "",
-            "| set | " + " | ".join(f"{fam}({m})" for fam in TRUTHFUL for m in bins) + " |",
-            "|" + "---|" * (1 + len(TRUTHFUL) * len(bins))]
+    lines.append(
+      f"| {row['family']}{tag} | {row['item1']} | {row['item2']} | " + " | ".join(cells) + " |"
+    )
+  lines += [
+    "",
+    "\\* truthful errors. Paper columns: Table 1 of the truthful paper (CIFAR-100, "
+    "MobileNetV3 within-model traces / 9 architectures cross-model, 5,000 test images, "
+    'its "2k" = 2000 bins).',
+    "",
+    "Notes:",
+    "",
+    "- `cifar12` mixes CIFAR-10 (C = 10) and CIFAR-100 (C = 100) models. LinCE_cw averages "
+    "over classes, so at equal Brier score a CIFAR-100 model gets a ~10x smaller value "
+    "(Lemma D.1: Brier/(C n)); across the two data sets its correlation with classification "
+    "error is therefore negative. Within one data set (`cifar10`, the Fashion-MNIST sets) "
+    "it is not. ConfECE/ConfCE/ConfCE_corr do not have this 1/C factor.",
+    "- With 8-12 predictors the bootstrap intervals are wide; the Fashion-MNIST sets "
+    "(168 and 75 checkpoints) are the ones comparable with the paper.",
+    "- The ± is 1.96 sd of the bootstrap distribution around the full-data estimate, as "
+    "in the paper; intervals are not clipped to [-1, 1].",
+    "",
+  ]
+  lines += [
+    "## Assumption check (Lemma D.1, paper Fig. 4)",
+    "",
+    "Median over predictors of error / calibrated-predictor value (1 = calibrated; "
+    "ConfCE_corr vs l_conf/n, LinCE_cw vs Brier/(C n)):",
+    "",
+    "| set | " + " | ".join(f"{fam}({m})" for fam in TRUTHFUL for m in bins) + " |",
+    "|" + "---|" * (1 + len(TRUTHFUL) * len(bins)),
+  ]
   for s in sets:
     ratios = assumption_ratios(s)
-    lines.append(f"| {s['name']} | " + " | ".join(
-        f"{np.median(ratios[fam][:, j]):.2f}" for fam in TRUTHFUL for j in range(len(bins))) + " |")
-  lines += ["", "Values far above 1 at few bins mean the temperature-scaled predictors keep a "
-            "bias that a single temperature cannot remove (for LinCE_cw: class-wise bias); "
-            "there the bias term, not the proper loss, drives the error and the truthful "
-            "ranking guarantee (Thm 4.3) need not hold.", ""]
+    lines.append(
+      f"| {s['name']} | "
+      + " | ".join(
+        f"{np.median(ratios[fam][:, j]):.2f}" for fam in TRUTHFUL for j in range(len(bins))
+      )
+      + " |"
+    )
+  lines += [
+    "",
+    "Values far above 1 at few bins mean the temperature-scaled predictors keep a "
+    "bias that a single temperature cannot remove (for LinCE_cw: class-wise bias); "
+    "there the bias term, not the proper loss, drives the error and the truthful "
+    "ranking guarantee (Thm 4.3) need not hold.",
+    "",
+  ]
   lines += ["## Maximum dominance set", ""]
   for s in sets:
-    lines.append(f"**{s['name']}**: chain of {len(s['chain'])} / {s['num_predictors']} predictors "
-                 f"(best first): {', '.join(s['chain_names'][:12])}{' ...' if len(s['chain']) > 12 else ''}")
+    lines.append(
+      f"**{s['name']}**: chain of {len(s['chain'])} / {s['num_predictors']} predictors "
+      f"(best first): {', '.join(s['chain_names'][:12])}{' ...' if len(s['chain']) > 12 else ''}"
+    )
     lines.append("")
     if s["chain_correlations"]:
       lines += ["| family | m | Spearman (chain pos., error) | Kendall |", "|---|---|---|---|"]
       for c in s["chain_correlations"]:
-        lines.append(f"| {c['family']}{' *' if c['family'] in TRUTHFUL else ''} | {c['num_bins']} | "
-                     f"{c['spearman']:.3f} ± {c['spearman_ci95']:.3f} | "
-                     f"{c['kendall']:.3f} ± {c['kendall_ci95']:.3f} |")
+        lines.append(
+          f"| {c['family']}{' *' if c['family'] in TRUTHFUL else ''} | {c['num_bins']} | "
+          f"{c['spearman']:.3f} ± {c['spearman_ci95']:.3f} | "
+          f"{c['kendall']:.3f} ± {c['kendall_ci95']:.3f} |"
+        )
       lines.append("")
   lines += ["## Figures", ""]
   for s in sets:
@@ -522,23 +674,30 @@ def markdown(result: dict) -> str:
       lines.append(f"- `{s['name']}_{kind}.png`")
   lines += ["", "## Predictors", ""]
   for s in sets:
-    lines.append(f"**{s['name']}** ({s['description']}), n_test = {s['n_test']}, "
-                 f"{s['seconds']} s:")
+    lines.append(f"**{s['name']}** ({s['description']}), n_test = {s['n_test']}, {s['seconds']} s:")
     lines.append("")
     lines.append("| predictor | group | T | classification error | log loss |")
     lines.append("|---|---|---|---|---|")
     for i, m in enumerate(s["predictors"][:60]):
       t = m.get("temperature")
-      lines.append(f"| {m['name']} | {m.get('group', '')} | {'' if t is None else f'{t:.3f}'} | "
-                   f"{s['losses'][i][CLS]:.4f} | {s['losses'][i][1]:.4f} |")
+      lines.append(
+        f"| {m['name']} | {m.get('group', '')} | {'' if t is None else f'{t:.3f}'} | "
+        f"{s['losses'][i][CLS]:.4f} | {s['losses'][i][1]:.4f} |"
+      )
     if len(s["predictors"]) > 60:
       lines.append(f"| ... {len(s['predictors']) - 60} more in results.json | | | | |")
     lines.append("")
   return "\n".join(lines)
 
 
-def run(quick: bool, out_dir: pathlib.Path, resamples: int, sets: list[str], seed: int = 0,
-        batch_size: int = 4) -> dict:
+def run(
+  quick: bool,
+  out_dir: pathlib.Path,
+  resamples: int,
+  sets: list[str],
+  seed: int = 0,
+  batch_size: int = 4,
+) -> dict:
   t0 = time.time()
   subsample = 1000 if quick else None
   num_bins = (250, 20, 5) if quick else (2000, 20, 5)
@@ -560,11 +719,23 @@ def run(quick: bool, out_dir: pathlib.Path, resamples: int, sets: list[str], see
     results.append(r)
     print(f"[{cs.name}] done in {r['seconds']} s", flush=True)
   result = dict(
-      experiment="binning_robustness", quick=quick, seed=seed,
-      config=dict(num_bins=list(num_bins), resamples=resamples, subsample=subsample,
-                  families={k: v[1] for k, v in FAMILIES.items()}, losses=list(LOSSES)),
-      sets=results, runtime_s=round(time.time() - t0, 1), device=str(jax.devices()[0]),
-      platform=platform.platform(), jax_version=jax.__version__, date=time.strftime("%Y-%m-%d"))
+    experiment="binning_robustness",
+    quick=quick,
+    seed=seed,
+    config=dict(
+      num_bins=list(num_bins),
+      resamples=resamples,
+      subsample=subsample,
+      families={k: v[1] for k, v in FAMILIES.items()},
+      losses=list(LOSSES),
+    ),
+    sets=results,
+    runtime_s=round(time.time() - t0, 1),
+    device=str(jax.devices()[0]),
+    platform=platform.platform(),
+    jax_version=jax.__version__,
+    date=time.strftime("%Y-%m-%d"),
+  )
   out_dir.mkdir(parents=True, exist_ok=True)
   (out_dir / "results.json").write_text(json.dumps(result, indent=1))
   if results:
@@ -578,7 +749,9 @@ def run(quick: bool, out_dir: pathlib.Path, resamples: int, sets: list[str], see
 
 def main(argv=None) -> dict:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--quick", action="store_true", help="4 CIFAR-10 models, 1000 samples, 4 resamples")
+  ap.add_argument(
+    "--quick", action="store_true", help="4 CIFAR-10 models, 1000 samples, 4 resamples"
+  )
   ap.add_argument("--out", type=pathlib.Path, default=OUT)
   ap.add_argument("--resamples", type=int, default=100)
   ap.add_argument("--sets", default="cifar12,cifar10,fmnist_within,fmnist_cross")

@@ -117,14 +117,26 @@ from scipy import special, stats
 
 from jaxcal import metrics
 
-PREDICTORS = ("informative_calibrated", "informative_biased", "uniform_calibrated",
-              "uniform_biased")
-SHORT = {"informative_calibrated": "f1 inf-cal", "informative_biased": "f2 inf-bias",
-         "uniform_calibrated": "f3 uni-cal", "uniform_biased": "f4 uni-bias"}
+PREDICTORS = (
+  "informative_calibrated",
+  "informative_biased",
+  "uniform_calibrated",
+  "uniform_biased",
+)
+SHORT = {
+  "informative_calibrated": "f1 inf-cal",
+  "informative_biased": "f2 inf-bias",
+  "uniform_calibrated": "f3 uni-cal",
+  "uniform_biased": "f4 uni-bias",
+}
 METRICS = ("conf_ece_fix", "conf_ece_qua", "conf_ce_qua", "conf_ce_corr_qua", "lin_ce_cw_qua")
-LABELS = {"conf_ece_fix": "ConfECE(fix)", "conf_ece_qua": "ConfECE(qua)",
-          "conf_ce_qua": "ConfCE(qua)", "conf_ce_corr_qua": "ConfCE_corr(qua)",
-          "lin_ce_cw_qua": "LinCE_cw(qua)"}
+LABELS = {
+  "conf_ece_fix": "ConfECE(fix)",
+  "conf_ece_qua": "ConfECE(qua)",
+  "conf_ce_qua": "ConfCE(qua)",
+  "conf_ce_corr_qua": "ConfCE_corr(qua)",
+  "lin_ce_cw_qua": "LinCE_cw(qua)",
+}
 TRUTHFUL = {"conf_ce_corr_qua", "lin_ce_cw_qua"}
 OUT = pathlib.Path(__file__).resolve().parent / "results" / "four_predictors"
 
@@ -142,16 +154,23 @@ class Scenario:
 
 
 SCENARIOS = (
-    Scenario("violation", k=10, p=0.7, kappa=0.5,
-             note="non-truthful errors prefer the uninformative predictors to the truth"),
-    Scenario("flip", k=4, p=0.9, kappa=0.5,
-             note="non-truthful errors flip f2 vs f3 as the bin count grows"),
+  Scenario(
+    "violation",
+    k=10,
+    p=0.7,
+    kappa=0.5,
+    note="non-truthful errors prefer the uninformative predictors to the truth",
+  ),
+  Scenario(
+    "flip", k=4, p=0.9, kappa=0.5, note="non-truthful errors flip f2 vs f3 as the bin count grows"
+  ),
 )
 
 
 # --------------------------------------------------------------------------
 # Data and predictors (JAX, one replicate; batched by lax.map / vmap)
 # --------------------------------------------------------------------------
+
 
 def sample(key, n: int, k: int, p: float):
   kx, ky = jax.random.split(key)
@@ -175,13 +194,15 @@ def predictions(x, k: int, p: float, eps: float, delta: float) -> jax.Array:
 
 def all_errors(probs, labels, bins: np.ndarray) -> jax.Array:
   """(5, M) errors of one predictor on one data set, every bin count at once."""
-  return jnp.stack([
+  return jnp.stack(
+    [
       metrics.conf_ece(probs, labels, num_bins=bins, binning="fixed"),
       metrics.conf_ece(probs, labels, num_bins=bins, binning="quantile"),
       metrics.conf_ce(probs, labels, num_bins=bins, binning="quantile"),
       metrics.conf_ce_corr(probs, labels, num_bins=bins, binning="quantile"),
       metrics.classwise_ce(probs, labels, num_bins=bins, binning="quantile"),
-  ])
+    ]
+  )
 
 
 def monte_carlo(key, sc: Scenario, n: int, bins: np.ndarray, reps: int, batch: int):
@@ -203,6 +224,7 @@ def monte_carlo(key, sc: Scenario, n: int, bins: np.ndarray, reps: int, batch: i
 # Closed forms (numpy/scipy, float64)
 # --------------------------------------------------------------------------
 
+
 def bin_ends(n: int, m: int) -> np.ndarray:
   return (np.arange(m + 1) * n) // m
 
@@ -220,13 +242,13 @@ def mean_abs_dev(size: int, c: float, q: float) -> float:
 def confidence_closed(n: int, m: int, c: float, q: float) -> dict:
   sizes = bin_sizes(n, m)
   uniq, cnt = np.unique(sizes[sizes > 0], return_counts=True)
-  qm = float(np.sum(sizes.astype(np.float64) ** 2)) / n ** 2
+  qm = float(np.sum(sizes.astype(np.float64) ** 2)) / n**2
   ce = (c - q) ** 2 * qm + q * (1 - q) / n
   return {
-      "conf_ece_fix": mean_abs_dev(n, c, q) / n,
-      "conf_ece_qua": sum(int(t) * mean_abs_dev(int(s), c, q) for s, t in zip(uniq, cnt)) / n,
-      "conf_ce_qua": ce,
-      "conf_ce_corr_qua": ce + (1 - q) / n,
+    "conf_ece_fix": mean_abs_dev(n, c, q) / n,
+    "conf_ece_qua": sum(int(t) * mean_abs_dev(int(s), c, q) for s, t in zip(uniq, cnt)) / n,
+    "conf_ce_qua": ce,
+    "conf_ce_corr_qua": ce + (1 - q) / n,
   }
 
 
@@ -241,12 +263,18 @@ def biased_classwise_bias(n: int, m: int, k: int, eps: float) -> float:
   n0 = n - na - nb
   ok = n0 >= 0
   n0c = np.where(ok, n0, 0)
-  logp = (special.gammaln(n + 1) - special.gammaln(na + 1) - special.gammaln(nb + 1)
-          - special.gammaln(n0c + 1) + (na + nb) * np.log(1 / k) + n0c * np.log1p(-2 / k))
+  logp = (
+    special.gammaln(n + 1)
+    - special.gammaln(na + 1)
+    - special.gammaln(nb + 1)
+    - special.gammaln(n0c + 1)
+    + (na + nb) * np.log(1 / k)
+    + n0c * np.log1p(-2 / k)
+  )
   w = np.where(ok, np.exp(logp), 0.0)
   w = np.where(w > 1e-30, w, 0.0)
   e = bin_ends(n, m)
-  s, t = e[:-1][:, None, None], e[1:][:, None, None]   # bin j: positions (s, t]
+  s, t = e[:-1][:, None, None], e[1:][:, None, None]  # bin j: positions (s, t]
 
   def overlap(a, b):  # |(s, t] ∩ (a, b]|
     return np.clip(np.minimum(t, b) - np.maximum(s, a), 0, None)
@@ -254,32 +282,33 @@ def biased_classwise_bias(n: int, m: int, k: int, eps: float) -> float:
   low = overlap(n0c, n0c + nb)
   high = overlap(n0c + nb, n)
   sq = np.sum((high - low).astype(np.float64) ** 2, axis=0)
-  return float(eps ** 2 / n ** 2 * np.sum(w * sq) / np.sum(w))
+  return float(eps**2 / n**2 * np.sum(w * sq) / np.sum(w))
 
 
 def closed_forms(sc: Scenario, n: int, m: int) -> dict:
   """{predictor: {metric: expected value}} for one scenario, n and m."""
   k, p = sc.k, sc.p
   eps = delta = sc.eps(n)
-  qm = float(np.sum(bin_sizes(n, m).astype(np.float64) ** 2)) / n ** 2
+  qm = float(np.sum(bin_sizes(n, m).astype(np.float64) ** 2)) / n**2
   var_cw = 2 * p * (1 - p) / (k * n)
   unif_cw = (1 / k) * (1 - 1 / k) / n
   out = {
-      "informative_calibrated": confidence_closed(n, m, p, p),
-      "informative_biased": confidence_closed(n, m, p + eps, p),
-      "uniform_calibrated": confidence_closed(n, m, 1 / k, 1 / k),
-      "uniform_biased": confidence_closed(n, m, 1 / k + delta, 1 / k),
+    "informative_calibrated": confidence_closed(n, m, p, p),
+    "informative_biased": confidence_closed(n, m, p + eps, p),
+    "uniform_calibrated": confidence_closed(n, m, 1 / k, 1 / k),
+    "uniform_biased": confidence_closed(n, m, 1 / k + delta, 1 / k),
   }
   out["informative_calibrated"]["lin_ce_cw_qua"] = var_cw
   out["informative_biased"]["lin_ce_cw_qua"] = var_cw + biased_classwise_bias(n, m, k, eps)
   out["uniform_calibrated"]["lin_ce_cw_qua"] = unif_cw
-  out["uniform_biased"]["lin_ce_cw_qua"] = delta ** 2 / (k - 1) * qm + unif_cw
+  out["uniform_biased"]["lin_ce_cw_qua"] = delta**2 / (k - 1) * qm + unif_cw
   return out
 
 
 # --------------------------------------------------------------------------
 # Driver
 # --------------------------------------------------------------------------
+
 
 def ranking(values: dict) -> list[str]:
   """Predictors from lowest (best) to highest expected error."""
@@ -302,32 +331,63 @@ def run(quick: bool, out_dir: pathlib.Path, seed: int = 0) -> dict:
         for pi, pred in enumerate(PREDICTORS):
           for ei, met in enumerate(METRICS):
             c, mu, s = cf[pred][met], mean[pi, ei, mi], se[pi, ei, mi]
-            rows.append(dict(scenario=sc.name, n=n, num_bins=int(m), predictor=pred,
-                             metric=met, closed_form=c, mc_mean=float(mu), mc_se=float(s),
-                             z=float((mu - c) / s) if s > 0 else 0.0))
+            rows.append(
+              dict(
+                scenario=sc.name,
+                n=n,
+                num_bins=int(m),
+                predictor=pred,
+                metric=met,
+                closed_form=c,
+                mc_mean=float(mu),
+                mc_se=float(s),
+                z=float((mu - c) / s) if s > 0 else 0.0,
+              )
+            )
         for met in METRICS:
           order = ranking({pred: cf[pred][met] for pred in PREDICTORS})
-          flips.append(dict(scenario=sc.name, n=n, num_bins=int(m), metric=met,
-                            order=order,
-                            truth_first=order[0] == "informative_calibrated",
-                            f2_beats_f3=order.index("informative_biased")
-                            < order.index("uniform_calibrated")))
+          flips.append(
+            dict(
+              scenario=sc.name,
+              n=n,
+              num_bins=int(m),
+              metric=met,
+              order=order,
+              truth_first=order[0] == "informative_calibrated",
+              f2_beats_f3=order.index("informative_biased") < order.index("uniform_calibrated"),
+            )
+          )
   zs = np.array([r["z"] for r in rows])
   summary = dict(
-      comparisons=len(rows), beyond_3se=int(np.sum(np.abs(zs) > 3)),
-      expected_beyond_3se_by_chance=round(0.0027 * len(rows), 2),
-      max_abs_z=float(np.max(np.abs(zs))), mean_z=float(np.mean(zs)),
-      sd_z=float(np.std(zs)))
+    comparisons=len(rows),
+    beyond_3se=int(np.sum(np.abs(zs) > 3)),
+    expected_beyond_3se_by_chance=round(0.0027 * len(rows), 2),
+    max_abs_z=float(np.max(np.abs(zs))),
+    mean_z=float(np.mean(zs)),
+    sd_z=float(np.std(zs)),
+  )
   conclusions = derive_conclusions(flips)
   result = dict(
-      experiment="four_predictors", quick=quick, seed=seed,
-      config=dict(ns=list(ns), num_bins=bins.tolist(), replicates=reps,
-                  scenarios=[dataclasses.asdict(s) for s in SCENARIOS],
-                  eps_rule="eps = delta = kappa / sqrt(n)"),
-      summary=summary, conclusions=conclusions, rows=rows, rankings=flips,
-      runtime_s=round(time.time() - t0, 1), device=str(jax.devices()[0]),
-      platform=platform.platform(), jax_version=jax.__version__,
-      date=time.strftime("%Y-%m-%d"))
+    experiment="four_predictors",
+    quick=quick,
+    seed=seed,
+    config=dict(
+      ns=list(ns),
+      num_bins=bins.tolist(),
+      replicates=reps,
+      scenarios=[dataclasses.asdict(s) for s in SCENARIOS],
+      eps_rule="eps = delta = kappa / sqrt(n)",
+    ),
+    summary=summary,
+    conclusions=conclusions,
+    rows=rows,
+    rankings=flips,
+    runtime_s=round(time.time() - t0, 1),
+    device=str(jax.devices()[0]),
+    platform=platform.platform(),
+    jax_version=jax.__version__,
+    date=time.strftime("%Y-%m-%d"),
+  )
   out_dir.mkdir(parents=True, exist_ok=True)
   (out_dir / "results.json").write_text(json.dumps(result, indent=1))
   (out_dir / "README.md").write_text(markdown(result))
@@ -339,11 +399,13 @@ def derive_conclusions(flips: list[dict]) -> dict:
   """Per scenario and metric: is the truth first at every m, does f2 vs f3 flip."""
   out = {}
   for r in flips:
-    d = out.setdefault(r["scenario"], {}).setdefault(r["metric"], dict(
-        truth_first_at_every_m=True, f2_beats_f3_at=[], f3_beats_f2_at=[]))
+    d = out.setdefault(r["scenario"], {}).setdefault(
+      r["metric"], dict(truth_first_at_every_m=True, f2_beats_f3_at=[], f3_beats_f2_at=[])
+    )
     d["truth_first_at_every_m"] &= r["truth_first"]
     (d["f2_beats_f3_at"] if r["f2_beats_f3"] else d["f3_beats_f2_at"]).append(
-        [r["n"], r["num_bins"]])
+      [r["n"], r["num_bins"]]
+    )
   for sc in out.values():
     for d in sc.values():
       d["f2_vs_f3_flips_with_m"] = bool(d["f2_beats_f3_at"] and d["f3_beats_f2_at"])
@@ -354,48 +416,65 @@ def markdown(res: dict) -> str:
   s = res["summary"]
   cfg = res["config"]
   lines = [
-      "# Four-predictor example (making_and_evaluating_calibrated_forecasts §4, App. D)",
-      "",
-      f"Produced by `python experiments/four_predictors.py{' --quick' if res['quick'] else ''}` "
-      f"in {res['runtime_s']} s on {res['device']} ({res['platform']}), {res['date']}, "
-      f"jax {res['jax_version']}. Setup, closed forms and their derivations: the script's "
-      "docstring.",
-      "",
-      f"Monte Carlo: {cfg['replicates']} replicate data sets per (scenario, n); n in "
-      f"{cfg['ns']}; bins m in {cfg['num_bins']}; eps = delta = 0.5/sqrt(n).",
-      "",
-      "## Monte Carlo vs closed form",
-      "",
-      f"{s['comparisons']} comparisons; |z| > 3 in {s['beyond_3se']} "
-      f"(about {s['expected_beyond_3se_by_chance']} expected by chance at the 0.27 % level); "
-      f"max |z| = {s['max_abs_z']:.2f}; z mean {s['mean_z']:+.3f}, sd {s['sd_z']:.3f} "
-      "(ideal 0 and 1).",
-      "",
+    "# Four-predictor example (making_and_evaluating_calibrated_forecasts §4, App. D)",
+    "",
+    f"Produced by `python experiments/four_predictors.py{' --quick' if res['quick'] else ''}` "
+    f"in {res['runtime_s']} s on {res['device']} ({res['platform']}), {res['date']}, "
+    f"jax {res['jax_version']}. Setup, closed forms and their derivations: the script's "
+    "docstring.",
+    "",
+    f"Monte Carlo: {cfg['replicates']} replicate data sets per (scenario, n); n in "
+    f"{cfg['ns']}; bins m in {cfg['num_bins']}; eps = delta = 0.5/sqrt(n).",
+    "",
+    "## Monte Carlo vs closed form",
+    "",
+    f"{s['comparisons']} comparisons; |z| > 3 in {s['beyond_3se']} "
+    f"(about {s['expected_beyond_3se_by_chance']} expected by chance at the 0.27 % level); "
+    f"max |z| = {s['max_abs_z']:.2f}; z mean {s['mean_z']:+.3f}, sd {s['sd_z']:.3f} "
+    "(ideal 0 and 1).",
+    "",
   ]
   for sc in res["config"]["scenarios"]:
     name = sc["name"]
     n_show = 1000 if 1000 in cfg["ns"] else cfg["ns"][0]
-    lines += [f"## Scenario `{name}`: k = {sc['k']}, p = {sc['p']} ({sc['note']})", "",
-              f"Expected error x n at n = {n_show} (closed form; MC mean ± SE in results.json).",
-              ""]
-    header = "| metric | m | " + " | ".join(SHORT[p] for p in PREDICTORS) + " | order (best first) |"
+    lines += [
+      f"## Scenario `{name}`: k = {sc['k']}, p = {sc['p']} ({sc['note']})",
+      "",
+      f"Expected error x n at n = {n_show} (closed form; MC mean ± SE in results.json).",
+      "",
+    ]
+    header = (
+      "| metric | m | " + " | ".join(SHORT[p] for p in PREDICTORS) + " | order (best first) |"
+    )
     lines += [header, "|" + "---|" * (3 + len(PREDICTORS))]
     for met in METRICS:
       for m in cfg["num_bins"]:
-        vals = {r["predictor"]: r for r in res["rows"] if r["scenario"] == name
-                and r["n"] == n_show and r["num_bins"] == m and r["metric"] == met}
+        vals = {
+          r["predictor"]: r
+          for r in res["rows"]
+          if r["scenario"] == name
+          and r["n"] == n_show
+          and r["num_bins"] == m
+          and r["metric"] == met
+        }
         order = ranking({p: vals[p]["closed_form"] for p in PREDICTORS})
         cells = [f"{vals[p]['closed_form'] * n_show:.3f}" for p in PREDICTORS]
-        lines.append(f"| {LABELS[met]} | {m} | " + " | ".join(cells) + " | "
-                     + " < ".join(SHORT[o].split()[0] for o in order) + " |")
+        lines.append(
+          f"| {LABELS[met]} | {m} | "
+          + " | ".join(cells)
+          + " | "
+          + " < ".join(SHORT[o].split()[0] for o in order)
+          + " |"
+        )
     lines += ["", "Conclusions over all n and m:", ""]
     for met in METRICS:
       d = res["conclusions"][name][met]
       lines.append(
-          f"- {LABELS[met]}{' (truthful)' if met in TRUTHFUL else ''}: truth f1 first at every "
-          f"(n, m): {d['truth_first_at_every_m']}; f2 vs f3 flips with m: "
-          f"{d['f2_vs_f3_flips_with_m']} (f3 better than f2 at (n, m) = "
-          f"{d['f3_beats_f2_at'] or 'none'}).")
+        f"- {LABELS[met]}{' (truthful)' if met in TRUTHFUL else ''}: truth f1 first at every "
+        f"(n, m): {d['truth_first_at_every_m']}; f2 vs f3 flips with m: "
+        f"{d['f2_vs_f3_flips_with_m']} (f3 better than f2 at (n, m) = "
+        f"{d['f3_beats_f2_at'] or 'none'})."
+      )
     lines.append("")
   lines += ["![four predictors](four_predictors.png)", ""]
   return "\n".join(lines)
@@ -403,36 +482,57 @@ def markdown(res: dict) -> str:
 
 def figure(res: dict, path: pathlib.Path) -> None:
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
   cfg = res["config"]
   n_show = 1000 if 1000 in cfg["ns"] else cfg["ns"][0]
   scen = [s["name"] for s in cfg["scenarios"]]
-  fig, axes = plt.subplots(len(scen), len(METRICS), figsize=(3.2 * len(METRICS), 3.0 * len(scen)),
-                           constrained_layout=True, squeeze=False)
+  fig, axes = plt.subplots(
+    len(scen),
+    len(METRICS),
+    figsize=(3.2 * len(METRICS), 3.0 * len(scen)),
+    constrained_layout=True,
+    squeeze=False,
+  )
   colors = dict(zip(PREDICTORS, ("C0", "C1", "C2", "C3")))
   for i, name in enumerate(scen):
     for j, met in enumerate(METRICS):
       ax = axes[i, j]
       for pred in PREDICTORS:
-        rs = sorted((r for r in res["rows"] if r["scenario"] == name and r["n"] == n_show
-                     and r["metric"] == met and r["predictor"] == pred),
-                    key=lambda r: r["num_bins"])
+        rs = sorted(
+          (
+            r
+            for r in res["rows"]
+            if r["scenario"] == name
+            and r["n"] == n_show
+            and r["metric"] == met
+            and r["predictor"] == pred
+          ),
+          key=lambda r: r["num_bins"],
+        )
         m = [r["num_bins"] for r in rs]
-        ax.plot(m, [r["closed_form"] * n_show for r in rs], "-", color=colors[pred],
-                label=SHORT[pred])
-        ax.errorbar(m, [r["mc_mean"] * n_show for r in rs],
-                    yerr=[1.96 * r["mc_se"] * n_show for r in rs], fmt="o", ms=3,
-                    color=colors[pred])
+        ax.plot(
+          m, [r["closed_form"] * n_show for r in rs], "-", color=colors[pred], label=SHORT[pred]
+        )
+        ax.errorbar(
+          m,
+          [r["mc_mean"] * n_show for r in rs],
+          yerr=[1.96 * r["mc_se"] * n_show for r in rs],
+          fmt="o",
+          ms=3,
+          color=colors[pred],
+        )
       ax.set_xscale("log")
       ax.set_title(f"{name}: {LABELS[met]}{' *' if met in TRUTHFUL else ''}", fontsize=9)
       ax.set_xlabel("bins m")
       if j == 0:
         ax.set_ylabel(f"n x E[error], n = {n_show}")
   axes[0, 0].legend(fontsize=7)
-  fig.suptitle("Four predictors: closed form (lines) vs Monte Carlo ±1.96 SE (dots); "
-               "* = truthful", fontsize=10)
+  fig.suptitle(
+    "Four predictors: closed form (lines) vs Monte Carlo ±1.96 SE (dots); * = truthful", fontsize=10
+  )
   fig.savefig(path, dpi=110)
   plt.close(fig)
 
@@ -445,9 +545,11 @@ def main(argv=None) -> dict:
   args = ap.parse_args(argv)
   res = run(args.quick, args.out, args.seed)
   s = res["summary"]
-  print(f"{s['comparisons']} comparisons, |z|>3: {s['beyond_3se']} "
-        f"(~{s['expected_beyond_3se_by_chance']} by chance), max|z| {s['max_abs_z']:.2f}; "
-        f"{res['runtime_s']} s -> {args.out}")
+  print(
+    f"{s['comparisons']} comparisons, |z|>3: {s['beyond_3se']} "
+    f"(~{s['expected_beyond_3se_by_chance']} by chance), max|z| {s['max_abs_z']:.2f}; "
+    f"{res['runtime_s']} s -> {args.out}"
+  )
   return res
 
 

@@ -53,22 +53,35 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments" / "fashion_mnist"))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+import jax
+import jax.numpy as jnp
+from train_backbone import load_backbone
 
-import jaxcal  # noqa: E402
-from jaxcal import metrics, scores  # noqa: E402
-from jaxcal.train import calibration_fit_val, fit_pca, pca_transform  # noqa: E402
-from train_backbone import load_backbone  # noqa: E402
+import jaxcal
+from jaxcal import metrics, scores
+from jaxcal.train import calibration_fit_val, fit_pca, pca_transform
 
 OUT = ROOT / "experiments" / "results" / "local_calibration"
 METHODS = ["NC", "TS", "IR", "PS", "DC", "LN"]
-REGISTRY = {"TS": ("temperature", {}), "IR": ("isotonic", {"normalize": True}),
-            "PS": ("platt", {}), "DC": ("dirichlet", {})}
+REGISTRY = {
+  "TS": ("temperature", {}),
+  "IR": ("isotonic", {"normalize": True}),
+  "PS": ("platt", {}),
+  "DC": ("dirichlet", {}),
+}
 METRICS = ["LCE", "MLCE", "ECCE", "ECE", "ACC", "NLL"]
 LOWER_IS_BETTER = {"LCE": True, "MLCE": True, "ECCE": True, "ECE": True, "ACC": False, "NLL": True}
-LN_OPTS = dict(pca_dim=50, hidden=64, dropout=0.3, lam=1.0, learning_rate=1e-3, batch_size=1024,
-               epochs=60, patience=5, alignment="paper")
+LN_OPTS = dict(
+  pca_dim=50,
+  hidden=64,
+  dropout=0.3,
+  lam=1.0,
+  learning_rate=1e-3,
+  batch_size=1024,
+  epochs=60,
+  patience=5,
+  alignment="paper",
+)
 
 
 def _fit_fn():
@@ -82,12 +95,14 @@ def evaluate(p, y, z, prior, bandwidth, extra_bandwidths=()):
   for g in extra_bandwidths:
     e = metrics.lce(p, y, z, num_bins=15, min_bin_size=20, bandwidth=g)
     extra[f"LCE@{g:g}"], extra[f"MLCE@{g:g}"] = float(e.lce), float(e.mlce)
-  return {**extra,
-      "LCE": float(loc.lce), "MLCE": float(loc.mlce),
-      "ECCE": float(metrics.ecce(p, y, 15, class_weights=prior)),
-      "ECE": float(metrics.classwise_ece(p, y, 15, "fixed", class_weights=prior)),
-      "ACC": 1.0 - float(scores.classification_error(p, y)),
-      "NLL": float(scores.log_loss(p, y)),
+  return {
+    **extra,
+    "LCE": float(loc.lce),
+    "MLCE": float(loc.mlce),
+    "ECCE": float(metrics.ecce(p, y, 15, class_weights=prior)),
+    "ECE": float(metrics.classwise_ece(p, y, 15, "fixed", class_weights=prior)),
+    "ACC": 1.0 - float(scores.classification_error(p, y)),
+    "NLL": float(scores.log_loss(p, y)),
   }
 
 
@@ -101,7 +116,7 @@ def run_seed(seed, methods, bandwidth, quick=False, verbose=True, extra_bandwidt
   zt, ft, yt = d["test_logits"][test], d["test_features"][test], d["test_labels"][test]
   counts = d["train_class_counts"].astype(np.float64)
   prior = counts / counts.sum()
-  pca = fit_pca(jnp.asarray(d["cal_features"]), 50)      # metric features: calibration-split PCA
+  pca = fit_pca(jnp.asarray(d["cal_features"]), 50)  # metric features: calibration-split PCA
   feats = np.asarray(pca_transform(pca, jnp.asarray(ft)))
   out, info, skipped = {}, {}, []
   for m in methods:
@@ -112,13 +127,21 @@ def run_seed(seed, methods, bandwidth, quick=False, verbose=True, extra_bandwidt
       opts = dict(LN_OPTS, bandwidth=bandwidth, seed=seed, verbose=verbose)
       if quick:
         opts["epochs"] = 3
-      rc = fit("local_net", d["cal_logits"][fi], d["cal_labels"][fi],
-               features=d["cal_features"][fi],
-               validation_data=(d["cal_logits"][va], d["cal_labels"][va], d["cal_features"][va]),
-               **opts)
+      rc = fit(
+        "local_net",
+        d["cal_logits"][fi],
+        d["cal_labels"][fi],
+        features=d["cal_features"][fi],
+        validation_data=(d["cal_logits"][va], d["cal_labels"][va], d["cal_features"][va]),
+        **opts,
+      )
       p = rc(zt, features=ft)
-      info["LN"] = {"best_epoch": int(rc.best_epoch), "epochs_run": int(rc.history.shape[0]),
-                    "w_g": float(rc.params["w_g"]), "w_phi": float(rc.params["w_phi"])}
+      info["LN"] = {
+        "best_epoch": int(rc.best_epoch),
+        "epochs_run": int(rc.history.shape[0]),
+        "w_g": float(rc.params["w_g"]),
+        "w_phi": float(rc.params["w_phi"]),
+      }
     else:
       name, opts = REGISTRY[m]
       if name not in registered:
@@ -126,7 +149,7 @@ def run_seed(seed, methods, bandwidth, quick=False, verbose=True, extra_bandwidt
         continue
       try:
         rc = fit(name, d["cal_logits"][fi], d["cal_labels"][fi], **opts)
-      except TypeError:            # an implementation without that option
+      except TypeError:  # an implementation without that option
         rc = fit(name, d["cal_logits"][fi], d["cal_labels"][fi])
       p = rc(zt)
     p = jax.block_until_ready(p)
@@ -134,9 +157,12 @@ def run_seed(seed, methods, bandwidth, quick=False, verbose=True, extra_bandwidt
     out[m] = evaluate(p, yt, feats, prior, bandwidth, extra_bandwidths)
     out[m]["fit_seconds"] = round(fit_s, 2)
     if verbose:
-      print(f"[seed {seed}] {m}: " + "  ".join(f"{k} {v:.4f}" for k, v in out[m].items()
-                                               if k != "fit_seconds") +
-            f"  ({fit_s:.1f}s fit, {time.perf_counter() - t0 - fit_s:.1f}s metrics)", flush=True)
+      print(
+        f"[seed {seed}] {m}: "
+        + "  ".join(f"{k} {v:.4f}" for k, v in out[m].items() if k != "fit_seconds")
+        + f"  ({fit_s:.1f}s fit, {time.perf_counter() - t0 - fit_s:.1f}s metrics)",
+        flush=True,
+      )
   return out, info, skipped
 
 
@@ -156,13 +182,17 @@ def markdown(summ, meta):
   methods = list(summ)
   cols = METRICS + [k for k in next(iter(summ.values())) if k not in METRICS]
   lower = lambda k: LOWER_IS_BETTER.get(k, True)
-  lines = [f"# LoCal Nets on Fashion-MNIST (Q1-Q3), {meta['num_seeds']} seeds, mean ± sd",
-           "", f"Test split: {meta['n_test']} images; gamma = {meta['bandwidth']}; "
-           "LCE/MLCE on the calibration-split PCA-50 of the backbone features (same for all "
-           "methods); ECE/ECCE class-wise, 15 bins, prior weights. Bold: best; "
-           "_italic_: second.", "",
-           "| Method | " + " | ".join(f"{k} {'↓' if lower(k) else '↑'}" for k in cols) + " |",
-           "|---" * (len(cols) + 1) + "|"]
+  lines = [
+    f"# LoCal Nets on Fashion-MNIST (Q1-Q3), {meta['num_seeds']} seeds, mean ± sd",
+    "",
+    f"Test split: {meta['n_test']} images; gamma = {meta['bandwidth']}; "
+    "LCE/MLCE on the calibration-split PCA-50 of the backbone features (same for all "
+    "methods); ECE/ECCE class-wise, 15 bins, prior weights. Bold: best; "
+    "_italic_: second.",
+    "",
+    "| Method | " + " | ".join(f"{k} {'↓' if lower(k) else '↑'}" for k in cols) + " |",
+    "|---" * (len(cols) + 1) + "|",
+  ]
   ranks = {}
   for k in cols:
     order = sorted(methods, key=lambda m: summ[m][k]["mean"] * (1 if lower(k) else -1))
@@ -179,22 +209,31 @@ def markdown(summ, meta):
       cells.append(c)
     lines.append(f"| {m} | " + " | ".join(cells) + " |")
   if meta.get("extra_bandwidths"):
-    lines += ["", "LCE@g / MLCE@g: the same metrics at kernel bandwidth g (the LoCal Net is "
-              f"still trained at gamma = {meta['bandwidth']})."]
+    lines += [
+      "",
+      "LCE@g / MLCE@g: the same metrics at kernel bandwidth g (the LoCal Net is "
+      f"still trained at gamma = {meta['bandwidth']}).",
+    ]
   if "NC" in summ and "LN" in summ:
     nc, ln = summ["NC"], summ["LN"]
-    lines += ["", "Checks computed from these numbers:", "",
-              f"- LN vs NC: LCE {nc['LCE']['mean']:.4f} -> {ln['LCE']['mean']:.4f} "
-              f"({100 * (ln['LCE']['mean'] / nc['LCE']['mean'] - 1):+.0f} %), accuracy "
-              f"{100 * (ln['ACC']['mean'] - nc['ACC']['mean']):+.2f} points, NLL "
-              f"{nc['NLL']['mean']:.3f} -> {ln['NLL']['mean']:.3f}.",
-              "- LCE / class-wise ECE per method: " + ", ".join(
-                  f"{m} {summ[m]['LCE']['mean'] / summ[m]['ECE']['mean']:.2f}" for m in methods)
-              + f" (a ratio near 1 means the kernel at gamma = {meta['bandwidth']:g} is nearly "
-              "flat within a bin on these features, so LCE measures little beyond the binned error)."]
+    lines += [
+      "",
+      "Checks computed from these numbers:",
+      "",
+      f"- LN vs NC: LCE {nc['LCE']['mean']:.4f} -> {ln['LCE']['mean']:.4f} "
+      f"({100 * (ln['LCE']['mean'] / nc['LCE']['mean'] - 1):+.0f} %), accuracy "
+      f"{100 * (ln['ACC']['mean'] - nc['ACC']['mean']):+.2f} points, NLL "
+      f"{nc['NLL']['mean']:.3f} -> {ln['NLL']['mean']:.3f}.",
+      "- LCE / class-wise ECE per method: "
+      + ", ".join(f"{m} {summ[m]['LCE']['mean'] / summ[m]['ECE']['mean']:.2f}" for m in methods)
+      + f" (a ratio near 1 means the kernel at gamma = {meta['bandwidth']:g} is nearly "
+      "flat within a bin on these features, so LCE measures little beyond the binned error).",
+    ]
     if meta.get("ln_epochs"):
-      lines += [f"- LN epochs run per seed: {meta['ln_epochs']} (cap {LN_OPTS['epochs']}, early "
-                f"stopping patience {LN_OPTS['patience']})."]
+      lines += [
+        f"- LN epochs run per seed: {meta['ln_epochs']} (cap {LN_OPTS['epochs']}, early "
+        f"stopping patience {LN_OPTS['patience']})."
+      ]
   if meta.get("skipped"):
     lines += ["", f"Not run (not registered in jaxcal.recalibrate): {', '.join(meta['skipped'])}."]
   return "\n".join(lines) + "\n"
@@ -202,17 +241,27 @@ def markdown(summ, meta):
 
 def figure(per_seed, summ, path):
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   methods = list(summ)
   fig, axes = plt.subplots(2, 3, figsize=(13, 7))
-  titles = {"LCE": "Q1: LCE", "MLCE": "Q1: MLCE", "ECE": "Q2: class-wise ECE",
-            "ECCE": "Q2: ECCE", "ACC": "Q3: accuracy", "NLL": "Q3: NLL"}
+  titles = {
+    "LCE": "Q1: LCE",
+    "MLCE": "Q1: MLCE",
+    "ECE": "Q2: class-wise ECE",
+    "ECCE": "Q2: ECCE",
+    "ACC": "Q3: accuracy",
+    "NLL": "Q3: NLL",
+  }
   for ax, k in zip(axes.ravel(), ["LCE", "MLCE", "ECE", "ECCE", "ACC", "NLL"]):
     data = [[per_seed[s][m][k] for s in per_seed] for m in methods]
     ax.boxplot(data, tick_labels=methods)
-    ax.set_title(titles[k] + (" (lower is better)" if LOWER_IS_BETTER[k] else " (higher is better)"),
-                 fontsize=10)
+    ax.set_title(
+      titles[k] + (" (lower is better)" if LOWER_IS_BETTER[k] else " (higher is better)"),
+      fontsize=10,
+    )
     ax.grid(alpha=0.3)
   fig.suptitle(f"Fashion-MNIST, {len(per_seed)} seeds (test split)")
   fig.tight_layout()
@@ -225,8 +274,13 @@ def main(argv=None):
   ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
   ap.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
   ap.add_argument("--bandwidth", type=float, default=10.0)
-  ap.add_argument("--extra-bandwidths", type=float, nargs="*", default=[],
-                  help="also report LCE/MLCE at these bandwidths (LN still trained at --bandwidth)")
+  ap.add_argument(
+    "--extra-bandwidths",
+    type=float,
+    nargs="*",
+    default=[],
+    help="also report LCE/MLCE at these bandwidths (LN still trained at --bandwidth)",
+  )
   ap.add_argument("--out", default=str(OUT))
   ap.add_argument("--quick", action="store_true")
   args = ap.parse_args(argv)
@@ -237,31 +291,50 @@ def main(argv=None):
   t0 = time.perf_counter()
   per_seed, infos, skipped = {}, {}, set()
   for s in args.seeds:
-    r, info, sk = run_seed(s, args.methods, args.bandwidth, quick=args.quick,
-                           extra_bandwidths=args.extra_bandwidths)
+    r, info, sk = run_seed(
+      s, args.methods, args.bandwidth, quick=args.quick, extra_bandwidths=args.extra_bandwidths
+    )
     per_seed[s], infos[s] = r, info
     skipped |= set(sk)
   summ = summarize(per_seed)
   ln_epochs = [infos[s]["LN"]["epochs_run"] for s in infos if infos[s].get("LN")]
   n_test = 3000 if args.quick else int(load_backbone(args.seeds[0])["test_labels"].shape[0])
-  meta = {"num_seeds": len(args.seeds), "seeds": args.seeds, "bandwidth": args.bandwidth,
-          "extra_bandwidths": args.extra_bandwidths, "ln_epochs": ln_epochs,
-          "n_test": n_test, "skipped": sorted(skipped), "quick": args.quick}
+  meta = {
+    "num_seeds": len(args.seeds),
+    "seeds": args.seeds,
+    "bandwidth": args.bandwidth,
+    "extra_bandwidths": args.extra_bandwidths,
+    "ln_epochs": ln_epochs,
+    "n_test": n_test,
+    "skipped": sorted(skipped),
+    "quick": args.quick,
+  }
   result = {
-      "description": "LoCal Nets paper Q1-Q3 on Fashion-MNIST; see experiments/local_calibration.py",
-      "settings": {**meta, "ln_options": LN_OPTS, "lce": {"num_bins": 15, "min_bin_size": 20,
-                   "features": "PCA-50 of standardised backbone features, fitted on the calibration split"},
-                   "ece_ecce": {"num_bins": 15, "binning": "fixed", "class_weights": "training priors"},
-                   "sd": "sample standard deviation over seeds (ddof=1)"},
-      "summary": summ,
-      "per_seed": {str(s): per_seed[s] for s in per_seed},
-      "local_net": {str(s): infos[s].get("LN") for s in infos},
-      "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                  "jax_backend": jax.default_backend(), "jax": jax.__version__,
-                  "device": jax.devices()[0].device_kind,
-                  "load_avg": list(os.getloadavg())},
-      "total_seconds": round(time.perf_counter() - t0, 1),
-      "date": time.strftime("%Y-%m-%d"),
+    "description": "LoCal Nets paper Q1-Q3 on Fashion-MNIST; see experiments/local_calibration.py",
+    "settings": {
+      **meta,
+      "ln_options": LN_OPTS,
+      "lce": {
+        "num_bins": 15,
+        "min_bin_size": 20,
+        "features": "PCA-50 of standardised backbone features, fitted on the calibration split",
+      },
+      "ece_ecce": {"num_bins": 15, "binning": "fixed", "class_weights": "training priors"},
+      "sd": "sample standard deviation over seeds (ddof=1)",
+    },
+    "summary": summ,
+    "per_seed": {str(s): per_seed[s] for s in per_seed},
+    "local_net": {str(s): infos[s].get("LN") for s in infos},
+    "machine": {
+      "platform": platform.platform(),
+      "cpu_count": os.cpu_count(),
+      "jax_backend": jax.default_backend(),
+      "jax": jax.__version__,
+      "device": jax.devices()[0].device_kind,
+      "load_avg": list(os.getloadavg()),
+    },
+    "total_seconds": round(time.perf_counter() - t0, 1),
+    "date": time.strftime("%Y-%m-%d"),
   }
   (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
   (out / "results.md").write_text(markdown(summ, meta))

@@ -45,47 +45,90 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import jax  # noqa: E402
+import jax
 
 METHODS = ["base", "CW-HB", "N-HB", "CW-IR", "N-IR", "CW-SIR", "N-SIR"]
 FITS = {"HB": "histogram", "IR": "isotonic", "SIR": "smooth_isotonic"}
 PAPER_MODELS = {
-    "CIFAR-10": ["cifar10_resnet50", "cifar10_resnet110", "cifar10_wide_resnet",
-                 "focal_cifar10_resnet50", "focal_cifar10_resnet110",
-                 "focal_cifar10_wide_resnet", "focal_cifar10_densenet121"],
-    "CIFAR-100": ["cifar100_resnet50", "cifar100_resnet110", "cifar100_wide_resnet",
-                  "focal_cifar100_resnet50", "focal_cifar100_resnet110",
-                  "focal_cifar100_wide_resnet", "focal_cifar100_densenet121"],
+  "CIFAR-10": [
+    "cifar10_resnet50",
+    "cifar10_resnet110",
+    "cifar10_wide_resnet",
+    "focal_cifar10_resnet50",
+    "focal_cifar10_resnet110",
+    "focal_cifar10_wide_resnet",
+    "focal_cifar10_densenet121",
+  ],
+  "CIFAR-100": [
+    "cifar100_resnet50",
+    "cifar100_resnet110",
+    "cifar100_wide_resnet",
+    "focal_cifar100_resnet50",
+    "focal_cifar100_resnet110",
+    "focal_cifar100_wide_resnet",
+    "focal_cifar100_densenet121",
+  ],
 }
 ALL_SETTINGS = {
-    "CIFAR-10": ["cifar10_resnet50", "cifar10_resnet110", "cifar10_wide_resnet",
-                 "cifar10_densenet121", "focal_cifar10_resnet50", "focal_cifar10_resnet110",
-                 "focal_cifar10_wide_resnet", "focal_cifar10_densenet121"],
-    "CIFAR-100": ["cifar100_resnet50", "cifar100_resnet110", "cifar100_wide_resnet",
-                  "cifar100_densenet121"],
+  "CIFAR-10": [
+    "cifar10_resnet50",
+    "cifar10_resnet110",
+    "cifar10_wide_resnet",
+    "cifar10_densenet121",
+    "focal_cifar10_resnet50",
+    "focal_cifar10_resnet110",
+    "focal_cifar10_wide_resnet",
+    "focal_cifar10_densenet121",
+  ],
+  "CIFAR-100": [
+    "cifar100_resnet50",
+    "cifar100_resnet110",
+    "cifar100_wide_resnet",
+    "cifar100_densenet121",
+  ],
 }
 # Printed in the paper (Table 1 = classwise, Table 2 = normalized): BS, MCB, DSC, UNC (x100), Acc.
 PAPER = {
-    "classwise": {
-        "CIFAR-10": {"base": (0.781, 0.063, 8.282, 9, 0.951), "CW-HB": (1.832, 0.009, 7.177, 9, 0.890),
-                     "N-HB": (1.237, 0.070, 7.833, 9, 0.890), "CW-IR": (0.779, 0.027, 8.248, 9, 0.950),
-                     "N-IR": (0.770, 0.047, 8.277, 9, 0.950), "CW-SIR": (0.769, 0.051, 8.282, 9, 0.950),
-                     "N-SIR": (0.764, 0.047, 8.283, 9, 0.950)},
-        "CIFAR-100": {"base": (0.327, 0.039, 0.702, 0.99, 0.775), "CW-HB": (0.865, 0.003, 0.128, 0.99, 0.483),
-                      "N-HB": (0.532, 0.036, 0.494, 0.99, 0.483), "CW-IR": (0.333, 0.021, 0.677, 0.99, 0.770),
-                      "N-IR": (0.324, 0.034, 0.699, 0.99, 0.770), "CW-SIR": (0.323, 0.035, 0.702, 0.99, 0.773),
-                      "N-SIR": (0.320, 0.033, 0.703, 0.99, 0.773)},
+  "classwise": {
+    "CIFAR-10": {
+      "base": (0.781, 0.063, 8.282, 9, 0.951),
+      "CW-HB": (1.832, 0.009, 7.177, 9, 0.890),
+      "N-HB": (1.237, 0.070, 7.833, 9, 0.890),
+      "CW-IR": (0.779, 0.027, 8.248, 9, 0.950),
+      "N-IR": (0.770, 0.047, 8.277, 9, 0.950),
+      "CW-SIR": (0.769, 0.051, 8.282, 9, 0.950),
+      "N-SIR": (0.764, 0.047, 8.283, 9, 0.950),
     },
-    "normalized": {
-        "CIFAR-10": {"base": (0.781, 0.059, 8.279, 9, 0.951), "CW-HB": (1.832, 0.604, 7.772, 9, 0.890),
-                     "N-HB": (1.237, 0.080, 7.842, 9, 0.890), "CW-IR": (0.779, 0.030, 8.251, 9, 0.950),
-                     "N-IR": (0.770, 0.045, 8.275, 9, 0.950), "CW-SIR": (0.769, 0.048, 8.279, 9, 0.950),
-                     "N-SIR": (0.764, 0.044, 8.280, 9, 0.950)},
-        "CIFAR-100": {"base": (0.327, 0.032, 0.696, 0.99, 0.775), "CW-HB": (0.865, 0.331, 0.457, 0.99, 0.483),
-                      "N-HB": (0.532, 0.038, 0.497, 0.99, 0.483), "CW-IR": (0.333, 0.024, 0.680, 0.99, 0.770),
-                      "N-IR": (0.324, 0.029, 0.694, 0.99, 0.770), "CW-SIR": (0.323, 0.029, 0.696, 0.99, 0.773),
-                      "N-SIR": (0.320, 0.028, 0.699, 0.99, 0.773)},
+    "CIFAR-100": {
+      "base": (0.327, 0.039, 0.702, 0.99, 0.775),
+      "CW-HB": (0.865, 0.003, 0.128, 0.99, 0.483),
+      "N-HB": (0.532, 0.036, 0.494, 0.99, 0.483),
+      "CW-IR": (0.333, 0.021, 0.677, 0.99, 0.770),
+      "N-IR": (0.324, 0.034, 0.699, 0.99, 0.770),
+      "CW-SIR": (0.323, 0.035, 0.702, 0.99, 0.773),
+      "N-SIR": (0.320, 0.033, 0.703, 0.99, 0.773),
     },
+  },
+  "normalized": {
+    "CIFAR-10": {
+      "base": (0.781, 0.059, 8.279, 9, 0.951),
+      "CW-HB": (1.832, 0.604, 7.772, 9, 0.890),
+      "N-HB": (1.237, 0.080, 7.842, 9, 0.890),
+      "CW-IR": (0.779, 0.030, 8.251, 9, 0.950),
+      "N-IR": (0.770, 0.045, 8.275, 9, 0.950),
+      "CW-SIR": (0.769, 0.048, 8.279, 9, 0.950),
+      "N-SIR": (0.764, 0.044, 8.280, 9, 0.950),
+    },
+    "CIFAR-100": {
+      "base": (0.327, 0.032, 0.696, 0.99, 0.775),
+      "CW-HB": (0.865, 0.331, 0.457, 0.99, 0.483),
+      "N-HB": (0.532, 0.038, 0.497, 0.99, 0.483),
+      "CW-IR": (0.333, 0.024, 0.680, 0.99, 0.770),
+      "N-IR": (0.324, 0.029, 0.694, 0.99, 0.770),
+      "CW-SIR": (0.323, 0.029, 0.696, 0.99, 0.773),
+      "N-SIR": (0.320, 0.028, 0.699, 0.99, 0.773),
+    },
+  },
 }
 COLS = ["BS", "MCB", "DSC", "UNC", "Acc"]
 MODES = ["classwise", "normalized"]
@@ -99,8 +142,12 @@ def r_softmax(z: np.ndarray) -> np.ndarray:
 
 def load(data: pathlib.Path, setting: str):
   d = data / setting
-  return (r_softmax(np.load(d / "val_logits.npy")), np.load(d / "val_labels.npy").astype(np.int64),
-          r_softmax(np.load(d / "test_logits.npy")), np.load(d / "test_labels.npy").astype(np.int64))
+  return (
+    r_softmax(np.load(d / "val_logits.npy")),
+    np.load(d / "val_labels.npy").astype(np.int64),
+    r_softmax(np.load(d / "test_logits.npy")),
+    np.load(d / "test_labels.npy").astype(np.int64),
+  )
 
 
 def evaluate_setting(data: pathlib.Path, setting: str) -> dict:
@@ -134,23 +181,37 @@ def evaluate_setting(data: pathlib.Path, setting: str) -> dict:
 def average(results: dict, settings: list[str]) -> dict:
   avg = {}
   for mode in MODES:
-    avg[mode] = {m: {c: float(np.mean([results[s][m][mode][c] for s in settings])) for c in COLS}
-                 for m in METHODS}
+    avg[mode] = {
+      m: {c: float(np.mean([results[s][m][mode][c] for s in settings])) for c in COLS}
+      for m in METHODS
+    }
   return avg
 
 
 def fmt_table(rows: dict, paper: dict | None = None) -> str:
-  head = "| Method | BS | MCB | DSC | UNC | Acc |" + (" paper BS | MCB | DSC | UNC | Acc | max abs diff |" if paper else "")
+  head = "| Method | BS | MCB | DSC | UNC | Acc |" + (
+    " paper BS | MCB | DSC | UNC | Acc | max abs diff |" if paper else ""
+  )
   sep = "|" + "---|" * (6 + (6 if paper else 0))
   lines = [head, sep]
   for m in METHODS:
     r = rows[m]
-    cells = [f"{r['BS']:.3f}", f"{r['MCB']:.3f}", f"{r['DSC']:.3f}", f"{r['UNC']:.3f}", f"{r['Acc']:.3f}"]
+    cells = [
+      f"{r['BS']:.3f}",
+      f"{r['MCB']:.3f}",
+      f"{r['DSC']:.3f}",
+      f"{r['UNC']:.3f}",
+      f"{r['Acc']:.3f}",
+    ]
     line = f"| {m} | " + " | ".join(cells) + " |"
     if paper:
       p = paper[m]
       diff = max(abs(round(r[c], 3) - p[i]) for i, c in enumerate(COLS) if c != "UNC")
-      line += " " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in p) + f" | {diff:.3f} |"
+      line += (
+        " "
+        + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in p)
+        + f" | {diff:.3f} |"
+      )
     lines.append(line)
   return "\n".join(lines)
 
@@ -177,14 +238,22 @@ def agreement(avg: dict, group: str) -> dict:
 
 def figures(results: dict, settings: dict, out: pathlib.Path) -> list[str]:
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   from matplotlib.lines import Line2D
 
   from jaxcal.plots import mcb_dsc_plot
 
-  markers = {"base": "*", "CW-HB": "s", "N-HB": "D", "CW-IR": "^", "N-IR": ">", "CW-SIR": "v",
-             "N-SIR": "<"}
+  markers = {
+    "base": "*",
+    "CW-HB": "s",
+    "N-HB": "D",
+    "CW-IR": "^",
+    "N-IR": ">",
+    "CW-SIR": "v",
+    "N-SIR": "<",
+  }
   files = []
   for mode in MODES:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -199,10 +268,13 @@ def figures(results: dict, settings: dict, out: pathlib.Path) -> list[str]:
           mk[label] = markers[m]
           col[label] = cmap(k % 10)
       unc = results[sets[0]]["base"][mode]["UNC"]
-      mcb_dsc_plot(pts, unc, ax=ax, markers=mk, colors=col,
-                   title=f"{group}, {mode} Brier decomposition (x100)")
+      mcb_dsc_plot(
+        pts, unc, ax=ax, markers=mk, colors=col, title=f"{group}, {mode} Brier decomposition (x100)"
+      )
       # compact legend: models by colour, methods by marker
-      handles = [Line2D([], [], color=cmap(k % 10), marker="o", ls="", label=s) for k, s in enumerate(sets)]
+      handles = [
+        Line2D([], [], color=cmap(k % 10), marker="o", ls="", label=s) for k, s in enumerate(sets)
+      ]
       handles += [Line2D([], [], color="k", marker=markers[m], ls="", label=m) for m in METHODS]
       ax.legend(handles=handles, fontsize=6, loc="best", ncol=2)
     fig.tight_layout()
@@ -223,7 +295,7 @@ def main(argv=None) -> dict:
   t0 = time.perf_counter()
   results = {}
   with jax.enable_x64(True):
-    for group, sets in ALL_SETTINGS.items():
+    for _group, sets in ALL_SETTINGS.items():
       for s in sets:
         if not (data / s).is_dir():
           print(f"skip {s}: not found", flush=True)
@@ -233,21 +305,35 @@ def main(argv=None) -> dict:
         print(f"{s}: {time.perf_counter() - t:.1f}s", flush=True)
   avail = {g: [s for s in sets if s in results] for g, sets in ALL_SETTINGS.items()}
   paper_avail = {g: [s for s in sets if s in results] for g, sets in PAPER_MODELS.items()}
-  summary = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
-             "device": f"{jax.devices()[0].device_kind} ({platform.processor() or platform.machine()})",
-             "jax": jax.__version__, "seconds": None, "per_setting": results,
-             "averages": {}, "agreement_with_paper": {}}
-  md = ["# Score decompositions of CIFAR models (case study Table 1 and Table 2)", "",
-        "Brier components x100 (multiclass Brier / C), accuracy as a fraction. Recalibrators "
-        "fitted on `val`, everything evaluated on `test`, float64. Generated by "
-        "`experiments/score_decomposition.py`.", ""]
+  summary = {
+    "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    "device": f"{jax.devices()[0].device_kind} ({platform.processor() or platform.machine()})",
+    "jax": jax.__version__,
+    "seconds": None,
+    "per_setting": results,
+    "averages": {},
+    "agreement_with_paper": {},
+  }
+  md = [
+    "# Score decompositions of CIFAR models (case study Table 1 and Table 2)",
+    "",
+    "Brier components x100 (multiclass Brier / C), accuracy as a fraction. Recalibrators "
+    "fitted on `val`, everything evaluated on `test`, float64. Generated by "
+    "`experiments/score_decomposition.py`.",
+    "",
+  ]
   for group in ALL_SETTINGS:
     full = len(paper_avail[group]) == len(PAPER_MODELS[group])
     n_paper = len(PAPER_MODELS[group])
-    paper_label = (f"the paper's {n_paper} models" if full else
-                   f"the paper's models available here ({len(paper_avail[group])} of {n_paper})")
-    for label, sets in ((paper_label, paper_avail[group]),
-                        (f"all {len(avail[group])} available settings", avail[group])):
+    paper_label = (
+      f"the paper's {n_paper} models"
+      if full
+      else f"the paper's models available here ({len(paper_avail[group])} of {n_paper})"
+    )
+    for label, sets in (
+      (paper_label, paper_avail[group]),
+      (f"all {len(avail[group])} available settings", avail[group]),
+    ):
       if not sets:
         continue
       avg = average(results, sets)
@@ -260,8 +346,10 @@ def main(argv=None) -> dict:
         md.append(f"## {group}, {mode} decomposition, average over {label}")
         md.append("")
         if sets == paper_avail[group] and not full:
-          md.append(f"Only {len(sets)} of the paper's {len(PAPER_MODELS[group])} models are in the "
-                    f"shared data ({', '.join(sets)}); the paper's average is not comparable.")
+          md.append(
+            f"Only {len(sets)} of the paper's {len(PAPER_MODELS[group])} models are in the "
+            f"shared data ({', '.join(sets)}); the paper's average is not comparable."
+          )
           md.append("")
         md.append(fmt_table(avg[mode], PAPER[mode][group] if comparable else None))
         md.append("")
@@ -276,8 +364,11 @@ def main(argv=None) -> dict:
   summary["figures"] = figures(results, avail, out)
   summary["seconds"] = round(time.perf_counter() - t0, 1)
   if summary["agreement_with_paper"]:
-    md.insert(4, "Agreement with the paper's printed averages (ours rounded to 3 decimals): "
-              + json.dumps(summary["agreement_with_paper"]))
+    md.insert(
+      4,
+      "Agreement with the paper's printed averages (ours rounded to 3 decimals): "
+      + json.dumps(summary["agreement_with_paper"]),
+    )
     md.insert(5, "")
   (out / "table.md").write_text("\n".join(md) + "\n")
   (out / "results.json").write_text(json.dumps(summary, indent=1))

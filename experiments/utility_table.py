@@ -55,42 +55,42 @@ import platform
 import sys
 import time
 
-import numpy as np
-
 import jax
+import numpy as np
 
 import jaxcal
 from jaxcal import metrics, scores, utility
 
 try:
-  from jaxcal.recalibrate import fit, methods as _methods
+  from jaxcal.recalibrate import fit
+  from jaxcal.recalibrate import methods as _methods
 except ImportError:  # pragma: no cover - the public module may land later
   fit = _methods = None
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "cifar_logits"
 MODELS = {
-    "cifar100_densenet121": "DenseNet-121",
-    "cifar100_resnet110": "ResNet-110",
-    "cifar100_resnet50": "ResNet-50",
-    "cifar100_wide_resnet": "Wide-ResNet",
+  "cifar100_densenet121": "DenseNet-121",
+  "cifar100_resnet110": "ResNet-110",
+  "cifar100_resnet50": "ResNet-50",
+  "cifar100_wide_resnet": "Wide-ResNet",
 }
 METHODS = {  # label -> (fit method, options); None = uncalibrated
-    "Uncalibrated": None,
-    "Dirichlet": ("dirichlet", {}),          # reg_lambda = reg_mu tuned per model (see above)
-    "IR": ("isotonic", {"normalize": True}),
-    "Temp. Scaling": ("temperature", {}),
-    "Vector Scaling": ("vector", {}),
-    "Patching": ("patching", {"stepsize": "quadratic", "num_samples": 264}),
+  "Uncalibrated": None,
+  "Dirichlet": ("dirichlet", {}),  # reg_lambda = reg_mu tuned per model (see above)
+  "IR": ("isotonic", {"normalize": True}),
+  "Temp. Scaling": ("temperature", {}),
+  "Vector Scaling": ("vector", {}),
+  "Patching": ("patching", {"stepsize": "quadratic", "num_samples": 264}),
 }
 COLUMNS = [  # key, header, scale
-    ("accuracy", "Accuracy (×10²)", 1e2),
-    ("brier", "Brier (×10²)", 1e2),
-    ("cwe_bin", "CWE_bin (×10⁴)", 1e4),
-    ("tce_bin", "TCE_bin (×10³)", 1e3),
-    ("u_cwe", "U_CWE (×10⁴)", 1e4),
-    ("u_topk", "U_topK (×10³)", 1e3),
-    ("u_comb", "U_comb (×10³)", 1e3),
+  ("accuracy", "Accuracy (×10²)", 1e2),
+  ("brier", "Brier (×10²)", 1e2),
+  ("cwe_bin", "CWE_bin (×10⁴)", 1e4),
+  ("tce_bin", "TCE_bin (×10³)", 1e3),
+  ("u_cwe", "U_CWE (×10⁴)", 1e4),
+  ("u_topk", "U_topK (×10³)", 1e3),
+  ("u_comb", "U_comb (×10³)", 1e3),
 ]
 
 
@@ -98,13 +98,13 @@ def evaluate(p, y) -> dict[str, float]:
   u_cwe = float(utility.uc_class(p, y, "cwe"))
   u_topk = float(utility.uc_class(p, y, "topk"))
   return {
-      "accuracy": 1.0 - float(scores.classification_error(p, y)),
-      "brier": float(scores.brier(p, y)),
-      "cwe_bin": float(metrics.classwise_ece(p, y, 15, binning="quantile")),
-      "tce_bin": float(metrics.conf_ece(p, y, 15, binning="quantile")),
-      "u_cwe": u_cwe,
-      "u_topk": u_topk,
-      "u_comb": max(u_cwe, u_topk),
+    "accuracy": 1.0 - float(scores.classification_error(p, y)),
+    "brier": float(scores.brier(p, y)),
+    "cwe_bin": float(metrics.classwise_ece(p, y, 15, binning="quantile")),
+    "tce_bin": float(metrics.conf_ece(p, y, 15, binning="quantile")),
+    "u_cwe": u_cwe,
+    "u_topk": u_topk,
+    "u_comb": max(u_cwe, u_topk),
   }
 
 
@@ -125,8 +125,12 @@ def tune_dirichlet(z, y, seed: int) -> tuple[float, dict]:
 
 def load(setting: str):
   d = DATA / setting
-  z = np.concatenate([np.load(d / "val_logits.npy"), np.load(d / "test_logits.npy")]).astype(np.float32)
-  y = np.concatenate([np.load(d / "val_labels.npy"), np.load(d / "test_labels.npy")]).astype(np.int32)
+  z = np.concatenate([np.load(d / "val_logits.npy"), np.load(d / "test_logits.npy")]).astype(
+    np.float32
+  )
+  y = np.concatenate([np.load(d / "val_labels.npy"), np.load(d / "test_labels.npy")]).astype(
+    np.int32
+  )
   return z, y
 
 
@@ -140,7 +144,9 @@ def fmt(vals: list[float], scale: float) -> str:
 
 def main():
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--quick", action="store_true", help="ResNet-110 only, 3 splits, 15 patching steps")
+  ap.add_argument(
+    "--quick", action="store_true", help="ResNet-110 only, 3 splits, 15 patching steps"
+  )
   ap.add_argument("--splits", type=int, default=None)
   ap.add_argument("--models", nargs="*", default=None, choices=list(MODELS))
   ap.add_argument("--patch-steps", type=int, default=None)
@@ -150,7 +156,9 @@ def main():
   splits = args.splits or (3 if args.quick else 10)
   models = args.models or (["cifar100_resnet110"] if args.quick else list(MODELS))
   patch_steps = args.patch_steps or (15 if args.quick else 30)
-  out_dir = ROOT / "experiments" / "results" / ("utility_table_quick" if args.quick else "utility_table")
+  out_dir = (
+    ROOT / "experiments" / "results" / ("utility_table_quick" if args.quick else "utility_table")
+  )
   out_dir.mkdir(parents=True, exist_ok=True)
   if fit is None:
     sys.exit("jaxcal.recalibrate is not available yet: nothing to compare")
@@ -189,7 +197,9 @@ def main():
           if name == "patching":
             opts = dict(opts, max_steps=patch_steps, seed=s)
           elif name == "dirichlet":
-            opts = dict(opts, reg_lambda=dirichlet_tuning["reg_lambda"], reg_mu=dirichlet_tuning["reg_mu"])
+            opts = dict(
+              opts, reg_lambda=dirichlet_tuning["reg_lambda"], reg_mu=dirichlet_tuning["reg_mu"]
+            )
           rc = fit(name, z[cal], y[cal], **opts)
           p = rc(z[test])
         p = jax.block_until_ready(p)
@@ -200,28 +210,55 @@ def main():
           ecdfs["linear"][label] = np.asarray(utility.uc_sweep(p, y[test], lin))
           ecdfs["rank"][label] = np.asarray(utility.uc_sweep(p, y[test], rnk))
       done = time.perf_counter() - t_start
-      print(f"{MODELS[setting]} split {s + 1}/{splits} done ({done:.0f}s): " +
-            ", ".join(f"{m} U_comb={per_method[m]['u_comb'][-1] * 1e3:.1f}" for m in methods), flush=True)
+      print(
+        f"{MODELS[setting]} split {s + 1}/{splits} done ({done:.0f}s): "
+        + ", ".join(f"{m} U_comb={per_method[m]['u_comb'][-1] * 1e3:.1f}" for m in methods),
+        flush=True,
+      )
 
     result = {
-        "model": MODELS[setting], "setting": setting, "n": n, "C": c, "n_cal": n_cal, "n_test": n - n_cal,
-        "splits": splits, "patch_steps": patch_steps, "ecdf_m": args.ecdf_m, "seed": args.seed,
-        "skipped_methods": missing, "dirichlet_tuning": dirichlet_tuning,
-        "methods": {k: (None if v is None else {"method": v[0], "options": v[1]}) for k, v in methods.items()},
-        "metrics": per_method, "fit_and_apply_seconds": fit_time,
-        "runtime_s": time.perf_counter() - t_model,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "ecdf_summary": {fam: {m: {"median": float(np.median(e)), "p90": float(np.quantile(e, 0.9)),
-                                   "max": float(e.max())} for m, e in d.items()}
-                         for fam, d in ecdfs.items()},
+      "model": MODELS[setting],
+      "setting": setting,
+      "n": n,
+      "C": c,
+      "n_cal": n_cal,
+      "n_test": n - n_cal,
+      "splits": splits,
+      "patch_steps": patch_steps,
+      "ecdf_m": args.ecdf_m,
+      "seed": args.seed,
+      "skipped_methods": missing,
+      "dirichlet_tuning": dirichlet_tuning,
+      "methods": {
+        k: (None if v is None else {"method": v[0], "options": v[1]}) for k, v in methods.items()
+      },
+      "metrics": per_method,
+      "fit_and_apply_seconds": fit_time,
+      "runtime_s": time.perf_counter() - t_model,
+      "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+      "ecdf_summary": {
+        fam: {
+          m: {
+            "median": float(np.median(e)),
+            "p90": float(np.quantile(e, 0.9)),
+            "max": float(e.max()),
+          }
+          for m, e in d.items()
+        }
+        for fam, d in ecdfs.items()
+      },
     }
     (out_dir / f"{setting}.json").write_text(json.dumps(result, indent=1) + "\n")
     from matplotlib.figure import Figure
+
     from jaxcal.plots import ecdf_plot
+
     fig = Figure(figsize=(10, 3.8), layout="constrained")
     axes = fig.subplots(1, 2)
     for ax, fam, title in zip(axes, ("linear", "rank"), ("U_lin", "U_rank")):
-      ecdf_plot(ecdfs[fam], ax=ax, title=f"{MODELS[setting]} (CIFAR-100): {title}, M = {args.ecdf_m}")
+      ecdf_plot(
+        ecdfs[fam], ax=ax, title=f"{MODELS[setting]} (CIFAR-100): {title}, M = {args.ecdf_m}"
+      )
     fig.savefig(out_dir / f"ecdf_{setting}.png", dpi=110)
   write_tables(out_dir)
   print(f"wrote {out_dir} ({(time.perf_counter() - t_start) / 60:.1f} min)")
@@ -238,31 +275,45 @@ def write_tables(out_dir: pathlib.Path) -> None:
     return
   any_r = next(iter(results.values()))
   total = sum(r["runtime_s"] for r in results.values())
-  lines = ["# Utility calibration table (CIFAR-100), mean ± 2 s.e. over random splits", "",
-           "Pooled val+test logits, 70 % calibration / 30 % test per split (utility paper, App. C.1). "
-           "Brier = multiclass Brier; CWE_bin/TCE_bin with 15 equal-mass bins (class weights 1/C); "
-           "U_comb = max(U_CWE, U_topK). Generated by `experiments/utility_table.py`.",
-           f"Patching: stepsize='quadratic', U_comb + 264 fresh linear/rank utilities per step, "
-           f"≤ {any_r['patch_steps']} steps. Dirichlet: ODIR with lambda = mu tuned per model on "
-           "held-out NLL (first split). IR: one-vs-all isotonic, normalised.",
-           f"Total runtime {total / 60:.1f} min on {platform.processor() or platform.machine()} "
-           f"({jax.default_backend()}, 2 shared cores), jax {jax.__version__}.", ""]
+  lines = [
+    "# Utility calibration table (CIFAR-100), mean ± 2 s.e. over random splits",
+    "",
+    "Pooled val+test logits, 70 % calibration / 30 % test per split (utility paper, App. C.1). "
+    "Brier = multiclass Brier; CWE_bin/TCE_bin with 15 equal-mass bins (class weights 1/C); "
+    "U_comb = max(U_CWE, U_topK). Generated by `experiments/utility_table.py`.",
+    f"Patching: stepsize='quadratic', U_comb + 264 fresh linear/rank utilities per step, "
+    f"≤ {any_r['patch_steps']} steps. Dirichlet: ODIR with lambda = mu tuned per model on "
+    "held-out NLL (first split). IR: one-vs-all isotonic, normalised.",
+    f"Total runtime {total / 60:.1f} min on {platform.processor() or platform.machine()} "
+    f"({jax.default_backend()}, 2 shared cores), jax {jax.__version__}.",
+    "",
+  ]
   for setting, r in results.items():
-    lines += [f"## {r['model']} ({r['splits']} splits, n_cal = {r['n_cal']}, n_test = {r['n_test']}; "
-              f"Dirichlet lambda = {r['dirichlet_tuning']['reg_lambda'] if r['dirichlet_tuning'] else '-'})", "",
-              "| Method | " + " | ".join(h for _, h, _ in COLUMNS) + " |",
-              "|---" * (len(COLUMNS) + 1) + "|"]
+    lines += [
+      f"## {r['model']} ({r['splits']} splits, n_cal = {r['n_cal']}, n_test = {r['n_test']}; "
+      f"Dirichlet lambda = {r['dirichlet_tuning']['reg_lambda'] if r['dirichlet_tuning'] else '-'})",
+      "",
+      "| Method | " + " | ".join(h for _, h, _ in COLUMNS) + " |",
+      "|---" * (len(COLUMNS) + 1) + "|",
+    ]
     for m, vals in r["metrics"].items():
       lines.append(f"| {m} | " + " | ".join(fmt(vals[k], sc) for k, _, sc in COLUMNS) + " |")
     if r["skipped_methods"]:
       lines += ["", f"Not run (method not registered): {', '.join(r['skipped_methods'])}."]
     lines += ["", f"![eCDFs](ecdf_{setting}.png)", ""]
   (out_dir / "table.md").write_text("\n".join(lines) + "\n")
-  meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-          "jax": jax.__version__, "jaxcal": jaxcal.__version__, "backend": jax.default_backend(),
-          "device": jax.devices()[0].device_kind, "runtime_s": total,
-          "scales": {k: sc for k, _, sc in COLUMNS}}
-  (out_dir / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+  meta = {
+    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    "jax": jax.__version__,
+    "jaxcal": jaxcal.__version__,
+    "backend": jax.default_backend(),
+    "device": jax.devices()[0].device_kind,
+    "runtime_s": total,
+    "scales": {k: sc for k, _, sc in COLUMNS},
+  }
+  (out_dir / "results.json").write_text(
+    json.dumps({"meta": meta, "results": results}, indent=1) + "\n"
+  )
 
 
 if __name__ == "__main__":

@@ -1,21 +1,21 @@
 """Loading predictions and data sets, and synthetic data with known truth."""
 
 from jaxcal._src.data import (
-    DEFAULT_PREDICTIONS,
-    Synthetic,
-    default_predictions,
-    load_predictions,
-    looks_like_probs,
-    synthetic,
+  DEFAULT_PREDICTIONS,
+  Synthetic,
+  default_predictions,
+  load_predictions,
+  looks_like_probs,
+  synthetic,
 )
 from jaxcal._src.fashion_mnist import load_fashion_mnist
 
 __all__ = [
-    "DEFAULT_PREDICTIONS",
-    "Synthetic",
-    "default_predictions",
-    "load_fashion_mnist",
-    "load_predictions",
-    "looks_like_probs",
-    "synthetic",
+  "DEFAULT_PREDICTIONS",
+  "Synthetic",
+  "default_predictions",
+  "load_fashion_mnist",
+  "load_predictions",
+  "looks_like_probs",
+  "synthetic",
 ]

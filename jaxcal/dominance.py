@@ -8,19 +8,19 @@ over resampled test indices.
 """
 
 from jaxcal._src.dominance import (
-    BootstrapResult,
-    bootstrap,
-    dominance_chain,
-    dominance_matrix,
-    rank_correlation,
-    resample_indices,
+  BootstrapResult,
+  bootstrap,
+  dominance_chain,
+  dominance_matrix,
+  rank_correlation,
+  resample_indices,
 )
 
 __all__ = [
-    "BootstrapResult",
-    "bootstrap",
-    "dominance_chain",
-    "dominance_matrix",
-    "rank_correlation",
-    "resample_indices",
+  "BootstrapResult",
+  "bootstrap",
+  "dominance_chain",
+  "dominance_matrix",
+  "rank_correlation",
+  "resample_indices",
 ]

@@ -10,8 +10,8 @@ from jaxcal._src.plots.ecdf import ecdf_plot
 from jaxcal._src.plots.reliability import bin_robustness_plot, reliability_diagram
 
 __all__ = [
-    "bin_robustness_plot",
-    "ecdf_plot",
-    "mcb_dsc_plot",
-    "reliability_diagram",
+  "bin_robustness_plot",
+  "ecdf_plot",
+  "mcb_dsc_plot",
+  "reliability_diagram",
 ]

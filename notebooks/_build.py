@@ -17,7 +17,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = pathlib.Path(__file__).resolve().parent
 
-SETUP = '''\
+SETUP = """\
 import os, pathlib, time
 import numpy as np
 import jax, jax.numpy as jnp
@@ -28,7 +28,7 @@ ROOT = pathlib.Path.cwd().resolve()
 ROOT = ROOT.parent if ROOT.name == "notebooks" else ROOT
 SHARED = pathlib.Path(os.environ.get("JAXCAL_SHARED", ROOT.parent / "shared"))
 CIFAR = SHARED / "data" / "cifar_logits"
-'''
+"""
 
 DONE = 'print(f"notebook ran in {time.time() - T0:.1f} s")'
 
@@ -46,9 +46,10 @@ def code(*parts: str):
 # 1. truthful_multiclass_calibration_errors
 # ---------------------------------------------------------------------------
 
+
 def truthful_errors():
   return [
-      md("""
+    md("""
       # Truthful calibration errors for multiclass prediction
 
       Companion to *Truthful Calibration Errors for Multi-Class Prediction*
@@ -66,7 +67,9 @@ def truthful_errors():
       with bootstrap intervals; (5) Lemma D.1: a calibrated predictor's truthful
       error equals its proper loss over n. Runs in about a minute on a CPU.
       """),
-      code(SETUP, '''
+    code(
+      SETUP,
+      """
       from jaxcal import dominance, metrics, recalibrate, scores
       from jaxcal.data import load_predictions, synthetic
 
@@ -76,8 +79,9 @@ def truthful_errors():
           "ConfCE_corr(qua)": (metrics.conf_ce_corr, "quantile"),
           "LinCE_cw(qua)": (metrics.classwise_ce, "quantile"),
       }
-      '''),
-      md("""
+      """,
+    ),
+    md("""
       ## 1. Example C.1: confidence aggregation is not truthful
 
       `C = 3`, every sample has true distribution `p* = (1/3, 1/2, 1/6)`
@@ -87,7 +91,7 @@ def truthful_errors():
       the correction the truth wins: `3/(4n)` against `(1 - 1/C^2)/n = 8/(9n)`.
       `jax.vmap` runs 1000 replicate data sets in one call.
       """),
-      code('''
+    code("""
       C, n, R = 3, 200, 1000
       p_star = jnp.array([1 / C, 1 / 2, 1 / 2 - 1 / C])
       reports = {"truthful": jnp.broadcast_to(p_star, (n, C)), "uniform": jnp.full((n, C), 1 / C)}
@@ -103,8 +107,8 @@ def truthful_errors():
         for j, err in enumerate(["ConfCE", "ConfCE_corr"]):
           mean, se = E[:, i, j].mean(), E[:, i, j].std() / np.sqrt(R)
           print(f"{name:9s} {err:12s} n·E = {mean:.4f} ± {se:.4f}   closed form {theory[i, j]:.4f}")
-      '''),
-      md("""
+      """),
+    md("""
       ## 2. Truthfulness on synthetic data with known truth
 
       `jaxcal.data.synthetic` draws true probabilities `mu_i` and labels
@@ -118,7 +122,7 @@ def truthful_errors():
       prefer the uninformative uniform report (its sampling noise is smaller,
       Example 1.1 and C.1 of the paper).
       """),
-      code('''
+    code("""
       n, C, R = 500, 10, 100
       bins = np.array([5, 20, 100])
       REPORTS = ["truth", "T = 0.7", "T = 1.4", "uniform"]
@@ -139,8 +143,8 @@ def truthful_errors():
           best = mean[:, f, j].argmin()
           print(f"   m = {m:3d}: " + "  ".join(
               f"{r} {mean[i, f, j]:8.3f}±{se[i, f, j]:.3f}{'*' if i == best else ' '}" for i, r in enumerate(REPORTS)))
-      '''),
-      md("""
+      """),
+    md("""
       ## 3. Real predictors: 8 CIFAR-10 models, temperature-scaled
 
       Following the paper's protocol (SPEC §3), each model is temperature-scaled
@@ -148,7 +152,7 @@ def truthful_errors():
       jitted call computes all four errors of all 8 models at all bin counts:
       `jax.vmap` over the stacked models and `num_bins` as an array.
       """),
-      code('''
+    code("""
       settings = [f"{pre}cifar10_{arch}" for pre in ("", "focal_")
                   for arch in ("resnet50", "resnet110", "wide_resnet", "densenet121")]
       probs, labels = [], []
@@ -171,23 +175,23 @@ def truthful_errors():
       print(f"{'model':28s} {'error':>6s} " + " ".join(f"{f[:11]:>11s}(m={m})" for f in FAMILIES for m in bins[[0, 3]]))
       for i, s in enumerate(settings):
         print(f"{s:28s} {losses[i, 3]:6.4f} " + " ".join(f"{E[i, f, j]:17.2e}" for f in range(4) for j in (0, 3)))
-      '''),
-      md("""
+      """),
+    md("""
       How stable is each error's ranking of the models across bin counts?
       Spearman correlations (`jaxcal.dominance.rank_correlation`, scipy's tie
       handling) between bin counts, and with classification error. With only 8
       models these are noisy; `experiments/binning_robustness.py` runs the
       full Table 1 with bootstrap intervals.
       """),
-      code('''
+    code("""
       for f, name in enumerate(FAMILIES):
         between = [float(dominance.rank_correlation(E[:, f, a], E[:, f, b]))
                    for a in range(len(bins)) for b in range(a + 1, len(bins))]
         with_err = [float(dominance.rank_correlation(losses[:, 3], E[:, f, j])) for j in range(len(bins))]
         print(f"{name:17s} between bin counts: mean {np.mean(between):+.2f} (min {np.min(between):+.2f});"
               f"  with classification error at m={bins.tolist()}: {np.round(with_err, 2)}")
-      '''),
-      md("""
+      """),
+    md("""
       ## 4. Maximum dominance set
 
       Model `f` dominates `g` when all five proper losses (Brier, log,
@@ -197,7 +201,7 @@ def truthful_errors():
       a bootstrap over test samples (`jaxcal.dominance.bootstrap` vmaps the
       statistic over resampled index sets).
       """),
-      code('''
+    code("""
       chain = dominance.dominance_chain(losses)
       print("chain (best first):", [settings[i] for i in chain])
 
@@ -214,8 +218,8 @@ def truthful_errors():
                                 num_resamples=20, sample_axis=1)
         for f, name in enumerate(PAIR):
           print(f"Spearman(chain position, {name} at m=20) = {float(r.estimate[f]):+.2f} ± {float(1.96 * r.sd[f]):.2f}")
-      '''),
-      md("""
+      """),
+    md("""
       ## 5. Lemma D.1: calibrated predictors
 
       For a (classwise / confidence) calibrated predictor and any binning,
@@ -224,7 +228,8 @@ def truthful_errors():
       errors sit close to the dotted line at every bin count (the paper's
       assumption check, Fig. 4).
       """),
-      code('''
+    code(
+      """
       n_test, C = probs.shape[1], probs.shape[2]
       pred = {"LinCE_cw(qua)": losses[:, 0] / (C * n_test), "ConfCE_corr(qua)": losses[:, 4] / n_test}
       fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), constrained_layout=True)
@@ -236,7 +241,9 @@ def truthful_errors():
         ax.plot(lim, lim, "k:", label="calibrated")
         ax.set_xlabel("proper loss / n"); ax.set_ylabel(name); ax.legend(fontsize=7)
       plt.show()
-      ''' + DONE),
+      """
+      + DONE
+    ),
   ], ["jaxcal.recalibrate.fit", "jaxcal.dominance.bootstrap", "jaxcal.data.synthetic"]
 
 
@@ -244,9 +251,10 @@ def truthful_errors():
 # 2. making_and_evaluating_calibrated_forecasts
 # ---------------------------------------------------------------------------
 
+
 def calibrated_forecasts():
   return [
-      md("""
+    md("""
       # Making and evaluating calibrated forecasts: the four predictors
 
       Companion to *Making and Evaluating Calibrated Forecasts*
@@ -268,7 +276,9 @@ def calibrated_forecasts():
       closed forms for every case, more n, 2000 replicates and a second
       flip scenario (k = 4, p = 0.9). Runs in under a minute.
       """),
-      code(SETUP, '''
+    code(
+      SETUP,
+      '''
       from jaxcal import metrics
       from jaxcal.data import default_predictions
 
@@ -303,8 +313,9 @@ def calibrated_forecasts():
               [f(q, y, num_bins=BINS, binning=b) for f, b in FAMILIES.values()]))(P)
         out = jax.vmap(one)(jax.random.split(key, reps))
         return out.mean(0), out.std(0) / np.sqrt(reps)
-      '''),
-      md("""
+      ''',
+    ),
+    md("""
       Closed forms with `m` dividing `n` (each predictor's confidence is
       constant, so quantile bins are index blocks of `n/m`; `q` is the
       probability that the top label is right, `c` the reported confidence):
@@ -313,7 +324,7 @@ def calibrated_forecasts():
       `delta^2/((k-1)m) + (k-1)/(k^2 n)` (f4); f2's is an exact multinomial sum
       (in the script), plotted from Monte Carlo only.
       """),
-      code('''
+    code("""
       def closed(n, k, p, m):
         eps = 0.5 / np.sqrt(n)
         cq = [(p, p), (p + eps, p), (1 / k, 1 / k), (1 / k + eps, 1 / k)]
@@ -342,8 +353,8 @@ def calibrated_forecasts():
         axes[i, 0].set_ylabel("n · E[error]")
       axes[0, 0].legend(fontsize=7)
       plt.show()
-      '''),
-      md("""
+      """),
+    md("""
       **What the plot shows** (the paper's conclusions 1-4):
 
       * *violation*: ConfECE and ConfCE rank the uninformative f3 (and even
@@ -352,15 +363,15 @@ def calibrated_forecasts():
       * *flip*: the non-truthful errors order f2 and f3 differently at `m = 1`
         and at large `m`; the truthful ones keep f2 ahead for every `m`.
       """),
-      code('''
+    code("""
       for name in scenarios:
         mean, _ = results[name]
         print(name)
         for f, fam in enumerate(FAMILIES):
           orders = [" < ".join(NAMES[j].split()[0] for j in np.argsort(mean[:, f, b])) for b in (0, len(bins) - 1)]
           print(f"  {fam:17s} m={bins[0]}: {orders[0]:22s} m={bins[-1]}: {orders[1]}")
-      '''),
-      md("""
+      """),
+    md("""
       ## On real predictions: bin-count dependence
 
       The embedded CIFAR-10 ResNet-110 test predictions (`jaxcal.data.
@@ -369,7 +380,8 @@ def calibrated_forecasts():
       (Thm 3.1), only the bias part does; ConfECE's sampling part grows like
       `sqrt(m/n)`, so it is dominated by the bin count at large `m`.
       """),
-      code('''
+    code(
+      """
       logits, labels = default_predictions("test")
       probs = jax.nn.softmax(jnp.asarray(logits), axis=-1)
       ms = np.array([5, 10, 20, 50, 100, 200, 500, 1000, 2000])
@@ -380,7 +392,9 @@ def calibrated_forecasts():
         ax.plot(ms, v / v[0], "o-", ms=3, label=name)
       ax.set_xscale("log"); ax.set_xlabel("bins m"); ax.set_ylabel("error / error at m = 5"); ax.legend(fontsize=8)
       plt.show()
-      ''' + DONE),
+      """
+      + DONE
+    ),
   ], ["jaxcal.data.default_predictions"]
 
 
@@ -388,9 +402,10 @@ def calibrated_forecasts():
 # 3. utility_aware_multiclass_calibration
 # ---------------------------------------------------------------------------
 
+
 def utility_calibration():
   return [
-      md("""
+    md("""
       # Utility calibration
 
       Companion to *Utility-aware multiclass calibration*
@@ -406,7 +421,9 @@ def utility_calibration():
       fitted on the validation split and evaluated on the test split. About a
       minute on a CPU.
       """),
-      code(SETUP, '''
+    code(
+      SETUP,
+      """
       from jaxcal import recalibrate, utility
       from jaxcal.data import default_predictions
 
@@ -415,42 +432,44 @@ def utility_calibration():
       C = test_logits.shape[1]
       preds = {"uncalibrated": jax.nn.softmax(jnp.asarray(test_logits), axis=-1)}
       preds["temperature"] = recalibrate.fit("temperature", val_logits, val_labels)(test_logits)
-      '''),
-      md("""
+      """,
+    ),
+    md("""
       ## One utility: the top class
 
       `top_class()` has `v = max p`, so `UC` is the worst interval version of the
       top-label calibration error; `uc` also returns the worst interval and the
       sign of the gap (what patching needs).
       """),
-      code('''
+    code("""
       for name, p in preds.items():
         r = utility.uc(p, test_labels, utility.top_class())
         print(f"{name:13s} UC = {float(r.value):.4f} on v in [{float(r.lo):.3f}, {float(r.hi):.3f}], sign {int(r.sign):+d}")
-      '''),
-      md("""
+      """),
+    md("""
       ## Patching (Algorithm 1)
 
       Patching repeatedly finds the worst (utility, interval, sign) witness over
       `U_comb` plus fresh linear and rank utilities and moves the predictions
       against it. A few steps here to keep the notebook fast.
       """),
-      code('''
+    code("""
       patch = recalibrate.fit("patching", val_logits, val_labels, max_steps=15)
       preds["patching (15 steps)"] = patch(test_logits)
       print(f"{'':22s}" + "".join(f"{fam:>9s}" for fam in ("tce", "cwe", "topk", "comb")))
       for name, p in preds.items():
         print(f"{name:22s}" + "".join(f"{float(utility.uc_class(p, test_labels, fam)):9.4f}"
                                       for fam in ("tce", "cwe", "topk", "comb")))
-      '''),
-      md("""
+      """),
+    md("""
       ## eCDF over sampled utilities
 
       `uc_sweep` measures a whole batch of utilities in one compiled call;
       `ecdf` gives the curve `F(e) = fraction of utilities with error <= e`
       (left is better).
       """),
-      code('''
+    code(
+      """
       families = {"linear": utility.sample_linear(jax.random.PRNGKey(0), 300, C),
                   "rank": utility.sample_rank(jax.random.PRNGKey(1), 300, C)}
       fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
@@ -462,7 +481,9 @@ def utility_calibration():
         ax.set_xscale("log")
       axes[0].legend(fontsize=8)
       plt.show()
-      ''' + DONE),
+      """
+      + DONE
+    ),
   ], ["jaxcal.utility.uc_sweep", "jaxcal.recalibrate.fit"]
 
 
@@ -470,9 +491,10 @@ def utility_calibration():
 # 4. score_decompositions_case_study
 # ---------------------------------------------------------------------------
 
+
 def score_decomposition():
   return [
-      md("""
+    md("""
       # Score decompositions: miscalibration, discrimination, uncertainty
 
       Companion to the score decomposition case study
@@ -485,7 +507,9 @@ def score_decomposition():
       several recalibrators fitted on the validation split. About a minute on a
       CPU.
       """),
-      code(SETUP, '''
+    code(
+      SETUP,
+      """
       from jaxcal import recalibrate, scores
       from jaxcal.data import load_predictions
 
@@ -514,8 +538,9 @@ def score_decomposition():
       print(f"{'setting':20s} {'method':15s} {'Brier':>7s} {'MCB':>7s} {'DSC':>7s} {'UNC':>7s}")
       for (setting, name), (s, mcb, dsc, unc) in rows.items():
         print(f"{setting:20s} {name:15s} {s:7.3f} {mcb:7.3f} {dsc:7.3f} {unc:7.3f}")
-      '''),
-      md("""
+      """,
+    ),
+    md("""
       All rows use the class-wise (CORP) decomposition of the paper's Table 1;
       the two `(N dec.)` rows use the normalized decomposition (App. A), which
       charges CW-HB's rows that do not sum to one as miscalibration. `UNC`
@@ -524,7 +549,8 @@ def score_decomposition():
       discrimination (DSC); smoothed isotonic regression keeps DSC. The
       MCB-DSC plane shows the trade-off; dotted lines have equal Brier score.
       """),
-      code('''
+    code(
+      """
       fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
       for ax, setting in zip(axes, ("cifar10_resnet110", "cifar100_resnet110")):
         pts = {name: rows[(setting, name)] for name in METHODS}  # class-wise decompositions
@@ -538,7 +564,9 @@ def score_decomposition():
         ax.set_xlim(0, mcbs.max() * 1.2); ax.set_ylim(dscs.min() * 0.98, dscs.max() * 1.02)
         ax.set_xlabel("MCB (x100)"); ax.set_ylabel("DSC (x100)"); ax.set_title(setting)
       plt.show()
-      ''' + DONE),
+      """
+      + DONE
+    ),
   ], ["jaxcal.scores.decompose", "jaxcal.recalibrate.fit"]
 
 
@@ -546,9 +574,10 @@ def score_decomposition():
 # 5. local_calibration_jensen_shannon
 # ---------------------------------------------------------------------------
 
+
 def local_calibration():
   return [
-      md("""
+    md("""
       # Local calibration and LoCal Nets
 
       Companion to *local calibration via Jensen-Shannon* (`../shared/papers/
@@ -566,7 +595,9 @@ def local_calibration():
       scaling and a LoCal Net. Test anchors are subsampled to keep it to about
       a minute on a CPU.
       """),
-      code(SETUP, '''
+    code(
+      SETUP,
+      """
       import optax
       from jaxcal import metrics, recalibrate
       from jaxcal.data import load_fashion_mnist
@@ -578,8 +609,9 @@ def local_calibration():
       x_cal, y_cal = x_all[50000:55000], y_all[50000:55000]     # calibration split
       x_test = data["test_images"].reshape(-1, 784).astype(np.float32)[:3000] / 255.0 - 0.5
       y_test = data["test_labels"].astype(np.int32)[:3000]
-      '''),
-      code('''
+      """,
+    ),
+    code("""
       def init(key, sizes=(784, 128, 10)):
         ks = jax.random.split(key, len(sizes) - 1)
         return [(jax.random.normal(k, (a, b)) * np.sqrt(2 / a), jnp.zeros(b)) for k, a, b in zip(ks, sizes[:-1], sizes[1:])]
@@ -614,12 +646,12 @@ def local_calibration():
       z_cal, z_test = logits(params, x_cal), logits(params, x_test)
       phi_cal, phi_test = features(params, x_cal), features(params, x_test)
       print("test accuracy:", float((z_test.argmax(1) == y_test).mean()))
-      '''),
-      md("""
+      """),
+    md("""
       Features for the metric: PCA to 50 dimensions of the standardised
       penultimate activations, fitted on the calibration split (SPEC §5).
       """),
-      code('''
+    code("""
       mu, sd = phi_cal.mean(0), phi_cal.std(0) + 1e-6
       _, _, vt = np.linalg.svd(np.asarray((phi_cal - mu) / sd), full_matrices=False)
       proj = lambda phi: np.asarray((phi - mu) / sd) @ vt[:50].T
@@ -635,13 +667,14 @@ def local_calibration():
         loc = metrics.lce(p, y_test, feat_test, num_bins=15, min_bin_size=20, bandwidth=10.0)
         print(f"{name:14s} {float(loc.lce):8.4f} {float(loc.mlce):8.4f} {float(metrics.ecce(p, y_test)):8.4f} "
               f"{float(metrics.classwise_ece(p, y_test)):8.4f} {float(metrics.conf_ece(p, y_test)):8.4f}")
-      '''),
-      md("""
+      """),
+    md("""
       The kernel bandwidth sets how local "local" is: a large bandwidth averages
       over a whole bin and LCE approaches the class-wise binned error; a small
       one looks at a few neighbours and grows towards the per-sample noise.
       """),
-      code('''
+    code(
+      """
       gammas = [1.0, 3.0, 10.0, 30.0]
       fig, ax = plt.subplots(figsize=(5.5, 3.6), constrained_layout=True)
       for name in ("uncalibrated", "LoCal Net"):
@@ -649,16 +682,18 @@ def local_calibration():
         ax.plot(gammas, [float(metrics.lce(p, y_test, feat_test, bandwidth=g).lce) for g in gammas], "o-", label=name)
       ax.set_xscale("log"); ax.set_xlabel("bandwidth gamma"); ax.set_ylabel("LCE"); ax.legend()
       plt.show()
-      ''' + DONE),
+      """
+      + DONE
+    ),
   ], ["jaxcal.metrics.lce", "jaxcal.recalibrate.fit", "jaxcal.data.load_fashion_mnist"]
 
 
 NOTEBOOKS = {
-    "truthful_errors": truthful_errors,
-    "calibrated_forecasts": calibrated_forecasts,
-    "utility_calibration": utility_calibration,
-    "score_decomposition": score_decomposition,
-    "local_calibration": local_calibration,
+  "truthful_errors": truthful_errors,
+  "calibrated_forecasts": calibrated_forecasts,
+  "utility_calibration": utility_calibration,
+  "score_decomposition": score_decomposition,
+  "local_calibration": local_calibration,
 }
 
 

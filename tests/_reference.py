@@ -24,21 +24,37 @@ import math
 import numpy as np
 
 __all__ = [
-    "fixed_bins", "quantile_bins", "bins", "confidence",
-    "lin_sums", "lin_ce", "lin_ece",
-    "conf_ece", "conf_ce", "conf_ce_corr", "classwise_ce", "classwise_ece",
-    "binary_ce", "ecce", "reliability_stats",
-    "brier", "log_loss", "spherical", "classification_error", "confidence_loss",
+  "fixed_bins",
+  "quantile_bins",
+  "bins",
+  "confidence",
+  "lin_sums",
+  "lin_ce",
+  "lin_ece",
+  "conf_ece",
+  "conf_ce",
+  "conf_ce_corr",
+  "classwise_ce",
+  "classwise_ece",
+  "binary_ce",
+  "ecce",
+  "reliability_stats",
+  "brier",
+  "log_loss",
+  "spherical",
+  "classification_error",
+  "confidence_loss",
 ]
 
 
 # ----------------------------------------------------------------- binning
 
+
 def fixed_bins(s, m: int) -> np.ndarray:
   """0-based equal-width bin of every score, product in the scores' dtype."""
   s = np.asarray(s)
   ftype = s.dtype.type if np.issubdtype(s.dtype, np.floating) else np.float64
-  prod = s * ftype(m)                      # numpy rounds this in the scores' dtype
+  prod = s * ftype(m)  # numpy rounds this in the scores' dtype
   return np.clip(np.ceil(prod).astype(np.int64), 1, m) - 1
 
 
@@ -49,7 +65,7 @@ def quantile_bins(s, m: int) -> np.ndarray:
   order = np.argsort(s, kind="stable")
   pos = np.arange(1, n + 1, dtype=np.int64)
   out = np.empty(n, np.int64)
-  out[order] = -(-pos * m // n) - 1        # exact integer ceil
+  out[order] = -(-pos * m // n) - 1  # exact integer ceil
   return out
 
 
@@ -64,11 +80,12 @@ def bins(s, m: int, binning: str) -> np.ndarray:
 def confidence(p):
   """Top label (ties -> lowest index) and its probability (scores' dtype)."""
   p = np.asarray(p)
-  r = np.argmax(p, axis=1)                 # first maximum = lowest index
+  r = np.argmax(p, axis=1)  # first maximum = lowest index
   return r, p[np.arange(p.shape[0]), r]
 
 
 # ------------------------------------------------------- generic sums
+
 
 def lin_sums(u, phi, b, m: int) -> np.ndarray:
   """Per-bin sums of u - phi in float64, shape (m, d); empty bins are 0."""
@@ -104,6 +121,7 @@ def _bin_residual_sums(scores, resid, m, binning):
 
 # --------------------------------------------------- confidence errors
 
+
 def _conf_resid(p, y):
   r, c = confidence(p)
   z = (r == np.asarray(y)).astype(np.float64)
@@ -130,6 +148,7 @@ def conf_ce_corr(p, y, m, binning="quantile") -> float:
 
 # ----------------------------------------------------- classwise errors
 
+
 def _class_sums(p, y, m, binning):
   p = np.asarray(p)
   y = np.asarray(y)
@@ -150,8 +169,11 @@ def classwise_ce(p, y, m, binning="quantile") -> float:
 def classwise_ece(p, y, m, binning="fixed", class_weights=None) -> float:
   s = _class_sums(p, y, m, binning)
   n, num_classes = np.asarray(p).shape
-  w = (np.full(num_classes, 1.0 / num_classes) if class_weights is None
-       else np.asarray(class_weights, np.float64))
+  w = (
+    np.full(num_classes, 1.0 / num_classes)
+    if class_weights is None
+    else np.asarray(class_weights, np.float64)
+  )
   return float(sum(w[r] * np.sum(np.abs(s[r])) / n for r in range(num_classes)))
 
 
@@ -167,8 +189,11 @@ def ecce(p, y, m, class_weights=None) -> float:
   p = np.asarray(p)
   y = np.asarray(y)
   n, num_classes = p.shape
-  w = (np.full(num_classes, 1.0 / num_classes) if class_weights is None
-       else np.asarray(class_weights, np.float64))
+  w = (
+    np.full(num_classes, 1.0 / num_classes)
+    if class_weights is None
+    else np.asarray(class_weights, np.float64)
+  )
   total = 0.0
   for r in range(num_classes):
     b = fixed_bins(p[:, r], m)
@@ -208,6 +233,7 @@ def reliability_stats(p, y, m, binning="fixed"):
 
 # ---------------------------------------------------------- scores
 
+
 def brier(p, y) -> np.ndarray:
   p = np.asarray(p, np.float64)
   n, num_classes = p.shape
@@ -224,8 +250,9 @@ def log_loss(p, y) -> np.ndarray:
 
 def spherical(p, y) -> np.ndarray:
   p = np.asarray(p, np.float64)
-  return np.array([1.0 - p[i, y[i]] / math.sqrt(float(np.sum(p[i] ** 2)))
-                   for i in range(p.shape[0])])
+  return np.array(
+    [1.0 - p[i, y[i]] / math.sqrt(float(np.sum(p[i] ** 2))) for i in range(p.shape[0])]
+  )
 
 
 def classification_error(p, y) -> np.ndarray:

@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
-import _reference as R  # noqa: E402
-from jaxcal._src import binning as B
-from jaxcal import metrics
+import _reference as R
 
-MS = np.arange(1, 41)          # bin counts for the vmapped checks (max_bins = 40)
+from jaxcal import metrics
+from jaxcal._src import binning as B
+
+MS = np.arange(1, 41)  # bin counts for the vmapped checks (max_bins = 40)
 
 
 def _edge_scores(max_m=40):
@@ -38,7 +39,7 @@ def _edge_scores(max_m=40):
 def scores():
   rng = np.random.default_rng(0)
   s = rng.random(200).astype(np.float32)
-  s[:40] = np.round(s[:40] * 4) / 4          # ties, incl. exact 0, 0.25, ..., 1.0
+  s[:40] = np.round(s[:40] * 4) / 4  # ties, incl. exact 0, 0.25, ..., 1.0
   s[40:45] = 1.0
   return s
 
@@ -46,7 +47,9 @@ def scores():
 def test_bin_ids_match_reference(scores):
   for m in (1, 2, 3, 7, 15, 40):
     np.testing.assert_array_equal(metrics.bin_ids(scores, m, "fixed"), R.fixed_bins(scores, m))
-    np.testing.assert_array_equal(metrics.bin_ids(scores, m, "quantile"), R.quantile_bins(scores, m))
+    np.testing.assert_array_equal(
+      metrics.bin_ids(scores, m, "quantile"), R.quantile_bins(scores, m)
+    )
 
 
 def test_fixed_rule_at_edges_float32():
@@ -116,14 +119,16 @@ def test_edge_thresholds_characterise_fixed_rule():
     for j in range(1, m):
       t = thr[table.index[m, j - 1] - 1]
       np.testing.assert_array_equal(s <= t, b <= j)
-    assert (table.index[m, m - 1:] == thr.shape[0] + 1).all()
+    assert (table.index[m, m - 1 :] == thr.shape[0] + 1).all()
 
 
 @pytest.mark.parametrize("method", ["edges", "sort"])
 def test_binned_sums_fixed_methods(scores, method):
   rng = np.random.default_rng(3)
   v = rng.normal(size=(scores.shape[0], 2)).astype(np.float32)
-  f = jax.jit(jax.vmap(lambda m: B.binned_sums(jnp.asarray(scores), jnp.asarray(v), m, "fixed", 40, method)))
+  f = jax.jit(
+    jax.vmap(lambda m: B.binned_sums(jnp.asarray(scores), jnp.asarray(v), m, "fixed", 40, method))
+  )
   out = jax.tree_util.tree_map(np.asarray, f(jnp.asarray(MS)))  # numpy: no per-slice dispatch
   for k, m in enumerate(MS):
     b = R.fixed_bins(scores, int(m))
@@ -142,9 +147,9 @@ def _stable_prefix(s, b, sign):
 
 def _tied_rows(seed, rows=4, n=60):
   rng = np.random.default_rng(seed)
-  s = (rng.integers(0, 5, (rows, n)) / 4).astype(np.float32)   # few values: mixed ties
-  s[0] = rng.random(n)                                        # one row without ties
-  s[1, ::4] = -0.0                                            # -0.0 ties with +0.0
+  s = (rng.integers(0, 5, (rows, n)) / 4).astype(np.float32)  # few values: mixed ties
+  s[0] = rng.random(n)  # one row without ties
+  s[1, ::4] = -0.0  # -0.0 ties with +0.0
   b = rng.random((rows, n)) < 0.4
   return s, b
 
@@ -161,7 +166,7 @@ def test_sorted_residual_prefix_fallbacks():
   # or scores outside (-2, 2): the fast int-key path falls back to the
   # stable sort for every row, still exact.
   rng = np.random.default_rng(5)
-  s = (rng.integers(0, 3, (4, 40)) / 2).astype(np.float32)   # every row mixed
+  s = (rng.integers(0, 3, (4, 40)) / 2).astype(np.float32)  # every row mixed
   b = rng.random((4, 40)) < 0.5
   f = jax.jit(lambda s, b: B.sorted_residual_prefix(s, b, 1.0, "fast"))
   np.testing.assert_allclose(f(s, b), _stable_prefix(s, b, 1.0), atol=2e-5)
@@ -171,8 +176,13 @@ def test_sorted_residual_prefix_fallbacks():
 
 def test_binned_residual_sums_quantile_matches_reference():
   s, b = _tied_rows(6, rows=3, n=50)
-  f = jax.jit(jax.vmap(lambda m: B.binned_residual_sums(jnp.asarray(s), jnp.asarray(b), m, "quantile", 40,
-                                                        method="fast")))
+  f = jax.jit(
+    jax.vmap(
+      lambda m: B.binned_residual_sums(
+        jnp.asarray(s), jnp.asarray(b), m, "quantile", 40, method="fast"
+      )
+    )
+  )
   out = jax.tree_util.tree_map(np.asarray, f(jnp.asarray(MS)))
   for k, m in enumerate(MS):
     for r in range(3):

@@ -15,8 +15,12 @@ def test_report_on_embedded_default(tmp_path, capsys):
   text = capsys.readouterr().out
   assert "CIFAR-10 ResNet-110" in text and "accuracy 94.52%" in text
   rep = json.loads((out / "report.json").read_text())
-  assert rep["data"] == {"source": "embedded CIFAR-10 ResNet-110 (test)", "n": 10000,
-                         "num_classes": 10, "input": "logits"}
+  assert rep["data"] == {
+    "source": "embedded CIFAR-10 ResNet-110 (test)",
+    "n": 10000,
+    "num_classes": 10,
+    "input": "logits",
+  }
   assert len(rep["robustness"]["num_bins"]) == 199
   assert len(rep["robustness"]["conf_ce_corr_quantile"]) == 199
   dec = rep["decomposition"]["classwise"]
@@ -30,8 +34,21 @@ def test_recalibrate_and_sweep(tmp_path, capsys):
   out = tmp_path / "ts.npz"
   model = tmp_path / "ts_model.npz"
   default = str(data.DEFAULT_PREDICTIONS)
-  assert cli.main(["recalibrate", "temperature", default, default, "--out", str(out),
-                   "--save-model", str(model)]) == 0
+  assert (
+    cli.main(
+      [
+        "recalibrate",
+        "temperature",
+        default,
+        default,
+        "--out",
+        str(out),
+        "--save-model",
+        str(model),
+      ]
+    )
+    == 0
+  )
   text = capsys.readouterr().out
   assert "before:" in text and "after:" in text
   z = np.load(out)
@@ -48,7 +65,9 @@ def test_cli_reports_bad_input_without_traceback(tmp_path, capsys):
   np.savez(bad, logits=np.full((4, 3), np.nan, np.float32), labels=np.zeros(4, int))
   assert cli.main(["report", str(bad), "--out", str(tmp_path / "r")]) == 2
   assert "non-finite" in capsys.readouterr().err
-  assert cli.main(["recalibrate", "nope", str(bad), str(bad), "--out", str(tmp_path / "x.npz")]) == 2
+  assert (
+    cli.main(["recalibrate", "nope", str(bad), str(bad), "--out", str(tmp_path / "x.npz")]) == 2
+  )
   assert "unknown recalibration method" in capsys.readouterr().err
 
 

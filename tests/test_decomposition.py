@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jaxcal.scores import Decomposition, decompose
 
+from jaxcal.scores import Decomposition, decompose
 
 
 def _data(seed, n=200, c=4):
@@ -25,7 +25,7 @@ def pav_fit(x, t):
   while i < len(blocks) - 1:
     a, b = blocks[i], blocks[i + 1]
     if a[1] / a[0] >= b[1] / b[0]:
-      blocks[i:i + 2] = [[a[0] + b[0], a[1] + b[1], a[2] + b[2]]]
+      blocks[i : i + 2] = [[a[0] + b[0], a[1] + b[1], a[2] + b[2]]]
       i = max(i - 1, 0)
     else:
       i += 1
@@ -107,7 +107,9 @@ def test_perfectly_calibrated_forecast_has_zero_classwise_mcb():
   assert abs(float(d.mcb)) < 1e-15 and float(d.dsc) > 0
 
 
-@pytest.mark.parametrize("kwargs, msg", [
+@pytest.mark.parametrize(
+  "kwargs, msg",
+  [
     (dict(score="spherical"), "score must be"),
     (dict(mode="cw"), "mode must be"),
     (dict(probs=np.array([[0.5, 0.6], [0.5, 0.5]])), "sum to 1"),
@@ -115,7 +117,8 @@ def test_perfectly_calibrated_forecast_has_zero_classwise_mcb():
     (dict(probs=np.array([[1.5, 0.6], [0.5, 0.5]]), require_simplex=False), r"\[0, 1\]"),
     (dict(labels=np.array([0, 2])), "labels"),
     (dict(probs=np.ones(3) / 3), "shape"),
-])
+  ],
+)
 def test_bad_input(kwargs, msg):
   args = dict(probs=np.array([[0.5, 0.5], [0.2, 0.8]]), labels=np.array([0, 1]))
   args.update(kwargs)
@@ -136,35 +139,56 @@ def test_mcb_dsc_plot_draws_points_and_isolines():
   matplotlib = pytest.importorskip("matplotlib")
   matplotlib.use("Agg")
   from jaxcal._src.plots.decomposition import mcb_dsc_plot
-  fig = mcb_dsc_plot({"base": (0.063, 8.282), "CW-HB": (0.009, 7.177), "N-SIR": (0.047, 8.283)},
-                     unc=9.0, title="CIFAR-10")
+
+  fig = mcb_dsc_plot(
+    {"base": (0.063, 8.282), "CW-HB": (0.009, 7.177), "N-SIR": (0.047, 8.283)},
+    unc=9.0,
+    title="CIFAR-10",
+  )
   ax = fig.axes[0]
-  assert len(ax.collections) == 3           # one scatter per point
-  assert len(ax.lines) >= 2                 # iso-score lines
+  assert len(ax.collections) == 3  # one scatter per point
+  assert len(ax.lines) >= 2  # iso-score lines
   x, yv = ax.lines[0].get_data()
   assert np.allclose(np.diff(yv) / np.diff(x), 1.0)  # slope 1: DSC = MCB + UNC - S
   with pytest.raises(ValueError):
     mcb_dsc_plot({}, unc=1.0)
   import matplotlib.pyplot as plt
+
   plt.close(fig)
 
 
 # ---------------------------------------------------------------------------
 # The case study's Table 1 / Table 2 on the CIFAR-10 models (fit on val, test on test)
 
-PAPER_MODELS_C10 = ["cifar10_resnet50", "cifar10_resnet110", "cifar10_wide_resnet",
-                    "focal_cifar10_resnet50", "focal_cifar10_resnet110",
-                    "focal_cifar10_wide_resnet", "focal_cifar10_densenet121"]
+PAPER_MODELS_C10 = [
+  "cifar10_resnet50",
+  "cifar10_resnet110",
+  "cifar10_wide_resnet",
+  "focal_cifar10_resnet50",
+  "focal_cifar10_resnet110",
+  "focal_cifar10_wide_resnet",
+  "focal_cifar10_densenet121",
+]
 # BS, MCB, DSC (x100) and accuracy, as printed (Table 1: classwise, Table 2: normalized).
 PAPER_C10 = {
-    "classwise": {"base": (0.781, 0.063, 8.282, 0.951), "CW-HB": (1.832, 0.009, 7.177, 0.890),
-                  "N-HB": (1.237, 0.070, 7.833, 0.890), "CW-IR": (0.779, 0.027, 8.248, 0.950),
-                  "N-IR": (0.770, 0.047, 8.277, 0.950), "CW-SIR": (0.769, 0.051, 8.282, 0.950),
-                  "N-SIR": (0.764, 0.047, 8.283, 0.950)},
-    "normalized": {"base": (0.781, 0.059, 8.279, 0.951), "CW-HB": (1.832, 0.604, 7.772, 0.890),
-                   "N-HB": (1.237, 0.080, 7.842, 0.890), "CW-IR": (0.779, 0.030, 8.251, 0.950),
-                   "N-IR": (0.770, 0.045, 8.275, 0.950), "CW-SIR": (0.769, 0.048, 8.279, 0.950),
-                   "N-SIR": (0.764, 0.044, 8.280, 0.950)},
+  "classwise": {
+    "base": (0.781, 0.063, 8.282, 0.951),
+    "CW-HB": (1.832, 0.009, 7.177, 0.890),
+    "N-HB": (1.237, 0.070, 7.833, 0.890),
+    "CW-IR": (0.779, 0.027, 8.248, 0.950),
+    "N-IR": (0.770, 0.047, 8.277, 0.950),
+    "CW-SIR": (0.769, 0.051, 8.282, 0.950),
+    "N-SIR": (0.764, 0.047, 8.283, 0.950),
+  },
+  "normalized": {
+    "base": (0.781, 0.059, 8.279, 0.951),
+    "CW-HB": (1.832, 0.604, 7.772, 0.890),
+    "N-HB": (1.237, 0.080, 7.842, 0.890),
+    "CW-IR": (0.779, 0.030, 8.251, 0.950),
+    "N-IR": (0.770, 0.045, 8.275, 0.950),
+    "CW-SIR": (0.769, 0.048, 8.279, 0.950),
+    "N-SIR": (0.764, 0.044, 8.280, 0.950),
+  },
 }
 
 
@@ -176,6 +200,7 @@ def _r_softmax(z):
 def _case_study_averages(cifar_dir, methods):
   """Averages over the paper's 7 CIFAR-10 models of (BS, MCB, DSC) x100 and Acc."""
   import jaxcal.recalibrate as R
+
   for s in PAPER_MODELS_C10:
     if not (cifar_dir / s).is_dir():
       pytest.skip(f"{s} not in the shared data")
@@ -200,8 +225,10 @@ def _case_study_averages(cifar_dir, methods):
           assert abs(float(d.unc) - 0.09) < 1e-15
           assert abs(float(d.score) - float(d.mcb - d.dsc + d.unc)) < 1e-12
           acc[mode][m].append((100 * float(d.score), 100 * float(d.mcb), 100 * float(d.dsc), a))
-  return {mode: {m: np.round(np.mean(v, axis=0), 3) for m, v in rows.items()}
-          for mode, rows in acc.items()}
+  return {
+    mode: {m: np.round(np.mean(v, axis=0), 3) for m, v in rows.items()}
+    for mode, rows in acc.items()
+  }
 
 
 def test_reproduces_case_study_base_rows_on_cifar10(cifar_dir):

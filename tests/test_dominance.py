@@ -12,10 +12,10 @@ import scipy.stats
 from jaxcal import dominance as D
 from jaxcal import metrics
 
-
 # --------------------------------------------------------------------------
 # slow float64 references
 # --------------------------------------------------------------------------
+
 
 def ref_dominates(f, g):
   f = np.asarray(f, np.float64)
@@ -27,7 +27,7 @@ def ref_longest_chain_length(L):
   """Longest path (in vertices) of the dominance DAG by memoised DFS."""
   p = len(L)
 
-  @functools.lru_cache(maxsize=None)
+  @functools.cache
   def from_(i):
     nxt = [from_(j) for j in range(p) if ref_dominates(L[i], L[j])]
     return 1 + max(nxt, default=0)
@@ -53,11 +53,13 @@ def random_tables(seed, count, p_max=9, L_max=4, levels=4):
 # dominance_matrix / dominance_chain
 # --------------------------------------------------------------------------
 
+
 def test_dominance_matrix_matches_loop_reference_jit_and_vmap():
   rng = np.random.default_rng(0)
   tables = rng.integers(0, 3, size=(4, 6, 3)).astype(np.float32)
-  ref = np.array([[[ref_dominates(t[i], t[j]) for j in range(6)] for i in range(6)]
-                  for t in tables])
+  ref = np.array(
+    [[[ref_dominates(t[i], t[j]) for j in range(6)] for i in range(6)] for t in tables]
+  )
   eager = np.stack([np.asarray(D.dominance_matrix(t)) for t in tables])
   np.testing.assert_array_equal(eager, ref)
   np.testing.assert_array_equal(np.asarray(jax.jit(D.dominance_matrix)(tables[0])), ref[0])
@@ -99,13 +101,16 @@ def test_dominance_chain_ties_and_edge_cases():
   np.testing.assert_array_equal(L, L0)
 
 
-@pytest.mark.parametrize("bad, msg", [
+@pytest.mark.parametrize(
+  "bad, msg",
+  [
     (np.zeros(3), "2-D"),
     (np.zeros((0, 2)), "at least one"),
     (np.zeros((2, 0)), "at least one"),
     (np.array([[0.0, np.nan], [1.0, 1.0]]), "NaN"),
     (np.array([["a", "b"]]), "numeric"),
-])
+  ],
+)
 def test_dominance_chain_bad_input(bad, msg):
   with pytest.raises(ValueError, match=msg):
     D.dominance_chain(bad)
@@ -124,11 +129,12 @@ def test_dominance_errors_under_trace_and_nan_matrix():
 # rank_correlation
 # --------------------------------------------------------------------------
 
+
 def _pairs(seed, count):
   rng = np.random.default_rng(seed)
   for i in range(count):
     n = int(rng.choice([2, 5, 17, 31]))  # few shapes: few compilations
-    if i % 3 == 0:   # heavy ties in both
+    if i % 3 == 0:  # heavy ties in both
       a, b = rng.integers(0, 3, n), rng.integers(0, 4, n)
     elif i % 3 == 1:  # continuous
       a, b = rng.normal(size=n), rng.normal(size=n)
@@ -145,6 +151,7 @@ def test_average_ranks_match_scipy_and_reference():
   want = scipy.stats.rankdata(x)
   np.testing.assert_allclose(ref_average_ranks(x), want)
   from jaxcal._src.dominance import _average_ranks
+
   np.testing.assert_allclose(np.asarray(_average_ranks(jnp.asarray(x))), want)
 
 
@@ -175,11 +182,13 @@ def test_rank_correlation_jit_vmap_and_constant_under_trace():
   assert np.isnan(float(jax.jit(D.rank_correlation)(jnp.ones(4), jnp.arange(4.0))))
   # perfect (anti-)monotone relations
   x = jnp.arange(10.0)
-  assert float(D.rank_correlation(x, x ** 3)) == pytest.approx(1.0)
+  assert float(D.rank_correlation(x, x**3)) == pytest.approx(1.0)
   assert float(D.rank_correlation(x, -x, "kendall")) == pytest.approx(-1.0)
 
 
-@pytest.mark.parametrize("a, b, method, msg", [
+@pytest.mark.parametrize(
+  "a, b, method, msg",
+  [
     ([1.0, 1.0, 1.0], [1.0, 2.0, 3.0], "spearman", "constant"),
     ([1.0, 2.0, 3.0], [5.0, 5.0, 5.0], "kendall", "constant"),
     ([1.0, 2.0, 3.0], [1.0, 2.0], "spearman", "same length"),
@@ -187,7 +196,8 @@ def test_rank_correlation_jit_vmap_and_constant_under_trace():
     ([1.0, 2.0], [1.0, 2.0], "pearson", "method"),
     ([[1.0, 2.0]], [[1.0, 2.0]], "spearman", "1-D"),
     ([1.0], [2.0], "spearman", "at least 2"),
-])
+  ],
+)
 def test_rank_correlation_bad_input(a, b, method, msg):
   with pytest.raises(ValueError, match=msg):
     D.rank_correlation(np.asarray(a), np.asarray(b), method)
@@ -196,6 +206,7 @@ def test_rank_correlation_bad_input(a, b, method, msg):
 # --------------------------------------------------------------------------
 # bootstrap
 # --------------------------------------------------------------------------
+
 
 def test_bootstrap_matches_manual_resampling_and_batching():
   key = jax.random.PRNGKey(7)
@@ -224,7 +235,9 @@ def test_bootstrap_vmapped_metric_over_stacked_predictors_and_correlation():
   n, C, P = 300, 4, 3
   probs = rng.dirichlet(np.ones(C), size=(P, n)).astype(np.float32)
   labels = rng.integers(0, C, n)
-  bins = np.array([2, 5])  # a jnp array closed over inside lax.map needs max_bins (binning.resolve_max_bins)
+  bins = np.array(
+    [2, 5]
+  )  # a jnp array closed over inside lax.map needs max_bins (binning.resolve_max_bins)
 
   def stat(p, y):
     ce = jax.vmap(lambda q: metrics.conf_ce(q, y, num_bins=bins), in_axes=0)(p)  # (P, 2)
@@ -236,14 +249,18 @@ def test_bootstrap_vmapped_metric_over_stacked_predictors_and_correlation():
   assert r.samples["rho"].shape == (6,)
   idx = np.asarray(D.resample_indices(key, n, 6))
   for b in (0, 5):
-    want = [[float(metrics.conf_ce(probs[i][idx[b]], labels[idx[b]], num_bins=m)) for m in (2, 5)]
-            for i in range(P)]
+    want = [
+      [float(metrics.conf_ce(probs[i][idx[b]], labels[idx[b]], num_bins=m)) for m in (2, 5)]
+      for i in range(P)
+    ]
     np.testing.assert_allclose(np.asarray(r.samples["ce"][b]), want, rtol=1e-5, atol=1e-8)
   est = np.asarray(r.estimate["ce"])
   np.testing.assert_allclose(np.asarray(r.lo["ce"]), est - 1.96 * np.asarray(r.sd["ce"]), rtol=1e-5)
 
 
-@pytest.mark.parametrize("args, kwargs, msg", [
+@pytest.mark.parametrize(
+  "args, kwargs, msg",
+  [
     ((), {}, "at least one"),
     ((np.zeros(5), np.zeros(4)), {}, "same number of samples"),
     ((np.zeros(5), np.zeros(4)), {"groups": (0, 0)}, "same number of samples"),
@@ -251,7 +268,8 @@ def test_bootstrap_vmapped_metric_over_stacked_predictors_and_correlation():
     ((np.zeros(5),), {"num_resamples": 1}, "num_resamples"),
     ((np.zeros(5),), {"sample_axis": 1}, "out of range"),
     ((np.zeros(5), np.zeros(5)), {"sample_axis": (0,)}, "entries"),
-])
+  ],
+)
 def test_bootstrap_bad_input(args, kwargs, msg):
   with pytest.raises(ValueError, match=msg):
     D.bootstrap(jax.random.PRNGKey(0), jnp.mean, *args, **kwargs)
@@ -261,14 +279,22 @@ def test_bootstrap_groups_resample_data_sets_independently():
   key = jax.random.PRNGKey(3)
   a = jnp.arange(6.0)
   b = jnp.arange(4.0) * 10
-  c = jnp.arange(6.0) * 100   # same group as a: same indices
-  r = D.bootstrap(key, lambda x, y, z: jnp.stack([x.mean(), y.mean(), z.mean()]), a, b, c,
-                  num_resamples=5, groups=(7, 3, 7))
-  k7, k3 = jax.random.split(key, 2)   # groups in order of first appearance
+  c = jnp.arange(6.0) * 100  # same group as a: same indices
+  r = D.bootstrap(
+    key,
+    lambda x, y, z: jnp.stack([x.mean(), y.mean(), z.mean()]),
+    a,
+    b,
+    c,
+    num_resamples=5,
+    groups=(7, 3, 7),
+  )
+  k7, k3 = jax.random.split(key, 2)  # groups in order of first appearance
   i7 = np.asarray(D.resample_indices(k7, 6, 5))
   i3 = np.asarray(D.resample_indices(k3, 4, 5))
-  want = np.stack([np.asarray(a)[i7].mean(1), np.asarray(b)[i3].mean(1),
-                   np.asarray(c)[i7].mean(1)], axis=1)
+  want = np.stack(
+    [np.asarray(a)[i7].mean(1), np.asarray(b)[i3].mean(1), np.asarray(c)[i7].mean(1)], axis=1
+  )
   np.testing.assert_allclose(np.asarray(r.samples), want, rtol=1e-6)
 
 
@@ -282,8 +308,15 @@ def test_resample_indices_bad_input_and_range():
 
 
 def test_public_module_exports():
-  assert sorted(D.__all__) == sorted([
-      "BootstrapResult", "bootstrap", "dominance_chain", "dominance_matrix",
-      "rank_correlation", "resample_indices"])
+  assert sorted(D.__all__) == sorted(
+    [
+      "BootstrapResult",
+      "bootstrap",
+      "dominance_chain",
+      "dominance_matrix",
+      "rank_correlation",
+      "resample_indices",
+    ]
+  )
   for name in D.__all__:
     assert getattr(D, name).__doc__

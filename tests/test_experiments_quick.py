@@ -33,16 +33,16 @@ def test_four_predictor_closed_forms_equal_exact_enumeration(fp):
   sc = fp.Scenario("tiny", k=3, p=0.7, kappa=0.3, note="")
   n, bins = 5, np.array([1, 2, 5])
   eps = sc.eps(n)
-  xs = np.array(list(itertools.product(range(sc.k), repeat=n)))          # (k^n, n)
-  hits = np.array(list(itertools.product((1, 0), repeat=n)))             # y = x where 1
+  xs = np.array(list(itertools.product(range(sc.k), repeat=n)))  # (k^n, n)
+  hits = np.array(list(itertools.product((1, 0), repeat=n)))  # y = x where 1
   X = np.repeat(xs, len(hits), axis=0)
   H = np.tile(hits, (len(xs), 1))
   Y = np.where(H == 1, X, (X + 1) % sc.k)
-  w = np.prod(np.where(H == 1, sc.p, 1 - sc.p), axis=1) / sc.k ** n   # sums to 1
+  w = np.prod(np.where(H == 1, sc.p, 1 - sc.p), axis=1) / sc.k**n  # sums to 1
 
   def errs(x, y):
     P = fp.predictions(x, sc.k, sc.p, eps, eps)
-    return jax.vmap(lambda q: fp.all_errors(q, y, bins))(P)           # (4, 5, M)
+    return jax.vmap(lambda q: fp.all_errors(q, y, bins))(P)  # (4, 5, M)
 
   E = np.asarray(jax.jit(jax.vmap(errs))(jnp.asarray(X), jnp.asarray(Y)), np.float64)
   exact = np.einsum("d,dpem->pem", w, E)
@@ -67,7 +67,7 @@ def test_four_predictors_quick(fp, tmp_path):
   for met in ("conf_ece_fix", "conf_ece_qua", "conf_ce_qua"):  # not truthful
     assert not c["violation"][met]["truth_first_at_every_m"]
   for sc in ("violation", "flip"):
-    for met in ("conf_ce_corr_qua", "lin_ce_cw_qua"):          # truthful
+    for met in ("conf_ce_corr_qua", "lin_ce_cw_qua"):  # truthful
       assert c[sc][met]["truth_first_at_every_m"]
       assert not c[sc][met]["f3_beats_f2_at"]
   for met in ("conf_ece_qua", "conf_ce_qua"):

@@ -11,7 +11,9 @@ from jaxcal._src import fashion_mnist as F
 
 
 def _idx(arr: np.ndarray, magic_type: int = 0x08) -> bytes:
-  head = bytes([0, 0, magic_type, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+  head = bytes([0, 0, magic_type, arr.ndim]) + b"".join(
+    int(d).to_bytes(4, "big") for d in arr.shape
+  )
   return head + arr.astype(np.uint8).tobytes()
 
 
@@ -27,10 +29,10 @@ def _write(path: pathlib.Path, payload: bytes, compress: bool = True) -> None:
 def tiny(tmp_path):
   rng = np.random.default_rng(0)
   data = {
-      "train_images": rng.integers(0, 256, (5, 28, 28), dtype=np.uint8),
-      "train_labels": np.array([0, 9, 3, 3, 1], np.uint8),
-      "test_images": rng.integers(0, 256, (3, 28, 28), dtype=np.uint8),
-      "test_labels": np.array([2, 2, 7], np.uint8),
+    "train_images": rng.integers(0, 256, (5, 28, 28), dtype=np.uint8),
+    "train_labels": np.array([0, 9, 3, 3, 1], np.uint8),
+    "test_images": rng.integers(0, 256, (3, 28, 28), dtype=np.uint8),
+    "test_labels": np.array([2, 2, 7], np.uint8),
   }
   for (split, kind), name in F.FILES.items():
     _write(tmp_path / (name + ".gz"), _idx(data[f"{split}_{kind}"]))
@@ -61,24 +63,25 @@ def test_header(tiny):
   assert F.idx_header(root / "t10k-labels-idx1-ubyte.gz") == (2049, (3,))
 
 
-@pytest.mark.parametrize("corruption", ["magic", "type", "truncated", "padded", "gzip",
-                                        "count", "label_range", "header"])
+@pytest.mark.parametrize(
+  "corruption", ["magic", "type", "truncated", "padded", "gzip", "count", "label_range", "header"]
+)
 def test_corrupt_files_raise(tiny, corruption):
   root, data = tiny
   lab = root / "train-labels-idx1-ubyte.gz"
   img = root / "train-images-idx3-ubyte.gz"
-  if corruption == "magic":          # labels file carrying the images magic
+  if corruption == "magic":  # labels file carrying the images magic
     _write(lab, _idx(data["train_images"]))
-  elif corruption == "type":         # element type 0x0D (float) instead of 0x08
+  elif corruption == "type":  # element type 0x0D (float) instead of 0x08
     _write(lab, _idx(data["train_labels"], magic_type=0x0D))
   elif corruption == "truncated":
     _write(img, _idx(data["train_images"])[:-7])
   elif corruption == "padded":
     _write(img, _idx(data["train_images"]) + b"\x00")
-  elif corruption == "gzip":         # a cut gzip stream
+  elif corruption == "gzip":  # a cut gzip stream
     raw = gzip.compress(_idx(data["train_images"]))
     img.write_bytes(raw[: len(raw) // 2])
-  elif corruption == "count":        # 4 labels for 5 images
+  elif corruption == "count":  # 4 labels for 5 images
     _write(lab, _idx(data["train_labels"][:4]))
   elif corruption == "label_range":
     _write(lab, _idx(np.array([0, 1, 10, 3, 3], np.uint8)))
@@ -107,12 +110,17 @@ def test_real_files_headers():
   root = pathlib.Path(F.DEFAULT_ROOT)
   if not (root / "train-images-idx3-ubyte.gz").is_file():
     pytest.skip(f"Fashion-MNIST not installed at {root}")
-  expect = {("train", "images"): (2051, (60000, 28, 28)), ("train", "labels"): (2049, (60000,)),
-            ("test", "images"): (2051, (10000, 28, 28)), ("test", "labels"): (2049, (10000,))}
+  expect = {
+    ("train", "images"): (2051, (60000, 28, 28)),
+    ("train", "labels"): (2049, (60000,)),
+    ("test", "images"): (2051, (10000, 28, 28)),
+    ("test", "labels"): (2049, (10000,)),
+  }
   for key, name in F.FILES.items():
     assert F.idx_header(root / (name + ".gz")) == expect[key]
 
 
 def test_public_export():
   import jaxcal.data
+
   assert jaxcal.data.load_fashion_mnist is F.load_fashion_mnist

@@ -13,8 +13,8 @@ import numpy as np
 
 from jaxcal import metrics, scores
 
-R = 4000        # replicates
-N = 50          # samples per data set
+R = 4000  # replicates
+N = 50  # samples per data set
 
 
 def _sample_labels(key, mu, reps):
@@ -41,13 +41,13 @@ def test_bias_variance_decomposition_lin_ce():
   noise_term = np.sum(1.0 - np.sum(mu**2, axis=1)) / N**2
   y = _sample_labels(jax.random.PRNGKey(0), mu, R)
   onehot = jax.nn.one_hot(y, c)
-  tempered = mu**2 / np.sum(mu**2, axis=1, keepdims=True)   # a miscalibrated report
+  tempered = mu**2 / np.sum(mu**2, axis=1, keepdims=True)  # a miscalibrated report
   means = {}
   for name, u in [("truthful", mu), ("tempered", tempered)]:
     bias = sum(np.sum(np.sum(u[bins == b] - mu[bins == b], axis=0) ** 2) for b in range(5)) / N**2
     vals = jax.vmap(lambda s: metrics.lin_ce(u.astype(np.float32), s, bins, 5))(onehot)
     means[name], _ = _check_mean(vals, bias + noise_term)
-  assert means["truthful"] < means["tempered"]   # truthfulness: the truth scores best
+  assert means["truthful"] < means["tempered"]  # truthfulness: the truth scores best
 
 
 def test_calibrated_predictor_identities():
@@ -59,9 +59,9 @@ def test_calibrated_predictor_identities():
   p = p / p.sum(axis=1, keepdims=True)
   y = _sample_labels(jax.random.PRNGKey(1), p.astype(np.float64), R)
   p64 = p.astype(np.float64)
-  e_brier = np.mean(1.0 - np.sum(p64**2, axis=1))                 # E[mean Brier]
+  e_brier = np.mean(1.0 - np.sum(p64**2, axis=1))  # E[mean Brier]
   conf = p64.max(axis=1)
-  e_lconf = np.mean(1.0 - conf + conf * (1.0 - conf))            # E[mean l_conf]
+  e_lconf = np.mean(1.0 - conf + conf * (1.0 - conf))  # E[mean l_conf]
   cw = jax.vmap(lambda yy: metrics.classwise_ce(p, yy, 5))(y)
   _check_mean(cw, e_brier / (c * N))
   corr = jax.vmap(lambda yy: metrics.conf_ce_corr(p, yy, 5))(y)
@@ -79,24 +79,24 @@ def test_example_c1_correction_makes_confce_truthful():
   pstar = np.zeros(c)
   pstar[s], pstar[0], pstar[t] = 0.5, 1.0 / c, 0.5 - 1.0 / c
   truth = np.tile(pstar, (N, 1)).astype(np.float32)
-  uniform = np.full((N, c), 1.0 / c, np.float32)               # argmax tie -> class 0
+  uniform = np.full((N, c), 1.0 / c, np.float32)  # argmax tie -> class 0
   y = _sample_labels(jax.random.PRNGKey(2), np.tile(pstar, (N, 1)), R)
   res = {}
   for name, rep in [("truth", truth), ("uniform", uniform)]:
     for f in ("conf_ce", "conf_ce_corr"):
       res[name, f] = np.asarray(jax.vmap(lambda yy: getattr(metrics, f)(rep, yy, 5))(y))
   expected = {
-      ("truth", "conf_ce"): 1 / (4 * N),
-      ("uniform", "conf_ce"): (1 / N) * (1 / c) * (1 - 1 / c),
-      ("truth", "conf_ce_corr"): 3 / (4 * N),
-      ("uniform", "conf_ce_corr"): (1 / N) * (1 - 1 / c**2),
+    ("truth", "conf_ce"): 1 / (4 * N),
+    ("uniform", "conf_ce"): (1 / N) * (1 / c) * (1 - 1 / c),
+    ("truth", "conf_ce_corr"): 3 / (4 * N),
+    ("uniform", "conf_ce_corr"): (1 / N) * (1 - 1 / c**2),
   }
   for key, e in expected.items():
     _check_mean(res[key], e)
   # Uncorrected: the truthful report loses (significantly); corrected: it wins.
   d_unc = res["truth", "conf_ce"] - res["uniform", "conf_ce"]
   d_cor = res["truth", "conf_ce_corr"] - res["uniform", "conf_ce_corr"]
-  se = lambda d: d.std(ddof=1) / np.sqrt(d.size)  # noqa: E731
+  se = lambda d: d.std(ddof=1) / np.sqrt(d.size)
   assert d_unc.mean() > 4 * se(d_unc)
   assert d_cor.mean() < -4 * se(d_cor)
   # the same holds with fixed bins (all samples share one confidence)

@@ -50,12 +50,12 @@ def pav_reference(x, y, w=None):
 
 
 def _case(rng, kind, n):
-  if kind == 0:    # binary labels, many ties
+  if kind == 0:  # binary labels, many ties
     return rng.integers(0, 6, n).astype(float), rng.integers(0, 2, n).astype(float)
-  if kind == 1:    # continuous
+  if kind == 1:  # continuous
     x = rng.random(n)
     return x, x + rng.normal(size=n)
-  if kind == 2:    # few distinct x, continuous y
+  if kind == 2:  # few distinct x, continuous y
     return rng.integers(0, 4, n).astype(float), rng.normal(size=n)
   x = np.round(rng.random(n), 1)  # rounded x, y in [0, 1]
   return x, rng.random(n)
@@ -105,7 +105,11 @@ def test_float32_binary_agrees_with_float64():
   y = (rng.random(N) < x).astype(np.float32)
   got = isotonic_regression(x, y)
   assert got.dtype == jnp.float32
-  ref = sklearn_isotonic.IsotonicRegression().fit(x.astype(float), y.astype(float)).predict(x.astype(float))
+  ref = (
+    sklearn_isotonic.IsotonicRegression()
+    .fit(x.astype(float), y.astype(float))
+    .predict(x.astype(float))
+  )
   np.testing.assert_allclose(np.asarray(got), ref, atol=1e-6)
 
 
@@ -118,11 +122,13 @@ def test_jit_and_vmap_equal_eager_loop():
   vm = np.asarray(jax.jit(jax.vmap(isotonic_regression))(xs, ys, ws))
   np.testing.assert_array_equal(vm, loop)
   # nested vmap (data sets x classes) with an unbatched argument
-  nested = jax.jit(jax.vmap(jax.vmap(isotonic_regression, in_axes=(0, 0, None)),
-                            in_axes=(None, 0, None)))(xs, np.stack([ys, ys[::-1]]), ws[0])
+  nested = jax.jit(
+    jax.vmap(jax.vmap(isotonic_regression, in_axes=(0, 0, None)), in_axes=(None, 0, None))
+  )(xs, np.stack([ys, ys[::-1]]), ws[0])
   assert nested.shape == (2, 5, N)
-  np.testing.assert_array_equal(np.asarray(nested[0, 1]),
-                                np.asarray(isotonic_regression(xs[1], ys[1], ws[0])))
+  np.testing.assert_array_equal(
+    np.asarray(nested[0, 1]), np.asarray(isotonic_regression(xs[1], ys[1], ws[0]))
+  )
 
 
 def test_fit_predict_step_function_left_continuous_and_flat_outside():
@@ -134,10 +140,12 @@ def test_fit_predict_step_function_left_continuous_and_flat_outside():
   # pools: {0.1}: 0, {0.3, 0.3}: 0.5, {0.5, 0.7}: 0.75, {0.9}: 1
   np.testing.assert_allclose(np.asarray(f.y), [0, 0.5, 0.5, 0.75, 0.75, 1.0], rtol=1e-6)
   t = jnp.array([-1.0, 0.1, 0.2, 0.3, 0.31, 0.7, 0.8, 2.0])
-  np.testing.assert_allclose(np.asarray(isotonic_predict(f, t)),
-                             [0, 0, 0.5, 0.5, 0.75, 0.75, 1.0, 1.0], rtol=1e-6)
-  np.testing.assert_allclose(np.asarray(isotonic_predict(f, x)),
-                             np.asarray(isotonic_regression(x, y)), rtol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(isotonic_predict(f, t)), [0, 0, 0.5, 0.5, 0.75, 0.75, 1.0, 1.0], rtol=1e-6
+  )
+  np.testing.assert_allclose(
+    np.asarray(isotonic_predict(f, x)), np.asarray(isotonic_regression(x, y)), rtol=1e-6
+  )
   pid, start, end = I.pools(f.y)
   assert pid.tolist() == [0, 1, 1, 2, 2, 3]
   assert start[:4].tolist() == [0, 1, 3, 5] and end[:4].tolist() == [0, 2, 4, 5]
@@ -157,10 +165,13 @@ def test_zero_weights_do_not_influence_and_follow_the_step_function():
 def test_single_point_and_constant_x():
   assert isotonic_regression(jnp.array([3.0]), jnp.array([2.0])).tolist() == [2.0]
   np.testing.assert_allclose(
-      np.asarray(isotonic_regression(jnp.ones(4), jnp.array([0.0, 1.0, 1.0, 2.0]))), [1.0] * 4)
+    np.asarray(isotonic_regression(jnp.ones(4), jnp.array([0.0, 1.0, 1.0, 2.0]))), [1.0] * 4
+  )
 
 
-@pytest.mark.parametrize("args, msg", [
+@pytest.mark.parametrize(
+  "args, msg",
+  [
     ((jnp.ones((2, 3)), jnp.ones((2, 3))), "shape"),
     ((jnp.ones(3), jnp.ones(4)), "shape of x"),
     ((jnp.array([0.0, jnp.nan]), jnp.ones(2)), "non-finite"),
@@ -169,7 +180,8 @@ def test_single_point_and_constant_x():
     ((jnp.ones(2), jnp.ones(2), jnp.zeros(2)), "positive"),
     ((jnp.ones(2), jnp.ones(2), jnp.ones(3)), "weights"),
     ((jnp.zeros(0), jnp.zeros(0)), "n >= 1"),
-])
+  ],
+)
 def test_bad_input(args, msg):
   with pytest.raises(ValueError, match=msg):
     isotonic_regression(*args)

@@ -9,10 +9,11 @@ import pytest
 from jaxcal import metrics
 from jaxcal._src.local import lce, nadaraya_watson
 
-BLOCKS = dict(block_size=32, candidate_block=64)   # several blocks at n = 300
+BLOCKS = dict(block_size=32, candidate_block=64)  # several blocks at n = 300
 
 
 # ------------------------------------------------------------ references
+
 
 def _fixed_bins(s, m):
   return np.clip(np.ceil(s * m), 1, m).astype(int) - 1
@@ -32,12 +33,12 @@ def lce_ref(p, y, phi, m=15, min_bin_size=20, gamma=10.0, w=None):
     errs = []
     for bb in range(m):
       members = [j for j in range(n) if b[j] == bb]
-      if len(members) <= min_bin_size:          # authors: <= min_bin_size skipped
+      if len(members) <= min_bin_size:  # authors: <= min_bin_size skipped
         continue
       for i in members:
         num = den = 0.0
         for j in members:
-          k = np.exp(-np.sum((phi[i] - phi[j]) ** 2) / (2 * gamma ** 2))
+          k = np.exp(-np.sum((phi[i] - phi[j]) ** 2) / (2 * gamma**2))
           num += k * (s[j] - (y[j] == c))
           den += k
         errs.append(abs(num / den))
@@ -72,7 +73,7 @@ def nw_ref(phi, t, gamma, include_self=False):
     for j in range(n):
       if j == i and not include_self:
         continue
-      k = np.exp(-np.sum((phi[i] - phi[j]) ** 2) / (2 * gamma ** 2))
+      k = np.exp(-np.sum((phi[i] - phi[j]) ** 2) / (2 * gamma**2))
       num = num + k * t[j]
       den += k
     out[i] = num / den
@@ -95,6 +96,7 @@ def data():
 
 
 # ------------------------------------------------------------------ LCE
+
 
 @pytest.mark.parametrize("m,min_bin_size,gamma", [(15, 20, 2.0), (15, 0, 10.0), (5, 40, 0.7)])
 def test_lce_matches_reference(data, m, min_bin_size, gamma):
@@ -147,10 +149,13 @@ def test_jit_vmap_and_num_bins_array(data):
   jitted = jax.jit(lambda a, b, c: lce(a, b, c, bandwidth=2.0, **BLOCKS))(p, y, phi)
   np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), rtol=1e-6, atol=1e-7)
   batched = jax.vmap(lambda a, b, c: lce(a, b, c, bandwidth=2.0, **BLOCKS))(
-      np.stack([p, p2]), np.stack([y, y2]), np.stack([phi, phi2]))
+    np.stack([p, p2]), np.stack([y, y2]), np.stack([phi, phi2])
+  )
   second = lce(p2, y2, phi2, bandwidth=2.0, **BLOCKS)
   np.testing.assert_allclose(np.asarray(batched.lce), [eager.lce, second.lce], rtol=1e-5, atol=1e-7)
-  np.testing.assert_allclose(np.asarray(batched.mlce), [eager.mlce, second.mlce], rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(
+    np.asarray(batched.mlce), [eager.mlce, second.mlce], rtol=1e-5, atol=1e-7
+  )
   arr = lce(p, y, phi, num_bins=np.array([5, 15]), bandwidth=2.0, **BLOCKS)
   assert arr.lce.shape == (2,)
   for k, m in enumerate((5, 15)):
@@ -175,16 +180,30 @@ def test_calibrated_far_apart_clusters_have_small_lce():
   assert float(err) < 0.05 < float(err_b)
 
 
-@pytest.mark.parametrize("bad", ["nan_features", "inf_features", "bandwidth0", "bandwidth_neg",
-                                 "bandwidth_nan", "rows", "features_1d", "min_bin_size",
-                                 "blocks", "probs"])
+@pytest.mark.parametrize(
+  "bad",
+  [
+    "nan_features",
+    "inf_features",
+    "bandwidth0",
+    "bandwidth_neg",
+    "bandwidth_nan",
+    "rows",
+    "features_1d",
+    "min_bin_size",
+    "blocks",
+    "probs",
+  ],
+)
 def test_lce_value_errors(data, bad):
   p, y, phi = data
   kw = dict(bandwidth=2.0)
   if bad == "nan_features":
-    phi = phi.copy(); phi[3, 1] = np.nan
+    phi = phi.copy()
+    phi[3, 1] = np.nan
   elif bad == "inf_features":
-    phi = phi.copy(); phi[0, 0] = np.inf
+    phi = phi.copy()
+    phi[0, 0] = np.inf
   elif bad == "bandwidth0":
     kw["bandwidth"] = 0.0
   elif bad == "bandwidth_neg":
@@ -215,6 +234,7 @@ def test_inputs_not_modified(data):
 
 # ---------------------------------------------------------------- ECCE
 
+
 def test_ecce_matches_reference(data):
   p, y, _ = data
   w = np.array([0.4, 0.3, 0.2, 0.1])
@@ -225,6 +245,7 @@ def test_ecce_matches_reference(data):
 
 # ------------------------------------------------------ Nadaraya–Watson
 
+
 def test_nadaraya_watson_matches_reference():
   rng = np.random.default_rng(2)
   phi = rng.normal(size=(40, 3)) * 2
@@ -233,11 +254,16 @@ def test_nadaraya_watson_matches_reference():
     for include_self in (False, True):
       got = nadaraya_watson(phi, t, 1.5, include_self=include_self)
       np.testing.assert_allclose(np.asarray(got), nw_ref(phi, t, 1.5, include_self), atol=1e-10)
-    mask = np.arange(40) < 30            # rows >= 30 are padding: not neighbours
+    mask = np.arange(40) < 30  # rows >= 30 are padding: not neighbours
     got = nadaraya_watson(phi, t, 1.5, mask=mask)
-    want = np.stack([nw_ref(np.vstack([phi[i:i + 1], phi[:30]]),
-                            np.vstack([t[i:i + 1], t[:30]]), 1.5)[0] if i >= 30 else
-                     nw_ref(phi[:30], t[:30], 1.5)[i] for i in range(40)])
+    want = np.stack(
+      [
+        nw_ref(np.vstack([phi[i : i + 1], phi[:30]]), np.vstack([t[i : i + 1], t[:30]]), 1.5)[0]
+        if i >= 30
+        else nw_ref(phi[:30], t[:30], 1.5)[i]
+        for i in range(40)
+      ]
+    )
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-10)
 
 

@@ -18,19 +18,25 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
-import _reference as R  # noqa: E402
-from jaxcal import metrics  # noqa: E402
+import _reference as R
+
+from jaxcal import metrics
 
 ATOL = 1e-6
 
 # (name, binning) for every (p, y) metric; binary_ce is handled separately.
 VARIANTS = [
-    ("conf_ece", "fixed"), ("conf_ece", "quantile"),
-    ("conf_ce", "quantile"), ("conf_ce", "fixed"),
-    ("conf_ce_corr", "quantile"), ("conf_ce_corr", "fixed"),
-    ("classwise_ce", "quantile"), ("classwise_ce", "fixed"),
-    ("classwise_ece", "fixed"), ("classwise_ece", "quantile"),
-    ("ecce", "fixed"),
+  ("conf_ece", "fixed"),
+  ("conf_ece", "quantile"),
+  ("conf_ce", "quantile"),
+  ("conf_ce", "fixed"),
+  ("conf_ce_corr", "quantile"),
+  ("conf_ce_corr", "fixed"),
+  ("classwise_ce", "quantile"),
+  ("classwise_ce", "fixed"),
+  ("classwise_ece", "fixed"),
+  ("classwise_ece", "quantile"),
+  ("ecce", "fixed"),
 ]
 
 
@@ -59,8 +65,10 @@ def make_datasets():
   # n = 1: fixed binning only meaningful; quantile only with m = 1.
   out["n1_c2"] = (np.array([[0.3, 0.7]], np.float32), np.array([0]))
   # ties, confidence exactly 1.0, argmax ties (0.5/0.5 -> class 0), exact 0s.
-  p = np.array([[0.5, 0.5], [1.0, 0.0], [0.25, 0.75], [0.75, 0.25],
-                [1.0, 0.0], [0.5, 0.5], [0.0, 1.0]], np.float32)
+  p = np.array(
+    [[0.5, 0.5], [1.0, 0.0], [0.25, 0.75], [0.75, 0.25], [1.0, 0.0], [0.5, 0.5], [0.0, 1.0]],
+    np.float32,
+  )
   out["n7_c2_ties"] = (p, np.array([0, 1, 1, 0, 0, 1, 1]))
   p = _dirichlet(rng, 60, 3, 0.7)
   p[:20] = np.round(p[:20] * 4) / 4
@@ -106,8 +114,9 @@ def test_binary_ce_matches_reference(binning):
 def test_class_weights_match_reference():
   p, y = DATA["n60_c3_ties"]
   w = np.array([0.2, 0.5, 0.3])
-  np.testing.assert_allclose(metrics.classwise_ece(p, y, 7, class_weights=w),
-                             R.classwise_ece(p, y, 7, "fixed", w), atol=ATOL)
+  np.testing.assert_allclose(
+    metrics.classwise_ece(p, y, 7, class_weights=w), R.classwise_ece(p, y, 7, "fixed", w), atol=ATOL
+  )
   np.testing.assert_allclose(metrics.ecce(p, y, 7, class_weights=w), R.ecce(p, y, 7, w), atol=ATOL)
 
 
@@ -129,11 +138,18 @@ def test_lin_ce_lin_ece_match_reference():
   p, y = DATA["n60_c3_ties"]
   onehot = np.eye(3)[y]
   bins = np.random.default_rng(0).integers(0, 5, 60)
-  np.testing.assert_allclose(metrics.lin_ce(p, onehot, bins, 5), R.lin_ce(p, onehot, bins, 5), atol=ATOL)
-  np.testing.assert_allclose(metrics.lin_ece(p, onehot, bins, 5), R.lin_ece(p, onehot, bins, 5), atol=ATOL)
+  np.testing.assert_allclose(
+    metrics.lin_ce(p, onehot, bins, 5), R.lin_ce(p, onehot, bins, 5), atol=ATOL
+  )
+  np.testing.assert_allclose(
+    metrics.lin_ece(p, onehot, bins, 5), R.lin_ece(p, onehot, bins, 5), atol=ATOL
+  )
   # 1-d reports; jit; vmap over data sets
-  np.testing.assert_allclose(metrics.lin_ce(p[:, 0], onehot[:, 0], bins, 5),
-                             R.lin_ce(p[:, 0], onehot[:, 0], bins, 5), atol=ATOL)
+  np.testing.assert_allclose(
+    metrics.lin_ce(p[:, 0], onehot[:, 0], bins, 5),
+    R.lin_ce(p[:, 0], onehot[:, 0], bins, 5),
+    atol=ATOL,
+  )
   f = jax.jit(metrics.lin_ce, static_argnums=3)
   np.testing.assert_allclose(f(p, onehot, bins, 5), metrics.lin_ce(p, onehot, bins, 5), atol=1e-7)
   stack = np.stack([p, p[::-1], p[:, ::-1]])
@@ -144,21 +160,31 @@ def test_lin_ce_lin_ece_match_reference():
 def test_lin_ce_generalises_classwise_and_confidence():
   # LinCE with per-class bins == classwise_ce; with d = 1 confidence residuals == conf_ce.
   p, y = DATA["n300_c10"]
-  per_class = [metrics.lin_ce(p[:, r], (y == r).astype(np.float32),
-                              metrics.bin_ids(p[:, r], 15, "quantile"), 15) for r in range(10)]
+  per_class = [
+    metrics.lin_ce(
+      p[:, r], (y == r).astype(np.float32), metrics.bin_ids(p[:, r], 15, "quantile"), 15
+    )
+    for r in range(10)
+  ]
   np.testing.assert_allclose(np.mean(per_class), metrics.classwise_ce(p, y, 15), atol=ATOL)
   r_, c = R.confidence(p)
   b = metrics.bin_ids(c, 15, "quantile")
-  np.testing.assert_allclose(metrics.lin_ce(c, (r_ == y).astype(np.float32), b, 15),
-                             metrics.conf_ce(p, y, 15), atol=ATOL)
+  np.testing.assert_allclose(
+    metrics.lin_ce(c, (r_ == y).astype(np.float32), b, 15), metrics.conf_ce(p, y, 15), atol=ATOL
+  )
 
 
 # --------------------------------------------------------------- transforms
 
 # jit / vmap: one variant per code path (confidence / classwise / binary x
 # fixed (edges) / quantile, cumulative) keeps the compile count down.
-CORE = [("conf_ece", "fixed"), ("conf_ce_corr", "quantile"), ("classwise_ce", "quantile"),
-        ("classwise_ece", "fixed"), ("ecce", "fixed")]
+CORE = [
+  ("conf_ece", "fixed"),
+  ("conf_ce_corr", "quantile"),
+  ("classwise_ce", "quantile"),
+  ("classwise_ece", "fixed"),
+  ("ecce", "fixed"),
+]
 
 
 @pytest.mark.parametrize("name,binning", CORE)
@@ -169,7 +195,9 @@ def test_jit_equals_eager(name, binning):
   np.testing.assert_allclose(jitted, eager, rtol=0, atol=1e-7)
   if name == "classwise_ce":  # binary_ce shares the engine; check its jit too
     s, yy = p[:, 0], (y == 0).astype(np.int32)
-    np.testing.assert_allclose(jax.jit(metrics.binary_ce)(s, yy), metrics.binary_ce(s, yy), atol=1e-7)
+    np.testing.assert_allclose(
+      jax.jit(metrics.binary_ce)(s, yy), metrics.binary_ce(s, yy), atol=1e-7
+    )
 
 
 @pytest.mark.parametrize("name,binning", CORE)
@@ -182,11 +210,19 @@ def test_vmap_over_datasets_equals_loop(name, binning):
   assert got.shape == (3, 2)
   want = np.stack([call(name, binning, ps[k], ys[k], ms) for k in range(3)])
   np.testing.assert_allclose(got, want, atol=ATOL)
-  np.testing.assert_allclose(want[:, 1], [ref(name, binning, ps[k], ys[k], 15) for k in range(3)], atol=ATOL)
+  np.testing.assert_allclose(
+    want[:, 1], [ref(name, binning, ps[k], ys[k], 15) for k in range(3)], atol=ATOL
+  )
 
 
-SWEEP = [("conf_ece", "fixed"), ("conf_ce", "quantile"), ("conf_ce_corr", "quantile"),
-         ("classwise_ce", "quantile"), ("classwise_ece", "fixed"), ("ecce", "fixed")]
+SWEEP = [
+  ("conf_ece", "fixed"),
+  ("conf_ce", "quantile"),
+  ("conf_ce_corr", "quantile"),
+  ("classwise_ce", "quantile"),
+  ("classwise_ece", "fixed"),
+  ("ecce", "fixed"),
+]
 
 
 @pytest.mark.parametrize("name,binning", SWEEP)
@@ -214,9 +250,13 @@ def test_num_bins_shapes_and_traced_out_of_range():
   np.testing.assert_allclose(out[1, 0], metrics.conf_ece(p, y, 4), atol=1e-7)
   assert metrics.classwise_ce(p, y, np.zeros((0,), int)).shape == (0,)
   # traced bin counts outside [1, max_bins] cannot be binned: NaN, not garbage
-  got = np.asarray(jax.vmap(lambda m: metrics.classwise_ece(p, y, m, max_bins=10))(jnp.array([0, 3, 10, 11])))
+  got = np.asarray(
+    jax.vmap(lambda m: metrics.classwise_ece(p, y, m, max_bins=10))(jnp.array([0, 3, 10, 11]))
+  )
   assert np.isnan(got[0]) and np.isnan(got[3])
-  np.testing.assert_allclose(got[1:3], [R.classwise_ece(p, y, 3), R.classwise_ece(p, y, 10)], atol=ATOL)
+  np.testing.assert_allclose(
+    got[1:3], [R.classwise_ece(p, y, 3), R.classwise_ece(p, y, 10)], atol=ATOL
+  )
   # traced quantile bin count > n is well defined (empty bins, SPEC §1)
   q = jax.vmap(lambda m: metrics.conf_ce(p[:5], y[:5], m, max_bins=8))(jnp.arange(1, 9))
   want = [R.conf_ce(p[:5], y[:5], m) for m in range(1, 9)]
@@ -238,11 +278,13 @@ def test_from_logits():
   p = np.asarray(jax.nn.softmax(z))
   y = rng.integers(0, 3, 60)
   for name, binning in [("conf_ece", "fixed"), ("classwise_ce", "quantile"), ("ecce", "fixed")]:
-    np.testing.assert_allclose(call(name, binning, z, y, 15, from_logits=True),
-                               call(name, binning, p, y, 15), atol=1e-7)
+    np.testing.assert_allclose(
+      call(name, binning, z, y, 15, from_logits=True), call(name, binning, p, y, 15), atol=1e-7
+    )
 
 
 # ---------------------------------------------------------------- precision
+
 
 def test_float32_large_n_against_float64_reference():
   # n = 200k float32 scores: jaxcal sums in float32 (blocked prefix sums, so
@@ -255,7 +297,11 @@ def test_float32_large_n_against_float64_reference():
   p = _dirichlet(rng, n, 3, 0.5)
   cdf = np.cumsum(p.astype(np.float64), axis=1)
   y = np.minimum((rng.random((n, 1)) * cdf[:, -1:] > cdf).sum(axis=1), 2)  # y ~ p
-  for name, binning in [("conf_ce_corr", "quantile"), ("classwise_ce", "quantile"), ("ecce", "fixed")]:
+  for name, binning in [
+    ("conf_ce_corr", "quantile"),
+    ("classwise_ce", "quantile"),
+    ("ecce", "fixed"),
+  ]:
     got = np.asarray(call(name, binning, p, y, np.array([15, 100])))
     want = [ref(name, binning, p, y, m) for m in (15, 100)]
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-6, err_msg=name)
@@ -266,8 +312,12 @@ def test_float64_inputs_under_x64_are_exact():
   p64 = p.astype(np.float64)
   p64 /= p64.sum(axis=1, keepdims=True)
   with jax.enable_x64(True):
-    for name, binning in [("conf_ece", "fixed"), ("conf_ce", "quantile"),
-                          ("classwise_ce", "quantile"), ("ecce", "fixed")]:
+    for name, binning in [
+      ("conf_ece", "fixed"),
+      ("conf_ce", "quantile"),
+      ("classwise_ce", "quantile"),
+      ("ecce", "fixed"),
+    ]:
       got = call(name, binning, p64, y, np.array([3, 15]))
       assert got.dtype == np.float64
       want = [ref(name, binning, p64, y, m) for m in (3, 15)]
@@ -276,9 +326,11 @@ def test_float64_inputs_under_x64_are_exact():
 
 # ---------------------------------------------------------------- real data
 
-@functools.lru_cache(maxsize=None)
+
+@functools.cache
 def _cifar_probs(setting):
-  from conftest import load_cifar  # noqa: F401  (tests/ is on sys.path above)
+  from conftest import load_cifar
+
   logits, labels = load_cifar(setting, "test")
   # softmax once, in float32, and fed to both jaxcal and the reference
   return np.asarray(jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1)), labels

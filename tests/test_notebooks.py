@@ -48,8 +48,13 @@ def missing_api(requires):
 
 def test_notebooks_exist_and_are_generated():
   names = {p.stem for p in NOTEBOOKS}
-  assert names == {"truthful_errors", "calibrated_forecasts", "utility_calibration",
-                   "score_decomposition", "local_calibration"}
+  assert names == {
+    "truthful_errors",
+    "calibrated_forecasts",
+    "utility_calibration",
+    "score_decomposition",
+    "local_calibration",
+  }
   for p in NOTEBOOKS:
     nb = nbformat.read(p, as_version=4)
     assert nb.metadata["jaxcal"]["generated_by"] == "notebooks/_build.py"
@@ -69,8 +74,9 @@ def test_notebook_runs(path, request):
     if env_shared is None:
       os.environ["JAXCAL_SHARED"] = str(cifar_dir.parents[1])
   try:
-    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NB_DIR)}})
+    client = nbclient.NotebookClient(
+      nb, timeout=CELL_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}}
+    )
     client.execute()
   finally:
     if env_shared is None:

@@ -12,8 +12,17 @@ from jaxcal._src.recal import base
 from jaxcal._src.recal.linesearch import armijo_stepsize
 from jaxcal._src.recal.patching import Patching, _fit, project_simplex
 
-FIT = dict(from_logits=True, max_steps=8, tol=0.0, num_samples=6, stepsize="err_over_c",
-           seed=0, chunk_size=None, verbose=False, print_every=10)
+FIT = dict(
+  from_logits=True,
+  max_steps=8,
+  tol=0.0,
+  num_samples=6,
+  stepsize="err_over_c",
+  seed=0,
+  chunk_size=None,
+  verbose=False,
+  print_every=10,
+)
 
 
 def project_np(x):
@@ -41,8 +50,8 @@ def _synthetic(n=400, c=5, seed=0):
 def test_project_simplex_matches_bisection():
   rng = np.random.default_rng(0)
   x = rng.normal(size=(50, 7)).astype(np.float32)
-  x[:5] = np.abs(x[:5]) / np.abs(x[:5]).sum(1, keepdims=True)        # already on the simplex
-  x[5:10, :3] = 0.4                                                     # ties
+  x[:5] = np.abs(x[:5]) / np.abs(x[:5]).sum(1, keepdims=True)  # already on the simplex
+  x[5:10, :3] = 0.4  # ties
   got = np.asarray(project_simplex(jnp.asarray(x)))
   np.testing.assert_allclose(got, project_np(x), atol=2e-6)
   np.testing.assert_allclose(got.sum(1), 1, atol=1e-6)
@@ -56,7 +65,9 @@ def test_armijo_condition_holds():
   eta, failed = armijo_stepsize(f, x, -g, value=f(x), grad=g, init_stepsize=1.0)
   assert not bool(failed)
   assert float(f(x - eta * g)) <= float(f(x) - 1e-4 * eta * jnp.dot(g, g)) + 1e-6
-  assert float(f(x - eta / 0.5 * g)) > float(f(x) - 1e-4 * eta / 0.5 * jnp.dot(g, g))  # largest such step
+  assert float(f(x - eta / 0.5 * g)) > float(
+    f(x) - 1e-4 * eta / 0.5 * jnp.dot(g, g)
+  )  # largest such step
 
 
 def test_brier_never_increases_and_replay_reproduces():
@@ -68,15 +79,17 @@ def test_brier_never_increases_and_replay_reproduces():
   replayed = rc(z)
   np.testing.assert_allclose(replayed, p_final, atol=1e-6)
   onehot = np.eye(5)[y]
-  assert float(np.mean(np.sum((np.asarray(replayed) - onehot) ** 2, 1))) == pytest.approx(b[-1], abs=1e-6)
+  assert float(np.mean(np.sum((np.asarray(replayed) - onehot) ** 2, 1))) == pytest.approx(
+    b[-1], abs=1e-6
+  )
   np.testing.assert_allclose(np.asarray(replayed).sum(1), 1, atol=1e-5)
-  np.testing.assert_allclose(jax.jit(lambda r, x: r(x))(rc, z), replayed, atol=1e-6)   # a pytree
+  np.testing.assert_allclose(jax.jit(lambda r, x: r(x))(rc, z), replayed, atol=1e-6)  # a pytree
   assert set(np.unique(np.asarray(rc.xi))) <= {-1.0, 1.0} and np.all(np.asarray(rc.eta) > 0)
 
 
 def test_save_load_roundtrip(tmp_path):
   z, y = _synthetic(seed=1)
-  rc = base.fit("patching", z, y, max_steps=3, num_samples=6)   # shapes/options shared: one compile
+  rc = base.fit("patching", z, y, max_steps=3, num_samples=6)  # shapes/options shared: one compile
   assert "patching" in base.methods()
   for ext in (".npz", ".msgpack"):
     path = str(tmp_path / f"patch{ext}")
@@ -90,14 +103,16 @@ def test_tolerance_stops_and_probability_inputs():
   z, y = _synthetic(seed=2)
   p = np.asarray(jax.nn.softmax(z))
   rc = base.fit("patching", p, y, from_logits=False, max_steps=50, tol=1.0, num_samples=6)
-  assert rc.num_steps == 0 and rc.errors.shape == (1,)           # err <= 1 at once: no patch
+  assert rc.num_steps == 0 and rc.errors.shape == (1,)  # err <= 1 at once: no patch
   np.testing.assert_allclose(rc(p), p, atol=1e-7)
 
 
 def test_held_out_u_comb_improves_on_cifar100(cifar_dir):
   d = cifar_dir / "cifar100_resnet110"
-  zv, yv, zt, yt = (np.load(d / f) for f in ("val_logits.npy", "val_labels.npy",
-                                               "test_logits.npy", "test_labels.npy"))
+  zv, yv, zt, yt = (
+    np.load(d / f)
+    for f in ("val_logits.npy", "val_labels.npy", "test_logits.npy", "test_labels.npy")
+  )
   zv, yv, zt, yt = zv[:2500], yv[:2500], zt[:2500], yt[:2500]
   rc = base.fit("patching", zv, yv, max_steps=12, num_samples=0, stepsize="quadratic")
   assert np.all(np.diff(np.asarray(rc.briers)) < 0)
@@ -128,8 +143,9 @@ def test_bad_options_raise():
 
 def test_cut_points_select_the_same_samples_with_a_margin():
   from jaxcal._src.recal.patching import _cut_points
+
   rng = np.random.default_rng(5)
-  v = np.round(rng.uniform(-1, 1, 400), 2).astype(np.float32)           # tied values
+  v = np.round(rng.uniform(-1, 1, 400), 2).astype(np.float32)  # tied values
   vals = np.unique(v)
   for a, b in [(3, 40), (0, 10), (50, len(vals) - 1), (0, len(vals) - 1), (7, 7)]:
     lo, hi = vals[a], vals[b]
@@ -137,6 +153,6 @@ def test_cut_points_select_the_same_samples_with_a_margin():
     np.testing.assert_array_equal((v >= lc) & (v <= hc), (v >= lo) & (v <= hi))
     assert lc <= lo and hc >= hi
     if a > 0:
-      assert vals[a - 1] < lc < lo                                        # strictly between
+      assert vals[a - 1] < lc < lo  # strictly between
     if b < len(vals) - 1:
       assert hi < hc < vals[b + 1]

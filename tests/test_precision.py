@@ -14,7 +14,7 @@ import pathlib
 import jaxcal
 
 SRC = pathlib.Path(jaxcal.__file__).parent / "_src"
-EXEMPT = {"train/models.py", "train/loop.py"}       # flax layers: TF32 is fine for training
+EXEMPT = {"train/models.py", "train/loop.py"}  # flax layers: TF32 is fine for training
 NAMES = {"dot", "matmul", "einsum", "tensordot", "dot_general"}
 
 
@@ -27,8 +27,11 @@ def _offenders(path: pathlib.Path):
       f = node.func
       name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
       base = getattr(f.value, "id", None) if isinstance(f, ast.Attribute) else None
-      if name in NAMES and base in ("jnp", "lax", "jax") and not any(
-          k.arg in ("precision", "preferred_element_type") for k in node.keywords):
+      if (
+        name in NAMES
+        and base in ("jnp", "lax", "jax")
+        and not any(k.arg in ("precision", "preferred_element_type") for k in node.keywords)
+      ):
         yield node.lineno, name
 
 

@@ -14,8 +14,16 @@ import pytest
 import jaxcal.recalibrate as R
 from jaxcal.scores import brier, decompose, log_loss
 
-MINE = ("temperature", "vector", "matrix", "dirichlet", "platt", "histogram", "isotonic",
-        "smooth_isotonic")
+MINE = (
+  "temperature",
+  "vector",
+  "matrix",
+  "dirichlet",
+  "platt",
+  "histogram",
+  "isotonic",
+  "smooth_isotonic",
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +32,12 @@ def c10(cifar_dir):
   if not path.is_file():
     pytest.skip(f"{path} not found")
   with np.load(path, allow_pickle=False) as z:
-    return (z["val_logits"].astype(np.float32), z["val_labels"].astype(np.int32),
-            z["test_logits"].astype(np.float32), z["test_labels"].astype(np.int32))
+    return (
+      z["val_logits"].astype(np.float32),
+      z["val_labels"].astype(np.int32),
+      z["test_logits"].astype(np.float32),
+      z["test_labels"].astype(np.int32),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +62,9 @@ def test_temperature_matches_scipy_lbfgs(c10):
     lse = np.log(np.exp(s).sum(1))
     return float(np.mean(lse - s[np.arange(len(yv)), yv]))
 
-  res = scipy_optimize.minimize(nll, np.zeros(1), method="L-BFGS-B",
-                                options=dict(gtol=1e-10, ftol=1e-15))
+  res = scipy_optimize.minimize(
+    nll, np.zeros(1), method="L-BFGS-B", options=dict(gtol=1e-10, ftol=1e-15)
+  )
   t_ref = float(np.exp(res.x[0]))
   with jax.enable_x64(True):
     rc = R.fit("temperature", z, yv, tol=1e-10)
@@ -88,15 +101,18 @@ def test_classwise_methods_do_what_the_case_study_says(c10, fitted):
   assert float(d.mcb) < float(base.mcb) and float(d.dsc) < float(base.dsc)
   # normalisation only rescales rows
   n_hb = fitted["histogram"](zt)
-  np.testing.assert_allclose(np.asarray(n_hb), np.asarray(cw_hb / cw_hb.sum(1, keepdims=True)),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    np.asarray(n_hb), np.asarray(cw_hb / cw_hb.sum(1, keepdims=True)), rtol=1e-5
+  )
 
 
 # ----------------------------------------------------------- numpy references of the case study's R code
 
+
 def _hb_reference(p, t, x_new, m=15):
   """cw_hb(..., equal_mass=TRUE) of github.com/resinj/calibration_AISTATS26 for one class."""
   from scipy.stats import rankdata
+
   n = len(p)
   b = np.maximum(np.ceil((rankdata(p) - 1) / n * m), 1).astype(int)
   groups = np.unique(b)
@@ -137,8 +153,10 @@ def _sir_reference(p, t, x_new):
   return np.interp(x_new, np.r_[0.0, xs[med - 1], 1.0], np.r_[0.0, yf[med - 1], 1.0])
 
 
-@pytest.mark.parametrize("method, ref", [("histogram", _hb_reference), ("isotonic", _ir_reference),
-                                         ("smooth_isotonic", _sir_reference)])
+@pytest.mark.parametrize(
+  "method, ref",
+  [("histogram", _hb_reference), ("isotonic", _ir_reference), ("smooth_isotonic", _sir_reference)],
+)
 def test_classwise_maps_match_reference_code(c10, fitted, method, ref):
   zv, yv, zt, yt = c10
   pv = np.asarray(jax.nn.softmax(jnp.asarray(zv), axis=1), np.float64)
@@ -151,6 +169,7 @@ def test_classwise_maps_match_reference_code(c10, fitted, method, ref):
 
 
 # ----------------------------------------------------------- pytrees, jit, save / load
+
 
 @pytest.mark.parametrize("suffix", [".npz", ".msgpack"])
 def test_save_load_round_trip_every_method(c10, fitted, tmp_path, suffix):
@@ -176,8 +195,9 @@ def test_fitted_objects_are_pytrees_usable_under_jit(c10, fitted):
   # pool medians): on a GPU the fused (jit) softmax can differ from the eager one by
   # an ulp, which such a slope turns into ~1e-5. On CPU the results are identical.
   for m, atol in (("dirichlet", 1e-6), ("histogram", 1e-6), ("smooth_isotonic", 5e-5)):
-    np.testing.assert_allclose(np.asarray(apply(fitted[m], z)), np.asarray(fitted[m](z)),
-                               rtol=1e-5, atol=atol, err_msg=m)
+    np.testing.assert_allclose(
+      np.asarray(apply(fitted[m], z)), np.asarray(fitted[m](z)), rtol=1e-5, atol=atol, err_msg=m
+    )
 
 
 def test_probability_inputs(c10):
@@ -191,6 +211,7 @@ def test_probability_inputs(c10):
 
 
 # ----------------------------------------------------------- bad input
+
 
 def test_bad_input(c10, fitted):
   zv, yv, zt, _ = c10
@@ -215,8 +236,9 @@ def test_bad_input(c10, fitted):
     fitted["platt"](np.full((2, 10), np.inf, np.float32))
 
 
-@pytest.mark.parametrize("method", ["vector", "matrix", "dirichlet", "platt", "histogram",
-                                    "isotonic", "smooth_isotonic"])
+@pytest.mark.parametrize(
+  "method", ["vector", "matrix", "dirichlet", "platt", "histogram", "isotonic", "smooth_isotonic"]
+)
 def test_missing_class_in_calibration_split_is_named(method):
   z = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)
   y = np.array([0, 1, 3] * 13 + [0])  # class 2 never occurs
@@ -234,6 +256,7 @@ def test_public_train_module_reexports_private_one():
   import jaxcal
   from jaxcal import train
   from jaxcal._src import train as private
+
   assert "train" in dir(jaxcal)
   assert sorted(train.__all__) == sorted(private.__all__)
   for name in train.__all__:

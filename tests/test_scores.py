@@ -4,13 +4,13 @@ import pathlib
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
-import _reference as R  # noqa: E402
-from jaxcal import scores  # noqa: E402
+import _reference as R
+
+from jaxcal import scores
 
 NAMES = ["brier", "log_loss", "spherical", "classification_error", "confidence_loss"]
 
@@ -19,8 +19,8 @@ def _data():
   rng = np.random.default_rng(5)
   p = rng.dirichlet(np.full(4, 0.5), 80).astype(np.float32)
   p = p / p.sum(axis=1, keepdims=True)
-  p[0] = [0.5, 0.5, 0.0, 0.0]          # argmax tie -> class 0
-  p[1] = [0.0, 1.0, 0.0, 0.0]          # p_y = 0 below: log clipped at 1e-12
+  p[0] = [0.5, 0.5, 0.0, 0.0]  # argmax tie -> class 0
+  p[1] = [0.0, 1.0, 0.0, 0.0]  # p_y = 0 below: log clipped at 1e-12
   y = rng.integers(0, 4, 80)
   y[0], y[1] = 1, 0
   return p, y
@@ -41,16 +41,18 @@ def test_score_matches_reference(name):
   ys = np.stack([Y, Y[::-1]])
   np.testing.assert_allclose(jax.vmap(f)(ps, ys), [f(P, Y), f(P[::-1], Y[::-1])], atol=1e-7)
   z = np.log(np.maximum(P, 1e-30)) + 1.5
-  np.testing.assert_allclose(f(z, Y, from_logits=True), f(np.asarray(jax.nn.softmax(z)), Y), atol=1e-6)
+  np.testing.assert_allclose(
+    f(z, Y, from_logits=True), f(np.asarray(jax.nn.softmax(z)), Y), atol=1e-6
+  )
 
 
 def test_score_edge_values():
   assert float(scores.log_loss(P[1:2], Y[1:2])) == pytest.approx(-np.log(1e-12), rel=1e-6)
-  assert float(scores.classification_error(P[:1], np.array([0]))) == 0.0   # tie -> class 0
+  assert float(scores.classification_error(P[:1], np.array([0]))) == 0.0  # tie -> class 0
   assert float(scores.classification_error(P[:1], np.array([1]))) == 1.0
   onehot = np.eye(3, dtype=np.float32)
   y = np.arange(3)
-  for name in NAMES:   # a perfect one-hot predictor has zero loss
+  for name in NAMES:  # a perfect one-hot predictor has zero loss
     assert float(getattr(scores, name)(onehot, y)) == pytest.approx(0.0, abs=1e-6)
 
 

@@ -4,11 +4,10 @@ CI has no accelerator, so the GPU/TPU branches of ``platform_dependent`` are
 called directly here: every strategy must give the same answer on CPU.
 """
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 from jaxcal._src import sorting as S
 from jaxcal._src.utility.uc import uc_from_scores
@@ -16,9 +15,9 @@ from jaxcal._src.utility.uc import uc_from_scores
 
 def _scores(rng, shape):
   x = rng.standard_normal(shape).astype(np.float32)
-  x.reshape(-1)[::5] = np.round(x.reshape(-1)[::5], 1)        # many ties
+  x.reshape(-1)[::5] = np.round(x.reshape(-1)[::5], 1)  # many ties
   x.reshape(-1)[::11] = 0.0
-  x.reshape(-1)[::13] = -0.0                                  # -0.0 ties with +0.0
+  x.reshape(-1)[::13] = -0.0  # -0.0 ties with +0.0
   return x
 
 

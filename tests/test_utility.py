@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 
 from jaxcal import utility as U
-from jaxcal._src.utility import families as F
 from jaxcal._src.sorting import sort_descending, stable_argsort
+from jaxcal._src.utility import families as F
 from jaxcal._src.utility.uc import uc_from_scores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ---------------------------------------------------------------- references
+
 
 def uc_brute(v, u):
   """float64 search over every interval [d_i, d_j] of distinct values (and the empty one)."""
@@ -82,22 +83,33 @@ def np_values(kind, params, p):
 
 # ---------------------------------------------------------------- fixtures
 
+
 def _data(n=60, c=5, seed=0, ties=True):
   rng = np.random.default_rng(seed)
   logits = rng.normal(size=(n, c)) * 2
   if ties:  # repeated rows and equal entries: ties in v and in ranks
     logits = np.round(logits)
-    logits[n // 2:] = logits[: n - n // 2]
+    logits[n // 2 :] = logits[: n - n // 2]
   p = np.exp(logits - logits.max(1, keepdims=True))
   p = (p / p.sum(1, keepdims=True)).astype(np.float32)
   y = rng.integers(0, c, n)
   return p, y
 
 
-NAMES = ["top_class", "classwise", "linear", "rank", "top_k", "dcg", "decision", "gain", "similarity"]
+NAMES = [
+  "top_class",
+  "classwise",
+  "linear",
+  "rank",
+  "top_k",
+  "dcg",
+  "decision",
+  "gain",
+  "similarity",
+]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _utilities(c=5, seed=0):
   key = jax.random.PRNGKey(seed)
   k1, k2, k3 = jax.random.split(key, 3)
@@ -105,39 +117,44 @@ def _utilities(c=5, seed=0):
   S = (S + S.T) / 2
   np.fill_diagonal(S, 1.0)
   return {
-      "top_class": U.top_class(),
-      "classwise": U.classwise(2, c),
-      "linear": U.sample_linear(k1, 23, c)[0],
-      "rank": U.sample_rank(k2, 23, c)[0],
-      "top_k": U.top_k(2, c),
-      "dcg": U.dcg(1.25, c),
-      "decision": U.sample_decision(k3, 23, c, 3)[0],
-      "gain": U.sample_misaligned_gain(k1, 1, c, num_groups=2)[0],
-      "similarity": U.similarity(S),
+    "top_class": U.top_class(),
+    "classwise": U.classwise(2, c),
+    "linear": U.sample_linear(k1, 23, c)[0],
+    "rank": U.sample_rank(k2, 23, c)[0],
+    "top_k": U.top_k(2, c),
+    "dcg": U.dcg(1.25, c),
+    "decision": U.sample_decision(k3, 23, c, 3)[0],
+    "gain": U.sample_misaligned_gain(k1, 1, c, num_groups=2)[0],
+    "similarity": U.similarity(S),
   }
 
 
 # ---------------------------------------------------------------- sorting helpers
+
 
 @pytest.mark.parametrize("n", [1, 2, 3, 127, 128, 129, 5000])
 def test_stable_argsort_matches_numpy(n):
   rng = np.random.default_rng(n)
   grid = np.array([-1, -0.5, -0.0, 0.0, 1e-30, -1e-30, 0.25, 1], np.float32)
   for x in (rng.choice(grid, n), rng.normal(size=n).astype(np.float32)):
-    np.testing.assert_array_equal(np.asarray(stable_argsort(jnp.asarray(x))),
-                                  np.argsort(x, kind="stable"))
+    np.testing.assert_array_equal(
+      np.asarray(stable_argsort(jnp.asarray(x))), np.argsort(x, kind="stable")
+    )
   x = rng.normal(size=(4, 9)).astype(np.float32)
   x[:, ::3] = 0.0
-  np.testing.assert_array_equal(np.asarray(sort_descending(jnp.asarray(x), axis=1)), -np.sort(-x, axis=1))
+  np.testing.assert_array_equal(
+    np.asarray(sort_descending(jnp.asarray(x), axis=1)), -np.sort(-x, axis=1)
+  )
 
 
 # ---------------------------------------------------------------- the UC core
+
 
 @pytest.mark.parametrize("seed", range(6))
 def test_uc_core_equals_bruteforce_with_ties(seed):
   rng = np.random.default_rng(seed)
   n = [1, 2, 7, 20, 33, 40][seed]
-  v = rng.choice(np.linspace(-1, 1, 9), n).astype(np.float32)   # many ties
+  v = rng.choice(np.linspace(-1, 1, 9), n).astype(np.float32)  # many ties
   u = rng.choice([-1.0, 0.0, 0.5, 1.0], n).astype(np.float32)
   res = jax.jit(uc_from_scores)(jnp.asarray(v), jnp.asarray(u))
   assert float(res.value) == pytest.approx(uc_brute(v, u), abs=1e-6)
@@ -171,7 +188,9 @@ def test_family_values_match_numpy(name):
   u = _utilities()[name]
   ubar = np_values(u.kind, u.params, p)
   np.testing.assert_allclose(np.asarray(u.values(p)), ubar, atol=1e-6)
-  v, real = F.predicted_realized(u.kind, F.prepare(u.kind, jnp.asarray(p), jnp.asarray(y)), u.params)
+  v, real = F.predicted_realized(
+    u.kind, F.prepare(u.kind, jnp.asarray(p), jnp.asarray(y)), u.params
+  )
   np.testing.assert_allclose(np.asarray(v), (p * ubar).sum(1), atol=1e-6)
   np.testing.assert_allclose(np.asarray(real), ubar[np.arange(len(y)), y], atol=1e-6)
 
@@ -183,17 +202,19 @@ def test_constructor_parameters():
   np.testing.assert_allclose(U.gain_matrix(np.eye(3)).params, -np.eye(3))
   # top-class == rank with θ = e_1, class-wise == linear e_c
   p, y = _data(seed=5)
-  np.testing.assert_allclose(U.uc(p, y, U.top_class()).value,
-                             U.uc(p, y, U.rank(np.eye(5)[0])).value, atol=1e-7)
-  np.testing.assert_allclose(U.uc(p, y, U.classwise(1, 5)).value,
-                             U.uc(p, y, U.linear(np.eye(5)[1])).value, atol=1e-7)
+  np.testing.assert_allclose(
+    U.uc(p, y, U.top_class()).value, U.uc(p, y, U.rank(np.eye(5)[0])).value, atol=1e-7
+  )
+  np.testing.assert_allclose(
+    U.uc(p, y, U.classwise(1, 5)).value, U.uc(p, y, U.linear(np.eye(5)[1])).value, atol=1e-7
+  )
 
 
 def test_uc_float32_close_to_float64_at_one_million():
-  n, c = 10 ** 6, 4
+  n, c = 10**6, 4
   rng = np.random.default_rng(0)
   p = rng.dirichlet(np.full(c, 0.7), size=n).astype(np.float32)
-  y = (rng.random(n)[:, None] > np.cumsum(p, 1)).sum(1).clip(0, c - 1)   # calibrated labels
+  y = (rng.random(n)[:, None] > np.cumsum(p, 1)).sum(1).clip(0, c - 1)  # calibrated labels
   p = p.copy()
   p[:, 0] *= np.float32(0.97)
   p[:, 1] = 1 - p[:, 0] - p[:, 2] - p[:, 3]
@@ -219,13 +240,15 @@ def test_jit_and_vmap():
   # vmap over data sets
   p2, y2 = _data(seed=2)
   vd = jax.vmap(U.uc, in_axes=(0, 0, None))(np.stack([p, p2]), np.stack([y, y2]), U.top_class())
-  np.testing.assert_allclose(vd.value, [U.uc(p, y, U.top_class()).value,
-                                        U.uc(p2, y2, U.top_class()).value], atol=1e-7)
+  np.testing.assert_allclose(
+    vd.value, [U.uc(p, y, U.top_class()).value, U.uc(p2, y2, U.top_class()).value], atol=1e-7
+  )
 
 
 def test_uc_bounds_binned_tce():
   """m · UC(U_TCE) >= TCE_bin with any m bins (paper App. B.2)."""
   from jaxcal.metrics import conf_ece
+
   p, y = _data(n=300, c=4, seed=7, ties=False)
   ucv = float(U.uc_class(p, y, "tce"))
   m = np.array([1, 5, 15])
@@ -233,6 +256,7 @@ def test_uc_bounds_binned_tce():
 
 
 # ---------------------------------------------------------------- samplers
+
 
 def test_sample_linear_law():
   c, m = 4, 40_000
@@ -244,10 +268,11 @@ def test_sample_linear_law():
   counts = np.bincount(face * 2 + sign, minlength=2 * c)
   expected = m / (2 * c)
   chi2 = ((counts - expected) ** 2 / expected).sum()
-  assert chi2 < 30, counts            # 7 dof: P(chi2 > 30) ~ 1e-4
+  assert chi2 < 30, counts  # 7 dof: P(chi2 > 30) ~ 1e-4
   # marginal on the face: the other coordinates are iid U(-1, 1)
   rest = a[np.arange(c)[None, :] != face[:, None]]
   from scipy import stats
+
   assert stats.kstest(rest, "uniform", args=(-1, 2)).pvalue > 1e-3
   assert abs(rest.mean()) < 0.01 and abs(rest.var() - 1 / 3) < 0.01
 
@@ -270,14 +295,18 @@ def test_sample_rank_and_decision():
 
 # ---------------------------------------------------------------- sweeps and families
 
+
 def test_uc_sweep_chunked_equals_unchunked_and_uc():
   p, y = _data(n=80, c=5, seed=8)
   lin = U.sample_linear(jax.random.PRNGKey(5), 23, 5)
   full = U.uc_sweep(p, y, lin)
-  for chunk in (1, 7):                      # 7: 4 chunks of 6, one padded utility
+  for chunk in (1, 7):  # 7: 4 chunks of 6, one padded utility
     np.testing.assert_allclose(U.uc_sweep(p, y, lin, chunk_size=chunk), full, atol=1e-7)
-  for batch in (lin, U.sample_rank(jax.random.PRNGKey(6), 23, 5),
-                U.sample_decision(jax.random.PRNGKey(7), 23, 5, 3)):
+  for batch in (
+    lin,
+    U.sample_rank(jax.random.PRNGKey(6), 23, 5),
+    U.sample_decision(jax.random.PRNGKey(7), 23, 5, 3),
+  ):
     loop = [float(U.uc(p, y, batch[i]).value) for i in range(23)]
     np.testing.assert_allclose(U.uc_sweep(p, y, batch), loop, atol=2e-6)
 
@@ -291,7 +320,7 @@ def test_uc_class_families():
   assert float(U.uc_class(p, y, "cwe")) == pytest.approx(cwe, abs=1e-6)
   assert float(U.uc_class(p, y, "topk")) == pytest.approx(topk, abs=1e-6)
   assert float(U.uc_class(p, y, "comb")) == pytest.approx(max(cwe, topk), abs=1e-6)
-  assert topk >= tce - 1e-7          # K = 1 is the top-class utility
+  assert topk >= tce - 1e-7  # K = 1 is the top-class utility
   p2, y2 = _data(n=70, c=4, seed=10)
   vm = jax.vmap(lambda a, b: U.uc_class(a, b, "comb"))(np.stack([p, p2]), np.stack([y, y2]))
   np.testing.assert_allclose(vm, [U.uc_class(p, y, "comb"), U.uc_class(p2, y2, "comb")], atol=1e-7)
@@ -315,8 +344,14 @@ print(json.dumps(out))
 
 def test_uc_sweep_sharded_equals_single_device():
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-  res = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+  res = subprocess.run(
+    [sys.executable, "-c", _SHARDED_SCRIPT],
+    env=env,
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert res.returncode == 0, res.stderr[-3000:]
   out = json.loads(res.stdout.strip().splitlines()[-1])
   assert out["devices"] == 4
@@ -332,17 +367,21 @@ def test_ecdf_and_plot():
   np.testing.assert_allclose(e, [0.0, 0.1, 0.1, 0.2])
   np.testing.assert_allclose(f, [0.25, 0.5, 0.75, 1.0])
   import matplotlib
+
   matplotlib.use("Agg")
   from jaxcal._src.plots.ecdf import ecdf_plot
+
   fig = ecdf_plot({"a": np.array([0.01, 0.02, 0.03]), "b": jnp.array([0.0, 0.05])}, log_x=True)
   ax = fig.axes[0]
   assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
   assert ax.get_xscale() == "log"
   import matplotlib.pyplot as plt
+
   plt.close(fig)
 
 
 # ---------------------------------------------------------------- bad input
+
 
 def test_bad_inputs_raise():
   p, y = _data(n=10, c=5)

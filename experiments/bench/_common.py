@@ -23,7 +23,8 @@ import pathlib
 import platform
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -68,12 +69,12 @@ def timeit(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> dict:
     _block(fn())
     times.append(time.perf_counter() - t0)
   return {
-      "best_s": min(times),
-      "median_s": statistics.median(times),
-      "mean_s": statistics.fmean(times),
-      "times_s": times,
-      "first_s": first,
-      "repeat": len(times),
+    "best_s": min(times),
+    "median_s": statistics.median(times),
+    "mean_s": statistics.fmean(times),
+    "times_s": times,
+    "first_s": first,
+    "repeat": len(times),
   }
 
 
@@ -92,32 +93,37 @@ def machine_note(load: list[float] | None, cpu_count: int | None = None) -> str:
   cores = cpu_count or os.cpu_count() or 1
   if load[0] < 0.5 * cores:
     return f"quiet machine (1-minute load {load[0]} on {cores} cores); both sides measured in the same run"
-  return (f"machine shared with other jobs during the measurement (1-minute load {load[0]} on "
-          f"{cores} cores); both sides measured in the same run, best of the timed calls")
+  return (
+    f"machine shared with other jobs during the measurement (1-minute load {load[0]} on "
+    f"{cores} cores); both sides measured in the same run, best of the timed calls"
+  )
 
 
 def device_info() -> dict:
   """Where the benchmark ran: JAX backend and devices, versions, CPU, date."""
   info: dict[str, Any] = {
-      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-      "host": platform.node(),
-      "platform": platform.platform(),
-      "processor": platform.processor() or platform.machine(),
-      "cpu_count": os.cpu_count(),
-      "load_avg_at_start": cpu_load(),
-      "python": platform.python_version(),
-      "numpy": np.__version__,
+    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    "host": platform.node(),
+    "platform": platform.platform(),
+    "processor": platform.processor() or platform.machine(),
+    "cpu_count": os.cpu_count(),
+    "load_avg_at_start": cpu_load(),
+    "python": platform.python_version(),
+    "numpy": np.__version__,
   }
   try:
     import jax
+
     devs = jax.devices()
-    info.update({
+    info.update(
+      {
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "device": devs[0].device_kind if devs else None,
         "num_devices": len(devs),
         "devices": [str(d) for d in devs],
-    })
+      }
+    )
   except ImportError:
     pass
   return info
@@ -135,7 +141,9 @@ def _jsonable(x: Any) -> Any:
   return x
 
 
-def write_result(name: str, result: dict, results_dir: str | os.PathLike | None = None) -> pathlib.Path:
+def write_result(
+  name: str, result: dict, results_dir: str | os.PathLike | None = None
+) -> pathlib.Path:
   """Writes ``result`` as pretty JSON to ``experiments/results/<name>.json``.
 
   Numpy/JAX scalars and arrays are converted to plain lists/numbers. A run

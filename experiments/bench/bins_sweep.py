@@ -35,10 +35,8 @@ import argparse
 import sys
 import time
 
-import numpy as np
-
 import jax
-
+import numpy as np
 from _common import cpu_load, device_info, machine_note, timeit, write_result
 
 import jaxcal
@@ -86,9 +84,9 @@ def np_conf(p, y, ms, binning, kind):
 
 def _cw_prep(p, y, sign=1.0):
   n, num_classes = p.shape
-  order = np.argsort(p, axis=0, kind="stable")                 # once per column
-  p_s = np.take_along_axis(p, order, axis=0)                   # (n, C)
-  onehot_s = (y[order] == np.arange(num_classes)[None, :])     # (n, C)
+  order = np.argsort(p, axis=0, kind="stable")  # once per column
+  p_s = np.take_along_axis(p, order, axis=0)  # (n, C)
+  onehot_s = y[order] == np.arange(num_classes)[None, :]  # (n, C)
   resid_s = sign * (p_s.astype(np.float64) - onehot_s)
   return p_s, resid_s
 
@@ -100,7 +98,7 @@ def np_classwise(p, y, ms, binning, kind):
   out = np.empty(len(ms))
   for k, m in enumerate(ms):
     if binning == "fixed":
-      ids = _fixed_ids(p_s, m) + m * offs                        # (n, C)
+      ids = _fixed_ids(p_s, m) + m * offs  # (n, C)
       sums = np.bincount(ids.ravel(), weights=resid_s.ravel(), minlength=m * num_classes)
     else:
       sums = np.add.reduceat(resid_s, _quantile_starts(n, m), axis=0)
@@ -121,26 +119,42 @@ def np_ecce(p, y, ms):
     sums = np.bincount(ids, weights=resid_s.ravel(), minlength=m * num_classes)
     counts = np.bincount(ids, minlength=m * num_classes)
     cum = np.cumsum(sums.reshape(num_classes, m), axis=1)
-    out[k] = np.where(counts.reshape(num_classes, m) > 0, np.abs(cum), 0.0).sum() / (n * num_classes)
+    out[k] = np.where(counts.reshape(num_classes, m) > 0, np.abs(cum), 0.0).sum() / (
+      n * num_classes
+    )
   return out
 
 
 # ------------------------------------------------------------------ driver
 
 METRICS = [
-    # name, jaxcal call, numpy reference
-    ("conf_ece_fixed", lambda p, y, ms: metrics.conf_ece(p, y, ms, "fixed"),
-     lambda p, y, ms: np_conf(p, y, ms, "fixed", "ece")),
-    ("conf_ce_quantile", lambda p, y, ms: metrics.conf_ce(p, y, ms, "quantile"),
-     lambda p, y, ms: np_conf(p, y, ms, "quantile", "ce")),
-    ("conf_ce_corr_quantile", lambda p, y, ms: metrics.conf_ce_corr(p, y, ms, "quantile"),
-     lambda p, y, ms: np_conf(p, y, ms, "quantile", "ce_corr")),
-    ("classwise_ce_quantile", lambda p, y, ms: metrics.classwise_ce(p, y, ms, "quantile"),
-     lambda p, y, ms: np_classwise(p, y, ms, "quantile", "ce")),
-    ("classwise_ece_fixed", lambda p, y, ms: metrics.classwise_ece(p, y, ms, "fixed"),
-     lambda p, y, ms: np_classwise(p, y, ms, "fixed", "ece")),
-    ("ecce_fixed", lambda p, y, ms: metrics.ecce(p, y, ms),
-     lambda p, y, ms: np_ecce(p, y, ms)),
+  # name, jaxcal call, numpy reference
+  (
+    "conf_ece_fixed",
+    lambda p, y, ms: metrics.conf_ece(p, y, ms, "fixed"),
+    lambda p, y, ms: np_conf(p, y, ms, "fixed", "ece"),
+  ),
+  (
+    "conf_ce_quantile",
+    lambda p, y, ms: metrics.conf_ce(p, y, ms, "quantile"),
+    lambda p, y, ms: np_conf(p, y, ms, "quantile", "ce"),
+  ),
+  (
+    "conf_ce_corr_quantile",
+    lambda p, y, ms: metrics.conf_ce_corr(p, y, ms, "quantile"),
+    lambda p, y, ms: np_conf(p, y, ms, "quantile", "ce_corr"),
+  ),
+  (
+    "classwise_ce_quantile",
+    lambda p, y, ms: metrics.classwise_ce(p, y, ms, "quantile"),
+    lambda p, y, ms: np_classwise(p, y, ms, "quantile", "ce"),
+  ),
+  (
+    "classwise_ece_fixed",
+    lambda p, y, ms: metrics.classwise_ece(p, y, ms, "fixed"),
+    lambda p, y, ms: np_classwise(p, y, ms, "fixed", "ece"),
+  ),
+  ("ecce_fixed", lambda p, y, ms: metrics.ecce(p, y, ms), lambda p, y, ms: np_ecce(p, y, ms)),
 ]
 
 
@@ -166,7 +180,9 @@ def main(argv=None):
   ap.add_argument("--small", action="store_true", help="quick run: n=5,000, C=10")
   ap.add_argument("--n", type=int, default=None)
   ap.add_argument("--classes", type=int, default=None)
-  ap.add_argument("--repeat", type=int, default=None, help="timed jaxcal calls (default 5, 3 with --small)")
+  ap.add_argument(
+    "--repeat", type=int, default=None, help="timed jaxcal calls (default 5, 3 with --small)"
+  )
   ap.add_argument("--np-repeat", type=int, default=None, help="timed numpy calls (default 1)")
   ap.add_argument("--only", default=None, help="comma-separated metric names")
   args = ap.parse_args(argv)
@@ -178,17 +194,19 @@ def main(argv=None):
   ms = np.arange(2, 202)
   p, y = synthetic(n, num_classes)
   info = device_info()
-  print(f"bins_sweep: n={n} C={num_classes} bin counts {ms[0]}..{ms[-1]} ({len(ms)}) on "
-        f"{info.get('device')} ({info.get('backend')}), jax {info.get('jax')}, load {info['load_avg_at_start']}")
+  print(
+    f"bins_sweep: n={n} C={num_classes} bin counts {ms[0]}..{ms[-1]} ({len(ms)}) on "
+    f"{info.get('device')} ({info.get('backend')}), jax {info.get('jax')}, load {info['load_avg_at_start']}"
+  )
 
   chosen = METRICS if args.only is None else [t for t in METRICS if t[0] in args.only.split(",")]
   timings, ratios, max_abs_diff = {}, {}, {}
   for name, jx, ref in chosen:
     t0 = time.perf_counter()
-    got = np.asarray(jax.block_until_ready(jx(p, y, ms)))   # first call: trace + compile + run
+    got = np.asarray(jax.block_until_ready(jx(p, y, ms)))  # first call: trace + compile + run
     first = time.perf_counter() - t0
     tn = {"best_s": float("inf"), "times_s": []}
-    for _ in range(np_repeat):                              # numpy: its timed result is the check
+    for _ in range(np_repeat):  # numpy: its timed result is the check
       t0 = time.perf_counter()
       want = ref(p, y, ms)
       dt = time.perf_counter() - t0
@@ -197,40 +215,47 @@ def main(argv=None):
     max_abs_diff[name] = float(np.max(np.abs(got - want)))
     scale = float(np.max(np.abs(want)))
     if not max_abs_diff[name] <= 1e-5 + 1e-4 * scale:
-      print(f"  {name}: jaxcal and numpy disagree (max |diff| {max_abs_diff[name]:.3g})", file=sys.stderr)
+      print(
+        f"  {name}: jaxcal and numpy disagree (max |diff| {max_abs_diff[name]:.3g})",
+        file=sys.stderr,
+      )
       return 1
     tj = timeit(lambda: jx(p, y, ms), repeat=repeat, warmup=1)
     tj["first_s"] = first
     timings[name] = {"jaxcal": tj, "numpy_loop": tn}
     ratios[name] = tn["best_s"] / tj["best_s"]
-    print(f"  {name:24s} jaxcal {tj['best_s']*1e3:9.1f} ms (first call {first:.2f} s)   "
-          f"numpy loop {tn['best_s']:8.2f} s   ratio {ratios[name]:7.1f}x   max|diff| {max_abs_diff[name]:.1e}",
-          flush=True)
+    print(
+      f"  {name:24s} jaxcal {tj['best_s'] * 1e3:9.1f} ms (first call {first:.2f} s)   "
+      f"numpy loop {tn['best_s']:8.2f} s   ratio {ratios[name]:7.1f}x   max|diff| {max_abs_diff[name]:.1e}",
+      flush=True,
+    )
 
   tot_j = sum(t["jaxcal"]["best_s"] for t in timings.values())
   tot_n = sum(t["numpy_loop"]["best_s"] for t in timings.values())
-  print(f"  {'total':24s} jaxcal {tot_j*1e3:9.1f} ms   numpy loop {tot_n:8.2f} s   ratio {tot_n/tot_j:7.1f}x")
+  print(
+    f"  {'total':24s} jaxcal {tot_j * 1e3:9.1f} ms   numpy loop {tot_n:8.2f} s   ratio {tot_n / tot_j:7.1f}x"
+  )
 
   result = {
-      "benchmark": "bins_sweep",
-      "description": "all binned calibration errors for bin counts 2..201 in one jaxcal call each, "
-                     "vs a vectorised numpy loop over the bin counts (scores sorted once)",
-      **info,
-      "jaxcal_version": jaxcal.__version__,
-      "load_avg_at_end": cpu_load(),
-      "note": machine_note(info["load_avg_at_start"]),
-      "n": n,
-      "num_classes": num_classes,
-      "num_bins": [int(ms[0]), int(ms[-1])],
-      "num_bin_counts": len(ms),
-      "dtype": "float32 (jaxcal), float64 accumulation (numpy)",
-      "repeat": {"jaxcal": repeat, "numpy_loop": np_repeat},
-      "target_ratio": 20.0,
-      "timings": timings,
-      "ratios": ratios,
-      "total": {"jaxcal_s": tot_j, "numpy_loop_s": tot_n, "ratio": tot_n / tot_j},
-      "min_ratio": min(ratios.values()) if ratios else None,
-      "max_abs_diff_vs_numpy": max_abs_diff,
+    "benchmark": "bins_sweep",
+    "description": "all binned calibration errors for bin counts 2..201 in one jaxcal call each, "
+    "vs a vectorised numpy loop over the bin counts (scores sorted once)",
+    **info,
+    "jaxcal_version": jaxcal.__version__,
+    "load_avg_at_end": cpu_load(),
+    "note": machine_note(info["load_avg_at_start"]),
+    "n": n,
+    "num_classes": num_classes,
+    "num_bins": [int(ms[0]), int(ms[-1])],
+    "num_bin_counts": len(ms),
+    "dtype": "float32 (jaxcal), float64 accumulation (numpy)",
+    "repeat": {"jaxcal": repeat, "numpy_loop": np_repeat},
+    "target_ratio": 20.0,
+    "timings": timings,
+    "ratios": ratios,
+    "total": {"jaxcal_s": tot_j, "numpy_loop_s": tot_n, "ratio": tot_n / tot_j},
+    "min_ratio": min(ratios.values()) if ratios else None,
+    "max_abs_diff_vs_numpy": max_abs_diff,
   }
   path = write_result("bins_sweep_small" if args.small else "bins_sweep", result)
   print(f"wrote {path}")

@@ -30,15 +30,15 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from _common import device_info, timeit, write_result  # noqa: E402
+from _common import device_info, timeit, write_result
 
 
 def make_data(n: int, c: int, seed: int = 0):
   rng = np.random.default_rng(seed)
   z = rng.normal(size=(n, c)) * 2.5
   p = np.exp(z - z.max(1, keepdims=True))
-  p = np.round(p / p.sum(1, keepdims=True), 4).T          # (C, n), with ties
-  y = (rng.random((c, n)) < p ** 1.3).astype(np.float64)  # overconfident scores
+  p = np.round(p / p.sum(1, keepdims=True), 4).T  # (C, n), with ties
+  y = (rng.random((c, n)) < p**1.3).astype(np.float64)  # overconfident scores
   return p, y
 
 
@@ -64,11 +64,16 @@ def main(argv=None) -> dict:
   fit = jax.jit(jax.vmap(isotonic_regression))
   xj, yj = jax.device_put(x32), jax.device_put(y32)
   t_jax = timeit(lambda: fit(xj, yj), repeat=args.repeat)
-  print(f"jaxcal float32: best {t_jax['best_s']:.3f} s (first call {t_jax['first_s']:.2f} s)", flush=True)
+  print(
+    f"jaxcal float32: best {t_jax['best_s']:.3f} s (first call {t_jax['first_s']:.2f} s)",
+    flush=True,
+  )
   out32 = np.asarray(fit(xj, yj))
 
   def sk():
-    return np.stack([IsotonicRegression().fit_transform(x64[k], y64[k]) for k in range(args.classes)])
+    return np.stack(
+      [IsotonicRegression().fit_transform(x64[k], y64[k]) for k in range(args.classes)]
+    )
 
   t_sk = timeit(sk, repeat=args.sklearn_repeat, warmup=0)
   ref = sk()
@@ -86,19 +91,24 @@ def main(argv=None) -> dict:
   err32 = float(np.abs(out32 - ref).max())
   err64 = float(np.abs(out64 - ref).max())
   result = {
-      "benchmark": "isotonic_regression, class-wise, jit(vmap) over classes vs sklearn loop",
-      "n": args.n, "classes": args.classes,
-      "timings": {"jaxcal_float32": t_jax, "jaxcal_float64": t_jax64, "sklearn_float64_loop": t_sk},
-      "speedup_vs_sklearn": {"float32": t_sk["best_s"] / t_jax["best_s"],
-                             "float64": t_sk["best_s"] / t_jax64["best_s"]},
-      "max_abs_diff_vs_sklearn": {"float32": err32, "float64": err64},
-      "load_avg_at_end": list(np.round(np.array(__import__("os").getloadavg()), 2)),
-      **info,
+    "benchmark": "isotonic_regression, class-wise, jit(vmap) over classes vs sklearn loop",
+    "n": args.n,
+    "classes": args.classes,
+    "timings": {"jaxcal_float32": t_jax, "jaxcal_float64": t_jax64, "sklearn_float64_loop": t_sk},
+    "speedup_vs_sklearn": {
+      "float32": t_sk["best_s"] / t_jax["best_s"],
+      "float64": t_sk["best_s"] / t_jax64["best_s"],
+    },
+    "max_abs_diff_vs_sklearn": {"float32": err32, "float64": err64},
+    "load_avg_at_end": list(np.round(np.array(__import__("os").getloadavg()), 2)),
+    **info,
   }
   path = write_result(args.name, result)
-  print(f"speed-up vs sklearn: float32 {result['speedup_vs_sklearn']['float32']:.2f}x, "
-        f"float64 {result['speedup_vs_sklearn']['float64']:.2f}x; "
-        f"max |diff| float32 {err32:.2e}, float64 {err64:.2e}; wrote {path}")
+  print(
+    f"speed-up vs sklearn: float32 {result['speedup_vs_sklearn']['float32']:.2f}x, "
+    f"float64 {result['speedup_vs_sklearn']['float64']:.2f}x; "
+    f"max |diff| float32 {err32:.2e}, float64 {err64:.2e}; wrote {path}"
+  )
   return result
 
 

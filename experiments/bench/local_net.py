@@ -29,26 +29,33 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+import jax
+import jax.numpy as jnp
+from _common import device_info, timeit, write_result
 
-from _common import device_info, timeit, write_result  # noqa: E402
-from jaxcal import metrics  # noqa: E402
-from jaxcal.recalibrate import fit  # noqa: E402
+from jaxcal import metrics
+from jaxcal.recalibrate import fit
 
 
 def _calibration_data(n=10_000, seed=0):
-  for p in (ROOT / "experiments" / "cache" / "fashion_mnist" / "backbone_seed0.npz",
-            ROOT / "experiments" / "results" / "fashion_mnist" / "backbone_seed0.npz"):
+  for p in (
+    ROOT / "experiments" / "cache" / "fashion_mnist" / "backbone_seed0.npz",
+    ROOT / "experiments" / "results" / "fashion_mnist" / "backbone_seed0.npz",
+  ):
     if p.is_file():
       with np.load(p, allow_pickle=False) as z:
-        return (z["cal_logits"][:n], z["cal_labels"][:n],
-                z["cal_features"][:n].astype(np.float32), f"fashion-mnist backbone seed 0 ({p.name})")
+        return (
+          z["cal_logits"][:n],
+          z["cal_labels"][:n],
+          z["cal_features"][:n].astype(np.float32),
+          f"fashion-mnist backbone seed 0 ({p.name})",
+        )
   rng = np.random.default_rng(seed)
   feats = np.maximum(rng.normal(size=(n, 128)), 0).astype(np.float32)
   logits = (feats @ rng.normal(size=(128, 10)) * 0.3).astype(np.float32)
-  labels = (np.exp(logits).cumsum(1) / np.exp(logits).sum(1, keepdims=True)
-            > rng.random((n, 1))).argmax(1)
+  labels = (
+    np.exp(logits).cumsum(1) / np.exp(logits).sum(1, keepdims=True) > rng.random((n, 1))
+  ).argmax(1)
   return logits, labels, feats, "synthetic"
 
 
@@ -78,7 +85,9 @@ def _lce_dense(p, y, phi):
     e = jnp.abs(jnp.matmul(kk, r, precision=jax.lax.Precision.HIGHEST) / kk.sum(1))
     cnt = jnp.sum(same, 1)
     keep = cnt > 20
-    return jnp.sum(jnp.where(keep, e, 0)) / jnp.maximum(keep.sum(), 1), jnp.max(jnp.where(keep, e, 0))
+    return jnp.sum(jnp.where(keep, e, 0)) / jnp.maximum(keep.sum(), 1), jnp.max(
+      jnp.where(keep, e, 0)
+    )
 
   means, maxes = jax.lax.map(per_class, jnp.arange(C))
   return jnp.mean(means), jnp.max(maxes)
@@ -91,12 +100,28 @@ def main(argv=None):
   info = device_info()
   logits, labels, feats, source = _calibration_data()
   epochs = 3 if args.quick else 30
-  opts = dict(pca_dim=50, hidden=64, dropout=0.3, bandwidth=10.0, lam=1.0, batch_size=1024,
-              epochs=epochs, patience=None, val_fraction=0.1, seed=0, verbose=False)
-  fit_t = timeit(lambda: fit("local_net", logits, labels, features=feats, **opts).params,
-                 repeat=1 if args.quick else 2)
-  print(f"local_net fit, {epochs} epochs on {len(labels)} points: first {fit_t['first_s']:.1f}s "
-        f"(with compilation), best {fit_t['best_s']:.1f}s", flush=True)
+  opts = dict(
+    pca_dim=50,
+    hidden=64,
+    dropout=0.3,
+    bandwidth=10.0,
+    lam=1.0,
+    batch_size=1024,
+    epochs=epochs,
+    patience=None,
+    val_fraction=0.1,
+    seed=0,
+    verbose=False,
+  )
+  fit_t = timeit(
+    lambda: fit("local_net", logits, labels, features=feats, **opts).params,
+    repeat=1 if args.quick else 2,
+  )
+  print(
+    f"local_net fit, {epochs} epochs on {len(labels)} points: first {fit_t['first_s']:.1f}s "
+    f"(with compilation), best {fit_t['best_s']:.1f}s",
+    flush=True,
+  )
 
   lce_res = {}
   sizes = [2000] if args.quick else [5_000, 20_000, 50_000]
@@ -108,21 +133,32 @@ def main(argv=None):
     if n <= 5_000:
       ref = timeit(lambda: _lce_dense(p, y, phi), repeat=1)
       got, want = metrics.lce(p, y, phi), _lce_dense(p, y, phi)
-      lce_res[str(n)].update(dense_reference=ref, speedup_vs_dense=ref["best_s"] / t["best_s"],
-                             max_abs_diff=float(max(abs(got[0] - want[0]), abs(got[1] - want[1]))),
-                             dense_kernel_bytes=n * n * 4)
-      print(f"  dense reference {ref['best_s']:.2f}s, ratio {ref['best_s'] / t['best_s']:.2f}",
-            flush=True)
+      lce_res[str(n)].update(
+        dense_reference=ref,
+        speedup_vs_dense=ref["best_s"] / t["best_s"],
+        max_abs_diff=float(max(abs(got[0] - want[0]), abs(got[1] - want[1]))),
+        dense_kernel_bytes=n * n * 4,
+      )
+      print(
+        f"  dense reference {ref['best_s']:.2f}s, ratio {ref['best_s'] / t['best_s']:.2f}",
+        flush=True,
+      )
   result = {
-      "benchmark": "local_net",
-      "local_net_fit": {"n_points": int(len(labels)), "feature_dim": int(feats.shape[1]),
-                        "num_classes": int(logits.shape[1]), "epochs": epochs, "data": source,
-                        "options": {k: v for k, v in opts.items() if k != "verbose"},
-                        "timing": fit_t, "target_s": 60.0,
-                        "meets_target": fit_t["first_s"] < 60.0},
-      "lce": {"num_classes": 10, "feature_dim": 50, "bandwidth": 10.0, "sizes": lce_res},
-      "quick": args.quick,
-      **info,
+    "benchmark": "local_net",
+    "local_net_fit": {
+      "n_points": int(len(labels)),
+      "feature_dim": int(feats.shape[1]),
+      "num_classes": int(logits.shape[1]),
+      "epochs": epochs,
+      "data": source,
+      "options": {k: v for k, v in opts.items() if k != "verbose"},
+      "timing": fit_t,
+      "target_s": 60.0,
+      "meets_target": fit_t["first_s"] < 60.0,
+    },
+    "lce": {"num_classes": 10, "feature_dim": 50, "bandwidth": 10.0, "sizes": lce_res},
+    "quick": args.quick,
+    **info,
   }
   path = write_result("local_net" if not args.quick else "local_net_quick", result)
   print(f"wrote {path}")

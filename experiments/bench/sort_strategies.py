@@ -19,32 +19,37 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 import jax
 import jax.numpy as jnp
-
+import numpy as np
 from _common import device_info, machine_note, timeit, write_result
 
 from jaxcal._src import sorting as S
 
-SHAPES = {"uc_chunk": (1500, 15_000), "class_columns": (100, 100_000), "long_vector": (1, 1_000_000)}
+SHAPES = {
+  "uc_chunk": (1500, 15_000),
+  "class_columns": (100, 100_000),
+  "long_vector": (1, 1_000_000),
+}
 
 
 def main(argv=None):
   info = device_info()
   variants = {
-      "reference_jnp_argsort_stable": jax.jit(lambda x: jnp.argsort(x, axis=-1, stable=True)),
-      "radix_uint32_passes": jax.jit(lambda x: S._radix_argsort(S.float_to_key(x))),
-      "pair_uint32_index": jax.jit(lambda x: S._pair_argsort(S.float_to_key(x))),
-      "jaxcal_stable_argsort": jax.jit(S.stable_argsort),
+    "reference_jnp_argsort_stable": jax.jit(lambda x: jnp.argsort(x, axis=-1, stable=True)),
+    "radix_uint32_passes": jax.jit(lambda x: S._radix_argsort(S.float_to_key(x))),
+    "pair_uint32_index": jax.jit(lambda x: S._pair_argsort(S.float_to_key(x))),
+    "jaxcal_stable_argsort": jax.jit(S.stable_argsort),
   }
-  print(f"sort_strategies on {info.get('device')} ({info.get('backend')}), jax {info.get('jax')}", flush=True)
+  print(
+    f"sort_strategies on {info.get('device')} ({info.get('backend')}), jax {info.get('jax')}",
+    flush=True,
+  )
   rng = np.random.default_rng(0)
   out = {}
   for name, shape in SHAPES.items():
     x = rng.random(shape, dtype=np.float32)
-    x[:, ::7] = np.round(x[:, ::7], 3)                    # ties, as in real scores
+    x[:, ::7] = np.round(x[:, ::7], 3)  # ties, as in real scores
     xd = jax.device_put(x)
     ref = np.asarray(variants["reference_jnp_argsort_stable"](xd))
     row = {}
@@ -55,12 +60,22 @@ def main(argv=None):
         return 1
       row[vname] = timeit(lambda: f(xd), repeat=5)
     base = row["reference_jnp_argsort_stable"]["best_s"]
-    out[name] = {"shape": shape, "timings": row,
-                 "speedup_vs_reference": {k: base / v["best_s"] for k, v in row.items()}}
-    print(f"  {name:14s} {shape}: " + "  ".join(
-        f"{k.split('_')[0]} {1e3 * v['best_s']:.2f} ms" for k, v in row.items()), flush=True)
-  result = {"benchmark": "sort_strategies", **info, "note": machine_note(info["load_avg_at_start"]),
-            "results": out}
+    out[name] = {
+      "shape": shape,
+      "timings": row,
+      "speedup_vs_reference": {k: base / v["best_s"] for k, v in row.items()},
+    }
+    print(
+      f"  {name:14s} {shape}: "
+      + "  ".join(f"{k.split('_')[0]} {1e3 * v['best_s']:.2f} ms" for k, v in row.items()),
+      flush=True,
+    )
+  result = {
+    "benchmark": "sort_strategies",
+    **info,
+    "note": machine_note(info["load_avg_at_start"]),
+    "results": out,
+  }
   print(f"wrote {write_result('sort_strategies', result)}")
   return 0
 

@@ -44,11 +44,9 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 import jax
 import jax.numpy as jnp
-
+import numpy as np
 from _common import cpu_load, device_info, timeit, write_result
 
 from jaxcal import utility as U
@@ -58,16 +56,17 @@ from jaxcal._src.utility import sweep as _sweep
 def synthetic(n: int, c: int, seed: int = 0):
   rng = np.random.default_rng(seed)
   z = rng.standard_normal((n, c)).astype(np.float32) * 2.5
-  z[np.arange(n), rng.integers(0, c, n)] += 6.0            # a confident top class
+  z[np.arange(n), rng.integers(0, c, n)] += 6.0  # a confident top class
   p = np.exp(z - z.max(1, keepdims=True))
   p = (p / p.sum(1, keepdims=True)).astype(np.float32)
-  pt = np.exp((z - z.max(1, keepdims=True)) / 1.6)          # true law: softer
+  pt = np.exp((z - z.max(1, keepdims=True)) / 1.6)  # true law: softer
   pt /= pt.sum(1, keepdims=True)
   y = (rng.random(n)[:, None] > np.cumsum(pt, 1)).sum(1).clip(0, c - 1)
   return p, y
 
 
 # ------------------------------------------------------------------ numpy
+
 
 def np_prep(p, y):
   n, c = p.shape
@@ -137,8 +136,9 @@ def memory_run(n, c, m):
   # no preallocation: the parent already holds device memory, and the child's
   # peak_bytes_in_use should be what the sweep needs
   env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-  res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600,
-                       env=env)
+  res = subprocess.run(
+    [sys.executable, "-c", code], capture_output=True, text=True, timeout=3600, env=env
+  )
   if res.returncode != 0:
     return {"error": res.stderr[-2000:]}
   out = json.loads(res.stdout.strip().splitlines()[-1])
@@ -155,8 +155,12 @@ def compiled_memory(n, c, m):
   ma = _sweep._local_jit.lower("linear", p, y, prm, chunk).compile().memory_analysis()
   if ma is None:
     return None
-  keys = ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes",
-          "generated_code_size_in_bytes")
+  keys = (
+    "temp_size_in_bytes",
+    "argument_size_in_bytes",
+    "output_size_in_bytes",
+    "generated_code_size_in_bytes",
+  )
   out = {k: int(getattr(ma, k)) for k in keys if hasattr(ma, k)}
   out.update({"n": n, "C": c, "M": m, "chunk_size": chunk})
   return out
@@ -164,9 +168,15 @@ def compiled_memory(n, c, m):
 
 def main():
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--small", action="store_true", help="quick run: n=2,000, C=100, M=200 per family")
-  ap.add_argument("--numpy-utilities", type=int, default=300,
-                  help="utilities per family in the numpy loop (its time is scaled to M)")
+  ap.add_argument(
+    "--small", action="store_true", help="quick run: n=2,000, C=100, M=200 per family"
+  )
+  ap.add_argument(
+    "--numpy-utilities",
+    type=int,
+    default=300,
+    help="utilities per family in the numpy loop (its time is scaled to M)",
+  )
   ap.add_argument("--full-100k", action="store_true", help="run the 100k sweep at full n = 15,000")
   ap.add_argument("--repeat", type=int, default=3)
   args = ap.parse_args()
@@ -174,8 +184,11 @@ def main():
   n, c, m = (2000, 100, 200) if args.small else (15000, 1000, 1500)
   m_np = min(m, args.numpy_utilities)
   info = device_info()
-  print(f"uc_sweep benchmark: n={n}, C={c}, M={m} per family on {info.get('device')} "
-        f"(load {cpu_load()})", flush=True)
+  print(
+    f"uc_sweep benchmark: n={n}, C={c}, M={m} per family on {info.get('device')} "
+    f"(load {cpu_load()})",
+    flush=True,
+  )
   p, y = synthetic(n, c)
   key_l, key_r = jax.random.split(jax.random.PRNGKey(0))
   fams = {"linear": U.sample_linear(key_l, m, c), "rank": U.sample_rank(key_r, m, c)}
@@ -199,53 +212,68 @@ def main():
     # no host-to-device copy of the 60 MB of probabilities): the accelerator figure
     p_d, y_d, prm_d = jax.device_put((jnp.asarray(p), jnp.asarray(y, jnp.int32), batch.params))
     chunk = _sweep._balanced_chunk(m, min(_sweep.default_chunk_size(kind, n, c), m))
-    t_dev = timeit(lambda: _sweep._local_jit(kind, p_d, y_d, prm_d, chunk), repeat=max(args.repeat, 5))
+    t_dev = timeit(
+      lambda: _sweep._local_jit(kind, p_d, y_d, prm_d, chunk), repeat=max(args.repeat, 5)
+    )
     t_np = timeit(lambda: np_loop(kind, p, y, prep, params[:m_np]), repeat=1, warmup=0)
     np_total = t_np["best_s"] * m / m_np
     results[kind] = {
-        "jax": t_jax, "numpy_loop": t_np, "numpy_utilities_timed": m_np,
-        "numpy_loop_extrapolated_s": np_total,
-        "numpy_per_utility_ms": 1e3 * t_np["best_s"] / m_np,
-        "jax_per_utility_ms": 1e3 * t_jax["best_s"] / m,
-        "jax_device_resident": t_dev,
-        "jax_device_resident_ms_per_M": 1e3 * t_dev["best_s"],
-        "speedup_device_resident_vs_numpy_loop": np_total / t_dev["best_s"],
-        "speedup_vs_numpy_loop": np_total / t_jax["best_s"],
-        "max_abs_diff_vs_numpy": err,
-        "utilities_differing_by_more_than_1e-6": int((diff > 1e-6).sum()),
-        "mean_error": float(got.mean()),
+      "jax": t_jax,
+      "numpy_loop": t_np,
+      "numpy_utilities_timed": m_np,
+      "numpy_loop_extrapolated_s": np_total,
+      "numpy_per_utility_ms": 1e3 * t_np["best_s"] / m_np,
+      "jax_per_utility_ms": 1e3 * t_jax["best_s"] / m,
+      "jax_device_resident": t_dev,
+      "jax_device_resident_ms_per_M": 1e3 * t_dev["best_s"],
+      "speedup_device_resident_vs_numpy_loop": np_total / t_dev["best_s"],
+      "speedup_vs_numpy_loop": np_total / t_jax["best_s"],
+      "max_abs_diff_vs_numpy": err,
+      "utilities_differing_by_more_than_1e-6": int((diff > 1e-6).sum()),
+      "mean_error": float(got.mean()),
     }
-    print(f"  {kind:6s}: jaxcal {t_jax['best_s']:.3f}s for {m} (first call {t_jax['first_s']:.2f}s) | "
-          f"numpy loop {1e3 * t_np['best_s'] / m_np:.2f} ms/utility -> {np_total:.2f}s for {m} | "
-          f"x{np_total / t_jax['best_s']:.1f} | compiled sweep on device-resident data "
-          f"{1e3 * t_dev['best_s']:.2f} ms (x{np_total / t_dev['best_s']:.0f})", flush=True)
+    print(
+      f"  {kind:6s}: jaxcal {t_jax['best_s']:.3f}s for {m} (first call {t_jax['first_s']:.2f}s) | "
+      f"numpy loop {1e3 * t_np['best_s'] / m_np:.2f} ms/utility -> {np_total:.2f}s for {m} | "
+      f"x{np_total / t_jax['best_s']:.1f} | compiled sweep on device-resident data "
+      f"{1e3 * t_dev['best_s']:.2f} ms (x{np_total / t_dev['best_s']:.0f})",
+      flush=True,
+    )
 
   big_m = 5000 if args.small else 100_000
   big_n = n if (args.small or args.full_100k) else 1500
   print(f"  chunked sweep: M={big_m}, n={big_n}, C={c} (child process) ...", flush=True)
   mem = memory_run(big_n, c, big_m)
   if "seconds" in mem:
-    print(f"    {mem['seconds']:.1f}s, peak RSS {mem['peak_rss_bytes'] / 2**20:.0f} MiB "
-          f"(+{mem['rss_growth_bytes'] / 2**20:.0f} MiB during the sweep), chunk {mem['chunk_size']}", flush=True)
+    print(
+      f"    {mem['seconds']:.1f}s, peak RSS {mem['peak_rss_bytes'] / 2**20:.0f} MiB "
+      f"(+{mem['rss_growth_bytes'] / 2**20:.0f} MiB during the sweep), chunk {mem['chunk_size']}",
+      flush=True,
+    )
   cm = compiled_memory(n, c, 100_000)
   if cm:
-    print(f"    compiled n={n} M=100,000 sweep: temp {cm.get('temp_size_in_bytes', 0) / 2**20:.0f} MiB, "
-          f"arguments {cm.get('argument_size_in_bytes', 0) / 2**20:.0f} MiB", flush=True)
+    print(
+      f"    compiled n={n} M=100,000 sweep: temp {cm.get('temp_size_in_bytes', 0) / 2**20:.0f} MiB, "
+      f"arguments {cm.get('argument_size_in_bytes', 0) / 2**20:.0f} MiB",
+      flush=True,
+    )
 
   out = {
-      "benchmark": "uc_sweep",
-      "config": {"n": n, "C": c, "M_per_family": m, "small": args.small, "repeat": args.repeat},
-      **info,
-      "load_avg_at_end": cpu_load(),
-      "numpy_precompute_s": np_prep_s,
-      "results": results,
-      "chunked_100k": mem,
-      "compiled_memory_100k_full_scale": cm,
-      "notes": ("numpy loop timed on numpy_utilities_timed utilities per family and scaled to M; "
-                "jaxcal timed through the public uc_sweep (validation + precomputation included); "
-                "best of `repeat` calls after a warm-up (first_s includes compilation). "
-                "jax_device_resident: the jitted sweep alone on arrays already on the device. "
-                "See load averages for how busy the CPU was."),
+    "benchmark": "uc_sweep",
+    "config": {"n": n, "C": c, "M_per_family": m, "small": args.small, "repeat": args.repeat},
+    **info,
+    "load_avg_at_end": cpu_load(),
+    "numpy_precompute_s": np_prep_s,
+    "results": results,
+    "chunked_100k": mem,
+    "compiled_memory_100k_full_scale": cm,
+    "notes": (
+      "numpy loop timed on numpy_utilities_timed utilities per family and scaled to M; "
+      "jaxcal timed through the public uc_sweep (validation + precomputation included); "
+      "best of `repeat` calls after a warm-up (first_s includes compilation). "
+      "jax_device_resident: the jitted sweep alone on arrays already on the device. "
+      "See load averages for how busy the CPU was."
+    ),
   }
   path = write_result("uc_sweep_small" if args.small else "uc_sweep", out)
   print(f"wrote {path}")

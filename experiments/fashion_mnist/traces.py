@@ -61,8 +61,8 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from jaxcal.data import load_fashion_mnist  # noqa: E402
-from jaxcal.train import make_model, predict, trace_splits, train_classifier  # noqa: E402
+from jaxcal.data import load_fashion_mnist
+from jaxcal.train import make_model, predict, trace_splits, train_classifier
 
 WITHIN_ARCH = "mlp"
 WITHIN_FRACTIONS = [0.025, 0.05] + [round(0.05 * k, 3) for k in range(2, 21)]
@@ -88,22 +88,48 @@ def run_trace(data, splits, arch, fraction, epochs, seed, path):
     test_logits.append(predict(model, xt)[0])
 
   print(f"[trace] {path.parent.name}/{path.name}: {arch}, {k} images, {epochs} epochs", flush=True)
-  res = train_classifier(make_model(arch, 10, seed), x, y, epochs=epochs, batch_size=BATCH_SIZE,
-                         learning_rate=LEARNING_RATE, seed=seed, on_epoch=on_epoch, verbose=False)
+  res = train_classifier(
+    make_model(arch, 10, seed),
+    x,
+    y,
+    epochs=epochs,
+    batch_size=BATCH_SIZE,
+    learning_rate=LEARNING_RATE,
+    seed=seed,
+    on_epoch=on_epoch,
+    verbose=False,
+  )
   yv = data["test_labels"][splits["val"]].astype(np.int64)
   yt = data["test_labels"][splits["test"]].astype(np.int64)
   tl = np.stack(test_logits)
   acc = float((tl[-1].argmax(1) == yt).mean())
   tmp = path.with_suffix(".tmp.npz")
-  np.savez(tmp, val_logits=np.stack(val_logits), test_logits=tl, val_labels=yv, test_labels=yt,
-           epochs=np.arange(1, epochs + 1, dtype=np.int64), train_loss=res.train_loss.astype(np.float64),
-           train_size=np.int64(k), fraction=np.float64(fraction), arch=np.array(arch),
-           seed=np.int64(seed), seconds=np.float64(res.seconds))
+  np.savez(
+    tmp,
+    val_logits=np.stack(val_logits),
+    test_logits=tl,
+    val_labels=yv,
+    test_labels=yt,
+    epochs=np.arange(1, epochs + 1, dtype=np.int64),
+    train_loss=res.train_loss.astype(np.float64),
+    train_size=np.int64(k),
+    fraction=np.float64(fraction),
+    arch=np.array(arch),
+    seed=np.int64(seed),
+    seconds=np.float64(res.seconds),
+  )
   os.replace(tmp, path)
   print(f"         test acc {acc:.4f} after {epochs} epochs, {res.seconds:.1f}s", flush=True)
-  return {"file": str(path.relative_to(path.parents[1])), "arch": arch, "fraction": fraction,
-          "train_size": k, "epochs": epochs, "seed": seed, "final_test_accuracy": acc,
-          "seconds": round(res.seconds, 2)}
+  return {
+    "file": str(path.relative_to(path.parents[1])),
+    "arch": arch,
+    "fraction": fraction,
+    "train_size": k,
+    "epochs": epochs,
+    "seed": seed,
+    "final_test_accuracy": acc,
+    "seconds": round(res.seconds, 2),
+  }
 
 
 def main(argv=None):
@@ -118,10 +144,14 @@ def main(argv=None):
   data = load_fashion_mnist(args.root)
   sp = trace_splits(data["train_images"].shape[0], data["test_images"].shape[0], seed=42)
   out.mkdir(parents=True, exist_ok=True)
-  np.savez(out / "splits.npz", val_index=sp["val"].astype(np.int64), test_index=sp["test"].astype(np.int64),
-           val_labels=data["test_labels"][sp["val"]].astype(np.int64),
-           test_labels=data["test_labels"][sp["test"]].astype(np.int64),
-           train_order=sp["train_order"].astype(np.int64))
+  np.savez(
+    out / "splits.npz",
+    val_index=sp["val"].astype(np.int64),
+    test_index=sp["test"].astype(np.int64),
+    val_labels=data["test_labels"][sp["val"]].astype(np.int64),
+    test_labels=data["test_labels"][sp["test"]].astype(np.int64),
+    train_order=sp["train_order"].astype(np.int64),
+  )
   plan = []
   if "within" in args.sets:
     fr = [0.025, 0.05, 0.1] if args.quick else WITHIN_FRACTIONS
@@ -141,14 +171,20 @@ def main(argv=None):
     e = run_trace(data, sp, arch, frac, ep, seed, out / set_name / f"{arch}_f{frac:.3f}.npz")
     entries.append({"set": set_name, **e})
   manifest = {
-      "description": "Fashion-MNIST checkpoint traces; format in experiments/fashion_mnist/traces.py",
-      "protocol": {"val_test_split_seed": 42, "n_val": int(sp["val"].size), "n_test": int(sp["test"].size),
-                   "batch_size": BATCH_SIZE, "learning_rate": LEARNING_RATE, "optimizer": "adam",
-                   "quick": bool(args.quick)},
-      "traces": entries,
-      "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "device": "cpu"},
-      "total_seconds": round(time.perf_counter() - t0, 1),
-      "date": time.strftime("%Y-%m-%d"),
+    "description": "Fashion-MNIST checkpoint traces; format in experiments/fashion_mnist/traces.py",
+    "protocol": {
+      "val_test_split_seed": 42,
+      "n_val": int(sp["val"].size),
+      "n_test": int(sp["test"].size),
+      "batch_size": BATCH_SIZE,
+      "learning_rate": LEARNING_RATE,
+      "optimizer": "adam",
+      "quick": bool(args.quick),
+    },
+    "traces": entries,
+    "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "device": "cpu"},
+    "total_seconds": round(time.perf_counter() - t0, 1),
+    "date": time.strftime("%Y-%m-%d"),
   }
   (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
   print(f"wrote {len(entries)} traces to {out} in {manifest['total_seconds']}s")

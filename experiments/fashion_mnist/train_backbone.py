@@ -52,9 +52,8 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from jaxcal.data import load_fashion_mnist  # noqa: E402
-from jaxcal.train import (local_calibration_splits, make_model, predict,  # noqa: E402
-                               train_classifier)
+from jaxcal.data import load_fashion_mnist
+from jaxcal.train import local_calibration_splits, make_model, predict, train_classifier
 
 ARCH = "cnn_s"
 EPOCHS = 25
@@ -77,12 +76,14 @@ def compact_path(seed: int) -> pathlib.Path:
   return COMPACT / f"backbone_seed{seed}.npz"
 
 
-def train_one(data: dict, seed: int, epochs: int = EPOCHS, verbose: bool = True,
-              select_best: bool = False) -> dict:
+def train_one(
+  data: dict, seed: int, epochs: int = EPOCHS, verbose: bool = True, select_best: bool = False
+) -> dict:
   sp = local_calibration_splits(data["train_images"].shape[0], seed)
   xtr, ytr = data["train_images"][sp["train"]], data["train_labels"][sp["train"]].astype(np.int32)
   xva, yva = data["train_images"][sp["val"]], data["train_labels"][sp["val"]].astype(np.int64)
   from flax import nnx
+
   best = {"nll": np.inf, "epoch": 0, "state": None}
   val_nll, val_acc = [], []
 
@@ -98,26 +99,43 @@ def train_one(data: dict, seed: int, epochs: int = EPOCHS, verbose: bool = True,
 
   print(f"[backbone seed {seed}] {ARCH} on {len(ytr)} images, {epochs} epochs", flush=True)
   model = make_model(ARCH, 10, seed)
-  res = train_classifier(model, xtr, ytr, epochs=epochs, batch_size=128, learning_rate=1e-3,
-                         seed=seed, on_epoch=on_epoch, verbose=verbose)
+  res = train_classifier(
+    model,
+    xtr,
+    ytr,
+    epochs=epochs,
+    batch_size=128,
+    learning_rate=1e-3,
+    seed=seed,
+    on_epoch=on_epoch,
+    verbose=verbose,
+  )
   model = res.model
   nnx.update(model, best["state"])
   cal_logits, cal_feat = predict(model, data["test_images"], with_features=True)
   te_logits, te_feat = predict(model, data["train_images"][sp["test"]], with_features=True)
   out = {
-      "cal_logits": cal_logits, "cal_features": cal_feat,
-      "cal_labels": data["test_labels"].astype(np.int64),
-      "test_logits": te_logits, "test_features": te_feat,
-      "test_labels": data["train_labels"][sp["test"]].astype(np.int64),
-      "test_index": sp["test"].astype(np.int64),
-      "train_class_counts": np.bincount(ytr, minlength=10).astype(np.int64),
-      "val_nll": np.asarray(val_nll), "val_accuracy": np.asarray(val_acc),
-      "best_epoch": np.int64(best["epoch"]), "seed": np.int64(seed),
-      "seconds": np.float64(res.seconds), "arch": np.array(ARCH),
+    "cal_logits": cal_logits,
+    "cal_features": cal_feat,
+    "cal_labels": data["test_labels"].astype(np.int64),
+    "test_logits": te_logits,
+    "test_features": te_feat,
+    "test_labels": data["train_labels"][sp["test"]].astype(np.int64),
+    "test_index": sp["test"].astype(np.int64),
+    "train_class_counts": np.bincount(ytr, minlength=10).astype(np.int64),
+    "val_nll": np.asarray(val_nll),
+    "val_accuracy": np.asarray(val_acc),
+    "best_epoch": np.int64(best["epoch"]),
+    "seed": np.int64(seed),
+    "seconds": np.float64(res.seconds),
+    "arch": np.array(ARCH),
   }
   acc = float((te_logits.argmax(1) == out["test_labels"]).mean())
-  print(f"[backbone seed {seed}] kept epoch {best['epoch']}, test accuracy {acc:.4f}, "
-        f"{res.seconds:.1f}s", flush=True)
+  print(
+    f"[backbone seed {seed}] kept epoch {best['epoch']}, test accuracy {acc:.4f}, "
+    f"{res.seconds:.1f}s",
+    flush=True,
+  )
   return out
 
 
@@ -154,8 +172,11 @@ def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--seeds", type=int, nargs="+", default=[0])
   ap.add_argument("--epochs", type=int, default=EPOCHS)
-  ap.add_argument("--select-best", action="store_true",
-                  help="keep the epoch with the lowest validation NLL (default: the last)")
+  ap.add_argument(
+    "--select-best",
+    action="store_true",
+    help="keep the epoch with the lowest validation NLL (default: the last)",
+  )
   ap.add_argument("--compact", action="store_true", help="also write the committed compact copy")
   ap.add_argument("--root", default=None, help="Fashion-MNIST folder")
   args = ap.parse_args(argv)

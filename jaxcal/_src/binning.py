@@ -52,19 +52,19 @@ from jax.typing import ArrayLike
 from jaxcal._src.sorting import float_to_key, key_to_float, stable_argsort
 
 __all__ = [
-    "blocked_cumsum",
-    "floor_mul_div",
-    "bin_ends",
-    "bin_ids",
-    "BinnedSums",
-    "binned_sums",
-    "resolve_max_bins",
-    "edge_table",
-    "EDGES_MAX_BINS",
-    "quantile_ends",
-    "sorted_residual_prefix",
-    "FAST_SORT_MIN_N",
-    "binned_residual_sums",
+  "blocked_cumsum",
+  "floor_mul_div",
+  "bin_ends",
+  "bin_ids",
+  "BinnedSums",
+  "binned_sums",
+  "resolve_max_bins",
+  "edge_table",
+  "EDGES_MAX_BINS",
+  "quantile_ends",
+  "sorted_residual_prefix",
+  "FAST_SORT_MIN_N",
+  "binned_residual_sums",
 ]
 
 
@@ -145,7 +145,11 @@ def resolve_max_bins(num_bins, n: int, max_bins: int | None) -> int:
   return NaN for it (see ``calibration_errors``).
   """
   if max_bins is not None:
-    if isinstance(max_bins, (bool, np.bool_)) or not isinstance(max_bins, (int, np.integer)) or max_bins < 1:
+    if (
+      isinstance(max_bins, (bool, np.bool_))
+      or not isinstance(max_bins, (int, np.integer))
+      or max_bins < 1
+    ):
       raise ValueError(f"max_bins must be a static Python int >= 1, got {max_bins!r}")
     return int(max_bins)
   if isinstance(num_bins, int):
@@ -163,12 +167,13 @@ EDGES_MAX_BINS = 512
 
 class EdgeTable(NamedTuple):
   """Static tables of the sort-free fixed-bin strategy (numpy arrays)."""
+
   thresholds: np.ndarray  # (K,) sorted unique T(m, j), scores' dtype
-  index: np.ndarray       # (max_bins + 1, max_bins) int32: row m, column j-1 ->
-                          # position in the (K + 2,) prefix array of bins <= j
-  grid_lo: np.ndarray     # (G,) int32: number of thresholds < c / G
-  grid: int               # G, a power of two
-  width: int              # max thresholds in one grid cell
+  index: np.ndarray  # (max_bins + 1, max_bins) int32: row m, column j-1 ->
+  # position in the (K + 2,) prefix array of bins <= j
+  grid_lo: np.ndarray  # (G,) int32: number of thresholds < c / G
+  grid: int  # G, a power of two
+  width: int  # max thresholds in one grid cell
 
 
 @functools.lru_cache(maxsize=16)
@@ -192,7 +197,7 @@ def edge_table(max_bins: int, dtype_name: str) -> EdgeTable:
   best = np.full(cand.shape, np.nan, dt)
   ok_first = ok = None
   for k in range(7):
-    ok = (cand * mf) <= jf          # rounded in dt, exactly as the JAX rule
+    ok = (cand * mf) <= jf  # rounded in dt, exactly as the JAX rule
     if k == 0:
       ok_first = ok
     best = np.where(ok, cand, best)
@@ -208,7 +213,9 @@ def edge_table(max_bins: int, dtype_name: str) -> EdgeTable:
   sel = jj < mm
   index[mm[sel], jj[sel] - 1] = pos[sel]
   grid = 1 << max(4, int(np.ceil(np.log2(4 * k_count))))
-  lo = np.searchsorted(thr.astype(np.float64), np.arange(grid + 1, dtype=np.float64) / grid, side="left")
+  lo = np.searchsorted(
+    thr.astype(np.float64), np.arange(grid + 1, dtype=np.float64) / grid, side="left"
+  )
   counts = np.diff(lo)
   counts[-1] = k_count - lo[grid - 1]  # last cell also holds thresholds >= 1
   return EdgeTable(thr, index, lo[:grid].astype(np.int32), grid, max(1, int(counts.max())))
@@ -216,8 +223,9 @@ def edge_table(max_bins: int, dtype_name: str) -> EdgeTable:
 
 def _edge_bucket(s: jax.Array, table: EdgeTable) -> jax.Array:
   """``#{thresholds < s}`` for every score: grid cell, then <= width comparisons."""
-  thr = jnp.asarray(np.concatenate([table.thresholds,
-                                    np.full(table.width, np.inf, table.thresholds.dtype)]))
+  thr = jnp.asarray(
+    np.concatenate([table.thresholds, np.full(table.width, np.inf, table.thresholds.dtype)])
+  )
   # s * G is exact (power of two); cells are [c/G, (c+1)/G), the last one open.
   cell = jnp.clip(jnp.floor(s * table.grid), 0, table.grid - 1).astype(jnp.int32)
   base = jnp.asarray(table.grid_lo)[cell]
@@ -242,8 +250,9 @@ def _use_edges(binning: str, max_bins: int, dtype, method: str) -> bool:
   return supported and max_bins <= EDGES_MAX_BINS
 
 
-def bin_ends(sorted_scores: jax.Array, num_bins: ArrayLike, binning: str,
-             max_bins: int) -> jax.Array:
+def bin_ends(
+  sorted_scores: jax.Array, num_bins: ArrayLike, binning: str, max_bins: int
+) -> jax.Array:
   """Cumulative bin counts ``e_0 = 0, e_1, ..., e_max_bins`` in the sorted order.
 
   ``e_j`` is the number of samples whose bin is ``<= j``; bins beyond
@@ -318,6 +327,7 @@ def bin_ids(scores: ArrayLike, num_bins: ArrayLike, binning: str = "fixed") -> j
   Reference: SPEC §1.
   """
   from jaxcal._src import validation as V  # local: validation imports nothing from here
+
   s = V.as_float(scores, "scores")
   if s.ndim != 1 or s.shape[0] == 0:
     raise ValueError(f"scores must have shape (n,) with n >= 1, got shape {tuple(s.shape)}")
@@ -328,8 +338,9 @@ def bin_ids(scores: ArrayLike, num_bins: ArrayLike, binning: str = "fixed") -> j
     raise ValueError(f"num_bins must be a scalar for bin_ids, got shape {jnp.shape(mm)}")
   n = s.shape[0]
   if binning == "quantile" and V.is_concrete(mm) and int(mm) > n:
-    raise ValueError(f"quantile binning with num_bins = {int(mm)} needs at least that many "
-                     f"samples, got n = {n}")
+    raise ValueError(
+      f"quantile binning with num_bins = {int(mm)} needs at least that many samples, got n = {n}"
+    )
   m = jnp.asarray(mm, jnp.int32)
   if binning == "fixed":
     return _fixed_bin_1based(s, m) - 1
@@ -344,13 +355,20 @@ def bin_ids(scores: ArrayLike, num_bins: ArrayLike, binning: str = "fixed") -> j
 
 class BinnedSums(NamedTuple):
   """Per-bin statistics, one row per bin ``1..max_bins`` (empty rows are 0)."""
-  sums: jax.Array      # (max_bins, d) per-bin sums of the values
-  counts: jax.Array    # (max_bins,) number of samples per bin
-  cumsums: jax.Array   # (max_bins, d) sums over bins <= j (for cumulative errors)
+
+  sums: jax.Array  # (max_bins, d) per-bin sums of the values
+  counts: jax.Array  # (max_bins,) number of samples per bin
+  cumsums: jax.Array  # (max_bins, d) sums over bins <= j (for cumulative errors)
 
 
-def binned_sums(scores: jax.Array, values: jax.Array, num_bins: ArrayLike,
-                binning: str, max_bins: int, method: str = "auto") -> BinnedSums:
+def binned_sums(
+  scores: jax.Array,
+  values: jax.Array,
+  num_bins: ArrayLike,
+  binning: str,
+  max_bins: int,
+  method: str = "auto",
+) -> BinnedSums:
   """Sums of ``values`` over the bins of ``scores``.
 
   Everything that does not depend on ``num_bins`` (sort or edge histogram,
@@ -380,25 +398,26 @@ def binned_sums(scores: jax.Array, values: jax.Array, num_bins: ArrayLike,
     per = jax.ops.segment_sum(values, bucket, num_segments=k_count + 1)
     cnt = jax.ops.segment_sum(jnp.ones_like(bucket), bucket, num_segments=k_count + 1)
     zero = jnp.zeros((1,) + per.shape[1:], per.dtype)
-    prefix = jnp.concatenate([zero, blocked_cumsum(per)])                  # (K + 2, d)
+    prefix = jnp.concatenate([zero, blocked_cumsum(per)])  # (K + 2, d)
     if scores.shape[0] < 2**24:  # counts exact in float32: cheaper to compile than cumsum
       ccum = jnp.round(blocked_cumsum(cnt.astype(jnp.float32))).astype(jnp.int32)
     else:
       ccum = jnp.cumsum(cnt)
     cprefix = jnp.concatenate([jnp.zeros((1,), jnp.int32), ccum])
-    rows = jnp.asarray(table.index)[jnp.clip(m, 1, max_bins)]              # (max_bins,)
+    rows = jnp.asarray(table.index)[jnp.clip(m, 1, max_bins)]  # (max_bins,)
     rows = jnp.concatenate([jnp.zeros((1,), jnp.int32), rows])
     at_ends = prefix[rows]
     ends = cprefix[rows]
   else:
     n = scores.shape[0]
-    s_sorted, order = jax.lax.sort((scores, jnp.arange(n, dtype=jnp.int32)),
-                                   num_keys=1, is_stable=True)
+    s_sorted, order = jax.lax.sort(
+      (scores, jnp.arange(n, dtype=jnp.int32)), num_keys=1, is_stable=True
+    )
     v_sorted = values[order]
     prefix = blocked_cumsum(v_sorted)
     prefix = jnp.concatenate([jnp.zeros((1,) + prefix.shape[1:], prefix.dtype), prefix])
     ends = bin_ends(s_sorted, m, binning, max_bins)
-    at_ends = prefix[ends]                      # (max_bins + 1, d)
+    at_ends = prefix[ends]  # (max_bins + 1, d)
   sums = at_ends[1:] - at_ends[:-1]
   counts = ends[1:] - ends[:-1]
   sums = jnp.where((counts > 0)[:, None], sums, 0.0)
@@ -448,7 +467,7 @@ def _repair_rows(scores, bits, mixed, resid, sign):
   row_mixed = jnp.any(mixed, axis=1)
   count = jnp.sum(row_mixed)
   iota = jnp.arange(rows, dtype=jnp.int32)
-  neg, _ = jax.lax.top_k(jnp.where(row_mixed, -iota, -rows), cap)   # first `cap` such rows
+  neg, _ = jax.lax.top_k(jnp.where(row_mixed, -iota, -rows), cap)  # first `cap` such rows
   valid = jnp.arange(cap) < count
   ridx = jnp.clip(-neg, 0, rows - 1)
   exact = _stable_sorted_residuals(scores[ridx], bits[ridx], sign)
@@ -456,8 +475,9 @@ def _repair_rows(scores, bits, mixed, resid, sign):
   return out, count <= cap
 
 
-def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0,
-                           method: str = "auto") -> jax.Array:
+def sorted_residual_prefix(
+  scores: jax.Array, bits: jax.Array, sign: float = 1.0, method: str = "auto"
+) -> jax.Array:
   """Prefix sums of ``sign * (s - b)`` in the stable sorted order of ``s``.
 
   Rows along the last axis (any leading batch shape). ``bits`` are 0/1.
@@ -493,9 +513,11 @@ def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0
     mixed = (hi[:, 1:] == hi[:, :-1]) & (key[:, 1:] != key[:, :-1])
     fast = sign * (_from_sortable_int(hi) - (key & 1).astype(jnp.float32))
     fast, fits = jax.lax.cond(
-        jnp.any(mixed),
-        lambda r: _repair_rows(s2, b2, mixed, r, sign),
-        lambda r: (r, jnp.bool_(True)), fast)
+      jnp.any(mixed),
+      lambda r: _repair_rows(s2, b2, mixed, r, sign),
+      lambda r: (r, jnp.bool_(True)),
+      fast,
+    )
     ok = jnp.all(jnp.abs(s2) < 2.0) & fits
     resid = jax.lax.cond(ok, lambda: fast, lambda: _stable_sorted_residuals(s2, b2, sign))
   else:
@@ -505,9 +527,15 @@ def sorted_residual_prefix(scores: jax.Array, bits: jax.Array, sign: float = 1.0
   return prefix.reshape(lead + (n + 1,))
 
 
-def binned_residual_sums(scores: jax.Array, bits: jax.Array, num_bins: ArrayLike,
-                         binning: str, max_bins: int, sign: float = 1.0,
-                         method: str = "auto") -> BinnedSums:
+def binned_residual_sums(
+  scores: jax.Array,
+  bits: jax.Array,
+  num_bins: ArrayLike,
+  binning: str,
+  max_bins: int,
+  sign: float = 1.0,
+  method: str = "auto",
+) -> BinnedSums:
   """:func:`binned_sums` of ``sign * (s - b)`` for 0/1 ``bits``, row-wise.
 
   Every binned calibration error is of this form (confidence: ``c - z``;
@@ -522,9 +550,11 @@ def binned_residual_sums(scores: jax.Array, bits: jax.Array, num_bins: ArrayLike
   lead = scores.shape[:-1]
   n = scores.shape[-1]
   if binning == "quantile":
-    prefix = sorted_residual_prefix(scores, bits, sign, method if method in ("fast", "sort") else "auto")
+    prefix = sorted_residual_prefix(
+      scores, bits, sign, method if method in ("fast", "sort") else "auto"
+    )
     ends = quantile_ends(n, num_bins, max_bins)
-    at_ends = prefix[..., ends]                                   # (..., max_bins + 1)
+    at_ends = prefix[..., ends]  # (..., max_bins + 1)
     counts = jnp.broadcast_to(ends[1:] - ends[:-1], lead + (max_bins,))
     sums = jnp.where(counts > 0, at_ends[..., 1:] - at_ends[..., :-1], 0.0)
     return BinnedSums(sums=sums[..., None], counts=counts, cumsums=at_ends[..., 1:, None])

@@ -17,7 +17,8 @@ Every public function here:
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,17 +30,17 @@ from jaxcal._src import validation as V
 from jaxcal._src.scores import prepare
 
 __all__ = [
-    "conf_ece",
-    "conf_ce",
-    "conf_ce_corr",
-    "classwise_ce",
-    "classwise_ece",
-    "binary_ce",
-    "lin_ce",
-    "lin_ece",
-    "ecce",
-    "reliability_stats",
-    "ReliabilityStats",
+  "conf_ece",
+  "conf_ce",
+  "conf_ce_corr",
+  "classwise_ce",
+  "classwise_ece",
+  "binary_ce",
+  "lin_ce",
+  "lin_ece",
+  "ecce",
+  "reliability_stats",
+  "ReliabilityStats",
 ]
 
 
@@ -50,8 +51,9 @@ __all__ = [
 # ``n`` is a static Python int: divide by floats (``n * n`` as a Python int
 # overflows int32 when JAX converts it, for n > 46340).
 
+
 def _sq(sums: jax.Array, n: int) -> jax.Array:
-  return jnp.sum(sums ** 2) / float(n) / float(n)
+  return jnp.sum(sums**2) / float(n) / float(n)
 
 
 def _l1(sums: jax.Array, n: int) -> jax.Array:
@@ -80,7 +82,7 @@ def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _conf_core(p, y, m, *, binning, max_bins, kind):
   n = p.shape[0]
   r, c = _confidence_parts(p)
-  z = (r == y)
+  z = r == y
   sums = B.binned_residual_sums(c, z, m, binning, max_bins).sums
   if kind == "ece":
     return _l1(sums, n)
@@ -97,9 +99,11 @@ def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0):
   along the last axis is several times faster on CPU than along axis 0.
   """
   num_classes = p.shape[1]
-  pt = p.T                                                     # (C, n)
-  bits = y[None, :] == jnp.arange(num_classes)[:, None]        # (C, n)
-  return B.binned_residual_sums(pt, bits, m, binning, max_bins, sign=sign)  # rows (C, max_bins, ...)
+  pt = p.T  # (C, n)
+  bits = y[None, :] == jnp.arange(num_classes)[:, None]  # (C, n)
+  return B.binned_residual_sums(
+    pt, bits, m, binning, max_bins, sign=sign
+  )  # rows (C, max_bins, ...)
 
 
 def _classwise_core(p, y, m, weights, *, binning, max_bins, kind):
@@ -108,7 +112,7 @@ def _classwise_core(p, y, m, weights, *, binning, max_bins, kind):
   if kind == "ece":
     per = jnp.sum(jnp.abs(sums), axis=1) / float(n)
   else:
-    per = jnp.sum(sums ** 2, axis=1) / float(n) / float(n)
+    per = jnp.sum(sums**2, axis=1) / float(n) / float(n)
   return jnp.sum(weights * per)
 
 
@@ -129,6 +133,7 @@ def _ecce_core(p, y, m, weights, *, max_bins):
 # Dispatch: validation, num_bins as int / array / tracer, jit.
 # --------------------------------------------------------------------------
 
+
 def _guarded(core: Callable, max_bins: int, **static) -> Callable:
   """``core`` returning NaN for a bin count outside ``[1, max_bins]``.
 
@@ -136,14 +141,16 @@ def _guarded(core: Callable, max_bins: int, **static) -> Callable:
   ValueError); static-size bin arrays cannot represent it, and NaN is
   better than a silently wrong number.
   """
+
   def f(p, y, m, *rest):
     val = core(p, y, m, *rest, max_bins=max_bins, **static)
     ok = (m >= 1) & (m <= max_bins)
     return jnp.where(ok, val, jnp.nan)
+
   return f
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(core: Callable, batched: bool, n_args: int, **static) -> Callable:
   f = _guarded(core, **static)
   if batched:  # vmap over the bin-count argument (position 2)
@@ -153,8 +160,15 @@ def _compiled(core: Callable, batched: bool, n_args: int, **static) -> Callable:
   return jax.jit(f)
 
 
-def _run(core: Callable, args: tuple, num_bins: Any, n: int, max_bins: int | None,
-         binning: str | None, **static) -> jax.Array:
+def _run(
+  core: Callable,
+  args: tuple,
+  num_bins: Any,
+  n: int,
+  max_bins: int | None,
+  binning: str | None,
+  **static,
+) -> jax.Array:
   """Calls ``core(*args[:2], m, *args[2:])`` for a scalar or an array of ``m``."""
   m = V.check_num_bins(num_bins)
   if binning is not None:
@@ -166,8 +180,9 @@ def _run(core: Callable, args: tuple, num_bins: Any, n: int, max_bins: int | Non
       raise ValueError(f"num_bins = {mmax} exceeds max_bins = {mb}")
     if binning == "quantile" and mmax > n:
       raise ValueError(
-          f"too few samples for the bins: quantile binning with num_bins = {mmax} "
-          f"needs at least that many samples, got n = {n}")
+        f"too few samples for the bins: quantile binning with num_bins = {mmax} "
+        f"needs at least that many samples, got n = {n}"
+      )
   full = (args[0], args[1], None) + tuple(args[2:])
   if not isinstance(m, int) and jnp.size(m) == 0:
     return jnp.zeros(jnp.shape(m), args[0].dtype)
@@ -201,9 +216,15 @@ _BIN_ARGS = """
     from_logits: treat ``probs`` as logits and apply a softmax first."""
 
 
-def conf_ece(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
-             binning: str = "fixed", *, max_bins: int | None = None,
-             from_logits: bool = False) -> jax.Array:
+def conf_ece(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  num_bins: ArrayLike = 15,
+  binning: str = "fixed",
+  *,
+  max_bins: int | None = None,
+  from_logits: bool = False,
+) -> jax.Array:
   """Top-label binned ℓ1 calibration error ConfECE (not truthful).
 
   ``ConfECE = (1/n) sum_B |sum_{i in B} (c_i - z_i)|`` with ``c_i = max p_i``,
@@ -233,9 +254,15 @@ def conf_ece(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
   return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ece")
 
 
-def conf_ce(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
-            binning: str = "quantile", *, max_bins: int | None = None,
-            from_logits: bool = False) -> jax.Array:
+def conf_ce(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  num_bins: ArrayLike = 15,
+  binning: str = "quantile",
+  *,
+  max_bins: int | None = None,
+  from_logits: bool = False,
+) -> jax.Array:
   """Squared top-label binned calibration error ConfCE (not truthful).
 
   ``ConfCE = (1/n^2) sum_B (sum_{i in B} (c_i - z_i))^2``.
@@ -260,9 +287,15 @@ def conf_ce(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
   return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ce")
 
 
-def conf_ce_corr(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
-                 binning: str = "quantile", *, max_bins: int | None = None,
-                 from_logits: bool = False) -> jax.Array:
+def conf_ce_corr(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  num_bins: ArrayLike = 15,
+  binning: str = "quantile",
+  *,
+  max_bins: int | None = None,
+  from_logits: bool = False,
+) -> jax.Array:
   """Corrected squared top-label calibration error ConfCE_corr (truthful).
 
   ``ConfCE_corr = ConfCE + (1/n)(1 - (1/n) sum_i z_i)``. For a calibrated
@@ -289,9 +322,15 @@ def conf_ce_corr(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
   return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ce_corr")
 
 
-def classwise_ce(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
-                 binning: str = "quantile", *, max_bins: int | None = None,
-                 from_logits: bool = False) -> jax.Array:
+def classwise_ce(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  num_bins: ArrayLike = 15,
+  binning: str = "quantile",
+  *,
+  max_bins: int | None = None,
+  from_logits: bool = False,
+) -> jax.Array:
   """Classwise squared calibration error LinCE_cw (truthful).
 
   ``LinCE_cw = (1/C) sum_r (1/n^2) sum_B (sum_{i in B} (p_ir - 1[y_i = r]))^2``,
@@ -319,9 +358,16 @@ def classwise_ce(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
   return _run(_classwise_core, (p, y, w), num_bins, p.shape[0], max_bins, binning, kind="ce")
 
 
-def classwise_ece(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
-                  binning: str = "fixed", class_weights: ArrayLike | None = None, *,
-                  max_bins: int | None = None, from_logits: bool = False) -> jax.Array:
+def classwise_ece(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  num_bins: ArrayLike = 15,
+  binning: str = "fixed",
+  class_weights: ArrayLike | None = None,
+  *,
+  max_bins: int | None = None,
+  from_logits: bool = False,
+) -> jax.Array:
   """Classwise binned ℓ1 calibration error CWE_bin.
 
   ``CWE = sum_r w_r (1/n) sum_B |sum_{i in B} (p_ir - 1[y_i = r])|``,
@@ -351,8 +397,14 @@ def classwise_ece(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
   return _run(_classwise_core, (p, y, w), num_bins, p.shape[0], max_bins, binning, kind="ece")
 
 
-def binary_ce(p: ArrayLike, y: ArrayLike, num_bins: ArrayLike = 15,
-              binning: str = "quantile", *, max_bins: int | None = None) -> jax.Array:
+def binary_ce(
+  p: ArrayLike,
+  y: ArrayLike,
+  num_bins: ArrayLike = 15,
+  binning: str = "quantile",
+  *,
+  max_bins: int | None = None,
+) -> jax.Array:
   """Binary squared binned calibration error (Hartline et al.'s ℓ2-QECE).
 
   ``(1/n^2) sum_B (sum_{i in B} (p_i - y_i))^2`` with quantile bins on ``p``.
@@ -377,15 +429,23 @@ def binary_ce(p: ArrayLike, y: ArrayLike, num_bins: ArrayLike = 15,
   if pp.ndim != 1 or pp.shape[0] == 0:
     raise ValueError(f"p must have shape (n,) with n >= 1, got {tuple(pp.shape)}")
   V.check_finite(pp, "p")
-  if V.is_concrete(pp) and (float(jnp.min(pp)) < -V.SIMPLEX_ATOL or float(jnp.max(pp)) > 1 + V.SIMPLEX_ATOL):
+  if V.is_concrete(pp) and (
+    float(jnp.min(pp)) < -V.SIMPLEX_ATOL or float(jnp.max(pp)) > 1 + V.SIMPLEX_ATOL
+  ):
     raise ValueError("p must lie in [0, 1]")
   yy = V.check_labels(y, pp.shape[0], 2, name="y")
   return _run(_binary_core, (pp, yy), num_bins, pp.shape[0], max_bins, binning)
 
 
-def ecce(probs: ArrayLike, labels: ArrayLike, num_bins: ArrayLike = 15,
-         class_weights: ArrayLike | None = None, *, max_bins: int | None = None,
-         from_logits: bool = False) -> jax.Array:
+def ecce(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  num_bins: ArrayLike = 15,
+  class_weights: ArrayLike | None = None,
+  *,
+  max_bins: int | None = None,
+  from_logits: bool = False,
+) -> jax.Array:
   """Class-wise cumulative calibration error ECCE.
 
   ``ECCE = sum_c pi_c sum_b (1/n) |sum_{b' <= b} sum_{j in b'} (1[y_j = c] - p_jc)|``
@@ -422,6 +482,7 @@ del _f
 # Generic vector forms with a user-given partition.
 # --------------------------------------------------------------------------
 
+
 def _lin_sums(reports, signals, bin_ids, num_bins):
   u = V.as_float(reports, "reports")
   s = V.as_float(signals, "signals")
@@ -430,8 +491,10 @@ def _lin_sums(reports, signals, bin_ids, num_bins):
   if s.ndim == 1:
     s = s[:, None]
   if u.ndim != 2 or u.shape != s.shape:
-    raise ValueError(f"reports and signals must have the same shape (n, d); got "
-                     f"{tuple(u.shape)} and {tuple(s.shape)}")
+    raise ValueError(
+      f"reports and signals must have the same shape (n, d); got "
+      f"{tuple(u.shape)} and {tuple(s.shape)}"
+    )
   n = u.shape[0]
   if n == 0:
     raise ValueError("reports is empty (n = 0 samples)")
@@ -444,8 +507,7 @@ def _lin_sums(reports, signals, bin_ids, num_bins):
   return sums, n
 
 
-def lin_ce(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike,
-           num_bins: int) -> jax.Array:
+def lin_ce(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike, num_bins: int) -> jax.Array:
   """Generic squared binned error LinCE for vector reports (truthful for any partition).
 
   ``LinCE = (1/n^2) sum_B ||sum_{i in B} (u_i - phi(y_i))||_2^2``.
@@ -471,8 +533,7 @@ def lin_ce(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike,
   return _sq(sums, n)
 
 
-def lin_ece(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike,
-            num_bins: int) -> jax.Array:
+def lin_ece(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike, num_bins: int) -> jax.Array:
   """Generic binned ℓ1 error LinECE for vector reports (not truthful).
 
   ``LinECE = (1/n) sum_B ||sum_{i in B} (u_i - phi(y_i))||_1``.
@@ -501,13 +562,15 @@ def lin_ece(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike,
 # Per-bin statistics for reliability diagrams.
 # --------------------------------------------------------------------------
 
+
 class ReliabilityStats(NamedTuple):
   """Per-bin top-label statistics (rows of empty bins are 0)."""
-  counts: jax.Array       # (num_bins,)
-  confidence: jax.Array   # (num_bins,) mean confidence in the bin
-  accuracy: jax.Array     # (num_bins,) mean correctness in the bin
-  lower: jax.Array        # (num_bins,) left edge of the bin on the score axis
-  upper: jax.Array        # (num_bins,) right edge
+
+  counts: jax.Array  # (num_bins,)
+  confidence: jax.Array  # (num_bins,) mean confidence in the bin
+  accuracy: jax.Array  # (num_bins,) mean correctness in the bin
+  lower: jax.Array  # (num_bins,) left edge of the bin on the score axis
+  upper: jax.Array  # (num_bins,) right edge
 
 
 @functools.partial(jax.jit, static_argnames=("num_bins", "binning"))
@@ -541,8 +604,14 @@ def _reliability_core(p, y, num_bins, binning):
   return ReliabilityStats(cnt, means[:, 0], means[:, 1], lower, upper)
 
 
-def reliability_stats(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
-                      binning: str = "fixed", *, from_logits: bool = False) -> ReliabilityStats:
+def reliability_stats(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  num_bins: int = 15,
+  binning: str = "fixed",
+  *,
+  from_logits: bool = False,
+) -> ReliabilityStats:
   """Per-bin counts, mean confidence and accuracy of the top label.
 
   The data behind a reliability diagram: ``ConfECE = sum_b (counts_b/n)
@@ -572,6 +641,7 @@ def reliability_stats(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
     raise ValueError("num_bins must be a Python int for reliability_stats")
   binning = V.check_binning(binning)
   if binning == "quantile" and m > p.shape[0]:
-    raise ValueError(f"quantile binning with num_bins = {m} needs at least that many "
-                     f"samples, got n = {p.shape[0]}")
+    raise ValueError(
+      f"quantile binning with num_bins = {m} needs at least that many samples, got n = {p.shape[0]}"
+    )
   return _reliability_core(p, y, m, binning)

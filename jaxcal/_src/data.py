@@ -10,10 +10,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["load_predictions", "default_predictions", "DEFAULT_PREDICTIONS",
-           "synthetic", "Synthetic", "looks_like_probs"]
+__all__ = [
+  "load_predictions",
+  "default_predictions",
+  "DEFAULT_PREDICTIONS",
+  "synthetic",
+  "Synthetic",
+  "looks_like_probs",
+]
 
-DEFAULT_PREDICTIONS = pathlib.Path(__file__).resolve().parents[1] / "_data" / "cifar10_resnet110.npz"
+DEFAULT_PREDICTIONS = (
+  pathlib.Path(__file__).resolve().parents[1] / "_data" / "cifar10_resnet110.npz"
+)
 
 _SCORE_KEYS = ("logits", "probs", "probabilities", "predictions", "scores")
 
@@ -34,8 +42,9 @@ def _pick(mapping, split: str, path) -> tuple[np.ndarray, np.ndarray]:
             return mapping[k], mapping[lk]
         raise ValueError(f"{path}: found {k!r} but no labels array ('{split}_labels' or 'labels')")
   raise ValueError(
-      f"{path}: no predictions found; expected arrays named e.g. '{split}_logits' and "
-      f"'{split}_labels', or 'logits'/'probs' and 'labels'; found {sorted(keys)}")
+    f"{path}: no predictions found; expected arrays named e.g. '{split}_logits' and "
+    f"'{split}_labels', or 'logits'/'probs' and 'labels'; found {sorted(keys)}"
+  )
 
 
 def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +96,9 @@ def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.n
         scores, labels = _pick(z, split, p)
         scores, labels = np.asarray(scores), np.asarray(labels)
     elif p.endswith(".npy"):
-      raise ValueError(f"{p}: a single .npy holds no labels; pass 'scores.npy,labels.npy' or a folder")
+      raise ValueError(
+        f"{p}: a single .npy holds no labels; pass 'scores.npy,labels.npy' or a folder"
+      )
     else:
       raise ValueError(f"{p}: not a .npz file, a folder, or 'scores.npy,labels.npy'")
   except FileNotFoundError as e:
@@ -134,13 +145,21 @@ def default_predictions(split: str = "test") -> tuple[np.ndarray, np.ndarray]:
 
 class Synthetic(NamedTuple):
   """Synthetic predictions with the true class probabilities known."""
-  probs: jax.Array        # (n, C) the model's predictions
-  labels: jax.Array       # (n,) labels drawn from true_probs
-  true_probs: jax.Array   # (n, C) P(Y | x), the truthful report
+
+  probs: jax.Array  # (n, C) the model's predictions
+  labels: jax.Array  # (n,) labels drawn from true_probs
+  true_probs: jax.Array  # (n, C) P(Y | x), the truthful report
 
 
-def synthetic(key: jax.Array, n: int, num_classes: int, *, concentration: float = 1.0,
-              scale: float = 2.0, temperature: float = 1.0) -> Synthetic:
+def synthetic(
+  key: jax.Array,
+  n: int,
+  num_classes: int,
+  *,
+  concentration: float = 1.0,
+  scale: float = 2.0,
+  temperature: float = 1.0,
+) -> Synthetic:
   """Data with known true class probabilities.
 
   True probabilities ``mu_i = softmax(scale * g_i / sqrt(concentration))`` with

@@ -43,6 +43,7 @@ class Decomposition(NamedTuple):
     dsc: discrimination ``score(class frequencies) - score(recalibrated)``.
     unc: uncertainty ``score(class frequencies)``.
   """
+
   score: jax.Array
   mcb: jax.Array
   dsc: jax.Array
@@ -69,8 +70,10 @@ def _mean_score(q: jax.Array, onehot: jax.Array, score: str, classwise: bool) ->
     return jnp.mean(jnp.sum((q - onehot) ** 2, axis=-1)) / c
   if classwise:  # mean over classes of the binary log loss of each column
     q = jnp.clip(q, 0.0, 1.0)
-    ll = -(onehot * jnp.log(jnp.maximum(q, LOG_CLIP))
-           + (1 - onehot) * jnp.log(jnp.maximum(1 - q, LOG_CLIP)))
+    ll = -(
+      onehot * jnp.log(jnp.maximum(q, LOG_CLIP))
+      + (1 - onehot) * jnp.log(jnp.maximum(1 - q, LOG_CLIP))
+    )
     return jnp.mean(jnp.sum(ll, axis=-1)) / c
   qy = jnp.sum(q * onehot, axis=-1)
   return jnp.mean(-jnp.log(jnp.maximum(qy, LOG_CLIP)))
@@ -92,8 +95,14 @@ def _decompose(p: jax.Array, y: jax.Array, score: str, mode: str) -> Decompositi
   return Decomposition(score=s_pred, mcb=s_pred - s_fit, dsc=s_ref - s_fit, unc=s_ref)
 
 
-def decompose(probs: ArrayLike, labels: ArrayLike, score: str = "brier",
-              mode: str = "classwise", *, require_simplex: bool = True) -> Decomposition:
+def decompose(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  score: str = "brier",
+  mode: str = "classwise",
+  *,
+  require_simplex: bool = True,
+) -> Decomposition:
   """Decomposes a proper score into miscalibration, discrimination and uncertainty.
 
   .. math::
@@ -160,6 +169,8 @@ def decompose(probs: ArrayLike, labels: ArrayLike, score: str = "brier",
     if V.is_concrete(p):
       a = np.asarray(p)
       if a.min() < -V.SIMPLEX_ATOL or a.max() > 1 + V.SIMPLEX_ATOL:
-        raise ValueError(f"probs must lie in [0, 1]; found values in [{a.min():.4g}, {a.max():.4g}]")
+        raise ValueError(
+          f"probs must lie in [0, 1]; found values in [{a.min():.4g}, {a.max():.4g}]"
+        )
   y = V.check_labels(labels, p.shape[0], p.shape[1])
   return _decompose(p, y, score, mode)

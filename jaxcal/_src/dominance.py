@@ -23,7 +23,8 @@ from a bootstrap over test samples.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,12 +34,12 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 
 __all__ = [
-    "dominance_matrix",
-    "dominance_chain",
-    "rank_correlation",
-    "resample_indices",
-    "bootstrap",
-    "BootstrapResult",
+  "dominance_matrix",
+  "dominance_chain",
+  "rank_correlation",
+  "resample_indices",
+  "bootstrap",
+  "BootstrapResult",
 ]
 
 
@@ -46,14 +47,17 @@ __all__ = [
 # Dominance partial order and its longest chain.
 # --------------------------------------------------------------------------
 
+
 def _check_loss_table(losses: Any, name: str = "losses") -> None:
   shape = np.shape(losses)
   if len(shape) != 2:
-    raise ValueError(f"{name} must be a 2-D (num_predictors, num_losses) table, "
-                     f"got shape {tuple(shape)}")
+    raise ValueError(
+      f"{name} must be a 2-D (num_predictors, num_losses) table, got shape {tuple(shape)}"
+    )
   if shape[0] < 1 or shape[1] < 1:
-    raise ValueError(f"{name} must have at least one predictor and one loss, "
-                     f"got shape {tuple(shape)}")
+    raise ValueError(
+      f"{name} must have at least one predictor and one loss, got shape {tuple(shape)}"
+    )
 
 
 def dominance_matrix(losses: ArrayLike) -> jax.Array:
@@ -139,8 +143,10 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
   SPEC §3.
   """
   if not V.is_concrete(losses):
-    raise ValueError("dominance_chain needs concrete losses: its output length depends "
-                     "on the values, so call it outside jax.jit / jax.vmap")
+    raise ValueError(
+      "dominance_chain needs concrete losses: its output length depends "
+      "on the values, so call it outside jax.jit / jax.vmap"
+    )
   _check_loss_table(losses)
   x = np.asarray(jax.device_get(losses))
   if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
@@ -152,7 +158,7 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
   # Lexicographic order of the rows (first column most significant), ties by
   # index: every dominator of g sorts strictly before g.
   order = np.lexsort(tuple(x[:, l] for l in reversed(range(x.shape[1]))))
-  longest = np.zeros(p, np.int64)       # longest chain ending at each row
+  longest = np.zeros(p, np.int64)  # longest chain ending at each row
   parent = np.full(p, -1, np.int64)
   done = np.zeros(p, bool)
   for g in order:
@@ -174,6 +180,7 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
 # --------------------------------------------------------------------------
 # Rank correlations (scipy-compatible ties).
 # --------------------------------------------------------------------------
+
 
 def _average_ranks(x: jax.Array) -> jax.Array:
   """1-based ranks, ties get the average of their positions (scipy 'average')."""
@@ -197,6 +204,7 @@ def _kendall(a: jax.Array, b: jax.Array) -> jax.Array:
   ``s_a = sign(a_i - a_j)``. Pair counts are int32 (exact up to ~46k samples);
   rows are processed in blocks, so memory is ``O(p * block)``.
   """
+
   def row(ab):
     ai, bi = ab
     sa = (ai > a).astype(jnp.int32) - (ai < a).astype(jnp.int32)
@@ -275,13 +283,15 @@ def rank_correlation(a: ArrayLike, b: ArrayLike, method: str = "spearman") -> ja
 # Bootstrap over samples.
 # --------------------------------------------------------------------------
 
+
 class BootstrapResult(NamedTuple):
   """Bootstrap summary; every field has the pytree structure of the statistic."""
+
   estimate: Any  # the statistic on the full data
-  sd: Any        # standard deviation over resamples (ddof = 1)
-  lo: Any        # estimate - z * sd
-  hi: Any        # estimate + z * sd
-  samples: Any   # (num_resamples, ...) the statistic on each resample
+  sd: Any  # standard deviation over resamples (ddof = 1)
+  lo: Any  # estimate - z * sd
+  hi: Any  # estimate + z * sd
+  samples: Any  # (num_resamples, ...) the statistic on each resample
 
 
 def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
@@ -314,10 +324,16 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
   return jax.random.randint(key, (num_resamples, n), 0, n, dtype=jnp.int32)
 
 
-def bootstrap(key: jax.Array, fn: Callable[..., Any], *arrays: ArrayLike,
-              num_resamples: int = 200, sample_axis: int | Sequence[int] = 0,
-              groups: Sequence[int] | None = None, z: float = 1.96,
-              batch_size: int | None = 8) -> BootstrapResult:
+def bootstrap(
+  key: jax.Array,
+  fn: Callable[..., Any],
+  *arrays: ArrayLike,
+  num_resamples: int = 200,
+  sample_axis: int | Sequence[int] = 0,
+  groups: Sequence[int] | None = None,
+  z: float = 1.96,
+  batch_size: int | None = 8,
+) -> BootstrapResult:
   """Bootstrap interval ``estimate ± z·sd`` of a statistic over resampled samples.
 
   Draws ``B = num_resamples`` index sets of size ``n`` with replacement (one
@@ -379,14 +395,16 @@ def bootstrap(key: jax.Array, fn: Callable[..., Any], *arrays: ArrayLike,
   grp = [0] * len(arrs) if groups is None else [int(g) for g in groups]
   if len(grp) != len(arrs):
     raise ValueError(f"groups has {len(grp)} entries for {len(arrs)} arrays")
-  names = list(dict.fromkeys(grp))          # groups in order of first appearance
+  names = list(dict.fromkeys(grp))  # groups in order of first appearance
   ns: dict[int, int] = {}
   for i, (a, ax, g) in enumerate(zip(arrs, axes, grp)):
     if not -a.ndim <= ax < a.ndim:
       raise ValueError(f"sample_axis {ax} out of range for array {i} of shape {tuple(a.shape)}")
     if ns.setdefault(g, a.shape[ax]) != a.shape[ax]:
-      raise ValueError(f"all arrays of a group must have the same number of samples, got "
-                       f"{ns[g]} and {a.shape[ax]} in group {g}")
+      raise ValueError(
+        f"all arrays of a group must have the same number of samples, got "
+        f"{ns[g]} and {a.shape[ax]} in group {g}"
+      )
   keys = [key] if len(names) == 1 else list(jax.random.split(key, len(names)))
   idx = tuple(resample_indices(k, ns[g], num_resamples) for k, g in zip(keys, names))
   slot = [names.index(g) for g in grp]
@@ -400,15 +418,18 @@ def bootstrap(key: jax.Array, fn: Callable[..., Any], *arrays: ArrayLike,
   # lax.map compiles no separate remainder batch.
   total = int(num_resamples) + 1
   rows = total if batch_size is None else -(-total // int(batch_size)) * int(batch_size)
-  idx = tuple(jnp.concatenate([jnp.broadcast_to(jnp.arange(ns[g], dtype=jnp.int32),
-                                                (rows - total + 1, ns[g])), ix])
-              for ix, g in zip(idx, names))
+  idx = tuple(
+    jnp.concatenate(
+      [jnp.broadcast_to(jnp.arange(ns[g], dtype=jnp.int32), (rows - total + 1, ns[g])), ix]
+    )
+    for ix, g in zip(idx, names)
+  )
   if batch_size is None:
     both = jax.jit(jax.vmap(one))(idx)
   else:
     both = jax.jit(lambda ii: jax.lax.map(one, ii, batch_size=int(batch_size)))(idx)
   estimate = jax.tree_util.tree_map(lambda a: a[0], both)
-  samples = jax.tree_util.tree_map(lambda a: a[rows - total + 1:], both)
+  samples = jax.tree_util.tree_map(lambda a: a[rows - total + 1 :], both)
   sd = jax.tree_util.tree_map(lambda s: jnp.std(s, axis=0, ddof=1), samples)
   lo = jax.tree_util.tree_map(lambda e, s: e - z * s, estimate, sd)
   hi = jax.tree_util.tree_map(lambda e, s: e + z * s, estimate, sd)

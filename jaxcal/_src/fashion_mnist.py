@@ -26,10 +26,10 @@ DEFAULT_ROOT = "/usr/share/datasets/fashion-mnist"
 
 #: (split, kind) -> file name, the names used by the original release.
 FILES = {
-    ("train", "images"): "train-images-idx3-ubyte",
-    ("train", "labels"): "train-labels-idx1-ubyte",
-    ("test", "images"): "t10k-images-idx3-ubyte",
-    ("test", "labels"): "t10k-labels-idx1-ubyte",
+  ("train", "images"): "train-images-idx3-ubyte",
+  ("train", "labels"): "train-labels-idx1-ubyte",
+  ("test", "images"): "t10k-images-idx3-ubyte",
+  ("test", "labels"): "t10k-labels-idx1-ubyte",
 }
 
 _IMAGE_MAGIC = 2051
@@ -67,7 +67,7 @@ def idx_header(path: str | os.PathLike) -> tuple[int, tuple[int, ...]]:
     raise ValueError(f"{path}: corrupt or truncated gzip file ({e})") from None
   if len(dims) < 4 * head[3]:
     raise ValueError(f"{path}: truncated IDX header")
-  shape = tuple(int.from_bytes(dims[4 * k: 4 * k + 4], "big") for k in range(head[3]))
+  shape = tuple(int.from_bytes(dims[4 * k : 4 * k + 4], "big") for k in range(head[3]))
   return int.from_bytes(head, "big"), shape
 
 
@@ -105,18 +105,22 @@ def read_idx(path: str | os.PathLike, expected_magic: int | None = None) -> np.n
   if zero != 0 or ndim == 0:
     raise ValueError(f"{path}: bad IDX magic number {magic:#010x}")
   if expected_magic is not None and magic != expected_magic:
-    raise ValueError(f"{path}: IDX magic number {magic} ({magic:#010x}), expected "
-                     f"{expected_magic} ({expected_magic:#010x})")
+    raise ValueError(
+      f"{path}: IDX magic number {magic} ({magic:#010x}), expected "
+      f"{expected_magic} ({expected_magic:#010x})"
+    )
   if dtype_code != 0x08:
     raise ValueError(f"{path}: IDX element type {dtype_code:#04x} is not unsigned byte (0x08)")
   header = 4 + 4 * ndim
   if len(raw) < header:
     raise ValueError(f"{path}: truncated IDX header")
-  shape = tuple(int.from_bytes(raw[4 + 4 * k: 8 + 4 * k], "big") for k in range(ndim))
+  shape = tuple(int.from_bytes(raw[4 + 4 * k : 8 + 4 * k], "big") for k in range(ndim))
   size = int(np.prod(shape, dtype=np.int64))
   if len(raw) - header != size:
-    raise ValueError(f"{path}: header says shape {shape} ({size} bytes of data) but the "
-                     f"file holds {len(raw) - header} bytes")
+    raise ValueError(
+      f"{path}: header says shape {shape} ({size} bytes of data) but the "
+      f"file holds {len(raw) - header} bytes"
+    )
   return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape).copy()
 
 
@@ -124,8 +128,10 @@ def _find(root: pathlib.Path, name: str) -> pathlib.Path:
   for cand in (root / (name + ".gz"), root / name):
     if cand.is_file():
       return cand
-  raise FileNotFoundError(f"Fashion-MNIST file {name}(.gz) not found in {root} "
-                          "(install the Debian package dataset-fashion-mnist or pass root=)")
+  raise FileNotFoundError(
+    f"Fashion-MNIST file {name}(.gz) not found in {root} "
+    "(install the Debian package dataset-fashion-mnist or pass root=)"
+  )
 
 
 def load_fashion_mnist(root: str | os.PathLike | None = None) -> dict[str, np.ndarray]:
@@ -156,8 +162,9 @@ def load_fashion_mnist(root: str | os.PathLike | None = None) -> dict[str, np.nd
   Reference: Xiao, Rasul & Vollgraf (2017), Fashion-MNIST; the file format of
   LeCun et al.'s MNIST (IDX).
   """
-  root = pathlib.Path(root if root is not None else
-                      os.environ.get("JAXCAL_FASHION_MNIST", DEFAULT_ROOT))
+  root = pathlib.Path(
+    root if root is not None else os.environ.get("JAXCAL_FASHION_MNIST", DEFAULT_ROOT)
+  )
   out: dict[str, np.ndarray] = {}
   for split in ("train", "test"):
     ipath = _find(root, FILES[(split, "images")])
@@ -171,7 +178,9 @@ def load_fashion_mnist(root: str | os.PathLike | None = None) -> dict[str, np.nd
     if images.shape[0] != labels.shape[0]:
       raise ValueError(f"{split} split: {images.shape[0]} images but {labels.shape[0]} labels")
     if labels.size and int(labels.max()) >= _NUM_CLASSES:
-      raise ValueError(f"{lpath}: labels must lie in [0, {_NUM_CLASSES}), found {int(labels.max())}")
+      raise ValueError(
+        f"{lpath}: labels must lie in [0, {_NUM_CLASSES}), found {int(labels.max())}"
+      )
     out[f"{split}_images"] = images
     out[f"{split}_labels"] = labels
   return out

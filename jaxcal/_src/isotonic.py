@@ -37,12 +37,12 @@ from jax import lax
 from jax.typing import ArrayLike
 
 __all__ = [
-    "IsotonicFit",
-    "isotonic_regression",
-    "isotonic_fit",
-    "isotonic_predict",
-    "isotonic_fit_sorted",
-    "pools",
+  "IsotonicFit",
+  "isotonic_regression",
+  "isotonic_fit",
+  "isotonic_predict",
+  "isotonic_fit_sorted",
+  "pools",
 ]
 
 
@@ -54,6 +54,7 @@ class IsotonicFit(NamedTuple):
       points, which sort last).
     y: ``(n,)`` fitted values at ``x`` (non-decreasing).
   """
+
   x: jax.Array
   y: jax.Array
 
@@ -108,8 +109,9 @@ def _segsum(v: jax.Array, seg: jax.Array) -> jax.Array:
   """Row-wise ``segment_sum`` of ``(B, n)`` values into ``(B, n)`` segments."""
   b, n = v.shape
   flat = (seg + jnp.arange(b, dtype=seg.dtype)[:, None] * n).reshape(-1)
-  return jax.ops.segment_sum(v.reshape(-1), flat, num_segments=b * n,
-                             indices_are_sorted=True).reshape(b, n)
+  return jax.ops.segment_sum(
+    v.reshape(-1), flat, num_segments=b * n, indices_are_sorted=True
+  ).reshape(b, n)
 
 
 def _merge_rounds(bw: jax.Array, bs: jax.Array, bc: jax.Array, nb: jax.Array):
@@ -131,8 +133,7 @@ def _merge_rounds(bw: jax.Array, bs: jax.Array, bc: jax.Array, nb: jax.Array):
   def cond(c):
     r, _, _, _, nb, viol, prev = c
     cur = jnp.max(nb)
-    return ((r < MAX_ROUNDS) & jnp.any(viol) & (cur > STOP_BLOCKS)
-            & ((prev - cur) * 8 >= prev))
+    return (r < MAX_ROUNDS) & jnp.any(viol) & (cur > STOP_BLOCKS) & ((prev - cur) * 8 >= prev)
 
   def body(c):
     r, bw, bs, bc, nb, viol, _ = c
@@ -196,8 +197,8 @@ def _sequential_pav(bw: jax.Array, bs: jax.Array, bc: jax.Array, nb: jax.Array):
 
 
 class _Core(NamedTuple):
-  fitted: jax.Array      # (..., n) fitted values in the original order
-  sorted_x: jax.Array    # (..., n) x ascending, +inf for zero weights
+  fitted: jax.Array  # (..., n) fitted values in the original order
+  sorted_x: jax.Array  # (..., n) x ascending, +inf for zero weights
   sorted_fit: jax.Array  # (..., n) fitted values in that order
 
 
@@ -259,14 +260,16 @@ def _batched(fn):
   The sequential pass is a ``while_loop`` whose trip count depends on the
   data; vmapping it naively would select over whole carries every step.
   """
+
   @jax.custom_batching.custom_vmap
   def rows(*args):
     return fn(*args)
 
   @rows.def_vmap
   def rule(axis_size, in_batched, *args):
-    full = [a if bt else jnp.broadcast_to(a, (axis_size,) + a.shape)
-            for a, bt in zip(args, in_batched)]
+    full = [
+      a if bt else jnp.broadcast_to(a, (axis_size,) + a.shape) for a, bt in zip(args, in_batched)
+    ]
     lead = full[0].shape[:2]
     flat = [a.reshape((-1,) + a.shape[2:]) for a in full]
     out = rows(*flat)
@@ -291,6 +294,7 @@ def _core(x: jax.Array, y: jax.Array, w: jax.Array | None) -> _Core:
 
 def _prepare(x, y, weights, check: bool = True):
   from jaxcal._src import validation as V
+
   xa = V.as_float(x, "x")
   ya = V.as_float(y, "y")
   wa = None if weights is None else V.as_float(weights, "weights")
@@ -307,6 +311,7 @@ def _prepare(x, y, weights, check: bool = True):
       V.check_finite(wa, "weights")
       if V.is_concrete(wa):
         import numpy as np
+
         a = np.asarray(wa)
         if (a < 0).any():
           raise ValueError(f"weights must be >= 0; found minimum {a.min():.4g}")

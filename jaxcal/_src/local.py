@@ -44,6 +44,7 @@ __all__ = ["LocalCalibration", "lce", "nadaraya_watson", "gaussian_log_kernel"]
 
 class LocalCalibration(NamedTuple):
   """``(lce, mlce)``: the prior-weighted mean and the maximum local error."""
+
   lce: jax.Array
   mlce: jax.Array
 
@@ -52,20 +53,30 @@ class LocalCalibration(NamedTuple):
 # Kernel and Nadaraya–Watson (shared with the LoCal Net loss).
 # --------------------------------------------------------------------------
 
+
 def gaussian_log_kernel(a: jax.Array, b: jax.Array, bandwidth: ArrayLike) -> jax.Array:
   """``log k(a_i, b_j) = -||a_i - b_j||^2 / (2 gamma^2)`` for all pairs, ``(na, nb)``.
 
   Squared distances are computed as ``|a|^2 + |b|^2 - 2 a.b`` and clamped at 0
   (centre the features first when their norms are large).
   """
-  d2 = (jnp.sum(a * a, axis=-1)[:, None] + jnp.sum(b * b, axis=-1)[None, :]
-        - 2.0 * jnp.matmul(a, b.T, precision=_HI))
+  d2 = (
+    jnp.sum(a * a, axis=-1)[:, None]
+    + jnp.sum(b * b, axis=-1)[None, :]
+    - 2.0 * jnp.matmul(a, b.T, precision=_HI)
+  )
   d2 = jnp.maximum(d2, 0.0)
   return -d2 / (2.0 * jnp.asarray(bandwidth, a.dtype) ** 2)
 
 
-def nadaraya_watson(features: ArrayLike, targets: ArrayLike, bandwidth: ArrayLike = 10.0, *,
-                    include_self: bool = False, mask: ArrayLike | None = None) -> jax.Array:
+def nadaraya_watson(
+  features: ArrayLike,
+  targets: ArrayLike,
+  bandwidth: ArrayLike = 10.0,
+  *,
+  include_self: bool = False,
+  mask: ArrayLike | None = None,
+) -> jax.Array:
   """Nadaraya–Watson estimate of ``targets`` at every point of a set.
 
   ``theta_i = sum_{j != i} k(phi_i, phi_j) t_j / sum_{j != i} k(phi_i, phi_j)``
@@ -100,8 +111,9 @@ def nadaraya_watson(features: ArrayLike, targets: ArrayLike, bandwidth: ArrayLik
   f = V.as_float(features, "features")
   t = V.as_float(targets, "targets")
   if f.ndim != 2 or t.ndim != 2 or f.shape[0] != t.shape[0]:
-    raise ValueError(f"features (n, D) and targets (n, d) must share n; got "
-                     f"{tuple(f.shape)} and {tuple(t.shape)}")
+    raise ValueError(
+      f"features (n, D) and targets (n, d) must share n; got {tuple(f.shape)} and {tuple(t.shape)}"
+    )
   V.check_finite(f, "features")
   _check_bandwidth(bandwidth)
   f = f - jnp.mean(f, axis=0, keepdims=True)
@@ -133,8 +145,10 @@ def _check_bandwidth(bandwidth: ArrayLike) -> None:
 # LCE / MLCE core.
 # --------------------------------------------------------------------------
 
-def _lce_one_class(s, r, feats, sq, m, min_bin_size, inv2g2, *, max_bins, block_size,
-                   candidate_block):
+
+def _lce_one_class(
+  s, r, feats, sq, m, min_bin_size, inv2g2, *, max_bins, block_size, candidate_block
+):
   """Per-anchor errors of one class: ``(e (n_pad,), valid (n_pad,))``.
 
   ``s``: (n,) scores p[:, c]; ``r``: (n,) residuals p[:, c] - 1[y = c];
@@ -142,19 +156,19 @@ def _lce_one_class(s, r, feats, sq, m, min_bin_size, inv2g2, *, max_bins, block_
   """
   n = s.shape[0]
   A, Bc = block_size, candidate_block
-  b = B.bin_ids(s, m, "fixed")                                   # (n,) 0-based
+  b = B.bin_ids(s, m, "fixed")  # (n,) 0-based
   order = jnp.argsort(b, stable=True)
   counts = jax.ops.segment_sum(jnp.ones((n,), jnp.int32), b, num_segments=max_bins)
   ends = jnp.cumsum(counts)
   starts = ends - counts
-  kept = counts > min_bin_size                                    # authors: <= skipped
+  kept = counts > min_bin_size  # authors: <= skipped
   n_pad = -(-n // Bc) * Bc
   pad = n_pad - n
-  bs = jnp.concatenate([b[order], jnp.full((pad,), max_bins, b.dtype)])   # sentinel bin
+  bs = jnp.concatenate([b[order], jnp.full((pad,), max_bins, b.dtype)])  # sentinel bin
   fs = jnp.concatenate([feats[order], jnp.zeros((pad, feats.shape[1]), feats.dtype)])
   qs = jnp.concatenate([sq[order], jnp.zeros((pad,), sq.dtype)])
   rs = jnp.concatenate([r[order], jnp.zeros((pad,), r.dtype)])
-  kept_s = jnp.concatenate([kept, jnp.zeros((1,), bool)])[bs]     # (n_pad,)
+  kept_s = jnp.concatenate([kept, jnp.zeros((1,), bool)])[bs]  # (n_pad,)
   pos = jnp.arange(n_pad)
   valid = (pos < n) & kept_s
   num_anchor_blocks = -(-n // A)
@@ -169,7 +183,7 @@ def _lce_one_class(s, r, feats, sq, m, min_bin_size, inv2g2, *, max_bins, block_
     last = bs[jnp.minimum(a0 + A - 1, n - 1)]
     lo = starts[first] // Bc
     hi = (ends[last] + Bc - 1) // Bc
-    hi = jnp.where(jnp.any(va), hi, lo)          # no kept anchor: skip the block
+    hi = jnp.where(jnp.any(va), hi, lo)  # no kept anchor: skip the block
 
     def body(j, carry):
       num, den = carry
@@ -191,8 +205,9 @@ def _lce_one_class(s, r, feats, sq, m, min_bin_size, inv2g2, *, max_bins, block_
   return jnp.where(valid, e, 0.0), valid
 
 
-def _lce_core(p, y, m, feats, weights, min_bin_size, bandwidth, *, max_bins, block_size,
-              candidate_block):
+def _lce_core(
+  p, y, m, feats, weights, min_bin_size, bandwidth, *, max_bins, block_size, candidate_block
+):
   n, num_classes = p.shape
   dtype = p.dtype
   feats = feats.astype(dtype)
@@ -200,8 +215,9 @@ def _lce_core(p, y, m, feats, weights, min_bin_size, bandwidth, *, max_bins, blo
   sq = jnp.sum(feats * feats, axis=1)
   resid = p - jax.nn.one_hot(y, num_classes, dtype=dtype)
   inv2g2 = 1.0 / (2.0 * jnp.asarray(bandwidth, dtype) ** 2)
-  one = functools.partial(_lce_one_class, max_bins=max_bins, block_size=block_size,
-                          candidate_block=candidate_block)
+  one = functools.partial(
+    _lce_one_class, max_bins=max_bins, block_size=block_size, candidate_block=candidate_block
+  )
 
   def per_class(c):
     e, valid = one(p[:, c], resid[:, c], feats, sq, m, min_bin_size, inv2g2)
@@ -213,7 +229,7 @@ def _lce_core(p, y, m, feats, weights, min_bin_size, bandwidth, *, max_bins, blo
   return jnp.sum(weights * means), jnp.max(maxes)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(batched: bool, **static):
   f = functools.partial(_lce_core, **static)
   if batched:
@@ -221,11 +237,20 @@ def _compiled(batched: bool, **static):
   return jax.jit(f)
 
 
-def lce(probs: ArrayLike, labels: ArrayLike, features: ArrayLike, num_bins: ArrayLike = 15,
-        min_bin_size: int = 20, bandwidth: ArrayLike = 10.0,
-        class_weights: ArrayLike | None = None, *, max_bins: int | None = None,
-        from_logits: bool = False, block_size: int = 256,
-        candidate_block: int = 1024) -> LocalCalibration:
+def lce(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  features: ArrayLike,
+  num_bins: ArrayLike = 15,
+  min_bin_size: int = 20,
+  bandwidth: ArrayLike = 10.0,
+  class_weights: ArrayLike | None = None,
+  *,
+  max_bins: int | None = None,
+  from_logits: bool = False,
+  block_size: int = 256,
+  candidate_block: int = 1024,
+) -> LocalCalibration:
   """Class-wise local calibration error LCE and its maximum MLCE.
 
   For each class ``c`` the column ``p[:, c]`` is cut into ``num_bins``

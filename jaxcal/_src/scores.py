@@ -15,26 +15,27 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 
 __all__ = [
-    "prepare",
-    "brier",
-    "log_loss",
-    "spherical",
-    "classification_error",
-    "confidence_loss",
-    "brier_per_sample",
-    "log_loss_per_sample",
-    "spherical_per_sample",
-    "classification_error_per_sample",
-    "confidence_loss_per_sample",
-    "LOG_CLIP",
+  "prepare",
+  "brier",
+  "log_loss",
+  "spherical",
+  "classification_error",
+  "confidence_loss",
+  "brier_per_sample",
+  "log_loss_per_sample",
+  "spherical_per_sample",
+  "classification_error_per_sample",
+  "confidence_loss_per_sample",
+  "LOG_CLIP",
 ]
 
 #: Probabilities are clipped below at this value inside the log score.
 LOG_CLIP = 1e-12
 
 
-def prepare(probs: ArrayLike, labels: ArrayLike, from_logits: bool = False,
-            name: str = "probs") -> tuple[jax.Array, jax.Array]:
+def prepare(
+  probs: ArrayLike, labels: ArrayLike, from_logits: bool = False, name: str = "probs"
+) -> tuple[jax.Array, jax.Array]:
   """Validates ``(probs, labels)`` and returns them as JAX arrays.
 
   With ``from_logits=True`` the first argument is checked as logits and
@@ -80,8 +81,9 @@ def _public(per_sample_fn, doc: str):
   jitted = jax.jit(per_sample_fn)
 
   @functools.wraps(per_sample_fn)
-  def score(probs: ArrayLike, labels: ArrayLike, *, per_sample: bool = False,
-            from_logits: bool = False) -> jax.Array:
+  def score(
+    probs: ArrayLike, labels: ArrayLike, *, per_sample: bool = False, from_logits: bool = False
+  ) -> jax.Array:
     p, y = prepare(probs, labels, from_logits)
     losses = jitted(p, y)
     return losses if per_sample else jnp.mean(losses)
@@ -107,58 +109,83 @@ _ARGS = """
       of range (eager calls).
 """
 
-brier = _public(brier_per_sample, """Multiclass Brier score (lower is better).
+brier = _public(
+  brier_per_sample,
+  """Multiclass Brier score (lower is better).
 
   ``S(p, y) = sum_r (p_r - 1[y = r])^2``, in ``[0, 2]``.
-""" + _ARGS + """
+"""
+  + _ARGS
+  + """
   Example:
     >>> import jax.numpy as jnp
     >>> float(brier(jnp.array([[0.5, 0.5], [1.0, 0.0]]), jnp.array([0, 0])))
     0.25
 
   Reference: SPEC §3; truthful_multiclass_calibration_errors §2.
-""")
+""",
+)
 
-log_loss = _public(log_loss_per_sample, """Log loss ``-log p_y`` (``p_y`` clipped below at 1e-12).
-""" + _ARGS + """
+log_loss = _public(
+  log_loss_per_sample,
+  """Log loss ``-log p_y`` (``p_y`` clipped below at 1e-12).
+"""
+  + _ARGS
+  + """
   Example:
     >>> import jax.numpy as jnp
     >>> round(float(log_loss(jnp.array([[0.5, 0.5]]), jnp.array([1]))), 6)
     0.693147
 
   Reference: SPEC §3.
-""")
+""",
+)
 
-spherical = _public(spherical_per_sample, """Spherical loss ``1 - p_y / ||p||_2``.
-""" + _ARGS + """
+spherical = _public(
+  spherical_per_sample,
+  """Spherical loss ``1 - p_y / ||p||_2``.
+"""
+  + _ARGS
+  + """
   Example:
     >>> import jax.numpy as jnp
     >>> float(spherical(jnp.array([[1.0, 0.0]]), jnp.array([0])))
     0.0
 
   Reference: SPEC §3.
-""")
+""",
+)
 
-classification_error = _public(classification_error_per_sample, """Top-1 error ``1[y != argmax p]`` (ties toward the lower index).
-""" + _ARGS + """
+classification_error = _public(
+  classification_error_per_sample,
+  """Top-1 error ``1[y != argmax p]`` (ties toward the lower index).
+"""
+  + _ARGS
+  + """
   Example:
     >>> import jax.numpy as jnp
     >>> float(classification_error(jnp.array([[0.5, 0.5], [0.2, 0.8]]), jnp.array([1, 1])))
     0.5
 
   Reference: SPEC §3.
-""")
+""",
+)
 
-confidence_loss = _public(confidence_loss_per_sample, """Confidence loss ``l_conf(p, y) = 1 - z + (c - z)^2``.
+confidence_loss = _public(
+  confidence_loss_per_sample,
+  """Confidence loss ``l_conf(p, y) = 1 - z + (c - z)^2``.
 
   ``c = max p``, ``z = 1[y = argmax p]``. Proper for the top-label
   confidence; its expectation over a calibrated predictor equals
   ``n E[ConfCE_corr]`` (Lemma D.1).
-""" + _ARGS + """
+"""
+  + _ARGS
+  + """
   Example:
     >>> import jax.numpy as jnp
     >>> float(confidence_loss(jnp.array([[0.75, 0.25]]), jnp.array([0])))
     0.0625
 
   Reference: truthful_multiclass_calibration_errors, Lemma D.1; SPEC §2-3.
-""")
+""",
+)

@@ -83,9 +83,10 @@ def _radix_argsort(key: jax.Array) -> jax.Array:
   if passes <= 2:
     return _radix_passes(key, k, d, passes)
   lo = jnp.min(key)
-  span_ok = (jnp.max(key) - lo) < jnp.uint32(min(2 ** (2 * d), 2 ** 32 - 1))
-  return jax.lax.cond(span_ok, lambda: _radix_passes(key - lo, k, d, 2),
-                      lambda: _radix_passes(key, k, d, passes))
+  span_ok = (jnp.max(key) - lo) < jnp.uint32(min(2 ** (2 * d), 2**32 - 1))
+  return jax.lax.cond(
+    span_ok, lambda: _radix_passes(key - lo, k, d, 2), lambda: _radix_passes(key, k, d, passes)
+  )
 
 
 def _pair_argsort(key: jax.Array) -> jax.Array:
@@ -116,7 +117,7 @@ def stable_argsort(x: jax.Array) -> jax.Array:
     [1, 3, 4, 0, 2]
   """
   n = x.shape[-1]
-  if x.dtype != jnp.float32 or x.ndim == 0 or n >= 2 ** 27 or n < 2:
+  if x.dtype != jnp.float32 or x.ndim == 0 or n >= 2**27 or n < 2:
     return jnp.argsort(x, axis=-1, stable=True).astype(jnp.int32)
   key = float_to_key(x)
   return jax.lax.platform_dependent(key, cpu=_radix_argsort, default=_pair_argsort)
@@ -125,13 +126,16 @@ def stable_argsort(x: jax.Array) -> jax.Array:
 def _gathered_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
   key = float_to_key(x)
   order = _radix_argsort(key)
-  return (key_to_float(jnp.take_along_axis(key, order, axis=-1)),
-          jnp.take_along_axis(payload, order, axis=-1))
+  return (
+    key_to_float(jnp.take_along_axis(key, order, axis=-1)),
+    jnp.take_along_axis(payload, order, axis=-1),
+  )
 
 
 def _paired_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
-  key, out = jax.lax.sort((float_to_key(x), payload), dimension=x.ndim - 1, num_keys=1,
-                          is_stable=False)
+  key, out = jax.lax.sort(
+    (float_to_key(x), payload), dimension=x.ndim - 1, num_keys=1, is_stable=False
+  )
   return key_to_float(key), out
 
 

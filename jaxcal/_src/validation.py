@@ -27,17 +27,17 @@ import numpy as np
 SIMPLEX_ATOL = 1e-3
 
 __all__ = [
-    "SIMPLEX_ATOL",
-    "is_concrete",
-    "check_probs",
-    "check_logits",
-    "check_labels",
-    "check_num_bins",
-    "MAX_NUM_BINS",
-    "check_binning",
-    "check_features",
-    "check_finite",
-    "as_float",
+  "SIMPLEX_ATOL",
+  "is_concrete",
+  "check_probs",
+  "check_logits",
+  "check_labels",
+  "check_num_bins",
+  "MAX_NUM_BINS",
+  "check_binning",
+  "check_features",
+  "check_finite",
+  "as_float",
 ]
 
 
@@ -78,8 +78,9 @@ def check_finite(x: Any, name: str) -> None:
     raise ValueError(f"{name} contains {bad} non-finite value(s) ({kind})")
 
 
-def check_probs(probs: Any, name: str = "probs", atol: float = SIMPLEX_ATOL,
-                min_classes: int = 2) -> jax.Array:
+def check_probs(
+  probs: Any, name: str = "probs", atol: float = SIMPLEX_ATOL, min_classes: int = 2
+) -> jax.Array:
   """Validates an ``(n, C)`` matrix of probabilities and returns it as a float array.
 
   Shape checks always run; value checks (finite, in ``[0, 1]``, rows summing to
@@ -102,15 +103,17 @@ def check_probs(probs: Any, name: str = "probs", atol: float = SIMPLEX_ATOL,
       check_finite(p, name)  # names NaN or inf
     if lo < -atol or hi > 1 + atol:
       raise ValueError(
-          f"{name} must lie in [0, 1]; found values in [{lo:.4g}, {hi:.4g}]"
-          " (pass logits with from_logits=True)")
+        f"{name} must lie in [0, 1]; found values in [{lo:.4g}, {hi:.4g}]"
+        " (pass logits with from_logits=True)"
+      )
     if err > atol:
       a = _np(p)
       rows = np.abs(a.sum(axis=1, dtype=np.float64) - 1.0)
       raise ValueError(
-          f"rows of {name} must sum to 1 (tolerance {atol:g}); row {int(worst)} sums to "
-          f"{a[int(worst)].sum(dtype=np.float64):.6g} ({int((rows > atol).sum())} bad rows). "
-          "Pass logits with from_logits=True or normalise the rows.")
+        f"rows of {name} must sum to 1 (tolerance {atol:g}); row {int(worst)} sums to "
+        f"{a[int(worst)].sum(dtype=np.float64):.6g} ({int((rows > atol).sum())} bad rows). "
+        "Pass logits with from_logits=True or normalise the rows."
+      )
   return p
 
 
@@ -156,7 +159,9 @@ def check_labels(labels: Any, n: int, num_classes: int | None, name: str = "labe
     if is_concrete(y):
       a = _np(y)
       if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-        raise ValueError(f"{name} must be integers; got non-integer values such as {a[a != np.round(a)][:3]}")
+        raise ValueError(
+          f"{name} must be integers; got non-integer values such as {a[a != np.round(a)][:3]}"
+        )
     else:
       raise ValueError(f"{name} must have an integer dtype, got {y.dtype}")
     y = y.astype(jnp.int32)
@@ -195,12 +200,16 @@ def check_num_bins(num_bins: Any, name: str = "num_bins") -> jax.Array | int:
     m = num_bins if isinstance(num_bins, jax.Array) else np.asarray(num_bins)
   except (TypeError, ValueError) as e:
     raise ValueError(f"{name} must be an integer or an integer array: {e}") from None
-  if m.dtype == np.bool_ or not (jnp.issubdtype(m.dtype, jnp.integer) or jnp.issubdtype(m.dtype, jnp.floating)):
+  if m.dtype == np.bool_ or not (
+    jnp.issubdtype(m.dtype, jnp.integer) or jnp.issubdtype(m.dtype, jnp.floating)
+  ):
     raise ValueError(f"{name} must be integer-valued, got dtype {m.dtype}")
   if is_concrete(m):
     a = _np(m)
     if jnp.issubdtype(a.dtype, jnp.floating) and not np.all(np.isfinite(a) & (a == np.round(a))):
-      raise ValueError(f"{name} must be integer-valued, got {a.ravel()[~(a.ravel() == np.round(a.ravel()))][:3]}")
+      raise ValueError(
+        f"{name} must be integer-valued, got {a.ravel()[~(a.ravel() == np.round(a.ravel()))][:3]}"
+      )
     if a.size and a.min() < 1:
       raise ValueError(f"{name} must be >= 1, got minimum {a.min():g}")
     if a.size and a.max() > MAX_NUM_BINS:

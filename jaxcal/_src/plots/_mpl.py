@@ -8,12 +8,14 @@ def pyplot():
   import os
 
   import matplotlib
+
   if not os.environ.get("DISPLAY") and "MPLBACKEND" not in os.environ:
     try:
       matplotlib.use("Agg")
     except Exception:  # pragma: no cover - backend already fixed by the user
       pass
   import matplotlib.pyplot as plt
+
   return plt
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -20,9 +20,16 @@ def _nice_step(span: float) -> float:
   return float(10 * mag)
 
 
-def mcb_dsc_plot(points: Mapping[str, Sequence[float]], unc: float, ax=None, *,
-                 num_isolines: int | None = None, title: str | None = None,
-                 markers: Mapping[str, str] | None = None, colors: Mapping[str, str] | None = None):
+def mcb_dsc_plot(
+  points: Mapping[str, Sequence[float]],
+  unc: float,
+  ax=None,
+  *,
+  num_isolines: int | None = None,
+  title: str | None = None,
+  markers: Mapping[str, str] | None = None,
+  colors: Mapping[str, str] | None = None,
+):
   """Discrimination (DSC) against miscalibration (MCB), with iso-score lines.
 
   Every point is one decomposition ``S = MCB - DSC + UNC``; points on the
@@ -51,6 +58,7 @@ def mcb_dsc_plot(points: Mapping[str, Sequence[float]], unc: float, ax=None, *,
   """
   if ax is None:
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 4))
   else:
     fig = ax.figure

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 __all__ = ["ecdf_plot"]
 
 
-def ecdf_plot(curves: Mapping[str, Any], log_x: bool = False, ax: Any = None,
-              xlabel: str = "utility calibration error", title: str | None = None) -> Any:
+def ecdf_plot(
+  curves: Mapping[str, Any],
+  log_x: bool = False,
+  ax: Any = None,
+  xlabel: str = "utility calibration error",
+  title: str | None = None,
+) -> Any:
   """Step plot of ``F̂(e) = (1/M) Σ_m 1[E_m <= e]`` for each method; left is better.
 
   Args:
@@ -33,7 +39,8 @@ def ecdf_plot(curves: Mapping[str, Any], log_x: bool = False, ax: Any = None,
 
   Reference: utility_aware_multiclass_calibration §4-5, Figure 1.
   """
-  from jaxcal._src.plots._mpl import new_axes   # lazy matplotlib, Agg when headless
+  from jaxcal._src.plots._mpl import new_axes  # lazy matplotlib, Agg when headless
+
   fig, ax = new_axes(ax, figsize=(5.0, 3.6))
   positive = [np.asarray(e, np.float64) for e in curves.values()]
   floor = min((e[e > 0].min() for e in positive if np.any(e > 0)), default=1e-12)
@@ -44,7 +51,9 @@ def ecdf_plot(curves: Mapping[str, Any], log_x: bool = False, ax: Any = None,
     if log_x:
       e = np.maximum(e, floor)
     frac = np.arange(1, e.size + 1) / e.size
-    ax.step(np.concatenate([[e[0]], e]), np.concatenate([[0.0], frac]), where="post", label=str(label))
+    ax.step(
+      np.concatenate([[e[0]], e]), np.concatenate([[0.0], frac]), where="post", label=str(label)
+    )
   if log_x:
     ax.set_xscale("log")
   ax.set_xlabel(xlabel)

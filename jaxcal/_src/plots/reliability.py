@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from jax.typing import ArrayLike
@@ -13,9 +13,16 @@ from jaxcal._src.plots._mpl import new_axes
 __all__ = ["reliability_diagram", "bin_robustness_plot"]
 
 
-def reliability_diagram(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
-                        binning: str = "fixed", *, from_logits: bool = False,
-                        title: str | None = None, ax=None):
+def reliability_diagram(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  num_bins: int = 15,
+  binning: str = "fixed",
+  *,
+  from_logits: bool = False,
+  title: str | None = None,
+  ax=None,
+):
   """Top-label reliability diagram with a sample-count histogram.
 
   Bars show the accuracy of each confidence bin against the diagonal of
@@ -46,21 +53,52 @@ def reliability_diagram(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
   hist_ax = None
   if ax is None:
     from jaxcal._src.plots._mpl import pyplot
+
     fig, (ax, hist_ax) = pyplot().subplots(
-        2, 1, figsize=(4.6, 5.4), sharex=True, constrained_layout=True,
-        gridspec_kw={"height_ratios": [3.2, 1]})
+      2,
+      1,
+      figsize=(4.6, 5.4),
+      sharex=True,
+      constrained_layout=True,
+      gridspec_kw={"height_ratios": [3.2, 1]},
+    )
   else:
     fig = ax.figure
   width = np.where(hi > lo, hi - lo, 1.0 / num_bins)
-  ax.bar(lo[keep], acc[keep], width=width[keep], align="edge", color="#4C72B0",
-         edgecolor="white", linewidth=0.6, label="accuracy")
+  ax.bar(
+    lo[keep],
+    acc[keep],
+    width=width[keep],
+    align="edge",
+    color="#4C72B0",
+    edgecolor="white",
+    linewidth=0.6,
+    label="accuracy",
+  )
   gap_lo = np.minimum(acc, conf)[keep]
-  ax.bar(lo[keep], np.abs(conf - acc)[keep], bottom=gap_lo, width=width[keep], align="edge",
-         color="#DD8452", alpha=0.55, edgecolor="#DD8452", linewidth=0.6, label="gap to confidence")
+  ax.bar(
+    lo[keep],
+    np.abs(conf - acc)[keep],
+    bottom=gap_lo,
+    width=width[keep],
+    align="edge",
+    color="#DD8452",
+    alpha=0.55,
+    edgecolor="#DD8452",
+    linewidth=0.6,
+    label="gap to confidence",
+  )
   ax.plot([0, 1], [0, 1], ls="--", color="0.3", lw=1, label="perfect calibration")
   if hist_ax is not None:
-    hist_ax.bar(lo[keep], cnt[keep] / cnt.sum(), width=width[keep], align="edge",
-                color="0.45", edgecolor="white", linewidth=0.6)
+    hist_ax.bar(
+      lo[keep],
+      cnt[keep] / cnt.sum(),
+      width=width[keep],
+      align="edge",
+      color="0.45",
+      edgecolor="white",
+      linewidth=0.6,
+    )
     hist_ax.set_yscale("log")
     hist_ax.set_ylabel("fraction")
     hist_ax.set_xlabel("confidence (max probability)")
@@ -69,22 +107,41 @@ def reliability_diagram(probs: ArrayLike, labels: ArrayLike, num_bins: int = 15,
   ax.set_xlim(0, 1)
   ax.set_ylim(0, 1)
   ax.set_ylabel("accuracy")
-  ax.text(0.04, 0.93, f"ConfECE ({binning}, {num_bins} bins) = {100 * ece:.2f}%",
-          transform=ax.transAxes, fontsize=9)
+  ax.text(
+    0.04,
+    0.93,
+    f"ConfECE ({binning}, {num_bins} bins) = {100 * ece:.2f}%",
+    transform=ax.transAxes,
+    fontsize=9,
+  )
   from matplotlib.lines import Line2D
   from matplotlib.patches import Patch
-  ax.legend(handles=[Patch(color="#4C72B0", label="accuracy"),
-                     Patch(color="#DD8452", alpha=0.55, label="gap to confidence"),
-                     Line2D([0], [0], ls="--", color="0.3", lw=1, label="perfect calibration")],
-            loc="upper left", bbox_to_anchor=(0.0, 0.92), fontsize=8, frameon=False)
+
+  ax.legend(
+    handles=[
+      Patch(color="#4C72B0", label="accuracy"),
+      Patch(color="#DD8452", alpha=0.55, label="gap to confidence"),
+      Line2D([0], [0], ls="--", color="0.3", lw=1, label="perfect calibration"),
+    ],
+    loc="upper left",
+    bbox_to_anchor=(0.0, 0.92),
+    fontsize=8,
+    frameon=False,
+  )
   ax.set_xlim(0, 1)
   if title:
     ax.set_title(title)
   return fig
 
 
-def bin_robustness_plot(num_bins: Sequence[int], curves: Mapping[str, ArrayLike], *,
-                        logy: bool = True, title: str | None = None, ax=None):
+def bin_robustness_plot(
+  num_bins: Sequence[int],
+  curves: Mapping[str, ArrayLike],
+  *,
+  logy: bool = True,
+  title: str | None = None,
+  ax=None,
+):
   """Calibration errors as a function of the bin count, one line per error.
 
   Truthful errors (ConfCE_corr, LinCE_cw) stay flat across bin counts while

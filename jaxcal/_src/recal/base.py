@@ -22,7 +22,8 @@ serialization) and never unpickle.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import flax.struct
 import jax
@@ -30,10 +31,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-__all__ = ["Recalibrator", "register", "fit", "methods", "save", "load",
-           "to_probs", "to_logits", "recalibrator_class", "prepare_fit"]
+__all__ = [
+  "Recalibrator",
+  "register",
+  "fit",
+  "methods",
+  "save",
+  "load",
+  "to_probs",
+  "to_logits",
+  "recalibrator_class",
+  "prepare_fit",
+]
 
-_FITTERS: dict[str, Callable[..., "Recalibrator"]] = {}
+_FITTERS: dict[str, Callable[..., Recalibrator]] = {}
 _CLASSES: dict[str, type] = {}
 
 
@@ -55,11 +66,14 @@ class Recalibrator:
     ``C`` matches it.
     """
     from jaxcal._src import validation as V
+
     x = V.check_logits(inputs, "inputs") if self.from_logits else V.check_probs(inputs, "inputs")
     expected = getattr(self, "num_classes", None)
     if isinstance(expected, int) and expected > 0 and x.shape[1] != expected:
-      raise ValueError(f"{type(self).__name__} was fitted on C = {expected} classes but the "
-                       f"inputs have C = {x.shape[1]} columns")
+      raise ValueError(
+        f"{type(self).__name__} was fitted on C = {expected} classes but the "
+        f"inputs have C = {x.shape[1]} columns"
+      )
     return self.apply(x)
 
 
@@ -69,11 +83,13 @@ def register(name: str) -> Callable:
   The fitted object's class is recorded from the return annotation-free
   first call; classes are also registered via :func:`recalibrator_class`.
   """
+
   def deco(fn):
     if name in _FITTERS:
       raise ValueError(f"recalibration method {name!r} registered twice")
     _FITTERS[name] = fn
     return fn
+
   return deco
 
 
@@ -86,6 +102,7 @@ def recalibrator_class(cls: type) -> type:
 def _ensure_loaded() -> None:
   # Importing the implementation modules registers their methods.
   import importlib
+
   for mod in ("scaling", "binning_methods", "patching", "local_net"):
     try:
       importlib.import_module(f"jaxcal._src.recal.{mod}")
@@ -120,12 +137,20 @@ def fit(method: str, inputs: ArrayLike, labels: ArrayLike, **options: Any) -> Re
   """
   _ensure_loaded()
   if method not in _FITTERS:
-    raise ValueError(f"unknown recalibration method {method!r}; available: {', '.join(sorted(_FITTERS))}")
+    raise ValueError(
+      f"unknown recalibration method {method!r}; available: {', '.join(sorted(_FITTERS))}"
+    )
   return _FITTERS[method](inputs, labels, **options)
 
 
-def prepare_fit(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool, method: str,
-                require_all_classes: bool = False) -> tuple[jax.Array, jax.Array]:
+def prepare_fit(
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  from_logits: bool,
+  method: str,
+  require_all_classes: bool = False,
+) -> tuple[jax.Array, jax.Array]:
   """Validates a calibration split for ``fit``; returns ``(inputs, labels)`` as arrays.
 
   Args:
@@ -142,6 +167,7 @@ def prepare_fit(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool, meth
       labels out of range, classes missing from the calibration split).
   """
   from jaxcal._src import validation as V
+
   x = V.check_logits(inputs, "inputs") if from_logits else V.check_probs(inputs, "inputs")
   n, c = x.shape
   y = V.check_labels(labels, n, c)
@@ -151,8 +177,9 @@ def prepare_fit(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool, meth
     if missing.size:
       shown = ", ".join(str(int(k)) for k in missing[:10]) + (" ..." if missing.size > 10 else "")
       raise ValueError(
-          f"recalibration method {method!r} needs every class in the calibration labels; "
-          f"{missing.size} of C = {c} classes have no sample (classes {shown})")
+        f"recalibration method {method!r} needs every class in the calibration labels; "
+        f"{missing.size} of C = {c} classes have no sample (classes {shown})"
+      )
   return x, y
 
 
@@ -168,6 +195,7 @@ def to_logits(x: jax.Array, from_logits: bool, eps: float = 1e-12) -> jax.Array:
 
 def _fields(rc: Recalibrator) -> dict[str, Any]:
   import dataclasses
+
   return {f.name: getattr(rc, f.name) for f in dataclasses.fields(rc)}
 
 
@@ -189,7 +217,9 @@ def save(rc: Recalibrator, path: str) -> None:
       static[prefix + "/__dict__"] = sorted(value)
       for k, v in value.items():
         put(f"{prefix}/{k}", v)
-    elif isinstance(value, (list, tuple)) and any(isinstance(v, (jax.Array, np.ndarray, dict)) for v in value):
+    elif isinstance(value, (list, tuple)) and any(
+      isinstance(v, (jax.Array, np.ndarray, dict)) for v in value
+    ):
       static[prefix + "/__seq__"] = len(value)
       for i, v in enumerate(value):
         put(f"{prefix}/{i}", v)
@@ -201,9 +231,14 @@ def save(rc: Recalibrator, path: str) -> None:
   header = json.dumps({"method": rc.method, "static": static, "format": 1})
   if path.endswith(".msgpack"):
     import msgpack
-    payload = {"header": header,
-               "arrays": {k: {"dtype": str(a.dtype), "shape": list(a.shape), "data": a.tobytes()}
-                          for k, a in arrays.items()}}
+
+    payload = {
+      "header": header,
+      "arrays": {
+        k: {"dtype": str(a.dtype), "shape": list(a.shape), "data": a.tobytes()}
+        for k, a in arrays.items()
+      },
+    }
     with open(path, "wb") as f:
       f.write(msgpack.packb(payload, use_bin_type=True))
   else:
@@ -216,11 +251,14 @@ def load(path: str) -> Recalibrator:
   path = str(path)
   if path.endswith(".msgpack"):
     import msgpack
+
     with open(path, "rb") as f:
       payload = msgpack.unpackb(f.read(), raw=False)
     header = json.loads(payload["header"])
-    arrays = {k: np.frombuffer(v["data"], dtype=v["dtype"]).reshape(v["shape"]).copy()
-              for k, v in payload["arrays"].items()}
+    arrays = {
+      k: np.frombuffer(v["data"], dtype=v["dtype"]).reshape(v["shape"]).copy()
+      for k, v in payload["arrays"].items()
+    }
   else:
     with np.load(path, allow_pickle=False) as z:
       header = json.loads(str(z["__header__"]))
@@ -241,5 +279,6 @@ def load(path: str) -> Recalibrator:
     return tuple(v) if isinstance(v, list) else v
 
   import dataclasses
+
   cls = _CLASSES[method]
   return cls(**{f.name: get(f.name) for f in dataclasses.fields(cls)})

@@ -37,13 +37,13 @@ from jaxcal._src import isotonic as iso
 from jaxcal._src.recal.base import Recalibrator, prepare_fit, recalibrator_class, register, to_probs
 
 __all__ = [
-    "HistogramBinning",
-    "IsotonicRecalibrator",
-    "SmoothIsotonicRecalibrator",
-    "fit_histogram",
-    "fit_isotonic",
-    "fit_smooth_isotonic",
-    "normalize_rows",
+  "HistogramBinning",
+  "IsotonicRecalibrator",
+  "SmoothIsotonicRecalibrator",
+  "fit_histogram",
+  "fit_isotonic",
+  "fit_smooth_isotonic",
+  "normalize_rows",
 ]
 
 
@@ -74,6 +74,7 @@ class HistogramBinning(Recalibrator):
     normalize: divide rows by their sums (static).
     num_classes: ``C`` (static).
   """
+
   method = "histogram"
   thresholds: jax.Array = None
   values: jax.Array = None
@@ -83,8 +84,9 @@ class HistogramBinning(Recalibrator):
   def apply(self, inputs: jax.Array) -> jax.Array:
     p = to_probs(inputs, self.from_logits)
     th = self.thresholds.astype(p.dtype)
-    idx = jax.vmap(lambda t, col: jnp.searchsorted(t, col, side="right"), in_axes=(0, 1),
-                   out_axes=1)(th, p)
+    idx = jax.vmap(
+      lambda t, col: jnp.searchsorted(t, col, side="right"), in_axes=(0, 1), out_axes=1
+    )(th, p)
     q = jax.vmap(lambda v, i: v[i], in_axes=(0, 1), out_axes=1)(self.values.astype(p.dtype), idx)
     return _finish(q, self.normalize)
 
@@ -95,8 +97,8 @@ def _hb_one(p: jax.Array, t: jax.Array, m: int):
   skey = jnp.sort(key)
   left = jnp.searchsorted(skey, key, side="left").astype(jnp.int32)
   right = jnp.searchsorted(skey, key, side="right").astype(jnp.int32)
-  a = left + right - 1                       # 2 * (average rank - 1)
-  b = jnp.maximum((a * m + 2 * n - 1) // (2 * n), 1) - 1   # 0-based bin
+  a = left + right - 1  # 2 * (average rank - 1)
+  b = jnp.maximum((a * m + 2 * n - 1) // (2 * n), 1) - 1  # 0-based bin
   cnt = jax.ops.segment_sum(jnp.ones_like(t), b, num_segments=m)
   hits = jax.ops.segment_sum(t, b, num_segments=m)
   mins = jax.ops.segment_min(p, b, num_segments=m)  # +inf for empty bins
@@ -111,8 +113,14 @@ def _fit_hb(p, onehot, m):
 
 
 @register("histogram")
-def fit_histogram(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True,
-                  normalize: bool = True, num_bins: int = 15) -> HistogramBinning:
+def fit_histogram(
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  from_logits: bool = True,
+  normalize: bool = True,
+  num_bins: int = 15,
+) -> HistogramBinning:
   """Class-wise histogram binning with equal-mass bins by rank.
 
   .. math::
@@ -140,16 +148,22 @@ def fit_histogram(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = T
   Reference: Zadrozny & Elkan (2001); Gupta & Ramdas (2022); the score
   decomposition case study, §3 (15 equal-mass bins, CW-HB / N-HB).
   """
-  x, y = prepare_fit(inputs, labels, from_logits=from_logits, method="histogram",
-                     require_all_classes=True)
+  x, y = prepare_fit(
+    inputs, labels, from_logits=from_logits, method="histogram", require_all_classes=True
+  )
   m = int(num_bins)
   if m < 1 or m > x.shape[0]:
     raise ValueError(f"num_bins must be in [1, n = {x.shape[0]}], got {num_bins}")
   p = to_probs(x, from_logits)
   onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
   th, vals = _fit_hb(p, onehot, m)
-  return HistogramBinning(thresholds=th, values=vals, normalize=bool(normalize),
-                          num_classes=int(p.shape[1]), from_logits=from_logits)
+  return HistogramBinning(
+    thresholds=th,
+    values=vals,
+    normalize=bool(normalize),
+    num_classes=int(p.shape[1]),
+    from_logits=from_logits,
+  )
 
 
 # ---------------------------------------------------------------------------
@@ -167,6 +181,7 @@ class IsotonicRecalibrator(Recalibrator):
     normalize: divide rows by their sums (static).
     num_classes: ``C`` (static).
   """
+
   method = "isotonic"
   x: jax.Array = None
   y: jax.Array = None
@@ -175,8 +190,11 @@ class IsotonicRecalibrator(Recalibrator):
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     p = to_probs(inputs, self.from_logits)
-    q = jax.vmap(lambda xs, ys, col: iso.isotonic_predict(iso.IsotonicFit(xs, ys), col),
-                 in_axes=(0, 0, 1), out_axes=1)(self.x.astype(p.dtype), self.y.astype(p.dtype), p)
+    q = jax.vmap(
+      lambda xs, ys, col: iso.isotonic_predict(iso.IsotonicFit(xs, ys), col),
+      in_axes=(0, 0, 1),
+      out_axes=1,
+    )(self.x.astype(p.dtype), self.y.astype(p.dtype), p)
     return _finish(q, self.normalize)
 
 
@@ -187,8 +205,9 @@ def _fit_ir(p, onehot):
 
 
 @register("isotonic")
-def fit_isotonic(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True,
-                 normalize: bool = True) -> IsotonicRecalibrator:
+def fit_isotonic(
+  inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True, normalize: bool = True
+) -> IsotonicRecalibrator:
   """Class-wise isotonic regression (PAV), optionally normalised.
 
   .. math:: g_c = \\arg\\min_{g \\uparrow} \\sum_i (1[y_i = c] - g(p_i[c]))^2
@@ -211,13 +230,15 @@ def fit_isotonic(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = Tr
 
   Reference: Zadrozny & Elkan (2002); the score decomposition case study, §2.2.
   """
-  x, y = prepare_fit(inputs, labels, from_logits=from_logits, method="isotonic",
-                     require_all_classes=True)
+  x, y = prepare_fit(
+    inputs, labels, from_logits=from_logits, method="isotonic", require_all_classes=True
+  )
   p = to_probs(x, from_logits)
   onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
   xs, ys = _fit_ir(p, onehot)
-  return IsotonicRecalibrator(x=xs, y=ys, normalize=bool(normalize), num_classes=int(p.shape[1]),
-                              from_logits=from_logits)
+  return IsotonicRecalibrator(
+    x=xs, y=ys, normalize=bool(normalize), num_classes=int(p.shape[1]), from_logits=from_logits
+  )
 
 
 # ---------------------------------------------------------------------------
@@ -235,6 +256,7 @@ class SmoothIsotonicRecalibrator(Recalibrator):
     normalize: divide rows by their sums (static).
     num_classes: ``C`` (static).
   """
+
   method = "smooth_isotonic"
   knots_x: jax.Array = None
   knots_y: jax.Array = None
@@ -244,7 +266,8 @@ class SmoothIsotonicRecalibrator(Recalibrator):
   def apply(self, inputs: jax.Array) -> jax.Array:
     p = to_probs(inputs, self.from_logits)
     q = jax.vmap(jnp.interp, in_axes=(1, 0, 0), out_axes=1)(
-        p, self.knots_x.astype(p.dtype), self.knots_y.astype(p.dtype))
+      p, self.knots_x.astype(p.dtype), self.knots_y.astype(p.dtype)
+    )
     return _finish(q, self.normalize)
 
 
@@ -252,13 +275,15 @@ def _sir_knots(sorted_x: jax.Array, sorted_fit: jax.Array):
   n = sorted_x.shape[0]
   pid, start, end = iso.pools(sorted_fit)
   num = pid[-1] + 1
-  med = (start + end) // 2                   # lower median position of each pool
+  med = (start + end) // 2  # lower median position of each pool
   j = jnp.arange(n)
   kx = jnp.where(j < num, sorted_x[med], 1)
   ky = jnp.where(j < num, sorted_fit[med], 1)
   one = jnp.ones((1,), sorted_x.dtype)
-  return (jnp.concatenate([0 * one, kx.astype(sorted_x.dtype), one]),
-          jnp.concatenate([0 * one, ky.astype(sorted_x.dtype), one]))
+  return (
+    jnp.concatenate([0 * one, kx.astype(sorted_x.dtype), one]),
+    jnp.concatenate([0 * one, ky.astype(sorted_x.dtype), one]),
+  )
 
 
 @jax.jit
@@ -268,8 +293,9 @@ def _fit_sir(p, onehot):
 
 
 @register("smooth_isotonic")
-def fit_smooth_isotonic(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True,
-                        normalize: bool = True) -> SmoothIsotonicRecalibrator:
+def fit_smooth_isotonic(
+  inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True, normalize: bool = True
+) -> SmoothIsotonicRecalibrator:
   """Class-wise smoothed isotonic regression (SIR), optionally normalised.
 
   .. math::
@@ -300,10 +326,16 @@ def fit_smooth_isotonic(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bo
   Reference: the score decomposition case study, §2.2 and App. B; Jiang et
   al. (2011) for the cubic variant.
   """
-  x, y = prepare_fit(inputs, labels, from_logits=from_logits, method="smooth_isotonic",
-                     require_all_classes=True)
+  x, y = prepare_fit(
+    inputs, labels, from_logits=from_logits, method="smooth_isotonic", require_all_classes=True
+  )
   p = to_probs(x, from_logits)
   onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
   kx, ky = _fit_sir(p, onehot)
-  return SmoothIsotonicRecalibrator(knots_x=kx, knots_y=ky, normalize=bool(normalize),
-                                    num_classes=int(p.shape[1]), from_logits=from_logits)
+  return SmoothIsotonicRecalibrator(
+    knots_x=kx,
+    knots_y=ky,
+    normalize=bool(normalize),
+    num_classes=int(p.shape[1]),
+    from_logits=from_logits,
+  )

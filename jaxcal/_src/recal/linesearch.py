@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -15,10 +16,18 @@ with warnings.catch_warnings():  # "JAXopt is no longer maintained": pinned, use
 __all__ = ["armijo_stepsize"]
 
 
-def armijo_stepsize(fun: Callable[[Any], jax.Array], params: Any, direction: Any, *,
-                    value: jax.Array, grad: Any, init_stepsize: jax.Array,
-                    c1: float = 1e-4, decrease_factor: float = 0.5,
-                    maxiter: int = 30) -> tuple[jax.Array, jax.Array]:
+def armijo_stepsize(
+  fun: Callable[[Any], jax.Array],
+  params: Any,
+  direction: Any,
+  *,
+  value: jax.Array,
+  grad: Any,
+  init_stepsize: jax.Array,
+  c1: float = 1e-4,
+  decrease_factor: float = 0.5,
+  maxiter: int = 30,
+) -> tuple[jax.Array, jax.Array]:
   """Largest ``η = init · decrease_factor^k`` with ``fun(x + η d) <= fun(x) + c1 η <g, d>``.
 
   Wraps ``jaxopt.BacktrackingLineSearch(condition="armijo")``. The gradient
@@ -49,13 +58,22 @@ def armijo_stepsize(fun: Callable[[Any], jax.Array], params: Any, direction: Any
     >>> float(eta), bool(failed)
     (0.5, False)
   """
+
   def value_and_grad(x):  # the slope uses `grad` at the start; later gradients are unused
     return fun(x), jax.tree.map(jnp.zeros_like, x)
 
   ls = jaxopt.BacktrackingLineSearch(
-      fun=fun, value_and_grad=value_and_grad, condition="armijo", c1=c1,
-      decrease_factor=decrease_factor, maxiter=maxiter, max_stepsize=jnp.inf,
-      jit=True, unroll=False)
-  step, state = ls.run(jnp.asarray(init_stepsize), params, value=value, grad=grad,
-                       descent_direction=direction)
+    fun=fun,
+    value_and_grad=value_and_grad,
+    condition="armijo",
+    c1=c1,
+    decrease_factor=decrease_factor,
+    maxiter=maxiter,
+    max_stepsize=jnp.inf,
+    jit=True,
+    unroll=False,
+  )
+  step, state = ls.run(
+    jnp.asarray(init_stepsize), params, value=value, grad=grad, descent_direction=direction
+  )
   return step, state.failed

@@ -40,7 +40,7 @@ import functools
 import os
 import pathlib
 import time
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import flax.serialization
 import flax.struct
@@ -57,8 +57,14 @@ from jaxcal._src.recal.base import Recalibrator, recalibrator_class, register, t
 from jaxcal._src.train.loop import _batches
 from jaxcal._src.train.pca import PCA, fit_pca, pca_transform, standardize
 
-__all__ = ["LocalNet", "LocalNetModule", "fit_local_net", "local_net_loss",
-           "save_checkpoint", "load_checkpoint"]
+__all__ = [
+  "LocalNet",
+  "LocalNetModule",
+  "fit_local_net",
+  "local_net_loss",
+  "save_checkpoint",
+  "load_checkpoint",
+]
 
 _ALIGNMENTS = ("paper", "authors")
 
@@ -66,8 +72,16 @@ _ALIGNMENTS = ("paper", "authors")
 class LocalNetModule(nnx.Module):
   """The two-head residual MLP (flax nnx)."""
 
-  def __init__(self, in_dim: int, pca_dim: int, num_classes: int, hidden: int,
-               dropout: float, *, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    in_dim: int,
+    pca_dim: int,
+    num_classes: int,
+    hidden: int,
+    dropout: float,
+    *,
+    rngs: nnx.Rngs,
+  ):
     self.hidden = nnx.Linear(in_dim, hidden, rngs=rngs)
     self.dropout = nnx.Dropout(dropout)
     self.head_features = nnx.Linear(hidden, pca_dim, rngs=rngs)
@@ -79,8 +93,9 @@ class LocalNetModule(nnx.Module):
     self.w_g = nnx.Param(jnp.ones(()))
     self.b_g = nnx.Param(0.01 * jax.random.normal(kg, ()))
 
-  def __call__(self, phi_std: jax.Array, phi_pca: jax.Array, logits: jax.Array,
-               key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+  def __call__(
+    self, phi_std: jax.Array, phi_pca: jax.Array, logits: jax.Array, key: jax.Array | None = None
+  ) -> tuple[jax.Array, jax.Array]:
     """``(phi', g')`` for standardised features, PCA features and logits."""
     h = jax.nn.relu(self.hidden(phi_std))
     if key is not None and self.dropout.rate > 0:
@@ -91,8 +106,9 @@ class LocalNetModule(nnx.Module):
 
 
 def _abstract_module(in_dim, pca_dim, num_classes, hidden, dropout):
-  return nnx.eval_shape(lambda: LocalNetModule(in_dim, pca_dim, num_classes, hidden, dropout,
-                                               rngs=nnx.Rngs(0)))
+  return nnx.eval_shape(
+    lambda: LocalNetModule(in_dim, pca_dim, num_classes, hidden, dropout, rngs=nnx.Rngs(0))
+  )
 
 
 def _module_from_params(params: dict, in_dim, pca_dim, num_classes, hidden, dropout):
@@ -104,6 +120,7 @@ def _module_from_params(params: dict, in_dim, pca_dim, num_classes, hidden, drop
 # --------------------------------------------------------------------------
 # The loss.
 # --------------------------------------------------------------------------
+
 
 def _xlogy_ratio(a, b):
   """``a * log(a / b)`` with ``0 log 0 = 0``."""
@@ -131,8 +148,16 @@ def js_distance_authors(p: jax.Array, q: jax.Array, eps: float = 1e-4) -> jax.Ar
   return jnp.mean(jnp.sqrt(jnp.maximum(jsd, eps)), axis=-1)
 
 
-def local_net_loss(g_ref: jax.Array, phi_ref: jax.Array, labels: jax.Array, weights: jax.Array,
-                   *, bandwidth: float, lam: float, alignment: str) -> jax.Array:
+def local_net_loss(
+  g_ref: jax.Array,
+  phi_ref: jax.Array,
+  labels: jax.Array,
+  weights: jax.Array,
+  *,
+  bandwidth: float,
+  lam: float,
+  alignment: str,
+) -> jax.Array:
   """LoCal Net loss on one (masked) batch, SPEC §5.
 
   Args:
@@ -162,6 +187,7 @@ def local_net_loss(g_ref: jax.Array, phi_ref: jax.Array, labels: jax.Array, weig
 # --------------------------------------------------------------------------
 # The fitted recalibrator.
 # --------------------------------------------------------------------------
+
 
 @recalibrator_class
 @flax.struct.dataclass
@@ -196,17 +222,23 @@ class LocalNet(Recalibrator):
 
   @property
   def pca(self) -> PCA:
-    return PCA(self.pca_mean, self.pca_scale, self.pca_components,
-               jnp.zeros((self.pca_components.shape[1],), self.pca_components.dtype))
+    return PCA(
+      self.pca_mean,
+      self.pca_scale,
+      self.pca_components,
+      jnp.zeros((self.pca_components.shape[1],), self.pca_components.dtype),
+    )
 
   def module(self) -> LocalNetModule:
-    return _module_from_params(self.params, self.feature_dim, self.pca_dim, self.num_classes,
-                               self.hidden, self.dropout)
+    return _module_from_params(
+      self.params, self.feature_dim, self.pca_dim, self.num_classes, self.hidden, self.dropout
+    )
 
   def _forward(self, logits: jax.Array, features: jax.Array) -> tuple[jax.Array, jax.Array]:
     f = features.astype(self.pca_mean.dtype)
-    return self.module()(standardize(self.pca, f), pca_transform(self.pca, f),
-                         logits.astype(self.pca_mean.dtype))
+    return self.module()(
+      standardize(self.pca, f), pca_transform(self.pca, f), logits.astype(self.pca_mean.dtype)
+    )
 
   def apply(self, inputs: jax.Array, features: jax.Array | None = None) -> jax.Array:
     if features is None:
@@ -217,14 +249,17 @@ class LocalNet(Recalibrator):
   def _check(self, inputs: ArrayLike, features: ArrayLike | None):
     x = V.check_logits(inputs, "inputs") if self.from_logits else V.check_probs(inputs, "inputs")
     if x.shape[1] != self.num_classes:
-      raise ValueError(f"inputs have {x.shape[1]} classes but the LoCal Net was fitted with "
-                       f"{self.num_classes}")
+      raise ValueError(
+        f"inputs have {x.shape[1]} classes but the LoCal Net was fitted with {self.num_classes}"
+      )
     if features is None:
       raise ValueError("a LoCal Net needs the backbone features: rc(logits, features=phi)")
     f = V.check_features(features, x.shape[0])
     if f.shape[1] != self.feature_dim:
-      raise ValueError(f"features have dimension {f.shape[1]} but the LoCal Net was fitted on "
-                       f"{self.feature_dim}-dimensional features")
+      raise ValueError(
+        f"features have dimension {f.shape[1]} but the LoCal Net was fitted on "
+        f"{self.feature_dim}-dimensional features"
+      )
     return x, f
 
   def __call__(self, inputs: ArrayLike, features: ArrayLike | None = None) -> jax.Array:
@@ -265,10 +300,12 @@ def _jit_forward(rc: LocalNet, z, f):
 # Checkpoints (flax msgpack serialisation; never pickle).
 # --------------------------------------------------------------------------
 
+
 def save_checkpoint(path: str | os.PathLike, params: dict, meta: dict | None = None) -> None:
   """Writes ``params`` (a nested dict of arrays) and ``meta`` to a msgpack file."""
   blob = flax.serialization.msgpack_serialize(
-      {"params": jax.tree_util.tree_map(np.asarray, params), "meta": dict(meta or {})})
+    {"params": jax.tree_util.tree_map(np.asarray, params), "meta": dict(meta or {})}
+  )
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.with_suffix(path.suffix + ".tmp")
@@ -286,10 +323,13 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
 # Training.
 # --------------------------------------------------------------------------
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "tx", "batch_size", "bandwidth", "lam",
-                                             "alignment"))
-def _train_epoch(graphdef, tx, params, opt_state, data, key, *, batch_size, bandwidth, lam,
-                 alignment):
+
+@functools.partial(
+  jax.jit, static_argnames=("graphdef", "tx", "batch_size", "bandwidth", "lam", "alignment")
+)
+def _train_epoch(
+  graphdef, tx, params, opt_state, data, key, *, batch_size, bandwidth, lam, alignment
+):
   phi_std, phi_pca, logits, y = data
   n = y.shape[0]
   k_perm, k_drop = jax.random.split(key)
@@ -298,8 +338,9 @@ def _train_epoch(graphdef, tx, params, opt_state, data, key, *, batch_size, band
   def loss_fn(p, ib, wb, kb):
     model = nnx.merge(graphdef, p)
     phi_ref, g_ref = model(phi_std[ib], phi_pca[ib], logits[ib], key=kb)
-    return local_net_loss(g_ref, phi_ref, y[ib], wb, bandwidth=bandwidth, lam=lam,
-                          alignment=alignment)
+    return local_net_loss(
+      g_ref, phi_ref, y[ib], wb, bandwidth=bandwidth, lam=lam, alignment=alignment
+    )
 
   def step(carry, inp):
     p, s = carry
@@ -308,13 +349,15 @@ def _train_epoch(graphdef, tx, params, opt_state, data, key, *, batch_size, band
     upd, s = tx.update(g, s, p)
     return (optax.apply_updates(p, upd), s), loss * jnp.sum(wb)
 
-  (params, opt_state), losses = jax.lax.scan(step, (params, opt_state),
-                                             (idx, w, jnp.arange(idx.shape[0])))
+  (params, opt_state), losses = jax.lax.scan(
+    step, (params, opt_state), (idx, w, jnp.arange(idx.shape[0]))
+  )
   return params, opt_state, jnp.sum(losses) / n
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "batch_size", "bandwidth", "lam",
-                                             "alignment"))
+@functools.partial(
+  jax.jit, static_argnames=("graphdef", "batch_size", "bandwidth", "lam", "alignment")
+)
 def _eval_loss(graphdef, params, data, *, batch_size, bandwidth, lam, alignment):
   """Loss on a fixed split, in fixed consecutive batches (deterministic, no dropout)."""
   phi_std, phi_pca, logits, y = data
@@ -327,8 +370,9 @@ def _eval_loss(graphdef, params, data, *, batch_size, bandwidth, lam, alignment)
 
   def one(ib, wb):
     phi_ref, g_ref = model(phi_std[ib], phi_pca[ib], logits[ib])
-    return local_net_loss(g_ref, phi_ref, y[ib], wb, bandwidth=bandwidth, lam=lam,
-                          alignment=alignment) * jnp.sum(wb)
+    return local_net_loss(
+      g_ref, phi_ref, y[ib], wb, bandwidth=bandwidth, lam=lam, alignment=alignment
+    ) * jnp.sum(wb)
 
   return jnp.sum(jax.lax.map(lambda a: one(*a), (idx, w))) / n
 
@@ -343,15 +387,20 @@ def _setup_jit(f, z, y, tr, va, key, *, pca_dim, hidden, dropout):
   phi_std = standardize(pca, f)
   phi_pca = jnp.matmul(phi_std, pca.components, precision=jax.lax.Precision.HIGHEST)
   take = lambda idx: (phi_std[idx], phi_pca[idx], z[idx], y[idx])
-  module = LocalNetModule(f.shape[1], pca.components.shape[1], z.shape[1], hidden, dropout,
-                          rngs=nnx.Rngs(params=jax.random.fold_in(key, 0)))
+  module = LocalNetModule(
+    f.shape[1],
+    pca.components.shape[1],
+    z.shape[1],
+    hidden,
+    dropout,
+    rngs=nnx.Rngs(params=jax.random.fold_in(key, 0)),
+  )
   return pca, take(tr), take(va), nnx.state(module, nnx.Param)
 
 
 def _setup(f, z, y, tr, va, key, *, pca_dim, hidden, dropout):
   k = int(min(pca_dim, f.shape[0], f.shape[1]))
-  graphdef, _ = nnx.split(_abstract_module(f.shape[1], k, z.shape[1], hidden, dropout),
-                          nnx.Param)
+  graphdef, _ = nnx.split(_abstract_module(f.shape[1], k, z.shape[1], hidden, dropout), nnx.Param)
   return _setup_jit(f, z, y, tr, va, key, pca_dim=pca_dim, hidden=hidden, dropout=dropout), graphdef
 
 
@@ -362,13 +411,28 @@ def _split(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarr
 
 
 @register("local_net")
-def fit_local_net(inputs: ArrayLike, labels: ArrayLike, *, features: ArrayLike,
-                  from_logits: bool = True, pca_dim: int = 50, hidden: int = 64,
-                  dropout: float = 0.3, bandwidth: float = 10.0, lam: float = 1.0,
-                  alignment: str = "paper", learning_rate: float = 1e-3,
-                  batch_size: int = 1024, epochs: int = 30, patience: int | None = 10,
-                  val_fraction: float = 0.1, validation_data: tuple | None = None,
-                  seed: int = 0, verbose: bool = True, checkpoint_dir: str | os.PathLike | None = None) -> LocalNet:
+def fit_local_net(
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  features: ArrayLike,
+  from_logits: bool = True,
+  pca_dim: int = 50,
+  hidden: int = 64,
+  dropout: float = 0.3,
+  bandwidth: float = 10.0,
+  lam: float = 1.0,
+  alignment: str = "paper",
+  learning_rate: float = 1e-3,
+  batch_size: int = 1024,
+  epochs: int = 30,
+  patience: int | None = 10,
+  val_fraction: float = 0.1,
+  validation_data: tuple | None = None,
+  seed: int = 0,
+  verbose: bool = True,
+  checkpoint_dir: str | os.PathLike | None = None,
+) -> LocalNet:
   """Fits a LoCal Net on a calibration split (SPEC §5).
 
   Args:
@@ -437,8 +501,12 @@ def fit_local_net(inputs: ArrayLike, labels: ArrayLike, *, features: ArrayLike,
     raise ValueError(f"alignment must be one of {_ALIGNMENTS}, got {alignment!r}")
   if not 0 <= val_fraction < 1:
     raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
-  for name, v in (("pca_dim", pca_dim), ("hidden", hidden), ("batch_size", batch_size),
-                  ("epochs", epochs)):
+  for name, v in (
+    ("pca_dim", pca_dim),
+    ("hidden", hidden),
+    ("batch_size", batch_size),
+    ("epochs", epochs),
+  ):
     if not isinstance(v, (int, np.integer)) or v < 1:
       raise ValueError(f"{name} must be a positive int, got {v!r}")
   if not 0 <= dropout < 1:
@@ -446,8 +514,11 @@ def fit_local_net(inputs: ArrayLike, labels: ArrayLike, *, features: ArrayLike,
   if validation_data is not None:
     if len(validation_data) != 3:
       raise ValueError("validation_data must be (inputs, labels, features)")
-    xv = (V.check_logits(validation_data[0], "validation inputs") if from_logits else
-          V.check_probs(validation_data[0], "validation inputs"))
+    xv = (
+      V.check_logits(validation_data[0], "validation inputs")
+      if from_logits
+      else V.check_probs(validation_data[0], "validation inputs")
+    )
     if xv.shape[1] != num_classes:
       raise ValueError(f"validation inputs have {xv.shape[1]} classes, inputs {num_classes}")
     yv = V.check_labels(validation_data[1], xv.shape[0], num_classes, "validation labels")
@@ -466,52 +537,77 @@ def fit_local_net(inputs: ArrayLike, labels: ArrayLike, *, features: ArrayLike,
     raise ValueError(f"too few samples ({n}) for a LoCal Net with val_fraction={val_fraction}")
 
   (pca, data_tr, data_va, params), graphdef = _setup(
-      f_all, to_logits(x, from_logits), y, jnp.asarray(tr), jnp.asarray(va), jax.random.key(seed),
-      pca_dim=int(pca_dim), hidden=int(hidden), dropout=float(dropout))
+    f_all,
+    to_logits(x, from_logits),
+    y,
+    jnp.asarray(tr),
+    jnp.asarray(va),
+    jax.random.key(seed),
+    pca_dim=int(pca_dim),
+    hidden=int(hidden),
+    dropout=float(dropout),
+  )
   k = int(pca.components.shape[1])
   if not va.size:
     data_va = None
   k_train = jax.random.fold_in(jax.random.key(seed), 1)
   tx = optax.adam(learning_rate)
   opt_state = jax.jit(tx.init)(params)
-  static = dict(batch_size=int(batch_size), bandwidth=float(bandwidth), lam=float(lam),
-                alignment=alignment)
+  static = dict(
+    batch_size=int(batch_size), bandwidth=float(bandwidth), lam=float(lam), alignment=alignment
+  )
   best_params, best_val, best_epoch, stale = params, np.inf, 0, 0
   history = []
   t0 = time.perf_counter()
   for epoch in range(1, epochs + 1):
-    params, opt_state, tr_loss = _train_epoch(graphdef, tx, params, opt_state, data_tr,
-                                              jax.random.fold_in(k_train, epoch), **static)
+    params, opt_state, tr_loss = _train_epoch(
+      graphdef, tx, params, opt_state, data_tr, jax.random.fold_in(k_train, epoch), **static
+    )
     tr_loss = float(tr_loss)
     if data_va is not None:
       va_loss = float(_eval_loss(graphdef, params, data_va, **static))
     else:
       va_loss = tr_loss
     if not np.isfinite(tr_loss):
-      raise FloatingPointError(f"LoCal Net loss is not finite at epoch {epoch} "
-                               f"(try a larger bandwidth)")
+      raise FloatingPointError(
+        f"LoCal Net loss is not finite at epoch {epoch} (try a larger bandwidth)"
+      )
     history.append((epoch, tr_loss, va_loss))
     improved = va_loss < best_val or data_va is None
     if improved:
       best_params, best_val, best_epoch, stale = params, va_loss, epoch, 0
       if checkpoint_dir is not None:
-        save_checkpoint(pathlib.Path(checkpoint_dir) / "local_net_best.msgpack",
-                        nnx.to_pure_dict(best_params),
-                        {"epoch": epoch, "val_loss": va_loss, "seed": seed})
+        save_checkpoint(
+          pathlib.Path(checkpoint_dir) / "local_net_best.msgpack",
+          nnx.to_pure_dict(best_params),
+          {"epoch": epoch, "val_loss": va_loss, "seed": seed},
+        )
     else:
       stale += 1
     if verbose:
       bar = "#" * int(20 * epoch / epochs)
-      print(f"local_net [{bar:<20}] epoch {epoch:3d}/{epochs}  train {tr_loss:.4f}  "
-            f"val {va_loss:.4f}{' *' if improved else ''}  {time.perf_counter() - t0:.1f}s",
-            flush=True)
+      print(
+        f"local_net [{bar:<20}] epoch {epoch:3d}/{epochs}  train {tr_loss:.4f}  "
+        f"val {va_loss:.4f}{' *' if improved else ''}  {time.perf_counter() - t0:.1f}s",
+        flush=True,
+      )
     if patience is not None and data_va is not None and stale >= patience:
       if verbose:
         print(f"local_net: early stop at epoch {epoch}; best epoch {best_epoch}", flush=True)
       break
 
-  return LocalNet(params=nnx.to_pure_dict(best_params), pca_mean=pca.mean, pca_scale=pca.scale,
-                  pca_components=pca.components, feature_dim=int(f.shape[1]), pca_dim=k,
-                  num_classes=int(num_classes), hidden=int(hidden), dropout=float(dropout),
-                  bandwidth=float(bandwidth), best_epoch=int(best_epoch),
-                  history=jnp.asarray(np.asarray(history, np.float32)), from_logits=from_logits)
+  return LocalNet(
+    params=nnx.to_pure_dict(best_params),
+    pca_mean=pca.mean,
+    pca_scale=pca.scale,
+    pca_components=pca.components,
+    feature_dim=int(f.shape[1]),
+    pca_dim=k,
+    num_classes=int(num_classes),
+    hidden=int(hidden),
+    dropout=float(dropout),
+    bandwidth=float(bandwidth),
+    best_epoch=int(best_epoch),
+    history=jnp.asarray(np.asarray(history, np.float32)),
+    from_logits=from_logits,
+  )

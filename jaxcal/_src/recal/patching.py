@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import flax.struct
 import jax
@@ -31,8 +31,8 @@ from jaxcal._src import validation as V
 from jaxcal._src.recal.base import Recalibrator, recalibrator_class, register, to_probs
 from jaxcal._src.recal.linesearch import armijo_stepsize
 from jaxcal._src.scores import brier_per_sample
-from jaxcal._src.utility import families as F
 from jaxcal._src.sorting import sort_descending
+from jaxcal._src.utility import families as F
 from jaxcal._src.utility.sweep import default_chunk_size, sweep_results
 from jaxcal._src.utility.uc import uc_from_scores
 
@@ -71,10 +71,10 @@ def project_simplex(x: jax.Array) -> jax.Array:
 # One patch: witness, update, replay
 # --------------------------------------------------------------------------
 
+
 def _witness(p: jax.Array, is_rank: jax.Array, vec: jax.Array) -> tuple[jax.Array, jax.Array]:
   """``(ū(p_i), v(p_i))`` of a linear (``ū = vec``) or rank (``ū_j = vec[rank_j]``) utility."""
-  ubar = jax.lax.cond(is_rank, lambda: vec[F.ranks(p)],
-                      lambda: jnp.broadcast_to(vec, p.shape))
+  ubar = jax.lax.cond(is_rank, lambda: vec[F.ranks(p)], lambda: jnp.broadcast_to(vec, p.shape))
   return ubar, jnp.sum(p * ubar, axis=1)
 
 
@@ -152,6 +152,7 @@ class Patching(Recalibrator):
 # Fitting
 # --------------------------------------------------------------------------
 
+
 def _brier(p: jax.Array, y: jax.Array) -> jax.Array:
   return jnp.mean(brier_per_sample(p, y))
 
@@ -166,8 +167,9 @@ def _step(p, y, key, step_scale, *, num_samples, chunk, quadratic):
     k1, k2 = jax.random.split(key)
     lin = jnp.concatenate([lin, F.sample_linear(k1, num_samples - num_samples // 2, c).params])
     rnk = jnp.concatenate([rnk, F.sample_rank(k2, num_samples // 2, c).params])
-  vals = jnp.concatenate([sweep_results("linear", p, y, lin, chunk).value,
-                          sweep_results("rank", p, y, rnk, chunk).value])
+  vals = jnp.concatenate(
+    [sweep_results("linear", p, y, lin, chunk).value, sweep_results("rank", p, y, rnk, chunk).value]
+  )
   best = jnp.argmax(vals)
   is_rank = best >= lin.shape[0]
   vec = jnp.concatenate([lin, rnk])[best]
@@ -186,18 +188,26 @@ def _step(p, y, key, step_scale, *, num_samples, chunk, quadratic):
   sq = jnp.mean(jnp.sum(w * w, axis=1))
   init = step_scale * err / jnp.where(quadratic, jnp.maximum(sq, 1e-12), c)
   eta, _ = armijo_stepsize(fun, p, -w, value=b0, grad=grad, init_stepsize=init)
-  patch = {"is_rank": is_rank, "vec": vec, "lo": lo, "hi": hi, "xi": xi,
-           "eta": eta.astype(p.dtype)}
+  patch = {"is_rank": is_rank, "vec": vec, "lo": lo, "hi": hi, "xi": xi, "eta": eta.astype(p.dtype)}
   p_new = apply_patch(p, patch)
   return err, patch, p_new, b0, _brier(p_new, y)
 
 
 @register("patching")
-def fit_patching(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True,
-                 max_steps: int = 100, tol: float = 1e-3, num_samples: int = 264,
-                 stepsize: str | float = "err_over_c", seed: int = 0,
-                 chunk_size: int | None = None, verbose: bool = False,
-                 print_every: int = 10) -> Patching:
+def fit_patching(
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  from_logits: bool = True,
+  max_steps: int = 100,
+  tol: float = 1e-3,
+  num_samples: int = 264,
+  stepsize: str | float = "err_over_c",
+  seed: int = 0,
+  chunk_size: int | None = None,
+  verbose: bool = False,
+  print_every: int = 10,
+) -> Patching:
   """Fits the patching recalibrator of Algorithm 1 on a calibration split.
 
   ``P <- Π_Δ(P - η_t w_t(P))`` with ``w_t = ξ ū(P) 1[v_u(P) in I]`` the worst
@@ -242,13 +252,35 @@ def fit_patching(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = Tr
   Reference: utility_aware_multiclass_calibration, App. A (Algorithm 1,
   Prop. A.1) and App. C.1; SPEC §6.
   """
-  return _fit(inputs, labels, from_logits=from_logits, max_steps=max_steps, tol=tol,
-              num_samples=num_samples, stepsize=stepsize, seed=seed, chunk_size=chunk_size,
-              verbose=verbose, print_every=print_every)[0]
+  return _fit(
+    inputs,
+    labels,
+    from_logits=from_logits,
+    max_steps=max_steps,
+    tol=tol,
+    num_samples=num_samples,
+    stepsize=stepsize,
+    seed=seed,
+    chunk_size=chunk_size,
+    verbose=verbose,
+    print_every=print_every,
+  )[0]
 
 
-def _fit(inputs, labels, *, from_logits, max_steps, tol, num_samples, stepsize, seed,
-         chunk_size, verbose, print_every) -> tuple[Patching, jax.Array]:
+def _fit(
+  inputs,
+  labels,
+  *,
+  from_logits,
+  max_steps,
+  tol,
+  num_samples,
+  stepsize,
+  seed,
+  chunk_size,
+  verbose,
+  print_every,
+) -> tuple[Patching, jax.Array]:
   """:func:`fit_patching`, also returning the final calibration predictions."""
   if from_logits:
     p = jax.nn.softmax(V.check_logits(inputs, "inputs"), axis=-1)
@@ -257,22 +289,31 @@ def _fit(inputs, labels, *, from_logits, max_steps, tol, num_samples, stepsize, 
   n, c = p.shape
   p = p.astype(jnp.promote_types(p.dtype, jnp.float32))
   y = V.check_labels(labels, n, c)
-  for name, val, lo in (("max_steps", max_steps, 0), ("num_samples", num_samples, 0),
-                        ("print_every", print_every, 1)):
+  for name, val, lo in (
+    ("max_steps", max_steps, 0),
+    ("num_samples", num_samples, 0),
+    ("print_every", print_every, 1),
+  ):
     if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < lo:
       raise ValueError(f"{name} must be an int >= {lo}, got {val!r}")
   if not np.isfinite(tol) or tol < 0:
     raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
   if isinstance(stepsize, str):
     if stepsize not in ("err_over_c", "quadratic"):
-      raise ValueError(f"stepsize must be 'err_over_c', 'quadratic' or a positive float, got {stepsize!r}")
+      raise ValueError(
+        f"stepsize must be 'err_over_c', 'quadratic' or a positive float, got {stepsize!r}"
+      )
     quadratic, scale = stepsize == "quadratic", 1.0
   else:
     if not np.isfinite(stepsize) or stepsize <= 0:
-      raise ValueError(f"stepsize must be 'err_over_c', 'quadratic' or a positive float, got {stepsize!r}")
+      raise ValueError(
+        f"stepsize must be 'err_over_c', 'quadratic' or a positive float, got {stepsize!r}"
+      )
     quadratic, scale = False, float(stepsize)
   chunk = chunk_size or default_chunk_size("linear", n, c)
-  step = functools.partial(_step, num_samples=int(num_samples), chunk=int(chunk), quadratic=quadratic)
+  step = functools.partial(
+    _step, num_samples=int(num_samples), chunk=int(chunk), quadratic=quadratic
+  )
 
   key = jax.random.PRNGKey(seed)
   patches, errors, briers = [], [], []
@@ -295,11 +336,17 @@ def _fit(inputs, labels, *, from_logits, max_steps, tol, num_samples, stepsize, 
     patches.append(patch)
     p = p_new
     if verbose and (t + 1) % print_every == 0:
-      print(f"patching {t + 1:4d}/{max_steps}: err {err:.5f}  Brier {b1:.5f}  "
-            f"eta {float(patch['eta']):.3g}  ({time.perf_counter() - t0:.1f}s)", flush=True)
+      print(
+        f"patching {t + 1:4d}/{max_steps}: err {err:.5f}  Brier {b1:.5f}  "
+        f"eta {float(patch['eta']):.3g}  ({time.perf_counter() - t0:.1f}s)",
+        flush=True,
+      )
   if verbose:
-    print(f"patching done: {len(patches)} patches ({reason}), err {errors[-1]:.5f}, "
-          f"Brier {briers[0]:.5f} -> {briers[-1]:.5f} ({time.perf_counter() - t0:.1f}s)", flush=True)
+    print(
+      f"patching done: {len(patches)} patches ({reason}), err {errors[-1]:.5f}, "
+      f"Brier {briers[0]:.5f} -> {briers[-1]:.5f} ({time.perf_counter() - t0:.1f}s)",
+      flush=True,
+    )
 
   return _stack(patches, errors, briers, c, p.dtype, from_logits), p
 
@@ -308,7 +355,14 @@ def _stack(patches, errors, briers, c, dtype, from_logits) -> Patching:
   if patches:
     stacked = {f: jnp.stack([pt[f] for pt in patches]) for f in _PATCH_FIELDS}
   else:
-    stacked = {"is_rank": jnp.zeros((0,), bool), "vec": jnp.zeros((0, c), dtype),
-               **{f: jnp.zeros((0,), dtype) for f in ("lo", "hi", "xi", "eta")}}
-  return Patching(**stacked, errors=jnp.asarray(errors, dtype), briers=jnp.asarray(briers, dtype),
-                  from_logits=from_logits)
+    stacked = {
+      "is_rank": jnp.zeros((0,), bool),
+      "vec": jnp.zeros((0, c), dtype),
+      **{f: jnp.zeros((0,), dtype) for f in ("lo", "hi", "xi", "eta")},
+    }
+  return Patching(
+    **stacked,
+    errors=jnp.asarray(errors, dtype),
+    briers=jnp.asarray(briers, dtype),
+    from_logits=from_logits,
+  )

@@ -19,7 +19,8 @@ jitted.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import flax.struct
 import jax
@@ -28,27 +29,34 @@ import optax
 from jax import lax
 from jax.typing import ArrayLike
 
-from jaxcal._src.recal.base import Recalibrator, prepare_fit, recalibrator_class, register, to_logits
+from jaxcal._src.recal.base import (
+  Recalibrator,
+  prepare_fit,
+  recalibrator_class,
+  register,
+  to_logits,
+)
 
 _HI = jax.lax.Precision.HIGHEST  # exact float32 products on GPU/TPU too (no TF32)
 
 __all__ = [
-    "lbfgs_minimize",
-    "TemperatureScaling",
-    "LinearScaling",
-    "VectorScaling",
-    "DirichletCalibration",
-    "PlattScaling",
-    "fit_temperature",
-    "fit_vector",
-    "fit_matrix",
-    "fit_dirichlet",
-    "fit_platt",
+  "lbfgs_minimize",
+  "TemperatureScaling",
+  "LinearScaling",
+  "VectorScaling",
+  "DirichletCalibration",
+  "PlattScaling",
+  "fit_temperature",
+  "fit_vector",
+  "fit_matrix",
+  "fit_dirichlet",
+  "fit_platt",
 ]
 
 
-def lbfgs_minimize(fun: Callable[[Any], jax.Array], init: Any, *, max_iter: int = 500,
-                   tol: float = 1e-6) -> tuple[Any, jax.Array, jax.Array]:
+def lbfgs_minimize(
+  fun: Callable[[Any], jax.Array], init: Any, *, max_iter: int = 500, tol: float = 1e-6
+) -> tuple[Any, jax.Array, jax.Array]:
   """Minimises a smooth function with ``optax.lbfgs`` in a ``lax.while_loop``.
 
   Stops when the gradient norm falls below ``tol`` or after ``max_iter``
@@ -108,6 +116,7 @@ class TemperatureScaling(Recalibrator):
     temperature: scalar ``T``.
     num_classes: ``C`` seen at fit time (static).
   """
+
   method = "temperature"
   temperature: jax.Array = None
   num_classes: int = flax.struct.field(pytree_node=False, default=0)
@@ -121,13 +130,20 @@ class TemperatureScaling(Recalibrator):
 def _fit_temperature(z, onehot, max_iter, tol):
   def loss(theta):
     return _nll(z * jnp.exp(-theta), onehot)
+
   theta, _, _ = lbfgs_minimize(loss, jnp.zeros((), z.dtype), max_iter=max_iter, tol=tol)
   return jnp.exp(theta)
 
 
 @register("temperature")
-def fit_temperature(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True,
-                    max_iter: int = 200, tol: float = 1e-6) -> TemperatureScaling:
+def fit_temperature(
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  from_logits: bool = True,
+  max_iter: int = 200,
+  tol: float = 1e-6,
+) -> TemperatureScaling:
   """Temperature scaling: ``T = argmin_T NLL(softmax(z / T))`` over ``log T``.
 
   .. math::
@@ -179,6 +195,7 @@ class LinearScaling(Recalibrator):
     on_log_probs: apply to ``log softmax(logits)`` instead of the logits (static).
     num_classes: ``C`` (static).
   """
+
   method = "matrix"
   weight: jax.Array = None
   bias: jax.Array = None
@@ -197,6 +214,7 @@ class LinearScaling(Recalibrator):
 @flax.struct.dataclass
 class VectorScaling(LinearScaling):
   """Vector scaling ``softmax(a * z + b)`` (``weight = diag(a)``)."""
+
   method = "vector"
 
 
@@ -204,6 +222,7 @@ class VectorScaling(LinearScaling):
 @flax.struct.dataclass
 class DirichletCalibration(LinearScaling):
   """Dirichlet calibration ``softmax(W log p + b)`` (``on_log_probs=True``)."""
+
   method = "dirichlet"
 
 
@@ -223,32 +242,56 @@ def _fit_linear(z, onehot, lam, mu, diagonal, max_iter, tol):
     val = _nll(jnp.matmul(z, w.T, precision=_HI) + b, onehot)
     if not diagonal:
       val = val + lam_n * jnp.sum((w * off) ** 2)
-    return val + mu_n * jnp.sum(b ** 2)
+    return val + mu_n * jnp.sum(b**2)
 
-  init = (jnp.ones((c,), z.dtype) if diagonal else jnp.eye(c, dtype=z.dtype), jnp.zeros((c,), z.dtype))
+  init = (
+    jnp.ones((c,), z.dtype) if diagonal else jnp.eye(c, dtype=z.dtype),
+    jnp.zeros((c,), z.dtype),
+  )
   params, _, _ = lbfgs_minimize(loss, init, max_iter=max_iter, tol=tol)
   return unpack(params)
 
 
-def _fit_linear_public(cls, method, inputs, labels, from_logits, on_log_probs, lam, mu,
-                       diagonal, max_iter, tol):
-  x, y = prepare_fit(inputs, labels, from_logits=from_logits, method=method,
-                     require_all_classes=True)
+def _fit_linear_public(
+  cls, method, inputs, labels, from_logits, on_log_probs, lam, mu, diagonal, max_iter, tol
+):
+  x, y = prepare_fit(
+    inputs, labels, from_logits=from_logits, method=method, require_all_classes=True
+  )
   if lam < 0 or mu < 0:
     raise ValueError(f"regularisation strengths must be >= 0, got reg_lambda={lam}, reg_mu={mu}")
   z = to_logits(x, from_logits)
   if on_log_probs:
     z = jax.nn.log_softmax(z, axis=-1)
   onehot = jax.nn.one_hot(y, z.shape[1], dtype=z.dtype)
-  w, b = _fit_linear(z, onehot, jnp.asarray(lam, z.dtype), jnp.asarray(mu, z.dtype),
-                     diagonal, int(max_iter), jnp.asarray(tol, z.dtype))
-  return cls(weight=w, bias=b, on_log_probs=on_log_probs, num_classes=int(z.shape[1]),
-             from_logits=from_logits)
+  w, b = _fit_linear(
+    z,
+    onehot,
+    jnp.asarray(lam, z.dtype),
+    jnp.asarray(mu, z.dtype),
+    diagonal,
+    int(max_iter),
+    jnp.asarray(tol, z.dtype),
+  )
+  return cls(
+    weight=w,
+    bias=b,
+    on_log_probs=on_log_probs,
+    num_classes=int(z.shape[1]),
+    from_logits=from_logits,
+  )
 
 
 @register("vector")
-def fit_vector(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True,
-               reg_mu: float = 0.0, max_iter: int = 500, tol: float = 1e-6) -> VectorScaling:
+def fit_vector(
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  from_logits: bool = True,
+  reg_mu: float = 0.0,
+  max_iter: int = 500,
+  tol: float = 1e-6,
+) -> VectorScaling:
   """Vector scaling: per-class scale and bias on the logits.
 
   .. math:: q = \\mathrm{softmax}(a \\odot z + b), \\quad
@@ -274,14 +317,32 @@ def fit_vector(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True
 
   Reference: Guo et al. (2017), §4.2.
   """
-  return _fit_linear_public(VectorScaling, "vector", inputs, labels, from_logits, False, 0.0,
-                            float(reg_mu), True, max_iter, tol)
+  return _fit_linear_public(
+    VectorScaling,
+    "vector",
+    inputs,
+    labels,
+    from_logits,
+    False,
+    0.0,
+    float(reg_mu),
+    True,
+    max_iter,
+    tol,
+  )
 
 
 @register("matrix")
-def fit_matrix(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True,
-               reg_lambda: float = 0.0, reg_mu: float = 0.0, max_iter: int = 500,
-               tol: float = 1e-6) -> LinearScaling:
+def fit_matrix(
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  from_logits: bool = True,
+  reg_lambda: float = 0.0,
+  reg_mu: float = 0.0,
+  max_iter: int = 500,
+  tol: float = 1e-6,
+) -> LinearScaling:
   """Matrix scaling on the logits, optionally with ODIR penalties.
 
   .. math:: q = \\mathrm{softmax}(W z + b), \\quad
@@ -308,14 +369,32 @@ def fit_matrix(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True
 
   Reference: Guo et al. (2017), §4.2; Kull et al. (2019), §3 (ODIR).
   """
-  return _fit_linear_public(LinearScaling, "matrix", inputs, labels, from_logits, False,
-                            float(reg_lambda), float(reg_mu), False, max_iter, tol)
+  return _fit_linear_public(
+    LinearScaling,
+    "matrix",
+    inputs,
+    labels,
+    from_logits,
+    False,
+    float(reg_lambda),
+    float(reg_mu),
+    False,
+    max_iter,
+    tol,
+  )
 
 
 @register("dirichlet")
-def fit_dirichlet(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True,
-                  reg_lambda: float = 1e-2, reg_mu: float = 1e-2, max_iter: int = 500,
-                  tol: float = 1e-6) -> DirichletCalibration:
+def fit_dirichlet(
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  from_logits: bool = True,
+  reg_lambda: float = 1e-2,
+  reg_mu: float = 1e-2,
+  max_iter: int = 500,
+  tol: float = 1e-6,
+) -> DirichletCalibration:
   """Dirichlet calibration with ODIR: matrix scaling on the log-probabilities.
 
   .. math:: q = \\mathrm{softmax}(W \\log p + b), \\quad
@@ -346,8 +425,19 @@ def fit_dirichlet(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = T
 
   Reference: Kull et al. (2019), "Beyond temperature scaling", §3, Eq. (5) (ODIR).
   """
-  return _fit_linear_public(DirichletCalibration, "dirichlet", inputs, labels, from_logits, True,
-                            float(reg_lambda), float(reg_mu), False, max_iter, tol)
+  return _fit_linear_public(
+    DirichletCalibration,
+    "dirichlet",
+    inputs,
+    labels,
+    from_logits,
+    True,
+    float(reg_lambda),
+    float(reg_mu),
+    False,
+    max_iter,
+    tol,
+  )
 
 
 # ---------------------------------------------------------------------------
@@ -373,6 +463,7 @@ class PlattScaling(Recalibrator):
     normalize: divide each row by its sum (static, default True).
     num_classes: ``C`` (static).
   """
+
   method = "platt"
   scale: jax.Array = None
   bias: jax.Array = None
@@ -400,8 +491,15 @@ def _fit_platt(s, onehot, max_iter, tol):
 
 
 @register("platt")
-def fit_platt(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True,
-              normalize: bool = True, max_iter: int = 500, tol: float = 1e-6) -> PlattScaling:
+def fit_platt(
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  from_logits: bool = True,
+  normalize: bool = True,
+  max_iter: int = 500,
+  tol: float = 1e-6,
+) -> PlattScaling:
   """One-vs-rest Platt scaling on the per-class log-odds, then normalised.
 
   .. math:: q_c = \\sigma(a_c s_c + b_c), \\quad s_c = \\log\\frac{p_c}{1 - p_c}, \\quad
@@ -432,10 +530,12 @@ def fit_platt(inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True,
 
   Reference: Platt (1999); Zadrozny & Elkan (2002) (one-vs-rest + normalisation).
   """
-  x, y = prepare_fit(inputs, labels, from_logits=from_logits, method="platt",
-                     require_all_classes=True)
+  x, y = prepare_fit(
+    inputs, labels, from_logits=from_logits, method="platt", require_all_classes=True
+  )
   s = _log_odds(x, from_logits)
   onehot = jax.nn.one_hot(y, s.shape[1], dtype=s.dtype)
   a, b = _fit_platt(s, onehot, int(max_iter), jnp.asarray(tol, s.dtype))
-  return PlattScaling(scale=a, bias=b, normalize=bool(normalize), num_classes=int(s.shape[1]),
-                      from_logits=from_logits)
+  return PlattScaling(
+    scale=a, bias=b, normalize=bool(normalize), num_classes=int(s.shape[1]), from_logits=from_logits
+  )

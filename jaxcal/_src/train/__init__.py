@@ -7,8 +7,19 @@ from jaxcal._src.train.pca import PCA, fit_pca, pca_transform, standardize
 from jaxcal._src.train.splits import calibration_fit_val, local_calibration_splits, trace_splits
 
 __all__ = [
-    "ARCHITECTURES", "CNN", "MLP", "make_model",
-    "TrainResult", "train_classifier", "predict", "to_float_images",
-    "PCA", "fit_pca", "pca_transform", "standardize",
-    "local_calibration_splits", "trace_splits", "calibration_fit_val",
+  "ARCHITECTURES",
+  "CNN",
+  "MLP",
+  "make_model",
+  "TrainResult",
+  "train_classifier",
+  "predict",
+  "to_float_images",
+  "PCA",
+  "fit_pca",
+  "pca_transform",
+  "standardize",
+  "local_calibration_splits",
+  "trace_splits",
+  "calibration_fit_val",
 ]

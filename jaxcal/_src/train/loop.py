@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,8 +31,8 @@ def to_float_images(x: jax.Array) -> jax.Array:
 
 class TrainResult(NamedTuple):
   model: nnx.Module
-  train_loss: np.ndarray   # (epochs,) mean training cross-entropy per epoch
-  seconds: float           # wall time of the epochs (compilation included)
+  train_loss: np.ndarray  # (epochs,) mean training cross-entropy per epoch
+  seconds: float  # wall time of the epochs (compilation included)
 
 
 def _batches(key: jax.Array, n: int, batch_size: int) -> tuple[jax.Array, jax.Array]:
@@ -62,16 +63,24 @@ def _epoch(graphdef, tx, params, opt_state, x, y, key, *, batch_size):
     upd, s = tx.update(g, s, p)
     return (optax.apply_updates(p, upd), s), loss * jnp.sum(wb)
 
-  (params, opt_state), losses = jax.lax.scan(step, (params, opt_state),
-                                             (idx, w, jnp.arange(idx.shape[0])))
+  (params, opt_state), losses = jax.lax.scan(
+    step, (params, opt_state), (idx, w, jnp.arange(idx.shape[0]))
+  )
   return params, opt_state, jnp.sum(losses) / n
 
 
-def train_classifier(model: nnx.Module, images: np.ndarray, labels: np.ndarray, *,
-                     epochs: int, batch_size: int = 128, learning_rate: float = 1e-3,
-                     seed: int = 0,
-                     on_epoch: Callable[[int, nnx.Module, float], None] | None = None,
-                     verbose: bool = True) -> TrainResult:
+def train_classifier(
+  model: nnx.Module,
+  images: np.ndarray,
+  labels: np.ndarray,
+  *,
+  epochs: int,
+  batch_size: int = 128,
+  learning_rate: float = 1e-3,
+  seed: int = 0,
+  on_epoch: Callable[[int, nnx.Module, float], None] | None = None,
+  verbose: bool = True,
+) -> TrainResult:
   """Trains ``model`` with Adam on softmax cross-entropy.
 
   Args:
@@ -90,7 +99,9 @@ def train_classifier(model: nnx.Module, images: np.ndarray, labels: np.ndarray, 
     :class:`TrainResult` (the trained model, per-epoch losses, seconds).
   """
   graphdef, params = nnx.split(model, nnx.Param)
-  if nnx.state(model).flat_state() and len(nnx.state(model).flat_state()) != len(params.flat_state()):
+  if nnx.state(model).flat_state() and len(nnx.state(model).flat_state()) != len(
+    params.flat_state()
+  ):
     raise ValueError("train_classifier supports models whose only state is nnx.Param")
   tx = optax.adam(learning_rate)
   opt_state = tx.init(params)
@@ -100,14 +111,17 @@ def train_classifier(model: nnx.Module, images: np.ndarray, labels: np.ndarray, 
   losses = []
   t0 = time.perf_counter()
   for e in range(1, epochs + 1):
-    params, opt_state, loss = _epoch(graphdef, tx, params, opt_state, x, y,
-                                     jax.random.fold_in(key, e), batch_size=batch_size)
+    params, opt_state, loss = _epoch(
+      graphdef, tx, params, opt_state, x, y, jax.random.fold_in(key, e), batch_size=batch_size
+    )
     loss = float(loss)
     losses.append(loss)
     model = nnx.merge(graphdef, params)
     if verbose:
-      print(f"  epoch {e:3d}/{epochs}  train loss {loss:.4f}  ({time.perf_counter() - t0:.1f}s)",
-            flush=True)
+      print(
+        f"  epoch {e:3d}/{epochs}  train loss {loss:.4f}  ({time.perf_counter() - t0:.1f}s)",
+        flush=True,
+      )
     if on_epoch is not None:
       on_epoch(e, model, loss)
   return TrainResult(nnx.merge(graphdef, params), np.asarray(losses), time.perf_counter() - t0)
@@ -121,14 +135,15 @@ def _predict_block(graphdef, params, xb, *, with_features):
   return (logits, h) if with_features else (logits, None)
 
 
-def predict(model: nnx.Module, images: np.ndarray, *, batch_size: int = 2048,
-            with_features: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+def predict(
+  model: nnx.Module, images: np.ndarray, *, batch_size: int = 2048, with_features: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
   """Logits ``(n, C)`` (and penultimate features ``(n, D)``) in float32, batched."""
   graphdef, params = nnx.split(model, nnx.Param)
   n = images.shape[0]
   outs_l, outs_h = [], []
   for s in range(0, n, batch_size):
-    xb = images[s:s + batch_size]
+    xb = images[s : s + batch_size]
     pad = batch_size - xb.shape[0] if n > batch_size else 0
     if pad:
       xb = np.concatenate([xb, np.zeros((pad,) + xb.shape[1:], xb.dtype)])

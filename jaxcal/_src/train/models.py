@@ -9,10 +9,9 @@ functional (``nnx.split``/``nnx.merge``) and evaluation is deterministic.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 __all__ = ["MLP", "CNN", "ARCHITECTURES", "make_model"]
@@ -40,8 +39,15 @@ class MLP(_Backbone):
   The features are the last hidden layer's activations.
   """
 
-  def __init__(self, in_dim: int, hidden: tuple[int, ...], num_classes: int, *,
-               dropout: float = 0.0, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    in_dim: int,
+    hidden: tuple[int, ...],
+    num_classes: int,
+    *,
+    dropout: float = 0.0,
+    rngs: nnx.Rngs,
+  ):
     dims = (in_dim,) + tuple(hidden)
     self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(dims[:-1], dims[1:])])
     self.dropout = nnx.Dropout(dropout)
@@ -55,7 +61,6 @@ class MLP(_Backbone):
     return h
 
 
-
 class CNN(_Backbone):
   """``[Conv3x3 stride 2 -> ReLU] * len(channels) -> Dense(hidden) -> ReLU
   -> Dropout -> Dense(C)``; the features are the ``hidden``-d activations.
@@ -64,12 +69,23 @@ class CNN(_Backbone):
   of ``reduce_window`` max-pooling costs several times the convolutions.
   """
 
-  def __init__(self, image_size: int, channels: tuple[int, ...], hidden: int,
-               num_classes: int, *, dropout: float = 0.0, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    image_size: int,
+    channels: tuple[int, ...],
+    hidden: int,
+    num_classes: int,
+    *,
+    dropout: float = 0.0,
+    rngs: nnx.Rngs,
+  ):
     chans = (1,) + tuple(channels)
-    self.convs = nnx.List([nnx.Conv(a, b, kernel_size=(3, 3), strides=(2, 2), padding="SAME",
-                                    rngs=rngs)
-                           for a, b in zip(chans[:-1], chans[1:])])
+    self.convs = nnx.List(
+      [
+        nnx.Conv(a, b, kernel_size=(3, 3), strides=(2, 2), padding="SAME", rngs=rngs)
+        for a, b in zip(chans[:-1], chans[1:])
+      ]
+    )
     side = image_size
     for _ in channels:
       side = -(-side // 2)
@@ -85,18 +101,16 @@ class CNN(_Backbone):
     return jax.nn.relu(self.dense(_flat(h)))
 
 
-
 #: name -> constructor ``(num_classes, rngs) -> model`` for 28x28 images.
 ARCHITECTURES: dict[str, Callable[..., nnx.Module]] = {
-    # tiny/small MLPs (fast on CPU; used for checkpoint traces)
-    "mlp_s": lambda num_classes, rngs: MLP(784, (64,), num_classes, rngs=rngs),
-    "mlp": lambda num_classes, rngs: MLP(784, (256,), num_classes, rngs=rngs),
-    "mlp_2x": lambda num_classes, rngs: MLP(784, (256, 128), num_classes, rngs=rngs),
-    # small CNNs
-    "cnn_xs": lambda num_classes, rngs: CNN(28, (8, 16), 32, num_classes, rngs=rngs),
-    "cnn_s": lambda num_classes, rngs: CNN(28, (8, 16), 128, num_classes, rngs=rngs),
-    "cnn": lambda num_classes, rngs: CNN(28, (16, 32), 128, num_classes, dropout=0.2,
-                                         rngs=rngs),
+  # tiny/small MLPs (fast on CPU; used for checkpoint traces)
+  "mlp_s": lambda num_classes, rngs: MLP(784, (64,), num_classes, rngs=rngs),
+  "mlp": lambda num_classes, rngs: MLP(784, (256,), num_classes, rngs=rngs),
+  "mlp_2x": lambda num_classes, rngs: MLP(784, (256, 128), num_classes, rngs=rngs),
+  # small CNNs
+  "cnn_xs": lambda num_classes, rngs: CNN(28, (8, 16), 32, num_classes, rngs=rngs),
+  "cnn_s": lambda num_classes, rngs: CNN(28, (8, 16), 128, num_classes, rngs=rngs),
+  "cnn": lambda num_classes, rngs: CNN(28, (16, 32), 128, num_classes, dropout=0.2, rngs=rngs),
 }
 
 

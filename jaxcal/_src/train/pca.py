@@ -20,9 +20,9 @@ __all__ = ["PCA", "fit_pca", "pca_transform", "standardize"]
 
 
 class PCA(NamedTuple):
-  mean: jax.Array         # (D,)
-  scale: jax.Array        # (D,)
-  components: jax.Array   # (D, k)
+  mean: jax.Array  # (D,)
+  scale: jax.Array  # (D,)
+  components: jax.Array  # (D, k)
   explained_variance: jax.Array  # (k,) variance of each standardised component
 
 
@@ -45,7 +45,7 @@ def fit_pca(x: ArrayLike, k: int) -> PCA:
   scale = jnp.where(std > 1e-12, std, 1.0)
   z = (x - mean) / scale
   _, s, vt = jnp.linalg.svd(z, full_matrices=False)
-  comps = vt[:k].T                                     # (D, k)
+  comps = vt[:k].T  # (D, k)
   idx = jnp.argmax(jnp.abs(comps), axis=0)
   sign = jnp.sign(comps[idx, jnp.arange(k)])
   comps = comps * jnp.where(sign == 0, 1.0, sign)[None, :]

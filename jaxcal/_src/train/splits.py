@@ -29,7 +29,9 @@ def local_calibration_splits(n_train: int, seed: int) -> dict[str, np.ndarray]:
   return {"train": np.sort(perm[:a]), "val": np.sort(perm[a:b]), "test": np.sort(perm[b:])}
 
 
-def calibration_fit_val(n: int, seed: int, val_fraction: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
+def calibration_fit_val(
+  n: int, seed: int, val_fraction: float = 0.1
+) -> tuple[np.ndarray, np.ndarray]:
   """The recalibrators' internal 90 % / 10 % split of the calibration set."""
   perm = np.random.default_rng(seed).permutation(n)
   k = int(round(val_fraction * n))
@@ -43,5 +45,8 @@ def trace_splits(n_train: int, n_test: int, seed: int = 42) -> dict[str, np.ndar
   rng = np.random.default_rng(seed)
   perm = rng.permutation(n_test)
   half = n_test // 2
-  return {"train_order": rng.permutation(n_train),
-          "val": np.sort(perm[:half]), "test": np.sort(perm[half:])}
+  return {
+    "train_order": rng.permutation(n_train),
+    "val": np.sort(perm[:half]),
+    "test": np.sort(perm[half:]),
+  }

@@ -45,27 +45,27 @@ from jaxcal._src import validation as V
 from jaxcal._src.sorting import sort_descending, stable_argsort
 
 __all__ = [
-    "Utility",
-    "KINDS",
-    "top_class",
-    "classwise",
-    "linear",
-    "rank",
-    "top_k",
-    "dcg",
-    "decision",
-    "gain_matrix",
-    "similarity",
-    "sample_linear",
-    "sample_rank",
-    "sample_decision",
-    "sample_aligned_gain",
-    "sample_misaligned_gain",
-    "check_utility",
-    "prepare",
-    "predicted_realized",
-    "utility_values",
-    "ranks",
+  "Utility",
+  "KINDS",
+  "top_class",
+  "classwise",
+  "linear",
+  "rank",
+  "top_k",
+  "dcg",
+  "decision",
+  "gain_matrix",
+  "similarity",
+  "sample_linear",
+  "sample_rank",
+  "sample_decision",
+  "sample_aligned_gain",
+  "sample_misaligned_gain",
+  "check_utility",
+  "prepare",
+  "predicted_realized",
+  "utility_values",
+  "ranks",
 ]
 
 #: Number of trailing (non-batch) axes of ``params`` for each kind.
@@ -97,7 +97,7 @@ class Utility:
       raise TypeError("len() of a single utility; only batches have a length")
     return self.batch_shape[0]
 
-  def __getitem__(self, idx: Any) -> "Utility":
+  def __getitem__(self, idx: Any) -> Utility:
     """Indexes a batch: ``batch[i]`` is one utility, ``batch[a:b]`` a sub-batch."""
     if not self.batch_shape:
       raise TypeError("indexing a single utility; only batches can be indexed")
@@ -111,6 +111,7 @@ class Utility:
 # --------------------------------------------------------------------------
 # Constructors
 # --------------------------------------------------------------------------
+
 
 def top_class() -> Utility:
   """The top-class utility ``u(p, e_j) = 1[j = argmax p]`` (U_TCE).
@@ -302,11 +303,14 @@ def similarity(S: ArrayLike) -> Utility:
 # Samplers
 # --------------------------------------------------------------------------
 
+
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
-def _sphere_faces(key: jax.Array, shape: tuple[int, ...], dim: int, descending: bool = False) -> jax.Array:
+def _sphere_faces(
+  key: jax.Array, shape: tuple[int, ...], dim: int, descending: bool = False
+) -> jax.Array:
   """Uniform on ``{x in R^dim : ||x||_inf = 1}``: a uniform face, uniform on it."""
   kf, ku = jax.random.split(key)
-  r = jax.random.randint(kf, shape, 0, 2 * dim)          # one of the 2·dim faces
+  r = jax.random.randint(kf, shape, 0, 2 * dim)  # one of the 2·dim faces
   face, sign = r % dim, jnp.where(r >= dim, 1.0, -1.0)
   x = jax.random.uniform(ku, shape + (dim,), jnp.float32, -1.0, 1.0)
   x = jnp.where(jax.nn.one_hot(face, dim, dtype=bool), sign[..., None], x)
@@ -359,8 +363,9 @@ def sample_decision(key: jax.Array, m: int, num_classes: int, num_actions: int) 
   return Utility(flat.reshape(m, num_classes, num_actions), "decision")
 
 
-def sample_aligned_gain(key: jax.Array, m: int, num_classes: int,
-                        max_off_diagonal: float = 0.1) -> Utility:
+def sample_aligned_gain(
+  key: jax.Array, m: int, num_classes: int, max_off_diagonal: float = 0.1
+) -> Utility:
   """``m`` aligned gain-matrix utilities: ``R_ii = 1``, off-diagonals iid ``U(0, 0.1)``.
 
   Example:
@@ -380,8 +385,9 @@ def _aligned(key, m, num_classes, max_off_diagonal):
   return jnp.where(jnp.eye(num_classes, dtype=bool), 1.0, off)
 
 
-def sample_misaligned_gain(key: jax.Array, m: int, num_classes: int,
-                           num_groups: int = 10, gain: float = 0.2) -> Utility:
+def sample_misaligned_gain(
+  key: jax.Array, m: int, num_classes: int, num_groups: int = 10, gain: float = 0.2
+) -> Utility:
   """``m`` misaligned (specialist) gain-matrix utilities.
 
   The labels are split into ``num_groups`` disjoint groups of near-equal size
@@ -407,10 +413,13 @@ def sample_misaligned_gain(key: jax.Array, m: int, num_classes: int,
 def _misaligned(key, m, num_classes, num_groups, gain):
   kp, kg = jax.random.split(key)
   perm = jax.random.permutation(kp, num_classes)
-  group_of = jnp.zeros(num_classes, jnp.int32).at[perm].set(
-      (jnp.arange(num_classes) * num_groups) // num_classes)
+  group_of = (
+    jnp.zeros(num_classes, jnp.int32)
+    .at[perm]
+    .set((jnp.arange(num_classes) * num_groups) // num_classes)
+  )
   chosen = jax.random.randint(kg, (m,), 0, num_groups)
-  member = group_of[None, :] == chosen[:, None]                    # (m, C)
+  member = group_of[None, :] == chosen[:, None]  # (m, C)
   both = member[:, :, None] & member[:, None, :]
   R = jnp.where(both, gain, 0.0)
   return jnp.where(jnp.eye(num_classes, dtype=bool), 1.0, R)
@@ -429,32 +438,39 @@ def _check_params(u: Utility, num_classes: int | None = None, name: str = "utili
   ndim = KINDS[u.kind]
   prm = u.params
   if prm.ndim < ndim:
-    raise ValueError(f"{name}: {u.kind} parameters need at least {ndim} axes, got shape {tuple(prm.shape)}")
+    raise ValueError(
+      f"{name}: {u.kind} parameters need at least {ndim} axes, got shape {tuple(prm.shape)}"
+    )
   if not jnp.issubdtype(prm.dtype, jnp.floating):
     raise ValueError(f"{name}: parameters must be floating point, got dtype {prm.dtype}")
   if u.kind != "top_class":
     c = prm.shape[-2] if u.kind == "decision" else prm.shape[-1]
     if u.kind == "similarity" and prm.shape[-1] != prm.shape[-2]:
-      raise ValueError(f"{name}: similarity matrix must be square, got shape {tuple(prm.shape[-2:])}")
+      raise ValueError(
+        f"{name}: similarity matrix must be square, got shape {tuple(prm.shape[-2:])}"
+      )
     if u.kind == "decision" and prm.shape[-1] < 1:
       raise ValueError(f"{name}: a decision utility needs at least one action")
     if num_classes is not None and c != num_classes:
       raise ValueError(
-          f"{name}: {u.kind} utility is defined for C = {c} classes but the predictions "
-          f"have C = {num_classes}")
+        f"{name}: {u.kind} utility is defined for C = {c} classes but the predictions "
+        f"have C = {num_classes}"
+      )
   if V.is_concrete(prm) and prm.size:
-    a = np.asarray(jax.device_get(prm))   # no float64 copy: M x C can be large
+    a = np.asarray(jax.device_get(prm))  # no float64 copy: M x C can be large
     if not np.all(np.isfinite(a)):
       raise ValueError(f"{name}: utility parameters contain NaN or inf")
     lo, hi = float(a.min()), float(a.max())
     if lo < -1 - _UTILITY_ATOL or hi > 1 + _UTILITY_ATOL:
       raise ValueError(
-          f"{name}: utility values must lie in [-1, 1]; the {u.kind} parameters lie in "
-          f"[{lo:.4g}, {hi:.4g}]")
+        f"{name}: utility values must lie in [-1, 1]; the {u.kind} parameters lie in "
+        f"[{lo:.4g}, {hi:.4g}]"
+      )
 
 
-def check_utility(utility: Any, num_classes: int, *, batched: bool | None = None,
-                  name: str = "utility") -> Utility:
+def check_utility(
+  utility: Any, num_classes: int, *, batched: bool | None = None, name: str = "utility"
+) -> Utility:
   """Validates a :class:`Utility` against ``C`` classes.
 
   Shape checks always; value checks (finite, in ``[-1, 1]``) when concrete.
@@ -469,15 +485,20 @@ def check_utility(utility: Any, num_classes: int, *, batched: bool | None = None
     ValueError: naming the problem.
   """
   if not isinstance(utility, Utility):
-    raise ValueError(f"{name} must be a jaxcal.utility.Utility (e.g. linear(a)), got {type(utility).__name__}")
+    raise ValueError(
+      f"{name} must be a jaxcal.utility.Utility (e.g. linear(a)), got {type(utility).__name__}"
+    )
   _check_params(utility, num_classes, name)
   nb = len(utility.batch_shape)
   if batched is True and nb != 1:
-    raise ValueError(f"{name} must be a batch with one leading axis, got batch shape {utility.batch_shape}")
+    raise ValueError(
+      f"{name} must be a batch with one leading axis, got batch shape {utility.batch_shape}"
+    )
   if batched is False and nb != 0:
     raise ValueError(
-        f"{name} must be a single utility, got a batch of shape {utility.batch_shape} "
-        "(use uc_sweep for batches, or jax.vmap)")
+      f"{name} must be a single utility, got a batch of shape {utility.batch_shape} "
+      "(use uc_sweep for batches, or jax.vmap)"
+    )
   return utility
 
 
@@ -485,12 +506,16 @@ def check_utility(utility: Any, num_classes: int, *, batched: bool | None = None
 # Evaluation: one utility on one data set
 # --------------------------------------------------------------------------
 
+
 def ranks(probs: jax.Array) -> jax.Array:
   """0-based rank of every class in each row (0 = largest; ties toward lower index)."""
   order = jax.vmap(lambda r: stable_argsort(-r))(probs)
   n, c = probs.shape
-  return jnp.zeros((n, c), jnp.int32).at[jnp.arange(n)[:, None], order].set(
-      jnp.arange(c, dtype=jnp.int32)[None, :])
+  return (
+    jnp.zeros((n, c), jnp.int32)
+    .at[jnp.arange(n)[:, None], order]
+    .set(jnp.arange(c, dtype=jnp.int32)[None, :])
+  )
 
 
 def _label_rank(p: jax.Array, y: jax.Array) -> jax.Array:
@@ -511,8 +536,9 @@ def prepare(kind: str, p: jax.Array, y: jax.Array) -> dict[str, jax.Array]:
   return {"p": p, "y": y}
 
 
-def predicted_realized(kind: str, prep: dict[str, jax.Array], params: jax.Array
-                       ) -> tuple[jax.Array, jax.Array]:
+def predicted_realized(
+  kind: str, prep: dict[str, jax.Array], params: jax.Array
+) -> tuple[jax.Array, jax.Array]:
   """``(v_u(p_i), u(p_i, y_i))``, each ``(n,)``, for one utility of ``kind``."""
   if kind == "top_class":
     return prep["conf"], prep["hit"]
@@ -522,11 +548,11 @@ def predicted_realized(kind: str, prep: dict[str, jax.Array], params: jax.Array
     return jnp.dot(prep["sorted"], params, precision=_HI), params[prep["label_rank"]]
   p, y = prep["p"], prep["y"]
   if kind == "decision":
-    expected_loss = jnp.dot(p, params, precision=_HI)           # (n, K)
+    expected_loss = jnp.dot(p, params, precision=_HI)  # (n, K)
     act = jnp.argmin(expected_loss, axis=1)
     return -jnp.min(expected_loss, axis=1), -params[y, act]
   if kind == "similarity":
-    q = jnp.dot(p, params, precision=_HI)                        # (n, C)
+    q = jnp.dot(p, params, precision=_HI)  # (n, C)
     return jnp.sum(p * q, axis=1), jnp.take_along_axis(q, y[:, None], axis=1)[:, 0]
   raise ValueError(f"unknown utility kind {kind!r}")
 

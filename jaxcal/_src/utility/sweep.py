@@ -18,12 +18,13 @@ on every host of a ``jax.distributed`` run).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
 from jaxcal._src.scores import prepare as _prepare_data
@@ -38,7 +39,9 @@ CHUNK_BYTES = 1 << 28
 FAMILIES = ("tce", "cwe", "topk", "comb")
 
 
-def default_chunk_size(kind: str, n: int, num_classes: int, params_shape: tuple[int, ...] = ()) -> int:
+def default_chunk_size(
+  kind: str, n: int, num_classes: int, params_shape: tuple[int, ...] = ()
+) -> int:
   """Utilities per chunk so that one chunk needs about :data:`CHUNK_BYTES`.
 
   Per utility and sample the sweep holds ~12 four-byte words (predicted and
@@ -67,8 +70,9 @@ def _pad_rows(x: jax.Array, total: int) -> jax.Array:
   return jnp.concatenate([x, jnp.broadcast_to(x[:1], (total - m,) + x.shape[1:])], axis=0)
 
 
-def sweep_results(kind: str, p: jax.Array, y: jax.Array, params: jax.Array,
-                  chunk_size: int) -> UCResult:
+def sweep_results(
+  kind: str, p: jax.Array, y: jax.Array, params: jax.Array, chunk_size: int
+) -> UCResult:
   """Full :class:`UCResult` for every utility in ``params`` (one device, no validation).
 
   ``params`` is ``(M, ...)``; the data-only work is done once, then the
@@ -102,14 +106,14 @@ def _local_values(kind, p, y, params, chunk_size):
 _local_jit = jax.jit(_local_values, static_argnums=(0, 4))
 
 
-def _sharded_values(kind: str, p: jax.Array, y: jax.Array, params: jax.Array,
-                    chunk_size: int, mesh: Mesh) -> jax.Array:
+def _sharded_values(
+  kind: str, p: jax.Array, y: jax.Array, params: jax.Array, chunk_size: int, mesh: Mesh
+) -> jax.Array:
   def body(p, y, prm):
     vals = _local_values(kind, p, y, prm, chunk_size)
     return jax.lax.all_gather(vals, "u", tiled=True)
 
-  f = jax.shard_map(body, mesh=mesh, in_specs=(P(), P(), P("u")), out_specs=P(),
-                    check_vma=False)
+  f = jax.shard_map(body, mesh=mesh, in_specs=(P(), P(), P("u")), out_specs=P(), check_vma=False)
   return f(p, y, params)
 
 
@@ -124,9 +128,15 @@ def _global(x: jax.Array, sharding: NamedSharding) -> jax.Array:
   return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
 
-def uc_sweep(probs: ArrayLike, labels: ArrayLike, utilities: F.Utility,
-             chunk_size: int | None = None, *, from_logits: bool = False,
-             devices: Sequence[jax.Device] | None = None) -> jax.Array:
+def uc_sweep(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  utilities: F.Utility,
+  chunk_size: int | None = None,
+  *,
+  from_logits: bool = False,
+  devices: Sequence[jax.Device] | None = None,
+) -> jax.Array:
   """Utility calibration errors of a batch of utilities, in one compiled call.
 
   ``E_m = UC(f, u_m; S)`` for ``m = 1..M`` (see :func:`~jaxcal.utility.uc`).
@@ -167,9 +177,12 @@ def uc_sweep(probs: ArrayLike, labels: ArrayLike, utilities: F.Utility,
   if m == 0:
     raise ValueError("utilities is an empty batch (M = 0)")
   if chunk_size is None:
-    chunk_size = default_chunk_size(utilities.kind, p.shape[0], p.shape[1],
-                                    tuple(utilities.params.shape))
-  if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+    chunk_size = default_chunk_size(
+      utilities.kind, p.shape[0], p.shape[1], tuple(utilities.params.shape)
+    )
+  if (
+    isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
+  ):
     raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
   devs = list(jax.devices() if devices is None else devices)
   d = len(devs)
@@ -180,9 +193,14 @@ def uc_sweep(probs: ArrayLike, labels: ArrayLike, utilities: F.Utility,
   params = _pad_rows(utilities.params, per_dev * d)
   mesh = Mesh(np.array(devs), ("u",))
   rep = NamedSharding(mesh, P())
-  out = _sharded_jit(utilities.kind, _global(p, rep), _global(y, rep),
-                     _global(params, NamedSharding(mesh, P("u"))),
-                     chunk_size, mesh)
+  out = _sharded_jit(
+    utilities.kind,
+    _global(p, rep),
+    _global(y, rep),
+    _global(params, NamedSharding(mesh, P("u"))),
+    chunk_size,
+    mesh,
+  )
   return out[:m]
 
 
@@ -209,16 +227,18 @@ def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
 
 
 def _uc_class_core(p, y, name, chunk_size):
-  vals = [jnp.max(_local_values(u.kind, p, y, u.params, chunk_size))
-          for u in family(name, p.shape[1])]
+  vals = [
+    jnp.max(_local_values(u.kind, p, y, u.params, chunk_size)) for u in family(name, p.shape[1])
+  ]
   return jnp.max(jnp.stack(vals))
 
 
 _uc_class_jit = jax.jit(_uc_class_core, static_argnums=(2, 3))
 
 
-def uc_class(probs: ArrayLike, labels: ArrayLike, family: str, *,
-             from_logits: bool = False) -> jax.Array:
+def uc_class(
+  probs: ArrayLike, labels: ArrayLike, family: str, *, from_logits: bool = False
+) -> jax.Array:
   """Worst utility calibration error over a finite family (measured exactly).
 
   ``UC(f, U) = max_{u in U} UC(f, u; S)`` for ``U_TCE`` (``"tce"``, the

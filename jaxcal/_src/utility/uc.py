@@ -21,8 +21,8 @@ from jax.typing import ArrayLike
 
 from jaxcal._src.binning import blocked_cumsum
 from jaxcal._src.scores import prepare as _prepare_data
-from jaxcal._src.utility import families as F
 from jaxcal._src.sorting import sort_with_payload
+from jaxcal._src.utility import families as F
 
 __all__ = ["UCResult", "uc", "uc_from_scores", "ecdf"]
 
@@ -40,6 +40,7 @@ class UCResult(NamedTuple):
       ``0`` when ``value = 0`` (then ``[lo, hi]`` is arbitrary). The patching
       witness direction is ``ξ = -sign``.
   """
+
   value: jax.Array
   lo: jax.Array
   hi: jax.Array
@@ -63,7 +64,7 @@ def uc_from_scores(v: jax.Array, u: jax.Array) -> UCResult:
   v = v.astype(dt)
   # S is read only between distinct values, so the order among ties is immaterial
   vs, rs = sort_with_payload(v, u.astype(dt) - v)
-  s = jnp.concatenate([jnp.zeros((1,), dt), blocked_cumsum(rs)]) / n      # S_0..S_n
+  s = jnp.concatenate([jnp.zeros((1,), dt), blocked_cumsum(rs)]) / n  # S_0..S_n
   cut = jnp.concatenate([jnp.ones((1,), bool), vs[1:] != vs[:-1], jnp.ones((1,), bool)])
   kmax = jnp.argmax(jnp.where(cut, s, -jnp.inf))
   kmin = jnp.argmin(jnp.where(cut, s, jnp.inf))
@@ -82,8 +83,9 @@ def _uc_jit(p, y, utility):
   return uc_from_scores(v, u)
 
 
-def uc(probs: ArrayLike, labels: ArrayLike, utility: F.Utility, *,
-       from_logits: bool = False) -> UCResult:
+def uc(
+  probs: ArrayLike, labels: ArrayLike, utility: F.Utility, *, from_logits: bool = False
+) -> UCResult:
   """Utility calibration error of one utility, with its worst interval and sign.
 
   ``UC(f, u; S) = max_{I interval} |(1/n) Σ_i (u(p_i, y_i) - v_u(p_i)) 1[v_u(p_i) in I]|``
