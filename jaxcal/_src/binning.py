@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._src.numerics import PRECISION
 from jaxcal._src.sorting import float_to_key, key_to_float, stable_argsort
 
 __all__ = [
@@ -99,12 +100,12 @@ def _mm_cumsum_last(x: jax.Array, block: int) -> jax.Array:
   n = x.shape[-1]
   if n <= block:
     tri = jnp.triu(jnp.ones((n, n), x.dtype))
-    return jnp.matmul(x, tri, precision=jax.lax.Precision.HIGHEST)
+    return jnp.matmul(x, tri, precision=PRECISION)
   nb = -(-n // block)
   xp = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, nb * block - n)])
   xb = xp.reshape(x.shape[:-1] + (nb, block))
   tri = jnp.triu(jnp.ones((block, block), x.dtype))
-  within = jnp.matmul(xb, tri, precision=jax.lax.Precision.HIGHEST)
+  within = jnp.matmul(xb, tri, precision=PRECISION)
   totals = within[..., -1]
   offsets = _mm_cumsum_last(totals, block) - totals
   out = within + offsets[..., None]

@@ -34,10 +34,8 @@ from jax.typing import ArrayLike
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _class_weights
+from jaxcal._src.numerics import PRECISION
 from jaxcal._src.scores import prepare
-
-#: Exact float32 products on GPU/TPU too (no TF32): distances cancel.
-_HI = jax.lax.Precision.HIGHEST
 
 __all__ = ["LocalCalibration", "lce", "nadaraya_watson", "gaussian_log_kernel"]
 
@@ -63,7 +61,7 @@ def gaussian_log_kernel(a: jax.Array, b: jax.Array, bandwidth: ArrayLike) -> jax
   d2 = (
     jnp.sum(a * a, axis=-1)[:, None]
     + jnp.sum(b * b, axis=-1)[None, :]
-    - 2.0 * jnp.matmul(a, b.T, precision=_HI)
+    - 2.0 * jnp.matmul(a, b.T, precision=PRECISION)
   )
   d2 = jnp.maximum(d2, 0.0)
   return -d2 / (2.0 * jnp.asarray(bandwidth, a.dtype) ** 2)
@@ -129,7 +127,7 @@ def nadaraya_watson(
   m = jax.lax.stop_gradient(jnp.max(logk, axis=1, keepdims=True))
   w = jnp.where(ok, jnp.exp(logk - m), 0.0)
   den = jnp.sum(w, axis=1, keepdims=True)
-  return jnp.matmul(w, t.astype(w.dtype), precision=_HI) / jnp.where(den > 0, den, 1.0)
+  return jnp.matmul(w, t.astype(w.dtype), precision=PRECISION) / jnp.where(den > 0, den, 1.0)
 
 
 def _check_bandwidth(bandwidth: ArrayLike) -> None:
@@ -192,9 +190,11 @@ def _lce_one_class(
       qc = jax.lax.dynamic_slice_in_dim(qs, c0, Bc)
       bc = jax.lax.dynamic_slice_in_dim(bs, c0, Bc)
       rc = jax.lax.dynamic_slice_in_dim(rs, c0, Bc)
-      d2 = jnp.maximum(qa[:, None] + qc[None, :] - 2.0 * jnp.matmul(fa, fc.T, precision=_HI), 0.0)
+      d2 = jnp.maximum(
+        qa[:, None] + qc[None, :] - 2.0 * jnp.matmul(fa, fc.T, precision=PRECISION), 0.0
+      )
       kk = jnp.where(ba[:, None] == bc[None, :], jnp.exp(-d2 * inv2g2), 0.0)
-      return num + jnp.matmul(kk, rc, precision=_HI), den + jnp.sum(kk, axis=1)
+      return num + jnp.matmul(kk, rc, precision=PRECISION), den + jnp.sum(kk, axis=1)
 
     zero = jnp.zeros((A,), fs.dtype)
     num, den = jax.lax.fori_loop(lo, hi, body, (zero, zero))

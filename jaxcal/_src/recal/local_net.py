@@ -53,6 +53,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
 from jaxcal._src.local import nadaraya_watson
+from jaxcal._src.numerics import PRECISION
 from jaxcal._src.recal.base import Recalibrator, recalibrator_class, register, to_logits
 from jaxcal._src.train.loop import _batches
 from jaxcal._src.train.pca import PCA, fit_pca, pca_transform, standardize
@@ -385,7 +386,7 @@ def _setup_jit(f, z, y, tr, va, key, *, pca_dim, hidden, dropout):
   z = z.astype(jnp.float32)
   pca = fit_pca(f, pca_dim)
   phi_std = standardize(pca, f)
-  phi_pca = jnp.matmul(phi_std, pca.components, precision=jax.lax.Precision.HIGHEST)
+  phi_pca = jnp.matmul(phi_std, pca.components, precision=PRECISION)
   take = lambda idx: (phi_std[idx], phi_pca[idx], z[idx], y[idx])
   module = LocalNetModule(
     f.shape[1],

@@ -29,6 +29,7 @@ import optax
 from jax import lax
 from jax.typing import ArrayLike
 
+from jaxcal._src.numerics import PRECISION
 from jaxcal._src.recal.base import (
   Recalibrator,
   prepare_fit,
@@ -36,8 +37,6 @@ from jaxcal._src.recal.base import (
   register,
   to_logits,
 )
-
-_HI = jax.lax.Precision.HIGHEST  # exact float32 products on GPU/TPU too (no TF32)
 
 __all__ = [
   "lbfgs_minimize",
@@ -207,7 +206,9 @@ class LinearScaling(Recalibrator):
     if self.on_log_probs:
       z = jax.nn.log_softmax(z, axis=-1)
     w = self.weight.astype(z.dtype)
-    return jax.nn.softmax(jnp.matmul(z, w.T, precision=_HI) + self.bias.astype(z.dtype), axis=-1)
+    return jax.nn.softmax(
+      jnp.matmul(z, w.T, precision=PRECISION) + self.bias.astype(z.dtype), axis=-1
+    )
 
 
 @recalibrator_class
@@ -239,7 +240,7 @@ def _fit_linear(z, onehot, lam, mu, diagonal, max_iter, tol):
 
   def loss(params):
     w, b = unpack(params)
-    val = _nll(jnp.matmul(z, w.T, precision=_HI) + b, onehot)
+    val = _nll(jnp.matmul(z, w.T, precision=PRECISION) + b, onehot)
     if not diagonal:
       val = val + lam_n * jnp.sum((w * off) ** 2)
     return val + mu_n * jnp.sum(b**2)

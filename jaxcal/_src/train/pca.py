@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from jaxcal._src.numerics import PRECISION
+
 __all__ = ["PCA", "fit_pca", "pca_transform", "standardize"]
 
 
@@ -58,4 +60,4 @@ def standardize(pca: PCA, x: jax.Array) -> jax.Array:
 
 def pca_transform(pca: PCA, x: jax.Array) -> jax.Array:
   """``((x - mean) / scale) @ components``: ``(n, D) -> (n, k)``."""
-  return jnp.matmul(standardize(pca, x), pca.components, precision=jax.lax.Precision.HIGHEST)
+  return jnp.matmul(standardize(pca, x), pca.components, precision=PRECISION)

@@ -42,6 +42,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
+from jaxcal._src.numerics import PRECISION
 from jaxcal._src.sorting import sort_descending, stable_argsort
 
 __all__ = [
@@ -70,8 +71,6 @@ __all__ = [
 
 #: Number of trailing (non-batch) axes of ``params`` for each kind.
 KINDS = {"top_class": 1, "linear": 1, "rank": 1, "decision": 2, "similarity": 2}
-
-_HI = jax.lax.Precision.HIGHEST  # exact float32 products on GPU/TPU too (no TF32)
 
 
 @flax.struct.dataclass
@@ -543,16 +542,16 @@ def predicted_realized(
   if kind == "top_class":
     return prep["conf"], prep["hit"]
   if kind == "linear":
-    return jnp.dot(prep["p"], params, precision=_HI), params[prep["y"]]
+    return jnp.dot(prep["p"], params, precision=PRECISION), params[prep["y"]]
   if kind == "rank":
-    return jnp.dot(prep["sorted"], params, precision=_HI), params[prep["label_rank"]]
+    return jnp.dot(prep["sorted"], params, precision=PRECISION), params[prep["label_rank"]]
   p, y = prep["p"], prep["y"]
   if kind == "decision":
-    expected_loss = jnp.dot(p, params, precision=_HI)  # (n, K)
+    expected_loss = jnp.dot(p, params, precision=PRECISION)  # (n, K)
     act = jnp.argmin(expected_loss, axis=1)
     return -jnp.min(expected_loss, axis=1), -params[y, act]
   if kind == "similarity":
-    q = jnp.dot(p, params, precision=_HI)  # (n, C)
+    q = jnp.dot(p, params, precision=PRECISION)  # (n, C)
     return jnp.sum(p * q, axis=1), jnp.take_along_axis(q, y[:, None], axis=1)[:, 0]
   raise ValueError(f"unknown utility kind {kind!r}")
 
@@ -567,8 +566,8 @@ def utility_values(u: Utility, p: jax.Array) -> jax.Array:
   if u.kind == "rank":
     return prm.astype(p.dtype)[ranks(p)]
   if u.kind == "decision":
-    act = jnp.argmin(jnp.dot(p, prm, precision=_HI), axis=1)
+    act = jnp.argmin(jnp.dot(p, prm, precision=PRECISION), axis=1)
     return -prm.T[act].astype(p.dtype)
   if u.kind == "similarity":
-    return jnp.dot(p, prm, precision=_HI)
+    return jnp.dot(p, prm, precision=PRECISION)
   raise ValueError(f"unknown utility kind {u.kind!r}")
