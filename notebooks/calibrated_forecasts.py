@@ -39,8 +39,6 @@
 # flip scenario (k = 4, p = 0.9). Runs in under a minute.
 
 # %%
-import os
-import pathlib
 import time
 
 import jax
@@ -49,10 +47,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 T0 = time.time()
-ROOT = pathlib.Path.cwd().resolve()
-ROOT = ROOT.parent if ROOT.name == "notebooks" else ROOT
-SHARED = pathlib.Path(os.environ.get("JAXCAL_SHARED", ROOT.parent / "shared"))
-CIFAR = SHARED / "data" / "cifar_logits"
 from jaxcal import metrics
 from jaxcal.data import default_predictions
 

@@ -1,6 +1,8 @@
 # ---
 # jupyter:
 #   jaxcal:
+#     data:
+#     - fashion_mnist
 #     requires:
 #     - jaxcal.metrics.lce
 #     - jaxcal.recalibrate.fit
@@ -37,8 +39,6 @@
 # a minute on a CPU.
 
 # %%
-import os
-import pathlib
 import time
 
 import jax
@@ -47,10 +47,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 T0 = time.time()
-ROOT = pathlib.Path.cwd().resolve()
-ROOT = ROOT.parent if ROOT.name == "notebooks" else ROOT
-SHARED = pathlib.Path(os.environ.get("JAXCAL_SHARED", ROOT.parent / "shared"))
-CIFAR = SHARED / "data" / "cifar_logits"
 import optax
 
 from jaxcal import metrics, recalibrate

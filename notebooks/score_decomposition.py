@@ -1,6 +1,8 @@
 # ---
 # jupyter:
 #   jaxcal:
+#     data:
+#     - cifar_logits
 #     requires:
 #     - jaxcal.scores.decompose
 #     - jaxcal.recalibrate.fit
@@ -31,8 +33,6 @@
 # CPU.
 
 # %%
-import os
-import pathlib
 import time
 
 import jax
@@ -41,12 +41,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 T0 = time.time()
-ROOT = pathlib.Path.cwd().resolve()
-ROOT = ROOT.parent if ROOT.name == "notebooks" else ROOT
-SHARED = pathlib.Path(os.environ.get("JAXCAL_SHARED", ROOT.parent / "shared"))
-CIFAR = SHARED / "data" / "cifar_logits"
 from jaxcal import recalibrate, scores
-from jaxcal.data import load_predictions
+from jaxcal.data import dataset_dir, load_predictions
+
+# The CIFAR logits: $JAXCAL_DATA/cifar_logits, else ../shared/data beside the checkout.
+CIFAR = dataset_dir("cifar_logits")
 
 METHODS = {  # name -> (recalibrate.fit method, options); None = uncalibrated
   "uncalibrated": None,

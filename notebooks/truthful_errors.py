@@ -1,6 +1,8 @@
 # ---
 # jupyter:
 #   jaxcal:
+#     data:
+#     - cifar_logits
 #     requires:
 #     - jaxcal.recalibrate.fit
 #     - jaxcal.dominance.bootstrap
@@ -37,8 +39,6 @@
 # error equals its proper loss over n. Runs in about a minute on a CPU.
 
 # %%
-import os
-import pathlib
 import time
 
 import jax
@@ -47,12 +47,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 T0 = time.time()
-ROOT = pathlib.Path.cwd().resolve()
-ROOT = ROOT.parent if ROOT.name == "notebooks" else ROOT
-SHARED = pathlib.Path(os.environ.get("JAXCAL_SHARED", ROOT.parent / "shared"))
-CIFAR = SHARED / "data" / "cifar_logits"
 from jaxcal import dominance, metrics, recalibrate, scores
-from jaxcal.data import load_predictions, synthetic
+from jaxcal.data import dataset_dir, load_predictions, synthetic
+
+# The CIFAR logits: $JAXCAL_DATA/cifar_logits, else ../shared/data beside the checkout.
+CIFAR = dataset_dir("cifar_logits")
 
 FAMILIES = {  # the four errors of the paper's Table 1, with their binning
   "ConfECE(fix)": (metrics.conf_ece, "fixed"),

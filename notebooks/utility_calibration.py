@@ -34,8 +34,6 @@
 # minute on a CPU.
 
 # %%
-import os
-import pathlib
 import time
 
 import jax
@@ -44,10 +42,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 T0 = time.time()
-ROOT = pathlib.Path.cwd().resolve()
-ROOT = ROOT.parent if ROOT.name == "notebooks" else ROOT
-SHARED = pathlib.Path(os.environ.get("JAXCAL_SHARED", ROOT.parent / "shared"))
-CIFAR = SHARED / "data" / "cifar_logits"
 from jaxcal import recalibrate, utility
 from jaxcal.data import default_predictions
 

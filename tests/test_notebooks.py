@@ -15,12 +15,13 @@ your ``python3`` kernel spec points elsewhere, install one for this
 environment: ``python -m ipykernel install --user --name python3``.
 
 A notebook whose public API (listed in its metadata ``jaxcal.requires``) is
-not importable yet is skipped with the missing name; real CIFAR data missing
-(../shared) also skips. Deselect with ``-m "not notebook"``.
+not importable yet is skipped with the missing name, and so is a notebook
+whose optional data sets (``jaxcal.data``: ``cifar_logits``, ``fashion_mnist``)
+``jaxcal.data.dataset_dir`` does not find on this machine. Deselect with
+``-m "not notebook"``.
 """
 
 import importlib
-import os
 import pathlib
 
 import pytest
@@ -39,8 +40,6 @@ PAPER_NOTEBOOKS = {
 }
 #: seconds per cell; each notebook runs in ~1 minute on 2 CPU cores.
 CELL_TIMEOUT = 240
-#: notebooks that read ../shared/data/cifar_logits
-NEEDS_CIFAR = {"truthful_errors", "score_decomposition"}
 
 
 def missing_api(requires):
@@ -116,16 +115,21 @@ def test_notebook_runs(path, request):
   miss = missing_api(nb.metadata.get("jaxcal", {}).get("requires", []))
   if miss:
     pytest.skip(f"{path.name} needs {miss}, which does not exist yet")
-  env_shared = os.environ.get("JAXCAL_SHARED")
-  if path.stem in NEEDS_CIFAR:
-    cifar_dir = request.getfixturevalue("cifar_dir")  # skips when the data is absent
-    if env_shared is None:
-      os.environ["JAXCAL_SHARED"] = str(cifar_dir.parents[1])
-  try:
-    client = nbclient.NotebookClient(
-      nb, timeout=CELL_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}}
-    )
-    client.execute()
-  finally:
-    if env_shared is None:
-      os.environ.pop("JAXCAL_SHARED", None)
+  for name in nb.metadata.get("jaxcal", {}).get("data", []):
+    request.getfixturevalue(f"{name}_dir")  # skips when the data set is absent
+  client = nbclient.NotebookClient(
+    nb, timeout=CELL_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}}
+  )
+  client.execute()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_declares_the_data_it_reads(path):
+  """A notebook that reads an optional data set lists it, so the run skips."""
+  nbformat = pytest.importorskip("nbformat")
+  nb = nbformat.read(path, as_version=4)
+  declared = set(nb.metadata.get("jaxcal", {}).get("data", []))
+  code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+  used = {"cifar_logits"} if 'dataset_dir("cifar_logits")' in code else set()
+  used |= {"fashion_mnist"} if "load_fashion_mnist()" in code else set()
+  assert used <= declared, f"{path.name}: add {sorted(used - declared)} to its jaxcal.data metadata"
