@@ -60,6 +60,30 @@ def _l1(sums: jax.Array, n: int) -> jax.Array:
   return jnp.sum(jnp.abs(sums)) / float(n)
 
 
+_NORMS = ("l1", "l2", "max")
+
+
+def _binned_norm(sums: jax.Array, counts: jax.Array, n: int, norm: str) -> jax.Array:
+  """ℓ1 / RMS / max norm of per-bin mean gaps ``sums_b / counts_b`` along the last axis.
+
+  ``l1``: ``sum_b |S_b| / n``; ``l2``: ``sqrt(sum_b S_b^2 / (n * n_b))``
+  (bin-mass-weighted RMS); ``max``: ``max_b |S_b| / n_b`` over non-empty bins.
+  """
+  if norm == "l1":
+    return jnp.sum(jnp.abs(sums), axis=-1) / float(n)
+  nb = counts.astype(sums.dtype)
+  safe = jnp.where(counts > 0, nb, 1.0)
+  if norm == "l2":
+    return jnp.sqrt(jnp.sum(jnp.where(counts > 0, sums**2 / safe, 0.0), axis=-1) / float(n))
+  return jnp.max(jnp.where(counts > 0, jnp.abs(sums) / safe, 0.0), axis=-1)
+
+
+def _check_norm(norm: str) -> str:
+  if norm not in _NORMS:
+    raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
+  return norm
+
+
 def _confidence_parts(p: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Top label (ties -> lowest index) and its probability.
 
@@ -79,13 +103,14 @@ def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   return c, z
 
 
-def _conf_core(p, y, m, *, binning, max_bins, kind):
+def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1"):
   n = p.shape[0]
   r, c = _confidence_parts(p)
   z = r == y
-  sums = B.binned_residual_sums(c, z, m, binning, max_bins).sums
+  bs = B.binned_residual_sums(c, z, m, binning, max_bins)
+  sums = bs.sums
   if kind == "ece":
-    return _l1(sums, n)
+    return _binned_norm(sums[:, 0], bs.counts, n, norm)
   ce = _sq(sums, n)
   if kind == "ce_corr":
     ce = ce + (1.0 - jnp.mean(z)) / float(n)
@@ -106,11 +131,12 @@ def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0):
   )  # rows (C, max_bins, ...)
 
 
-def _classwise_core(p, y, m, weights, *, binning, max_bins, kind):
+def _classwise_core(p, y, m, weights, *, binning, max_bins, kind, norm="l1"):
   n = p.shape[0]
-  sums = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins).sums[..., 0]  # (C, max_bins)
+  bs = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins)
+  sums = bs.sums[..., 0]  # (C, max_bins)
   if kind == "ece":
-    per = jnp.sum(jnp.abs(sums), axis=1) / float(n)
+    per = _binned_norm(sums, bs.counts, n, norm)
   else:
     per = jnp.sum(sums**2, axis=1) / float(n) / float(n)
   return jnp.sum(weights * per)
@@ -222,18 +248,24 @@ def conf_ece(
   num_bins: ArrayLike = 15,
   binning: str = "fixed",
   *,
+  norm: str = "l1",
   max_bins: int | None = None,
   from_logits: bool = False,
 ) -> jax.Array:
-  """Top-label binned ℓ1 calibration error ConfECE (not truthful).
+  """Top-label binned calibration error ConfECE (ℓ1; also RMS and max norms; not truthful).
 
   ``ConfECE = (1/n) sum_B |sum_{i in B} (c_i - z_i)|`` with ``c_i = max p_i``,
-  ``z_i = 1[y_i = argmax p_i]`` and bins on ``c``.
+  ``z_i = 1[y_i = argmax p_i]`` and bins on ``c``. With ``S_B = sum_{i in B}
+  (c_i - z_i)`` and ``n_B = |B|`` the three norms are, as torchmetrics
+  defines them: ``"l1"`` ``sum_B (n_B/n) |S_B/n_B|`` (the ECE), ``"l2"``
+  ``sqrt(sum_B (n_B/n) (S_B/n_B)^2)`` (the RMS calibration error) and
+  ``"max"`` ``max_B |S_B/n_B|`` over non-empty bins (the MCE).
 
   Args:
     probs: ``(n, C)`` probabilities.
     labels: ``(n,)`` integer labels.
-    binning: ``"fixed"`` (default, the usual ECE) or ``"quantile"``.{BIN_ARGS}
+    binning: ``"fixed"`` (default, the usual ECE) or ``"quantile"``.
+    norm: ``"l1"`` (default), ``"l2"`` or ``"max"``.{BIN_ARGS}
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
@@ -247,11 +279,16 @@ def conf_ece(
     >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
     >>> round(float(conf_ece(p, jnp.array([0, 1, 1]), num_bins=2)), 4)
     0.1333
+    >>> round(float(conf_ece(p, jnp.array([0, 1, 1]), num_bins=4, norm="max")), 4)
+    0.35
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors §2 (ConfECE).
+  Reference: SPEC §2; truthful_multiclass_calibration_errors §2 (ConfECE);
+  Naeini, Cooper & Hauskrecht (2015), AAAI, §2 (ECE and MCE); Nixon et al.
+  (2019), "Measuring calibration in deep learning", arXiv:1904.01685 (RMS).
   """
+  norm = _check_norm(norm)
   p, y = prepare(probs, labels, from_logits)
-  return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ece")
+  return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ece", norm=norm)
 
 
 def conf_ce(
@@ -365,20 +402,27 @@ def classwise_ece(
   binning: str = "fixed",
   class_weights: ArrayLike | None = None,
   *,
+  norm: str = "l1",
   max_bins: int | None = None,
   from_logits: bool = False,
 ) -> jax.Array:
-  """Classwise binned ℓ1 calibration error CWE_bin.
+  """Classwise binned calibration error CWE_bin (ℓ1; also RMS and max norms).
 
   ``CWE = sum_r w_r (1/n) sum_B |sum_{i in B} (p_ir - 1[y_i = r])|``,
-  weights ``w_r = 1/C`` by default.
+  weights ``w_r = 1/C`` by default. ``norm`` extends torchmetrics' top-label
+  norms class by class: each class's binned gaps ``S_rB / n_rB`` get the
+  ``"l1"`` (default), ``"l2"`` (bin-mass-weighted RMS) or ``"max"``
+  (largest over non-empty bins) norm of :func:`conf_ece`, and the per-class
+  values are averaged with the weights ``w_r`` (so ``"max"`` is the weighted
+  mean of the per-class MCEs, not the largest gap over all classes).
 
   Args:
     probs: ``(n, C)`` probabilities.
     labels: ``(n,)`` integer labels.
     binning: ``"fixed"`` (default) or ``"quantile"`` (the utility paper's
       ``CWE_bin`` uses 15 equal-mass bins).
-    class_weights: ``(C,)`` non-negative weights (default ``1/C``).{BIN_ARGS}
+    class_weights: ``(C,)`` non-negative weights (default ``1/C``).
+    norm: ``"l1"`` (default), ``"l2"`` or ``"max"``.{BIN_ARGS}
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
@@ -392,9 +436,12 @@ def classwise_ece(
   Reference: SPEC §2 (LinECE) and §6 (CWE_bin); local_calibration (class-wise
   ECE), utility_aware_multiclass_calibration §5.
   """
+  norm = _check_norm(norm)
   p, y = prepare(probs, labels, from_logits)
   w = _class_weights(class_weights, p.shape[1], p.dtype)
-  return _run(_classwise_core, (p, y, w), num_bins, p.shape[0], max_bins, binning, kind="ece")
+  return _run(
+    _classwise_core, (p, y, w), num_bins, p.shape[0], max_bins, binning, kind="ece", norm=norm
+  )
 
 
 def binary_ce(
