@@ -66,6 +66,7 @@ __all__ = [
   "sorted_residual_prefix",
   "FAST_SORT_MIN_N",
   "binned_residual_sums",
+  "midpoint_mass_ends",
 ]
 
 
@@ -566,3 +567,37 @@ def binned_residual_sums(
   fixed_method = "auto" if method == "fast" else method
   out = jax.vmap(lambda s, v: binned_sums(s, v, num_bins, "fixed", max_bins, fixed_method))(s2, v2)
   return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), out)
+
+
+def midpoint_mass_ends(sorted_scores: jax.Array, num_bins: ArrayLike, max_bins: int) -> jax.Array:
+  """Cumulative bin counts of equal-mass bins cut at midpoints between sorted values.
+
+  The rule of Kumar, Liang & Ma (2019) (``calibration.get_equal_bins`` in
+  their ``uncertainty-calibration`` package): with ``m' = min(m, n)``, the
+  sorted scores are split into ``m'`` consecutive parts as
+  ``numpy.array_split`` does (the first ``n mod m'`` parts one longer); bin
+  ``j`` ends at the midpoint ``t_j`` between the last score of part ``j``
+  and the first of part ``j + 1`` (rounded in the scores' dtype), and a
+  score ``s`` belongs to the first bin with ``s <= t_j``. Unlike the
+  quantile rule of SPEC §1, tied scores always share a bin.
+
+  Args:
+    sorted_scores: ``(n,)`` scores sorted ascending.
+    num_bins: scalar bin count ``m >= 1`` (static or traced), ``<= max_bins``.
+    max_bins: static bound; the result has ``max_bins + 1`` entries.
+
+  Returns:
+    ``(max_bins + 1,)`` int32, non-decreasing, ``e_0 = 0``, ``e_j = n`` for
+    ``j >= m'``.
+  """
+  n = sorted_scores.shape[0]
+  m = jnp.minimum(jnp.asarray(num_bins, jnp.int32), n)
+  m = jnp.maximum(m, 1)
+  q, rem = n // m, n % m
+  j = jnp.arange(1, max_bins, dtype=jnp.int32)
+  start = j * q + jnp.minimum(j, rem)  # first index of part j + 1 (0-based parts)
+  hi = jnp.clip(start, 0, n - 1)
+  cut = (sorted_scores[jnp.clip(hi - 1, 0, n - 1)] + sorted_scores[hi]) / 2
+  ends = jnp.searchsorted(sorted_scores, cut, side="right").astype(jnp.int32)
+  ends = jnp.where(j < m, ends, n)
+  return jnp.concatenate([jnp.zeros((1,), jnp.int32), ends, jnp.full((1,), n, jnp.int32)])
