@@ -156,25 +156,33 @@ def _smece_at(f, r, w, sigma, sizes: _Sizes):
 
 
 def _auto(f, r, w, sizes: _Sizes):
-  """``relplot.metrics.smECE``: fixed-point bandwidth by bisection; (smECE, sigma)."""
+  """``relplot.metrics.smECE``: fixed-point bandwidth by bisection; (smECE, sigma).
+
+  One loop of ``_SEARCH_STEPS + 2`` evaluations (``sigma = 1``, the
+  bisection midpoints, the final bandwidth), so the smoothing is compiled
+  once.
+  """
   dt = r.dtype
   lo = jnp.asarray(SMOOTH_ECE_MIN_AUTO_BANDWIDTH, dt)
-
-  def pred(alpha):
-    val = _smece_at(f, r, w, jnp.maximum(alpha, lo), sizes)
-    return (alpha < _SEARCH_EPS) | (alpha < val)
-
   one = jnp.asarray(1.0, dt)
+  last = _SEARCH_STEPS + 1
 
-  def body(_, carry):
-    start, end = carry
+  def body(k, carry):
+    start, end, one_ok, _ = carry
     mid = (start + end) / 2
-    ok = pred(mid)
-    return jnp.where(ok, start, mid), jnp.where(ok, mid, end)
+    final = jnp.where(one_ok, one, start)
+    alpha = jnp.where(k == 0, one, jnp.where(k == last, final, mid))
+    val = _smece_at(f, r, w, jnp.maximum(alpha, lo), sizes)
+    ok = (alpha < _SEARCH_EPS) | (alpha < val)
+    search = (k > 0) & (k < last)
+    start = jnp.where(search & ~ok, mid, start)
+    end = jnp.where(search & ok, mid, end)
+    one_ok = jnp.where(k == 0, ok, one_ok)
+    return start, end, one_ok, val
 
-  start, _ = jax.lax.fori_loop(0, _SEARCH_STEPS, body, (one, jnp.zeros((), dt)))
-  sigma = jnp.where(pred(one), one, start)
-  return _smece_at(f, r, w, sigma, sizes), sigma
+  init = (one, jnp.zeros((), dt), jnp.bool_(False), jnp.zeros((), dt))
+  start, _, one_ok, val = jax.lax.fori_loop(0, last + 1, body, init)
+  return val, jnp.where(one_ok, one, start)
 
 
 def _binary_parts(p, y, mode):
