@@ -365,8 +365,10 @@ def _reliability_core(p, y, sigma, *, num_points, sizes):
   sm, g = _smoothed_grid(f, jnp.stack([z, ones, ones / n], axis=1), sigma, sizes)
   t = jnp.arange(num_points, dtype=p.dtype) / (num_points - 1)
   a = _interpolate(sm, g, t)
-  acc = a[:, 0] / (a[:, 1] + _DENSITY_EPS)
-  return t, acc, a[:, 2], _smece_at(f, r, ones, sigma, sizes)
+  # A smoothed mean of 0/1 outcomes: clipped to [0, 1] against FFT round-off
+  # where the density vanishes.
+  acc = jnp.clip(a[:, 0] / (a[:, 1] + _DENSITY_EPS), 0.0, 1.0)
+  return t, acc, jnp.maximum(a[:, 2], 0.0), _smece_at(f, r, ones, sigma, sizes)
 
 
 def smooth_reliability(
@@ -382,7 +384,9 @@ def smooth_reliability(
   ``accuracy(t) = Σ_i K(t, f_i) y_i / (Σ_i K(t, f_i) + 10^-4)`` and
   ``density(t) = (1/n) Σ_i K(t, f_i)`` with relplot's reflected Gaussian
   kernel at the automatic smooth-ECE bandwidth (relplot's
-  ``prepare_rel_diagram`` main line without bootstrap bands).
+  ``prepare_rel_diagram`` main line without bootstrap bands). Where the
+  density vanishes the accuracy is a ratio of float32 round-off; it is
+  clipped to ``[0, 1]`` (and the density at 0).
 
   Args:
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
