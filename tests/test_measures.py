@@ -331,3 +331,16 @@ def test_smooth_reliability_curve():
   area = float(jnp.sum((s.density[1:] + s.density[:-1]) / 2) / 199)
   assert area == pytest.approx(1.0, abs=0.02)
   assert float(jnp.min(s.accuracy)) >= -1e-6 and float(jnp.max(s.accuracy)) <= 1 + 1e-6
+
+
+def test_smooth_reliability_diagram_draws():
+  from jaxcal import plots
+
+  fig = plots.smooth_reliability_diagram(P_MID, Y_MID, title="t")
+  ax = fig.axes[0]
+  assert ax.get_title() == "t" and "smECE" in ax.texts[0].get_text()
+  fig2 = plots.smooth_reliability_diagram(P_MID, Y_MID, 0.1, ax=ax)
+  assert fig2 is fig
+  import matplotlib.pyplot as plt
+
+  plt.close("all")
