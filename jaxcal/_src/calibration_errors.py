@@ -103,6 +103,20 @@ def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   return c, z
 
 
+def _binary_rows(p: jax.Array, y: jax.Array, mode: str) -> tuple[jax.Array, jax.Array]:
+  """Binary problems as rows ``(scores, outcomes)``, each ``(rows, n)``.
+
+  ``"top_label"``: one row, confidence ``max p`` against ``1[argmax p = y]``;
+  ``"classwise"`` (or ``"marginal"``): ``C`` rows, ``p[:, c]`` against
+  ``1[y = c]``.
+  """
+  if mode == "top_label":
+    c, z = _confidence(p, y)
+    return c[None, :], z[None, :]
+  hits = (y[None, :] == jnp.arange(p.shape[1])[:, None]).astype(p.dtype)
+  return p.T, hits
+
+
 def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1"):
   n = p.shape[0]
   r, c = _confidence_parts(p)

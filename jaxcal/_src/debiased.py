@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
-from jaxcal._src.calibration_errors import _confidence_parts, _run
+from jaxcal._src.calibration_errors import _binary_rows, _run
 from jaxcal._src.scores import prepare
 
 __all__ = ["debiased_ce"]
@@ -57,12 +57,8 @@ def _row_sq(s, b, m, max_bins):
 
 
 def _debiased_core(p, y, m, *, max_bins, mode, squared):
-  if mode == "top_label":
-    r, c = _confidence_parts(p)
-    sq = _row_sq(c, (r == y).astype(p.dtype), m, max_bins)
-    return sq if squared else jnp.sqrt(jnp.maximum(sq, 0.0))
-  hits = (y[None, :] == jnp.arange(p.shape[1])[:, None]).astype(p.dtype)
-  sq = jax.vmap(lambda s, b: _row_sq(s, b, m, max_bins))(p.T, hits)
+  s, b = _binary_rows(p, y, mode)
+  sq = jax.vmap(lambda si, bi: _row_sq(si, bi, m, max_bins))(s, b)
   if squared:
     return jnp.mean(sq)
   return jnp.sqrt(jnp.mean(jnp.maximum(sq, 0.0)))

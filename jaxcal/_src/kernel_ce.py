@@ -43,7 +43,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.calibration_errors import _confidence_parts
+from jaxcal._src.calibration_errors import _confidence
 from jaxcal._src.numerics import PRECISION
 from jaxcal._src.scores import prepare
 
@@ -258,8 +258,8 @@ def _decay_scan(decay: jax.Array, x: jax.Array, reverse: bool) -> jax.Array:
 
 @jax.jit
 def _mmce_core(p, y, width):
-  r, c = _confidence_parts(p)
-  resid = (r == y).astype(p.dtype) - c
+  c, z = _confidence(p, y)
+  resid = z - c
   cs, rs = jax.lax.sort((c, resid), num_keys=1)
   gap = jnp.concatenate([jnp.zeros((1,), p.dtype), jnp.diff(cs)])
   fwd = jnp.exp(-gap / width)  # weight from i - 1 to i

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
-from jaxcal._src.calibration_errors import _class_weights, _confidence_parts
+from jaxcal._src.calibration_errors import _binary_rows, _class_weights
 from jaxcal._src.scores import prepare
 
 __all__ = ["ks_ce"]
@@ -41,11 +41,9 @@ def _ks_rows(scores: jax.Array, resid: jax.Array) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("mode",))
 def _ks_core(p, y, w, *, mode):
-  if mode == "top_label":
-    r, c = _confidence_parts(p)
-    return _ks_rows(c[None, :], (c - (r == y).astype(p.dtype))[None, :])[0]
-  hits = (y[None, :] == jnp.arange(p.shape[1])[:, None]).astype(p.dtype)
-  return jnp.sum(w * _ks_rows(p.T, p.T - hits))
+  s, b = _binary_rows(p, y, mode)
+  per = _ks_rows(s, s - b)
+  return per[0] if mode == "top_label" else jnp.sum(w * per)
 
 
 def ks_ce(

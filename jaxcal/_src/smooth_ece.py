@@ -48,7 +48,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.calibration_errors import _class_weights, _confidence_parts
+from jaxcal._src.calibration_errors import _binary_rows, _class_weights
 from jaxcal._src.scores import prepare
 
 __all__ = [
@@ -186,14 +186,9 @@ def _auto(f, r, w, sizes: _Sizes):
 
 
 def _binary_parts(p, y, mode):
-  """Rows of (score, residual): one row (top label) or C rows (classwise)."""
-  if mode == "top_label":
-    r, c = _confidence_parts(p)
-    z = (r == y).astype(p.dtype)
-    return c[None, :], (c - z)[None, :]
-  pt = p.T
-  hits = (y[None, :] == jnp.arange(p.shape[1])[:, None]).astype(p.dtype)
-  return pt, pt - hits
+  """Rows of (score, residual score - outcome)."""
+  f, b = _binary_rows(p, y, mode)
+  return f, f - b
 
 
 @functools.partial(jax.jit, static_argnames=("mode", "sizes"))
