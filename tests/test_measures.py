@@ -344,3 +344,47 @@ def test_smooth_reliability_diagram_draws():
   import matplotlib.pyplot as plt
 
   plt.close("all")
+
+
+def test_cores_treat_masked_samples_as_absent():
+  # the `where` contract: a masked-out sample is exactly as if it were absent
+  from jaxcal._src import debiased as D
+  from jaxcal._src import kernel_ce as KC
+  from jaxcal._src import ks as K
+  from jaxcal._src import smooth_ece as S
+
+  p, y = jnp.asarray(P_SMALL), jnp.asarray(Y_SMALL)
+  keep = np.ones(60, bool)
+  keep[[3, 10, 11, 40, 59]] = False
+  w = jnp.asarray(keep)
+  pk, yk = p[keep], y[keep]
+  sizes = S._sizes(S.SMOOTH_ECE_MIN_AUTO_BANDWIDTH)
+  a = S._auto_core(p, y, w, mode="top_label", sizes=sizes)
+  b = S._auto_core(pk, yk, mode="top_label", sizes=sizes)
+  np.testing.assert_allclose(a[0], b[0], rtol=1e-5)
+  np.testing.assert_array_equal(a[1], b[1])
+  sig = jnp.array([0.05, 0.2])
+  np.testing.assert_allclose(
+    S._fixed_core(p, y, sig, w, mode="classwise", sizes=S._sizes(0.05)),
+    S._fixed_core(pk, yk, sig, mode="classwise", sizes=S._sizes(0.05)),
+    rtol=1e-5,
+  )
+  cw = jnp.full((4,), 0.25)
+  for mode in ("top_label", "classwise"):
+    assert float(K._ks_core(p, y, cw, w, mode=mode)) == pytest.approx(
+      float(K._ks_core(pk, yk, cw, mode=mode)), rel=1e-6
+    )
+  assert float(KC._mmce_core(p, y, 0.4, w)) == pytest.approx(
+    float(KC._mmce_core(pk, yk, 0.4)), rel=1e-5
+  )
+  for est, kw in (("unbiased", {}), ("biased", {}), ("block", {"block_size": 3})):
+    kw = {"estimator": est, "block_size": kw.get("block_size", 2), "row_block": 16}
+    a = KC._skce_dynamic(p, y, metrics.LaplacianKernel(0.5), w, **kw)
+    b = KC._skce_dynamic(pk, yk, metrics.LaplacianKernel(0.5), **kw)
+    assert float(a) == pytest.approx(float(b), rel=1e-5, abs=1e-8), est
+  for mode in ("top_label", "marginal"):
+    f = jax.jit(
+      lambda a, b, m, ww: D._debiased_core(a, b, m, ww, max_bins=8, mode=mode, squared=True)
+    )
+    for m in (1, 3, 8):
+      assert float(f(p, y, m, w)) == pytest.approx(float(f(pk, yk, m, None)), rel=1e-5, abs=1e-8)

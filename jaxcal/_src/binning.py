@@ -569,7 +569,9 @@ def binned_residual_sums(
   return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), out)
 
 
-def midpoint_mass_ends(sorted_scores: jax.Array, num_bins: ArrayLike, max_bins: int) -> jax.Array:
+def midpoint_mass_ends(
+  sorted_scores: jax.Array, num_bins: ArrayLike, max_bins: int, count: ArrayLike | None = None
+) -> jax.Array:
   """Cumulative bin counts of equal-mass bins cut at midpoints between sorted values.
 
   The rule of Kumar, Liang & Ma (2019) (``calibration.get_equal_bins`` in
@@ -585,12 +587,15 @@ def midpoint_mass_ends(sorted_scores: jax.Array, num_bins: ArrayLike, max_bins: 
     sorted_scores: ``(n,)`` scores sorted ascending.
     num_bins: scalar bin count ``m >= 1`` (static or traced), ``<= max_bins``.
     max_bins: static bound; the result has ``max_bins + 1`` entries.
+    count: number ``n`` of real samples (may be traced), which must come
+      first in ``sorted_scores`` (masked-out samples sorted last, e.g. with
+      score ``+inf``); default: all of them.
 
   Returns:
     ``(max_bins + 1,)`` int32, non-decreasing, ``e_0 = 0``, ``e_j = n`` for
     ``j >= m'``.
   """
-  n = sorted_scores.shape[0]
+  n = sorted_scores.shape[0] if count is None else jnp.asarray(count, jnp.int32)
   m = jnp.minimum(jnp.asarray(num_bins, jnp.int32), n)
   m = jnp.maximum(m, 1)
   q, rem = n // m, n % m

@@ -38,12 +38,22 @@ __all__ = ["debiased_ce"]
 _MODES = ("top_label", "marginal")
 
 
-def _row_sq(s, b, m, max_bins):
-  """Debiased squared error of one binary column for bin count ``m``."""
-  n = s.shape[0]
-  ss, bs = jax.lax.sort((s, b), num_keys=1)  # ties share a bin: order within them is irrelevant
-  ends = B.midpoint_mass_ends(ss, m, max_bins)
-  vals = jnp.stack([ss - bs, bs], axis=1)
+def _row_sq(s, b, m, max_bins, where=None):
+  """Debiased squared error of one binary column for bin count ``m``.
+
+  Masked-out samples (``where`` False) sort last (key ``+inf``) with zero
+  values, and only the kept ones are counted.
+  """
+  if where is None:
+    n, key, gap, bits = s.shape[0], s, s - b, b
+  else:
+    n = jnp.sum(where)
+    key = jnp.where(where, s, jnp.inf)
+    gap, bits = jnp.where(where, s - b, 0.0), jnp.where(where, b, 0.0)
+  # ties share a bin: the order within them is irrelevant
+  ks, gs, bs = jax.lax.sort((key, gap, bits), num_keys=1)
+  ends = B.midpoint_mass_ends(ks, m, max_bins, None if where is None else n)
+  vals = jnp.stack([gs, bs], axis=1)
   prefix = jnp.concatenate([jnp.zeros((1, 2), s.dtype), B.blocked_cumsum(vals)])
   at = prefix[ends]
   sums = at[1:] - at[:-1]  # (max_bins, 2)
@@ -53,12 +63,12 @@ def _row_sq(s, b, m, max_bins):
   gap = sums[:, 0] / safe
   ybar = sums[:, 1] / safe
   per = gap**2 - ybar * (1.0 - ybar) / (safe - 1.0)
-  return jnp.sum(jnp.where(ok, cnt * per, 0.0)) / float(n)
+  return jnp.sum(jnp.where(ok, cnt * per, 0.0)) / jnp.asarray(n, s.dtype)
 
 
-def _debiased_core(p, y, m, *, max_bins, mode, squared):
+def _debiased_core(p, y, m, where=None, *, max_bins, mode, squared):
   s, b = _binary_rows(p, y, mode)
-  sq = jax.vmap(lambda si, bi: _row_sq(si, bi, m, max_bins))(s, b)
+  sq = jax.vmap(lambda si, bi: _row_sq(si, bi, m, max_bins, where))(s, b)
   if squared:
     return jnp.mean(sq)
   return jnp.sqrt(jnp.mean(jnp.maximum(sq, 0.0)))

@@ -98,14 +98,16 @@ def _row_block(n: int, num_classes: int) -> int:
   return max(8, min(n, b))
 
 
-def _quadratic(p, y, kernel, *, biased: bool, block: int):
-  """Σ_{i≠j} h_ij (or Σ_{i,j}) over blocks, then normalised."""
+def _quadratic(p, y, kernel, where, *, biased: bool, block: int):
+  """Σ_{i≠j} h_ij (or Σ_{i,j}) over tiles of the upper triangle, then normalised."""
   n, c = p.shape
   nb = -(-n // block)
   pad = nb * block - n
   pp = jnp.pad(p, ((0, pad), (0, 0)))
   yy = jnp.pad(y, (0, pad))
   valid = jnp.arange(nb * block) < n
+  if where is not None:
+    valid = valid & jnp.pad(where, (0, pad))
   pb = pp.reshape(nb, block, c)
   yb = yy.reshape(nb, block)
   vb = valid.reshape(nb, block)
@@ -118,34 +120,41 @@ def _quadratic(p, y, kernel, *, biased: bool, block: int):
       m = m & ((i != j) | (idx[:, None] != idx[None, :]))
     return jnp.sum(jnp.where(m, h, 0.0))
 
-  # Upper triangle of block pairs (i <= j), off-diagonal pairs counted twice.
+  # Upper triangle of tile pairs (i <= j), off-diagonal tiles counted twice.
   def outer(i, acc):
     def inner(j, acc):
       w = jnp.where(j == i, 1.0, 2.0).astype(p.dtype)
-      return acc + jnp.where(j >= i, w * pair(i, j), 0.0)
+      return acc + w * pair(i, j)
 
-    return jax.lax.fori_loop(0, nb, inner, acc)
+    return jax.lax.fori_loop(i, nb, inner, acc)
 
   total = jax.lax.fori_loop(0, nb, outer, jnp.zeros((), p.dtype))
-  denom = float(n) * float(n) if biased else float(n) * float(n - 1)
-  return total / denom
+  m = jnp.sum(valid).astype(p.dtype)
+  return total / (m * m if biased else m * (m - 1.0))
 
 
-def _block_estimator(p, y, kernel, *, block_size: int):
+def _block_estimator(p, y, kernel, where, *, block_size: int):
   n, c = p.shape
+  if where is not None:  # the kept samples, in their order, first
+    order = jnp.argsort(~where, stable=True)
+    p, y = p[order], y[order]
+    full = jnp.sum(where) // block_size
+  else:
+    full = n // block_size
   nb = n // block_size
   pb = p[: nb * block_size].reshape(nb, block_size, c)
   yb = y[: nb * block_size].reshape(nb, block_size)
   off = ~jnp.eye(block_size, dtype=bool)
   h = jax.vmap(lambda a, b: _h_block(a, b, a, b, kernel))(pb, yb)  # (nb, B, B)
   per = jnp.sum(jnp.where(off, h, 0.0), axis=(1, 2)) / float(block_size * (block_size - 1))
-  return jnp.mean(per)
+  keep = jnp.arange(nb) < full
+  return jnp.sum(jnp.where(keep, per, 0.0)) / jnp.asarray(full, p.dtype)
 
 
-def _skce_impl(p, y, kernel, *, estimator, block_size, row_block):
+def _skce_impl(p, y, kernel, where=None, *, estimator, block_size, row_block):
   if estimator == "block":
-    return _block_estimator(p, y, kernel, block_size=block_size)
-  return _quadratic(p, y, kernel, biased=estimator == "biased", block=row_block)
+    return _block_estimator(p, y, kernel, where, block_size=block_size)
+  return _quadratic(p, y, kernel, where, biased=estimator == "biased", block=row_block)
 
 
 _STATIC = ("estimator", "block_size", "row_block")
@@ -257,9 +266,11 @@ def _decay_scan(decay: jax.Array, x: jax.Array, reverse: bool) -> jax.Array:
 
 
 @jax.jit
-def _mmce_core(p, y, width):
+def _mmce_core(p, y, width, where=None):
   c, z = _confidence(p, y)
   resid = z - c
+  if where is not None:  # a zero residual drops a sample; the decays pass through it exactly
+    resid = jnp.where(where, resid, 0.0)
   cs, rs = jax.lax.sort((c, resid), num_keys=1)
   gap = jnp.concatenate([jnp.zeros((1,), p.dtype), jnp.diff(cs)])
   fwd = jnp.exp(-gap / width)  # weight from i - 1 to i
@@ -267,8 +278,8 @@ def _mmce_core(p, y, width):
   bwd = jnp.concatenate([fwd[1:], jnp.zeros((1,), p.dtype)])  # weight from i + 1 to i
   right = _decay_scan(bwd, rs, reverse=True)  # Σ_{j>=i} r_j k(i, j)
   s = left + right - rs
-  n = p.shape[0]
-  quad = jnp.sum(rs * s) / float(n) / float(n)
+  n = float(p.shape[0]) if where is None else jnp.sum(where).astype(p.dtype)
+  quad = jnp.sum(rs * s) / n / n
   return jnp.sqrt(jnp.maximum(quad, 0.0))
 
 

@@ -30,19 +30,27 @@ __all__ = ["ks_ce"]
 _MODES = ("top_label", "classwise")
 
 
-def _ks_rows(scores: jax.Array, resid: jax.Array) -> jax.Array:
-  """KS of each row of ``(rows, n)`` scores and residuals ``s - b``."""
-  n = scores.shape[-1]
+def _ks_rows(scores: jax.Array, resid: jax.Array, where=None) -> jax.Array:
+  """KS of each row of ``(rows, n)`` scores and residuals ``s - b``.
+
+  ``where`` (``(n,)`` bool): masked-out samples get residual 0 and are not
+  counted in ``n``; a position they add only repeats the previous partial sum.
+  """
+  if where is None:
+    n = float(scores.shape[-1])
+  else:
+    resid = jnp.where(where, resid, 0.0)
+    n = jnp.sum(where).astype(resid.dtype)
   ss, rs = jax.lax.sort((scores, resid), dimension=1, num_keys=1)
-  d = B.blocked_cumsum(rs, axis=1) / float(n)
+  d = B.blocked_cumsum(rs, axis=1) / n
   group_end = jnp.concatenate([ss[:, 1:] != ss[:, :-1], jnp.ones((ss.shape[0], 1), bool)], axis=1)
   return jnp.max(jnp.where(group_end, jnp.abs(d), 0.0), axis=1)
 
 
 @functools.partial(jax.jit, static_argnames=("mode",))
-def _ks_core(p, y, w, *, mode):
+def _ks_core(p, y, w, where=None, *, mode):
   s, b = _binary_rows(p, y, mode)
-  per = _ks_rows(s, s - b)
+  per = _ks_rows(s, s - b, where)
   return per[0] if mode == "top_label" else jnp.sum(w * per)
 
 

@@ -191,17 +191,24 @@ def _binary_parts(p, y, mode):
   return f, f - b
 
 
+def _weights(r, where):
+  """0/1 sample weights per row: a masked-out sample contributes nothing."""
+  if where is None:
+    return jnp.ones_like(r)
+  return jnp.broadcast_to(where.astype(r.dtype), r.shape)
+
+
 @functools.partial(jax.jit, static_argnames=("mode", "sizes"))
-def _auto_core(p, y, *, mode, sizes):
+def _auto_core(p, y, where=None, *, mode, sizes):
   f, r = _binary_parts(p, y, mode)
-  w = jnp.ones_like(r)
+  w = _weights(r, where)
   return jax.vmap(lambda a, b, c: _auto(a, b, c, sizes))(f, r, w)
 
 
 @functools.partial(jax.jit, static_argnames=("mode", "sizes"))
-def _fixed_core(p, y, sigma, *, mode, sizes):
+def _fixed_core(p, y, sigma, where=None, *, mode, sizes):
   f, r = _binary_parts(p, y, mode)
-  w = jnp.ones_like(r)
+  w = _weights(r, where)
   per_row = jax.vmap(lambda s: jax.vmap(lambda a, b, c: _smece_at(a, b, c, s, sizes))(f, r, w))
   return per_row(sigma)  # (k, rows)
 
