@@ -32,6 +32,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import binning as B
 from jaxcal._src.calibration_errors import _binary_rows, _run
 from jaxcal._src.scores import prepare
+from jaxcal._src.sorting import stable_argsort
 
 __all__ = ["debiased_ce"]
 
@@ -50,8 +51,8 @@ def _row_sq(s, b, m, max_bins, where=None):
     n = jnp.sum(where)
     key = jnp.where(where, s, jnp.inf)
     gap, bits = jnp.where(where, s - b, 0.0), jnp.where(where, b, 0.0)
-  # ties share a bin: the order within them is irrelevant
-  ks, gs, bs = jax.lax.sort((key, gap, bits), num_keys=1)
+  order = stable_argsort(key)
+  ks, gs, bs = key[order], gap[order], bits[order]
   ends = B.midpoint_mass_ends(ks, m, max_bins, None if where is None else n)
   vals = jnp.stack([gs, bs], axis=1)
   prefix = jnp.concatenate([jnp.zeros((1, 2), s.dtype), B.blocked_cumsum(vals)])

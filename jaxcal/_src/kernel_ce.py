@@ -46,6 +46,7 @@ from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _confidence
 from jaxcal._src.numerics import PRECISION
 from jaxcal._src.scores import prepare
+from jaxcal._src.sorting import sort_with_payload
 
 __all__ = [
   "LaplacianKernel",
@@ -271,7 +272,7 @@ def _mmce_core(p, y, width, where=None):
   resid = z - c
   if where is not None:  # a zero residual drops a sample; the decays pass through it exactly
     resid = jnp.where(where, resid, 0.0)
-  cs, rs = jax.lax.sort((c, resid), num_keys=1)
+  cs, rs = sort_with_payload(c, resid)  # tied confidences: k = 1 either way
   gap = jnp.concatenate([jnp.zeros((1,), p.dtype), jnp.diff(cs)])
   fwd = jnp.exp(-gap / width)  # weight from i - 1 to i
   left = _decay_scan(fwd, rs, reverse=False)  # Σ_{j<=i} r_j k(i, j)

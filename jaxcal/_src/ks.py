@@ -24,6 +24,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import binning as B
 from jaxcal._src.calibration_errors import _binary_rows, _class_weights
 from jaxcal._src.scores import prepare
+from jaxcal._src.sorting import sort_with_payload
 
 __all__ = ["ks_ce"]
 
@@ -41,7 +42,7 @@ def _ks_rows(scores: jax.Array, resid: jax.Array, where=None) -> jax.Array:
   else:
     resid = jnp.where(where, resid, 0.0)
     n = jnp.sum(where).astype(resid.dtype)
-  ss, rs = jax.lax.sort((scores, resid), dimension=1, num_keys=1)
+  ss, rs = sort_with_payload(scores, resid)  # read only at tie-group ends
   d = B.blocked_cumsum(rs, axis=1) / n
   group_end = jnp.concatenate([ss[:, 1:] != ss[:, :-1], jnp.ones((ss.shape[0], 1), bool)], axis=1)
   return jnp.max(jnp.where(group_end, jnp.abs(d), 0.0), axis=1)

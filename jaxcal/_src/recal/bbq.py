@@ -40,6 +40,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import binning as B
 from jaxcal._src.recal.base import Recalibrator, prepare_fit, recalibrator_class, register, to_probs
 from jaxcal._src.recal.binning_methods import normalize_rows
+from jaxcal._src.sorting import stable_argsort
 
 __all__ = ["BBQ", "fit_bbq", "bbq_bin_range"]
 
@@ -118,7 +119,8 @@ def _fit_bbq(p, onehot, prior, *, lo, hi):
   ms = jnp.arange(lo, hi + 1, dtype=jnp.int32)
 
   def per_class(s, t):
-    ss, ts = jax.lax.sort((s, t), num_keys=1)
+    order = stable_argsort(s)  # ties split by index, as the quantile rule says
+    ss, ts = s[order], t[order]
     cut, theta, ll = jax.vmap(lambda m: _one_model(ss, ts, m, hi, prior))(ms)
     w = jax.nn.softmax(ll)  # (models,)
     jumps = w[:, None] * (theta[:, 1:] - theta[:, :-1])  # (models, hi - 1)
