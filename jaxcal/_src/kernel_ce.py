@@ -26,9 +26,9 @@ on top-label confidences ``c`` and correctness ``z`` with the Laplacian
 kernel of width ``w = 0.4`` — the unweighted estimator as ``netcal``
 (1.4.0, ``netcal.metrics.MMCE``) computes it. Because the kernel is
 one-dimensional and Laplacian, ``Σ_j r_j exp(-|c_i - c_j|/w)`` splits, on
-the sorted confidences, into two first-order linear recurrences (a forward
-and a backward ``associative_scan``): ``O(n log n)`` time and ``O(n)``
-memory instead of netcal's ``n x n`` matrix.
+the sorted confidences, into two first-order linear recurrences (forward and
+backward), evaluated in blocks of 64 samples: ``O(n log n)`` time and
+``O(n)`` memory instead of netcal's ``n x n`` matrix.
 """
 
 from __future__ import annotations
@@ -255,29 +255,50 @@ def skce(
   )
 
 
-def _decay_scan(decay: jax.Array, x: jax.Array, reverse: bool) -> jax.Array:
-  """``s_i = decay_i s_{i-1} + x_i`` (``s_{i+1}`` for ``reverse``), ``0 <= decay <= 1``."""
+_SCAN_BLOCK = 64
 
-  def combine(a, b):
-    da, xa = a
-    db, xb = b
-    return da * db, xa * db + xb
 
-  return jax.lax.associative_scan(combine, (decay, x), reverse=reverse)[1]
+def _decay_sums(c: jax.Array, r: jax.Array, a: jax.Array) -> jax.Array:
+  """``L_i = Σ_{j <= i} r_j exp(-a (c_i - c_j))`` for ascending ``c``.
+
+  Blocks of ``_SCAN_BLOCK`` samples: inside a block a masked lower-triangular
+  matrix of ``exp(-a (c_i - c_j)) <= 1`` (one batched product), across blocks
+  the scalar recurrence ``L_end(b) = inner_end(b) + L_end(b-1) exp(-a gap)``
+  (a short ``lax.scan``). Every exponent is ``<= 0``: no overflow for any
+  bandwidth, and it compiles in a fraction of an ``associative_scan``'s time.
+  """
+  n = c.shape[0]
+  k = min(_SCAN_BLOCK, n)
+  nb = -(-n // k)
+  pad = nb * k - n
+  cb = jnp.pad(c, (0, pad), mode="edge").reshape(nb, k)
+  rb = jnp.pad(r, (0, pad)).reshape(nb, k)
+  tri = jnp.tril(jnp.ones((k, k), bool))
+  w = jnp.where(tri, jnp.exp(-a * jnp.maximum(cb[:, :, None] - cb[:, None, :], 0.0)), 0.0)
+  inner = jnp.einsum("bij,bj->bi", w, rb, precision=PRECISION)
+  ends = cb[:, -1]
+  prev_end = jnp.concatenate([ends[:1], ends[:-1]])
+
+  def step(carry, xs):
+    inner_end, end, before = xs
+    out = carry * jnp.exp(-a * (end - before)) + inner_end
+    return out, carry
+
+  _, carry_in = jax.lax.scan(step, jnp.zeros((), c.dtype), (inner[:, -1], ends, prev_end))
+  out = inner + carry_in[:, None] * jnp.exp(-a * (cb - prev_end[:, None]))
+  return out.reshape(-1)[:n]
 
 
 @jax.jit
 def _mmce_core(p, y, width, where=None):
   c, z = _confidence(p, y)
   resid = z - c
-  if where is not None:  # a zero residual drops a sample; the decays pass through it exactly
+  if where is not None:  # a zero residual drops a sample exactly
     resid = jnp.where(where, resid, 0.0)
   cs, rs = sort_with_payload(c, resid)  # tied confidences: k = 1 either way
-  gap = jnp.concatenate([jnp.zeros((1,), p.dtype), jnp.diff(cs)])
-  fwd = jnp.exp(-gap / width)  # weight from i - 1 to i
-  left = _decay_scan(fwd, rs, reverse=False)  # Σ_{j<=i} r_j k(i, j)
-  bwd = jnp.concatenate([fwd[1:], jnp.zeros((1,), p.dtype)])  # weight from i + 1 to i
-  right = _decay_scan(bwd, rs, reverse=True)  # Σ_{j>=i} r_j k(i, j)
+  a = 1.0 / width
+  left = _decay_sums(cs, rs, a)  # Σ_{j<=i} r_j k(i, j)
+  right = _decay_sums(-cs[::-1], rs[::-1], a)[::-1]  # Σ_{j>=i} r_j k(i, j)
   s = left + right - rs
   n = float(p.shape[0]) if where is None else jnp.sum(where).astype(p.dtype)
   quad = jnp.sum(rs * s) / n / n
