@@ -13,7 +13,7 @@ uncertainty-calibration; ``peers`` extra: torchmetrics, which needs torch).
 * torchmetrics 1.9.0 ``multiclass_calibration_error`` (l1 / l2 / max): same
   norms. Documented difference: torchmetrics' bins are ``[k/m, (k+1)/m)``
   plus a bin of its own for a confidence of exactly 1, jaxcal's are
-  ``((j-1)/m, j/m]`` (SPEC §1); they agree whenever no confidence lies
+  ``((j-1)/m, j/m]`` (``metrics.bin_ids``); they agree whenever no confidence lies
   exactly on an edge, which the CIFAR checks assert.
 * betacal 1.1.0 ``BetaCalibration("abm")``: same model and fitting rule.
   Documented difference: betacal's scikit-learn solver stops at its

@@ -581,7 +581,7 @@ def midpoint_mass_ends(
   ``j`` ends at the midpoint ``t_j`` between the last score of part ``j``
   and the first of part ``j + 1`` (rounded in the scores' dtype), and a
   score ``s`` belongs to the first bin with ``s <= t_j``. Unlike the
-  quantile rule of SPEC §1, tied scores always share a bin.
+  ``quantile`` rule above (ties split by index), tied scores always share a bin.
 
   Args:
     sorted_scores: ``(n,)`` scores sorted ascending.

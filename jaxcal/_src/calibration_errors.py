@@ -273,7 +273,10 @@ def conf_ece(
   (c_i - z_i)`` and ``n_B = |B|`` the three norms are, as torchmetrics
   defines them: ``"l1"`` ``sum_B (n_B/n) |S_B/n_B|`` (the ECE), ``"l2"``
   ``sqrt(sum_B (n_B/n) (S_B/n_B)^2)`` (the RMS calibration error) and
-  ``"max"`` ``max_B |S_B/n_B|`` over non-empty bins (the MCE).
+  ``"max"`` ``max_B |S_B/n_B|`` over non-empty bins (the MCE). (torchmetrics'
+  equal-width bins are ``[k/m, (k+1)/m)`` plus a bin of their own for a
+  confidence of exactly 1; jaxcal's are ``((j-1)/m, j/m]``, so the two agree
+  unless a confidence lies exactly on a bin edge.)
 
   Args:
     probs: ``(n, C)`` probabilities.

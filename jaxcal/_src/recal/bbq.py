@@ -15,7 +15,7 @@ score-weighted average over models. Rows are normalised at the end.
 
 Choices where the paper leaves room (stated because peers differ): bins are
 jaxcal's equal-mass rule (sorted position ``i`` in bin ``ceil(i B / N)``,
-SPEC §1); a bin's interval runs between the midpoints of adjacent sorted
+ties split by index, as in :func:`jaxcal.metrics.bin_ids`); a bin's interval runs between the midpoints of adjacent sorted
 scores at its ends (0 and 1 outside), and a new score ``s`` belongs to the
 first bin whose upper cut is ``>= s``. ``netcal.binning.BBQ`` is a different
 method under the same name (BIC/AIC scores with an "elbow" cut-off of the
