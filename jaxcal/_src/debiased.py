@@ -42,18 +42,18 @@ _MODES = ("top_label", "marginal")
 def _row_sq(s, b, m, max_bins, where=None):
   """Debiased squared error of one binary column for bin count ``m``.
 
-  Masked-out samples (``where`` False) sort last (key ``+inf``) with zero
-  values, and only the kept ones are counted.
+  Masked-out samples (``where`` False) sort last (:func:`binning.masked_last`)
+  with zero values, and only the kept ones are counted.
   """
+  n = B.sample_count(where, s.shape[0])
+  key = B.masked_last(s, where)
   if where is None:
-    n, key, gap, bits = s.shape[0], s, s - b, b
+    gap, bits = s - b, b
   else:
-    n = jnp.sum(where)
-    key = jnp.where(where, s, jnp.inf)
     gap, bits = jnp.where(where, s - b, 0.0), jnp.where(where, b, 0.0)
   order = stable_argsort(key)
   ks, gs, bs = key[order], gap[order], bits[order]
-  ends = B.midpoint_mass_ends(ks, m, max_bins, None if where is None else n)
+  ends = B.midpoint_mass_ends(ks, m, max_bins, n)
   vals = jnp.stack([gs, bs], axis=1)
   prefix = jnp.concatenate([jnp.zeros((1, 2), s.dtype), B.blocked_cumsum(vals)])
   at = prefix[ends]
