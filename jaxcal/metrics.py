@@ -1,10 +1,14 @@
-"""Calibration errors (SPEC §2 and §5).
+"""Calibration errors.
 
 Truthful squared binned errors (``classwise_ce``, ``conf_ce_corr``,
-``lin_ce``, ``binary_ce``), the usual ℓ1 binned errors (``conf_ece``,
-``classwise_ece``, ``lin_ece``), the cumulative ``ecce`` and the local
-``lce`` (with MLCE). Each works on one data set and under ``jax.jit`` /
-``jax.vmap``; ``num_bins`` may be an int array (one compiled call).
+``lin_ce``, ``binary_ce``), the usual binned errors (``conf_ece``,
+``classwise_ece`` with ℓ1 / RMS / max norms, ``lin_ece``), the cumulative
+``ecce``, the local ``lce`` (with MLCE), and the measures of other papers:
+``smooth_ece`` (Błasiok & Nakkiran 2023), ``skce`` (Widmann et al. 2019),
+``mmce`` (Kumar et al. 2018), ``debiased_ce`` (Kumar, Liang & Ma 2019) and
+``ks_ce`` (Gupta et al. 2021). Each works on one data set and under
+``jax.jit`` / ``jax.vmap``; ``num_bins`` (and ``smooth_ece``'s bandwidth)
+may be an array (one compiled call).
 """
 
 from jaxcal._src.binning import bin_ids
@@ -21,11 +25,23 @@ from jaxcal._src.calibration_errors import (
   lin_ece,
   reliability_stats,
 )
+from jaxcal._src.debiased import debiased_ce
+from jaxcal._src.kernel_ce import GaussianKernel, LaplacianKernel, mmce, skce
+from jaxcal._src.ks import ks_ce
 from jaxcal._src.local import LocalCalibration, lce, nadaraya_watson
+from jaxcal._src.smooth_ece import (
+  SmoothReliability,
+  smooth_ece,
+  smooth_ece_bandwidth,
+  smooth_reliability,
+)
 
 __all__ = [
+  "GaussianKernel",
+  "LaplacianKernel",
   "LocalCalibration",
   "ReliabilityStats",
+  "SmoothReliability",
   "bin_ids",
   "binary_ce",
   "classwise_ce",
@@ -33,10 +49,17 @@ __all__ = [
   "conf_ce",
   "conf_ce_corr",
   "conf_ece",
+  "debiased_ce",
   "ecce",
+  "ks_ce",
   "lce",
   "lin_ce",
   "lin_ece",
+  "mmce",
   "nadaraya_watson",
   "reliability_stats",
+  "skce",
+  "smooth_ece",
+  "smooth_ece_bandwidth",
+  "smooth_reliability",
 ]

@@ -14,10 +14,16 @@ from jaxcal._src.isotonic import (
   isotonic_regression,
 )
 from jaxcal._src.recal.base import Recalibrator, fit, load, methods, save
+from jaxcal._src.recal.bbq import BBQ, fit_bbq
+from jaxcal._src.recal.beta import BetaCalibration, fit_beta
 from jaxcal._src.recal.binning_methods import (
   HistogramBinning,
   IsotonicRecalibrator,
   SmoothIsotonicRecalibrator,
+)
+from jaxcal._src.recal.ensemble_temperature import (
+  EnsembleTemperatureScaling,
+  fit_ensemble_temperature,
 )
 from jaxcal._src.recal.scaling import (
   DirichletCalibration,
@@ -28,7 +34,10 @@ from jaxcal._src.recal.scaling import (
 )
 
 __all__ = [
+  "BBQ",
+  "BetaCalibration",
   "DirichletCalibration",
+  "EnsembleTemperatureScaling",
   "HistogramBinning",
   "IsotonicFit",
   "IsotonicRecalibrator",
@@ -39,6 +48,9 @@ __all__ = [
   "TemperatureScaling",
   "VectorScaling",
   "fit",
+  "fit_bbq",
+  "fit_beta",
+  "fit_ensemble_temperature",
   "isotonic_fit",
   "isotonic_predict",
   "isotonic_regression",

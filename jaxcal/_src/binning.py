@@ -70,6 +70,7 @@ __all__ = [
   "quantile_bin_of_position",
   "masked_last",
   "sample_count",
+  "midpoint_mass_ends",
 ]
 
 
@@ -699,3 +700,42 @@ def binned_residual_sums(
       lambda s, v, w: binned_sums(s, v, num_bins, "fixed", max_bins, fixed_method, where=w)
     )(s2, v2, where.reshape((-1, n)))
   return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), out)
+
+
+def midpoint_mass_ends(
+  sorted_scores: jax.Array, num_bins: ArrayLike, max_bins: int, count: ArrayLike | None = None
+) -> jax.Array:
+  """Cumulative bin counts of equal-mass bins cut at midpoints between sorted values.
+
+  The rule of Kumar, Liang & Ma (2019) (``calibration.get_equal_bins`` in
+  their ``uncertainty-calibration`` package): with ``m' = min(m, n)``, the
+  sorted scores are split into ``m'`` consecutive parts as
+  ``numpy.array_split`` does (the first ``n mod m'`` parts one longer); bin
+  ``j`` ends at the midpoint ``t_j`` between the last score of part ``j``
+  and the first of part ``j + 1`` (rounded in the scores' dtype), and a
+  score ``s`` belongs to the first bin with ``s <= t_j``. Unlike the
+  ``quantile`` rule above (ties split by index), tied scores always share a bin.
+
+  Args:
+    sorted_scores: ``(n,)`` scores sorted ascending.
+    num_bins: scalar bin count ``m >= 1`` (static or traced), ``<= max_bins``.
+    max_bins: static bound; the result has ``max_bins + 1`` entries.
+    count: number ``n`` of real samples (may be traced), which must come
+      first in ``sorted_scores`` (masked-out samples sorted last, e.g. by
+      :func:`masked_last`); default: all of them.
+
+  Returns:
+    ``(max_bins + 1,)`` int32, non-decreasing, ``e_0 = 0``, ``e_j = n`` for
+    ``j >= m'``.
+  """
+  n = sorted_scores.shape[0] if count is None else jnp.asarray(count, jnp.int32)
+  m = jnp.minimum(jnp.asarray(num_bins, jnp.int32), n)
+  m = jnp.maximum(m, 1)
+  q, rem = n // m, n % m
+  j = jnp.arange(1, max_bins, dtype=jnp.int32)
+  start = j * q + jnp.minimum(j, rem)  # first index of part j + 1 (0-based parts)
+  hi = jnp.clip(start, 0, n - 1)
+  cut = (sorted_scores[jnp.clip(hi - 1, 0, n - 1)] + sorted_scores[hi]) / 2
+  ends = jnp.searchsorted(sorted_scores, cut, side="right").astype(jnp.int32)
+  ends = jnp.where(j < m, ends, n)
+  return jnp.concatenate([jnp.zeros((1,), jnp.int32), ends, jnp.full((1,), n, jnp.int32)])

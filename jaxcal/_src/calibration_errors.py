@@ -69,6 +69,30 @@ def _l1(sums: jax.Array, n: jax.Array) -> jax.Array:
   return jnp.sum(jnp.abs(sums)) / n
 
 
+_NORMS = ("l1", "l2", "max")
+
+
+def _binned_norm(sums: jax.Array, counts: jax.Array, n: jax.Array, norm: str) -> jax.Array:
+  """ℓ1 / RMS / max norm of per-bin mean gaps ``sums_b / counts_b`` along the last axis.
+
+  ``l1``: ``sum_b |S_b| / n``; ``l2``: ``sqrt(sum_b S_b^2 / (n * n_b))``
+  (bin-mass-weighted RMS); ``max``: ``max_b |S_b| / n_b`` over non-empty bins.
+  """
+  if norm == "l1":
+    return jnp.sum(jnp.abs(sums), axis=-1) / n
+  nb = counts.astype(sums.dtype)
+  safe = jnp.where(counts > 0, nb, 1.0)
+  if norm == "l2":
+    return jnp.sqrt(jnp.sum(jnp.where(counts > 0, sums**2 / safe, 0.0), axis=-1) / n)
+  return jnp.max(jnp.where(counts > 0, jnp.abs(sums) / safe, 0.0), axis=-1)
+
+
+def _check_norm(norm: str) -> str:
+  if norm not in _NORMS:
+    raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
+  return norm
+
+
 def _confidence_parts(p: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Top label (ties -> lowest index) and its probability.
 
@@ -88,8 +112,22 @@ def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   return c, z
 
 
-def _conf_core(p, y, m, *, binning, max_bins, kind, where=None):
-  """Top-label error of one data set: ConfECE (``kind="ece"``), ConfCE or ConfCE_corr.
+def _binary_rows(p: jax.Array, y: jax.Array, mode: str) -> tuple[jax.Array, jax.Array]:
+  """Binary problems as rows ``(scores, outcomes)``, each ``(rows, n)``.
+
+  ``"top_label"``: one row, confidence ``max p`` against ``1[argmax p = y]``;
+  ``"classwise"`` (or ``"marginal"``): ``C`` rows, ``p[:, c]`` against
+  ``1[y = c]``.
+  """
+  if mode == "top_label":
+    c, z = _confidence(p, y)
+    return c[None, :], z[None, :]
+  hits = (y[None, :] == jnp.arange(p.shape[1])[:, None]).astype(p.dtype)
+  return p.T, hits
+
+
+def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1", where=None):
+  """Top-label error of one data set: ConfECE (``kind="ece"``, with ``norm``), ConfCE or ConfCE_corr.
 
   ``where``: optional ``(n,)`` bool sample mask; masked-out samples are
   treated exactly as if absent (``n`` becomes the number of True entries).
@@ -97,9 +135,10 @@ def _conf_core(p, y, m, *, binning, max_bins, kind, where=None):
   n = _count(where, p.shape[0], p.dtype)
   r, c = _confidence_parts(p)
   z = r == y
-  sums = B.binned_residual_sums(c, z, m, binning, max_bins, where=where).sums
+  bs = B.binned_residual_sums(c, z, m, binning, max_bins, where=where)
+  sums = bs.sums
   if kind == "ece":
-    return _l1(sums, n)
+    return _binned_norm(sums[:, 0], bs.counts, n, norm)
   ce = _sq(sums, n)
   if kind == "ce_corr":
     wrong = ~z if where is None else where & ~z
@@ -122,12 +161,13 @@ def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0, where=None):
   )  # rows (C, max_bins, ...)
 
 
-def _classwise_core(p, y, m, weights, *, binning, max_bins, kind, where=None):
-  """Class-wise error of one data set: ``sum_r weights[r] * err_r`` (ℓ1 or squared)."""
+def _classwise_core(p, y, m, weights, *, binning, max_bins, kind, norm="l1", where=None):
+  """Class-wise error of one data set: ``sum_r weights[r] * err_r`` (``norm`` for ℓ1, or squared)."""
   n = _count(where, p.shape[0], p.dtype)
-  sums = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins, where=where).sums[..., 0]
+  bs = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins, where=where)
+  sums = bs.sums[..., 0]  # (C, max_bins)
   if kind == "ece":
-    per = jnp.sum(jnp.abs(sums), axis=1) / n
+    per = _binned_norm(sums, bs.counts, n, norm)
   else:
     per = jnp.sum(sums**2, axis=1) / n / n
   return jnp.sum(weights * per)
@@ -241,18 +281,27 @@ def conf_ece(
   num_bins: ArrayLike = 15,
   binning: str = "fixed",
   *,
+  norm: str = "l1",
   max_bins: int | None = None,
   from_logits: bool = False,
 ) -> jax.Array:
-  """Top-label binned ℓ1 calibration error ConfECE (not truthful).
+  """Top-label binned calibration error ConfECE (ℓ1; also RMS and max norms; not truthful).
 
   ``ConfECE = (1/n) sum_B |sum_{i in B} (c_i - z_i)|`` with ``c_i = max p_i``,
-  ``z_i = 1[y_i = argmax p_i]`` and bins on ``c``.
+  ``z_i = 1[y_i = argmax p_i]`` and bins on ``c``. With ``S_B = sum_{i in B}
+  (c_i - z_i)`` and ``n_B = |B|`` the three norms are, as torchmetrics
+  defines them: ``"l1"`` ``sum_B (n_B/n) |S_B/n_B|`` (the ECE), ``"l2"``
+  ``sqrt(sum_B (n_B/n) (S_B/n_B)^2)`` (the RMS calibration error) and
+  ``"max"`` ``max_B |S_B/n_B|`` over non-empty bins (the MCE). (torchmetrics'
+  equal-width bins are ``[k/m, (k+1)/m)`` plus a bin of their own for a
+  confidence of exactly 1; jaxcal's are ``((j-1)/m, j/m]``, so the two agree
+  unless a confidence lies exactly on a bin edge.)
 
   Args:
     probs: ``(n, C)`` probabilities.
     labels: ``(n,)`` integer labels.
-    binning: ``"fixed"`` (default, the usual ECE) or ``"quantile"``.{BIN_ARGS}
+    binning: ``"fixed"`` (default, the usual ECE) or ``"quantile"``.
+    norm: ``"l1"`` (default), ``"l2"`` or ``"max"``.{BIN_ARGS}
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
@@ -266,11 +315,16 @@ def conf_ece(
     >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
     >>> round(float(conf_ece(p, jnp.array([0, 1, 1]), num_bins=2)), 4)
     0.1333
+    >>> round(float(conf_ece(p, jnp.array([0, 1, 1]), num_bins=4, norm="max")), 4)
+    0.35
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors §2 (ConfECE).
+  Reference: SPEC §2; truthful_multiclass_calibration_errors §2 (ConfECE);
+  Naeini, Cooper & Hauskrecht (2015), AAAI, §2 (ECE and MCE); Nixon et al.
+  (2019), "Measuring calibration in deep learning", arXiv:1904.01685 (RMS).
   """
+  norm = _check_norm(norm)
   p, y = prepare(probs, labels, from_logits)
-  return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ece")
+  return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ece", norm=norm)
 
 
 def conf_ce(
@@ -384,20 +438,27 @@ def classwise_ece(
   binning: str = "fixed",
   class_weights: ArrayLike | None = None,
   *,
+  norm: str = "l1",
   max_bins: int | None = None,
   from_logits: bool = False,
 ) -> jax.Array:
-  """Classwise binned ℓ1 calibration error CWE_bin.
+  """Classwise binned calibration error CWE_bin (ℓ1; also RMS and max norms).
 
   ``CWE = sum_r w_r (1/n) sum_B |sum_{i in B} (p_ir - 1[y_i = r])|``,
-  weights ``w_r = 1/C`` by default.
+  weights ``w_r = 1/C`` by default. ``norm`` extends torchmetrics' top-label
+  norms class by class: each class's binned gaps ``S_rB / n_rB`` get the
+  ``"l1"`` (default), ``"l2"`` (bin-mass-weighted RMS) or ``"max"``
+  (largest over non-empty bins) norm of :func:`conf_ece`, and the per-class
+  values are averaged with the weights ``w_r`` (so ``"max"`` is the weighted
+  mean of the per-class MCEs, not the largest gap over all classes).
 
   Args:
     probs: ``(n, C)`` probabilities.
     labels: ``(n,)`` integer labels.
     binning: ``"fixed"`` (default) or ``"quantile"`` (the utility paper's
       ``CWE_bin`` uses 15 equal-mass bins).
-    class_weights: ``(C,)`` non-negative weights (default ``1/C``).{BIN_ARGS}
+    class_weights: ``(C,)`` non-negative weights (default ``1/C``).
+    norm: ``"l1"`` (default), ``"l2"`` or ``"max"``.{BIN_ARGS}
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
@@ -411,9 +472,12 @@ def classwise_ece(
   Reference: SPEC §2 (LinECE) and §6 (CWE_bin); local_calibration (class-wise
   ECE), utility_aware_multiclass_calibration §5.
   """
+  norm = _check_norm(norm)
   p, y = prepare(probs, labels, from_logits)
   w = _class_weights(class_weights, p.shape[1], p.dtype)
-  return _run(_classwise_core, (p, y, w), num_bins, p.shape[0], max_bins, binning, kind="ece")
+  return _run(
+    _classwise_core, (p, y, w), num_bins, p.shape[0], max_bins, binning, kind="ece", norm=norm
+  )
 
 
 def binary_ce(

@@ -94,6 +94,8 @@ def calibration_report(
     for binning in ("fixed", "quantile"):
       errors[f"{key}_{binning}"] = _f(fn(probs, y, num_bins, binning))
   errors["ecce"] = _f(metrics.ecce(probs, y, num_bins))
+  errors["smooth_ece"] = _f(metrics.smooth_ece(probs, y))
+  errors["smooth_ece_bandwidth"] = _f(metrics.smooth_ece_bandwidth(probs, y))
   rep["errors"] = errors
   t1 = time.perf_counter()
 
@@ -221,7 +223,8 @@ def format_summary(rep: dict) -> str:
     f"  accuracy {100 * s['accuracy']:.2f}%   Brier {s['brier']:.4f}   "
     f"NLL {s['log_loss']:.4f}   spherical {s['spherical']:.4f}",
     f"  binned errors at {m} bins (×100; truthful ones marked *):",
-    f"    ConfECE  fixed {100 * e['conf_ece_fixed']:.3f}   quantile {100 * e['conf_ece_quantile']:.3f}",
+    f"    ConfECE  fixed {100 * e['conf_ece_fixed']:.3f}   quantile {100 * e['conf_ece_quantile']:.3f}"
+    f"   smooth ECE {100 * e['smooth_ece']:.3f} (σ = {e['smooth_ece_bandwidth']:.3f})",
     f"    ConfCE   quantile {100 * e['conf_ce_quantile']:.4f}   "
     f"ConfCE_corr* quantile {100 * e['conf_ce_corr_quantile']:.4f}",
     f"    LinCE_cw* quantile {100 * e['classwise_ce_quantile']:.5f}   "

@@ -103,7 +103,15 @@ def _ensure_loaded() -> None:
   # Importing the implementation modules registers their methods.
   import importlib
 
-  for mod in ("scaling", "binning_methods", "patching", "local_net"):
+  for mod in (
+    "scaling",
+    "binning_methods",
+    "patching",
+    "local_net",
+    "beta",
+    "bbq",
+    "ensemble_temperature",
+  ):
     try:
       importlib.import_module(f"jaxcal._src.recal.{mod}")
     except ModuleNotFoundError as e:  # a method family not built yet
@@ -123,7 +131,8 @@ def fit(method: str, inputs: ArrayLike, labels: ArrayLike, **options: Any) -> Re
   Args:
     method: one of :func:`methods` (``"temperature"``, ``"vector"``,
       ``"matrix"``, ``"dirichlet"``, ``"platt"``, ``"histogram"``,
-      ``"isotonic"``, ``"smooth_isotonic"``, ``"patching"``, ``"local_net"``).
+      ``"isotonic"``, ``"smooth_isotonic"``, ``"patching"``, ``"local_net"``,
+      ``"beta"``, ``"bbq"``, ``"ensemble_temperature"``).
     inputs: ``(n, C)`` logits (default) or probabilities with
       ``from_logits=False``.
     labels: ``(n,)`` integer labels.

@@ -1,0 +1,391 @@
+"""Smooth ECE, SKCE, MMCE, debiased CE, KS and the binned-error norms.
+
+Each measure against its slow float64 loop from the paper
+(tests/_measures_reference.py), jit == eager, vmap == loop (over data sets,
+and over bandwidths / bin counts / kernels where there is one), Monte Carlo
+known answers on a calibrated synthetic predictor, edge cases and bad
+inputs. Peer implementations are compared in tests/test_peers.py.
+"""
+
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+import _measures_reference as R
+import _reference as R0
+
+from jaxcal import metrics
+
+
+def _data(seed, n, c, alpha=1.0, noise=0.0):
+  """Dirichlet predictions; labels drawn from a distorted version (miscalibrated)."""
+  rng = np.random.default_rng(seed)
+  p = rng.dirichlet(np.full(c, alpha), n)
+  q = p**1.5 / np.sum(p**1.5, axis=1, keepdims=True) if noise else p
+  y = np.array([rng.choice(c, p=qi) for qi in q])
+  return p.astype(np.float32), y
+
+
+P_SMALL, Y_SMALL = _data(0, 60, 4, noise=1.0)
+P_MID, Y_MID = _data(1, 400, 5, alpha=0.5, noise=1.0)
+
+
+# ----------------------------------------------------------------- smooth ECE
+
+
+def test_smooth_ece_matches_the_papers_integral():
+  # relplot's grid (1001 points at this bandwidth) against the continuous
+  # reflected-kernel integral: the discretisation error is far below 1e-3.
+  f, z = R.top_label(P_MID, Y_MID)
+  for sigma in (0.05, 0.1):
+    want = R.smooth_ece_integral(f, z, sigma)
+    got = float(metrics.smooth_ece(P_MID, Y_MID, sigma))
+    assert abs(got - want) < 2e-3 * want + 1e-5, (sigma, got, want)
+
+
+def test_smooth_ece_bandwidth_is_a_fixed_point():
+  sigma = float(metrics.smooth_ece_bandwidth(P_MID, Y_MID))
+  assert sigma * 1024 == round(sigma * 1024)  # relplot's bisection grid
+  above = float(metrics.smooth_ece(P_MID, Y_MID, sigma))
+  below = float(metrics.smooth_ece(P_MID, Y_MID, sigma - 1 / 1024))
+  assert sigma >= above and sigma - 1 / 1024 < below  # the bracket of sigma = smECE(sigma)
+  assert float(metrics.smooth_ece(P_MID, Y_MID)) == pytest.approx(above, rel=1e-6)
+
+
+def test_smooth_ece_vmap_over_bandwidths_and_data_sets():
+  sig = jnp.array([0.02, 0.05, 0.3])
+  arr = metrics.smooth_ece(P_SMALL, Y_SMALL, sig)
+  loop = [float(metrics.smooth_ece(P_SMALL, Y_SMALL, float(s))) for s in sig]
+  np.testing.assert_allclose(arr, loop, rtol=1e-5)
+  traced = jax.vmap(lambda s: metrics.smooth_ece(P_SMALL, Y_SMALL, s, min_bandwidth=0.02))(sig)
+  np.testing.assert_allclose(traced, loop, rtol=1e-5)
+  # below the static bound: NaN, never a wrong number
+  assert np.isnan(
+    jax.jit(lambda s: metrics.smooth_ece(P_SMALL, Y_SMALL, s, min_bandwidth=0.05))(0.02)
+  )
+  pb = np.stack([P_SMALL, P_SMALL[::-1]])
+  yb = np.stack([Y_SMALL, Y_SMALL[::-1]])
+  out = jax.vmap(metrics.smooth_ece)(pb, yb)
+  np.testing.assert_allclose(out, [float(metrics.smooth_ece(a, b)) for a, b in zip(pb, yb)], 1e-5)
+
+
+def test_smooth_ece_jit_equals_eager_and_classwise():
+  eager = float(metrics.smooth_ece(P_SMALL, Y_SMALL, mode="classwise"))
+  jitted = float(jax.jit(lambda p, y: metrics.smooth_ece(p, y, mode="classwise"))(P_SMALL, Y_SMALL))
+  assert jitted == pytest.approx(eager, rel=1e-6)
+  per = [
+    float(metrics.smooth_ece(np.stack([1 - P_SMALL[:, k], P_SMALL[:, k]], 1), Y_SMALL == k))
+    for k in range(4)
+  ]
+  # class k's binary problem: the top label of [1 - p_k, p_k] is not p_k, so
+  # compare with the column computed through the reference integral instead
+  sig = metrics.smooth_ece_bandwidth(P_SMALL, Y_SMALL, mode="classwise")
+  assert sig.shape == (4,)
+  want = np.mean(
+    [
+      R.smooth_ece_integral(P_SMALL[:, k], Y_SMALL == k, float(sig[k]), num_t=4001)
+      for k in range(4)
+    ]
+  )
+  assert eager == pytest.approx(want, rel=0.02)
+  assert len(per) == 4
+
+
+@pytest.mark.parametrize("n", [1500])
+def test_smooth_ece_of_a_calibrated_predictor_tends_to_zero(n):
+  key = jax.random.key(0)
+  kp, ky = jax.random.split(key)
+  vals = []
+  for size in (n, 8 * n):
+    p = jax.random.dirichlet(kp, jnp.ones(3), (size,))
+    y = jax.random.categorical(ky, jnp.log(p))
+    vals.append(float(metrics.smooth_ece(p, y)))
+  # noise at the fixed point sigma = smECE_sigma ~ (n sigma)^{-1/2}: smECE ~ n^{-1/3},
+  # a factor 2 for 8x the samples
+  assert vals[1] < vals[0] / 1.6
+  assert vals[1] < 0.015
+  over = jax.nn.softmax(2.0 * jnp.log(p))  # the same data, over-confident
+  assert float(metrics.smooth_ece(over, y)) > 5 * vals[1]
+
+
+# ----------------------------------------------------------------------- SKCE
+
+
+@pytest.mark.parametrize("estimator", ["unbiased", "biased", "block"])
+def test_skce_matches_float64_loop(estimator):
+  p, y = P_SMALL[:41], Y_SMALL[:41]  # odd n: the block estimator drops a sample
+  want = R.skce(p, y, 0.7, estimator)
+  got = float(
+    metrics.skce(p, y, metrics.LaplacianKernel(0.7), estimator, row_block=16)
+  )  # 3 row blocks, padded
+  assert got == pytest.approx(want, abs=2e-7, rel=1e-5)
+
+
+def test_skce_block_sizes_gaussian_kernel_and_float64():
+  p, y = P_SMALL, Y_SMALL
+  for b in (3, 7):
+    want = R.skce(p, y, 0.5, "block", block_size=b, kernel="gaussian")
+    got = float(metrics.skce(p, y, metrics.GaussianKernel(0.5), "block", block_size=b))
+    assert got == pytest.approx(want, abs=2e-7, rel=1e-5)
+  with jax.enable_x64(True):
+    p64 = jnp.asarray(P_SMALL, jnp.float64)
+    got = float(metrics.skce(p64, Y_SMALL, metrics.LaplacianKernel(0.3)))
+  assert got == pytest.approx(R.skce(P_SMALL.astype(np.float64), Y_SMALL, 0.3), rel=1e-12)
+
+
+def test_skce_jit_vmap_and_custom_kernel():
+  bws = jnp.array([0.3, 1.0])
+  out = jax.vmap(lambda b: metrics.skce(P_SMALL, Y_SMALL, metrics.LaplacianKernel(b)))(bws)
+  loop = [float(metrics.skce(P_SMALL, Y_SMALL, metrics.LaplacianKernel(float(b)))) for b in bws]
+  np.testing.assert_allclose(out, loop, rtol=1e-6, atol=1e-9)
+  jitted = jax.jit(lambda p, y: metrics.skce(p, y))(P_SMALL, Y_SMALL)
+  assert float(jitted) == pytest.approx(loop[1], rel=1e-6)
+
+  def lap(d):
+    return jnp.exp(-jnp.sqrt(d) / 0.3)
+
+  assert float(metrics.skce(P_SMALL, Y_SMALL, lap)) == pytest.approx(loop[0], rel=1e-6)
+  pb, yb = np.stack([P_SMALL, P_SMALL[::-1]]), np.stack([Y_SMALL, Y_SMALL])
+  out = jax.vmap(lambda a, b: metrics.skce(a, b, estimator="block"))(pb, yb)
+  np.testing.assert_allclose(
+    out, [float(metrics.skce(a, b, estimator="block")) for a, b in zip(pb, yb)], rtol=1e-6
+  )
+
+
+def test_skce_unbiased_is_centred_on_zero_for_a_calibrated_predictor():
+  # 400 data sets of n = 60 with labels drawn from the predictions: the mean of
+  # the unbiased estimate is 0 within 3 standard errors; the biased one is not.
+  reps, n = 400, 60
+  kp, ky = jax.random.split(jax.random.key(1))
+  p = jax.random.dirichlet(kp, jnp.ones(3), (reps, n))
+  y = jax.random.categorical(ky, jnp.log(p))
+  both = jax.vmap(
+    lambda a, b: jnp.stack([metrics.skce(a, b), metrics.skce(a, b, estimator="biased")])
+  )(p, y)
+  u, b = np.asarray(both[:, 0], np.float64), np.asarray(both[:, 1], np.float64)
+  se = u.std(ddof=1) / np.sqrt(reps)
+  assert abs(u.mean()) < 3 * se, (u.mean(), se)
+  assert b.mean() > 10 * b.std(ddof=1) / np.sqrt(reps)
+
+
+def test_skce_is_positive_for_a_miscalibrated_predictor():
+  p, y = _data(3, 300, 3, alpha=0.5)  # labels drawn from p: p is calibrated
+  over = np.asarray(jax.nn.softmax(3.0 * jnp.log(p)))
+  assert float(metrics.skce(over, y)) > 5 * abs(float(metrics.skce(p, y)))
+
+
+# ----------------------------------------------------------------------- MMCE
+
+
+def test_mmce_matches_double_loop_with_ties():
+  p = P_MID.copy()
+  p[:50] = p[50:100]  # exact ties in the confidences
+  for w in (0.4, 0.1):
+    got = float(metrics.mmce(p, Y_MID, w))
+    assert got == pytest.approx(R.mmce(p, Y_MID, w), rel=1e-5)
+
+
+def test_mmce_jit_vmap():
+  pb, yb = np.stack([P_SMALL, P_SMALL[::-1]]), np.stack([Y_SMALL, Y_SMALL])
+  out = jax.vmap(metrics.mmce)(pb, yb)
+  np.testing.assert_allclose(out, [R.mmce(a, b) for a, b in zip(pb, yb)], rtol=1e-5)
+  ws = jnp.array([0.2, 0.4])
+  out = jax.jit(jax.vmap(lambda w: metrics.mmce(P_SMALL, Y_SMALL, w)))(ws)
+  np.testing.assert_allclose(out, [R.mmce(P_SMALL, Y_SMALL, float(w)) for w in ws], rtol=1e-5)
+
+
+# ---------------------------------------------------------------- debiased CE
+
+
+@pytest.mark.parametrize("mode", ["top_label", "marginal"])
+def test_debiased_ce_matches_loop(mode):
+  p = P_MID.copy()
+  p[:40] = p[40:80]  # ties across a bin cut
+  ms = np.array([1, 2, 7, 15, 40])
+  got = metrics.debiased_ce(p, Y_MID, ms, mode)
+  want = [R.debiased_ce(p, Y_MID, int(m), mode) for m in ms]
+  np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-7)
+  sq = float(metrics.debiased_ce(p, Y_MID, 15, mode, squared=True))
+  if mode == "top_label":
+    c, z = R.top_label(p, Y_MID)
+    assert sq == pytest.approx(R.debiased_sq(p.max(1), z.astype(np.float32), 15), rel=2e-5)
+  jitted = jax.jit(lambda a, b: metrics.debiased_ce(a, b, 15, mode))(p, Y_MID)
+  assert float(jitted) == pytest.approx(want[3], rel=2e-5)
+
+
+def test_debiased_ce_more_bins_than_samples_and_vmap():
+  p, y = P_SMALL[:10], Y_SMALL[:10]
+  assert float(metrics.debiased_ce(p, y, 50)) == pytest.approx(
+    R.debiased_ce(p, y, 50), rel=1e-5, abs=1e-7
+  )
+  pb, yb = np.stack([P_SMALL, P_SMALL[::-1]]), np.stack([Y_SMALL, Y_SMALL])
+  out = jax.vmap(lambda a, b: metrics.debiased_ce(a, b, 5))(pb, yb)
+  np.testing.assert_allclose(out, [R.debiased_ce(a, b, 5) for a, b in zip(pb, yb)], rtol=2e-5)
+
+
+# ------------------------------------------------------------------------ KS
+
+
+def test_ks_matches_loop_top_label_and_classwise():
+  p = P_MID.copy()
+  p[:30] = p[30:60]
+  c, z = R.top_label(p, Y_MID)
+  assert float(metrics.ks_ce(p, Y_MID)) == pytest.approx(R.ks(p.max(1), z), rel=1e-5, abs=1e-7)
+  w = np.arange(1.0, 6.0) / 15.0
+  want = sum(w[k] * R.ks(p[:, k], Y_MID == k) for k in range(5))
+  got = float(metrics.ks_ce(p, Y_MID, "classwise", class_weights=w))
+  assert got == pytest.approx(want, rel=1e-5, abs=1e-7)
+  pb, yb = np.stack([p, p[::-1]]), np.stack([Y_MID, Y_MID])
+  out = jax.jit(jax.vmap(metrics.ks_ce))(pb, yb)
+  np.testing.assert_allclose(out, [float(metrics.ks_ce(a, b)) for a, b in zip(pb, yb)], 1e-6)
+
+
+def test_ks_of_ties_does_not_depend_on_order_inside_them():
+  p = np.array([[0.6, 0.4]] * 4 + [[0.2, 0.8]] * 2, np.float32)
+  y = np.array([0, 1, 0, 1, 1, 0])
+  perm = np.array([1, 0, 3, 2, 5, 4])
+  assert float(metrics.ks_ce(p, y)) == pytest.approx(float(metrics.ks_ce(p[perm], y[perm])), 1e-6)
+
+
+# ---------------------------------------------------------------- norms
+
+
+@pytest.mark.parametrize("norm", ["l1", "l2", "max"])
+@pytest.mark.parametrize("binning", ["fixed", "quantile"])
+def test_binned_norms_match_loop(norm, binning):
+  p, y = P_MID, Y_MID
+  ms = np.array([1, 4, 15, 30])
+  got = metrics.conf_ece(p, y, ms, binning, norm=norm)
+  c = p.max(1)
+  want = [R.binned_norm_conf(p, y, R0.bins(c, int(m), binning), int(m), norm) for m in ms]
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+  w = np.linspace(0.1, 0.3, 5)
+  got = metrics.classwise_ece(p, y, ms, binning, w, norm=norm)
+  want = [
+    R.binned_norm_classwise(
+      p, y, [R0.bins(p[:, k], int(m), binning) for k in range(5)], int(m), norm, w
+    )
+    for m in ms
+  ]
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+  "call, exc, fragment",
+  [
+    (lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, -0.1), ValueError, "bandwidth"),
+    (lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, np.nan), ValueError, "positive and finite"),
+    (lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, mode="top"), ValueError, "mode"),
+    (lambda: metrics.smooth_ece(P_SMALL, Y_SMALL + 10), ValueError, "labels"),
+    (lambda: metrics.smooth_ece(P_SMALL * 2, Y_SMALL), ValueError, "probs"),
+    (
+      lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, 0.01, min_bandwidth=0.1),
+      ValueError,
+      "min_bandwidth",
+    ),
+    (lambda: metrics.skce(P_SMALL, Y_SMALL, estimator="fast"), ValueError, "estimator"),
+    (lambda: metrics.skce(P_SMALL, Y_SMALL, estimator="block", block_size=1), ValueError, "block"),
+    (lambda: metrics.skce(P_SMALL[:1], Y_SMALL[:1]), ValueError, "at least 2"),
+    (lambda: metrics.skce(P_SMALL, Y_SMALL, kernel="rbf"), TypeError, "kernel"),
+    (lambda: metrics.mmce(P_SMALL, Y_SMALL, 0.0), ValueError, "bandwidth"),
+    (lambda: metrics.debiased_ce(P_SMALL, Y_SMALL, 0), ValueError, "num_bins"),
+    (lambda: metrics.debiased_ce(P_SMALL, Y_SMALL, mode="top"), ValueError, "mode"),
+    (lambda: metrics.ks_ce(P_SMALL, Y_SMALL, "marginal"), ValueError, "mode"),
+    (lambda: metrics.conf_ece(P_SMALL, Y_SMALL, norm="l3"), ValueError, "norm"),
+    (lambda: metrics.classwise_ece(P_SMALL, Y_SMALL, norm="rms"), ValueError, "norm"),
+    (lambda: metrics.smooth_reliability(P_SMALL, Y_SMALL, num_points=1), ValueError, "num_points"),
+  ],
+)
+def test_bad_inputs(call, exc, fragment):
+  with pytest.raises(exc, match=fragment):
+    call()
+
+
+def test_inputs_not_modified_and_single_class_edge_cases():
+  p, y = P_SMALL.copy(), Y_SMALL.copy()
+  for f in (metrics.smooth_ece, metrics.skce, metrics.mmce, metrics.debiased_ce, metrics.ks_ce):
+    f(p, y)
+  np.testing.assert_array_equal(p, P_SMALL)
+  np.testing.assert_array_equal(y, Y_SMALL)
+  # a perfectly sharp, always-right predictor has no calibration error
+  # (the shape of P_SMALL: the compilations above are reused)
+  sharp = np.eye(4, dtype=np.float32)[np.arange(60) % 4]
+  lab = np.arange(60) % 4
+  for f in (metrics.smooth_ece, metrics.mmce, metrics.debiased_ce, metrics.ks_ce):
+    assert float(f(sharp, lab)) == pytest.approx(0.0, abs=1e-6), f.__name__
+  assert float(metrics.skce(sharp, lab)) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_smooth_reliability_curve():
+  s = metrics.smooth_reliability(P_MID, Y_MID)
+  assert s.mesh.shape == s.accuracy.shape == s.density.shape == (200,)
+  assert float(s.smooth_ece) == pytest.approx(float(metrics.smooth_ece(P_MID, Y_MID)), rel=1e-6)
+  # the density integrates to ~1 over [0, 1] (reflected kernel)
+  area = float(jnp.sum((s.density[1:] + s.density[:-1]) / 2) / 199)
+  assert area == pytest.approx(1.0, abs=0.02)
+  assert float(jnp.min(s.accuracy)) >= -1e-6 and float(jnp.max(s.accuracy)) <= 1 + 1e-6
+
+
+def test_smooth_reliability_diagram_draws():
+  from jaxcal import plots
+
+  fig = plots.smooth_reliability_diagram(P_MID, Y_MID, title="t")
+  ax = fig.axes[0]
+  assert ax.get_title() == "t" and "smECE" in ax.texts[0].get_text()
+  fig2 = plots.smooth_reliability_diagram(P_MID, Y_MID, 0.1, ax=ax)
+  assert fig2 is fig
+  import matplotlib.pyplot as plt
+
+  plt.close("all")
+
+
+def test_cores_treat_masked_samples_as_absent():
+  # the `where` contract: a masked-out sample is exactly as if it were absent
+  from jaxcal._src import debiased as D
+  from jaxcal._src import kernel_ce as KC
+  from jaxcal._src import ks as K
+  from jaxcal._src import smooth_ece as S
+
+  p, y = jnp.asarray(P_SMALL), jnp.asarray(Y_SMALL)
+  keep = np.ones(60, bool)
+  keep[[3, 10, 11, 40, 59]] = False
+  w = jnp.asarray(keep)
+  pk, yk = p[keep], y[keep]
+  sizes = S._sizes(S.SMOOTH_ECE_MIN_AUTO_BANDWIDTH)
+  a = S._auto_core(p, y, w, mode="top_label", sizes=sizes)
+  b = S._auto_core(pk, yk, mode="top_label", sizes=sizes)
+  np.testing.assert_allclose(a[0], b[0], rtol=1e-5)
+  np.testing.assert_array_equal(a[1], b[1])
+  sig = jnp.array([0.05, 0.2])
+  np.testing.assert_allclose(
+    S._fixed_core(p, y, sig, w, mode="classwise", sizes=S._sizes(0.05)),
+    S._fixed_core(pk, yk, sig, mode="classwise", sizes=S._sizes(0.05)),
+    rtol=1e-5,
+  )
+  cw = jnp.full((4,), 0.25)
+  for mode in ("top_label", "classwise"):
+    assert float(K._ks_core(p, y, cw, w, mode=mode)) == pytest.approx(
+      float(K._ks_core(pk, yk, cw, mode=mode)), rel=1e-6
+    )
+  assert float(KC._mmce_core(p, y, 0.4, w)) == pytest.approx(
+    float(KC._mmce_core(pk, yk, 0.4)), rel=1e-5
+  )
+  for est, kw in (("unbiased", {}), ("block", {"block_size": 3})):
+    kw = {"estimator": est, "block_size": kw.get("block_size", 2), "row_block": 16}
+    a = KC._skce_dynamic(p, y, metrics.LaplacianKernel(0.5), w, **kw)
+    b = KC._skce_dynamic(pk, yk, metrics.LaplacianKernel(0.5), **kw)
+    assert float(a) == pytest.approx(float(b), rel=1e-5, abs=1e-8), est
+  for mode in ("top_label", "marginal"):
+    f = jax.jit(
+      lambda a, b, m, ww: D._debiased_core(a, b, m, ww, max_bins=8, mode=mode, squared=True)
+    )
+    for m in (3, 8):
+      assert float(f(p, y, m, w)) == pytest.approx(float(f(pk, yk, m, None)), rel=1e-5, abs=1e-8)

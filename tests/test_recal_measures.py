@@ -1,0 +1,246 @@
+"""Beta calibration, BBQ and ensemble temperature scaling.
+
+Each against an independent float64 reference written from its paper
+(scipy optimisers, explicit loops over models and bins), plus the
+recalibrator contract: ``fit`` by name, save/load (npz and msgpack), the
+class-count check at apply, probability inputs, bad options. betacal's own
+numbers are compared in tests/test_peers.py.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize as so
+from scipy.special import gammaln
+
+from jaxcal import recalibrate
+
+
+def _logits(seed, n, c, scale=2.5):
+  rng = np.random.default_rng(seed)
+  z = rng.normal(size=(n, c)) * scale
+  p = np.exp(z / 1.7) / np.exp(z / 1.7).sum(1, keepdims=True)  # truth: softer than softmax(z)
+  y = np.array([rng.choice(c, p=pi) for pi in p])
+  return z.astype(np.float32), y
+
+
+Z, Y = _logits(0, 600, 4)
+
+
+def _softmax64(z):
+  z = np.asarray(z, np.float64)
+  e = np.exp(z - z.max(1, keepdims=True))
+  return e / e.sum(1, keepdims=True)
+
+
+# ----------------------------------------------------------------------- beta
+
+
+def _beta_reference(s, t, eps):
+  """Kull et al. (2017) §3: logistic regression on (log s, -log(1 - s)), a, b >= 0."""
+  s = np.clip(s, eps, 1 - eps)
+  x1, x2 = np.log(s), -np.log1p(-s)
+
+  def fit(use_a, use_b):
+    def nll(w):
+      u = w[0] * x1 * use_a + w[1] * x2 * use_b + w[2]
+      return np.mean(np.logaddexp(0, u) - t * u)
+
+    w = so.minimize(nll, np.array([1.0, 1.0, 0.0]), method="BFGS", options={"gtol": 1e-10}).x
+    return np.array([w[0] * use_a, w[1] * use_b, w[2]]), nll(w)
+
+  w, v = fit(1, 1)
+  if w[0] < 0:
+    w, v = fit(0, 1)
+  elif w[1] < 0:
+    w, v = fit(1, 0)
+  return w, v
+
+
+def test_beta_matches_logistic_regression_reference():
+  rc = recalibrate.fit("beta", Z, Y, normalize=False)
+  p = np.asarray(jax.nn.softmax(jnp.asarray(Z)))
+  eps = float(np.finfo(np.float32).eps)
+  for c in range(4):
+    w, _ = _beta_reference(p[:, c].astype(np.float64), (Y == c).astype(np.float64), eps)
+    got = np.array([float(rc.a[c]), float(rc.b[c]), float(rc.d[c])])
+    np.testing.assert_allclose(got, w, atol=2e-3, rtol=2e-3)
+  q = np.asarray(rc(Z))
+  s = np.clip(p.astype(np.float64), eps, 1 - eps)
+  want = 1 / (
+    1 + np.exp(-(np.asarray(rc.a) * np.log(s) - np.asarray(rc.b) * np.log1p(-s) + np.asarray(rc.d)))
+  )
+  np.testing.assert_allclose(q, want, atol=2e-6)
+  qn = np.asarray(recalibrate.fit_beta(Z, Y)(Z))
+  np.testing.assert_allclose(qn, want / want.sum(1, keepdims=True), atol=2e-6)
+
+
+def test_beta_refits_with_a_fixed_at_zero():
+  # a decreasing relation between score and outcome pushes the free fit to a < 0;
+  # the refit with a = 0 is kept even though its b is negative (as in betacal)
+  rng = np.random.default_rng(5)
+  s = rng.uniform(0.05, 0.95, 500)
+  y1 = (rng.uniform(size=500) < 1 - s).astype(int)
+  p = np.stack([1 - s, s], axis=1).astype(np.float32)
+  rc = recalibrate.fit_beta(p, y1, from_logits=False, normalize=False)
+  np.testing.assert_array_equal(np.asarray(rc.a), 0.0)
+  w, _ = _beta_reference(s, y1.astype(float), float(np.finfo(np.float32).eps))
+  np.testing.assert_allclose([float(rc.a[1]), float(rc.b[1]), float(rc.d[1])], w, atol=2e-3)
+
+
+# ------------------------------------------------------------------------ ETS
+
+
+def _ets_reference(z, y, loss):
+  """Zhang et al. (2020) Eq. 4 with the authors' procedure: T first, then w by SLSQP."""
+  c = z.shape[1]
+  onehot = np.eye(c)[y]
+
+  def lossf(q):
+    if loss == "mse":
+      return np.mean((q - onehot) ** 2)
+    return -np.mean(np.sum(onehot * np.log(np.maximum(q, 1e-12)), axis=1))
+
+  t = so.minimize(lambda th: lossf(_softmax64(z / np.exp(th[0]))), [0.0], method="BFGS").x[0]
+  t = math.exp(t)
+  comps = [_softmax64(z / t), _softmax64(z), np.full(z.shape, 1.0 / c)]
+  w = so.minimize(
+    lambda w: lossf(sum(wi * ci for wi, ci in zip(w, comps))),
+    (1.0, 0.0, 0.0),
+    method="SLSQP",
+    bounds=((0, 1),) * 3,
+    constraints={"type": "eq", "fun": lambda w: np.sum(w) - 1},
+    options={"ftol": 1e-14, "maxiter": 500},
+  ).x
+  return t, w
+
+
+@pytest.mark.parametrize("loss", ["mse", "nll"])
+def test_ets_matches_the_authors_procedure(loss):
+  # labels from softmax(z / 1.7) mixed with uniform noise: interior weights
+  rng = np.random.default_rng(1)
+  z, y = _logits(1, 800, 5, scale=4.0)
+  y = np.where(rng.uniform(size=800) < 0.3, rng.integers(0, 5, 800), y)
+  t_ref, w_ref = _ets_reference(z.astype(np.float64), y, loss)
+  rc = recalibrate.fit("ensemble_temperature", z, y, loss=loss)
+  assert float(rc.temperature) == pytest.approx(t_ref, rel=2e-3)
+  np.testing.assert_allclose(np.asarray(rc.weights), w_ref, atol=5e-3 if loss == "nll" else 2e-4)
+  assert float(jnp.sum(rc.weights)) == pytest.approx(1.0, abs=1e-6)
+  q = np.asarray(rc(z))
+  want = sum(
+    wi * ci
+    for wi, ci in zip(
+      np.asarray(rc.weights),
+      [_softmax64(z / float(rc.temperature)), _softmax64(z), np.full(z.shape, 0.2)],
+    )
+  )
+  np.testing.assert_allclose(q, want, atol=1e-5)
+
+
+def test_ets_probability_inputs_equal_logit_inputs():
+  p = np.asarray(jax.nn.softmax(jnp.asarray(Z)))
+  a = recalibrate.fit_ensemble_temperature(Z, Y)
+  b = recalibrate.fit_ensemble_temperature(p, Y, from_logits=False)
+  np.testing.assert_allclose(np.asarray(a(Z)), np.asarray(b(p)), atol=2e-4)
+
+
+# ------------------------------------------------------------------------ BBQ
+
+
+def _bbq_reference(s, t, x_new, prior=2.0, factor=10.0):
+  """Naeini et al. (2015) §3, as documented in jaxcal/_src/recal/bbq.py, by loops."""
+  n = len(s)
+  order = np.argsort(s, kind="stable")
+  ss, ts = s[order], t[order]
+  root = n ** (1 / 3)
+  lo, hi = max(1, math.floor(root / factor)), min(n, math.ceil(root * factor))
+  logls, preds = [], []
+  for m in range(lo, hi + 1):
+    pos = np.arange(1, n + 1)
+    bins = -(-pos * m // n)  # 1-based equal-mass bins
+    cuts = []
+    for j in range(1, m):
+      last = np.max(np.nonzero(bins == j)[0])
+      cuts.append((ss[last] + ss[last + 1]) / 2)
+    edges = [0.0] + cuts + [1.0]
+    a0 = prior / m
+    ll, theta = 0.0, []
+    for j in range(1, m + 1):
+      sel = bins == j
+      nb, mb = sel.sum(), ts[sel].sum()
+      pb = min(max((edges[j - 1] + edges[j]) / 2, np.finfo(s.dtype).eps), 1 - np.finfo(s.dtype).eps)
+      al, be = a0 * pb, a0 * (1 - pb)
+      ll += gammaln(a0) - gammaln(nb + a0) + gammaln(mb + al) - gammaln(al)
+      ll += gammaln(nb - mb + be) - gammaln(be)
+      theta.append((mb + al) / (nb + a0))
+    idx = np.array([sum(1 for c in cuts if c < x) for x in x_new])
+    logls.append(ll)
+    preds.append(np.array(theta)[idx])
+  w = np.exp(np.array(logls) - max(logls))
+  w /= w.sum()
+  return np.sum(w[:, None] * np.array(preds), axis=0)
+
+
+def test_bbq_matches_loop_reference():
+  z, y = _logits(2, 300, 3)
+  p = np.asarray(jax.nn.softmax(jnp.asarray(z)))
+  rc = recalibrate.fit("bbq", z, y, normalize=False)
+  z2, _ = _logits(3, 50, 3)
+  p2 = np.asarray(jax.nn.softmax(jnp.asarray(z2)))
+  x_new = np.concatenate([p2, p[:20]])  # includes scores equal to cut neighbours
+  q = np.asarray(rc(np.log(x_new)))
+  for c in range(3):
+    want = _bbq_reference(p[:, c], (y == c).astype(np.float64), x_new[:, c])
+    np.testing.assert_allclose(q[:, c], want, atol=2e-5)
+
+
+def test_bbq_calibrates_an_overconfident_model():
+  from jaxcal import metrics
+
+  z, y = _logits(4, 3000, 4, scale=3.0)
+  before = float(metrics.classwise_ece(z, y, from_logits=True))
+  rc = recalibrate.fit("bbq", z[:2000], y[:2000])
+  after = float(metrics.classwise_ece(rc(z[2000:]), y[2000:]))
+  assert after < 0.6 * before
+
+
+# ----------------------------------------------------------------- contract
+
+
+@pytest.mark.parametrize("method", ["beta", "bbq", "ensemble_temperature"])
+def test_contract_save_load_and_class_check(method, tmp_path):
+  rc = recalibrate.fit(method, Z, Y)
+  q = np.asarray(rc(Z))
+  np.testing.assert_allclose(q.sum(1), 1.0, atol=1e-5)
+  for ext in ("npz", "msgpack"):
+    path = str(tmp_path / f"rc.{ext}")
+    recalibrate.save(rc, path)
+    back = recalibrate.load(path)
+    assert type(back) is type(rc)
+    np.testing.assert_array_equal(np.asarray(back(Z)), q)
+  with pytest.raises(ValueError, match="fitted on C = 4"):
+    rc(Z[:, :3])
+  jitted = jax.jit(lambda r, x: r.apply(x))(rc, jnp.asarray(Z))
+  np.testing.assert_allclose(np.asarray(jitted), q, atol=1e-6)
+  z0 = Z.copy()
+  recalibrate.fit(method, z0, Y)
+  np.testing.assert_array_equal(z0, Z)
+
+
+@pytest.mark.parametrize(
+  "call, fragment",
+  [
+    (lambda: recalibrate.fit("ensemble_temperature", Z, Y, loss="l1"), "loss"),
+    (lambda: recalibrate.fit("bbq", Z, Y, prior_strength=0.0), "prior_strength"),
+    (lambda: recalibrate.fit("bbq", Z, Y, range_factor=0.5), "range_factor"),
+    (lambda: recalibrate.fit("beta", Z, np.zeros(600, int)), "every class"),
+    (lambda: recalibrate.fit("beta", Z, Y[:10]), "labels"),
+    (lambda: recalibrate.fit("bbq", Z * np.nan, Y), "non-finite"),
+  ],
+)
+def test_bad_options(call, fragment):
+  with pytest.raises(ValueError, match=fragment):
+    call()
