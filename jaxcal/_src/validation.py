@@ -61,6 +61,7 @@ __all__ = [
   "check_binary",
   "check_features",
   "check_num_bins",
+  "check_int",
   "check_binning",
   "looks_like_probs",
   "fold",
@@ -290,7 +291,7 @@ def fold(out: Any, ok: jax.Array | None) -> Any:
 class _Arr(NamedTuple):
   """How to check one floating array (static)."""
 
-  kind: str  # "probs" (rows on the simplex) | "unit" (in [0, 1]) | "finite"
+  kind: str  # "probs" (rows on the simplex) | "unit" (in [0, 1]) | "finite" | "notnan"
   name: str
   ndim: int
   tol: float  # of the [0, 1] bounds and the row sums
@@ -385,13 +386,14 @@ def _array_ok(a: _Arr, x: jax.Array, where) -> jax.Array:
     return (lo >= -a.tol) & (hi <= 1 + a.tol)  # False for NaN; +-inf lie outside
   if not jnp.issubdtype(x.dtype, jnp.floating):
     return jnp.bool_(True)
-  # A non-finite entry makes its row sum non-finite; a finite row can only
-  # overflow, and then the exact test (rarely run) clears it.
+  # A non-finite (NaN) entry makes its row sum non-finite (NaN); a finite row
+  # can only overflow (inf - inf), and then the exact test (rarely run) clears it.
+  good = jnp.isfinite if a.kind == "finite" else (lambda v: ~jnp.isnan(v))
   s = jnp.sum(x, axis=_rows(x), dtype=acc) if x.ndim > 1 else x
   return jax.lax.cond(
-    jnp.all(_ignore(jnp.isfinite(s), where)),
+    jnp.all(_ignore(good(s), where)),
     lambda: jnp.bool_(True),
-    lambda: jnp.all(_ignore(jnp.all(jnp.isfinite(x), axis=_rows(x)), where)),
+    lambda: jnp.all(_ignore(jnp.all(good(x), axis=_rows(x)), where)),
   )
 
 
@@ -422,6 +424,14 @@ def _checks(spec: _Spec) -> list[tuple[str, Callable]]:
   for i, a in enumerate(spec.xs):
     n, row = a.name, ("row" if a.ndim > 1 else "entry")
     at = "row {first}, column {col}" if a.ndim > 1 else f"{n}[{{first}}]"
+
+    if a.kind == "notnan":
+
+      def nan(xs, y, where, w, i=i):
+        return _entry_problem(jnp.isnan(xs[i]), xs[i], where)
+
+      out.append((f"{n} contains NaN in {{count}} {row}(s); the first is {at}", nan))
+      continue
 
     def nonfinite(xs, y, where, w, i=i):
       return _entry_problem(~jnp.isfinite(xs[i]), xs[i], where)
@@ -921,19 +931,22 @@ def check_labels(labels: Any, n: int, num_classes: int | None, name: str = "labe
   return _to_int32(y)
 
 
-def check_values(x: Any, name: str, *, unit: bool = False, tol: float | None = None) -> jax.Array:
+def check_values(
+  x: Any, name: str, *, unit: bool = False, allow_inf: bool = False, tol: float | None = None
+) -> jax.Array:
   """Checks that a concrete array is finite (and in ``[0, 1]`` with ``unit=True``).
 
   One fused reduction; returns the array in the compute dtype (traced inputs
-  with bad values come back as NaN). ``tol`` (default :func:`simplex_atol`)
-  applies to the ``[0, 1]`` bounds.
+  with bad values come back as NaN). ``allow_inf=True`` only rejects NaN.
+  ``tol`` (default :func:`simplex_atol`) applies to the ``[0, 1]`` bounds.
   """
   arr = as_float(x, name)
   if arr.size == 0:
     return arr
   flat = arr.reshape(1) if arr.ndim == 0 else arr
   t = simplex_atol(_array(x, name).dtype) if tol is None else float(tol)
-  spec = _Spec(xs=(_Arr("unit" if unit else "finite", name, flat.ndim, t),))
+  kind = "unit" if unit else ("notnan" if allow_inf else "finite")
+  spec = _Spec(xs=(_Arr(kind, name, flat.ndim, t),))
   ok, _ = _validate(spec, (flat,))
   return fold(arr, ok)
 
@@ -1029,6 +1042,27 @@ def check_num_bins(num_bins: Any, name: str = "num_bins") -> jax.Array | int:
   if not jnp.issubdtype(m.dtype, jnp.integer):
     raise ValueError(f"{name} must have an integer dtype when traced, got {m.dtype}")
   return m.astype(jnp.int32)
+
+
+def check_int(value: Any, name: str, minimum: int = 1) -> int:
+  """A static integer argument ``>= minimum`` as a Python int.
+
+  Accepts Python and numpy integers (and integral 0-d arrays); rejects
+  booleans, floats such as ``2.7`` (never silently truncated), strings and
+  traced values.
+  """
+  if isinstance(value, bool | np.bool_) or isinstance(value, str | bytes) or value is None:
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+  if isinstance(value, jax.core.Tracer):
+    raise ValueError(f"{name} must be a static Python int, got a traced value")
+  if not isinstance(value, int | np.integer):
+    a = np.asarray(value)
+    if a.ndim != 0 or not np.issubdtype(a.dtype, np.integer):
+      raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    value = a.item()
+  if int(value) < minimum:
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {int(value)}")
+  return int(value)
 
 
 _BINNINGS = ("fixed", "quantile")
