@@ -291,10 +291,12 @@ def fold(out: Any, ok: jax.Array | None) -> Any:
 class _Arr(NamedTuple):
   """How to check one floating array (static)."""
 
-  kind: str  # "probs" (rows on the simplex) | "unit" (in [0, 1]) | "finite" | "notnan"
+  kind: str  # "probs" (rows on the simplex) | "unit" (in [lo, hi]) | "finite" | "notnan"
   name: str
   ndim: int
-  tol: float  # of the [0, 1] bounds and the row sums
+  tol: float  # of the bounds and the row sums
+  lo: float = 0.0  # bounds of "unit"
+  hi: float = 1.0
 
 
 class _Spec(NamedTuple):
@@ -381,9 +383,9 @@ def _array_ok(a: _Arr, x: jax.Array, where) -> jax.Array:
       lambda: (lo >= -a.tol) & (jnp.max(xm).astype(acc) <= 1 + a.tol),
     )
   if a.kind == "unit":
-    xm = _masked(x, where, 0)
+    xm = _masked(x, where, a.lo)
     lo, hi = jnp.min(xm).astype(acc), jnp.max(xm).astype(acc)
-    return (lo >= -a.tol) & (hi <= 1 + a.tol)  # False for NaN; +-inf lie outside
+    return (lo >= a.lo - a.tol) & (hi <= a.hi + a.tol)  # False for NaN; +-inf lie outside
   if not jnp.issubdtype(x.dtype, jnp.floating):
     return jnp.bool_(True)
   # A non-finite (NaN) entry makes its row sum non-finite (NaN); a finite row
@@ -445,14 +447,14 @@ def _checks(spec: _Spec) -> list[tuple[str, Callable]]:
     )
     if a.kind in ("probs", "unit"):
 
-      def outside(xs, y, where, w, i=i, tol=a.tol):
-        return _entry_problem((xs[i] < -tol) | (xs[i] > 1 + tol), xs[i], where)
+      def outside(xs, y, where, w, i=i, lo=a.lo - a.tol, hi=a.hi + a.tol):
+        return _entry_problem((xs[i] < lo) | (xs[i] > hi), xs[i], where)
 
       hint = " Pass logits with from_logits=True." if a.kind == "probs" else ""
       out.append(
         (
-          f"{n} must lie in [0, 1] (tolerance {a.tol:g}); {{count}} {row}(s) hold values "
-          f"outside, the first is {at}: {{value:.6g}}.{hint}",
+          f"{n} must lie in [{a.lo:g}, {a.hi:g}] (tolerance {a.tol:g}); {{count}} {row}(s) "
+          f"hold values outside, the first is {at}: {{value:.6g}}.{hint}",
           outside,
         )
       )
@@ -932,21 +934,29 @@ def check_labels(labels: Any, n: int, num_classes: int | None, name: str = "labe
 
 
 def check_values(
-  x: Any, name: str, *, unit: bool = False, allow_inf: bool = False, tol: float | None = None
+  x: Any,
+  name: str,
+  *,
+  bounds: tuple[float, float] | None = None,
+  allow_inf: bool = False,
+  tol: float | None = None,
 ) -> jax.Array:
-  """Checks that a concrete array is finite (and in ``[0, 1]`` with ``unit=True``).
+  """Checks that a concrete array is finite (and within ``bounds`` if given).
 
   One fused reduction; returns the array in the compute dtype (traced inputs
   with bad values come back as NaN). ``allow_inf=True`` only rejects NaN.
-  ``tol`` (default :func:`simplex_atol`) applies to the ``[0, 1]`` bounds.
+  ``tol`` (default :func:`simplex_atol` of the dtype) widens the bounds.
   """
   arr = as_float(x, name)
   if arr.size == 0:
     return arr
   flat = arr.reshape(1) if arr.ndim == 0 else arr
   t = simplex_atol(_array(x, name).dtype) if tol is None else float(tol)
-  kind = "unit" if unit else ("notnan" if allow_inf else "finite")
-  spec = _Spec(xs=(_Arr(kind, name, flat.ndim, t),))
+  if bounds is not None:
+    a = _Arr("unit", name, flat.ndim, t, float(bounds[0]), float(bounds[1]))
+  else:
+    a = _Arr("notnan" if allow_inf else "finite", name, flat.ndim, t)
+  spec = _Spec(xs=(a,))
   ok, _ = _validate(spec, (flat,))
   return fold(arr, ok)
 
