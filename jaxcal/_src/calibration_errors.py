@@ -32,6 +32,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
+from jaxcal._src.sorting import stable_argsort
 
 __all__ = [
   "conf_ece",
@@ -52,16 +53,24 @@ __all__ = [
 # Pure cores: one data set, scalar (possibly traced) num_bins, static max_bins.
 # --------------------------------------------------------------------------
 
-# ``n`` is a static Python int: divide by floats (``n * n`` as a Python int
-# overflows int32 when JAX converts it, for n > 46340).
+# The sample count ``n`` divides every error. Without a mask it is the static
+# ``p.shape[0]``; with ``where`` it is the traced count of True entries. It is
+# used as a float (``n * n`` as an int32 overflows for n > 46340).
 
 
-def _sq(sums: jax.Array, n: int) -> jax.Array:
-  return jnp.sum(sums**2) / float(n) / float(n)
+def _count(where: jax.Array | None, n: int, dtype) -> jax.Array:
+  """The number of samples as a float: ``n``, or the count of True in ``where``."""
+  if where is None:
+    return jnp.asarray(float(n), dtype)
+  return jnp.sum(where, dtype=jnp.int32).astype(dtype)
 
 
-def _l1(sums: jax.Array, n: int) -> jax.Array:
-  return jnp.sum(jnp.abs(sums)) / float(n)
+def _sq(sums: jax.Array, n: jax.Array) -> jax.Array:
+  return jnp.sum(sums**2) / n / n
+
+
+def _l1(sums: jax.Array, n: jax.Array) -> jax.Array:
+  return jnp.sum(jnp.abs(sums)) / n
 
 
 def _confidence_parts(p: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -83,20 +92,26 @@ def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   return c, z
 
 
-def _conf_core(p, y, m, *, binning, max_bins, kind):
-  n = p.shape[0]
+def _conf_core(p, y, m, *, binning, max_bins, kind, where=None):
+  """Top-label error of one data set: ConfECE (``kind="ece"``), ConfCE or ConfCE_corr.
+
+  ``where``: optional ``(n,)`` bool sample mask; masked-out samples are
+  treated exactly as if absent (``n`` becomes the number of True entries).
+  """
+  n = _count(where, p.shape[0], p.dtype)
   r, c = _confidence_parts(p)
   z = r == y
-  sums = B.binned_residual_sums(c, z, m, binning, max_bins).sums
+  sums = B.binned_residual_sums(c, z, m, binning, max_bins, where=where).sums
   if kind == "ece":
     return _l1(sums, n)
   ce = _sq(sums, n)
   if kind == "ce_corr":
-    ce = ce + (1.0 - jnp.mean(z)) / float(n)
+    wrong = ~z if where is None else where & ~z
+    ce = ce + jnp.sum(wrong, dtype=jnp.int32).astype(p.dtype) / n / n
   return ce
 
 
-def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0):
+def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0, where=None):
   """BinnedSums of ``sign * (p[:, r] - 1[y = r])`` on the bins of ``p[:, r]``, per class.
 
   The columns are transposed to rows first: a batched sort / segment sum
@@ -105,31 +120,35 @@ def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0):
   num_classes = p.shape[1]
   pt = p.T  # (C, n)
   bits = y[None, :] == jnp.arange(num_classes)[:, None]  # (C, n)
+  w = None if where is None else where[None, :]
   return B.binned_residual_sums(
-    pt, bits, m, binning, max_bins, sign=sign
+    pt, bits, m, binning, max_bins, sign=sign, where=w
   )  # rows (C, max_bins, ...)
 
 
-def _classwise_core(p, y, m, weights, *, binning, max_bins, kind):
-  n = p.shape[0]
-  sums = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins).sums[..., 0]  # (C, max_bins)
+def _classwise_core(p, y, m, weights, *, binning, max_bins, kind, where=None):
+  """Class-wise error of one data set: ``sum_r weights[r] * err_r`` (ℓ1 or squared)."""
+  n = _count(where, p.shape[0], p.dtype)
+  sums = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins, where=where).sums[..., 0]
   if kind == "ece":
-    per = jnp.sum(jnp.abs(sums), axis=1) / float(n)
+    per = jnp.sum(jnp.abs(sums), axis=1) / n
   else:
-    per = jnp.sum(sums**2, axis=1) / float(n) / float(n)
+    per = jnp.sum(sums**2, axis=1) / n / n
   return jnp.sum(weights * per)
 
 
-def _binary_core(p, y, m, *, binning, max_bins):
-  n = p.shape[0]
-  sums = B.binned_residual_sums(p, y == 1, m, binning, max_bins).sums
+def _binary_core(p, y, m, *, binning, max_bins, where=None):
+  """Squared binned error of binary forecasts ``p`` (``(n,)``) and outcomes ``y``."""
+  n = _count(where, p.shape[0], p.dtype)
+  sums = B.binned_residual_sums(p, y == 1, m, binning, max_bins, where=where).sums
   return _sq(sums, n)
 
 
-def _ecce_core(p, y, m, weights, *, max_bins):
-  n = p.shape[0]
-  bs = _per_class_sums(p, y, m, binning="fixed", max_bins=max_bins, sign=-1.0)
-  per = jnp.sum(jnp.where(bs.counts > 0, jnp.abs(bs.cumsums[..., 0]), 0.0), axis=1) / float(n)
+def _ecce_core(p, y, m, weights, *, max_bins, where=None):
+  """ECCE of one data set (fixed bins, cumulative residual sums per class)."""
+  n = _count(where, p.shape[0], p.dtype)
+  bs = _per_class_sums(p, y, m, binning="fixed", max_bins=max_bins, sign=-1.0, where=where)
+  per = jnp.sum(jnp.where(bs.counts > 0, jnp.abs(bs.cumsums[..., 0]), 0.0), axis=1) / n
   return jnp.sum(weights * per)
 
 
@@ -194,7 +213,7 @@ def _bins(num_bins: Any, binning: str | None, max_bins: Any) -> _Bins:
   return _Bins(m, largest, bound, binning)
 
 
-def _guarded(core: Callable, max_bins: int, masked: bool, **static) -> Callable:
+def _guarded(core: Callable, max_bins: int, **static) -> Callable:
   """``core`` returning NaN for a bin count outside ``[1, max_bins]``.
 
   Such a count can only arrive traced (concrete ones are rejected with a
@@ -203,8 +222,7 @@ def _guarded(core: Callable, max_bins: int, masked: bool, **static) -> Callable:
   """
 
   def f(p, y, where, m, *rest):
-    kw = {"where": where} if masked else {}
-    val = core(p, y, m, *rest, max_bins=max_bins, **static, **kw)
+    val = core(p, y, m, *rest, max_bins=max_bins, where=where, **static)
     ok = (m >= 1) & (m <= max_bins)
     V.trace_check(jnp.all(ok), f"num_bins must lie in [1, max_bins = {max_bins}]; got {{m}}", m=m)
     return jnp.where(ok, val, jnp.nan)
@@ -213,10 +231,8 @@ def _guarded(core: Callable, max_bins: int, masked: bool, **static) -> Callable:
 
 
 @functools.cache
-def _compiled(
-  core: Callable, batched: bool, n_extra: int, from_logits: bool, masked: bool, **static
-) -> Callable:
-  f = _guarded(core, masked=masked, **static)
+def _compiled(core: Callable, batched: bool, n_extra: int, from_logits: bool, **static) -> Callable:
+  f = _guarded(core, **static)
 
   def g(x, y, where, m, *rest):
     p = jax.nn.softmax(x, axis=-1) if from_logits else x
@@ -244,14 +260,13 @@ def _run(core: Callable, d: V.Checked, bins: _Bins, *extra: jax.Array, **static)
       )
   m = bins.m
   args = (d.scores, d.labels, d.where)
-  masked = d.where is not None
   if not isinstance(m, int) and np.size(m) == 0:
     return jnp.zeros(np.shape(m), d.scores.dtype)
   if isinstance(m, int) or np.ndim(m) == 0:
-    f = _compiled(core, False, len(extra), d.from_logits, masked, max_bins=bins.max_bins, **static)
+    f = _compiled(core, False, len(extra), d.from_logits, max_bins=bins.max_bins, **static)
     out = f(*args, jnp.asarray(m, jnp.int32), *extra)
   else:
-    f = _compiled(core, True, len(extra), d.from_logits, masked, max_bins=bins.max_bins, **static)
+    f = _compiled(core, True, len(extra), d.from_logits, max_bins=bins.max_bins, **static)
     out = f(*args, jnp.reshape(jnp.asarray(m), (-1,)), *extra).reshape(np.shape(m))
   return V.fold(out, d.ok)
 
@@ -772,27 +787,29 @@ class ReliabilityStats(NamedTuple):
   upper: jax.Array  # (num_bins,) right edge
 
 
-@functools.partial(jax.jit, static_argnames=("num_bins", "binning", "from_logits"))
-def _reliability_core(x, y, where, num_bins, binning, from_logits):
+@functools.partial(jax.jit, static_argnames=("num_bins", "binning"))
+def _reliability_core(p, y, num_bins, binning, where=None):
+  """Per-bin counts, mean confidence, accuracy and score range of the top label.
+
+  ``where``: optional ``(n,)`` bool sample mask (masked-out samples are
+  treated as absent: they are in no bin, and quantile bins are equal-mass
+  over the others).
+  """
   # Direct per-bin segment sums (not differences of prefix sums): per-bin
   # *means* are reported, and a prefix-sum difference loses float32 digits
-  # in sparsely populated bins. Masked-out samples go to segment num_bins,
-  # which segment_sum drops.
-  p = jax.nn.softmax(x, axis=-1) if from_logits else x
+  # in sparsely populated bins.
   c, z = _confidence(p, y)
   n = c.shape[0]
   m = jnp.int32(num_bins)
-  sel = jnp.ones((n,), bool) if where is None else where
   if binning == "fixed":
-    b = B._fixed_bin_1based(c, m) - 1
+    b = B.fixed_bin_1based(c, m) - 1
+    if where is not None:
+      b = jnp.where(where, b, num_bins)  # out of range: dropped by the segment sums
   else:
-    count = jnp.sum(sel, dtype=jnp.int32)
-    order = jnp.argsort(jnp.where(sel, c, jnp.inf), stable=True)  # selected samples first
-    pos = jnp.arange(1, n + 1, dtype=jnp.int32)
-    q = B.floor_mul_div(pos, m, count)
-    b = q + (pos * m - q * count > 0).astype(jnp.int32) - 1
-    b = jnp.zeros((n,), jnp.int32).at[order].set(b)
-  b = jnp.where(sel, b, num_bins)
+    order = stable_argsort(B.masked_last(c, where))
+    ids = B.quantile_bin_of_position(B.sample_count(where, n), m, n)
+    ids = jnp.where(ids < 0, num_bins, ids)
+    b = jnp.zeros((n,), jnp.int32).at[order].set(ids)
   cnt = jax.ops.segment_sum(jnp.ones((n,), jnp.int32), b, num_segments=num_bins)
   sums = jax.ops.segment_sum(jnp.stack([c, z], axis=1), b, num_segments=num_bins)
   safe = jnp.maximum(cnt, 1)[:, None].astype(p.dtype)
@@ -856,5 +873,5 @@ def reliability_stats(
     raise ValueError(
       f"quantile binning with num_bins = {m} needs at least that many samples, got n = {d.count}"
     )
-  out = _reliability_core(d.scores, d.labels, d.where, m, binning, d.from_logits)
+  out = _reliability_core(d.probs(), d.labels, m, binning, where=d.where)
   return V.fold(out, d.ok)
