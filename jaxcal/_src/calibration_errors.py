@@ -171,7 +171,7 @@ class _Bins(NamedTuple):
   binning: str | None
 
 
-def _bins(num_bins: Any, binning: str | None, max_bins: Any) -> _Bins:
+def _bins(num_bins: Any, binning: str, max_bins: Any) -> _Bins:
   """Validates ``num_bins`` / ``binning`` / ``max_bins`` and picks the static bound.
 
   The bound that sizes the per-bin arrays (one compilation per value) is
@@ -182,8 +182,7 @@ def _bins(num_bins: Any, binning: str | None, max_bins: Any) -> _Bins:
   (numpy or JAX) is read on the host even when closed over inside a user's
   ``jit``; a *traced* bin count needs ``max_bins``.
   """
-  if binning is not None:
-    binning = V.check_binning(binning)
+  binning = V.check_binning(binning)
   m = V.check_num_bins(num_bins)
   if max_bins is not None:
     if (
@@ -649,7 +648,7 @@ def ecce(
   *Multiclass Local Calibration with the Jensen-Shannon Distance*,
   arXiv:2510.26566, §5 (ECCE).
   """
-  bins = _bins(num_bins, None, max_bins)
+  bins = _bins(num_bins, "fixed", max_bins)._replace(binning=None)  # ECCE bins are fixed
   d = V.check_predictions(
     probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
   )
