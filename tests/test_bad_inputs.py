@@ -387,3 +387,78 @@ def test_invalid_values_under_vmap_poison_only_their_data_set():
   out = np.asarray(jax.vmap(lambda p, y: metrics.classwise_ce(p, y, 2))(ps, ys))
   assert np.isfinite(out[0]) and np.isnan(out[1]) and np.isnan(out[2])
   np.testing.assert_allclose(out[0], metrics.classwise_ce(P, Y, 2), rtol=1e-6)
+
+
+# --------------------------------------------------------------------------
+# The command line: one line on stderr, exit status 2, no traceback
+# --------------------------------------------------------------------------
+
+DEFAULT = str(data.DEFAULT_PREDICTIONS)
+
+CLI_CASES = [
+  ("m negative", ["sweep", DEFAULT, "--m", "-5", "--out", "{tmp}/s.json"], r"--m: expected an integer >= 1, got -5"),
+  ("m not a number", ["sweep", DEFAULT, "--m", "many", "--out", "{tmp}/s.json"], r"--m: expected an integer"),
+  ("chunk size 0", ["sweep", DEFAULT, "--chunk-size", "0", "--out", "{tmp}/s.json"], r"--chunk-size"),
+  ("bins 0", ["report", DEFAULT, "--bins", "0", "--out", "{tmp}/r"], r"--bins: expected an integer >= 1"),
+  ("utilities negative", ["report", "--utilities", "-1", "--out", "{tmp}/r"], r"--utilities"),
+  ("unknown family", ["sweep", DEFAULT, "--family", "cubic", "--out", "{tmp}/s.json"], r"invalid choice"),
+  ("no command", [], r"required: command"),
+  ("missing file", ["report", "{tmp}/missing.npz", "--out", "{tmp}/r"], r"predictions not found"),
+  ("empty file", ["report", "{tmp}/empty.npz", "--out", "{tmp}/r"], r"not a valid .npz file"),
+  ("truncated file", ["sweep", "{tmp}/trunc.npz", "--out", "{tmp}/s.json"], r"not a valid .npz file"),
+  ("wide labels", ["report", "{tmp}/wide.npz", "--out", "{tmp}/r"], r"labels must lie in \[0, 2\)"),
+  ("nan logits", ["report", "{tmp}/nan.npz", "--out", "{tmp}/r"], r"non-finite"),
+  ("no labels", ["sweep", "{tmp}/nolabels.npz", "--out", "{tmp}/s.json"], r"no labels"),
+  ("unknown split", ["report", DEFAULT, "--split", "train", "--out", "{tmp}/r"], r"no predictions found"),
+  ("report out is a file", ["report", "--out", "{tmp}/empty.npz"], r"exists and is a file"),
+  ("report out under a file", ["report", "--out", "{tmp}/empty.npz/r"], r"is a file, not a folder"),
+  ("sweep out under a file", ["sweep", DEFAULT, "--out", "{tmp}/empty.npz/s.json"], r"is a file, not a folder"),
+  ("sweep out exists", ["sweep", DEFAULT, "--out", "{tmp}/exists.json"], r"exists; pass --force"),
+  ("sweep out extension", ["sweep", DEFAULT, "--out", "{tmp}/s.txt"], r"use a .json or .npz"),
+  ("sweep out is a folder", ["sweep", DEFAULT, "--out", "{tmp}/dir.json"], r"is a folder"),
+  ("recal out exists", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/exists.npz"], r"exists; pass --force"),
+  ("recal out extension", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.csv"], r"use a .npz"),
+  ("recal model under a file", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.npz", "--save-model", "{tmp}/empty.npz/m.npz"], r"--save-model.*is a file"),
+  ("recal options not JSON", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.npz", "--options", "{normalize: false}"], r"--options is not valid JSON"),
+  ("recal options a list", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.npz", "--options", "[1, 2]"], r"--options must be a JSON object"),
+  ("recal unknown option", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.npz", "--options", '{"max_iters": 3}'], r"max_iters"),
+  ("recal unknown method", ["recalibrate", "nope", DEFAULT, DEFAULT, "--out", "{tmp}/o.npz"], r"unknown recalibration method"),
+  ("recal logits vs probs", ["recalibrate", "temperature", DEFAULT, "{tmp}/probs.npz", "--out", "{tmp}/o.npz", "--test-split", "test"], r"calibration file holds logits but the test file holds probabilities"),
+]  # fmt: skip
+
+
+@pytest.fixture
+def cli_files(tmp_path, monkeypatch):
+  from jaxcal._src import cli
+
+  monkeypatch.setattr(cli, "enable_compilation_cache", lambda: None)
+  (tmp_path / "empty.npz").write_bytes(b"")
+  np.savez(tmp_path / "good.npz", logits=np.zeros((4, 2), np.float32), labels=Y)
+  raw = (tmp_path / "good.npz").read_bytes()
+  (tmp_path / "trunc.npz").write_bytes(raw[: len(raw) // 2])
+  np.savez(tmp_path / "wide.npz", logits=np.zeros((4, 2), np.float32), labels=WIDE)
+  np.savez(tmp_path / "nan.npz", logits=NAN_P, labels=Y)
+  np.savez(tmp_path / "nolabels.npz", logits=P)
+  x, y = data.default_predictions("test")
+  np.savez(tmp_path / "probs.npz", probs=np.asarray(jax.nn.softmax(x[:50])), labels=y[:50])
+  (tmp_path / "exists.json").write_text("{}")
+  (tmp_path / "exists.npz").write_bytes(raw)
+  (tmp_path / "dir.json").mkdir()
+  return tmp_path
+
+
+@pytest.mark.parametrize("argv,match", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
+def test_cli_user_error_is_one_line_and_exit_2(cli_files, capsys, argv, match):
+  import re
+
+  from jaxcal._src import cli
+
+  args = [a.replace("{tmp}", str(cli_files)) for a in argv]
+  try:
+    status = cli.main(args)
+  except SystemExit as e:  # argparse errors
+    status = e.code
+  assert status == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+  assert re.search(match, err), err
