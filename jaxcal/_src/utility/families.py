@@ -20,7 +20,7 @@ kind           params           ``ū(p)_j = u(p, e_j)``
 =============  ===============  ===============================================
 
 Ranks are 1-based (rank 1 = largest ``p``) with ties broken toward the lowest
-class index, as ``argmax`` does (SPEC notation), so ``top_class`` equals
+class index, as ``argmax`` does, so ``top_class`` equals
 ``rank`` with ``θ = e_1``. ``argmin``/``argmax`` over actions also break ties
 toward the lowest index.
 
@@ -360,6 +360,17 @@ def sample_linear(key: jax.Array, m: int, num_classes: int) -> Utility:
   coordinates are iid ``U(-1, 1)`` (the faces have equal area, so this is the
   uniform law on the sphere).
 
+  Args:
+    key: a JAX PRNG key (``jax.random.key(seed)`` or ``jax.random.PRNGKey(seed)``).
+    m: number of utilities, a Python int ``>= 1``.
+    num_classes: ``C >= 2``.
+
+  Returns:
+    A batch of ``m`` linear utilities, ``params`` of shape ``(m, C)``.
+
+  Raises:
+    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, or non-integral sizes.
+
   Example:
     >>> import jax
     >>> u = sample_linear(jax.random.PRNGKey(0), 4, 3)
@@ -376,6 +387,17 @@ def sample_linear(key: jax.Array, m: int, num_classes: int) -> Utility:
 def sample_rank(key: jax.Array, m: int, num_classes: int) -> Utility:
   """``m`` rank utilities: ``θ`` sampled as for :func:`sample_linear`, sorted descending.
 
+  Args:
+    key: a JAX PRNG key.
+    m: number of utilities, a Python int ``>= 1``.
+    num_classes: ``C >= 2``.
+
+  Returns:
+    A batch of ``m`` rank utilities, ``params`` of shape ``(m, C)``.
+
+  Raises:
+    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, or non-integral sizes.
+
   Example:
     >>> import jax, jax.numpy as jnp
     >>> th = sample_rank(jax.random.PRNGKey(0), 5, 4).params
@@ -391,6 +413,18 @@ def sample_rank(key: jax.Array, m: int, num_classes: int) -> Utility:
 
 def sample_decision(key: jax.Array, m: int, num_classes: int, num_actions: int) -> Utility:
   """``m`` decision utilities, the ``C×K`` loss uniform on the ∞-sphere of ``R^{C·K}``.
+
+  Args:
+    key: a JAX PRNG key.
+    m: number of utilities, a Python int ``>= 1``.
+    num_classes: ``C >= 2``.
+    num_actions: ``K >= 1``.
+
+  Returns:
+    A batch of ``m`` decision utilities, ``params`` of shape ``(m, C, K)``.
+
+  Raises:
+    ValueError: not a PRNG key, ``m < 1``, ``C < 2`` or ``K < 1``.
 
   Example:
     >>> import jax
