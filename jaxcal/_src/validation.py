@@ -14,9 +14,12 @@ Two tiers, as in chex/optax, plus an opt-in third:
   ``ValueError`` naming the argument, the problem and the fix. No ``(n,)`` or
   ``(n, C)`` array is ever copied to the host, so the same eager call works on a
   global ``jax.Array`` sharded across devices and processes (only replicated
-  scalars come back). Under a transformation the same reduction is traced
-  into the user's program and its flag is folded into the result: an invalid
-  input gives NaN, never a plausible number.
+  scalars come back). Under a transformation a one-pass version (row sums,
+  labels, weights, mask: it catches NaN/inf, rows off the simplex, labels out
+  of range) is traced into the user's program and its flag folded into the
+  result: such input gives NaN, never a plausible number. (Entries outside
+  ``[0, 1]`` in rows that still sum to one need a second pass; eager calls and
+  checked mode catch them.)
 * **checked mode**: :func:`checked` wraps a function (typically a user's jitted
   one) with ``jax.experimental.checkify``; the value checks are then compiled
   in and raise a ``ValueError`` with the same message from compiled code.
@@ -211,8 +214,9 @@ def checked(fn: Callable) -> Callable:
   compiled program through ``jax.experimental.checkify``, and the call raises
   the first failed check as a ``ValueError`` with the same message an eager
   call gives. Without ``checked``, a jaxcal metric traced under ``jit`` returns
-  NaN for invalid input instead (its validity flag is folded into the
-  result); eager calls always raise.
+  NaN for non-finite values, rows off the simplex, labels out of range, bad
+  weights or an empty mask (its validity flag is folded into the result);
+  eager calls always raise.
 
   Args:
     fn: any function of arrays, e.g. ``jax.jit(evaluate)`` or a jaxcal metric.
@@ -365,16 +369,22 @@ def _label_bad(spec: _Spec, y: jax.Array) -> jax.Array:
   return bad
 
 
-def _array_ok(a: _Arr, x: jax.Array, where) -> jax.Array:
-  """Fast validity of one array. Sufficient conditions that are cheap come first;
-  the exact condition is evaluated (``lax.cond``) only when they fail, so valid
-  probabilities cost one row sum and one minimum."""
+def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
+  """Validity of one array, cheapest sufficient conditions first.
+
+  Probabilities: rows summing to one within ``tol`` and no negative entry
+  imply every entry lies in ``[0, 1 + tol]``, so a valid input costs one row
+  sum and one minimum; the exact bounds (``lax.cond``) run only when an entry
+  is negative. With ``complete=False`` (the NaN folded into a result under
+  ``jit``) only the row sums are checked: non-finite values and rows off the
+  simplex, not negative entries in rows that still sum to one.
+  """
   acc = compute_dtype(x.dtype)
   if a.kind == "probs":
-    # Rows summing to one within tol and no negative entry imply every entry
-    # lies in [0, 1 + tol]; only inputs with a negative entry need the max.
     s = jnp.sum(x, axis=_rows(x), dtype=acc)
     ok = jnp.all(_ignore(jnp.abs(s - 1) <= a.tol, where))  # False for NaN/inf rows
+    if not complete:
+      return ok
     xm = _masked(x, where, 1)
     lo = jnp.min(xm).astype(acc)
     return ok & jax.lax.cond(
@@ -399,11 +409,11 @@ def _array_ok(a: _Arr, x: jax.Array, where) -> jax.Array:
   )
 
 
-def _ok(spec: _Spec, xs, y, where, w) -> tuple[jax.Array, jax.Array]:
-  """The fast path: ``(all good?, number of selected samples)``, one pass over the data."""
+def _ok(spec: _Spec, xs, y, where, w, complete: bool = True) -> tuple[jax.Array, jax.Array]:
+  """``(all good?, number of selected samples)`` in one fused program (see :func:`_array_ok`)."""
   ok = jnp.bool_(True)
   for a, x in zip(spec.xs, xs):
-    ok = ok & _array_ok(a, x, where)
+    ok = ok & _array_ok(a, x, where, complete)
   if spec.y_kind is not None:
     ok = ok & jnp.all(_ignore(~_label_bad(spec, y), where))
   if spec.w_name is not None:
@@ -577,7 +587,9 @@ def _validate(spec: _Spec, xs=(), y=None, where=None, w=None) -> tuple[jax.Array
         if int(pr.count):
           raise ValueError(template.format(**{k: v.item() for k, v in pr._asdict().items()}))
     return None, (n if where is None else int(count))
-  ok, count = _ok(spec, xs, y, where, w)
+  # Under a transformation the flag is folded into the result (NaN): the
+  # one-pass test, which costs a row sum; checked mode adds every check.
+  ok, count = _ok(spec, xs, y, where, w, complete=checking())
   if checking():
     for (template, _), pr in zip(_checks(spec), _problems(spec, xs, y, where, w)):
       checkify.check(pr.count == 0, template, **pr._asdict())
