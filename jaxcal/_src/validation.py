@@ -568,6 +568,16 @@ def _problems(spec, xs, y, where, w) -> list[_Problem]:
 _problems_jit = jax.jit(_problems, static_argnums=0)
 
 
+def _anonymous(spec: _Spec) -> _Spec:
+  """``spec`` without argument names: the compiled checks do not depend on them,
+  so one program serves ``labels`` and ``y``, ``probs`` and ``inputs``, ..."""
+  return spec._replace(
+    xs=tuple(a._replace(name="") for a in spec.xs),
+    y_name="",
+    w_name=None if spec.w_name is None else "",
+  )
+
+
 def _validate(spec: _Spec, xs=(), y=None, where=None, w=None) -> tuple[jax.Array | None, Any]:
   """Runs the value checks: raises on concrete inputs, returns the traced flag otherwise.
 
@@ -580,9 +590,9 @@ def _validate(spec: _Spec, xs=(), y=None, where=None, w=None) -> tuple[jax.Array
   xs = tuple(xs)
   n = (xs[0] if xs else y).shape[0] if (xs or y is not None) else 0
   if is_concrete(xs, y, where, w):
-    ok, count = jax.device_get(_ok_jit(spec, xs, y, where, w))
+    ok, count = jax.device_get(_ok_jit(_anonymous(spec), xs, y, where, w))
     if not ok:
-      problems = jax.device_get(_problems_jit(spec, xs, y, where, w))
+      problems = jax.device_get(_problems_jit(_anonymous(spec), xs, y, where, w))
       for (template, _), pr in zip(_checks(spec), problems):
         if int(pr.count):
           raise ValueError(template.format(**{k: v.item() for k, v in pr._asdict().items()}))
@@ -1027,7 +1037,7 @@ def looks_like_probs(x: Any) -> bool:
   except ValueError:
     return False
   spec = _Spec(xs=(_Arr("probs", "scores", 2, simplex_atol(arr.dtype)),))
-  ok, _ = jax.device_get(_ok_jit(spec, (arr,), None, None, None))
+  ok, _ = jax.device_get(_ok_jit(_anonymous(spec), (arr,), None, None, None))
   return bool(ok)
 
 
