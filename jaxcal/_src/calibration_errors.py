@@ -157,61 +157,6 @@ def _ecce_core(p, y, m, weights, *, max_bins, where=None):
 # --------------------------------------------------------------------------
 
 
-def _bucket(k: int) -> int:
-  """The smallest power of two ``>= k`` (and ``>= 1``)."""
-  return 1 << max(0, int(k) - 1).bit_length()
-
-
-class _Bins(NamedTuple):
-  """A validated bin-count argument."""
-
-  m: Any  # Python int, int32 numpy array (concrete) or traced int32 array
-  largest: int | None  # the largest concrete bin count (None when traced)
-  max_bins: int  # static size of the per-bin arrays
-  binning: str | None
-
-
-def _bins(num_bins: Any, binning: str, max_bins: Any) -> _Bins:
-  """Validates ``num_bins`` / ``binning`` / ``max_bins`` and picks the static bound.
-
-  The bound that sizes the per-bin arrays (one compilation per value) is
-  ``max_bins`` when given; otherwise the bin count, or the largest entry of
-  a concrete array of them, rounded up to a power of two: a sweep of
-  ``num_bins = 2..200`` one call at a time compiles 8 programs, not 199 (the
-  true count is traced, so bins beyond it stay empty). A concrete array
-  (numpy or JAX) is read on the host even when closed over inside a user's
-  ``jit``; a *traced* bin count needs ``max_bins``.
-  """
-  binning = V.check_binning(binning)
-  m = V.check_num_bins(num_bins)
-  if max_bins is not None:
-    if (
-      isinstance(max_bins, bool | np.bool_)
-      or not isinstance(max_bins, int | np.integer)
-      or max_bins < 1
-      or max_bins > V.MAX_NUM_BINS
-    ):
-      raise ValueError(
-        f"max_bins must be a static Python int in [1, {V.MAX_NUM_BINS}], got {max_bins!r}"
-      )
-  if isinstance(m, int):
-    largest = m
-  elif isinstance(m, np.ndarray):
-    largest = int(m.max()) if m.size else 0
-  else:
-    if max_bins is None:
-      raise ValueError(
-        "num_bins is traced (an argument of a jitted or vmapped function), so the size of "
-        "the per-bin arrays cannot be read from it: pass a static bound, e.g. max_bins=256, "
-        "or close over a concrete array of bin counts instead"
-      )
-    largest = None
-  bound = int(max_bins) if max_bins is not None else _bucket(largest)
-  if largest is not None and largest > bound:
-    raise ValueError(f"num_bins = {largest} exceeds max_bins = {bound}")
-  return _Bins(m, largest, bound, binning)
-
-
 def _guarded(core: Callable, max_bins: int, **static) -> Callable:
   """``core`` returning NaN for a bin count outside ``[1, max_bins]``.
 
@@ -242,7 +187,7 @@ def _compiled(core: Callable, batched: bool, n_extra: int, from_logits: bool, **
   return jax.jit(g)
 
 
-def _run(core: Callable, d: V.Checked, bins: _Bins, *extra: jax.Array, **static) -> jax.Array:
+def _run(core: Callable, d: V.Checked, bins: V.BinCounts, *extra: jax.Array, **static) -> jax.Array:
   """``core(probs, labels, m, *extra)`` for a scalar or an array of bin counts ``m``.
 
   ``d`` holds the validated data (and, under a transformation, its validity
@@ -335,7 +280,7 @@ def conf_ece(
   *Truthful Calibration Errors for Multi-Class Prediction*, arXiv:2510.06388,
   §3.2 (confidence calibration, why it is not truthful).
   """
-  bins = _bins(num_bins, binning, max_bins)
+  bins = V.check_bins(num_bins, binning, max_bins)
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   return _run(_conf_core, d, bins, kind="ece")
 
@@ -386,7 +331,7 @@ def conf_ce(
   Multi-Class Prediction*, arXiv:2510.06388, §3.2 and Theorem C.1 (ConfCE is
   not truthful).
   """
-  bins = _bins(num_bins, binning, max_bins)
+  bins = V.check_bins(num_bins, binning, max_bins)
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   return _run(_conf_core, d, bins, kind="ce")
 
@@ -438,7 +383,7 @@ def conf_ce_corr(
   Multi-Class Prediction*, arXiv:2510.06388, §3.2, Definition 3.2 and
   Theorem 3.3; the expectation is Lemma D.1.
   """
-  bins = _bins(num_bins, binning, max_bins)
+  bins = V.check_bins(num_bins, binning, max_bins)
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   return _run(_conf_core, d, bins, kind="ce_corr")
 
@@ -489,7 +434,7 @@ def classwise_ce(
   Multi-Class Prediction*, arXiv:2510.06388, §3.1 (classwise calibration as a
   linear property, Theorem 3.1); the expectation is Lemma D.1.
   """
-  bins = _bins(num_bins, binning, max_bins)
+  bins = V.check_bins(num_bins, binning, max_bins)
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   return _run(_classwise_core, d, bins, _weights_or_uniform(d), kind="ce")
 
@@ -545,7 +490,7 @@ def classwise_ece(
   Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware Multiclass
   Calibration*, arXiv:2510.25458, §5 (CWE_bin).
   """
-  bins = _bins(num_bins, binning, max_bins)
+  bins = V.check_bins(num_bins, binning, max_bins)
   d = V.check_predictions(
     probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
   )
@@ -595,7 +540,7 @@ def binary_ce(
   Measure*, arXiv:2508.13100 (ℓ2-QECE); Lu, Wu, Hartline & Hu (2025),
   arXiv:2510.06388, Theorem 3.1 with ``d = 1``.
   """
-  bins = _bins(num_bins, binning, max_bins)
+  bins = V.check_bins(num_bins, binning, max_bins)
   d = V.check_binary(p, y, where=where)
   return _run(_binary_core, d, bins)
 
@@ -648,7 +593,7 @@ def ecce(
   *Multiclass Local Calibration with the Jensen-Shannon Distance*,
   arXiv:2510.26566, §5 (ECCE).
   """
-  bins = _bins(num_bins, "fixed", max_bins)._replace(binning=None)  # ECCE bins are fixed
+  bins = V.check_bins(num_bins, "fixed", max_bins)._replace(binning=None)  # ECCE bins are fixed
   d = V.check_predictions(
     probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
   )

@@ -66,6 +66,9 @@ __all__ = [
   "check_num_bins",
   "check_int",
   "check_binning",
+  "check_bins",
+  "BinCounts",
+  "bucket",
   "looks_like_probs",
   "fold",
   "trace_check",
@@ -1117,3 +1120,76 @@ def check_binning(binning: Any) -> str:
   if not isinstance(binning, str) or binning not in _BINNINGS:
     raise ValueError(f"binning must be one of {_BINNINGS}, got {binning!r}")
   return binning
+
+
+def bucket(k: int) -> int:
+  """The smallest power of two ``>= k`` (and ``>= 1``)."""
+  return 1 << max(0, int(k) - 1).bit_length()
+
+
+class BinCounts(NamedTuple):
+  """A validated bin-count argument (see :func:`check_bins`)."""
+
+  m: Any  # Python int, int32 numpy array (concrete) or traced int32 array
+  largest: int | None  # the largest concrete bin count (None when traced)
+  max_bins: int  # static size of the per-bin arrays
+  binning: str | None
+
+
+def check_bins(num_bins: Any, binning: str, max_bins: Any) -> BinCounts:
+  """Validates ``num_bins`` / ``binning`` / ``max_bins`` and picks the static bound.
+
+  The bound that sizes the per-bin arrays (one compilation per value) is
+  ``max_bins`` when given; otherwise the bin count, or the largest entry of
+  a concrete array of them, rounded up to a power of two: a sweep of
+  ``num_bins = 2..200`` one call at a time compiles 8 programs, not 199 (the
+  true count is traced, so bins beyond it stay empty). A concrete array
+  (numpy or JAX) is read on the host even when closed over inside a user's
+  ``jit``; a *traced* bin count needs ``max_bins`` (it used to size the
+  arrays at ``n``: 9.7 s instead of 0.04 s for 199 class-wise bin counts).
+  The one home of this rule: every binned metric calls it.
+
+  Args:
+    num_bins: a Python int, an integer array (numpy or JAX), or a traced int.
+    binning: ``"fixed"`` or ``"quantile"``.
+    max_bins: ``None`` or a static Python int ``>= 1``.
+
+  Returns:
+    :class:`BinCounts` ``(m, largest, max_bins, binning)``.
+
+  Raises:
+    ValueError: a bad bin count, binning or ``max_bins``, a count above
+      ``max_bins``, or a traced count without ``max_bins``.
+
+  Example:
+    >>> check_bins(15, "fixed", None).max_bins, check_bins([3, 70], "quantile", None).max_bins
+    (16, 128)
+  """
+  binning = check_binning(binning)
+  m = check_num_bins(num_bins)
+  if max_bins is not None:
+    if (
+      isinstance(max_bins, bool | np.bool_)
+      or not isinstance(max_bins, int | np.integer)
+      or max_bins < 1
+      or max_bins > MAX_NUM_BINS
+    ):
+      raise ValueError(
+        f"max_bins must be a static Python int in [1, {MAX_NUM_BINS}], got {max_bins!r}"
+      )
+  if isinstance(m, int):
+    largest = m
+  elif isinstance(m, np.ndarray):
+    largest = int(m.max()) if m.size else 0
+  else:
+    if max_bins is None:
+      raise ValueError(
+        "num_bins is traced (an argument of a jitted or vmapped function), so the size of "
+        "the per-bin arrays cannot be read from it: pass a static bound, e.g. max_bins=256, "
+        "or close over a concrete array of bin counts instead"
+      )
+    largest = None
+  bound = int(max_bins) if max_bins is not None else bucket(largest)
+  if largest is not None and largest > bound:
+    raise ValueError(f"num_bins = {largest} exceeds max_bins = {bound}")
+  return BinCounts(m, largest, bound, binning)
