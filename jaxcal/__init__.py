@@ -4,7 +4,8 @@ recalibration for multiclass classifiers, as functional JAX.
 Submodules: ``metrics``, ``scores``, ``utility``, ``recalibrate``,
 ``dominance``, ``data``, ``plots``, ``train``. They load on first access, so
 ``import jaxcal`` stays cheap (matplotlib, flax and optax are only imported
-by the parts that need them).
+by the parts that need them). ``jaxcal.checked(f)`` compiles jaxcal's input
+checks into ``f`` (see :func:`jaxcal._src.validation.checked`).
 """
 
 import importlib
@@ -13,12 +14,14 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("data", "dominance", "metrics", "plots", "recalibrate", "scores", "train", "utility")
 
-__all__ = list(_SUBMODULES) + ["__version__"]
+__all__ = list(_SUBMODULES) + ["__version__", "checked"]
 
 
 def __getattr__(name):
   if name in _SUBMODULES:
     return importlib.import_module(f"jaxcal.{name}")
+  if name == "checked":
+    return importlib.import_module("jaxcal._src.validation").checked
   raise AttributeError(f"module 'jaxcal' has no attribute {name!r}")
 
 

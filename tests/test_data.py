@@ -68,6 +68,83 @@ def test_load_rejects_pickle_and_bad_files(tmp_path):
     data.load_predictions(tmp_path / "only.npy")
 
 
+def _npz_bytes(tmp_path):
+  np.savez(tmp_path / "good.npz", logits=np.zeros((4, 3), np.float32), labels=np.arange(4) % 3)
+  return (tmp_path / "good.npz").read_bytes()
+
+
+def test_load_refuses_broken_files_naming_them(tmp_path):
+  import numpy.lib.format as fmt
+
+  raw = _npz_bytes(tmp_path)
+  (tmp_path / "empty.npz").write_bytes(b"")
+  (tmp_path / "trunc.npz").write_bytes(raw[: len(raw) // 2])
+  (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 not really a zip")
+  np.save(tmp_path / "s.npy", np.zeros((4, 3), np.float32))
+  np.save(tmp_path / "l.npy", np.arange(4) % 3)
+  with open(tmp_path / "absurd.npy", "wb") as f:  # a header claiming 10^12 rows
+    fmt.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 3)})
+    f.write(b"\0" * 48)
+  npy = (tmp_path / "s.npy").read_bytes()
+  (tmp_path / "cut.npy").write_bytes(npy[: len(npy) - 8])
+  (tmp_path / "header.npy").write_bytes(npy[:60])
+  (tmp_path / "zero.npy").write_bytes(b"")
+  np.savez(tmp_path / "strings.npz", logits=np.array([["a", "b"]] * 4), labels=np.arange(4))
+  np.savez(tmp_path / "complex.npz", logits=np.ones((4, 2), np.complex64), labels=np.arange(4) % 2)
+  np.savez(tmp_path / "wide.npz", logits=np.zeros((3, 2)), labels=np.array([0, 2**32 + 1, 1]))
+  np.savez(tmp_path / "fl.npz", logits=np.zeros((3, 2)), labels=np.array([0, 1 + 1e-9, 1]))
+  np.savez(tmp_path / "onecol.npz", logits=np.zeros((3, 1)), labels=np.zeros(3, int))
+  s, l = str(tmp_path / "s.npy"), str(tmp_path / "l.npy")
+  cases = [
+    ("empty.npz", r"empty.npz: not a valid .npz file"),
+    ("trunc.npz", r"trunc.npz: not a valid .npz file"),
+    ("junk.npz", r"junk.npz: not a valid .npz file"),
+    (f"{s},{tmp_path / 'absurd.npy'}", r"absurd.npy: the header claims shape \(1000000000000, 3\)"),
+    (f"{tmp_path / 'cut.npy'},{l}", r"cut.npy: the header claims .* only 40 bytes follow"),
+    (f"{tmp_path / 'header.npy'},{l}", r"header.npy: not a valid .npy array"),
+    (f"{tmp_path / 'zero.npy'},{l}", r"zero.npy: not a valid .npy array"),
+    (f"{s},{tmp_path / 'gone.npy'}", r"predictions not found: .*gone.npy"),
+    ("strings.npz", r"strings.npz: scores must be real numbers"),
+    ("complex.npz", r"complex.npz: scores must be real numbers"),
+    ("wide.npz", r"wide.npz: labels must lie in \[0, 2\).*4294967297"),
+    ("fl.npz", r"fl.npz: labels must be integers"),
+    ("onecol.npz", r"C >= 2"),
+    ("notes.txt", r"predictions not found"),
+  ]
+  for name, match in cases:
+    path = name if "," in name else tmp_path / name
+    with pytest.raises(ValueError, match=match):
+      data.load_predictions(path)
+
+
+def test_load_reads_compressed_fortran_and_folder_layouts(tmp_path):
+  rng = np.random.default_rng(1)
+  z = np.asfortranarray(rng.normal(size=(6, 3)).astype(np.float32))
+  y = np.array([0, 1, 2, 0, 1, 2], np.int64)
+  np.savez_compressed(tmp_path / "c.npz", test_logits=z, test_labels=y)
+  x, yy = data.load_predictions(tmp_path / "c.npz")
+  np.testing.assert_array_equal(x, z)
+  np.testing.assert_array_equal(yy, y)
+  assert yy.dtype == np.int32 and x.dtype == np.float32 and x.flags.writeable
+
+
+def test_load_permission_denied_is_a_value_error(tmp_path, monkeypatch):
+  import builtins
+
+  np.save(tmp_path / "s.npy", np.zeros((2, 2), np.float32))
+  np.save(tmp_path / "l.npy", np.zeros(2, int))
+  real_open = builtins.open
+
+  def denied(path, *args, **kwargs):
+    if str(path).endswith("s.npy"):
+      raise PermissionError(13, "Permission denied", str(path))
+    return real_open(path, *args, **kwargs)
+
+  monkeypatch.setattr(builtins, "open", denied)
+  with pytest.raises(ValueError, match=r"s.npy: not readable \(permission denied\)"):
+    data.load_predictions(f"{tmp_path / 's.npy'},{tmp_path / 'l.npy'}")
+
+
 def test_synthetic_is_calibrated_at_temperature_one():
   d = data.synthetic(jax.random.key(1), 40_000, 5)
   np.testing.assert_allclose(d.probs, d.true_probs, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Proper scores and the confidence loss (SPEC §3) against loop references."""
+"""Proper scores and the confidence loss against loop references (float64, from the papers)."""
 
 import pathlib
 import sys
@@ -61,3 +61,29 @@ def test_confidence_loss_is_mean_of_parts():
   z = (r == Y).astype(np.float64)
   want = np.mean(1 - z + (c.astype(np.float64) - z) ** 2)
   np.testing.assert_allclose(scores.confidence_loss(P, Y), want, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float32_means_match_float64_at_large_n(name):
+  rng = np.random.default_rng(11)
+  n = 200_000
+  p = rng.dirichlet(np.full(10, 0.3), n)
+  y = rng.integers(0, 10, n)
+  p32 = (p / p.sum(1, keepdims=True)).astype(np.float32)
+  want = getattr(R, name)(p32.astype(np.float64), y).mean()
+  got = float(getattr(scores, name)(p32, y))
+  assert abs(got - want) <= 1e-5 * abs(want) + 1e-9, (got, want)
+
+
+def test_per_sample_where_and_from_logits_together():
+  z = np.log(np.maximum(P, 1e-30)) + 0.5
+  mask = np.arange(80) % 4 != 1
+  for name in NAMES:
+    f = getattr(scores, name)
+    per = np.asarray(f(z, Y, from_logits=True, per_sample=True, where=mask))
+    full = np.asarray(f(z, Y, from_logits=True, per_sample=True))
+    np.testing.assert_allclose(per[mask], full[mask], rtol=1e-6)
+    assert np.all(per[~mask] == 0)
+    np.testing.assert_allclose(
+      f(z, Y, from_logits=True, where=mask), full[mask].mean(), rtol=1e-5, atol=1e-7
+    )

@@ -1,131 +1,380 @@
-"""Bad inputs: one ValueError per kind, naming the problem; inputs untouched."""
+"""The validation layer: one fused device check, no host copies, masks, dtypes, compilations.
+
+The table of bad inputs is in ``test_bad_inputs.py``; this file tests the
+layer's properties: inputs untouched, accepted inputs, messages, NaN under
+``jit``, no device-to-host transfer of data-sized arrays, sharded inputs,
+``where`` masks, literal signatures, and the compilation count of a bin sweep.
+"""
+
+import inspect
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcal import metrics, scores
+import jaxcal
+from jaxcal import data, metrics, scores, utility
+from jaxcal._src import calibration_errors as CE
+from jaxcal._src import validation as V
+from jaxcal._src.scores import prepare
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 P = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]], np.float32)
 Y = np.array([0, 1, 1])
 
 
-def _with(p, i, j, v):
-  q = p.copy()
-  q[i, j] = v
-  return q
-
-
-BAD = [
-  # (description, thunk, message regex)
-  ("nan", lambda: metrics.conf_ece(_with(P, 0, 0, np.nan), Y), r"non-finite.*NaN"),
-  ("inf", lambda: metrics.classwise_ce(_with(P, 1, 1, np.inf), Y, 2), r"non-finite.*inf"),
-  ("rank 1", lambda: metrics.conf_ece(P[0], Y), r"shape \(n, C\)"),
-  ("rank 3", lambda: scores.brier(P[None], Y), r"shape \(n, C\)"),
-  ("one class", lambda: metrics.ecce(np.ones((3, 1)), Y), r"at least 2 classes"),
-  ("no samples", lambda: metrics.conf_ce(np.zeros((0, 2)), np.zeros(0, int)), r"empty"),
-  ("off simplex", lambda: metrics.conf_ece(P * 0.5, Y), r"sum to 1"),
-  ("negative", lambda: metrics.conf_ece(np.array([[1.2, -0.2]] * 3), Y), r"\[0, 1\]"),
-  ("label range", lambda: metrics.conf_ece(P, np.array([0, 2, 1])), r"labels must lie in \[0, 2\)"),
-  ("label negative", lambda: scores.log_loss(P, np.array([0, -1, 1])), r"labels must lie"),
-  (
-    "label float",
-    lambda: metrics.conf_ece(P, np.array([0.0, 0.5, 1.0])),
-    r"labels must be integers",
-  ),
-  ("label length", lambda: metrics.conf_ece(P, np.array([0, 1])), r"labels has 2 entries"),
-  ("num_bins 0", lambda: metrics.conf_ece(P, Y, 0), r"num_bins must be >= 1"),
-  ("num_bins array 0", lambda: metrics.conf_ce(P, Y, np.array([0, 2])), r"num_bins must be >= 1"),
-  ("num_bins non-integer", lambda: metrics.conf_ece(P, Y, 2.5), r"num_bins must be integer"),
-  ("num_bins string", lambda: metrics.conf_ece(P, Y, "15"), r"num_bins must be an integer"),
-  ("num_bins bool", lambda: metrics.conf_ece(P, Y, True), r"num_bins must be an integer"),
-  ("unknown binning", lambda: metrics.conf_ece(P, Y, 2, "equal"), r"binning must be one of"),
-  ("quantile m > n", lambda: metrics.classwise_ce(P, Y, 4), r"quantile binning with num_bins = 4"),
-  ("max_bins too small", lambda: metrics.conf_ece(P, Y, 15, max_bins=10), r"exceeds max_bins"),
-  ("max_bins invalid", lambda: metrics.conf_ece(P, Y, 5, max_bins=0), r"max_bins must be"),
-  ("lin_ce shapes", lambda: metrics.lin_ce(P, P[:, :1], np.array([0, 0, 1]), 2), r"same shape"),
-  (
-    "bin_ids range",
-    lambda: metrics.lin_ece(P, P, np.array([0, 0, 2]), 2),
-    r"bin_ids must lie in \[0, 2\)",
-  ),
-  (
-    "class_weights shape",
-    lambda: metrics.classwise_ece(P, Y, class_weights=np.ones(3)),
-    r"class_weights must have shape \(2,\)",
-  ),
-  (
-    "class_weights negative",
-    lambda: metrics.ecce(P, Y, class_weights=-np.ones(2)),
-    r"non-negative",
-  ),
-  (
-    "binary outcome",
-    lambda: metrics.binary_ce(P[:, 0], np.array([0, 1, 2]), 2),
-    r"y must lie in \[0, 2\)",
-  ),
-  (
-    "logits nan",
-    lambda: scores.brier(_with(P, 0, 0, np.nan), Y, from_logits=True),
-    r"logits contains",
-  ),
-  (
-    "bin_ids scores",
-    lambda: metrics.bin_ids(np.zeros((2, 2)), 2),
-    r"scores must have shape \(n,\)",
-  ),
-  (
-    "bin_ids quantile m > n",
-    lambda: metrics.bin_ids(np.zeros(2), 3, "quantile"),
-    r"needs at least",
-  ),
-  ("not numeric", lambda: metrics.conf_ece("abc", Y), r"numeric"),
-]
-
-
-@pytest.mark.parametrize("what,thunk,match", BAD, ids=[b[0] for b in BAD])
-def test_bad_input_raises_value_error(what, thunk, match):
-  with pytest.raises(ValueError, match=match):
-    thunk()
+def _data(n=300, c=4, seed=0):
+  rng = np.random.default_rng(seed)
+  p = rng.dirichlet(np.full(c, 0.7), n).astype(np.float32)
+  p /= p.sum(axis=1, keepdims=True)
+  return p, rng.integers(0, c, n)
 
 
 def test_inputs_not_modified():
-  p = P.copy()
-  y = Y.copy()
+  p, y = P.copy(), Y.copy()
   w = np.array([0.25, 0.75])
   z = np.log(P + 1e-3)
   z0 = z.copy()
+  mask = np.array([True, False, True])
+  wide = np.array([0, 1, 1], np.int64)
+  half = P.astype(np.float16)
+  half0 = half.copy()
   metrics.conf_ece(p, y)
-  metrics.classwise_ece(p, y, 2, class_weights=w)
+  metrics.classwise_ece(p, y, 2, class_weights=w, where=mask)
   metrics.ecce(p, y, np.array([2, 3]))
   metrics.conf_ce_corr(z, y, 2, from_logits=True)
-  metrics.lin_ce(p, np.eye(2)[y], y, 2)
-  scores.brier(p, y, per_sample=True)
+  metrics.lin_ce(p, np.eye(2)[y], y, 2, where=mask)
+  scores.brier(p, y, per_sample=True, where=mask)
+  scores.decompose(half, wide)
+  metrics.conf_ece(p, wide.astype(np.float64))
   np.testing.assert_array_equal(p, P)
   np.testing.assert_array_equal(y, Y)
   np.testing.assert_array_equal(w, [0.25, 0.75])
   np.testing.assert_array_equal(z, z0)
+  np.testing.assert_array_equal(mask, [True, False, True])
+  np.testing.assert_array_equal(wide, [0, 1, 1])
+  np.testing.assert_array_equal(half, half0)
   assert p.flags.writeable and y.flags.writeable
 
 
 def test_accepted_inputs():
-  # integral float labels, bool one-hot rows, int probabilities, integral float num_bins
   e = float(metrics.conf_ece(P, Y, 2))
-  assert float(metrics.conf_ece(P, Y.astype(np.float64), 2)) == e
-  assert float(metrics.conf_ece(P, Y, 2.0)) == e
+  assert float(metrics.conf_ece(P, Y.astype(np.float64), 2)) == e  # integral float labels
+  assert float(metrics.conf_ece(P, Y.astype(np.int64), 2)) == e  # int64 within range
+  assert float(metrics.conf_ece(P, Y.astype(np.uint8), 2)) == e
+  assert float(metrics.conf_ece(P, Y.astype(bool), 2)) == e
+  assert float(metrics.conf_ece(P, Y, 2.0)) == e  # integral float num_bins
+  assert float(metrics.conf_ece(P, Y, np.int64(2))) == e
+  assert float(metrics.conf_ece(P, list(Y), 2)) == e  # lists
   onehot = np.eye(2, dtype=np.int32)[Y]
-  assert float(metrics.conf_ece(onehot, Y, 2)) == 0.0
-  # values within the simplex tolerance pass
+  assert float(metrics.conf_ece(onehot, Y, 2)) == 0.0  # integer probabilities
+  assert float(metrics.conf_ece(onehot.astype(bool), Y, 2)) == 0.0
   q = P.copy()
-  q[0, 0] += 5e-4
+  q[0, 0] += 5e-4  # within the float32 tolerance
   metrics.conf_ece(q, Y)
+  q = np.array([[1.0004, -4e-4], [0.2, 0.8], [0.5, 0.5]], np.float32)  # tiny negative: accepted
+  metrics.conf_ece(q, Y)
+  # masked-out rows are not checked: garbage there is fine
+  bad = np.array([[0.7, 0.3], [np.nan, 7.0], [0.5, 0.5]], np.float32)
+  mask = np.array([True, False, True])
+  np.testing.assert_allclose(
+    metrics.conf_ece(bad, np.array([0, 9, 1]), 2, where=mask), metrics.conf_ece(P[mask], Y[mask], 2)
+  )
 
 
-def test_value_checks_skipped_under_transformations():
-  # Traced inputs cannot be inspected: no error, and no Python branching on values.
-  bad = _with(P, 0, 0, np.nan)
+def test_messages_name_the_argument_count_first_index_and_value():
+  p = P.copy()
+  p[1] = [0.3, 0.3]
+  p[2] = [0.45, 0.45]
+  with pytest.raises(ValueError) as e:
+    scores.brier(p, Y)
+  msg = str(e.value)
+  assert "rows of probs must sum to 1" in msg and "2 row(s)" in msg and "row 1" in msg
+  assert "0.6" in msg and "from_logits=True" in msg
+  y = np.array([0, 5, 7])
+  with pytest.raises(
+    ValueError, match=r"labels must lie in \[0, 2\); 2 entries do not, the first is labels\[1\] = 5"
+  ):
+    metrics.conf_ce(P, y, 2)
+  with pytest.raises(
+    ValueError,
+    match=r"logits contains non-finite values \(NaN or inf\) in 1 row\(s\); the first is row 2, column 1: inf",
+  ):
+    scores.log_loss(np.array([[0.0, 1.0], [1.0, 2.0], [0.0, np.inf]]), Y, from_logits=True)
+
+
+def test_checked_mode_gives_the_eager_message():
+  bad = P * 0.5
+  with pytest.raises(ValueError) as eager:
+    metrics.classwise_ce(bad, Y, 2)
+  with pytest.raises(ValueError) as compiled:
+    jaxcal.checked(jax.jit(lambda p, y: metrics.classwise_ce(p, y, 2)))(bad, Y)
+  assert str(eager.value) == str(compiled.value)
+
+
+def test_value_checks_give_nan_under_transformations():
+  # Traced inputs cannot be inspected: the validity flag is folded into the result.
+  bad = P.copy()
+  bad[0, 0] = np.nan
   out = jax.jit(lambda p: metrics.conf_ece(p, Y, 2))(bad)
-  assert np.isnan(out) or np.isfinite(out)
+  assert np.isnan(out)
+  assert np.isfinite(jax.jit(lambda p: metrics.conf_ece(p, Y, 2))(P))
   with pytest.raises(ValueError, match=r"shape \(n, C\)"):  # shape checks still run
     jax.jit(lambda p: metrics.conf_ece(p, Y))(jnp.zeros(3))
+  # prepare (the entry point other metrics share) poisons the probabilities
+  p, y = jax.jit(lambda p: prepare(p, Y))(P * 0.5)
+  assert np.all(np.isnan(p)) and y.dtype == jnp.int32
+
+
+def test_prepare_upcasts_and_narrows():
+  p, y = prepare(P.astype(np.float16), np.array([0, 1, 1], np.int64))
+  assert p.dtype == jnp.float32 and y.dtype == jnp.int32
+  p, _ = prepare(jnp.asarray(P, jnp.bfloat16), Y)
+  assert p.dtype == jnp.float32
+  p, _ = prepare(np.log(P), Y, from_logits=True)
+  np.testing.assert_allclose(p, P, rtol=1e-6)
+  assert V.simplex_atol(jnp.float32) == 1e-3 and V.simplex_atol(jnp.float64) == 1e-3
+  assert V.simplex_atol(jnp.float16) == 2 * 2.0**-10 and V.simplex_atol(jnp.bfloat16) == 2 * 2.0**-7
+  assert V.simplex_atol(jnp.int32) == 1e-3
+
+
+def test_one_rule_for_logits_or_probabilities():
+  assert data.looks_like_probs is V.looks_like_probs
+  from jaxcal._src import cli, report
+
+  assert report.looks_like_probs is V.looks_like_probs
+  src = inspect.getsource(cli)
+  assert "looks_like_probs" in src and "sum(axis" not in src
+  p, _ = _data()
+  assert V.looks_like_probs(p) and V.looks_like_probs(jnp.asarray(p))
+  assert not V.looks_like_probs(np.log(p)) and not V.looks_like_probs(p * 0.9)
+  assert not V.looks_like_probs(p[0]) and not V.looks_like_probs(np.where(p > 0.5, np.nan, p))
+  # the rule is exactly "would pass check_probs"
+  for x in (p, p * 1.0005, p * 1.002, np.abs(np.log(p))):
+    try:
+      V.check_probs(x)
+      passes = True
+    except ValueError:
+      passes = False
+    assert V.looks_like_probs(x) == passes
+
+
+# --------------------------------------------------------------------------
+# Masks: a masked-out sample is treated exactly as if it were absent
+# --------------------------------------------------------------------------
+
+MASKED = {
+  "conf_ece": lambda p, y, **k: metrics.conf_ece(p, y, 7, **k),
+  "conf_ece quantile": lambda p, y, **k: metrics.conf_ece(p, y, 7, "quantile", **k),
+  "conf_ce": lambda p, y, **k: metrics.conf_ce(p, y, 7, **k),
+  "conf_ce_corr": lambda p, y, **k: metrics.conf_ce_corr(p, y, np.array([3, 8]), **k),
+  "classwise_ce": lambda p, y, **k: metrics.classwise_ce(p, y, 5, **k),
+  "classwise_ece": lambda p, y, **k: metrics.classwise_ece(
+    p, y, 6, class_weights=np.array([0.1, 0.2, 0.3, 0.4]), **k
+  ),
+  "ecce": lambda p, y, **k: metrics.ecce(p, y, 5, **k),
+  "binary_ce": lambda p, y, **k: metrics.binary_ce(p[:, 0], (y == 0).astype(int), 4, **k),
+  "lin_ce": lambda p, y, **k: metrics.lin_ce(p, np.eye(4)[y], y % 3, 3, **k),
+  "lin_ece": lambda p, y, **k: metrics.lin_ece(p, np.eye(4)[y], y % 3, 3, **k),
+  "brier": lambda p, y, **k: scores.brier(p, y, **k),
+  "log_loss": lambda p, y, **k: scores.log_loss(p, y, **k),
+  "spherical": lambda p, y, **k: scores.spherical(p, y, **k),
+  "classification_error": lambda p, y, **k: scores.classification_error(p, y, **k),
+  "confidence_loss": lambda p, y, **k: scores.confidence_loss(p, y, **k),
+  "decompose": lambda p, y, **k: jnp.stack(scores.decompose(p, y, **k)),
+  "reliability": lambda p, y, **k: jnp.stack(metrics.reliability_stats(p, y, 5, "quantile", **k)),
+}
+
+
+@pytest.mark.parametrize("name", list(MASKED))
+def test_where_equals_the_subset(name):
+  p, y = _data(200, 4, seed=1)
+  mask = np.random.default_rng(2).random(200) < 0.6
+  f = MASKED[name]
+  got = f(p, y, where=mask)
+  want = f(p[mask], y[mask])
+  np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+  # jit == eager with a traced mask; an all-True mask == no mask
+  np.testing.assert_allclose(jax.jit(lambda w: f(p, y, where=w))(mask), got, rtol=2e-6, atol=1e-7)
+  np.testing.assert_allclose(f(p, y, where=np.ones(200, bool)), f(p, y), rtol=2e-6, atol=1e-7)
+
+
+def test_per_sample_scores_are_zero_where_masked():
+  p, y = _data(50, 4)
+  mask = np.arange(50) % 3 != 0
+  ls = scores.log_loss(p, y, per_sample=True, where=mask)
+  np.testing.assert_array_equal(np.asarray(ls)[~mask], 0.0)
+  np.testing.assert_allclose(
+    np.asarray(ls)[mask], scores.log_loss(p[mask], y[mask], per_sample=True)
+  )
+
+
+# --------------------------------------------------------------------------
+# Scale: no host copies, sharded inputs, compilations
+# --------------------------------------------------------------------------
+
+
+def test_eager_calls_copy_no_data_sized_array_to_the_host(monkeypatch):
+  p, y = _data(4096, 8)
+  pd, yd, wd = jax.device_put(p), jax.device_put(y.astype(np.int32)), jax.device_put(y > 2)
+  sizes = []
+  real = jax.device_get
+
+  def spy(x):
+    sizes.extend(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(x))
+    return real(x)
+
+  monkeypatch.setattr(jax, "device_get", spy)
+  calls = [
+    lambda: metrics.conf_ece(pd, yd),
+    lambda: metrics.classwise_ce(pd, yd, 10, where=wd),
+    lambda: metrics.ecce(pd, yd, jnp.arange(2, 6), class_weights=jnp.full(8, 0.125)),
+    lambda: scores.brier(pd, yd, where=wd),
+    lambda: scores.decompose(pd, yd),
+    lambda: utility.uc(pd, yd, utility.top_class()),
+  ]
+  for call in calls:
+    call()  # compile outside the guard (constants may move then)
+  with jax.transfer_guard_device_to_host("disallow"):
+    for call in calls:
+      jax.block_until_ready(call())
+  assert sizes and max(sizes) <= 4, sizes  # only scalars (and a 4-entry bin array) came back
+  # and an invalid input still raises from scalars only
+  sizes.clear()
+  with jax.transfer_guard_device_to_host("disallow"):
+    with pytest.raises(ValueError, match="sum to 1"):
+      metrics.conf_ece(pd * 0.5, yd)
+  assert max(sizes) <= 1
+
+
+_SHARDED = textwrap.dedent(
+  """
+  import jax, jax.numpy as jnp, numpy as np
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+  from jaxcal import metrics, scores
+  assert len(jax.devices()) == 4
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(5), 64).astype(np.float32); p /= p.sum(1, keepdims=True)
+  y = rng.integers(0, 5, 64).astype(np.int32)
+  mesh = Mesh(np.array(jax.devices()), ("data",))
+  ps = jax.device_put(p, NamedSharding(mesh, P("data", None)))
+  ys = jax.device_put(y, NamedSharding(mesh, P("data")))
+  ws = jax.device_put(y != 3, NamedSharding(mesh, P("data")))
+  with jax.transfer_guard_device_to_host("disallow"):
+    got = [metrics.conf_ece(ps, ys), metrics.classwise_ce(ps, ys, 4, where=ws),
+           scores.brier(ps, ys), scores.decompose(ps, ys).mcb]
+    try:
+      metrics.conf_ece(ps * 0.5, ys)
+      raise SystemExit("no error")
+    except ValueError as e:
+      assert "sum to 1" in str(e)
+  want = [metrics.conf_ece(p, y), metrics.classwise_ce(p, y, 4, where=y != 3),
+          scores.brier(p, y), scores.decompose(p, y).mcb]
+  np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6)
+  print("sharded ok")
+  """
+)
+
+
+def test_eager_call_on_an_array_sharded_over_four_devices():
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+  env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+  out = subprocess.run(
+    [sys.executable, "-c", _SHARDED], env=env, capture_output=True, text=True, timeout=300
+  )
+  assert out.returncode == 0 and "sharded ok" in out.stdout, out.stderr[-3000:]
+
+
+def test_a_bin_sweep_one_call_at_a_time_compiles_once_per_octave():
+  from jax._src import monitoring
+
+  p, y = _data(256, 3, seed=4)
+  metrics.conf_ce(p, y, 2)  # the validation program, compiled once for these shapes
+  compiles = []
+
+  def listen(event, duration, **kwargs):
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiles.append(duration)
+
+  CE._compiled.cache_clear()
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    for m in range(2, 201):
+      metrics.conf_ce(p, y, m)  # quantile bins: every count up to n = 256
+  finally:
+    monitoring.unregister_event_duration_listener(listen)
+  # max_bins = 2, 4, 8, ..., 256: 8 programs for 199 bin counts (it was 199)
+  assert CE._compiled.cache_info().currsize == 8
+  assert len(compiles) <= 8, len(compiles)
+  # bucketing changes no value: the same counts with an exact max_bins
+  for m in (3, 15, 100, 129):
+    np.testing.assert_allclose(
+      metrics.conf_ce(p, y, m), metrics.conf_ce(p, y, m, max_bins=m), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+      metrics.classwise_ece(p, y, m), metrics.classwise_ece(p, y, m, max_bins=m), rtol=1e-6
+    )
+
+
+def test_concrete_bins_closed_over_inside_jit_need_no_max_bins():
+  p, y = _data(100, 3)
+  bins = np.arange(2, 40)
+  eager = metrics.classwise_ce(p, y, bins)
+  np.testing.assert_allclose(jax.jit(lambda q: metrics.classwise_ce(q, y, bins))(p), eager)
+  on_device = jnp.asarray(bins)  # a concrete JAX array closed over: not a tracer
+  np.testing.assert_allclose(jax.jit(lambda q: metrics.classwise_ce(q, y, on_device))(p), eager)
+
+
+# --------------------------------------------------------------------------
+# Signatures and docstrings are literal
+# --------------------------------------------------------------------------
+
+PUBLIC = [
+  scores.brier,
+  scores.log_loss,
+  scores.spherical,
+  scores.classification_error,
+  scores.confidence_loss,
+  scores.decompose,
+  metrics.conf_ece,
+  metrics.conf_ce,
+  metrics.conf_ce_corr,
+  metrics.classwise_ce,
+  metrics.classwise_ece,
+  metrics.binary_ce,
+  metrics.ecce,
+  metrics.lin_ce,
+  metrics.lin_ece,
+  metrics.reliability_stats,
+  utility.uc,
+  utility.ecdf,
+  jaxcal.checked,
+]
+
+
+@pytest.mark.parametrize("fn", PUBLIC, ids=[f.__name__ for f in PUBLIC])
+def test_signatures_and_docstrings_are_literal(fn):
+  params = inspect.signature(fn).parameters
+  assert "args" not in params and "kwargs" not in params
+  if fn not in (utility.ecdf, jaxcal.checked, utility.uc):  # uc: where= with isouc's core
+    assert "where" in params and params["where"].default is None
+  doc = inspect.getdoc(fn)
+  assert "{BIN_ARGS}" not in doc and "Args:" in doc and "Returns:" in doc
+  assert "SPEC" not in doc and "Reference" in doc and "Example" in doc
+  assert inspect.getsource(fn).count(fn.__doc__.splitlines()[0].strip()) == 1  # written out
+
+
+def test_score_signature_shows_real_parameters():
+  assert list(inspect.signature(scores.brier).parameters) == [
+    "probs",
+    "labels",
+    "per_sample",
+    "from_logits",
+    "where",
+  ]

@@ -1,24 +1,29 @@
 """Binned calibration errors: truthful (LinCE, LinCE_cw, ConfCE_corr) and not.
 
-SPEC §2, from truthful_multiclass_calibration_errors (§3, App. C-D) and
-making_and_evaluating_calibrated_forecasts. All errors reduce to per-bin sums
-of residuals ``u_i - phi(y_i)`` computed by :mod:`jaxcal._src.binning`.
+From Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
+Multi-Class Prediction* (arXiv:2510.06388, §3 and App. C-D; first version
+*Making and Evaluating Calibrated Forecasts*). All errors reduce to per-bin
+sums of residuals ``u_i - phi(y_i)`` computed by :mod:`jaxcal._src.binning`.
 
 Every public function here:
 
 * takes one data set ``(n, C)``; batch with ``jax.vmap``;
-* accepts ``num_bins`` as a Python int (one compilation per value), or an int
-  array of any shape (one compilation for the whole array; the result has
-  its shape), or a traced scalar under a user's ``vmap``/``jit`` (bounded by
-  ``max_bins`` if given, else by ``n``);
-* validates eagerly (ValueError) and never modifies its inputs.
+* accepts ``num_bins`` as a Python int, or an int array of any shape (one
+  compiled call for the whole array; the result has its shape), or a traced
+  scalar under a user's ``vmap``/``jit`` (then ``max_bins`` is required). The
+  per-bin arrays are sized by ``max_bins``, by default the bin count rounded
+  up to a power of two: one compilation per octave of bin counts;
+* takes ``where=``, an ``(n,)`` bool mask of the samples to use;
+* validates through :mod:`jaxcal._src.validation` (ValueError on eager calls,
+  NaN for invalid values under ``jit``, an error in :func:`jaxcal.checked`
+  mode) and never modifies its inputs.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +32,6 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
-from jaxcal._src.scores import prepare
 from jaxcal._src.sorting import stable_argsort
 
 __all__ = [
@@ -197,82 +201,76 @@ def _guarded(core: Callable, max_bins: int, **static) -> Callable:
   """``core`` returning NaN for a bin count outside ``[1, max_bins]``.
 
   Such a count can only arrive traced (concrete ones are rejected with a
-  ValueError); static-size bin arrays cannot represent it, and NaN is
-  better than a silently wrong number.
+  ValueError); static-size bin arrays cannot represent it, and NaN is better
+  than a silently wrong number (checked mode raises instead).
   """
 
-  def f(p, y, m, *rest):
-    val = core(p, y, m, *rest, max_bins=max_bins, **static)
+  def f(p, y, where, m, *rest):
+    val = core(p, y, m, *rest, max_bins=max_bins, where=where, **static)
     ok = (m >= 1) & (m <= max_bins)
+    V.trace_check(jnp.all(ok), f"num_bins must lie in [1, max_bins = {max_bins}]; got {{m}}", m=m)
     return jnp.where(ok, val, jnp.nan)
 
   return f
 
 
 @functools.cache
-def _compiled(core: Callable, batched: bool, n_args: int, **static) -> Callable:
+def _compiled(core: Callable, batched: bool, n_extra: int, from_logits: bool, **static) -> Callable:
   f = _guarded(core, **static)
-  if batched:  # vmap over the bin-count argument (position 2)
-    axes = [None] * n_args
-    axes[2] = 0
-    f = jax.vmap(f, in_axes=tuple(axes))
-  return jax.jit(f)
+
+  def g(x, y, where, m, *rest):
+    p = jax.nn.softmax(x, axis=-1) if from_logits else x
+    return f(p, y, where, m, *rest)
+
+  if batched:  # vmap over the bin-count argument (position 3)
+    g = jax.vmap(g, in_axes=(None, None, None, 0) + (None,) * n_extra)
+  return jax.jit(g)
 
 
-def _run(
-  core: Callable,
-  args: tuple,
-  num_bins: Any,
-  n: int,
-  max_bins: int | None,
-  binning: str | None,
-  **static,
-) -> jax.Array:
-  """Calls ``core(*args[:2], m, *args[2:])`` for a scalar or an array of ``m``."""
-  m = V.check_num_bins(num_bins)
-  if binning is not None:
-    static["binning"] = V.check_binning(binning)
-  mb = B.resolve_max_bins(m, n, max_bins)
-  if V.is_concrete(m):
-    mmax = m if isinstance(m, int) else (int(np.max(np.asarray(m))) if np.size(m) else 0)
-    if mmax > mb:
-      raise ValueError(f"num_bins = {mmax} exceeds max_bins = {mb}")
-    if binning == "quantile" and mmax > n:
+def _run(core: Callable, d: V.Checked, bins: V.BinCounts, *extra: jax.Array, **static) -> jax.Array:
+  """``core(probs, labels, m, *extra)`` for a scalar or an array of bin counts ``m``.
+
+  ``d`` holds the validated data (and, under a transformation, its validity
+  flag, folded into the result); ``bins`` the validated bin counts.
+  """
+  if bins.binning is not None:
+    static["binning"] = bins.binning
+  if bins.binning == "quantile" and bins.largest is not None and isinstance(d.count, int):
+    if bins.largest > d.count:
       raise ValueError(
-        f"too few samples for the bins: quantile binning with num_bins = {mmax} "
-        f"needs at least that many samples, got n = {n}"
+        f"too few samples for the bins: quantile binning with num_bins = {bins.largest} "
+        f"needs at least that many samples, got n = {d.count}"
+        + (" selected by where" if d.where is not None else "")
       )
-  full = (args[0], args[1], None) + tuple(args[2:])
-  if not isinstance(m, int) and jnp.size(m) == 0:
-    return jnp.zeros(jnp.shape(m), args[0].dtype)
-  if isinstance(m, int) or jnp.ndim(m) == 0:
-    f = _compiled(core, False, len(full), max_bins=mb, **static)
-    return f(*full[:2], jnp.asarray(m, jnp.int32), *full[3:])
-  f = _compiled(core, True, len(full), max_bins=mb, **static)
-  flat = jnp.reshape(m, (-1,))
-  return f(*full[:2], flat, *full[3:]).reshape(jnp.shape(m))
+  m = bins.m
+  args = (d.scores, d.labels, d.where)
+  if not isinstance(m, int) and np.size(m) == 0:
+    return jnp.zeros(np.shape(m), d.scores.dtype)
+  if isinstance(m, int) or np.ndim(m) == 0:
+    f = _compiled(core, False, len(extra), d.from_logits, max_bins=bins.max_bins, **static)
+    out = f(*args, jnp.asarray(m, jnp.int32), *extra)
+  else:
+    f = _compiled(core, True, len(extra), d.from_logits, max_bins=bins.max_bins, **static)
+    out = f(*args, jnp.reshape(jnp.asarray(m), (-1,)), *extra).reshape(np.shape(m))
+  return V.fold(out, d.ok)
 
 
 def _class_weights(class_weights: ArrayLike | None, num_classes: int, dtype) -> jax.Array:
+  """Validated ``(C,)`` class weights (finite, non-negative, positive sum); default ``1/C``."""
   if class_weights is None:
     return jnp.full((num_classes,), 1.0 / num_classes, dtype)
   w = V.as_float(class_weights, "class_weights")
   if w.shape != (num_classes,):
     raise ValueError(f"class_weights must have shape ({num_classes},), got {tuple(w.shape)}")
-  V.check_finite(w, "class_weights")
-  if V.is_concrete(w) and float(jnp.min(w)) < 0:
-    raise ValueError("class_weights must be non-negative")
-  return w.astype(dtype)
+  ok, _ = V._validate(V._Spec(w_name="class_weights"), (), None, None, w)
+  return V.fold(w.astype(dtype), ok)
 
 
-_BIN_ARGS = """
-    num_bins: bin count ``m``: a Python int, or an int array of any shape (one
-      compiled call for all of them; the result has that shape). Under a
-      user's ``vmap``/``jit`` it may be traced, bounded by ``max_bins``.
-    max_bins: static bound on a traced ``num_bins`` (default: ``num_bins``
-      itself, the largest entry of an array, or ``n`` when traced). A traced
-      ``num_bins`` outside ``[1, max_bins]`` gives NaN.
-    from_logits: treat ``probs`` as logits and apply a softmax first."""
+def _weights_or_uniform(d: V.Checked) -> jax.Array:
+  c = d.scores.shape[1]
+  if d.weights is None:
+    return jnp.full((c,), 1.0 / c, d.scores.dtype)
+  return d.weights.astype(d.scores.dtype)
 
 
 def conf_ece(
@@ -284,31 +282,41 @@ def conf_ece(
   norm: str = "l1",
   max_bins: int | None = None,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Top-label binned calibration error ConfECE (ℓ1; also RMS and max norms; not truthful).
 
   ``ConfECE = (1/n) sum_B |sum_{i in B} (c_i - z_i)|`` with ``c_i = max p_i``,
-  ``z_i = 1[y_i = argmax p_i]`` and bins on ``c``. With ``S_B = sum_{i in B}
-  (c_i - z_i)`` and ``n_B = |B|`` the three norms are, as torchmetrics
-  defines them: ``"l1"`` ``sum_B (n_B/n) |S_B/n_B|`` (the ECE), ``"l2"``
-  ``sqrt(sum_B (n_B/n) (S_B/n_B)^2)`` (the RMS calibration error) and
-  ``"max"`` ``max_B |S_B/n_B|`` over non-empty bins (the MCE). (torchmetrics'
-  equal-width bins are ``[k/m, (k+1)/m)`` plus a bin of their own for a
-  confidence of exactly 1; jaxcal's are ``((j-1)/m, j/m]``, so the two agree
-  unless a confidence lies exactly on a bin edge.)
+  ``z_i = 1[y_i = argmax p_i]`` (ties to the lowest class) and bins on ``c``.
+  With ``S_B = sum_{i in B} (c_i - z_i)`` and ``n_B = |B|`` the three norms
+  are, as torchmetrics defines them: ``"l1"`` ``sum_B (n_B/n) |S_B/n_B|`` (the
+  ECE), ``"l2"`` ``sqrt(sum_B (n_B/n) (S_B/n_B)^2)`` (the RMS calibration
+  error) and ``"max"`` ``max_B |S_B/n_B|`` over non-empty bins (the MCE).
+  (torchmetrics' equal-width bins are ``[k/m, (k+1)/m)`` plus a bin of their
+  own for a confidence of exactly 1; jaxcal's are ``((j-1)/m, j/m]``, so the
+  two agree unless a confidence lies exactly on a bin edge.)
 
   Args:
-    probs: ``(n, C)`` probabilities.
-    labels: ``(n,)`` integer labels.
-    binning: ``"fixed"`` (default, the usual ECE) or ``"quantile"``.
-    norm: ``"l1"`` (default), ``"l2"`` or ``"max"``.{BIN_ARGS}
+    probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    num_bins: bin count ``m``: a Python int, or an int array of any shape (one
+      compiled call for all of them; the result has that shape). A traced
+      bin count (under a user's ``vmap``/``jit``) needs ``max_bins``.
+    binning: ``"fixed"`` (default, equal-width bins) or ``"quantile"``.
+    norm: ``"l1"`` (default), ``"l2"`` or ``"max"``.
+    max_bins: static bound on the bin count; it sizes the per-bin arrays
+      (default: the bin count, or the largest of an array, rounded up to a
+      power of two). A traced bin count outside ``[1, max_bins]`` gives NaN.
+    from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
 
   Raises:
-    ValueError: bad probabilities or labels, ``num_bins < 1``, unknown
-      binning, or quantile ``num_bins > n``.
+    ValueError: bad probabilities, labels, mask or bin counts (on eager calls;
+      under ``jit`` invalid values give NaN, see :func:`jaxcal.checked`).
 
   Example:
     >>> import jax.numpy as jnp
@@ -318,13 +326,17 @@ def conf_ece(
     >>> round(float(conf_ece(p, jnp.array([0, 1, 1]), num_bins=4, norm="max")), 4)
     0.35
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors §2 (ConfECE);
-  Naeini, Cooper & Hauskrecht (2015), AAAI, §2 (ECE and MCE); Nixon et al.
-  (2019), "Measuring calibration in deep learning", arXiv:1904.01685 (RMS).
+  Reference: Guo, Pleiss, Sun & Weinberger (2017), *On Calibration of Modern
+  Neural Networks*, arXiv:1706.04599, §2 (ECE); Naeini, Cooper & Hauskrecht
+  (2015), AAAI, §2 (ECE and MCE); Nixon et al. (2019), *Measuring Calibration
+  in Deep Learning*, arXiv:1904.01685 (RMS); Lu, Wu, Hartline & Hu (2025),
+  *Truthful Calibration Errors for Multi-Class Prediction*, arXiv:2510.06388,
+  §3.2 (confidence calibration, why it is not truthful).
   """
   norm = _check_norm(norm)
-  p, y = prepare(probs, labels, from_logits)
-  return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ece", norm=norm)
+  bins = V.check_bins(num_bins, binning, max_bins)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  return _run(_conf_core, d, bins, kind="ece", norm=norm)
 
 
 def conf_ce(
@@ -335,18 +347,33 @@ def conf_ce(
   *,
   max_bins: int | None = None,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Squared top-label binned calibration error ConfCE (not truthful).
 
-  ``ConfCE = (1/n^2) sum_B (sum_{i in B} (c_i - z_i))^2``.
+  ``ConfCE = (1/n^2) sum_B (sum_{i in B} (c_i - z_i))^2`` with ``c_i = max p_i``,
+  ``z_i = 1[y_i = argmax p_i]`` and bins on ``c``.
 
   Args:
-    probs: ``(n, C)`` probabilities.
-    labels: ``(n,)`` integer labels.
-    binning: ``"quantile"`` (default) or ``"fixed"``.{BIN_ARGS}
+    probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    num_bins: bin count ``m``: a Python int, or an int array of any shape (one
+      compiled call for all of them; the result has that shape). A traced
+      bin count (under a user's ``vmap``/``jit``) needs ``max_bins``.
+    binning: ``"quantile"`` (default, equal-mass bins) or ``"fixed"``.
+    max_bins: static bound on the bin count; it sizes the per-bin arrays
+      (default: the bin count, or the largest of an array, rounded up to a
+      power of two). A traced bin count outside ``[1, max_bins]`` gives NaN.
+    from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
+
+  Raises:
+    ValueError: bad probabilities, labels, mask or bin counts, or quantile
+      bins outnumbering the samples (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -354,10 +381,13 @@ def conf_ce(
     >>> round(float(conf_ce(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
     0.0178
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors §3, Example C.1.
+  Reference: Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
+  Multi-Class Prediction*, arXiv:2510.06388, §3.2 and Theorem C.1 (ConfCE is
+  not truthful).
   """
-  p, y = prepare(probs, labels, from_logits)
-  return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ce")
+  bins = V.check_bins(num_bins, binning, max_bins)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  return _run(_conf_core, d, bins, kind="ce")
 
 
 def conf_ce_corr(
@@ -368,19 +398,34 @@ def conf_ce_corr(
   *,
   max_bins: int | None = None,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Corrected squared top-label calibration error ConfCE_corr (truthful).
 
-  ``ConfCE_corr = ConfCE + (1/n)(1 - (1/n) sum_i z_i)``. For a calibrated
-  predictor ``E[ConfCE_corr] = E[l_conf]/n`` (Lemma D.1).
+  ``ConfCE_corr = ConfCE + (1/n) (1 - (1/n) sum_i z_i)``. For a calibrated
+  predictor ``E[ConfCE_corr] = E[l_conf] / n`` with
+  ``l_conf(p, y) = 1 - z + (c - z)^2``.
 
   Args:
-    probs: ``(n, C)`` probabilities.
-    labels: ``(n,)`` integer labels.
-    binning: ``"quantile"`` (default) or ``"fixed"``.{BIN_ARGS}
+    probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    num_bins: bin count ``m``: a Python int, or an int array of any shape (one
+      compiled call for all of them; the result has that shape). A traced
+      bin count (under a user's ``vmap``/``jit``) needs ``max_bins``.
+    binning: ``"quantile"`` (default, equal-mass bins) or ``"fixed"``.
+    max_bins: static bound on the bin count; it sizes the per-bin arrays
+      (default: the bin count, or the largest of an array, rounded up to a
+      power of two). A traced bin count outside ``[1, max_bins]`` gives NaN.
+    from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
+
+  Raises:
+    ValueError: bad probabilities, labels, mask or bin counts, or quantile
+      bins outnumbering the samples (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -388,11 +433,13 @@ def conf_ce_corr(
     >>> round(float(conf_ce_corr(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
     0.1289
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors §4 (corrected
-  confidence calibration error) and Example C.1.
+  Reference: Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
+  Multi-Class Prediction*, arXiv:2510.06388, §3.2, Definition 3.2 and
+  Theorem 3.3; the expectation is Lemma D.1.
   """
-  p, y = prepare(probs, labels, from_logits)
-  return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ce_corr")
+  bins = V.check_bins(num_bins, binning, max_bins)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  return _run(_conf_core, d, bins, kind="ce_corr")
 
 
 def classwise_ce(
@@ -403,6 +450,7 @@ def classwise_ce(
   *,
   max_bins: int | None = None,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Classwise squared calibration error LinCE_cw (truthful).
 
@@ -410,12 +458,25 @@ def classwise_ce(
   each class's column binned on its own.
 
   Args:
-    probs: ``(n, C)`` probabilities.
-    labels: ``(n,)`` integer labels.
-    binning: ``"quantile"`` (default) or ``"fixed"``.{BIN_ARGS}
+    probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    num_bins: bin count ``m``: a Python int, or an int array of any shape (one
+      compiled call for all of them; the result has that shape). A traced
+      bin count (under a user's ``vmap``/``jit``) needs ``max_bins``.
+    binning: ``"quantile"`` (default, equal-mass bins) or ``"fixed"``.
+    max_bins: static bound on the bin count; it sizes the per-bin arrays
+      (default: the bin count, or the largest of an array, rounded up to a
+      power of two). A traced bin count outside ``[1, max_bins]`` gives NaN.
+    from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
+
+  Raises:
+    ValueError: bad probabilities, labels, mask or bin counts, or quantile
+      bins outnumbering the samples (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -423,12 +484,13 @@ def classwise_ce(
     >>> round(float(classwise_ce(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
     0.1111
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors §3 (LinCE_cw),
-  Lemma D.1.
+  Reference: Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
+  Multi-Class Prediction*, arXiv:2510.06388, §3.1 (classwise calibration as a
+  linear property, Theorem 3.1); the expectation is Lemma D.1.
   """
-  p, y = prepare(probs, labels, from_logits)
-  w = _class_weights(None, p.shape[1], p.dtype)
-  return _run(_classwise_core, (p, y, w), num_bins, p.shape[0], max_bins, binning, kind="ce")
+  bins = V.check_bins(num_bins, binning, max_bins)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  return _run(_classwise_core, d, bins, _weights_or_uniform(d), kind="ce")
 
 
 def classwise_ece(
@@ -441,27 +503,43 @@ def classwise_ece(
   norm: str = "l1",
   max_bins: int | None = None,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Classwise binned calibration error CWE_bin (ℓ1; also RMS and max norms).
 
-  ``CWE = sum_r w_r (1/n) sum_B |sum_{i in B} (p_ir - 1[y_i = r])|``,
-  weights ``w_r = 1/C`` by default. ``norm`` extends torchmetrics' top-label
-  norms class by class: each class's binned gaps ``S_rB / n_rB`` get the
-  ``"l1"`` (default), ``"l2"`` (bin-mass-weighted RMS) or ``"max"``
-  (largest over non-empty bins) norm of :func:`conf_ece`, and the per-class
-  values are averaged with the weights ``w_r`` (so ``"max"`` is the weighted
-  mean of the per-class MCEs, not the largest gap over all classes).
+  ``CWE = sum_r w_r (1/n) sum_B |sum_{i in B} (p_ir - 1[y_i = r])|``, each
+  class's column binned on its own, weights ``w_r = 1/C`` by default.
+  ``norm`` extends torchmetrics' top-label norms class by class: each class's
+  binned gaps ``S_rB / n_rB`` get the ``"l1"`` (default), ``"l2"``
+  (bin-mass-weighted RMS) or ``"max"`` (largest over non-empty bins) norm of
+  :func:`conf_ece`, and the per-class values are averaged with the weights
+  ``w_r`` (so ``"max"`` is the weighted mean of the per-class MCEs, not the
+  largest gap over all classes).
 
   Args:
-    probs: ``(n, C)`` probabilities.
-    labels: ``(n,)`` integer labels.
+    probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    num_bins: bin count ``m``: a Python int, or an int array of any shape (one
+      compiled call for all of them; the result has that shape). A traced
+      bin count (under a user's ``vmap``/``jit``) needs ``max_bins``.
     binning: ``"fixed"`` (default) or ``"quantile"`` (the utility paper's
       ``CWE_bin`` uses 15 equal-mass bins).
-    class_weights: ``(C,)`` non-negative weights (default ``1/C``).
-    norm: ``"l1"`` (default), ``"l2"`` or ``"max"``.{BIN_ARGS}
+    class_weights: ``(C,)`` finite non-negative weights with a positive sum
+      (default ``1/C``).
+    norm: ``"l1"`` (default), ``"l2"`` or ``"max"``.
+    max_bins: static bound on the bin count; it sizes the per-bin arrays
+      (default: the bin count, or the largest of an array, rounded up to a
+      power of two). A traced bin count outside ``[1, max_bins]`` gives NaN.
+    from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
+
+  Raises:
+    ValueError: bad probabilities, labels, mask, class weights or bin counts
+      (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -469,15 +547,17 @@ def classwise_ece(
     >>> round(float(classwise_ece(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
     0.3333
 
-  Reference: SPEC §2 (LinECE) and §6 (CWE_bin); local_calibration (class-wise
-  ECE), utility_aware_multiclass_calibration §5.
+  Reference: Kull, Perello-Nieto, Kängsepp, Silva Filho, Song & Flach (2019),
+  *Beyond temperature scaling*, arXiv:1910.12656, §3 (classwise-ECE);
+  Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware Multiclass
+  Calibration*, arXiv:2510.25458, §5 (CWE_bin).
   """
   norm = _check_norm(norm)
-  p, y = prepare(probs, labels, from_logits)
-  w = _class_weights(class_weights, p.shape[1], p.dtype)
-  return _run(
-    _classwise_core, (p, y, w), num_bins, p.shape[0], max_bins, binning, kind="ece", norm=norm
+  bins = V.check_bins(num_bins, binning, max_bins)
+  d = V.check_predictions(
+    probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
   )
+  return _run(_classwise_core, d, bins, _weights_or_uniform(d), kind="ece", norm=norm)
 
 
 def binary_ce(
@@ -487,37 +567,45 @@ def binary_ce(
   binning: str = "quantile",
   *,
   max_bins: int | None = None,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Binary squared binned calibration error (Hartline et al.'s ℓ2-QECE).
 
-  ``(1/n^2) sum_B (sum_{i in B} (p_i - y_i))^2`` with quantile bins on ``p``.
+  ``(1/n^2) sum_B (sum_{i in B} (p_i - y_i))^2`` with (by default) quantile
+  bins on ``p``.
 
   Args:
-    p: ``(n,)`` predicted probabilities of the positive outcome.
+    p: ``(n,)`` predicted probabilities of the positive outcome, in ``[0, 1]``.
     y: ``(n,)`` outcomes in ``{0, 1}``.
+    num_bins: bin count ``m``: a Python int, or an int array of any shape (one
+      compiled call for all of them; the result has that shape). A traced
+      bin count (under a user's ``vmap``/``jit``) needs ``max_bins``.
     binning: ``"quantile"`` (default, ℓ2-QECE) or ``"fixed"``.
-    num_bins: as for the other errors; max_bins: static bound.
+    max_bins: static bound on the bin count; it sizes the per-bin arrays
+      (default: the bin count, or the largest of an array, rounded up to a
+      power of two). A traced bin count outside ``[1, max_bins]`` gives NaN.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent.
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
+
+  Raises:
+    ValueError: ``p`` not a finite vector in ``[0, 1]``, outcomes not in
+      ``{0, 1}``, bad mask or bin counts (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
     >>> round(float(binary_ce(jnp.array([0.2, 0.4, 0.6, 0.8]), jnp.array([0, 1, 0, 1]), 2)), 4)
     0.01
 
-  Reference: SPEC §2; making_and_evaluating_calibrated_forecasts (ℓ2-QECE).
+  Reference: Hartline, Hu & Wu (2025), *A Perfectly Truthful Calibration
+  Measure*, arXiv:2508.13100 (ℓ2-QECE); Lu, Wu, Hartline & Hu (2025),
+  arXiv:2510.06388, Theorem 3.1 with ``d = 1``.
   """
-  pp = V.as_float(p, "p")
-  if pp.ndim != 1 or pp.shape[0] == 0:
-    raise ValueError(f"p must have shape (n,) with n >= 1, got {tuple(pp.shape)}")
-  V.check_finite(pp, "p")
-  if V.is_concrete(pp) and (
-    float(jnp.min(pp)) < -V.SIMPLEX_ATOL or float(jnp.max(pp)) > 1 + V.SIMPLEX_ATOL
-  ):
-    raise ValueError("p must lie in [0, 1]")
-  yy = V.check_labels(y, pp.shape[0], 2, name="y")
-  return _run(_binary_core, (pp, yy), num_bins, pp.shape[0], max_bins, binning)
+  bins = V.check_bins(num_bins, binning, max_bins)
+  d = V.check_binary(p, y, where=where)
+  return _run(_binary_core, d, bins)
 
 
 def ecce(
@@ -528,20 +616,35 @@ def ecce(
   *,
   max_bins: int | None = None,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Class-wise cumulative calibration error ECCE.
 
   ``ECCE = sum_c pi_c sum_b (1/n) |sum_{b' <= b} sum_{j in b'} (1[y_j = c] - p_jc)|``
-  over non-empty equal-width bins ``b`` of ``p[:, c]``.
+  over the non-empty equal-width bins ``b`` of ``p[:, c]``.
 
   Args:
-    probs: ``(n, C)`` probabilities.
-    labels: ``(n,)`` integer labels.
+    probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    num_bins: bin count ``m``: a Python int, or an int array of any shape (one
+      compiled call for all of them; the result has that shape). A traced
+      bin count (under a user's ``vmap``/``jit``) needs ``max_bins``.
     class_weights: ``(C,)`` class weights ``pi`` (default uniform ``1/C``;
-      the paper uses the training-label priors).{BIN_ARGS}
+      the paper uses the training-label priors): finite, non-negative, with a
+      positive sum.
+    max_bins: static bound on the bin count; it sizes the per-bin arrays
+      (default: the bin count, or the largest of an array, rounded up to a
+      power of two). A traced bin count outside ``[1, max_bins]`` gives NaN.
+    from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
+
+  Raises:
+    ValueError: bad probabilities, labels, mask, class weights or bin counts
+      (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -549,16 +652,15 @@ def ecce(
     >>> round(float(ecce(p, jnp.array([0, 1, 1]), num_bins=2)), 4)
     0.5
 
-  Reference: SPEC §5; local_calibration_jensen_shannon §5 (ECCE).
+  Reference: Barbera, Perini, De Toni, Passerini & Pugnana (2025),
+  *Multiclass Local Calibration with the Jensen-Shannon Distance*,
+  arXiv:2510.26566, §5 (ECCE).
   """
-  p, y = prepare(probs, labels, from_logits)
-  w = _class_weights(class_weights, p.shape[1], p.dtype)
-  return _run(_ecce_core, (p, y, w), num_bins, p.shape[0], max_bins, None)
-
-
-for _f in (conf_ece, conf_ce, conf_ce_corr, classwise_ce, classwise_ece, ecce):
-  _f.__doc__ = _f.__doc__.replace("{BIN_ARGS}", _BIN_ARGS)
-del _f
+  bins = V.check_bins(num_bins, "fixed", max_bins)._replace(binning=None)  # ECCE bins are fixed
+  d = V.check_predictions(
+    probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
+  )
+  return _run(_ecce_core, d, bins, _weights_or_uniform(d))
 
 
 # --------------------------------------------------------------------------
@@ -566,7 +668,13 @@ del _f
 # --------------------------------------------------------------------------
 
 
-def _lin_sums(reports, signals, bin_ids, num_bins):
+def _lin_sums(reports, signals, bin_ids, num_bins, where):
+  if (
+    isinstance(num_bins, bool | np.bool_)
+    or not isinstance(num_bins, int | np.integer)
+    or num_bins < 1
+  ):
+    raise ValueError(f"num_bins must be a static int >= 1 for lin_ce/lin_ece, got {num_bins!r}")
   u = V.as_float(reports, "reports")
   s = V.as_float(signals, "signals")
   if u.ndim == 1:
@@ -578,19 +686,27 @@ def _lin_sums(reports, signals, bin_ids, num_bins):
       f"reports and signals must have the same shape (n, d); got "
       f"{tuple(u.shape)} and {tuple(s.shape)}"
     )
-  n = u.shape[0]
-  if n == 0:
+  if u.shape[0] == 0:
     raise ValueError("reports is empty (n = 0 samples)")
-  V.check_finite(u, "reports")
-  V.check_finite(s, "signals")
-  if not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
-    raise ValueError(f"num_bins must be a static int >= 1 for lin_ce/lin_ece, got {num_bins!r}")
-  b = V.check_labels(bin_ids, n, int(num_bins), name="bin_ids")
-  sums = jax.ops.segment_sum(u - s.astype(u.dtype), b, num_segments=int(num_bins))
-  return sums, n
+  (u, s), b, wh, ok, count = V.check_arrays(
+    {"reports": u, "signals": s}, labels=("bin_ids", bin_ids, int(num_bins)), where=where
+  )
+  r = u - s.astype(u.dtype)
+  if wh is not None:
+    r = jnp.where(wh[:, None], r, 0.0)
+  sums = jax.ops.segment_sum(r, b, num_segments=int(num_bins))
+  n = float(count) if isinstance(count, int) else count.astype(sums.dtype)  # traced with where
+  return sums, n, ok
 
 
-def lin_ce(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike, num_bins: int) -> jax.Array:
+def lin_ce(
+  reports: ArrayLike,
+  signals: ArrayLike,
+  bin_ids: ArrayLike,
+  num_bins: int,
+  *,
+  where: ArrayLike | None = None,
+) -> jax.Array:
   """Generic squared binned error LinCE for vector reports (truthful for any partition).
 
   ``LinCE = (1/n^2) sum_B ||sum_{i in B} (u_i - phi(y_i))||_2^2``.
@@ -601,22 +717,36 @@ def lin_ce(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike, num_bins:
     bin_ids: ``(n,)`` integer bin of each sample in ``[0, num_bins)``; the
       partition must not depend on the outcomes.
     num_bins: static number of bins.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar.
+
+  Raises:
+    ValueError: mismatched shapes, non-finite reports or signals, bin ids
+      outside ``[0, num_bins)``, a bad mask (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
     >>> float(lin_ce(jnp.array([0.5, 0.5]), jnp.array([1.0, 0.0]), jnp.array([0, 0]), 1))
     0.0
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors Thm 3.1.
+  Reference: Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
+  Multi-Class Prediction*, arXiv:2510.06388, §3.1, Theorem 3.1.
   """
-  sums, n = _lin_sums(reports, signals, bin_ids, num_bins)
-  return _sq(sums, n)
+  sums, n, ok = _lin_sums(reports, signals, bin_ids, num_bins, where)
+  return V.fold(jnp.sum(sums**2) / n / n, ok)
 
 
-def lin_ece(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike, num_bins: int) -> jax.Array:
+def lin_ece(
+  reports: ArrayLike,
+  signals: ArrayLike,
+  bin_ids: ArrayLike,
+  num_bins: int,
+  *,
+  where: ArrayLike | None = None,
+) -> jax.Array:
   """Generic binned ℓ1 error LinECE for vector reports (not truthful).
 
   ``LinECE = (1/n) sum_B ||sum_{i in B} (u_i - phi(y_i))||_1``.
@@ -626,19 +756,27 @@ def lin_ece(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike, num_bins
     signals: same shape, the signals.
     bin_ids: ``(n,)`` integer bins in ``[0, num_bins)``.
     num_bins: static number of bins.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar.
+
+  Raises:
+    ValueError: mismatched shapes, non-finite reports or signals, bin ids
+      outside ``[0, num_bins)``, a bad mask (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
     >>> float(lin_ece(jnp.array([0.5, 0.5]), jnp.array([1.0, 0.0]), jnp.array([0, 1]), 2))
     0.5
 
-  Reference: SPEC §2.
+  Reference: Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
+  Multi-Class Prediction*, arXiv:2510.06388, §2 (the binned ℓ1 error) and
+  §3.1.
   """
-  sums, n = _lin_sums(reports, signals, bin_ids, num_bins)
-  return _l1(sums, n)
+  sums, n, ok = _lin_sums(reports, signals, bin_ids, num_bins, where)
+  return V.fold(jnp.sum(jnp.abs(sums)) / n, ok)
 
 
 # --------------------------------------------------------------------------
@@ -701,21 +839,28 @@ def reliability_stats(
   binning: str = "fixed",
   *,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> ReliabilityStats:
   """Per-bin counts, mean confidence and accuracy of the top label.
 
-  The data behind a reliability diagram: ``ConfECE = sum_b (counts_b/n)
-  |confidence_b - accuracy_b|``.
+  The data behind a reliability diagram:
+  ``ConfECE = sum_b (counts_b / n) |confidence_b - accuracy_b|``.
 
   Args:
-    probs: ``(n, C)`` probabilities.
-    labels: ``(n,)`` labels.
-    num_bins: static bin count.
+    probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    num_bins: static bin count (a Python int).
     binning: ``"fixed"`` or ``"quantile"``.
-    from_logits: treat ``probs`` as logits.
+    from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask; masked-out samples are left out of
+      every bin.
 
   Returns:
     :class:`ReliabilityStats` of ``(num_bins,)`` arrays.
+
+  Raises:
+    ValueError: bad probabilities, labels or mask, a bin count that is not a
+      Python int, quantile bins outnumbering the samples (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -723,15 +868,17 @@ def reliability_stats(
     >>> s.counts.tolist(), s.accuracy.tolist()
     ([0, 2], [0.0, 0.5])
 
-  Reference: SPEC §2 (ConfECE bins).
+  Reference: Guo, Pleiss, Sun & Weinberger (2017), *On Calibration of Modern
+  Neural Networks*, arXiv:1706.04599, §2 (reliability diagrams).
   """
-  p, y = prepare(probs, labels, from_logits)
   m = V.check_num_bins(num_bins)
   if not isinstance(m, int):
     raise ValueError("num_bins must be a Python int for reliability_stats")
   binning = V.check_binning(binning)
-  if binning == "quantile" and m > p.shape[0]:
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  if binning == "quantile" and isinstance(d.count, int) and m > d.count:
     raise ValueError(
-      f"quantile binning with num_bins = {m} needs at least that many samples, got n = {p.shape[0]}"
+      f"quantile binning with num_bins = {m} needs at least that many samples, got n = {d.count}"
     )
-  return _reliability_core(p, y, m, binning)
+  out = _reliability_core(d.probs(), d.labels, m, binning, where=d.where)
+  return V.fold(out, d.ok)

@@ -1,4 +1,10 @@
-"""The ``jaxcal`` command line: ``report``, ``recalibrate``, ``sweep``."""
+"""The ``jaxcal`` command line: ``report``, ``recalibrate``, ``sweep``.
+
+A user error (a bad argument, a missing or unreadable file, invalid
+predictions, an output path that cannot be written) prints one line on stderr
+and exits with status 2, before any computation where it can be known then.
+Anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,129 @@ import json
 import os
 import sys
 import time
+from typing import NoReturn
 
 import numpy as np
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser", "enable_compilation_cache"]
+
+
+class UserError(ValueError):
+  """A problem with the command's arguments or files (exit status 2, no traceback)."""
+
+
+def enable_compilation_cache() -> str | None:
+  """Points JAX's persistent compilation cache at a user cache folder.
+
+  ``$JAXCAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxcal/jax``, else
+  ``~/.cache/jaxcal/jax``; left alone when the user configured JAX's own
+  (``JAX_COMPILATION_CACHE_DIR``) or the folder cannot be created. A second
+  run of a command then reuses the compiled programs of the first.
+
+  Returns:
+    The folder in use, or ``None``.
+  """
+  import jax
+
+  if os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir:
+    return jax.config.jax_compilation_cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+  base = os.environ.get("JAXCAL_CACHE_DIR") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+    "jaxcal",
+    "jax",
+  )
+  try:
+    os.makedirs(base, exist_ok=True)
+  except OSError:
+    return None
+  if not os.access(base, os.W_OK):
+    return None
+  jax.config.update("jax_compilation_cache_dir", base)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+  return base
+
+
+# --------------------------------------------------------------------------
+# Argument checks (all before any computation)
+# --------------------------------------------------------------------------
+
+
+def _int_at_least(minimum: int, what: str):
+  def parse(text: str) -> int:
+    try:
+      value = int(text)
+    except ValueError:
+      raise argparse.ArgumentTypeError(f"expected an integer {what}, got {text!r}") from None
+    if value < minimum:
+      raise argparse.ArgumentTypeError(f"expected an integer {what}, got {value}")
+    return value
+
+  return parse
+
+
+_positive = _int_at_least(1, ">= 1")
+_non_negative = _int_at_least(0, ">= 0")
+
+
+def _parent_problem(path: str) -> str | None:
+  """Why files cannot be created at ``path`` (a parent that is a file, unwritable), or None."""
+  parent = os.path.dirname(os.path.abspath(path))
+  while parent and not os.path.exists(parent):
+    up = os.path.dirname(parent)
+    if up == parent:
+      break
+    parent = up
+  if os.path.exists(parent) and not os.path.isdir(parent):
+    return f"{parent} is a file, not a folder"
+  if os.path.isdir(parent) and not os.access(parent, os.W_OK | os.X_OK):
+    return f"the folder {parent} is not writable"
+  return None
+
+
+def _check_out_dir(path: str, option: str = "--out") -> None:
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise UserError(f"{option} {path}: exists and is a file; the report needs a folder")
+  problem = _parent_problem(os.path.join(path, "x")) if not os.path.isdir(path) else None
+  if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
+    problem = f"the folder {path} is not writable"
+  if problem:
+    raise UserError(f"{option} {path}: cannot write there: {problem}")
+
+
+def _check_out_file(path: str, option: str, force: bool) -> None:
+  if os.path.isdir(path):
+    raise UserError(f"{option} {path}: is a folder; give a file name")
+  if os.path.exists(path) and not force:
+    raise UserError(f"{option} {path}: the file exists; pass --force to overwrite it")
+  problem = _parent_problem(path)
+  if problem:
+    raise UserError(f"{option} {path}: cannot write there: {problem}")
+
+
+def _parse_options(text: str | None) -> dict:
+  if not text:
+    return {}
+  try:
+    options = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise UserError(
+      f"--options is not valid JSON ({e.msg} at character {e.pos}): {text!r}"
+    ) from None
+  if not isinstance(options, dict):
+    raise UserError(
+      f"--options must be a JSON object such as '{{\"normalize\": false}}', "
+      f"got a {type(options).__name__}: {text!r}"
+    )
+  return options
+
+
+def _mkdirs_for(path: str) -> None:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+
+# --------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------
 
 
 def _load(path: str | None, split: str):
@@ -26,6 +151,7 @@ def _load(path: str | None, split: str):
 def _cmd_report(args) -> int:
   from jaxcal._src import report
 
+  _check_out_dir(args.out)
   x, y, source = _load(args.predictions, args.split)
   rep = report.calibration_report(
     x, y, num_bins=args.bins, num_utilities=args.utilities, seed=args.seed, source=source
@@ -51,25 +177,48 @@ def _cmd_recalibrate(args) -> int:
   import jax
 
   from jaxcal import recalibrate
-  from jaxcal._src.data import looks_like_probs
+  from jaxcal._src.validation import looks_like_probs
 
+  options = _parse_options(args.options)
+  if not args.out.endswith(".npz"):
+    raise UserError(f"--out {args.out}: use a .npz file name")
+  _check_out_file(args.out, "--out", args.force)
+  if args.save_model:
+    if not args.save_model.endswith((".npz", ".msgpack")):
+      raise UserError(f"--save-model {args.save_model}: use a .npz or .msgpack file name")
+    _check_out_file(args.save_model, "--save-model", args.force)
   xc, yc, _ = _load(args.cal_file, args.cal_split)
   xt, yt, _ = _load(args.test_file, args.test_split)
-  from_logits = not looks_like_probs(xc)
-  options = json.loads(args.options) if args.options else {}
+  cal_probs, test_probs = looks_like_probs(xc), looks_like_probs(xt)
+  if cal_probs != test_probs:
+    kinds = {True: "probabilities", False: "logits"}
+    raise UserError(
+      f"the calibration file holds {kinds[cal_probs]} but the test file holds "
+      f"{kinds[test_probs]}; give both as logits or both as probabilities"
+    )
+  if xc.shape[1] != xt.shape[1]:
+    raise UserError(
+      f"the calibration file has C = {xc.shape[1]} classes but the test file has C = {xt.shape[1]}"
+    )
+  from_logits = not cal_probs
   t0 = time.perf_counter()
-  rc = recalibrate.fit(args.method, xc, yc, from_logits=from_logits, **options)
+  try:
+    rc = recalibrate.fit(args.method, xc, yc, from_logits=from_logits, **options)
+  except TypeError as e:  # Python's own message for a keyword the method does not take
+    if "keyword argument" not in str(e):
+      raise
+    raise UserError(f"--options: {e}") from None
   fit_s = time.perf_counter() - t0
   before = jax.nn.softmax(xt, axis=-1) if from_logits else xt
   after = np.asarray(rc(xt))
   print(f"{args.method}: fitted on {len(yc):,} samples in {fit_s:.2f} s")
   print(f"  before: {_metrics_line(before, yt)}")
   print(f"  after:  {_metrics_line(after, yt)}")
-  out = args.out
-  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-  np.savez(out, probs=after.astype(np.float32), labels=np.asarray(yt))
-  print(f"  wrote recalibrated test probabilities to {out}")
+  _mkdirs_for(args.out)
+  np.savez(args.out, probs=after.astype(np.float32), labels=np.asarray(yt))
+  print(f"  wrote recalibrated test probabilities to {args.out}")
   if args.save_model:
+    _mkdirs_for(args.save_model)
     recalibrate.save(rc, args.save_model)
     print(f"  wrote the fitted recalibrator to {args.save_model}")
   return 0
@@ -79,24 +228,26 @@ def _cmd_sweep(args) -> int:
   import jax
 
   from jaxcal import utility
-  from jaxcal._src.data import looks_like_probs
+  from jaxcal._src.validation import looks_like_probs
 
+  if not args.out.endswith((".json", ".npz")):
+    raise UserError(f"--out {args.out}: use a .json or .npz file name")
+  _check_out_file(args.out, "--out", args.force)
   x, y, source = _load(args.predictions, args.split)
-  probs = x if looks_like_probs(x) else np.asarray(jax.nn.softmax(x, axis=-1))
+  from_logits = not looks_like_probs(x)
   key = jax.random.key(args.seed)
   sampler = {"linear": utility.sample_linear, "rank": utility.sample_rank}[args.family]
-  us = sampler(key, args.m, probs.shape[1])
+  us = sampler(key, args.m, x.shape[1])
   t0 = time.perf_counter()
-  errs = np.asarray(utility.uc_sweep(probs, y, us, chunk_size=args.chunk_size))
+  errs = np.asarray(utility.uc_sweep(x, y, us, chunk_size=args.chunk_size, from_logits=from_logits))
   dt = time.perf_counter() - t0
   e, frac = (np.asarray(a) for a in utility.ecdf(errs))
   print(f"UC over {args.m:,} {args.family} utilities on {source}: {dt:.2f} s")
   for q in (0.5, 0.9, 1.0):
     print(f"  {int(100 * q):3d}% of utilities have UC <= {np.quantile(errs, q):.5f}")
-  out = args.out
-  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-  if out.endswith(".json"):
-    with open(out, "w") as f:
+  _mkdirs_for(args.out)
+  if args.out.endswith(".json"):
+    with open(args.out, "w") as f:
       json.dump(
         {
           "family": args.family,
@@ -108,16 +259,27 @@ def _cmd_sweep(args) -> int:
         f,
       )
   else:
-    np.savez(out, errors=errs, sorted_errors=e, fractions=frac)
-  print(f"  wrote {out}")
+    np.savez(args.out, errors=errs, sorted_errors=e, fractions=frac)
+  print(f"  wrote {args.out}")
   return 0
 
 
+# --------------------------------------------------------------------------
+# Parser
+# --------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+  """``argparse`` with one-line errors (no usage block) and exit status 2."""
+
+  def error(self, message: str) -> NoReturn:
+    self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(
-    prog="jaxcal", description="Calibration of multiclass classifiers in JAX."
-  )
-  sub = p.add_subparsers(dest="command", required=True)
+  """The ``jaxcal`` argument parser (``report``, ``recalibrate``, ``sweep``)."""
+  p = _Parser(prog="jaxcal", description="Calibration of multiclass classifiers in JAX.")
+  sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
   r = sub.add_parser("report", help="full calibration report of a predictions file")
   r.add_argument(
@@ -129,10 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
   )
   r.add_argument("--out", default="jaxcal-report", help="output folder (default: ./jaxcal-report)")
   r.add_argument("--split", default="test", help="split to read from multi-split files (test)")
-  r.add_argument("--bins", type=int, default=15, help="bin count of the headline errors (15)")
+  r.add_argument("--bins", type=_positive, default=15, help="bin count of the headline errors (15)")
   r.add_argument(
     "--utilities",
-    type=int,
+    type=_non_negative,
     default=1500,
     help="utilities sampled per family for the eCDFs (1500; 0 skips)",
   )
@@ -156,25 +318,29 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument(
     "--save-model", default=None, help="also save the fitted recalibrator (.npz/.msgpack)"
   )
+  c.add_argument("--force", action="store_true", help="overwrite existing output files")
   c.set_defaults(func=_cmd_recalibrate)
 
   s = sub.add_parser("sweep", help="utility-calibration errors over sampled utilities")
   s.add_argument("predictions", nargs="?", default=None)
   s.add_argument("--family", choices=("linear", "rank"), default="linear")
-  s.add_argument("--m", type=int, default=1500, help="number of utilities (1500)")
-  s.add_argument("--chunk-size", type=int, default=None)
+  s.add_argument("--m", type=_positive, default=1500, help="number of utilities (1500)")
+  s.add_argument("--chunk-size", type=_positive, default=None)
   s.add_argument("--seed", type=int, default=0)
   s.add_argument("--split", default="test")
   s.add_argument("--out", required=True, help="output .npz (errors, eCDF) or .json")
+  s.add_argument("--force", action="store_true", help="overwrite an existing output file")
   s.set_defaults(func=_cmd_sweep)
   return p
 
 
 def main(argv: list[str] | None = None) -> int:
+  """Runs the command line; returns the exit status (2 for a user error)."""
   args = build_parser().parse_args(argv)
   try:
+    enable_compilation_cache()
     return args.func(args)
-  except ValueError as e:
+  except ValueError as e:  # bad arguments, files or predictions: one line, no traceback
     print(f"jaxcal {args.command}: error: {e}", file=sys.stderr)
     return 2
 

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import pathlib
-from typing import NamedTuple
+import zipfile
+import zlib
+from collections.abc import Callable
+from typing import BinaryIO, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxcal._src import validation as V
+from jaxcal._src.validation import looks_like_probs
 
 __all__ = [
   "load_predictions",
@@ -26,25 +34,112 @@ DEFAULT_PREDICTIONS = (
 _SCORE_KEYS = ("logits", "probs", "probabilities", "predictions", "scores")
 
 
-def looks_like_probs(x: np.ndarray, atol: float = 1e-3) -> bool:
-  """True when every row is non-negative and sums to one within ``atol``."""
-  x = np.asarray(x)
-  return bool(x.ndim == 2 and np.all(x >= -atol) and np.all(np.abs(x.sum(axis=1) - 1) <= atol))
+def _read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
+  """Reads one ``.npy`` array from an open binary file, checking the header first.
+
+  The header (magic, dtype, shape) is read and checked against the bytes that
+  follow before anything is allocated: object (pickled) dtypes, truncated
+  files and shapes larger than the file are refused with a ValueError
+  naming ``what``.
+  """
+  fmt = np.lib.format
+  try:
+    version = fmt.read_magic(f)
+    if version == (1, 0):
+      shape, fortran, dtype = fmt.read_array_header_1_0(f)
+    elif version == (2, 0):
+      shape, fortran, dtype = fmt.read_array_header_2_0(f)
+    else:  # (3, 0): a utf-8 header, no public reader
+      shape, fortran, dtype = fmt._read_array_header(f, version)
+  except (ValueError, EOFError, OSError, SyntaxError, TypeError, KeyError) as e:
+    raise ValueError(f"{what}: not a valid .npy array (bad or truncated header: {e})") from None
+  if dtype.hasobject:
+    raise ValueError(f"{what}: holds a pickled object array, which jaxcal never loads")
+  count = math.prod(shape)
+  nbytes = count * dtype.itemsize
+  avail = size - f.tell()
+  if nbytes > avail:
+    raise ValueError(
+      f"{what}: the header claims shape {shape} of {dtype} ({nbytes:,} bytes) but only "
+      f"{max(avail, 0):,} bytes follow: the file is truncated or corrupt"
+    )
+  buf = f.read(nbytes)
+  if len(buf) != nbytes:
+    raise ValueError(f"{what}: truncated: {len(buf):,} of {nbytes:,} bytes of data")
+  arr = np.frombuffer(buf, dtype=dtype, count=count)
+  return arr.reshape(shape, order="F" if fortran else "C")
 
 
-def _pick(mapping, split: str, path) -> tuple[np.ndarray, np.ndarray]:
+def _npy_file(path: str) -> np.ndarray:
+  with open(path, "rb") as f:
+    return _read_npy(f, os.fstat(f.fileno()).st_size, path)
+
+
+def _npz_members(zf: zipfile.ZipFile, path: str) -> dict[str, Callable[[], np.ndarray]]:
+  """Lazy readers of the arrays of an open ``.npz`` archive, by name."""
+  members: dict[str, Callable[[], np.ndarray]] = {}
+  for info in zf.infolist():
+    if info.filename.endswith(".npy"):
+
+      def read(info: zipfile.ZipInfo = info) -> np.ndarray:
+        try:
+          with zf.open(info) as f:
+            return _read_npy(f, info.file_size, f"{path}[{info.filename[:-4]}]")
+        except (zipfile.BadZipFile, EOFError, zlib.error) as e:
+          raise ValueError(f"{path}: corrupt member {info.filename!r}: {e}") from None
+
+      members[info.filename[:-4]] = read
+  return members
+
+
+def _pick(
+  mapping: dict[str, Callable[[], np.ndarray]], split: str, path: str
+) -> tuple[np.ndarray, np.ndarray]:
   keys = list(mapping.keys())
   for stem in _SCORE_KEYS:
     for k in (f"{split}_{stem}", stem):
       if k in keys:
         for lk in (f"{split}_labels", "labels", "y"):
           if lk in keys:
-            return mapping[k], mapping[lk]
+            return mapping[k](), mapping[lk]()
         raise ValueError(f"{path}: found {k!r} but no labels array ('{split}_labels' or 'labels')")
   raise ValueError(
     f"{path}: no predictions found; expected arrays named e.g. '{split}_logits' and "
     f"'{split}_labels', or 'logits'/'probs' and 'labels'; found {sorted(keys)}"
   )
+
+
+def _load_raw(p: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+  if "," in p and not os.path.exists(p):
+    a, b = p.split(",", 1)
+    return _npy_file(a), _npy_file(b)
+  if os.path.isdir(p):
+    names = sorted(os.listdir(p))
+    files = {f[:-4]: os.path.join(p, f) for f in names if f.endswith(".npy")}
+    npz = [f for f in names if f.endswith(".npz")]
+    if files:
+      return _pick({k: functools.partial(_npy_file, v) for k, v in files.items()}, split, p)
+    if len(npz) == 1:
+      return _load_raw(os.path.join(p, npz[0]), split)
+    raise ValueError(f"{p}: folder holds no .npy files and {len(npz)} .npz files")
+  if p.endswith(".npz"):
+    try:
+      zf = zipfile.ZipFile(p)
+    except (zipfile.BadZipFile, EOFError) as e:
+      raise ValueError(
+        f"{p}: not a valid .npz file (a zip archive of .npy arrays; empty or truncated?): {e}"
+      ) from None
+    with zf:
+      return _pick(_npz_members(zf, p), split, p)
+  if p.endswith(".npy"):
+    if not os.path.exists(p):
+      raise FileNotFoundError(2, "No such file", p)
+    raise ValueError(
+      f"{p}: a single .npy holds no labels; pass 'scores.npy,labels.npy' or a folder"
+    )
+  if not os.path.exists(p):
+    raise FileNotFoundError(2, "No such file", p)
+  raise ValueError(f"{p}: not a .npz file, a folder, or 'scores.npy,labels.npy'")
 
 
 def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.ndarray, np.ndarray]:
@@ -58,8 +153,11 @@ def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.n
     ``logits.npy`` | ``probs.npy`` and ``labels.npy``), or one ``.npz``;
   * a pair ``"scores.npy,labels.npy"`` (comma-separated paths).
 
-  Whether the scores are logits or probabilities is left to the caller
-  (:func:`looks_like_probs` tells); ``jaxcal report`` decides that way.
+  Every ``.npy`` header is checked before any allocation (no object arrays,
+  no shape larger than the file), and labels are checked on the host before
+  they are narrowed to int32 (integral, in ``[0, C)``). Whether the scores are
+  logits or probabilities is left to the caller: :func:`looks_like_probs` is
+  the rule ``jaxcal report`` uses.
 
   Args:
     path: file or folder.
@@ -69,64 +167,44 @@ def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.n
     ``(scores (n, C) float32, labels (n,) int32)`` as numpy arrays.
 
   Raises:
-    ValueError: missing arrays, object (pickled) arrays, shape mismatch.
+    ValueError: naming the file and the problem: missing or unreadable
+      file, not an ``.npz``/``.npy`` (empty, truncated, corrupt), missing
+      arrays, object (pickled) arrays, a header claiming more data than the
+      file holds, non-numeric scores, scores not ``(n, C)``, labels of the
+      wrong shape, non-integral or outside ``[0, C)``.
 
   Example:
     >>> x, y = load_predictions(DEFAULT_PREDICTIONS)
     >>> x.shape, y.shape
     ((10000, 10), (10000,))
   """
-  p = str(path)
+  p = os.fsdecode(os.fspath(path))
   try:
-    if "," in p and not os.path.exists(p):
-      a, b = p.split(",", 1)
-      scores, labels = np.load(a, allow_pickle=False), np.load(b, allow_pickle=False)
-    elif os.path.isdir(p):
-      files = {f[:-4]: os.path.join(p, f) for f in os.listdir(p) if f.endswith(".npy")}
-      npz = sorted(f for f in os.listdir(p) if f.endswith(".npz"))
-      if files:
-        scores, labels = _pick({k: _LazyNpy(v) for k, v in files.items()}, split, p)
-        scores, labels = np.asarray(scores.load()), np.asarray(labels.load())
-      elif len(npz) == 1:
-        return load_predictions(os.path.join(p, npz[0]), split)
-      else:
-        raise ValueError(f"{p}: folder holds no .npy files and {len(npz)} .npz files")
-    elif p.endswith(".npz"):
-      with np.load(p, allow_pickle=False) as z:
-        scores, labels = _pick(z, split, p)
-        scores, labels = np.asarray(scores), np.asarray(labels)
-    elif p.endswith(".npy"):
-      raise ValueError(
-        f"{p}: a single .npy holds no labels; pass 'scores.npy,labels.npy' or a folder"
-      )
-    else:
-      raise ValueError(f"{p}: not a .npz file, a folder, or 'scores.npy,labels.npy'")
+    scores, labels = _load_raw(p, split)
   except FileNotFoundError as e:
     raise ValueError(f"predictions not found: {e.filename or p}") from None
-  except ValueError as e:
-    if "allow_pickle" in str(e) or "Object arrays" in str(e):
-      raise ValueError(f"{p}: holds pickled object arrays, which jaxcal never loads") from None
-    raise
-  scores = np.asarray(scores)
-  labels = np.asarray(labels)
-  if scores.ndim != 2:
-    raise ValueError(f"{p}: scores must be (n, C), got shape {scores.shape}")
+  except IsADirectoryError as e:
+    raise ValueError(f"{e.filename or p}: is a folder, expected a file") from None
+  except PermissionError as e:
+    raise ValueError(f"{e.filename or p}: not readable (permission denied)") from None
+  except OSError as e:
+    raise ValueError(f"{getattr(e, 'filename', None) or p}: cannot be read: {e}") from None
+  real = np.issubdtype(scores.dtype, np.integer) or np.issubdtype(scores.dtype, np.floating)
+  if not (real or scores.dtype == np.bool_):
+    raise ValueError(f"{p}: scores must be real numbers, got dtype {scores.dtype}")
+  if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] < 2:
+    raise ValueError(f"{p}: scores must be (n, C) with n >= 1 and C >= 2, got shape {scores.shape}")
   if labels.shape != (scores.shape[0],):
     raise ValueError(f"{p}: labels must have shape ({scores.shape[0]},), got {labels.shape}")
-  if not np.issubdtype(labels.dtype, np.integer):
-    if np.issubdtype(labels.dtype, np.floating) and np.all(labels == np.round(labels)):
-      labels = labels.astype(np.int64)
-    else:
-      raise ValueError(f"{p}: labels must be integers, got dtype {labels.dtype}")
-  return scores.astype(np.float32), labels.astype(np.int32)
-
-
-class _LazyNpy:
-  def __init__(self, path):
-    self.path = path
-
-  def load(self):
-    return np.load(self.path, allow_pickle=False)
+  if not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)):
+    raise ValueError(f"{p}: labels must be integers, got dtype {labels.dtype}")
+  # integral and in [0, C), checked before the narrowing cast (2**32 + 1 must not become 1)
+  wide = labels if labels.dtype.kind == "f" else labels.astype(np.int64)
+  try:
+    labels = V._host_labels(wide, scores.shape[1], "labels", None)
+  except ValueError as e:
+    raise ValueError(f"{p}: {e}") from None
+  return scores.astype(np.float32), np.asarray(labels, np.int32)
 
 
 def default_predictions(split: str = "test") -> tuple[np.ndarray, np.ndarray]:

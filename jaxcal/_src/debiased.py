@@ -30,8 +30,8 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
+from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _binary_rows, _run
-from jaxcal._src.scores import prepare
 from jaxcal._src.sorting import stable_argsort
 
 __all__ = ["debiased_ce"]
@@ -84,6 +84,7 @@ def debiased_ce(
   squared: bool = False,
   max_bins: int | None = None,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Debiased ℓ2 calibration error (Kumar, Liang & Ma 2019), top-label or marginal.
 
@@ -106,6 +107,8 @@ def debiased_ce(
       negative, and it is the quantity whose bias the correction removes.
     max_bins: static bound on a traced ``num_bins``.
     from_logits: treat ``probs`` as logits.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar, or an array shaped like ``num_bins``.
@@ -126,14 +129,7 @@ def debiased_ce(
   """
   if mode not in _MODES:
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-  p, y = prepare(probs, labels, from_logits)
-  return _run(
-    _debiased_core,
-    (p, y),
-    num_bins,
-    p.shape[0],
-    max_bins,
-    None,
-    mode=mode,
-    squared=bool(squared),
-  )
+  # Bin counts above n act as n (no equal-mass rule to refuse them): no binning check.
+  bins = V.check_bins(num_bins, "fixed", max_bins)._replace(binning=None)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  return _run(_debiased_core, d, bins, mode=mode, squared=bool(squared))

@@ -1,5 +1,6 @@
 """Score decompositions ``S = MCB - DSC + UNC`` with isotonic (CORP) recalibration
-(SPEC §4; score_decompositions_case_study.txt, §2.4-2.6 and App. A).
+(Resin 2025, *Calibration in Context: A Case Study with Score Decompositions*,
+§2.4-2.6 and App. A).
 
 For predictions ``p_i`` with labels ``y_i``, recalibrated estimates
 ``phat_i`` of ``P(Y | p_i)`` and the empirical class frequencies ``phat_0``:
@@ -21,7 +22,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import isotonic as iso
@@ -50,48 +50,71 @@ class Decomposition(NamedTuple):
   unc: jax.Array
 
 
-def classwise_fits(probs: jax.Array, onehot: jax.Array) -> jax.Array:
+def classwise_fits(
+  probs: jax.Array, onehot: jax.Array, weights: jax.Array | None = None
+) -> jax.Array:
   """In-sample isotonic fit of every column of ``onehot`` on the same column of ``probs``.
 
   Args:
     probs: ``(n, C)`` class scores.
     onehot: ``(n, C)`` 0/1 outcomes.
+    weights: optional ``(n,)`` non-negative sample weights (0 leaves a
+      sample out of the fit).
 
   Returns:
     ``(n, C)`` fitted values (ties in a column get equal values).
   """
-  fit = jax.vmap(lambda p, t: iso.isotonic_fit_sorted(p, t).fitted, in_axes=(1, 1), out_axes=1)
+  if weights is None:
+    fit = jax.vmap(lambda p, t: iso.isotonic_fit_sorted(p, t).fitted, in_axes=(1, 1), out_axes=1)
+    return fit(probs, onehot)
+  fit = jax.vmap(
+    lambda p, t: iso.isotonic_fit_sorted(p, t, weights).fitted, in_axes=(1, 1), out_axes=1
+  )
   return fit(probs, onehot)
 
 
-def _mean_score(q: jax.Array, onehot: jax.Array, score: str, classwise: bool) -> jax.Array:
+def _mean(v: jax.Array, where: jax.Array | None) -> jax.Array:
+  if where is None:
+    return jnp.mean(v)
+  return jnp.sum(jnp.where(where, v, 0.0)) / jnp.sum(where, dtype=jnp.int32).astype(v.dtype)
+
+
+def _mean_score(
+  q: jax.Array, onehot: jax.Array, score: str, classwise: bool, where: jax.Array | None = None
+) -> jax.Array:
   c = q.shape[-1]
   if score == "brier":
-    return jnp.mean(jnp.sum((q - onehot) ** 2, axis=-1)) / c
+    return _mean(jnp.sum((q - onehot) ** 2, axis=-1), where) / c
   if classwise:  # mean over classes of the binary log loss of each column
     q = jnp.clip(q, 0.0, 1.0)
     ll = -(
       onehot * jnp.log(jnp.maximum(q, LOG_CLIP))
       + (1 - onehot) * jnp.log(jnp.maximum(1 - q, LOG_CLIP))
     )
-    return jnp.mean(jnp.sum(ll, axis=-1)) / c
+    return _mean(jnp.sum(ll, axis=-1), where) / c
   qy = jnp.sum(q * onehot, axis=-1)
-  return jnp.mean(-jnp.log(jnp.maximum(qy, LOG_CLIP)))
+  return _mean(-jnp.log(jnp.maximum(qy, LOG_CLIP)), where)
 
 
 @functools.partial(jax.jit, static_argnames=("score", "mode"))
-def _decompose(p: jax.Array, y: jax.Array, score: str, mode: str) -> Decomposition:
+def _decompose(p: jax.Array, y: jax.Array, where, score: str, mode: str) -> Decomposition:
   c = p.shape[-1]
   onehot = jax.nn.one_hot(y, c, dtype=p.dtype)
-  fit = classwise_fits(p, onehot)
+  weights = None if where is None else where.astype(p.dtype)
+  fit = classwise_fits(p, onehot, weights)
   if mode == "normalized":
     s = jnp.sum(fit, axis=-1, keepdims=True)
     fit = fit / jnp.where(s > 0, s, 1)
   classwise = mode == "classwise"
-  ref = jnp.broadcast_to(jnp.mean(onehot, axis=0), p.shape)
-  s_pred = _mean_score(p, onehot, score, classwise)
-  s_fit = _mean_score(fit, onehot, score, classwise)
-  s_ref = _mean_score(ref, onehot, score, classwise)
+  freq = (
+    jnp.mean(onehot, axis=0)
+    if where is None
+    else jnp.sum(onehot * weights[:, None], axis=0) / jnp.sum(weights)
+  )
+  ref = jnp.broadcast_to(freq, p.shape)
+  s_pred = _mean_score(p, onehot, score, classwise, where)
+  s_fit = _mean_score(fit, onehot, score, classwise, where)
+  s_ref = _mean_score(ref, onehot, score, classwise, where)
   return Decomposition(score=s_pred, mcb=s_pred - s_fit, dsc=s_ref - s_fit, unc=s_ref)
 
 
@@ -102,6 +125,7 @@ def decompose(
   mode: str = "classwise",
   *,
   require_simplex: bool = True,
+  where: ArrayLike | None = None,
 ) -> Decomposition:
   """Decomposes a proper score into miscalibration, discrimination and uncertainty.
 
@@ -135,6 +159,8 @@ def decompose(
     mode: ``"classwise"`` or ``"normalized"``.
     require_simplex: check that rows sum to one; pass ``False`` for
       class-wise predictions in ``[0, 1]`` that need not (e.g. CW-HB output).
+    where: optional ``(n,)`` bool mask; masked-out samples are left out of
+      the fits and the means (as if absent).
 
   Returns:
     :class:`Decomposition` ``(score, mcb, dsc, unc)`` of scalars,
@@ -143,7 +169,7 @@ def decompose(
   Raises:
     ValueError: unknown ``score``/``mode``, bad shapes, NaN, values outside
       ``[0, 1]``, rows off the simplex (with ``require_simplex``), labels out
-      of range (eager calls).
+      of range, an empty mask (eager calls; NaN under ``jit``).
 
   Example:
     >>> import jax.numpy as jnp
@@ -152,25 +178,14 @@ def decompose(
     >>> [round(float(v), 4) for v in d]
     [0.225, 0.1, 0.125, 0.25]
 
-  Reference: score_decompositions_case_study, §2.4-2.6, Eq. (4), App. A;
-  Dimitriadis, Gneiting & Jordan (2021) (CORP); SPEC §4.
+  Reference: Resin (2025), *Calibration in Context: A Case Study with Score
+  Decompositions*, §2.4-2.6, Eq. (4) and App. A; Dimitriadis, Gneiting &
+  Jordan (2021), *Stable reliability diagrams for probabilistic classifiers*,
+  PNAS 118(8) (CORP).
   """
   if score not in _SCORES:
     raise ValueError(f"score must be one of {_SCORES}, got {score!r}")
   if mode not in _MODES:
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-  if require_simplex:
-    p = V.check_probs(probs, "probs")
-  else:
-    p = V.as_float(probs, "probs")
-    if p.ndim != 2 or p.shape[0] == 0 or p.shape[1] < 2:
-      raise ValueError(f"probs must have shape (n, C) with n >= 1, C >= 2, got {tuple(p.shape)}")
-    V.check_finite(p, "probs")
-    if V.is_concrete(p):
-      a = np.asarray(p)
-      if a.min() < -V.SIMPLEX_ATOL or a.max() > 1 + V.SIMPLEX_ATOL:
-        raise ValueError(
-          f"probs must lie in [0, 1]; found values in [{a.min():.4g}, {a.max():.4g}]"
-        )
-  y = V.check_labels(labels, p.shape[0], p.shape[1])
-  return _decompose(p, y, score, mode)
+  d = V.check_predictions(probs, labels, where=where, simplex=bool(require_simplex))
+  return V.fold(_decompose(d.scores, d.labels, d.where, score, mode), d.ok)

@@ -89,9 +89,7 @@ def dominance_matrix(losses: ArrayLike) -> jax.Array:
   §5.3 (footnote 5); SPEC §3.
   """
   _check_loss_table(losses)
-  x = V.as_float(losses, "losses")
-  if V.is_concrete(x) and bool(jnp.any(jnp.isnan(x))):
-    raise ValueError("losses contains NaN")
+  x = V.check_values(losses, "losses", allow_inf=True)
   le = jnp.all(x[:, None, :] <= x[None, :, :], axis=-1)
   lt = jnp.any(x[:, None, :] < x[None, :, :], axis=-1)
   return le & lt
@@ -269,14 +267,19 @@ def rank_correlation(a: ArrayLike, b: ArrayLike, method: str = "spearman") -> ja
     raise ValueError(f"a and b must have the same length, got {xa.shape[0]} and {xb.shape[0]}")
   if xa.shape[0] < 2:
     raise ValueError(f"a rank correlation needs at least 2 values, got {xa.shape[0]}")
-  for name, x in (("a", xa), ("b", xb)):
-    if V.is_concrete(x):
-      v = np.asarray(jax.device_get(x))
-      if np.isnan(v).any():
-        raise ValueError(f"{name} contains {int(np.isnan(v).sum())} NaN value(s)")
-      if np.all(v == v[0]):
+  xa = V.check_values(xa, "a", allow_inf=True)
+  xb = V.check_values(xb, "b", allow_inf=True)
+  if V.is_concrete(xa, xb):
+    const = jax.device_get(_constant(xa, xb))  # two bools, one device pass
+    for name, c in zip(("a", "b"), const):
+      if c:
         raise ValueError(f"{name} is constant: the rank correlation is undefined")
   return _rank_corr_core(xa, xb, method)
+
+
+@jax.jit
+def _constant(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+  return jnp.all(a == a[0]), jnp.all(b == b[0])
 
 
 # --------------------------------------------------------------------------
@@ -315,12 +318,8 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
 
   Reference: SPEC §3 (bootstrap over test samples).
   """
-  n = int(n)
-  num_resamples = int(num_resamples)
-  if n < 1:
-    raise ValueError(f"n must be >= 1, got {n}")
-  if num_resamples < 1:
-    raise ValueError(f"num_resamples must be >= 1, got {num_resamples}")
+  n = V.check_int(n, "n")
+  num_resamples = V.check_int(num_resamples, "num_resamples")
   return jax.random.randint(key, (num_resamples, n), 0, n, dtype=jnp.int32)
 
 
@@ -386,8 +385,9 @@ def bootstrap(
   """
   if not arrays:
     raise ValueError("bootstrap needs at least one data array")
-  if int(num_resamples) < 2:
-    raise ValueError(f"num_resamples must be >= 2 for a standard deviation, got {num_resamples}")
+  num_resamples = V.check_int(num_resamples, "num_resamples", 2)  # a standard deviation needs 2
+  if batch_size is not None:
+    batch_size = V.check_int(batch_size, "batch_size")
   arrs = [jnp.asarray(a) for a in arrays]
   axes = [sample_axis] * len(arrs) if isinstance(sample_axis, int) else list(sample_axis)
   if len(axes) != len(arrs):

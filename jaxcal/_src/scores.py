@@ -1,12 +1,15 @@
-"""Proper scores and the confidence loss (SPEC §3).
+"""Proper scores and the confidence loss.
 
 Each score takes ``(probs, labels)`` for one data set and returns the mean
-over samples, or the ``(n,)`` per-sample losses with ``per_sample=True``.
+over samples, or the ``(n,)`` per-sample losses with ``per_sample=True``;
+``where=`` restricts both to a subset of the samples. :func:`prepare` is the
+validation entry point the other metrics share.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -34,158 +37,294 @@ LOG_CLIP = 1e-12
 
 
 def prepare(
-  probs: ArrayLike, labels: ArrayLike, from_logits: bool = False, name: str = "probs"
+  probs: ArrayLike,
+  labels: ArrayLike,
+  from_logits: bool = False,
+  name: str = "probs",
+  *,
+  where: ArrayLike | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Validates ``(probs, labels)`` and returns them as JAX arrays.
 
-  With ``from_logits=True`` the first argument is checked as logits and
-  turned into probabilities with a softmax. Value checks run only on
-  concrete (non-traced) inputs; see :mod:`jaxcal._src.validation`.
+  The entry point every metric shares (see :mod:`jaxcal._src.validation`):
+  shapes and dtypes always; values (finite, on the simplex, labels in
+  ``[0, C)``, and a non-empty ``where``) in one fused device reduction. On an
+  eager call bad values raise; under a transformation the returned
+  probabilities are NaN when the inputs are invalid (so the caller's result
+  is NaN, not a plausible number), and in :func:`jaxcal.checked` mode the
+  check raises from compiled code. Samples masked out by ``where`` are not
+  checked; pass the same ``where`` on to the computation.
+
+  Args:
+    probs: ``(n, C)`` probabilities, or logits with ``from_logits=True``.
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    from_logits: check ``probs`` as logits and return their softmax.
+    name: the argument's name in error messages.
+    where: optional ``(n,)`` bool mask of the samples to use.
+
+  Returns:
+    ``(probs (n, C) in at least float32, labels (n,) int32)``.
+
+  Raises:
+    ValueError: naming the argument, the problem and the fix.
+
+  Example:
+    >>> import numpy as np
+    >>> p, y = prepare(np.array([[0.25, 0.75]], np.float16), np.array([1], np.int64))
+    >>> p.dtype, y.dtype
+    (dtype('float32'), dtype('int32'))
   """
-  if from_logits:
-    z = V.check_logits(probs, name="logits")
-    p = jax.nn.softmax(z, axis=-1)
-  else:
-    p = V.check_probs(probs, name=name)
-  y = V.check_labels(labels, p.shape[0], p.shape[1])
-  return p, y
+  if from_logits and name == "probs":
+    name = "logits"
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, name=name)
+  return V.fold(d.probs(), d.ok), d.labels
 
 
 def brier_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
+  """``sum_r (p_r - 1[y = r])^2`` per sample (no validation)."""
   onehot = jax.nn.one_hot(y, p.shape[-1], dtype=p.dtype)
   return jnp.sum((p - onehot) ** 2, axis=-1)
 
 
 def log_loss_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
+  """``-log max(p_y, LOG_CLIP)`` per sample (no validation)."""
   py = jnp.take_along_axis(p, y[:, None], axis=-1)[:, 0]
   return -jnp.log(jnp.maximum(py, LOG_CLIP))
 
 
 def spherical_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
+  """``1 - p_y / ||p||_2`` per sample (no validation)."""
   py = jnp.take_along_axis(p, y[:, None], axis=-1)[:, 0]
   return 1.0 - py / jnp.linalg.norm(p, axis=-1)
 
 
 def classification_error_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
+  """``1[y != argmax p]`` per sample, ties to the lowest class (no validation)."""
   return (jnp.argmax(p, axis=-1) != y).astype(p.dtype)
 
 
 def confidence_loss_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
+  """``1 - z + (c - z)^2`` per sample, ``c = max p``, ``z = 1[y = argmax p]`` (no validation)."""
   r = jnp.argmax(p, axis=-1)
   c = jnp.max(p, axis=-1)
   z = (r == y).astype(p.dtype)
   return 1.0 - z + (c - z) ** 2
 
 
-def _public(per_sample_fn, doc: str):
-  jitted = jax.jit(per_sample_fn)
-
-  @functools.wraps(per_sample_fn)
-  def score(
-    probs: ArrayLike, labels: ArrayLike, *, per_sample: bool = False, from_logits: bool = False
-  ) -> jax.Array:
-    p, y = prepare(probs, labels, from_logits)
-    losses = jitted(p, y)
-    return losses if per_sample else jnp.mean(losses)
-
-  score.__doc__ = doc
-  score.__name__ = per_sample_fn.__name__.replace("_per_sample", "")
-  score.__qualname__ = score.__name__
-  return score
+@functools.partial(jax.jit, static_argnums=(0, 4, 5))
+def _score(per_sample_fn, x, y, where, per_sample, from_logits):
+  p = jax.nn.softmax(x, axis=-1) if from_logits else x
+  losses = per_sample_fn(p, y)
+  if where is not None:
+    losses = jnp.where(where, losses, 0.0)
+  if per_sample:
+    return losses
+  if where is None:
+    return jnp.mean(losses)
+  return jnp.sum(losses) / jnp.sum(where, dtype=jnp.int32).astype(losses.dtype)
 
 
-_ARGS = """
+def _evaluate(
+  per_sample_fn: Callable, probs, labels, per_sample: bool, from_logits: bool, where
+) -> jax.Array:
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  out = _score(per_sample_fn, d.scores, d.labels, d.where, bool(per_sample), bool(from_logits))
+  return V.fold(out, d.ok)
+
+
+def brier(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  per_sample: bool = False,
+  from_logits: bool = False,
+  where: ArrayLike | None = None,
+) -> jax.Array:
+  """Multiclass Brier score (lower is better).
+
+  ``S(p, y) = sum_r (p_r - 1[y = r])^2``, in ``[0, 2]``; the mean over samples.
+
   Args:
     probs: ``(n, C)`` predicted probabilities (logits with ``from_logits=True``).
     labels: ``(n,)`` integer labels in ``[0, C)``.
     per_sample: return the ``(n,)`` losses instead of their mean.
     from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask: the mean is over the selected samples
+      and the per-sample losses of the others are 0.
 
   Returns:
     Scalar mean loss, or ``(n,)`` losses with ``per_sample=True``.
 
   Raises:
-    ValueError: on NaN/inf, wrong shapes, rows off the simplex or labels out
-      of range (eager calls).
-"""
+    ValueError: NaN/inf, wrong shapes, rows off the simplex, labels out of
+      range, an empty mask (eager calls; NaN under ``jit``).
 
-brier = _public(
-  brier_per_sample,
-  """Multiclass Brier score (lower is better).
-
-  ``S(p, y) = sum_r (p_r - 1[y = r])^2``, in ``[0, 2]``.
-"""
-  + _ARGS
-  + """
   Example:
     >>> import jax.numpy as jnp
     >>> float(brier(jnp.array([[0.5, 0.5], [1.0, 0.0]]), jnp.array([0, 0])))
     0.25
 
-  Reference: SPEC §3; truthful_multiclass_calibration_errors §2.
-""",
-)
+  Reference: Brier (1950), *Verification of forecasts expressed in terms of
+  probability*, Monthly Weather Review 78(1); Lu, Wu, Hartline & Hu (2025),
+  *Truthful Calibration Errors for Multi-Class Prediction*, arXiv:2510.06388,
+  App. B.2 (commonly used proper losses).
+  """
+  return _evaluate(brier_per_sample, probs, labels, per_sample, from_logits, where)
 
-log_loss = _public(
-  log_loss_per_sample,
-  """Log loss ``-log p_y`` (``p_y`` clipped below at 1e-12).
-"""
-  + _ARGS
-  + """
+
+def log_loss(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  per_sample: bool = False,
+  from_logits: bool = False,
+  where: ArrayLike | None = None,
+) -> jax.Array:
+  """Log loss (negative log-likelihood) ``-log p_y``, ``p_y`` clipped below at 1e-12.
+
+  ``S(p, y) = -log max(p_y, 1e-12)``; the mean over samples.
+
+  Args:
+    probs: ``(n, C)`` predicted probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    per_sample: return the ``(n,)`` losses instead of their mean.
+    from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask: the mean is over the selected samples
+      and the per-sample losses of the others are 0.
+
+  Returns:
+    Scalar mean loss, or ``(n,)`` losses with ``per_sample=True``.
+
+  Raises:
+    ValueError: NaN/inf, wrong shapes, rows off the simplex, labels out of
+      range, an empty mask (eager calls; NaN under ``jit``).
+
   Example:
     >>> import jax.numpy as jnp
     >>> round(float(log_loss(jnp.array([[0.5, 0.5]]), jnp.array([1]))), 6)
     0.693147
 
-  Reference: SPEC §3.
-""",
-)
+  Reference: Good (1952), *Rational Decisions*, JRSS B 14(1); Lu, Wu,
+  Hartline & Hu (2025), *Truthful Calibration Errors for Multi-Class
+  Prediction*, arXiv:2510.06388, App. B.2.
+  """
+  return _evaluate(log_loss_per_sample, probs, labels, per_sample, from_logits, where)
 
-spherical = _public(
-  spherical_per_sample,
+
+def spherical(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  per_sample: bool = False,
+  from_logits: bool = False,
+  where: ArrayLike | None = None,
+) -> jax.Array:
   """Spherical loss ``1 - p_y / ||p||_2``.
-"""
-  + _ARGS
-  + """
+
+  ``S(p, y) = 1 - p_y / sqrt(sum_r p_r^2)``, in ``[0, 1]``; the mean over samples.
+
+  Args:
+    probs: ``(n, C)`` predicted probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    per_sample: return the ``(n,)`` losses instead of their mean.
+    from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask: the mean is over the selected samples
+      and the per-sample losses of the others are 0.
+
+  Returns:
+    Scalar mean loss, or ``(n,)`` losses with ``per_sample=True``.
+
+  Raises:
+    ValueError: NaN/inf, wrong shapes, rows off the simplex, labels out of
+      range, an empty mask (eager calls; NaN under ``jit``).
+
   Example:
     >>> import jax.numpy as jnp
     >>> float(spherical(jnp.array([[1.0, 0.0]]), jnp.array([0])))
     0.0
 
-  Reference: SPEC §3.
-""",
-)
+  Reference: Gneiting & Raftery (2007), *Strictly Proper Scoring Rules,
+  Prediction, and Estimation*, JASA 102(477), §3.1 (spherical score); Lu, Wu,
+  Hartline & Hu (2025), arXiv:2510.06388, App. B.2.
+  """
+  return _evaluate(spherical_per_sample, probs, labels, per_sample, from_logits, where)
 
-classification_error = _public(
-  classification_error_per_sample,
-  """Top-1 error ``1[y != argmax p]`` (ties toward the lower index).
-"""
-  + _ARGS
-  + """
+
+def classification_error(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  per_sample: bool = False,
+  from_logits: bool = False,
+  where: ArrayLike | None = None,
+) -> jax.Array:
+  """Top-1 classification error ``1[y != argmax p]`` (ties to the lowest class).
+
+  ``S(p, y) = 1[y != argmax_r p_r]``; the mean over samples is one minus the
+  accuracy.
+
+  Args:
+    probs: ``(n, C)`` predicted probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    per_sample: return the ``(n,)`` losses instead of their mean.
+    from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask: the mean is over the selected samples
+      and the per-sample losses of the others are 0.
+
+  Returns:
+    Scalar error rate, or ``(n,)`` 0/1 losses with ``per_sample=True``.
+
+  Raises:
+    ValueError: NaN/inf, wrong shapes, rows off the simplex, labels out of
+      range, an empty mask (eager calls; NaN under ``jit``).
+
   Example:
     >>> import jax.numpy as jnp
     >>> float(classification_error(jnp.array([[0.5, 0.5], [0.2, 0.8]]), jnp.array([1, 1])))
     0.5
 
-  Reference: SPEC §3.
-""",
-)
+  Reference: Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
+  Multi-Class Prediction*, arXiv:2510.06388, App. B.2 (the 0-1 loss among
+  the proper losses of the dominance comparisons).
+  """
+  return _evaluate(classification_error_per_sample, probs, labels, per_sample, from_logits, where)
 
-confidence_loss = _public(
-  confidence_loss_per_sample,
+
+def confidence_loss(
+  probs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  per_sample: bool = False,
+  from_logits: bool = False,
+  where: ArrayLike | None = None,
+) -> jax.Array:
   """Confidence loss ``l_conf(p, y) = 1 - z + (c - z)^2``.
 
   ``c = max p``, ``z = 1[y = argmax p]``. Proper for the top-label
-  confidence; its expectation over a calibrated predictor equals
-  ``n E[ConfCE_corr]`` (Lemma D.1).
-"""
-  + _ARGS
-  + """
+  confidence; for a calibrated predictor its expectation equals
+  ``n E[ConfCE_corr]``.
+
+  Args:
+    probs: ``(n, C)`` predicted probabilities (logits with ``from_logits=True``).
+    labels: ``(n,)`` integer labels in ``[0, C)``.
+    per_sample: return the ``(n,)`` losses instead of their mean.
+    from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask: the mean is over the selected samples
+      and the per-sample losses of the others are 0.
+
+  Returns:
+    Scalar mean loss, or ``(n,)`` losses with ``per_sample=True``.
+
+  Raises:
+    ValueError: NaN/inf, wrong shapes, rows off the simplex, labels out of
+      range, an empty mask (eager calls; NaN under ``jit``).
+
   Example:
     >>> import jax.numpy as jnp
     >>> float(confidence_loss(jnp.array([[0.75, 0.25]]), jnp.array([0])))
     0.0625
 
-  Reference: truthful_multiclass_calibration_errors, Lemma D.1; SPEC §2-3.
-""",
-)
+  Reference: Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
+  Multi-Class Prediction*, arXiv:2510.06388, Lemma D.1.
+  """
+  return _evaluate(confidence_loss_per_sample, probs, labels, per_sample, from_logits, where)

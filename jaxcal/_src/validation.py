@@ -1,44 +1,140 @@
 """Input validation shared by every public entry point.
 
-Two tiers, as in chex/optax:
+Two tiers, as in chex/optax, plus an opt-in third:
 
-* **trace-time** checks (``check_*_shapes``) look only at shapes and dtypes and
-  therefore also run under ``jax.jit``/``jax.vmap``;
-* **value** checks (``check_probs``, ``check_labels``, ...) look at the numbers
-  (NaN, simplex, label range). They run only when the argument is concrete
-  (eager call); under a transformation they are skipped silently, because
-  branching on traced values is impossible.
+* **trace-time** checks look only at shapes and dtypes (``(n, C)`` probabilities,
+  ``(n,)`` integer labels, a boolean ``where`` mask, ...). They always run,
+  also under ``jax.jit`` / ``jax.vmap``.
+* **value** checks (finite, in ``[0, 1]``, rows summing to one, labels in
+  ``[0, C)``, integral float labels, class weights, an empty mask) are one fused
+  jitted reduction per call that returns two scalars (all good? how many
+  samples?). On an eager call the entry point reads those scalars and, only
+  when something is wrong, runs a second jitted reduction that finds the
+  number of bad rows, the first bad index and an example value, and raises a
+  ``ValueError`` naming the argument, the problem and the fix. No ``(n,)`` or
+  ``(n, C)`` array is ever copied to the host, so the same eager call works on a
+  global ``jax.Array`` sharded across devices and processes (only replicated
+  scalars come back). Under a transformation a one-pass version (row sums,
+  labels, weights, mask: it catches NaN/inf, rows off the simplex, labels out
+  of range) is traced into the user's program and its flag folded into the
+  result: such input gives NaN, never a plausible number. (Entries outside
+  ``[0, 1]`` in rows that still sum to one need a second pass; eager calls and
+  checked mode catch them.)
+* **checked mode**: :func:`checked` wraps a function (typically a user's jitted
+  one) with ``jax.experimental.checkify``; the value checks are then compiled
+  in and raise a ``ValueError`` with the same message from compiled code.
 
-Every failure is a ``ValueError`` whose message names the argument and the
-problem. Nothing the user passed is modified: the helpers only read.
+Host inputs (numpy arrays, lists) that JAX would narrow when converting them
+(int64 labels beyond int32, non-integral float64 labels, integer probability
+matrices) are checked with numpy *before* the cast: they already live on the
+host, so this is no round trip.
+
+Nothing the caller passed is modified: the helpers only read.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-#: Absolute tolerance on ``|sum(p) - 1|`` and on values below 0 / above 1 for
-#: rows of a probability matrix. Float32 softmax rows over 1,000 classes sum
-#: to 1 within ~1e-6, so 1e-3 only rejects inputs that are not probabilities.
-SIMPLEX_ATOL = 1e-3
+from jax.experimental import checkify
 
 __all__ = [
   "SIMPLEX_ATOL",
+  "MAX_NUM_BINS",
+  "simplex_atol",
+  "compute_dtype",
   "is_concrete",
+  "as_float",
+  "Checked",
+  "check_predictions",
+  "check_where",
   "check_probs",
   "check_logits",
   "check_labels",
-  "check_num_bins",
-  "MAX_NUM_BINS",
-  "check_binning",
-  "check_features",
   "check_finite",
-  "as_float",
+  "check_values",
+  "check_arrays",
+  "check_binary",
+  "check_features",
+  "check_num_bins",
+  "check_int",
+  "check_binning",
+  "check_bins",
+  "BinCounts",
+  "bucket",
+  "looks_like_probs",
+  "fold",
+  "trace_check",
+  "checked",
+  "checking",
 ]
+
+#: Smallest tolerance on ``|sum(p) - 1|`` and on values below 0 / above 1 for rows
+#: of a probability matrix (float32 and float64; see :func:`simplex_atol`).
+SIMPLEX_ATOL = 1e-3
+
+#: Largest accepted bin count (bin indices and ``i * m`` products are int32).
+MAX_NUM_BINS = 2**24
+
+_INT32 = np.iinfo(np.int32)
+
+
+def simplex_atol(dtype: Any) -> float:
+  """Tolerance of the simplex checks for probabilities stored in ``dtype``.
+
+  ``max(SIMPLEX_ATOL, 2 * eps(dtype))``: 1e-3 for float32/float64 (and for
+  integer or boolean one-hot rows), ``2 * 2**-10 ~ 2.0e-3`` for float16 and
+  ``2 * 2**-7 ~ 1.6e-2`` for bfloat16.
+
+  Why ``2 eps`` and no factor of ``C``: storing a probability vector in a
+  dtype with unit roundoff ``u = eps / 2`` changes each entry by a relative
+  ``|delta_i| <= u``, so the row sum moves by ``sum_i p_i delta_i``, at most
+  ``u`` whatever ``C`` (the relative errors are weighted by the ``p_i``, which
+  sum to one). A softmax computed in that dtype adds the rounding of its
+  normaliser and of the division, each at most ``u`` relative: ``3u = 1.5 eps``
+  in all, which ``2 eps`` covers. (Only a normaliser accumulated sequentially
+  *in* the low dtype could reach ``(C - 1) u``; JAX, numpy and PyTorch
+  accumulate half-precision reductions in float32.) Measured: bfloat16 and
+  float16 softmax rows of 2 to 10,000 classes sum to one within ``0.7 eps``.
+  For float32 ``2 eps = 2.4e-7`` is far below jaxcal's earlier 1e-3, which is
+  kept as the floor: it also accepts float16 softmax outputs stored as float32
+  (measured within 8.4e-4), and still rejects every input that is not a
+  probability matrix (logits, unnormalised scores, rows summing to 0.999).
+
+  Args:
+    dtype: the dtype the probabilities arrive in.
+
+  Returns:
+    The absolute tolerance as a Python float.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> simplex_atol(jnp.float32), round(simplex_atol(jnp.bfloat16), 4)
+    (0.001, 0.0156)
+  """
+  dt = jnp.dtype(dtype)
+  if not jnp.issubdtype(dt, jnp.floating):
+    return SIMPLEX_ATOL
+  return max(SIMPLEX_ATOL, 2.0 * float(jnp.finfo(dt).eps))
+
+
+def compute_dtype(dtype: Any) -> jnp.dtype:
+  """The dtype a computation on ``dtype`` inputs runs in: at least float32.
+
+  float16 and bfloat16 are upcast to float32, float64 stays float64 (only
+  under x64), integers and booleans become JAX's default float.
+  """
+  dt = jnp.dtype(dtype)
+  if jnp.issubdtype(dt, jnp.floating):
+    return jax.dtypes.canonicalize_dtype(jnp.promote_types(dt, jnp.float32))
+  return jnp.dtype(jnp.result_type(float))
 
 
 def is_concrete(*xs: Any) -> bool:
@@ -46,187 +142,875 @@ def is_concrete(*xs: Any) -> bool:
   return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(xs))
 
 
-def as_float(x: Any, name: str = "input") -> jax.Array:
-  """Converts to a floating JAX array without copying user memory in place.
+# --------------------------------------------------------------------------
+# Checked mode (jax.experimental.checkify)
+# --------------------------------------------------------------------------
 
-  Integer/bool inputs become the default float dtype; float16/bfloat16 are
-  kept; float64 stays float64 only when x64 is enabled (JAX's rule).
+_STATE: dict[str, Any] = {}
+_LOCAL = threading.local()
+
+
+def _checking_state():
+  """The trace-context state that says "emit checkify checks", created on first use.
+
+  It is part of JAX's trace context, so a function traced in checked mode and
+  the same function traced unchecked are cached separately (a plain
+  thread-local flag would let ``jax.jit`` reuse an unchecked trace). Uses
+  JAX's (private) ``bool_state``; without it, falls back to a thread-local.
   """
-  try:
-    arr = jnp.asarray(x)
-  except TypeError as e:  # e.g. strings, ragged lists
-    raise ValueError(f"{name} must be a numeric array, got {type(x).__name__}: {e}") from None
-  if not jnp.issubdtype(arr.dtype, jnp.floating):
-    if not (jnp.issubdtype(arr.dtype, jnp.integer) or arr.dtype == jnp.bool_):
-      raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
-    arr = arr.astype(jnp.result_type(float))
+  if "state" not in _STATE:
+    try:
+      from jax._src import config as jax_config
+
+      _STATE["state"] = jax_config.bool_state(
+        "jaxcal_checked_mode",
+        False,
+        help="Set by jaxcal.checked while it traces: jaxcal emits checkify checks.",
+        include_in_trace_context=True,
+      )
+    except Exception:  # pragma: no cover - other JAX versions
+      _STATE["state"] = None
+  return _STATE["state"]
+
+
+def checking() -> bool:
+  """True while :func:`checked` traces a function (value checks become checkify checks)."""
+  state = _STATE.get("state")
+  if state is not None:
+    return bool(state.value)
+  return bool(getattr(_LOCAL, "on", False))
+
+
+@contextlib.contextmanager
+def _checking_on():
+  state = _checking_state()
+  if state is not None:
+    with state(True):
+      yield
+  else:  # pragma: no cover - other JAX versions
+    prev = getattr(_LOCAL, "on", False)
+    _LOCAL.on = True
+    try:
+      yield
+    finally:
+      _LOCAL.on = prev
+
+
+def _host_wide_ints(tree: Any) -> None:
+  """Rejects numpy integer arrays that JAX would wrap into int32."""
+  for i, leaf in enumerate(jax.tree_util.tree_leaves(tree)):
+    if isinstance(leaf, np.ndarray | np.integer) and np.issubdtype(leaf.dtype, np.integer):
+      if leaf.dtype.itemsize > 4 or leaf.dtype == np.uint32:
+        a = np.asarray(leaf)
+        if a.size and (a.min() < _INT32.min or a.max() > _INT32.max):
+          raise ValueError(
+            f"argument leaf {i} is a {a.dtype} array with values beyond the int32 range "
+            f"(found [{a.min()}, {a.max()}]); JAX would wrap them. Check or convert it first."
+          )
+
+
+def checked(fn: Callable) -> Callable:
+  """Runs ``fn`` with jaxcal's value checks compiled in; bad input raises ``ValueError``.
+
+  Wrap the outermost function, after ``jax.jit`` / ``jax.vmap`` (as with
+  ``chex.chexify``): every jaxcal entry point traced inside it adds its value
+  checks (finite, simplex, label range, class weights, empty mask) to the
+  compiled program through ``jax.experimental.checkify``, and the call raises
+  the first failed check as a ``ValueError`` with the same message an eager
+  call gives. Without ``checked``, a jaxcal metric traced under ``jit`` returns
+  NaN for non-finite values, rows off the simplex, labels out of range, bad
+  weights or an empty mask (its validity flag is folded into the result);
+  eager calls always raise.
+
+  Args:
+    fn: any function of arrays, e.g. ``jax.jit(evaluate)`` or a jaxcal metric.
+
+  Returns:
+    A function with ``fn``'s signature and result.
+
+  Raises:
+    ValueError: (from the wrapped function) the first failed check; also
+      when called on traced values (wrap the outermost function instead).
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxcal import metrics
+    >>> f = checked(jax.jit(lambda p, y: metrics.conf_ece(p, y)))
+    >>> p = jnp.array([[0.9, 0.1], [0.2, 0.7]])  # the second row sums to 0.9
+    >>> f(p, jnp.array([0, 1]))
+    Traceback (most recent call last):
+    ...
+    ValueError: rows of probs must sum to 1 (tolerance 0.001); 1 row(s) do not, ...
+
+  Reference: the ``checkify`` transformation, JAX documentation
+  ("Debugging: checkify"); ``chex.chexify`` (chex, DeepMind).
+  """
+  checkified = checkify.checkify(fn, errors=checkify.user_checks)
+
+  @functools.wraps(fn)
+  def wrapper(*args: Any, **kwargs: Any) -> Any:
+    if not is_concrete(args, kwargs):
+      if checking():  # nested inside another checked(): its checkify collects ours
+        return fn(*args, **kwargs)
+      raise ValueError(
+        "jaxcal.checked(f) was called on traced values (inside jax.jit / vmap / grad): "
+        "wrap the outermost function instead, e.g. jaxcal.checked(jax.jit(f))"
+      )
+    _host_wide_ints((args, kwargs))
+    with _checking_on():
+      err, out = checkified(*args, **kwargs)
+    msg = err.get()
+    if msg is not None:
+      raise ValueError(msg.replace(" (`check` failed)", "")) from None
+    return out
+
+  return wrapper
+
+
+def trace_check(ok: jax.Array, message: str, **values: jax.Array) -> None:
+  """In checked mode, adds ``checkify.check(ok, message, **values)``; else nothing."""
+  if checking():
+    checkify.check(ok, message, **values)
+
+
+def fold(out: Any, ok: jax.Array | None) -> Any:
+  """``out`` with every floating leaf replaced by NaN where ``ok`` is False.
+
+  ``ok`` is ``None`` after an eager check (nothing to fold) or a traced bool
+  scalar (a ``(batch,)`` array under ``vmap``, handled by ``vmap``).
+  """
+  if ok is None:
+    return out
+
+  def one(v):
+    v = jnp.asarray(v)
+    if not jnp.issubdtype(v.dtype, jnp.inexact):
+      return v
+    return jnp.where(ok, v, jnp.asarray(jnp.nan, v.dtype))
+
+  return jax.tree_util.tree_map(one, out)
+
+
+# --------------------------------------------------------------------------
+# The fused value checks
+# --------------------------------------------------------------------------
+
+
+class _Arr(NamedTuple):
+  """How to check one floating array (static)."""
+
+  kind: str  # "probs" (rows on the simplex) | "unit" (in [lo, hi]) | "finite" | "notnan"
+  name: str
+  ndim: int
+  tol: float  # of the bounds and the row sums
+  lo: float = 0.0  # bounds of "unit"
+  hi: float = 1.0
+
+
+class _Spec(NamedTuple):
+  """Static description of one validation call (hashable: a jit static argument)."""
+
+  xs: tuple[_Arr, ...] = ()
+  y_kind: str | None = None  # "int" | "float" | None: labels to check
+  y_name: str = "labels"
+  num_classes: int | None = None  # labels lie in [0, num_classes)
+  has_where: bool = False
+  w_name: str | None = None  # weights: finite, non-negative, positive sum
+
+
+class _Problem(NamedTuple):
+  """One kind of bad input, as device scalars."""
+
+  count: jax.Array  # int32: bad rows (or entries)
+  first: jax.Array  # int32: the first bad row
+  col: jax.Array  # int32: a bad column in that row (0 for 1-d inputs)
+  value: jax.Array  # the bad value (or the row sum)
+
+
+def _rows(x: jax.Array) -> tuple[int, ...]:
+  return tuple(range(1, x.ndim))
+
+
+def _ignore(good: jax.Array, where: jax.Array | None) -> jax.Array:
+  """``good`` with masked-out samples counted as good."""
+  return good if where is None else good | ~where
+
+
+def _select(bad: jax.Array, where: jax.Array | None) -> jax.Array:
+  """``bad`` restricted to the selected samples."""
+  return bad if where is None else bad & where
+
+
+def _masked(x: jax.Array, where: jax.Array | None, fill: float) -> jax.Array:
+  if where is None:
+    return x
+  return jnp.where(where.reshape(where.shape + (1,) * (x.ndim - 1)), x, jnp.asarray(fill, x.dtype))
+
+
+def _entry_problem(entry_bad: jax.Array, x: jax.Array, where) -> _Problem:
+  """Bad rows of ``x`` (any bad entry); the example is the first bad entry of the first."""
+  rows = _select(jnp.any(entry_bad, axis=_rows(x)) if x.ndim > 1 else entry_bad, where)
+  count = jnp.sum(rows, dtype=jnp.int32)
+  first = jnp.argmax(rows).astype(jnp.int32)  # 0 when nothing is bad
+  if x.ndim == 1:
+    return _Problem(count, first, jnp.zeros((), jnp.int32), x[first])
+  col = jnp.argmax(entry_bad[first].reshape(-1)).astype(jnp.int32)
+  return _Problem(count, first, col, x[first].reshape(-1)[col])
+
+
+def _row_problem(bad: jax.Array, values: jax.Array) -> _Problem:
+  count = jnp.sum(bad, dtype=jnp.int32)
+  first = jnp.argmax(bad).astype(jnp.int32)
+  return _Problem(count, first, jnp.zeros((), jnp.int32), values[first])
+
+
+def _label_bad(spec: _Spec, y: jax.Array) -> jax.Array:
+  bad = jnp.zeros(y.shape, bool)
+  if spec.num_classes is not None:
+    bad = (y < 0) | (y >= spec.num_classes)
+  if spec.y_kind == "float":
+    bad = bad | ~jnp.isfinite(y) | (y != jnp.round(y))
+  return bad
+
+
+def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
+  """Validity of one array, cheapest sufficient conditions first.
+
+  Probabilities: rows summing to one within ``tol`` and no negative entry
+  imply every entry lies in ``[0, 1 + tol]``, so a valid input costs one row
+  sum and one minimum; the exact bounds (``lax.cond``) run only when an entry
+  is negative. With ``complete=False`` (the NaN folded into a result under
+  ``jit``) only the row sums are checked: non-finite values and rows off the
+  simplex, not negative entries in rows that still sum to one.
+  """
+  acc = compute_dtype(x.dtype)
+  if a.kind == "probs":
+    s = jnp.sum(x, axis=_rows(x), dtype=acc)
+    ok = jnp.all(_ignore(jnp.abs(s - 1) <= a.tol, where))  # False for NaN/inf rows
+    if not complete:
+      return ok
+    xm = _masked(x, where, 1)
+    lo = jnp.min(xm).astype(acc)
+    return ok & jax.lax.cond(
+      lo >= 0,
+      lambda: jnp.bool_(True),
+      lambda: (lo >= -a.tol) & (jnp.max(xm).astype(acc) <= 1 + a.tol),
+    )
+  if a.kind == "unit":
+    xm = _masked(x, where, a.lo)
+    lo, hi = jnp.min(xm).astype(acc), jnp.max(xm).astype(acc)
+    return (lo >= a.lo - a.tol) & (hi <= a.hi + a.tol)  # False for NaN; +-inf lie outside
+  if not jnp.issubdtype(x.dtype, jnp.floating):
+    return jnp.bool_(True)
+  # A non-finite (NaN) entry makes its row sum non-finite (NaN); a finite row
+  # can only overflow (inf - inf), and then the exact test (rarely run) clears it.
+  good = jnp.isfinite if a.kind == "finite" else (lambda v: ~jnp.isnan(v))
+  s = jnp.sum(x, axis=_rows(x), dtype=acc) if x.ndim > 1 else x
+  return jax.lax.cond(
+    jnp.all(_ignore(good(s), where)),
+    lambda: jnp.bool_(True),
+    lambda: jnp.all(_ignore(jnp.all(good(x), axis=_rows(x)), where)),
+  )
+
+
+def _ok(spec: _Spec, xs, y, where, w, complete: bool = True) -> tuple[jax.Array, jax.Array]:
+  """``(all good?, number of selected samples)`` in one fused program (see :func:`_array_ok`)."""
+  ok = jnp.bool_(True)
+  for a, x in zip(spec.xs, xs):
+    ok = ok & _array_ok(a, x, where, complete)
+  if spec.y_kind is not None:
+    ok = ok & jnp.all(_ignore(~_label_bad(spec, y), where))
+  if spec.w_name is not None:
+    ok = ok & jnp.all(jnp.isfinite(w)) & jnp.all(w >= 0) & (jnp.sum(w) > 0)
+  if where is None:
+    return ok, jnp.int32(0)  # unused: the count is the static n
+  count = jnp.sum(where, dtype=jnp.int32)
+  return ok & (count > 0), count
+
+
+def _checks(spec: _Spec) -> list[tuple[str, Callable]]:
+  """(message template, problem function) for every kind of bad input of ``spec``.
+
+  Templates are ``str.format`` strings over ``count``, ``first``, ``col`` and
+  ``value`` (the fields of :class:`_Problem`); the same template serves the
+  eager error and the checkify check. Problem functions take
+  ``(xs, y, where, w)``.
+  """
+  out: list[tuple[str, Callable]] = []
+  for i, a in enumerate(spec.xs):
+    n, row = a.name, ("row" if a.ndim > 1 else "entry")
+    at = "row {first}, column {col}" if a.ndim > 1 else f"{n}[{{first}}]"
+
+    if a.kind == "notnan":
+
+      def nan(xs, y, where, w, i=i):
+        return _entry_problem(jnp.isnan(xs[i]), xs[i], where)
+
+      out.append((f"{n} contains NaN in {{count}} {row}(s); the first is {at}", nan))
+      continue
+
+    def nonfinite(xs, y, where, w, i=i):
+      return _entry_problem(~jnp.isfinite(xs[i]), xs[i], where)
+
+    out.append(
+      (
+        f"{n} contains non-finite values (NaN or inf) in {{count}} {row}(s); "
+        f"the first is {at}: {{value}}",
+        nonfinite,
+      )
+    )
+    if a.kind in ("probs", "unit"):
+
+      def outside(xs, y, where, w, i=i, lo=a.lo - a.tol, hi=a.hi + a.tol):
+        return _entry_problem((xs[i] < lo) | (xs[i] > hi), xs[i], where)
+
+      hint = " Pass logits with from_logits=True." if a.kind == "probs" else ""
+      out.append(
+        (
+          f"{n} must lie in [{a.lo:g}, {a.hi:g}] (tolerance {a.tol:g}); {{count}} {row}(s) "
+          f"hold values outside, the first is {at}: {{value:.6g}}.{hint}",
+          outside,
+        )
+      )
+    if a.kind == "probs":
+
+      def row_sums(xs, y, where, w, i=i, tol=a.tol):
+        x = xs[i]
+        s = jnp.sum(x, axis=_rows(x), dtype=compute_dtype(x.dtype))
+        return _row_problem(_select(jnp.abs(s - 1) > tol, where) & jnp.isfinite(s), s)
+
+      out.append(
+        (
+          f"rows of {n} must sum to 1 (tolerance {a.tol:g}); {{count}} row(s) do not, the "
+          "first is row {first}, which sums to {value:.6g}. Pass logits with "
+          "from_logits=True or normalise the rows.",
+          row_sums,
+        )
+      )
+  if spec.y_kind is not None:
+    yn = spec.y_name
+    if spec.y_kind == "float":
+
+      def nonint(xs, y, where, w):
+        return _row_problem(_select(~jnp.isfinite(y) | (y != jnp.round(y)), where), y)
+
+      out.append(
+        (
+          f"{yn} must be integers; {{count}} entries are not, the first is "
+          f"{yn}[{{first}}] = {{value}}",
+          nonint,
+        )
+      )
+    if spec.num_classes is not None:
+      c = spec.num_classes
+
+      def label_range(xs, y, where, w):
+        return _row_problem(_select((y < 0) | (y >= c), where), y)
+
+      out.append(
+        (
+          f"{yn} must lie in [0, {c}); {{count}} entries do not, the first is "
+          f"{yn}[{{first}}] = {{value}}",
+          label_range,
+        )
+      )
+  if spec.has_where:
+
+    def empty(xs, y, where, w):
+      return _Problem(
+        (~jnp.any(where)).astype(jnp.int32),
+        jnp.zeros((), jnp.int32),
+        jnp.zeros((), jnp.int32),
+        jnp.zeros((), jnp.int32),
+      )
+
+    out.append(("where selects no samples: at least one entry must be True", empty))
+  if spec.w_name is not None:
+    wn = spec.w_name
+
+    def w_nonfinite(xs, y, where, w):
+      return _row_problem(~jnp.isfinite(w), w)
+
+    def w_negative(xs, y, where, w):
+      return _row_problem(w < 0, w)
+
+    def w_zero(xs, y, where, w):
+      total = jnp.sum(w)
+      return _Problem(
+        (~(total > 0)).astype(jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), total
+      )
+
+    out += [
+      (
+        f"{wn} contains non-finite values in {{count}} entries; the first is "
+        f"{wn}[{{first}}] = {{value}}",
+        w_nonfinite,
+      ),
+      (
+        f"{wn} must be non-negative; {{count}} entries are negative, the first is "
+        f"{wn}[{{first}}] = {{value:.6g}}",
+        w_negative,
+      ),
+      (
+        f"{wn} sums to {{value:.6g}}: at least one weight must be positive "
+        "(all-zero weights would score every predictor 0)",
+        w_zero,
+      ),
+    ]
+  return out
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _ok_jit(spec, xs, y, where, w):
+  return _ok(spec, xs, y, where, w)
+
+
+def _problems(spec, xs, y, where, w) -> list[_Problem]:
+  return [fn(xs, y, where, w) for _, fn in _checks(spec)]
+
+
+_problems_jit = jax.jit(_problems, static_argnums=0)
+
+
+def _anonymous(spec: _Spec) -> _Spec:
+  """``spec`` without argument names: the compiled checks do not depend on them,
+  so one program serves ``labels`` and ``y``, ``probs`` and ``inputs``, ..."""
+  return spec._replace(
+    xs=tuple(a._replace(name="") for a in spec.xs),
+    y_name="",
+    w_name=None if spec.w_name is None else "",
+  )
+
+
+def _validate(spec: _Spec, xs=(), y=None, where=None, w=None) -> tuple[jax.Array | None, Any]:
+  """Runs the value checks: raises on concrete inputs, returns the traced flag otherwise.
+
+  Returns:
+    ``(ok, count)``: on concrete inputs ``(None, int)`` (bad input raised);
+    on traced inputs the traced flag (and in checked mode one checkify check
+    per kind of bad input). ``count`` is the number of selected samples: the
+    static ``n`` without a mask, else an int (eager) or a traced int32.
+  """
+  xs = tuple(xs)
+  n = (xs[0] if xs else y).shape[0] if (xs or y is not None) else 0
+  if is_concrete(xs, y, where, w):
+    ok, count = jax.device_get(_ok_jit(_anonymous(spec), xs, y, where, w))
+    if not ok:
+      problems = jax.device_get(_problems_jit(_anonymous(spec), xs, y, where, w))
+      for (template, _), pr in zip(_checks(spec), problems):
+        if int(pr.count):
+          raise ValueError(template.format(**{k: v.item() for k, v in pr._asdict().items()}))
+    return None, (n if where is None else int(count))
+  # Under a transformation the flag is folded into the result (NaN): the
+  # one-pass test, which costs a row sum; checked mode adds every check.
+  ok, count = _ok(spec, xs, y, where, w, complete=checking())
+  if checking():
+    for (template, _), pr in zip(_checks(spec), _problems(spec, xs, y, where, w)):
+      checkify.check(pr.count == 0, template, **pr._asdict())
+  return ok, (n if where is None else count)
+
+
+# --------------------------------------------------------------------------
+# Trace-time checks and host conversion
+# --------------------------------------------------------------------------
+
+
+def _array(x: Any, name: str) -> jax.Array | np.ndarray:
+  """A JAX array stays as it is; anything else becomes a numeric numpy array."""
+  if isinstance(x, jax.Array | jax.core.Tracer):
+    arr = x
+  else:
+    try:
+      arr = np.asarray(x)
+    except (TypeError, ValueError) as e:  # ragged lists and the like
+      raise ValueError(f"{name} must be a numeric array, got {type(x).__name__}: {e}") from None
+  dt = arr.dtype
+  if dt == np.bool_ or jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.floating):
+    return arr
+  raise ValueError(
+    f"{name} must be a real numeric array, got dtype {dt}"
+    + (" (a pickled/object array)" if dt == np.object_ else "")
+  )
+
+
+def _device(x: Any) -> jax.Array:
+  """A JAX array of ``x``: host arrays are copied to the default device once
+  (``jax.device_put``, faster than ``jnp.asarray`` for large arrays)."""
+  if isinstance(x, jax.Array | jax.core.Tracer):
+    return x
+  return jax.device_put(x)
+
+
+def as_float(x: Any, name: str = "input") -> jax.Array:
+  """Converts to a floating JAX array of at least float32 (never in place).
+
+  Integer/bool inputs become JAX's default float (numpy ones converted on the
+  host, so int64 values are not wrapped first); float16/bfloat16 become
+  float32; float64 stays float64 only when x64 is enabled (JAX's rule).
+  """
+  arr = _array(x, name)
+  dt = compute_dtype(arr.dtype)
+  if isinstance(arr, np.ndarray):
+    host = arr if np.issubdtype(arr.dtype, np.floating) else arr.astype(dt)
+    return _to_dtype(_device(host), dt)
+  return _to_dtype(arr, dt)
+
+
+def _to_dtype(x: jax.Array, dt: Any) -> jax.Array:
+  return x if x.dtype == dt else x.astype(dt)
+
+
+def _host_float(arr: Any, name: str) -> Any:
+  """Numpy integer/bool matrices become floats on the host (no int32 wrap)."""
+  if isinstance(arr, np.ndarray) and not np.issubdtype(arr.dtype, np.floating):
+    return arr.astype(compute_dtype(arr.dtype))
   return arr
 
 
-def _np(x: Any) -> np.ndarray:
-  return np.asarray(jax.device_get(x))
-
-
-def check_finite(x: Any, name: str) -> None:
-  """Raises if a concrete ``x`` holds NaN or ±inf."""
-  if not is_concrete(x):
-    return
-  a = _np(x)
-  if a.size and not np.all(np.isfinite(a)):
-    bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
-    kind = "NaN" if np.isnan(a).any() else "inf"
-    raise ValueError(f"{name} contains {bad} non-finite value(s) ({kind})")
-
-
-def check_probs(
-  probs: Any, name: str = "probs", atol: float = SIMPLEX_ATOL, min_classes: int = 2
-) -> jax.Array:
-  """Validates an ``(n, C)`` matrix of probabilities and returns it as a float array.
-
-  Shape checks always run; value checks (finite, in ``[0, 1]``, rows summing to
-  one within ``atol``) only for concrete inputs.
-
-  Raises:
-    ValueError: naming the problem.
-  """
-  p = as_float(probs, name)
-  if p.ndim != 2:
-    raise ValueError(f"{name} must have shape (n, C), got shape {tuple(p.shape)}")
-  n, c = p.shape
+def _matrix(x: Any, name: str, *, min_classes: int = 2, what: str = "C") -> Any:
+  arr = _host_float(_array(x, name), name)
+  if arr.ndim != 2:
+    hint = ""
+    if arr.ndim == 1:
+      hint = " (a single row? use x[None])"
+    raise ValueError(f"{name} must have shape (n, {what}), got shape {tuple(arr.shape)}{hint}")
+  n, c = arr.shape
   if n == 0:
     raise ValueError(f"{name} is empty (n = 0 samples)")
   if c < min_classes:
-    raise ValueError(f"{name} must have at least {min_classes} classes (columns), got C = {c}")
-  if is_concrete(p):
-    nonfinite, lo, hi, err, worst = (float(v) for v in jax.device_get(_probs_stats(p)))
-    if nonfinite:
-      check_finite(p, name)  # names NaN or inf
-    if lo < -atol or hi > 1 + atol:
-      raise ValueError(
-        f"{name} must lie in [0, 1]; found values in [{lo:.4g}, {hi:.4g}]"
-        " (pass logits with from_logits=True)"
-      )
-    if err > atol:
-      a = _np(p)
-      rows = np.abs(a.sum(axis=1, dtype=np.float64) - 1.0)
-      raise ValueError(
-        f"rows of {name} must sum to 1 (tolerance {atol:g}); row {int(worst)} sums to "
-        f"{a[int(worst)].sum(dtype=np.float64):.6g} ({int((rows > atol).sum())} bad rows). "
-        "Pass logits with from_logits=True or normalise the rows."
-      )
-  return p
+    raise ValueError(f"{name} must have at least {min_classes} classes (columns), got {what} = {c}")
+  return arr
 
 
-@jax.jit
-def _probs_stats(p: jax.Array):
-  """One fused pass: #non-finite, min, max, max |row sum - 1| and its row."""
-  acc = jnp.promote_types(p.dtype, jnp.float32)
-  nonfinite = jnp.sum(~jnp.isfinite(p))
-  err = jnp.abs(jnp.sum(p.astype(acc), axis=1) - 1.0)
-  return nonfinite, jnp.min(p), jnp.max(p), jnp.max(err), jnp.argmax(err)
+def check_where(where: Any, n: int, name: str = "where") -> jax.Array | None:
+  """Validates an optional ``(n,)`` boolean sample mask (trace-time checks only).
+
+  Returns:
+    ``None`` for ``None``, else the mask as a JAX bool array.
+  """
+  if where is None:
+    return None
+  w = _array(where, name)
+  if w.dtype != np.bool_:
+    raise ValueError(
+      f"{name} must be a boolean mask of the samples, got dtype {w.dtype}; "
+      f"pass e.g. {name}=weights > 0"
+    )
+  if tuple(w.shape) != (n,):
+    raise ValueError(f"{name} must have shape ({n},) (one entry per sample), got {tuple(w.shape)}")
+  return _device(w)
+
+
+def _host_labels(a: np.ndarray, num_classes: int | None, name: str, where: Any) -> np.ndarray:
+  """Checks numpy labels that JAX would narrow (int64, uint32/64, floats) before the cast.
+
+  Float labels must be integral, and all must lie in ``[0, num_classes)`` (or
+  fit int32 when ``num_classes`` is None): values such as ``2**32 + 1`` would
+  otherwise wrap to a valid-looking label. Values of samples masked out by a
+  numpy ``where`` are not checked; with a JAX ``where`` (which stays on the
+  device) a bad value becomes -1, which the device check reports if selected.
+  Valid int32 / narrower labels are returned unchanged (checked on device).
+  """
+  if where is not None and not isinstance(where, jax.Array | jax.core.Tracer):
+    where = np.asarray(where, bool)
+  floating = np.issubdtype(a.dtype, np.floating)
+  if not floating and not (a.dtype.itemsize > 4 or a.dtype == np.uint32):
+    return a
+  lo, hi = (0, num_classes - 1) if num_classes is not None else (_INT32.min, _INT32.max)
+  if not floating and a.size:
+    if num_classes is not None:
+      # one pass, no temporary: negative integers viewed as unsigned are >= 2**63
+      unsigned = a.view(np.dtype(f"u{a.dtype.itemsize}"))
+      in_range = int(unsigned.max()) < num_classes
+    else:
+      in_range = lo <= a.min() and a.max() <= hi
+    if in_range:
+      return a.astype(np.int32)
+  elif not floating:
+    return a.astype(np.int32)
+  nonint = (~np.isfinite(a) | (a != np.round(a))) if floating else np.zeros(a.shape, bool)
+  with np.errstate(invalid="ignore"):
+    bad = nonint | (a < lo) | (a > hi)
+  if where is None or isinstance(where, np.ndarray):
+    sel = bad if where is None else bad & where
+    if sel.any():
+      first = int(np.argmax(sel))
+      if nonint[first]:
+        what = f"must be integers; {int(sel.sum())} entries are not valid"
+      elif num_classes is not None:
+        what = f"must lie in [0, {num_classes}); {int(sel.sum())} entries do not"
+      else:
+        what = f"must fit in int32; {int(sel.sum())} entries do not"
+      raise ValueError(f"{name} {what}, the first is {name}[{first}] = {a[first].item()!r}")
+    fill = 0  # masked-out samples: any valid label
+  else:
+    fill = -1  # selected or not is known on the device only
+  return np.where(bad, fill, a).astype(np.int32)
+
+
+def _labels(labels: Any, n: int, num_classes: int | None, name: str, where: Any) -> tuple:
+  """Trace-time label checks and host narrowing checks; returns (array, kind)."""
+  y = _array(labels, name)
+  if y.ndim != 1:
+    hint = ""
+    if y.ndim == 2 and num_classes is not None and y.shape == (n, num_classes):
+      hint = f" (one-hot labels? pass {name}.argmax(axis=1))"
+    elif y.ndim == 2 and y.shape[-1] == 1:
+      hint = f" (pass {name}.ravel())"
+    raise ValueError(f"{name} must have shape (n,), got shape {tuple(y.shape)}{hint}")
+  if y.shape[0] != n:
+    raise ValueError(f"{name} has {y.shape[0]} entries but the predictions have n = {n} rows")
+  if isinstance(y, np.ndarray):
+    y = _host_labels(y, num_classes, name, where)
+  if y.dtype == np.bool_:
+    return y.astype(np.int32) if isinstance(y, np.ndarray) else y.astype(jnp.int32), "int"
+  return y, ("float" if jnp.issubdtype(y.dtype, jnp.floating) else "int")
+
+
+def _to_int32(y: Any) -> jax.Array:
+  y = _device(y)
+  return y if y.dtype == jnp.int32 else y.astype(jnp.int32)
+
+
+# --------------------------------------------------------------------------
+# Entry points
+# --------------------------------------------------------------------------
+
+
+class Checked(NamedTuple):
+  """Validated inputs of one data set.
+
+  Attributes:
+    scores: ``(n, C)`` probabilities or logits (as given), in the compute
+      dtype (at least float32); ``(n,)`` for :func:`check_binary`.
+    labels: ``(n,)`` int32 labels.
+    where: ``(n,)`` bool sample mask, or ``None`` (all samples).
+    weights: ``(C,)`` class weights in the compute dtype, or ``None``.
+    ok: ``None`` after an eager check (bad input raised); a traced bool
+      scalar under a transformation (fold it into the result with :func:`fold`).
+    count: number of selected samples: a Python int after an eager check, a
+      traced int32 otherwise.
+    from_logits: whether ``scores`` are logits.
+  """
+
+  scores: jax.Array
+  labels: jax.Array
+  where: jax.Array | None
+  weights: jax.Array | None
+  ok: jax.Array | None
+  count: Any
+  from_logits: bool
+
+  def probs(self) -> jax.Array:
+    """The probabilities (a softmax of the logits with ``from_logits=True``)."""
+    return jax.nn.softmax(self.scores, axis=-1) if self.from_logits else self.scores
+
+
+def _upcast(x: jax.Array) -> jax.Array:
+  return _to_dtype(x, compute_dtype(x.dtype))
+
+
+def check_predictions(
+  scores: Any,
+  labels: Any,
+  *,
+  from_logits: bool = False,
+  where: Any = None,
+  class_weights: Any = None,
+  simplex: bool = True,
+  name: str | None = None,
+  labels_name: str = "labels",
+  weights_name: str = "class_weights",
+) -> Checked:
+  """Validates one data set ``(scores, labels)`` with one fused device reduction.
+
+  Trace-time: ``scores`` is ``(n, C)`` numeric with ``n >= 1`` and ``C >= 2``;
+  ``labels`` is ``(n,)`` integer (or integral float); ``where`` an ``(n,)`` bool
+  mask; ``class_weights`` ``(C,)``. Values (one jitted pass): probabilities
+  finite, in ``[0, 1]`` and rows summing to one within :func:`simplex_atol`
+  (``simplex=False``: only finite and in ``[0, 1]``), logits finite, labels in
+  ``[0, C)``, weights finite and non-negative with a positive sum, and at least
+  one selected sample. Masked-out samples are not checked.
+
+  Args:
+    scores: ``(n, C)`` probabilities, or logits with ``from_logits=True``.
+    labels: ``(n,)`` labels.
+    from_logits: check ``scores`` as logits (finite only).
+    where: optional ``(n,)`` bool mask of the samples to use.
+    class_weights: optional ``(C,)`` weights.
+    simplex: require rows summing to one (probabilities only).
+    name: the argument's name in messages (``"probs"`` or ``"logits"``).
+    labels_name: the labels' name in messages.
+    weights_name: the weights' name in messages.
+
+  Returns:
+    :class:`Checked`.
+
+  Raises:
+    ValueError: naming the argument, the problem (count of bad rows, the first
+      one and its value) and the fix. Value problems raise on eager calls;
+      under a transformation :attr:`Checked.ok` carries them.
+  """
+  name = name or ("logits" if from_logits else "probs")
+  x = _matrix(scores, name)
+  n, c = x.shape
+  wh = check_where(where, n)
+  y, y_kind = _labels(labels, n, c, labels_name, where)
+  w = None
+  if class_weights is not None:
+    w = as_float(class_weights, weights_name)
+    if tuple(w.shape) != (c,):
+      raise ValueError(f"{weights_name} must have shape ({c},), got {tuple(w.shape)}")
+  x, y = _device(x), _device(y)
+  kind = "finite" if from_logits else ("probs" if simplex else "unit")
+  spec = _Spec(
+    xs=(_Arr(kind, name, 2, simplex_atol(x.dtype)),),
+    y_kind=y_kind,
+    y_name=labels_name,
+    num_classes=c,
+    has_where=wh is not None,
+    w_name=None if w is None else weights_name,
+  )
+  ok, count = _validate(spec, (x,), y, wh, w)
+  return Checked(_upcast(x), _to_int32(y), wh, w, ok, count, from_logits)
+
+
+def check_binary(
+  p: Any, y: Any, *, where: Any = None, p_name: str = "p", y_name: str = "y"
+) -> Checked:
+  """Validates a binary data set: ``(n,)`` probabilities in ``[0, 1]``, outcomes in ``{0, 1}``.
+
+  Same checks and return value as :func:`check_predictions` (one fused pass).
+  """
+  x = _host_float(_array(p, p_name), p_name)
+  if x.ndim != 1 or x.shape[0] == 0:
+    raise ValueError(f"{p_name} must have shape (n,) with n >= 1, got shape {tuple(x.shape)}")
+  n = x.shape[0]
+  wh = check_where(where, n)
+  yy, y_kind = _labels(y, n, 2, y_name, where)
+  x, yy = _device(x), _device(yy)
+  spec = _Spec(
+    xs=(_Arr("unit", p_name, 1, simplex_atol(x.dtype)),),
+    y_kind=y_kind,
+    y_name=y_name,
+    num_classes=2,
+    has_where=wh is not None,
+  )
+  ok, count = _validate(spec, (x,), yy, wh, None)
+  return Checked(_upcast(x), _to_int32(yy), wh, None, ok, count, False)
+
+
+def check_arrays(
+  arrays: dict[str, Any],
+  *,
+  kind: str = "finite",
+  labels: tuple[str, Any, int] | None = None,
+  where: Any = None,
+) -> tuple[tuple[jax.Array, ...], jax.Array | None, jax.Array | None, jax.Array | None, Any]:
+  """Validates several same-length float arrays (and optional integer ids) in one pass.
+
+  Args:
+    arrays: ``{name: array}``, each with ``n`` rows, checked as ``kind``
+      (``"finite"`` or ``"unit"``).
+    labels: optional ``(name, ids, num_classes)``: ``(n,)`` integer ids in
+      ``[0, num_classes)`` (e.g. bin ids).
+    where: optional ``(n,)`` bool mask.
+
+  Returns:
+    ``(arrays in the compute dtype, int32 ids or None, where, ok, count)``
+    as in :class:`Checked`.
+  """
+  names = list(arrays)
+  xs = [as_float(arrays[k], k) for k in names]
+  n = xs[0].shape[0] if xs and xs[0].ndim else None
+  for k, x in zip(names, xs):
+    if x.ndim == 0 or x.shape[0] != n:
+      raise ValueError(f"{k} must have {n} rows like {names[0]}, got shape {tuple(x.shape)}")
+  wh = check_where(where, n)
+  y, y_kind, y_name, c = None, None, "labels", None
+  if labels is not None:
+    y_name, ids, c = labels
+    y, y_kind = _labels(ids, n, c, y_name, where)
+    y = _device(y)
+  spec = _Spec(
+    xs=tuple(_Arr(kind, k, x.ndim, SIMPLEX_ATOL) for k, x in zip(names, xs)),
+    y_kind=y_kind,
+    y_name=y_name,
+    num_classes=c,
+    has_where=wh is not None,
+  )
+  ok, count = _validate(spec, xs, y, wh, None)
+  return tuple(xs), (None if y is None else _to_int32(y)), wh, ok, count
+
+
+def check_probs(
+  probs: Any, name: str = "probs", atol: float | None = None, min_classes: int = 2
+) -> jax.Array:
+  """Validates an ``(n, C)`` probability matrix; returns it in the compute dtype.
+
+  Shapes always; values (finite, in ``[0, 1]``, rows summing to one within
+  ``atol``, default :func:`simplex_atol` of the dtype) on concrete inputs, in
+  one fused reduction. Traced inputs with bad values come back as NaN.
+
+  Raises:
+    ValueError: naming the problem, the count of bad rows and the first one.
+  """
+  x = _device(_matrix(probs, name, min_classes=min_classes))
+  tol = simplex_atol(x.dtype) if atol is None else float(atol)
+  ok, _ = _validate(_Spec(xs=(_Arr("probs", name, 2, tol),)), (x,))
+  return fold(_upcast(x), ok)
 
 
 def check_logits(logits: Any, name: str = "logits") -> jax.Array:
-  """Validates an ``(n, C)`` logit matrix (finite, C >= 2)."""
-  z = as_float(logits, name)
-  if z.ndim != 2:
-    raise ValueError(f"{name} must have shape (n, C), got shape {tuple(z.shape)}")
-  if z.shape[0] == 0:
-    raise ValueError(f"{name} is empty (n = 0 samples)")
-  if z.shape[1] < 2:
-    raise ValueError(f"{name} must have at least 2 classes (columns), got C = {z.shape[1]}")
-  check_finite(z, name)
-  return z
+  """Validates an ``(n, C)`` logit matrix (finite, ``n >= 1``, ``C >= 2``)."""
+  x = _device(_matrix(logits, name))
+  ok, _ = _validate(_Spec(xs=(_Arr("finite", name, 2, 0.0),)), (x,))
+  return fold(_upcast(x), ok)
 
 
 def check_labels(labels: Any, n: int, num_classes: int | None, name: str = "labels") -> jax.Array:
-  """Validates integer labels of shape ``(n,)`` in ``[0, num_classes)``.
+  """Validates ``(n,)`` labels in ``[0, num_classes)``; returns them as int32.
 
-  Float labels are accepted only if every value is integral (checked eagerly);
-  they are converted to int32.
+  Float labels must be integral; numpy integers wider than int32 are checked
+  before the cast. Values are checked on concrete inputs (one fused pass).
   """
-  try:
-    y = jnp.asarray(labels)
-  except (TypeError, OverflowError, ValueError) as e:
-    raise ValueError(f"{name} must be an integer array in int32 range: {e}") from None
-  if y.ndim != 1:
-    raise ValueError(f"{name} must have shape (n,), got shape {tuple(y.shape)}")
-  if y.shape[0] != n:
-    raise ValueError(f"{name} has {y.shape[0]} entries but the predictions have n = {n} rows")
-  if y.dtype == jnp.bool_:
-    y = y.astype(jnp.int32)
-  if jnp.issubdtype(y.dtype, jnp.floating):
-    if is_concrete(y):
-      a = _np(y)
-      if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-        raise ValueError(
-          f"{name} must be integers; got non-integer values such as {a[a != np.round(a)][:3]}"
-        )
-    else:
-      raise ValueError(f"{name} must have an integer dtype, got {y.dtype}")
-    y = y.astype(jnp.int32)
-  elif not jnp.issubdtype(y.dtype, jnp.integer):
-    raise ValueError(f"{name} must have an integer dtype, got {y.dtype}")
-  if is_concrete(y) and num_classes is not None and y.size:
-    a = _np(y)
-    lo, hi = int(a.min()), int(a.max())
-    if lo < 0 or hi >= num_classes:
-      raise ValueError(f"{name} must lie in [0, {num_classes}); found values in [{lo}, {hi}]")
-  return y
+  y, kind = _labels(labels, n, num_classes, name, None)
+  y = _device(y)
+  _validate(_Spec(y_kind=kind, y_name=name, num_classes=num_classes), (), y)
+  return _to_int32(y)
 
 
-#: Largest accepted bin count (bin indices and ``i * m`` products are int32).
-MAX_NUM_BINS = 2**24
+def check_values(
+  x: Any,
+  name: str,
+  *,
+  bounds: tuple[float, float] | None = None,
+  allow_inf: bool = False,
+  tol: float | None = None,
+) -> jax.Array:
+  """Checks that a concrete array is finite (and within ``bounds`` if given).
 
-
-def check_num_bins(num_bins: Any, name: str = "num_bins") -> jax.Array | int:
-  """Validates a bin count: a positive int, or an integer array of them.
-
-  Returns a Python int when given one (static path) and an int32 array
-  otherwise (traced path). Integral floats (``15.0``) are accepted on
-  concrete inputs; booleans, strings, ``None`` and non-integral values are not.
+  One fused reduction; returns the array in the compute dtype (traced inputs
+  with bad values come back as NaN). ``allow_inf=True`` only rejects NaN.
+  ``tol`` (default :func:`simplex_atol` of the dtype) widens the bounds.
   """
-  if isinstance(num_bins, (bool, np.bool_)):
-    raise ValueError(f"{name} must be an integer >= 1, got {num_bins!r}")
-  if isinstance(num_bins, (int, np.integer)):
-    if int(num_bins) < 1:
-      raise ValueError(f"{name} must be >= 1, got {int(num_bins)}")
-    if int(num_bins) > MAX_NUM_BINS:
-      raise ValueError(f"{name} must be <= {MAX_NUM_BINS}, got {int(num_bins)}")
-    return int(num_bins)
-  if num_bins is None or isinstance(num_bins, (str, bytes)):
-    raise ValueError(f"{name} must be an integer >= 1 or an integer array, got {num_bins!r}")
-  try:
-    m = num_bins if isinstance(num_bins, jax.Array) else np.asarray(num_bins)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"{name} must be an integer or an integer array: {e}") from None
-  if m.dtype == np.bool_ or not (
-    jnp.issubdtype(m.dtype, jnp.integer) or jnp.issubdtype(m.dtype, jnp.floating)
-  ):
-    raise ValueError(f"{name} must be integer-valued, got dtype {m.dtype}")
-  if is_concrete(m):
-    a = _np(m)
-    if jnp.issubdtype(a.dtype, jnp.floating) and not np.all(np.isfinite(a) & (a == np.round(a))):
-      raise ValueError(
-        f"{name} must be integer-valued, got {a.ravel()[~(a.ravel() == np.round(a.ravel()))][:3]}"
-      )
-    if a.size and a.min() < 1:
-      raise ValueError(f"{name} must be >= 1, got minimum {a.min():g}")
-    if a.size and a.max() > MAX_NUM_BINS:
-      raise ValueError(f"{name} must be <= {MAX_NUM_BINS}, got maximum {a.max():g}")
-    return jnp.asarray(a.astype(np.int32))
-  if not jnp.issubdtype(m.dtype, jnp.integer):
-    raise ValueError(f"{name} must have an integer dtype when traced, got {m.dtype}")
-  return m.astype(jnp.int32)
+  arr = as_float(x, name)
+  if arr.size == 0:
+    return arr
+  flat = arr.reshape(1) if arr.ndim == 0 else arr
+  t = simplex_atol(_array(x, name).dtype) if tol is None else float(tol)
+  if bounds is not None:
+    a = _Arr("unit", name, flat.ndim, t, float(bounds[0]), float(bounds[1]))
+  else:
+    a = _Arr("notnan" if allow_inf else "finite", name, flat.ndim, t)
+  spec = _Spec(xs=(a,))
+  ok, _ = _validate(spec, (flat,))
+  return fold(arr, ok)
 
 
-_BINNINGS = ("fixed", "quantile")
-
-
-def check_binning(binning: str) -> str:
-  if binning not in _BINNINGS:
-    raise ValueError(f"binning must be one of {_BINNINGS}, got {binning!r}")
-  return binning
+def check_finite(x: Any, name: str) -> None:
+  """Raises if a concrete ``x`` holds NaN or ±inf (one fused reduction, no copy)."""
+  check_values(x, name)
 
 
 def check_features(features: Any, n: int, name: str = "features") -> jax.Array:
@@ -236,5 +1020,186 @@ def check_features(features: Any, n: int, name: str = "features") -> jax.Array:
     raise ValueError(f"{name} must have shape (n, D), got shape {tuple(f.shape)}")
   if f.shape[0] != n:
     raise ValueError(f"{name} has {f.shape[0]} rows but the predictions have n = {n} rows")
-  check_finite(f, name)
-  return f
+  if f.size == 0:
+    return f
+  ok, _ = _validate(_Spec(xs=(_Arr("finite", name, 2, 0.0),)), (f,))
+  return fold(f, ok)
+
+
+def looks_like_probs(x: Any) -> bool:
+  """The one rule for "logits or probabilities": True when ``x`` would pass as probabilities.
+
+  An ``(n, C)`` array whose rows are finite, in ``[0, 1]`` and sum to one
+  within :func:`simplex_atol` of its dtype is taken as probabilities;
+  anything else as logits (which are then checked as logits). One fused
+  device reduction; only a bool comes back.
+
+  Args:
+    x: ``(n, C)`` scores (numpy or JAX, concrete).
+
+  Returns:
+    ``True`` for probabilities, ``False`` otherwise (also for a wrong shape).
+
+  Example:
+    >>> import numpy as np
+    >>> looks_like_probs(np.array([[0.2, 0.8]])), looks_like_probs(np.array([[2.0, -1.0]]))
+    (True, False)
+  """
+  try:
+    arr = _device(_matrix(x, "scores", min_classes=1))
+  except ValueError:
+    return False
+  spec = _Spec(xs=(_Arr("probs", "scores", 2, simplex_atol(arr.dtype)),))
+  ok, _ = jax.device_get(_ok_jit(_anonymous(spec), (arr,), None, None, None))
+  return bool(ok)
+
+
+# --------------------------------------------------------------------------
+# Static arguments
+# --------------------------------------------------------------------------
+
+
+def check_num_bins(num_bins: Any, name: str = "num_bins") -> jax.Array | int:
+  """Validates a bin count: a positive int, or an integer array of them.
+
+  Returns a Python int when given one, an int32 numpy array for a concrete
+  array (numpy or JAX: read with one explicit ``device_get``; bin counts are
+  small), and a traced int32 array otherwise. Integral floats (``15.0``) are
+  accepted on concrete inputs; booleans, strings, ``None`` and non-integral
+  values are not.
+  """
+  if isinstance(num_bins, bool | np.bool_):
+    raise ValueError(f"{name} must be an integer >= 1, got {num_bins!r}")
+  if isinstance(num_bins, int | np.integer):
+    if int(num_bins) < 1:
+      raise ValueError(f"{name} must be >= 1, got {int(num_bins)}")
+    if int(num_bins) > MAX_NUM_BINS:
+      raise ValueError(f"{name} must be <= {MAX_NUM_BINS}, got {int(num_bins)}")
+    return int(num_bins)
+  if num_bins is None or isinstance(num_bins, str | bytes):
+    raise ValueError(f"{name} must be an integer >= 1 or an integer array, got {num_bins!r}")
+  try:
+    m = num_bins if isinstance(num_bins, jax.Array | jax.core.Tracer) else np.asarray(num_bins)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{name} must be an integer or an integer array: {e}") from None
+  if m.dtype == np.bool_ or not (
+    jnp.issubdtype(m.dtype, jnp.integer) or jnp.issubdtype(m.dtype, jnp.floating)
+  ):
+    raise ValueError(f"{name} must be integer-valued, got dtype {m.dtype}")
+  if is_concrete(m):
+    a = np.asarray(jax.device_get(m))
+    if jnp.issubdtype(a.dtype, jnp.floating) and not np.all(np.isfinite(a) & (a == np.round(a))):
+      flat = a.ravel()
+      raise ValueError(f"{name} must be integer-valued, got {flat[flat != np.round(flat)][:3]}")
+    if a.size and a.min() < 1:
+      raise ValueError(f"{name} must be >= 1, got minimum {a.min():g}")
+    if a.size and a.max() > MAX_NUM_BINS:
+      raise ValueError(f"{name} must be <= {MAX_NUM_BINS}, got maximum {a.max():g}")
+    return a.astype(np.int32)
+  if not jnp.issubdtype(m.dtype, jnp.integer):
+    raise ValueError(f"{name} must have an integer dtype when traced, got {m.dtype}")
+  return m.astype(jnp.int32)
+
+
+def check_int(value: Any, name: str, minimum: int = 1) -> int:
+  """A static integer argument ``>= minimum`` as a Python int.
+
+  Accepts Python and numpy integers (and integral 0-d arrays); rejects
+  booleans, floats such as ``2.7`` (never silently truncated), strings and
+  traced values.
+  """
+  if isinstance(value, bool | np.bool_) or isinstance(value, str | bytes) or value is None:
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+  if isinstance(value, jax.core.Tracer):
+    raise ValueError(f"{name} must be a static Python int, got a traced value")
+  if not isinstance(value, int | np.integer):
+    a = np.asarray(value)
+    if a.ndim != 0 or not np.issubdtype(a.dtype, np.integer):
+      raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    value = a.item()
+  if int(value) < minimum:
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {int(value)}")
+  return int(value)
+
+
+_BINNINGS = ("fixed", "quantile")
+
+
+def check_binning(binning: Any) -> str:
+  """Validates the binning rule name: ``"fixed"`` or ``"quantile"``."""
+  if not isinstance(binning, str) or binning not in _BINNINGS:
+    raise ValueError(f"binning must be one of {_BINNINGS}, got {binning!r}")
+  return binning
+
+
+def bucket(k: int) -> int:
+  """The smallest power of two ``>= k`` (and ``>= 1``)."""
+  return 1 << max(0, int(k) - 1).bit_length()
+
+
+class BinCounts(NamedTuple):
+  """A validated bin-count argument (see :func:`check_bins`)."""
+
+  m: Any  # Python int, int32 numpy array (concrete) or traced int32 array
+  largest: int | None  # the largest concrete bin count (None when traced)
+  max_bins: int  # static size of the per-bin arrays
+  binning: str | None
+
+
+def check_bins(num_bins: Any, binning: str, max_bins: Any) -> BinCounts:
+  """Validates ``num_bins`` / ``binning`` / ``max_bins`` and picks the static bound.
+
+  The bound that sizes the per-bin arrays (one compilation per value) is
+  ``max_bins`` when given; otherwise the bin count, or the largest entry of
+  a concrete array of them, rounded up to a power of two: a sweep of
+  ``num_bins = 2..200`` one call at a time compiles 8 programs, not 199 (the
+  true count is traced, so bins beyond it stay empty). A concrete array
+  (numpy or JAX) is read on the host even when closed over inside a user's
+  ``jit``; a *traced* bin count needs ``max_bins`` (it used to size the
+  arrays at ``n``: 9.7 s instead of 0.04 s for 199 class-wise bin counts).
+  The one home of this rule: every binned metric calls it.
+
+  Args:
+    num_bins: a Python int, an integer array (numpy or JAX), or a traced int.
+    binning: ``"fixed"`` or ``"quantile"``.
+    max_bins: ``None`` or a static Python int ``>= 1``.
+
+  Returns:
+    :class:`BinCounts` ``(m, largest, max_bins, binning)``.
+
+  Raises:
+    ValueError: a bad bin count, binning or ``max_bins``, a count above
+      ``max_bins``, or a traced count without ``max_bins``.
+
+  Example:
+    >>> check_bins(15, "fixed", None).max_bins, check_bins([3, 70], "quantile", None).max_bins
+    (16, 128)
+  """
+  binning = check_binning(binning)
+  m = check_num_bins(num_bins)
+  if max_bins is not None:
+    if (
+      isinstance(max_bins, bool | np.bool_)
+      or not isinstance(max_bins, int | np.integer)
+      or max_bins < 1
+      or max_bins > MAX_NUM_BINS
+    ):
+      raise ValueError(
+        f"max_bins must be a static Python int in [1, {MAX_NUM_BINS}], got {max_bins!r}"
+      )
+  if isinstance(m, int):
+    largest = m
+  elif isinstance(m, np.ndarray):
+    largest = int(m.max()) if m.size else 0
+  else:
+    if max_bins is None:
+      raise ValueError(
+        "num_bins is traced (an argument of a jitted or vmapped function), so the size of "
+        "the per-bin arrays cannot be read from it: pass a static bound, e.g. max_bins=256, "
+        "or close over a concrete array of bin counts instead"
+      )
+    largest = None
+  bound = int(max_bins) if max_bins is not None else bucket(largest)
+  if largest is not None and largest > bound:
+    raise ValueError(f"num_bins = {largest} exceeds max_bins = {bound}")
+  return BinCounts(m, largest, bound, binning)

@@ -1,4 +1,5 @@
-"""Utility families as vmappable pytrees (SPEC §6).
+"""Utility families as vmappable pytrees (Hegazy, Jordan & Dieuleveut 2025,
+*Scalable Utility-Aware Multiclass Calibration*, arXiv:2510.25458, §3-4).
 
 A utility ``u(p, e_j) in [-1, 1]`` is a :class:`Utility`: a static ``kind``
 and an array ``params``. A *batch* of utilities is the same pytree with a
@@ -19,7 +20,7 @@ kind           params           ``ū(p)_j = u(p, e_j)``
 =============  ===============  ===============================================
 
 Ranks are 1-based (rank 1 = largest ``p``) with ties broken toward the lowest
-class index, as ``argmax`` does (SPEC notation), so ``top_class`` equals
+class index, as ``argmax`` does, so ``top_class`` equals
 ``rank`` with ``θ = e_1``. ``argmin``/``argmax`` over actions also break ties
 toward the lowest index.
 
@@ -123,7 +124,8 @@ def top_class() -> Utility:
     >>> top_class().values(jnp.array([[0.2, 0.5, 0.3]])).tolist()
     [[0.0, 1.0, 0.0]]
 
-  Reference: utility_aware_multiclass_calibration, Example 3.4; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, Example 3.4.
   """
   return Utility(jnp.zeros((0,), jnp.float32), "top_class")
 
@@ -139,10 +141,11 @@ def linear(a: ArrayLike) -> Utility:
     >>> linear(jnp.array([1.0, -0.5])).values(jnp.array([[0.3, 0.7]])).tolist()
     [[1.0, -0.5]]
 
-  Reference: utility_aware_multiclass_calibration, Example 3.5; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, Example 3.5.
   """
   u = Utility(V.as_float(a, "a"), "linear")
-  _check_params(u)
+  u = _check_params(u)
   return u
 
 
@@ -159,11 +162,11 @@ def classwise(c: ArrayLike, num_classes: int) -> Utility:
     >>> classwise([0, 2], 3).params.shape
     (2, 3)
 
-  Reference: utility_aware_multiclass_calibration, Example 3.4; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, Example 3.4.
   """
-  c = jnp.asarray(c)
-  if V.is_concrete(c) and c.size and (int(jnp.min(c)) < 0 or int(jnp.max(c)) >= num_classes):
-    raise ValueError(f"class index c must lie in [0, {num_classes}), got {np.asarray(c).tolist()}")
+  num_classes = V.check_int(num_classes, "num_classes", 1)
+  c = _int_params(c, "class index c", 0, num_classes - 1)
   return Utility(jax.nn.one_hot(c, num_classes, dtype=jnp.float32), "linear")
 
 
@@ -179,10 +182,11 @@ def rank(theta: ArrayLike) -> Utility:
     >>> rank(jnp.array([1.0, 0.5, 0.0])).values(jnp.array([[0.2, 0.5, 0.3]])).tolist()
     [[0.0, 1.0, 0.5]]
 
-  Reference: utility_aware_multiclass_calibration, Example 3.6; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, Example 3.6.
   """
   u = Utility(V.as_float(theta, "theta"), "rank")
-  _check_params(u)
+  u = _check_params(u)
   return u
 
 
@@ -197,11 +201,11 @@ def top_k(k: ArrayLike, num_classes: int) -> Utility:
     >>> top_k(2, 4).params.tolist()
     [1.0, 1.0, 0.0, 0.0]
 
-  Reference: utility_aware_multiclass_calibration, Example 3.6; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, Example 3.6.
   """
-  k = jnp.asarray(k)
-  if V.is_concrete(k) and k.size and (int(jnp.min(k)) < 1 or int(jnp.max(k)) > num_classes):
-    raise ValueError(f"K must lie in [1, {num_classes}], got {np.asarray(k).tolist()}")
+  num_classes = V.check_int(num_classes, "num_classes", 1)
+  k = _int_params(k, "K", 1, num_classes)
   r = jnp.arange(1, num_classes + 1)
   return Utility((r <= k[..., None]).astype(jnp.float32), "rank")
 
@@ -218,11 +222,11 @@ def dcg(gamma: ArrayLike, num_classes: int) -> Utility:
     >>> [round(t, 4) for t in dcg(1.0, 3).params.tolist()]
     [1.0, 0.6309, 0.5]
 
-  Reference: utility_aware_multiclass_calibration, App. C.3 (DCG); SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, App. C.3 (DCG).
   """
-  g = V.as_float(gamma, "gamma")
-  if V.is_concrete(g) and g.size and float(jnp.min(g)) < 0:
-    raise ValueError(f"gamma must be >= 0, got {np.asarray(g).tolist()}")
+  num_classes = V.check_int(num_classes, "num_classes", 1)
+  g = V.check_values(gamma, "gamma", bounds=(0.0, float("inf")), tol=0.0)
   r = jnp.arange(1, num_classes + 1, dtype=g.dtype)
   return Utility(jnp.log2(1.0 + r) ** (-g[..., None]), "rank")
 
@@ -242,13 +246,14 @@ def decision(loss_matrix: ArrayLike) -> Utility:
     >>> decision(l).values(jnp.array([[0.3, 0.7]])).tolist()
     [[-1.0, -0.0]]
 
-  Reference: utility_aware_multiclass_calibration, Example 3.7; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, Example 3.7.
   """
   l = V.as_float(loss_matrix, "loss_matrix")
   if l.ndim < 2:
     raise ValueError(f"loss_matrix must have shape (C, K), got shape {tuple(l.shape)}")
   u = Utility(l, "decision")
-  _check_params(u)
+  u = _check_params(u)
   return u
 
 
@@ -267,7 +272,8 @@ def gain_matrix(R: ArrayLike) -> Utility:
     >>> gain_matrix(R).values(jnp.array([[0.6, 0.4]])).tolist()  # j* = 1
     [[0.5, 1.0]]
 
-  Reference: utility_aware_multiclass_calibration, App. C.2; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, App. C.2.
   """
   R = V.as_float(R, "R")
   if R.ndim < 2 or R.shape[-1] != R.shape[-2]:
@@ -288,13 +294,14 @@ def similarity(S: ArrayLike) -> Utility:
     >>> similarity(S).values(jnp.array([[1.0, 0.0]])).tolist()
     [[1.0, 0.5]]
 
-  Reference: utility_aware_multiclass_calibration, App. C.3; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, App. C.3.
   """
   S = V.as_float(S, "S")
   if S.ndim < 2 or S.shape[-1] != S.shape[-2]:
     raise ValueError(f"S must be square (C, C), got shape {tuple(S.shape)}")
   u = Utility(S, "similarity")
-  _check_params(u)
+  u = _check_params(u)
   return u
 
 
@@ -316,6 +323,36 @@ def _sphere_faces(
   return sort_descending(x, axis=-1) if descending else x
 
 
+def _sampler_args(key: Any, m: Any, num_classes: Any) -> tuple[jax.Array, int, int]:
+  """Validates a sampler's ``(key, m, num_classes)``: a PRNG key, ``m >= 1``, ``C >= 2``."""
+  k = key if isinstance(key, jax.Array | jax.core.Tracer) else None
+  ok = k is not None and (
+    jnp.issubdtype(k.dtype, jax.dtypes.prng_key)
+    or (k.dtype == jnp.uint32 and k.shape[-1:] == (2,) and k.ndim == 1)
+  )
+  if not ok:
+    raise ValueError(
+      f"key must be a JAX PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), "
+      f"got {type(key).__name__}"
+      + (f" of dtype {key.dtype} and shape {tuple(key.shape)}" if hasattr(key, "dtype") else "")
+    )
+  return key, V.check_int(m, "m", 1), V.check_int(num_classes, "num_classes", 2)
+
+
+def _int_params(x: Any, name: str, lo: int, hi: int) -> jax.Array:
+  """Integer utility parameters in ``[lo, hi]`` (a scalar or a batch)."""
+  a = x if isinstance(x, jax.Array | jax.core.Tracer) else np.asarray(x)
+  if not (jnp.issubdtype(a.dtype, jnp.integer) and a.dtype != jnp.bool_):
+    raise ValueError(f"{name} must be an integer (or an integer array), got dtype {a.dtype}")
+  if V.is_concrete(a) and a.size:
+    vmin, vmax = (
+      jax.device_get((jnp.min(a), jnp.max(a))) if isinstance(a, jax.Array) else (a.min(), a.max())
+    )
+    if vmin < lo or vmax > hi:
+      raise ValueError(f"{name} must lie in [{lo}, {hi}], got values in [{vmin}, {vmax}]")
+  return jnp.asarray(a)
+
+
 def sample_linear(key: jax.Array, m: int, num_classes: int) -> Utility:
   """``m`` linear utilities with ``a`` uniform on the ∞-sphere ``{||a||_inf = 1}``.
 
@@ -323,19 +360,43 @@ def sample_linear(key: jax.Array, m: int, num_classes: int) -> Utility:
   coordinates are iid ``U(-1, 1)`` (the faces have equal area, so this is the
   uniform law on the sphere).
 
+  Args:
+    key: a JAX PRNG key (``jax.random.key(seed)`` or ``jax.random.PRNGKey(seed)``).
+    m: number of utilities, a Python int ``>= 1``.
+    num_classes: ``C >= 2``.
+
+  Returns:
+    A batch of ``m`` linear utilities, ``params`` of shape ``(m, C)``.
+
+  Raises:
+    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, or non-integral sizes.
+
   Example:
     >>> import jax
     >>> u = sample_linear(jax.random.PRNGKey(0), 4, 3)
     >>> u.params.shape, float(abs(u.params).max(axis=1).min())
     ((4, 3), 1.0)
 
-  Reference: utility_aware_multiclass_calibration §4 (sampling D_U); SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, §4 (sampling D_U).
   """
+  key, m, num_classes = _sampler_args(key, m, num_classes)
   return Utility(_sphere_faces(key, (m,), num_classes), "linear")
 
 
 def sample_rank(key: jax.Array, m: int, num_classes: int) -> Utility:
   """``m`` rank utilities: ``θ`` sampled as for :func:`sample_linear`, sorted descending.
+
+  Args:
+    key: a JAX PRNG key.
+    m: number of utilities, a Python int ``>= 1``.
+    num_classes: ``C >= 2``.
+
+  Returns:
+    A batch of ``m`` rank utilities, ``params`` of shape ``(m, C)``.
+
+  Raises:
+    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, or non-integral sizes.
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -343,21 +404,38 @@ def sample_rank(key: jax.Array, m: int, num_classes: int) -> Utility:
     >>> bool(jnp.all(th[:, :-1] >= th[:, 1:]))
     True
 
-  Reference: utility_aware_multiclass_calibration §4; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, §4.
   """
+  key, m, num_classes = _sampler_args(key, m, num_classes)
   return Utility(_sphere_faces(key, (m,), num_classes, True), "rank")
 
 
 def sample_decision(key: jax.Array, m: int, num_classes: int, num_actions: int) -> Utility:
   """``m`` decision utilities, the ``C×K`` loss uniform on the ∞-sphere of ``R^{C·K}``.
 
+  Args:
+    key: a JAX PRNG key.
+    m: number of utilities, a Python int ``>= 1``.
+    num_classes: ``C >= 2``.
+    num_actions: ``K >= 1``.
+
+  Returns:
+    A batch of ``m`` decision utilities, ``params`` of shape ``(m, C, K)``.
+
+  Raises:
+    ValueError: not a PRNG key, ``m < 1``, ``C < 2`` or ``K < 1``.
+
   Example:
     >>> import jax
     >>> sample_decision(jax.random.PRNGKey(0), 3, 4, 2).params.shape
     (3, 4, 2)
 
-  Reference: utility_aware_multiclass_calibration, Example 3.7; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, Example 3.7.
   """
+  key, m, num_classes = _sampler_args(key, m, num_classes)
+  num_actions = V.check_int(num_actions, "num_actions", 1)
   flat = _sphere_faces(key, (m,), num_classes * num_actions)
   return Utility(flat.reshape(m, num_classes, num_actions), "decision")
 
@@ -373,9 +451,13 @@ def sample_aligned_gain(
     >>> (-u.params[0]).diagonal().tolist()
     [1.0, 1.0, 1.0]
 
-  Reference: utility_aware_multiclass_calibration, App. C.2 (aligned class).
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, App. C.2 (aligned class).
   """
-  return gain_matrix(_aligned(key, m, num_classes, max_off_diagonal))
+  key, m, num_classes = _sampler_args(key, m, num_classes)
+  if not 0.0 <= float(max_off_diagonal) <= 1.0:
+    raise ValueError(f"max_off_diagonal must lie in [0, 1], got {max_off_diagonal!r}")
+  return gain_matrix(_aligned(key, m, num_classes, float(max_off_diagonal)))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
@@ -401,11 +483,16 @@ def sample_misaligned_gain(
     >>> sorted(set((-u.params[0]).ravel().tolist()))
     [0.0, 0.2..., 1.0]
 
-  Reference: utility_aware_multiclass_calibration, App. C.2 (misaligned class).
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, App. C.2 (misaligned class).
   """
-  if not 1 <= num_groups <= num_classes:
+  key, m, num_classes = _sampler_args(key, m, num_classes)
+  num_groups = V.check_int(num_groups, "num_groups", 1)
+  if num_groups > num_classes:
     raise ValueError(f"num_groups must lie in [1, {num_classes}], got {num_groups}")
-  return gain_matrix(_misaligned(key, m, num_classes, num_groups, gain))
+  if not 0.0 <= float(gain) <= 1.0:
+    raise ValueError(f"gain must lie in [0, 1], got {gain!r}")
+  return gain_matrix(_misaligned(key, m, num_classes, num_groups, float(gain)))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
@@ -431,7 +518,7 @@ def _misaligned(key, m, num_classes, num_groups, gain):
 _UTILITY_ATOL = 1e-6
 
 
-def _check_params(u: Utility, num_classes: int | None = None, name: str = "utility") -> None:
+def _check_params(u: Utility, num_classes: int | None = None, name: str = "utility") -> Utility:
   if u.kind not in KINDS:
     raise ValueError(f"{name}: unknown utility kind {u.kind!r}; expected one of {sorted(KINDS)}")
   ndim = KINDS[u.kind]
@@ -455,16 +542,13 @@ def _check_params(u: Utility, num_classes: int | None = None, name: str = "utili
         f"{name}: {u.kind} utility is defined for C = {c} classes but the predictions "
         f"have C = {num_classes}"
       )
-  if V.is_concrete(prm) and prm.size:
-    a = np.asarray(jax.device_get(prm))  # no float64 copy: M x C can be large
-    if not np.all(np.isfinite(a)):
-      raise ValueError(f"{name}: utility parameters contain NaN or inf")
-    lo, hi = float(a.min()), float(a.max())
-    if lo < -1 - _UTILITY_ATOL or hi > 1 + _UTILITY_ATOL:
-      raise ValueError(
-        f"{name}: utility values must lie in [-1, 1]; the {u.kind} parameters lie in "
-        f"[{lo:.4g}, {hi:.4g}]"
-      )
+  if prm.size == 0:
+    return u
+  # one fused device reduction (finite, in [-1, 1]); traced bad values become NaN
+  checked = V.check_values(
+    prm, f"{name} parameters ({u.kind})", bounds=(-1.0, 1.0), tol=_UTILITY_ATOL
+  )
+  return Utility(checked, u.kind)
 
 
 def check_utility(
@@ -472,13 +556,19 @@ def check_utility(
 ) -> Utility:
   """Validates a :class:`Utility` against ``C`` classes.
 
-  Shape checks always; value checks (finite, in ``[-1, 1]``) when concrete.
+  Shape checks always; value checks (finite, in ``[-1, 1]``) in one fused
+  device reduction: they raise on concrete parameters and turn traced bad
+  ones into NaN (checked mode: a checkify error).
 
   Args:
     utility: the utility or batch.
     num_classes: ``C`` of the predictions.
     batched: ``True`` requires exactly one batch axis, ``False`` none,
       ``None`` either.
+    name: the argument's name in messages.
+
+  Returns:
+    The utility, to be used in place of the argument.
 
   Raises:
     ValueError: naming the problem.
@@ -487,7 +577,10 @@ def check_utility(
     raise ValueError(
       f"{name} must be a jaxcal.utility.Utility (e.g. linear(a)), got {type(utility).__name__}"
     )
-  _check_params(utility, num_classes, name)
+  if utility.kind not in KINDS:
+    raise ValueError(
+      f"{name}: unknown utility kind {utility.kind!r}; expected one of {sorted(KINDS)}"
+    )
   nb = len(utility.batch_shape)
   if batched is True and nb != 1:
     raise ValueError(
@@ -498,7 +591,7 @@ def check_utility(
       f"{name} must be a single utility, got a batch of shape {utility.batch_shape} "
       "(use uc_sweep for batches, or jax.vmap)"
     )
-  return utility
+  return _check_params(utility, num_classes, name)
 
 
 # --------------------------------------------------------------------------

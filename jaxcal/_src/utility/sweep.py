@@ -172,7 +172,7 @@ def uc_sweep(
   utilities, M = 1500 in §5); SPEC §6.
   """
   p, y = _prepare_data(probs, labels, from_logits)
-  F.check_utility(utilities, p.shape[1], batched=True, name="utilities")
+  utilities = F.check_utility(utilities, p.shape[1], batched=True, name="utilities")
   m = utilities.batch_shape[0]
   if m == 0:
     raise ValueError("utilities is an empty batch (M = 0)")

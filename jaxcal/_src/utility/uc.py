@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
 from jaxcal._src.binning import blocked_cumsum
-from jaxcal._src.scores import prepare as _prepare_data
 from jaxcal._src.sorting import sort_with_payload
 from jaxcal._src.utility import families as F
 
@@ -114,7 +114,8 @@ def uc(
 
   Raises:
     ValueError: bad probabilities or labels, a utility with values outside
-      ``[-1, 1]``, or a utility built for a different number of classes.
+      ``[-1, 1]``, or a utility built for a different number of classes
+      (eager calls; under ``jit`` invalid values give NaN).
 
   Example:
     >>> import jax.numpy as jnp
@@ -124,12 +125,12 @@ def uc(
     >>> round(float(r.value), 4), float(r.lo), float(r.hi), int(r.sign)
     (0.275, 0.6, 0.8, -1)
 
-  Reference: utility_aware_multiclass_calibration, eq. (3.2) and Lemma 3.3;
-  SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, eq. (3.2) and Lemma 3.3.
   """
-  p, y = _prepare_data(probs, labels, from_logits)
-  F.check_utility(utility, p.shape[1], batched=False)
-  return _uc_jit(p, y, utility)
+  d = V.check_predictions(probs, labels, from_logits=from_logits)
+  utility = F.check_utility(utility, d.scores.shape[1], batched=False)
+  return V.fold(_uc_jit(d.probs(), d.labels, utility), d.ok)
 
 
 def ecdf(errors: ArrayLike) -> tuple[jax.Array, jax.Array]:
@@ -143,16 +144,21 @@ def ecdf(errors: ArrayLike) -> tuple[jax.Array, jax.Array]:
   Returns:
     ``(sorted_errors, fractions)``, both ``(M,)``, ``fractions = (1..M)/M``.
 
+  Raises:
+    ValueError: ``errors`` not a non-empty 1-d array, or holding NaN/inf
+      (eager calls; under ``jit`` the sorted errors are NaN).
+
   Example:
     >>> import jax.numpy as jnp
     >>> e, f = ecdf(jnp.array([0.3, 0.1, 0.2, 0.4]))
     >>> e.tolist(), f.tolist()
     ([0.1..., 0.2..., 0.3..., 0.4...], [0.25, 0.5, 0.75, 1.0])
 
-  Reference: utility_aware_multiclass_calibration §4 (eCDF); SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, §4 (eCDF).
   """
-  e = jnp.asarray(errors)
-  if e.ndim != 1 or e.shape[0] == 0:
-    raise ValueError(f"errors must be a non-empty 1-d array, got shape {tuple(e.shape)}")
+  if jnp.ndim(errors) != 1 or jnp.shape(errors)[0] == 0:
+    raise ValueError(f"errors must be a non-empty 1-d array, got shape {jnp.shape(errors)}")
+  e = V.check_values(errors, "errors")  # NaN would sort last and skew the fractions
   m = e.shape[0]
   return jnp.sort(e), jnp.arange(1, m + 1, dtype=jnp.result_type(e.dtype, jnp.float32)) / m

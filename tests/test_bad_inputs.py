@@ -1,0 +1,464 @@
+"""A table of bad inputs across every public entry point: each raises, none gives a value.
+
+Every row names the call, the exception type and a fragment of its message.
+Rows marked ``jit`` also run through ``jaxcal.checked(jax.jit(...))`` (the
+array arguments traced, the others static): the same check then raises from
+compiled code with the same message. A regression test for each class of
+silent wrong result of issue 11 follows the table (labels wider than int32,
+low-precision inputs, degenerate arguments, invalid values under ``jit``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxcal
+from jaxcal import data, dominance, metrics, scores, utility
+
+P = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5], [0.6, 0.4]], np.float32)
+Y = np.array([0, 1, 1, 0])
+P3 = np.array([[0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.1, 0.1, 0.8], [0.3, 0.4, 0.3]], np.float32)
+Y3 = np.array([0, 1, 2, 1])
+KEY = jax.random.key(0)
+
+
+def _with(p, i, j, v):
+  q = np.array(p, copy=True)
+  q[i, j] = v
+  return q
+
+
+NAN_P = _with(P, 1, 0, np.nan)
+INF_P = _with(P, 2, 1, np.inf)
+WIDE = np.array([0, 2**32 + 1, 1, 0])  # would wrap to 1 in int32
+NEG_WIDE = np.array([0, -(2**32) + 2, 1, 0])  # would wrap to 2
+
+
+class Case(NamedTuple):
+  id: str
+  fn: Any
+  arrays: tuple  # positional array arguments (traced in the jit path)
+  static: dict  # keyword arguments kept static
+  exc: type
+  match: str
+  jit: bool = False
+
+
+C = Case
+CASES = [
+  # ---- probabilities: values
+  C("conf_ece nan", metrics.conf_ece, (NAN_P, Y), {}, ValueError, r"non-finite.*row 1", True),
+  C("conf_ce inf", metrics.conf_ce, (INF_P, Y), {"num_bins": 2}, ValueError, r"non-finite", True),
+  C("conf_ece rows 0.9", metrics.conf_ece, (P * 0.9, Y), {}, ValueError, r"sum to 1.*0\.9", True),
+  C("classwise_ce off simplex", metrics.classwise_ce, (P * 0.5, Y), {"num_bins": 2}, ValueError, r"4 row\(s\)", True),
+  C("conf_ce_corr negative", metrics.conf_ce_corr, (np.array([[1.2, -0.2]] * 4, np.float32), Y), {"num_bins": 2}, ValueError, r"must lie in \[0, 1\].*1\.2", True),
+  C("classwise_ece > 1", metrics.classwise_ece, (_with(P, 0, 0, 1.01), Y), {}, ValueError, r"\[0, 1\]|sum to 1", True),
+  C("ecce logits as probs", metrics.ecce, (np.log(P), Y), {}, ValueError, r"from_logits=True", True),
+  C("brier nan", scores.brier, (NAN_P, Y), {}, ValueError, r"non-finite", True),
+  C("log_loss nan", scores.log_loss, (NAN_P, Y), {}, ValueError, r"non-finite", True),
+  C("spherical off simplex", scores.spherical, (P * 0.8, Y), {}, ValueError, r"sum to 1", True),
+  C("classification_error nan", scores.classification_error, (NAN_P, Y), {}, ValueError, r"non-finite", True),
+  C("confidence_loss rows", scores.confidence_loss, (P * 0.9, Y), {}, ValueError, r"sum to 1", True),
+  C("logits nan", scores.brier, (NAN_P, Y), {"from_logits": True}, ValueError, r"logits contains non-finite", True),
+  C("logits inf", metrics.conf_ece, (INF_P, Y), {"from_logits": True}, ValueError, r"logits contains", True),
+  C("decompose nan", scores.decompose, (NAN_P, Y), {}, ValueError, r"non-finite", True),
+  C("decompose rows", scores.decompose, (P * 0.5, Y), {}, ValueError, r"sum to 1", True),
+  C("decompose unit > 1", scores.decompose, (P * 2, Y), {"require_simplex": False}, ValueError, r"\[0, 1\]", True),
+  C("uc rows", utility.uc, (P * 0.5, Y, utility.top_class()), {}, ValueError, r"sum to 1", True),
+  C("uc_class nan", utility.uc_class, (NAN_P, Y), {"family": "tce"}, ValueError, r"non-finite", True),
+  C("uc_sweep rows", utility.uc_sweep, (P * 0.5, Y, utility.sample_linear(KEY, 3, 2)), {}, ValueError, r"sum to 1"),
+  C("reliability_stats nan", metrics.reliability_stats, (NAN_P, Y), {}, ValueError, r"non-finite", True),
+  C("binary_ce p > 1", metrics.binary_ce, (np.array([0.2, 1.5, 0.3]), np.array([0, 1, 0])), {"num_bins": 2}, ValueError, r"p must lie in \[0, 1\].*1\.5", True),
+  C("binary_ce p nan", metrics.binary_ce, (np.array([0.2, np.nan, 0.3]), np.array([0, 1, 0])), {"num_bins": 2}, ValueError, r"p contains non-finite", True),
+  # ---- probabilities: shapes and types
+  C("rank 1", metrics.conf_ece, (P[0], Y), {}, ValueError, r"shape \(n, C\)"),
+  C("rank 3", scores.brier, (P[None], Y), {}, ValueError, r"shape \(n, C\)"),
+  C("one class", metrics.ecce, (np.ones((4, 1)), Y), {}, ValueError, r"at least 2 classes"),
+  C("no samples", metrics.conf_ce, (np.zeros((0, 2)), np.zeros(0, int)), {}, ValueError, r"empty"),
+  C("strings", metrics.conf_ece, ("abc", Y), {}, ValueError, r"numeric"),
+  C("complex", scores.brier, (P.astype(np.complex64), Y), {}, ValueError, r"real numeric"),
+  C("object array", scores.brier, (np.array([[0.5, 0.5]] * 4, object), Y), {}, ValueError, r"object"),
+  C("ragged", scores.log_loss, ([[0.5, 0.5], [1.0]], [0, 1]), {}, ValueError, r"numeric array"),
+  # ---- labels
+  C("label out of range", metrics.conf_ece, (P, np.array([0, 2, 1, 0])), {}, ValueError, r"labels must lie in \[0, 2\).*labels\[1\] = 2", True),
+  C("label negative", scores.log_loss, (P, np.array([0, -1, 1, 0])), {}, ValueError, r"labels must lie.*-1", True),
+  C("label float", metrics.conf_ece, (P, np.array([0.0, 0.5, 1.0, 0.0])), {}, ValueError, r"labels must be integers"),
+  C("label float32 traced", metrics.conf_ece, (P, np.array([0.0, 0.5, 1.0, 0.0], np.float32)), {}, ValueError, r"labels must be integers", True),
+  C("label nan", scores.brier, (P, np.array([0.0, np.nan, 1.0, 0.0])), {}, ValueError, r"labels must be integers"),
+  C("label length", metrics.conf_ece, (P, np.array([0, 1])), {}, ValueError, r"labels has 2 entries"),
+  C("one-hot labels", metrics.classwise_ce, (P, np.eye(2)[Y]), {}, ValueError, r"one-hot labels\? pass labels.argmax"),
+  C("label column", scores.brier, (P, Y[:, None]), {}, ValueError, r"labels.ravel\(\)"),
+  C("label strings", scores.brier, (P, np.array(["a", "b", "a", "b"])), {}, ValueError, r"labels must be a real numeric"),
+  C("label int64 wide", metrics.classwise_ce, (P, WIDE), {"num_bins": 2}, ValueError, r"labels must lie in \[0, 2\).*4294967297"),
+  C("label int64 wide negative", scores.brier, (P, NEG_WIDE), {}, ValueError, r"labels must lie in \[0, 2\).*-4294967294"),
+  C("label uint64 wide", scores.log_loss, (P, WIDE.astype(np.uint64)), {}, ValueError, r"labels must lie"),
+  C("label float64 almost integral", scores.brier, (P, np.array([0, 1 + 1e-9, 1, 0])), {}, ValueError, r"labels must be integers"),
+  C("binary outcome 2", metrics.binary_ce, (P[:, 0], np.array([0, 1, 2, 0])), {"num_bins": 2}, ValueError, r"y must lie in \[0, 2\)", True),
+  C("decompose label wide", scores.decompose, (P, WIDE), {}, ValueError, r"labels must lie"),
+  C("uc label wide", utility.uc, (P, WIDE, utility.top_class()), {}, ValueError, r"labels must lie"),
+  # ---- where masks
+  C("where not bool", metrics.conf_ece, (P, Y), {"where": np.array([1, 0, 1, 1])}, ValueError, r"where must be a boolean mask"),
+  C("where shape", scores.brier, (P, Y), {"where": np.array([True, False])}, ValueError, r"where must have shape \(4,\)"),
+  C("where empty", lambda p, y, w: metrics.classwise_ce(p, y, 1, where=w), (P, Y, np.zeros(4, bool)), {}, ValueError, r"where selects no samples", True),
+  C("where empty scores", scores.brier, (P, Y), {"where": np.zeros(4, bool)}, ValueError, r"where selects no samples"),
+  C("quantile bins > selected", metrics.conf_ce, (P, Y), {"num_bins": 3, "where": np.array([True, True, False, False])}, ValueError, r"n = 2 selected by where"),
+  # ---- bin counts and binning
+  C("num_bins 0", metrics.conf_ece, (P, Y), {"num_bins": 0}, ValueError, r"num_bins must be >= 1"),
+  C("num_bins array 0", metrics.conf_ce, (P, Y), {"num_bins": np.array([0, 2])}, ValueError, r"num_bins must be >= 1"),
+  C("num_bins 2.5", metrics.conf_ece, (P, Y), {"num_bins": 2.5}, ValueError, r"num_bins must be integer"),
+  C("num_bins string", metrics.conf_ece, (P, Y), {"num_bins": "15"}, ValueError, r"num_bins must be an integer"),
+  C("num_bins bool", metrics.conf_ece, (P, Y), {"num_bins": True}, ValueError, r"num_bins must be an integer"),
+  C("num_bins None", metrics.classwise_ece, (P, Y), {"num_bins": None}, ValueError, r"num_bins must be an integer"),
+  C("num_bins huge", metrics.conf_ece, (P, Y), {"num_bins": 2**25}, ValueError, r"num_bins must be <="),
+  C("binning unknown", metrics.conf_ece, (P, Y), {"binning": "equal"}, ValueError, r"binning must be one of"),
+  C("binning None", metrics.classwise_ce, (P, Y), {"binning": None}, ValueError, r"binning must be one of"),
+  C("quantile m > n", metrics.classwise_ce, (P, Y), {"num_bins": 5}, ValueError, r"quantile binning with num_bins = 5"),
+  C("max_bins too small", metrics.conf_ece, (P, Y), {"num_bins": 15, "max_bins": 10}, ValueError, r"exceeds max_bins"),
+  C("max_bins 0", metrics.conf_ece, (P, Y), {"num_bins": 5, "max_bins": 0}, ValueError, r"max_bins must be"),
+  C("max_bins float", metrics.conf_ece, (P, Y), {"max_bins": 16.0}, ValueError, r"max_bins must be"),
+  C("reliability bins array", metrics.reliability_stats, (P, Y), {"num_bins": np.array([2, 3])}, ValueError, r"Python int"),
+  # ---- class weights
+  C("class_weights shape", metrics.classwise_ece, (P, Y), {"class_weights": np.ones(3)}, ValueError, r"class_weights must have shape \(2,\)"),
+  C("class_weights negative", metrics.ecce, (P, Y), {"class_weights": np.array([1.0, -1.0])}, ValueError, r"non-negative.*-1", True),
+  C("class_weights all zero", metrics.classwise_ece, (P, Y), {"class_weights": np.zeros(2)}, ValueError, r"at least one weight must be positive", True),
+  C("class_weights nan", metrics.ecce, (P, Y), {"class_weights": np.array([np.nan, 1.0])}, ValueError, r"class_weights contains non-finite", True),
+  # ---- generic vector forms
+  C("lin_ce shapes", metrics.lin_ce, (P, P[:, :1], np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"same shape"),
+  C("lin_ece bin_ids range", metrics.lin_ece, (P, P, np.array([0, 0, 2, 1])), {"num_bins": 2}, ValueError, r"bin_ids must lie in \[0, 2\)", True),
+  C("lin_ce reports nan", metrics.lin_ce, (NAN_P, P, np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"reports contains non-finite", True),
+  C("lin_ce signals inf", metrics.lin_ce, (P, INF_P, np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"signals contains non-finite", True),
+  C("lin_ce num_bins traced-ish", metrics.lin_ce, (P, P, Y), {"num_bins": 2.0}, ValueError, r"static int"),
+  C("bin_ids scores", metrics.bin_ids, (np.zeros((2, 2)), 2), {}, ValueError, r"scores must have shape \(n,\)"),
+  # ---- utilities
+  C("sample_linear m=0", utility.sample_linear, (KEY, 0, 3), {}, ValueError, r"m must be an integer >= 1"),
+  C("sample_rank m float", utility.sample_rank, (KEY, 2.5, 3), {}, ValueError, r"m must be an integer"),
+  C("sample_linear C=1", utility.sample_linear, (KEY, 4, 1), {}, ValueError, r"num_classes must be an integer >= 2"),
+  C("sample_decision 0 actions", utility.sample_decision, (KEY, 4, 3, 0), {}, ValueError, r"num_actions must be an integer >= 1"),
+  C("sampler int key", utility.sample_linear, (0, 4, 3), {}, ValueError, r"key must be a JAX PRNG key"),
+  C("utility params > 1", utility.linear, (np.array([1.5, 0.0]),), {}, ValueError, r"must lie in \[-1, 1\]"),
+  C("utility params nan", utility.rank, (np.array([np.nan, 0.0]),), {}, ValueError, r"non-finite"),
+  C("classwise index", utility.classwise, (5, 5), {}, ValueError, r"class index c must lie"),
+  C("top_k 0", utility.top_k, (0, 5), {}, ValueError, r"K must lie in \[1, 5\]"),
+  C("dcg negative", utility.dcg, (-1.0, 4), {}, ValueError, r"gamma must lie in \[0, inf\]"),
+  C("uc wrong C", utility.uc, (P3, Y3, utility.linear(np.zeros(2))), {}, ValueError, r"defined for C = 2"),
+  C("uc bad utility values", utility.uc, (P, Y, utility.Utility(jnp.array([2.0, 0.0]), "linear")), {}, ValueError, r"\[-1, 1\]", True),
+  C("uc not a utility", utility.uc, (P, Y, np.zeros(2)), {}, ValueError, r"jaxcal.utility.Utility"),
+  C("uc_class family", utility.uc_class, (P, Y), {"family": "ece"}, ValueError, r"family must be one of"),
+  C("ecdf nan", utility.ecdf, (np.array([0.1, np.nan, 0.3]),), {}, ValueError, r"errors contains non-finite.*errors\[1\]", True),
+  C("ecdf empty", utility.ecdf, (np.zeros(0),), {}, ValueError, r"non-empty"),
+  C("ecdf 2-d", utility.ecdf, (np.zeros((2, 2)),), {}, ValueError, r"non-empty 1-d"),
+  # ---- dominance
+  C("dominance_matrix nan", dominance.dominance_matrix, (np.array([[0.1, np.nan], [0.2, 0.3]]),), {}, ValueError, r"losses contains NaN"),
+  C("dominance_matrix 1-d", dominance.dominance_matrix, (np.zeros(3),), {}, ValueError, r"2-D"),
+  C("dominance_chain nan", dominance.dominance_chain, (np.array([[0.1, np.nan], [0.2, 0.3]]),), {}, ValueError, r"NaN"),
+  C("rank_correlation constant", dominance.rank_correlation, (np.ones(4), np.arange(4.0)), {}, ValueError, r"a is constant"),
+  C("rank_correlation nan", dominance.rank_correlation, (np.arange(4.0), np.array([1, np.nan, 2, 3])), {}, ValueError, r"b contains NaN"),
+  C("rank_correlation method", dominance.rank_correlation, (np.arange(4.0), np.arange(4.0)), {"method": "pearson"}, ValueError, r"spearman"),
+  C("resample n float", dominance.resample_indices, (KEY, 2.5, 3), {}, ValueError, r"n must be an integer"),
+  C("bootstrap 1 resample", dominance.bootstrap, (KEY, jnp.mean, np.arange(5.0)), {"num_resamples": 1}, ValueError, r"num_resamples must be an integer >= 2"),
+  # ---- data
+  C("synthetic n=0", data.synthetic, (KEY, 0, 3), {}, ValueError, r"n >= 1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_raises_eagerly(case):
+  with pytest.raises(case.exc, match=case.match):
+    case.fn(*case.arrays, **case.static)
+
+
+JIT_CASES = [c for c in CASES if c.jit]
+
+
+@pytest.mark.parametrize("case", JIT_CASES, ids=[c.id for c in JIT_CASES])
+def test_bad_input_raises_in_checked_jit(case):
+  f = jaxcal.checked(jax.jit(functools.partial(case.fn, **case.static)))
+  with pytest.raises(case.exc, match=case.match):
+    f(*case.arrays)
+
+
+def test_table_is_large_and_covers_every_entry_point():
+  assert len(CASES) >= 60 and len(JIT_CASES) >= 25
+  covered = {c.fn for c in CASES}
+  for fn in (
+    metrics.conf_ece,
+    metrics.conf_ce,
+    metrics.conf_ce_corr,
+    metrics.classwise_ce,
+    metrics.classwise_ece,
+    metrics.binary_ce,
+    metrics.lin_ce,
+    metrics.lin_ece,
+    metrics.ecce,
+    metrics.reliability_stats,
+    scores.brier,
+    scores.log_loss,
+    scores.spherical,
+    scores.classification_error,
+    scores.confidence_loss,
+    scores.decompose,
+    utility.uc,
+    utility.uc_class,
+    utility.uc_sweep,
+    utility.ecdf,
+    utility.sample_linear,
+    utility.sample_rank,
+    utility.sample_decision,
+    dominance.dominance_matrix,
+    dominance.dominance_chain,
+    dominance.rank_correlation,
+  ):
+    assert fn in covered, fn.__name__
+
+
+def test_checked_outside_jit_and_on_tracers():
+  bad = P * 0.5
+  with pytest.raises(ValueError, match="sum to 1"):
+    jaxcal.checked(metrics.conf_ece)(bad, Y)  # an eager function: traced by checkify
+  np.testing.assert_allclose(jaxcal.checked(metrics.conf_ece)(P, Y), metrics.conf_ece(P, Y))
+  with pytest.raises(ValueError, match="outermost function"):
+    jax.jit(lambda p: jaxcal.checked(metrics.conf_ece)(p, Y))(P)
+  # wide numpy integers are refused before checkify narrows them to int32
+  with pytest.raises(ValueError, match="beyond the int32 range"):
+    jaxcal.checked(metrics.conf_ece)(P, WIDE)
+
+
+def test_checked_mode_does_not_leak_into_unchecked_traces():
+  # The same jitted function traced checked and unchecked: the unchecked one
+  # must return NaN (not raise), the checked one must raise, in either order.
+  f = jax.jit(lambda p: metrics.conf_ece(p, Y))
+  assert np.isnan(f(P * 0.5))
+  with pytest.raises(ValueError, match="sum to 1"):
+    jaxcal.checked(f)(P * 0.5)
+  assert np.isnan(f(P * 0.5))
+  assert np.isfinite(f(P))
+
+
+# --------------------------------------------------------------------------
+# Regression tests, one per class of silent wrong result (issue 11)
+# --------------------------------------------------------------------------
+
+LABEL_ENTRY_POINTS = [
+  ("conf_ece", lambda p, y: metrics.conf_ece(p, y, 2)),
+  ("conf_ce", lambda p, y: metrics.conf_ce(p, y, 2)),
+  ("conf_ce_corr", lambda p, y: metrics.conf_ce_corr(p, y, 2)),
+  ("classwise_ce", lambda p, y: metrics.classwise_ce(p, y, 2)),
+  ("classwise_ece", lambda p, y: metrics.classwise_ece(p, y, 2)),
+  ("ecce", lambda p, y: metrics.ecce(p, y, 2)),
+  ("reliability_stats", lambda p, y: metrics.reliability_stats(p, y, 2)),
+  ("brier", scores.brier),
+  ("log_loss", scores.log_loss),
+  ("spherical", scores.spherical),
+  ("classification_error", scores.classification_error),
+  ("confidence_loss", scores.confidence_loss),
+  ("decompose", scores.decompose),
+  ("uc", lambda p, y: utility.uc(p, y, utility.top_class())),
+  ("uc_class", lambda p, y: utility.uc_class(p, y, "cwe")),
+  ("uc_sweep", lambda p, y: utility.uc_sweep(p, y, utility.sample_linear(KEY, 2, 2))),
+  ("binary_ce", lambda p, y: metrics.binary_ce(p[:, 0], y, 2)),
+  ("lin_ce", lambda p, y: metrics.lin_ce(p, p, y, 2)),
+]
+
+
+@pytest.mark.parametrize(
+  "labels",
+  [WIDE, NEG_WIDE, WIDE.astype(np.uint64), np.array([0.0, 2.0**32 + 1, 1.0, 0.0])],
+  ids=["int64", "int64-negative", "uint64", "float64"],
+)
+@pytest.mark.parametrize("name,fn", LABEL_ENTRY_POINTS, ids=[n for n, _ in LABEL_ENTRY_POINTS])
+def test_labels_wider_than_int32_are_checked_before_the_cast(name, fn, labels):
+  with pytest.raises(ValueError, match=r"(labels|y|bin_ids) must lie in \[0, 2\)"):
+    fn(P, labels)
+
+
+def test_load_predictions_checks_wide_labels_before_the_cast(tmp_path):
+  np.savez(tmp_path / "wide.npz", logits=np.zeros((4, 2), np.float32), labels=WIDE)
+  with pytest.raises(ValueError, match=r"wide.npz: labels must lie in \[0, 2\).*4294967297"):
+    data.load_predictions(tmp_path / "wide.npz")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_low_precision_inputs_compute_in_float32(dtype):
+  # rows of dyadic probabilities: exact in float16 and bfloat16, so the result
+  # must equal float32's (it lost ~5 % when computed in float16)
+  rng = np.random.default_rng(0)
+  rows = np.array(
+    [[0.5, 0.25, 0.125, 0.125], [0.75, 0.125, 0.0625, 0.0625], [0.375, 0.375, 0.25, 0.0]],
+    np.float32,
+  )
+  p32 = rng.permuted(rows[rng.integers(0, 3, 400)], axis=1)
+  low = jnp.asarray(p32, dtype)
+  y = rng.integers(0, 4, 400)
+  for f in (metrics.conf_ce, metrics.classwise_ce, metrics.conf_ece):
+    np.testing.assert_allclose(f(low, y, 10), f(p32, y, 10), rtol=1e-6, atol=1e-9)
+  # num_bins = 70000 used to overflow to inf in float16 products
+  np.testing.assert_allclose(
+    metrics.conf_ece(low, y, 70000), metrics.conf_ece(p32, y, 70000), rtol=1e-6
+  )
+  assert metrics.conf_ece(low, y).dtype == jnp.float32
+  assert scores.brier(low, y).dtype == jnp.float32
+
+
+def test_simplex_tolerance_is_dtype_aware():
+  z = jax.random.normal(jax.random.key(3), (2000, 100)) * 3
+  bf = jax.nn.softmax(z.astype(jnp.bfloat16), axis=-1)  # a valid bfloat16 softmax
+  y = np.zeros(2000, int)
+  assert np.isfinite(float(metrics.conf_ece(bf, y)))
+  assert jaxcal.data.looks_like_probs(bf)
+  # the same row sums stored as float32 are beyond float32's tolerance
+  rows = np.asarray(bf.astype(jnp.float32))
+  worst = np.abs(rows.sum(1) - 1).max()
+  assert worst > 1e-3
+  with pytest.raises(ValueError, match="sum to 1"):
+    metrics.conf_ece(rows, y)
+  # bfloat16 keeps rejecting what is not a probability
+  with pytest.raises(ValueError, match="sum to 1"):
+    metrics.conf_ece((bf * 0.9).astype(jnp.bfloat16), y)
+
+
+def test_degenerate_arguments_are_refused():
+  with pytest.raises(ValueError, match="at least one weight must be positive"):
+    metrics.ecce(P, Y, class_weights=np.zeros(2))
+  with pytest.raises(ValueError, match="non-negative"):
+    metrics.classwise_ece(P, Y, class_weights=np.array([2.0, -1.0]))
+  with pytest.raises(ValueError, match="m must be an integer >= 1"):
+    utility.sample_decision(KEY, 0, 3, 2)
+  with pytest.raises(ValueError, match="non-finite"):
+    utility.ecdf(np.array([np.nan]))
+  with pytest.raises(ValueError, match="binning must be one of"):
+    metrics.conf_ce_corr(P, Y, binning=None)
+  with pytest.raises(ValueError, match="binning must be one of"):
+    metrics.bin_ids(P[:, 0], 2, None)
+
+
+def test_traced_bin_counts_need_max_bins():
+  # a traced bin count used to size per-bin arrays at n, silently (9.7 s for 199 counts)
+  with pytest.raises(ValueError, match="max_bins"):
+    jax.vmap(lambda m: metrics.classwise_ce(P, Y, m))(jnp.arange(1, 4))
+  with pytest.raises(ValueError, match="max_bins"):
+    jax.jit(lambda m: metrics.conf_ece(P, Y, m))(jnp.array(3))
+
+
+BAD_UNDER_JIT = {
+  "nan": (NAN_P, Y),
+  "label": (P, np.array([0, 2, 1, 0])),
+  "rows 0.9": (P * 0.9, Y),
+  "negative label": (P, np.array([0, -1, 1, 0])),
+}
+JIT_METRICS = {
+  "conf_ece": lambda p, y: metrics.conf_ece(p, y, 2),
+  "conf_ce": lambda p, y: metrics.conf_ce(p, y, 2),
+  "conf_ce_corr": lambda p, y: metrics.conf_ce_corr(p, y, np.array([1, 2])),
+  "classwise_ce": lambda p, y: metrics.classwise_ce(p, y, 2),
+  "classwise_ece": lambda p, y: metrics.classwise_ece(p, y, 2),
+  "ecce": lambda p, y: metrics.ecce(p, y, 2),
+  "brier": scores.brier,
+  "log_loss": scores.log_loss,
+  "spherical": scores.spherical,
+  "classification_error": scores.classification_error,
+  "confidence_loss": scores.confidence_loss,
+  "brier per sample": functools.partial(scores.brier, per_sample=True),
+  "decompose": scores.decompose,
+  "uc": lambda p, y: utility.uc(p, y, utility.top_class()).value,
+  "uc_class": lambda p, y: utility.uc_class(p, y, "tce"),
+  "reliability": lambda p, y: metrics.reliability_stats(p, y, 2).accuracy,
+}
+
+
+@pytest.mark.parametrize("name", list(JIT_METRICS))
+def test_invalid_values_under_jit_give_nan_not_a_number(name):
+  f = jax.jit(JIT_METRICS[name])
+  for bad, (p, y) in BAD_UNDER_JIT.items():
+    out = jax.tree_util.tree_leaves(f(p, y))
+    assert all(np.all(np.isnan(np.asarray(o))) for o in out), (name, bad, out)
+  good = jax.tree_util.tree_leaves(f(P, Y))
+  assert all(np.all(np.isfinite(np.asarray(o))) for o in good), name
+
+
+def test_invalid_values_under_vmap_poison_only_their_data_set():
+  ps = np.stack([P, P * 0.5, P])
+  ys = np.stack([Y, Y, np.array([0, 3, 1, 0])])
+  out = np.asarray(jax.vmap(lambda p, y: metrics.classwise_ce(p, y, 2))(ps, ys))
+  assert np.isfinite(out[0]) and np.isnan(out[1]) and np.isnan(out[2])
+  np.testing.assert_allclose(out[0], metrics.classwise_ce(P, Y, 2), rtol=1e-6)
+
+
+# --------------------------------------------------------------------------
+# The command line: one line on stderr, exit status 2, no traceback
+# --------------------------------------------------------------------------
+
+DEFAULT = str(data.DEFAULT_PREDICTIONS)
+
+CLI_CASES = [
+  ("m negative", ["sweep", DEFAULT, "--m", "-5", "--out", "{tmp}/s.json"], r"--m: expected an integer >= 1, got -5"),
+  ("m not a number", ["sweep", DEFAULT, "--m", "many", "--out", "{tmp}/s.json"], r"--m: expected an integer"),
+  ("chunk size 0", ["sweep", DEFAULT, "--chunk-size", "0", "--out", "{tmp}/s.json"], r"--chunk-size"),
+  ("bins 0", ["report", DEFAULT, "--bins", "0", "--out", "{tmp}/r"], r"--bins: expected an integer >= 1"),
+  ("utilities negative", ["report", "--utilities", "-1", "--out", "{tmp}/r"], r"--utilities"),
+  ("unknown family", ["sweep", DEFAULT, "--family", "cubic", "--out", "{tmp}/s.json"], r"invalid choice"),
+  ("no command", [], r"required: command"),
+  ("missing file", ["report", "{tmp}/missing.npz", "--out", "{tmp}/r"], r"predictions not found"),
+  ("empty file", ["report", "{tmp}/empty.npz", "--out", "{tmp}/r"], r"not a valid .npz file"),
+  ("truncated file", ["sweep", "{tmp}/trunc.npz", "--out", "{tmp}/s.json"], r"not a valid .npz file"),
+  ("wide labels", ["report", "{tmp}/wide.npz", "--out", "{tmp}/r"], r"labels must lie in \[0, 2\)"),
+  ("nan logits", ["report", "{tmp}/nan.npz", "--out", "{tmp}/r"], r"non-finite"),
+  ("no labels", ["sweep", "{tmp}/nolabels.npz", "--out", "{tmp}/s.json"], r"no labels"),
+  ("unknown split", ["report", DEFAULT, "--split", "train", "--out", "{tmp}/r"], r"no predictions found"),
+  ("report out is a file", ["report", "--out", "{tmp}/empty.npz"], r"exists and is a file"),
+  ("report out under a file", ["report", "--out", "{tmp}/empty.npz/r"], r"is a file, not a folder"),
+  ("sweep out under a file", ["sweep", DEFAULT, "--out", "{tmp}/empty.npz/s.json"], r"is a file, not a folder"),
+  ("sweep out exists", ["sweep", DEFAULT, "--out", "{tmp}/exists.json"], r"exists; pass --force"),
+  ("sweep out extension", ["sweep", DEFAULT, "--out", "{tmp}/s.txt"], r"use a .json or .npz"),
+  ("sweep out is a folder", ["sweep", DEFAULT, "--out", "{tmp}/dir.json"], r"is a folder"),
+  ("recal out exists", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/exists.npz"], r"exists; pass --force"),
+  ("recal out extension", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.csv"], r"use a .npz"),
+  ("recal model under a file", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.npz", "--save-model", "{tmp}/empty.npz/m.npz"], r"--save-model.*is a file"),
+  ("recal options not JSON", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.npz", "--options", "{normalize: false}"], r"--options is not valid JSON"),
+  ("recal options a list", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.npz", "--options", "[1, 2]"], r"--options must be a JSON object"),
+  ("recal unknown option", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.npz", "--options", '{"max_iters": 3}'], r"max_iters"),
+  ("recal unknown method", ["recalibrate", "nope", DEFAULT, DEFAULT, "--out", "{tmp}/o.npz"], r"unknown recalibration method"),
+  ("recal logits vs probs", ["recalibrate", "temperature", DEFAULT, "{tmp}/probs.npz", "--out", "{tmp}/o.npz", "--test-split", "test"], r"calibration file holds logits but the test file holds probabilities"),
+]  # fmt: skip
+
+
+@pytest.fixture
+def cli_files(tmp_path, monkeypatch):
+  from jaxcal._src import cli
+
+  monkeypatch.setattr(cli, "enable_compilation_cache", lambda: None)
+  (tmp_path / "empty.npz").write_bytes(b"")
+  np.savez(tmp_path / "good.npz", logits=np.zeros((4, 2), np.float32), labels=Y)
+  raw = (tmp_path / "good.npz").read_bytes()
+  (tmp_path / "trunc.npz").write_bytes(raw[: len(raw) // 2])
+  np.savez(tmp_path / "wide.npz", logits=np.zeros((4, 2), np.float32), labels=WIDE)
+  np.savez(tmp_path / "nan.npz", logits=NAN_P, labels=Y)
+  np.savez(tmp_path / "nolabels.npz", logits=P)
+  x, y = data.default_predictions("test")
+  np.savez(tmp_path / "probs.npz", probs=np.asarray(jax.nn.softmax(x[:50])), labels=y[:50])
+  (tmp_path / "exists.json").write_text("{}")
+  (tmp_path / "exists.npz").write_bytes(raw)
+  (tmp_path / "dir.json").mkdir()
+  return tmp_path
+
+
+@pytest.mark.parametrize("argv,match", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
+def test_cli_user_error_is_one_line_and_exit_2(cli_files, capsys, argv, match):
+  import re
+
+  from jaxcal._src import cli
+
+  args = [a.replace("{tmp}", str(cli_files)) for a in argv]
+  try:
+    status = cli.main(args)
+  except SystemExit as e:  # argparse errors
+    status = e.code
+  assert status == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+  assert re.search(match, err), err
