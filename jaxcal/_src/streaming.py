@@ -71,8 +71,8 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
-from jaxcal._src import validation as V
 from jaxcal._src import scores as S
+from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import (
   ReliabilityStats,
   _confidence_parts,
