@@ -2,23 +2,37 @@
 recalibration for multiclass classifiers, as functional JAX.
 
 Submodules: ``metrics``, ``scores``, ``utility``, ``recalibrate``,
-``dominance``, ``data``, ``plots``, ``train``. They load on first access, so
-``import jaxcal`` stays cheap (matplotlib, flax and optax are only imported
-by the parts that need them).
+``dominance``, ``data``, ``plots``, ``train``, ``streaming``, ``study``. They
+load on first access, so ``import jaxcal`` stays cheap (matplotlib, flax and
+optax are only imported by the parts that need them). ``jaxcal.evaluate`` is
+``jaxcal.study.evaluate``: a whole study in one call.
 """
 
 import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("data", "dominance", "metrics", "plots", "recalibrate", "scores", "train", "utility")
+_SUBMODULES = (
+  "data",
+  "dominance",
+  "metrics",
+  "plots",
+  "recalibrate",
+  "scores",
+  "streaming",
+  "study",
+  "train",
+  "utility",
+)
 
-__all__ = list(_SUBMODULES) + ["__version__"]
+__all__ = list(_SUBMODULES) + ["evaluate", "__version__"]
 
 
 def __getattr__(name):
   if name in _SUBMODULES:
     return importlib.import_module(f"jaxcal.{name}")
+  if name == "evaluate":
+    return importlib.import_module("jaxcal.study").evaluate
   raise AttributeError(f"module 'jaxcal' has no attribute {name!r}")
 
 

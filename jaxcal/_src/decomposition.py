@@ -16,7 +16,6 @@ by its sum. This module imports no recalibrator.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
@@ -28,7 +27,7 @@ from jaxcal._src import isotonic as iso
 from jaxcal._src import validation as V
 from jaxcal._src.scores import LOG_CLIP
 
-__all__ = ["Decomposition", "decompose", "classwise_fits"]
+__all__ = ["Decomposition", "decompose", "decompose_core", "classwise_fits"]
 
 _SCORES = ("brier", "log")
 _MODES = ("classwise", "normalized")
@@ -50,49 +49,75 @@ class Decomposition(NamedTuple):
   unc: jax.Array
 
 
-def classwise_fits(probs: jax.Array, onehot: jax.Array) -> jax.Array:
+def classwise_fits(
+  probs: jax.Array, onehot: jax.Array, where: jax.Array | None = None
+) -> jax.Array:
   """In-sample isotonic fit of every column of ``onehot`` on the same column of ``probs``.
 
   Args:
     probs: ``(n, C)`` class scores.
     onehot: ``(n, C)`` 0/1 outcomes.
+    where: optional ``(n,)`` bool sample mask: masked-out samples get zero
+      weight (they do not move the fit; their fitted value is the fitted
+      step function at their score).
 
   Returns:
     ``(n, C)`` fitted values (ties in a column get equal values).
   """
-  fit = jax.vmap(lambda p, t: iso.isotonic_fit_sorted(p, t).fitted, in_axes=(1, 1), out_axes=1)
+  if where is None:
+    fit = jax.vmap(lambda p, t: iso.isotonic_fit_sorted(p, t).fitted, in_axes=(1, 1), out_axes=1)
+    return fit(probs, onehot)
+  w = where.astype(probs.dtype)
+  fit = jax.vmap(lambda p, t: iso.isotonic_fit_sorted(p, t, w).fitted, in_axes=(1, 1), out_axes=1)
   return fit(probs, onehot)
 
 
-def _mean_score(q: jax.Array, onehot: jax.Array, score: str, classwise: bool) -> jax.Array:
+def _mean(x: jax.Array, where: jax.Array | None) -> jax.Array:
+  if where is None:
+    return jnp.mean(x)
+  return jnp.sum(jnp.where(where, x, 0.0)) / jnp.sum(where).astype(x.dtype)
+
+
+def _mean_score(
+  q: jax.Array, onehot: jax.Array, score: str, classwise: bool, where: jax.Array | None = None
+) -> jax.Array:
   c = q.shape[-1]
   if score == "brier":
-    return jnp.mean(jnp.sum((q - onehot) ** 2, axis=-1)) / c
+    return _mean(jnp.sum((q - onehot) ** 2, axis=-1), where) / c
   if classwise:  # mean over classes of the binary log loss of each column
     q = jnp.clip(q, 0.0, 1.0)
     ll = -(
       onehot * jnp.log(jnp.maximum(q, LOG_CLIP))
       + (1 - onehot) * jnp.log(jnp.maximum(1 - q, LOG_CLIP))
     )
-    return jnp.mean(jnp.sum(ll, axis=-1)) / c
+    return _mean(jnp.sum(ll, axis=-1), where) / c
   qy = jnp.sum(q * onehot, axis=-1)
-  return jnp.mean(-jnp.log(jnp.maximum(qy, LOG_CLIP)))
+  return _mean(-jnp.log(jnp.maximum(qy, LOG_CLIP)), where)
 
 
-@functools.partial(jax.jit, static_argnames=("score", "mode"))
-def _decompose(p: jax.Array, y: jax.Array, score: str, mode: str) -> Decomposition:
+def decompose_core(
+  p: jax.Array, y: jax.Array, score: str, mode: str, where: jax.Array | None = None
+) -> Decomposition:
+  """Unvalidated, traceable core of :func:`decompose`; ``where`` selects samples."""
   c = p.shape[-1]
   onehot = jax.nn.one_hot(y, c, dtype=p.dtype)
-  fit = classwise_fits(p, onehot)
+  fit = classwise_fits(p, onehot, where)
   if mode == "normalized":
     s = jnp.sum(fit, axis=-1, keepdims=True)
     fit = fit / jnp.where(s > 0, s, 1)
   classwise = mode == "classwise"
-  ref = jnp.broadcast_to(jnp.mean(onehot, axis=0), p.shape)
-  s_pred = _mean_score(p, onehot, score, classwise)
-  s_fit = _mean_score(fit, onehot, score, classwise)
-  s_ref = _mean_score(ref, onehot, score, classwise)
+  if where is None:
+    freq = jnp.mean(onehot, axis=0)
+  else:
+    freq = jnp.sum(jnp.where(where[:, None], onehot, 0.0), axis=0) / jnp.sum(where).astype(p.dtype)
+  ref = jnp.broadcast_to(freq, p.shape)
+  s_pred = _mean_score(p, onehot, score, classwise, where)
+  s_fit = _mean_score(fit, onehot, score, classwise, where)
+  s_ref = _mean_score(ref, onehot, score, classwise, where)
   return Decomposition(score=s_pred, mcb=s_pred - s_fit, dsc=s_ref - s_fit, unc=s_ref)
+
+
+_decompose = jax.jit(decompose_core, static_argnames=("score", "mode"))
 
 
 def decompose(

@@ -207,40 +207,50 @@ def _spans_processes(x) -> bool:
 
 
 def process_shards(
-  mesh: Mesh, axis: str | tuple[str, ...] | None, *arrays: jax.Array
+  mesh: Mesh, axis: str | tuple[str, ...] | None, *arrays: ArrayLike, row_axis: int = 0
 ) -> tuple[tuple[jax.Array, ...], jax.Array]:
   """Assembles each process's host-local arrays into global arrays, in process order.
 
-  Every process passes its own rows (``(n_p, ...)``, the same trailing
-  shape on all processes). The row counts are exchanged (one small
-  collective), each shard is padded to the largest (and to a multiple of
-  the process's devices on ``axis``) with copies of its first row, and the
-  global arrays are built with ``jax.make_array_from_process_local_data``,
-  sharded over ``axis`` along the rows. Also returns the global ``(N,)``
-  bool mask of real rows.
+  Every process passes its own rows along ``row_axis`` (the other axes the
+  same on all processes). The row counts are exchanged (one small
+  collective), each process's rows are padded to the largest count (and to
+  a multiple of its devices on ``axis``) with copies of its first row, and
+  the global arrays are built with
+  ``jax.make_array_from_process_local_data``, the rows sharded over
+  ``axis``. Also returns the global mask of real rows, shaped like the
+  arrays' axes up to ``row_axis``.
 
   Args:
     mesh: a mesh over every process's devices.
     axis: mesh axis (or axes) to shard the rows over.
     *arrays: host-local arrays with the same number of rows.
+    row_axis: the axis of the rows (samples).
 
   Returns:
     ``(global arrays, where)``.
   """
   from jax.experimental import multihost_utils
 
-  n = int(arrays[0].shape[0])
+  n = int(np.shape(arrays[0])[row_axis])
   sizes = np.asarray(multihost_utils.process_allgather(np.int32(n))).reshape(-1)
+  names = (axis,) if isinstance(axis, str) else tuple(axis or ())
   local_devs = sum(d.process_index == jax.process_index() for d in mesh.devices.flat)
-  rows = -(-int(sizes.max()) // local_devs) * local_devs
-  sharding = NamedSharding(mesh, P(axis))
+  split = math.prod(mesh.shape[a] for a in names) * local_devs // mesh.devices.size
+  rows = -(-int(sizes.max()) // max(split, 1)) * max(split, 1)
+  spec = P(*([None] * row_axis + [axis]))
+  sharding = NamedSharding(mesh, spec)
   out = []
   for a in arrays:
     a = jnp.asarray(a)
-    pad = jnp.broadcast_to(a[:1], (rows - n,) + a.shape[1:])
-    out.append(jax.make_array_from_process_local_data(sharding, jnp.concatenate([a, pad])))
-  mask = jax.make_array_from_process_local_data(sharding, np.arange(rows) < n)
-  return tuple(out), mask
+    first = jax.lax.slice_in_dim(a, 0, 1, axis=row_axis)
+    shape = list(a.shape)
+    shape[row_axis] = rows - n
+    pad = jnp.broadcast_to(first, tuple(shape))
+    local = jnp.concatenate([a, pad], axis=row_axis)
+    out.append(jax.make_array_from_process_local_data(sharding, local))
+  lead = np.shape(arrays[0])[:row_axis]
+  mask = np.broadcast_to(np.arange(rows) < n, tuple(lead) + (rows,))
+  return tuple(out), jax.make_array_from_process_local_data(sharding, np.ascontiguousarray(mask))
 
 
 def _placed(x: jax.Array, sharding: NamedSharding) -> jax.Array:
