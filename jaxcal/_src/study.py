@@ -328,6 +328,10 @@ def _models(predictions: Any, labels: Any, names: Sequence[str] | None):
   if not xs:
     raise ValueError("predictions is empty: give at least one model")
   names = [f"model_{i}" for i in range(len(xs))] if names is None else list(names)
+  if len(names) != len(xs):
+    raise ValueError(
+      f"names must be unique and one per model: {len(names)} names for {len(xs)} models"
+    )
   return list(zip(names, xs, ys))
 
 
@@ -513,18 +517,28 @@ def _program(
 # --------------------------------------------------------------------------
 
 
-def _validate_stack(x, y, from_logits: bool, label: str) -> None:
-  """One validation of a padded ``(M, n, C)`` stack (2-D view) through the validation layer."""
-  x2 = x.reshape((-1, x.shape[-1]))
-  y1 = y.reshape((-1,))
+def _check(x2, y1, from_logits: bool) -> None:
+  if from_logits:
+    V.check_logits(x2, name="logits")
+    V.check_labels(y1, x2.shape[0], x2.shape[1])
+  else:
+    S.prepare(x2, y1)
+
+
+def _validate_stack(x, y, sizes: list[int], names: list[str], from_logits: bool) -> None:
+  """One validation of a padded ``(M, n, C)`` stack (its 2-D view) through the validation layer.
+
+  On failure, the models are checked one by one to name the first bad one.
+  """
   try:
-    if from_logits:
-      V.check_logits(x2, name="logits")
-      V.check_labels(y1, x2.shape[0], x2.shape[1])
-    else:
-      S.prepare(x2, y1)
+    _check(x.reshape((-1, x.shape[-1])), y.reshape((-1,)), from_logits)
   except ValueError as e:
-    raise ValueError(f"{label}: {e}") from None
+    for i, (k, name) in enumerate(zip(sizes, names)):
+      try:
+        _check(x[i, :k], y[i, :k], from_logits)
+      except ValueError as e_model:
+        raise ValueError(f"model {name!r}: {e_model}") from None
+    raise ValueError(f"models {names}: {e}") from None
 
 
 def _xp(*arrays):
@@ -605,6 +619,11 @@ def _put(a, sharding: NamedSharding):
   if isinstance(a, np.ndarray):
     return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
   return jax.device_put(a, sharding)
+
+
+def _max_bins_bucket(max_bins: int) -> int:
+  """The static bin bound, rounded up to a power of two so new bin arrays reuse the program."""
+  return 1 << max(0, int(max_bins) - 1).bit_length()
 
 
 def _uc_chunk(kind: str, n: int, c: int, local: int, chunk_size: int | None) -> int:
@@ -726,11 +745,11 @@ def evaluate(
         "in a multi-process run pass one stack (M, n_local, C) of this process's rows, or "
         "global jax.Arrays; a list or dict of host-local arrays is not supported"
       )
+    num_models = len(entries)
     model_names = [str(e[0]) for e in entries]
     groups = _list_stacks(entries, from_logits)
   model_names = [str(s) for s in model_names]
-  num_models = len(model_names)
-  if len(set(model_names)) != num_models:
+  if len(set(model_names)) != num_models or len(model_names) != num_models:
     raise ValueError(f"model names must be unique and one per model, got {model_names}")
 
   if mesh is None:
@@ -749,7 +768,7 @@ def evaluate(
     us = _utilities_for(ubatches, c)
     for st in stacks:
       names_here = [model_names[i] for i in st.index]
-      _validate_stack(st.x, st.y, from_logits, f"models {names_here}")
+      _validate_stack(st.x, st.y, st.sizes, names_here, from_logits)
       if quantile and int(bins_np.max()) > min(st.sizes):
         small = [nm for nm, k in zip(names_here, st.sizes) if k < int(bins_np.max())]
         raise ValueError(
@@ -774,7 +793,7 @@ def evaluate(
         _put(np.asarray(SW._pad_rows(u.params, -(-u.batch_shape[0] // du) * du)), util_sharding)
         for u in us.values()
       ]
-      max_bins = B.resolve_max_bins(bins_np, n_rows, None)
+      max_bins = _max_bins_bucket(B.resolve_max_bins(bins_np, n_rows, None))
       masked = st.where is not None
       prog = _program(tuple(mets), max_bins, kinds, mesh, masked, bool(from_logits), mreal)
       w = _put(st.where, rows) if masked else jnp.zeros((), bool)
