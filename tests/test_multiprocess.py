@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
-from conftest import ROOT, load_cifar
+from conftest import load_cifar
 
 from jaxcal import metrics, scores, utility
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = pathlib.Path(__file__).parent / "_multiprocess_worker.py"
 TIMEOUT_S = 240
 

@@ -369,11 +369,23 @@ def _utilities_for(batches: dict[str, Any], num_classes: int) -> dict[str, F.Uti
   return out
 
 
-def _default_mesh(num_devices: int, min_group: int, has_utilities: bool) -> Mesh:
+def _default_mesh(num_devices: int, group_sizes: list[int], util_sizes: list[int]) -> Mesh:
+  """All devices as ``(models, utilities)``, shaped to balance the UC work.
+
+  Without utilities every device is on ``models``. With them, the shape
+  minimises the per-device UC work ``sum_groups ceil(M_g / dm) *
+  sum_batches ceil(U_b / du)`` (padding included), ties to the larger ``dm``.
+  """
   devs = np.array(jax.devices()[:num_devices])
-  if not has_utilities:
+  if not util_sizes:
     return Mesh(devs.reshape(-1, 1), ("models", "utilities"))
-  dm = max(d for d in range(1, num_devices + 1) if num_devices % d == 0 and d <= max(min_group, 1))
+
+  def cost(dm: int) -> int:
+    du = num_devices // dm
+    return sum(-(-g // dm) for g in group_sizes) * sum(-(-u // du) for u in util_sizes)
+
+  options = [d for d in range(1, num_devices + 1) if num_devices % d == 0]
+  dm = min(options, key=lambda d: (cost(d), -d))
   return Mesh(devs.reshape(dm, num_devices // dm), ("models", "utilities"))
 
 
@@ -753,8 +765,9 @@ def evaluate(
     raise ValueError(f"model names must be unique and one per model, got {model_names}")
 
   if mesh is None:
-    min_group = min(len(st.index) for sts in groups.values() for st in sts)
-    mesh = _default_mesh(len(jax.devices()), min_group, bool(ubatches))
+    sizes = [len(st.index) for sts in groups.values() for st in sts]
+    usizes = [u.batch_shape[0] for u in _utilities_for(ubatches, next(iter(groups))).values()]
+    mesh = _default_mesh(len(jax.devices()), sizes, usizes)
   dm, du = _mesh_sizes(mesh)
   ndev = dm * du
   has_u = "utilities" in mesh.axis_names
