@@ -96,7 +96,7 @@ def test_models_of_different_size_and_class_count_share_programs(logits):
   xs = {k: v[0] for k, v in models.items()}
   ys = {k: v[1] for k, v in models.items()}
   lin = {"lin": lambda c: utility.sample_linear(jax.random.key(2), 8, c)}
-  mets = BINNED + ["brier", "decompose:normalized", "uc_cwe"]
+  mets = ["conf_ce_corr", "classwise_ece", "brier", "decompose:normalized", "uc_cwe"]
   res = study.evaluate(xs, ys, mets, num_bins=BINS, utilities=lin, from_logits=True)
   assert res.models == tuple(models)
   progs = res.info["programs"]
@@ -104,7 +104,7 @@ def test_models_of_different_size_and_class_count_share_programs(logits):
   assert sorted(p["rows"] for p in progs) == [256, 320]
   for i, (name, (zz, yy)) in enumerate(models.items()):
     p = np.asarray(jax.nn.softmax(jnp.asarray(zz)))
-    for mname in BINNED:
+    for mname in ("conf_ce_corr", "classwise_ece"):
       np.testing.assert_allclose(
         res[mname][i], _loop(p, yy, mname, BINS), atol=ATOL, err_msg=f"{name} {mname}"
       )
@@ -120,10 +120,10 @@ def test_models_of_different_size_and_class_count_share_programs(logits):
 def test_padded_model_equals_unpadded(logits):
   """The same model alone (no padding) and in a bucket with a larger one (padded, masked)."""
   z, y = logits
-  mets = BINNED + ["conf_ce_corr:fixed", "spherical", "decompose", "uc_topk"]
+  mets = ["conf_ece", "conf_ce_corr", "classwise_ce", "ecce", "spherical", "decompose", "uc_topk"]
   alone = jaxcal.evaluate([z[0, :200]], [y[0, :200]], mets, num_bins=BINS, from_logits=True)
   assert alone.info["programs"][0]["rows"] == 224  # bucketed and padded even alone
-  exact = jaxcal.evaluate(z[:1, :224], y[:1, :224], mets, num_bins=BINS, from_logits=True)
+  exact = jaxcal.evaluate(z[1:2, :224], y[1:2, :224], mets, num_bins=BINS, from_logits=True)
   both = jaxcal.evaluate(
     [z[0, :200], z[1, :224]], [y[0, :200], y[1, :224]], mets, num_bins=BINS, from_logits=True
   )
