@@ -94,16 +94,24 @@ def _conf_core(p, y, m, *, binning, max_bins, kind, where=None):
   ``where``: optional ``(n,)`` bool sample mask; masked-out samples are
   treated exactly as if absent (``n`` becomes the number of True entries).
   """
-  n = _count(where, p.shape[0], p.dtype)
   r, c = _confidence_parts(p)
-  z = r == y
+  return _conf_from_scores(c, r == y, m, binning=binning, max_bins=max_bins, kind=kind, where=where)
+
+
+def _conf_from_scores(c, z, m, *, binning, max_bins, kind, where=None):
+  """Top-label error from confidences ``c`` and correctness ``z`` (bool), ``(n,)`` each.
+
+  The part of :func:`_conf_core` after the top label; the streaming
+  records (which keep only ``c`` and ``z``) call it too.
+  """
+  n = _count(where, c.shape[0], c.dtype)
   sums = B.binned_residual_sums(c, z, m, binning, max_bins, where=where).sums
   if kind == "ece":
     return _l1(sums, n)
   ce = _sq(sums, n)
   if kind == "ce_corr":
     wrong = ~z if where is None else where & ~z
-    ce = ce + jnp.sum(wrong, dtype=jnp.int32).astype(p.dtype) / n / n
+    ce = ce + jnp.sum(wrong, dtype=jnp.int32).astype(c.dtype) / n / n
   return ce
 
 

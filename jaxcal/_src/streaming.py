@@ -73,14 +73,10 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
+from jaxcal._src import calibration_errors as CE
 from jaxcal._src import scores as S
 from jaxcal._src import validation as V
-from jaxcal._src.calibration_errors import (
-  ReliabilityStats,
-  _confidence_parts,
-  _l1,
-  _sq,
-)
+from jaxcal._src.calibration_errors import ReliabilityStats, _confidence_parts
 
 __all__ = [
   "FixedBins",
@@ -854,61 +850,56 @@ class Records:
     return self.conf[:n], self.hit[:n]
 
   def compute(self, num_bins: ArrayLike = 15, binning: str = "quantile") -> dict[str, jax.Array]:
-    """Binned errors of the recorded samples, exactly the one-shot values (eager).
+    """Binned errors of the recorded samples, as the one-shot functions compute them.
+
+    One compiled program per capacity (the buffer is masked beyond
+    ``count``), so it also runs inside ``jax.jit``; there an overflowed
+    buffer gives NaN, eagerly it raises.
 
     Args:
-      num_bins: bin count, or an int array of them.
+      num_bins: a bin count, or a concrete int array of them.
       binning: ``"quantile"`` (default) or ``"fixed"``.
 
     Returns:
       dict with ``conf_ece``, ``conf_ce``, ``conf_ce_corr`` (and, for
-      ``kind="full"``, ``classwise_ce``, ``classwise_ece``), each as the
-      one-shot function of :mod:`jaxcal.metrics` with this ``binning``.
+      ``kind="full"``, ``classwise_ce``, ``classwise_ece``), each equal to
+      the one-shot function of :mod:`jaxcal.metrics` with this ``binning``
+      on the recorded samples, shaped like ``num_bins``.
     """
-    from jaxcal._src import calibration_errors as CE
-
     binning = V.check_binning(binning)
-    if self.kind == "full":
-      p, y = self.data()
-      return {
-        name: getattr(CE, name)(p, y, num_bins, binning)
-        for name in ("conf_ece", "conf_ce", "conf_ce_corr", "classwise_ce", "classwise_ece")
-      }
-    c, z = self.data()
-    return _top_label_errors(c, z, num_bins, binning)
+    counts, shape = _bin_counts(num_bins)
+    if V.is_concrete(self.count):
+      n = self._checked_count()
+      if binning == "quantile" and max(counts) > n:
+        raise ValueError(
+          f"too few samples for the bins: quantile binning with num_bins = {max(counts)} "
+          f"needs at least that many samples, got {n} records"
+        )
+    bins = jnp.asarray(counts, jnp.int32)
+    out = _records_compute(self, bins, binning, max(counts))
+    return {k: v.reshape(shape) for k, v in out.items()}
 
 
-def _top_label_errors(c, z, num_bins, binning) -> dict[str, jax.Array]:
-  """ConfECE, ConfCE and ConfCE_corr from confidences and correctness (eager)."""
-  n = c.shape[0]
-  m = V.check_num_bins(num_bins)
-  mb = B.resolve_max_bins(m, n, None)
-  mmax = m if isinstance(m, int) else int(np.max(np.asarray(m)))
-  if binning == "quantile" and mmax > n:
-    raise ValueError(
-      f"too few samples for the bins: quantile binning with num_bins = {mmax} "
-      f"needs at least that many samples, got n = {n}"
-    )
-  return _top_label_jit(c, z, jnp.asarray(m, jnp.int32), binning, mb)
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _records_compute(state: Records, bins: jax.Array, binning: str, max_bins: int):
+  from jaxcal._src.study import binned_errors  # the study's per-model core, one home
 
+  w = jnp.arange(state.capacity) < jnp.minimum(state.count, state.capacity)
+  if state.kind == "full":
+    names = ("conf_ece", "conf_ce", "conf_ce_corr", "classwise_ce", "classwise_ece")
+    out = binned_errors(state.probs, state.labels, w, bins, names, binning, max_bins)
+  else:
 
-@functools.partial(jax.jit, static_argnums=(3, 4))
-def _top_label_jit(c, z, m, binning, max_bins):
-  n = c.shape[0]
+    def one(kind):
+      def f(m):
+        return CE._conf_from_scores(
+          state.conf, state.hit, m, binning=binning, max_bins=max_bins, kind=kind, where=w
+        )
 
-  def one(mm):
-    sums = B.binned_residual_sums(c, z, mm, binning, max_bins).sums
-    ce = _sq(sums, n)
-    return _l1(sums, n), ce, ce + (1.0 - jnp.mean(z)) / float(n)
+      return jax.vmap(f)(bins)
 
-  flat = jnp.reshape(m, (-1,))
-  ece, ce, corr = jax.vmap(one)(flat)
-  shape = jnp.shape(m)
-  return {
-    "conf_ece": ece.reshape(shape),
-    "conf_ce": ce.reshape(shape),
-    "conf_ce_corr": corr.reshape(shape),
-  }
+    out = {"conf_ece": one("ece"), "conf_ce": one("ce"), "conf_ce_corr": one("ce_corr")}
+  return {k: jnp.where(state.overflow, jnp.nan, v) for k, v in out.items()}
 
 
 # --------------------------------------------------------------------------

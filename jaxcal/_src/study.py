@@ -58,7 +58,14 @@ from jaxcal._src.decomposition import decompose_core
 from jaxcal._src.utility import families as F
 from jaxcal._src.utility import sweep as SW
 
-__all__ = ["evaluate", "StudyResult", "METRICS", "DEFAULT_METRICS", "size_bucket"]
+__all__ = [
+  "evaluate",
+  "StudyResult",
+  "METRICS",
+  "DEFAULT_METRICS",
+  "size_bucket",
+  "binned_errors",
+]
 
 # name -> (family, kind, default binning)
 _BINNED = {
@@ -425,6 +432,38 @@ def _binned(p, y, w, bins, spec, max_bins, weights):
     return _call_core(core, p, y, m, *rest, w=w, max_bins=max_bins, **static)
 
   return jax.vmap(one)(bins)
+
+
+def binned_errors(
+  p: jax.Array,
+  y: jax.Array,
+  where: jax.Array | None,
+  bins: jax.Array,
+  names: Sequence[str],
+  binning: str | None,
+  max_bins: int,
+) -> dict[str, jax.Array]:
+  """Binned errors ``names`` of one data set at every bin count of ``bins`` (traceable).
+
+  Args:
+    p: ``(n, C)`` probabilities.
+    y: ``(n,)`` labels.
+    where: ``(n,)`` bool sample mask or ``None``.
+    bins: ``(K,)`` int32 bin counts, each in ``[1, max_bins]``.
+    names: metric names of :data:`METRICS`'s binned errors.
+    binning: ``"fixed"``/``"quantile"`` for all, or ``None`` for each one's default.
+    max_bins: static bound.
+
+  Returns:
+    dict name -> ``(K,)``.
+  """
+  c = p.shape[-1]
+  weights = jnp.full((c,), 1.0 / c, p.dtype)
+  out = {}
+  for name in names:
+    fam, kind, default = _BINNED[name]
+    out[name] = _binned(p, y, where, bins, (fam, kind, binning or default), max_bins, weights)
+  return out
 
 
 def _scalar_metrics(p, y, w, bins, metrics, max_bins):
