@@ -135,15 +135,15 @@ def _check_where(where: Any, n: int) -> jax.Array:
 
 def _bin_counts(num_bins: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
   """Static ``(flat tuple of bin counts, shape)`` from an int or a concrete int array."""
-  m = V.check_num_bins(num_bins)
-  if not V.is_concrete(m):
+  if isinstance(num_bins, jax.core.Tracer):
     raise ValueError(
       "num_bins of a streaming state must be concrete (a Python int or an array of ints "
       "known when the state is created), not a traced value"
     )
+  m = V.check_num_bins(num_bins)
   if isinstance(m, int):
     return (m,), ()
-  a = np.asarray(m)
+  a = np.asarray(num_bins)  # concrete (checked above); not the traced copy made under jit
   if a.size == 0:
     raise ValueError("num_bins is an empty array; give at least one bin count")
   return tuple(int(v) for v in a.ravel()), tuple(a.shape)
