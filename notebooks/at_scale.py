@@ -99,7 +99,16 @@ def log_epoch(epoch, model, loss):
     state = eval_step(model, state, xb, yb, mb)
   out = state.compute()
   naive = np.mean([float(batch_ece(model, xb, yb)) for xb, yb in zip(xb_all[:-1], yb_all[:-1])])
-  history.append({"epoch": epoch, **{k: float(out[k]) for k in ("conf_ece", "conf_ce_corr", "classwise_ce_fixed", "accuracy", "brier")}, "mean_batch_ece": naive})
+  history.append(
+    {
+      "epoch": epoch,
+      **{
+        k: float(out[k])
+        for k in ("conf_ece", "conf_ce_corr", "classwise_ce_fixed", "accuracy", "brier")
+      },
+      "mean_batch_ece": naive,
+    }
+  )
   print(
     f"epoch {epoch}: loss {loss:.3f}  acc {float(out['accuracy']):.4f}  "
     f"ConfECE {float(out['conf_ece']):.4f} (mean of per-batch ECEs {naive:.4f})  "
@@ -124,7 +133,9 @@ result = train.train_classifier(
 logits_test = train.predict(result.model, x_test)[0]
 p_test = jax.nn.softmax(jnp.asarray(logits_test))
 last = history[-1]
-print(f"ConfECE      streaming {last['conf_ece']:.6f}  one-shot {float(metrics.conf_ece(p_test, y_test)):.6f}")
+print(
+  f"ConfECE      streaming {last['conf_ece']:.6f}  one-shot {float(metrics.conf_ece(p_test, y_test)):.6f}"
+)
 print(
   f"ConfCE_corr  streaming {last['conf_ce_corr']:.6e}  one-shot {float(metrics.conf_ce_corr(p_test, y_test)):.6e}"
 )
@@ -161,16 +172,18 @@ print(f"{len(names)} models in {time.time() - t0:.1f} s; programs: {len(res.info
 print(res.summary(15))
 
 # %% [markdown]
-# Each array is model × bin count (or × utility). The truthful ConfCE_corr
-# keeps the order of the models as the bin count changes; the usual ConfECE
-# is far more sensitive to it. Here: the Spearman correlation, across the 12
-# models, between each error at 5 and at 50 bins.
+# Each array is model × bin count (or × utility), so questions across models
+# and bin counts are array operations. For instance, how much the ranking of
+# the 12 models by a top-label error changes between 5 and 50 bins (Spearman
+# correlation across models; the binning-robustness study of the truthful
+# errors paper, `experiments/binning_robustness.py`, does this properly, with
+# bootstrap intervals):
 
 # %%
 from jaxcal.dominance import rank_correlation
 
 j5, j50 = list(bins).index(5), list(bins).index(50)
-for k in ("conf_ece", "conf_ce_corr", "classwise_ce"):
+for k in ("conf_ece", "conf_ce_corr"):
   rho = float(rank_correlation(res[k][:, j5], res[k][:, j50]))
   print(f"{k:13s} Spearman(5 bins, 50 bins) = {rho:+.3f}")
 rows = res.to_table()
