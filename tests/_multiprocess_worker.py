@@ -44,11 +44,10 @@ def main() -> None:
   merged = streaming.merge_across_processes(state)
   out["streaming"] = {k: np.asarray(v).tolist() for k, v in merged.compute().items()}
 
-  if hasattr(jaxcal, "evaluate"):
-    res = jaxcal.evaluate(
-      p[None], y[None], ["conf_ece", "conf_ce_corr", "brier"], num_bins=np.array([5, 15])
-    )
-    out["evaluate"] = res.to_dict()
+  res = jaxcal.evaluate(
+    p[None], y[None], ["conf_ece", "conf_ce_corr", "brier"], num_bins=np.array([5, 15])
+  )
+  out["evaluate"] = res.to_dict()
   with open(out_path, "w") as f:
     json.dump(out, f)
   jax.distributed.shutdown()

@@ -97,9 +97,8 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
     np.testing.assert_allclose(s["classwise_ece"], metrics.classwise_ece(p, y, bins), atol=1e-6)
     np.testing.assert_allclose(s["conf_ce_corr"], metrics.conf_ce_corr(p, y, bins), rtol=1e-6)
     np.testing.assert_allclose(s["brier"], scores.brier(p, y), rtol=1e-6)
-    if "evaluate" in r:
-      ev = r["evaluate"]["values"]
-      np.testing.assert_allclose(ev["conf_ece"][0], metrics.conf_ece(p, y, bins), atol=1e-6)
-      np.testing.assert_allclose(ev["conf_ce_corr"][0], metrics.conf_ce_corr(p, y, bins), atol=1e-6)
-      np.testing.assert_allclose(ev["brier"][0], scores.brier(p, y), rtol=1e-6)
+    ev = r["evaluate"]["values"]  # one model, its rows spread over the two processes
+    np.testing.assert_allclose(ev["conf_ece"][0], metrics.conf_ece(p, y, bins), atol=1e-6)
+    np.testing.assert_allclose(ev["conf_ce_corr"][0], metrics.conf_ce_corr(p, y, bins), atol=1e-6)
+    np.testing.assert_allclose(ev["brier"][0], scores.brier(p, y), rtol=1e-6)
   assert results[0]["uc_sweep"] == results[1]["uc_sweep"]  # identical on both hosts
