@@ -9,7 +9,6 @@ killed if the test fails; the port is taken free from the OS.
 """
 
 import json
-import os
 import pathlib
 import socket
 import subprocess
@@ -20,11 +19,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+from _cpu_devices import ROOT, cpu_devices_env
 from conftest import load_cifar
 
 from jaxcal import metrics, scores, utility
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = pathlib.Path(__file__).parent / "_multiprocess_worker.py"
 TIMEOUT_S = 240
 
@@ -36,12 +35,7 @@ def _free_port() -> int:
 
 
 def _run_two(data_path, tmp_path, devices_per_process):
-  env = dict(
-    os.environ,
-    JAX_PLATFORMS="cpu",
-    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}",
-    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-  )
+  env = cpu_devices_env(devices_per_process)
   port = str(_free_port())
   outs = [tmp_path / f"out{i}.json" for i in range(2)]
   procs = [

@@ -6,7 +6,6 @@ computes the references on its one device. Real data: 6 CIFAR-10 models,
 300 test samples each (6 models on 4 or 8 devices: the model axis is padded).
 """
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -17,11 +16,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+from _cpu_devices import ROOT, cpu_devices_env
 from conftest import load_cifar
 
 from jaxcal import metrics, scores, utility
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = pathlib.Path(__file__).parent / "_sharding_worker.py"
 BINS = np.array([2, 5, 15, 40])
 ATOL = 1e-6
@@ -46,12 +45,7 @@ def data(tmp_path_factory):
 
 
 def _run(path, out, devices):
-  env = dict(
-    os.environ,
-    JAX_PLATFORMS="cpu",
-    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-  )
+  env = cpu_devices_env(devices)
   res = subprocess.run(
     [sys.executable, str(WORKER), str(path), str(out)],
     env=env,

@@ -217,6 +217,35 @@ def _per_bin(values: jax.Array, ends: np.ndarray) -> jax.Array:
   return at[..., 1:] - at[..., :-1]
 
 
+class _Streaming:
+  """What every streaming state shares: ``update`` (validate, then ingest) and ``reduce``."""
+
+  def update(
+    self,
+    probs: ArrayLike,
+    labels: ArrayLike,
+    where: ArrayLike | None = None,
+    *,
+    from_logits: bool = False,
+  ) -> Any:
+    """Adds one batch (traceable: call it inside ``jax.jit``).
+
+    Args:
+      probs: ``(B, C)`` probabilities (logits with ``from_logits=True``).
+      labels: ``(B,)`` integer labels.
+      where: optional ``(B,)`` bool; ``False`` rows are ignored (as if absent).
+      from_logits: apply a softmax first.
+
+    Returns:
+      The updated state (validated once, however many parts it has).
+    """
+    return self._ingest(*_prepare(probs, labels, where, from_logits, self.num_classes))
+
+  def reduce(self) -> Any:
+    """Merges states stacked along a leading axis (e.g. after ``all_gather``) into one, in order."""
+    return _reduce_stack(self)
+
+
 # --------------------------------------------------------------------------
 # FixedBins
 # --------------------------------------------------------------------------
@@ -238,7 +267,7 @@ def _per_bin(values: jax.Array, ends: np.ndarray) -> jax.Array:
   meta_fields=["bin_counts", "bins_shape", "num_classes", "dtype_name"],
 )
 @dataclasses.dataclass(frozen=True)
-class FixedBins:
+class FixedBins(_Streaming):
   """Sufficient statistics of every fixed-bin error, for a set of bin counts.
 
   Top-label residuals ``c - z`` (``c = max p``, ``z = 1[y = argmax p]``) and
@@ -348,28 +377,6 @@ class FixedBins:
     """The ``(K,)`` interval thresholds (static, numpy)."""
     return interval_thresholds(self.bin_counts, self.dtype_name)
 
-  def update(
-    self,
-    probs: ArrayLike,
-    labels: ArrayLike,
-    where: ArrayLike | None = None,
-    *,
-    from_logits: bool = False,
-  ) -> FixedBins:
-    """Adds one batch (traceable: call it inside ``jax.jit``).
-
-    Args:
-      probs: ``(B, C)`` probabilities (logits with ``from_logits=True``).
-      labels: ``(B,)`` integer labels.
-      where: optional ``(B,)`` bool; ``False`` rows are ignored.
-      from_logits: apply a softmax first.
-
-    Returns:
-      The updated state.
-    """
-    p, y, w = _prepare(probs, labels, where, from_logits, self.num_classes)
-    return self._ingest(p, y, w)
-
   @jax.jit
   def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> FixedBins:
     p = p.astype(self.dtype_name)
@@ -410,28 +417,7 @@ class FixedBins:
 
   def merge(self, other: FixedBins) -> FixedBins:
     """The state of both data sets (associative and commutative; counts exact)."""
-    _check_same(self, other)
-    cw = (None, None, None)
-    if self.cw_hi is not None:
-      hi, lo = _add_pairs((self.cw_hi, self.cw_lo), (other.cw_hi, other.cw_lo))
-      cw = (hi, lo, self.cw_n + other.cw_n)
-    hi, lo = _add_pairs((self.conf_hi, self.conf_lo), (other.conf_hi, other.conf_lo))
-    return dataclasses.replace(
-      self,
-      count=self.count + other.count,
-      correct=self.correct + other.correct,
-      conf_hi=hi,
-      conf_lo=lo,
-      conf_n=self.conf_n + other.conf_n,
-      conf_z=self.conf_z + other.conf_z,
-      cw_hi=cw[0],
-      cw_lo=cw[1],
-      cw_n=cw[2],
-    )
-
-  def reduce(self) -> FixedBins:
-    """Merges a stack of states (leading axis, e.g. after ``all_gather``) into one."""
-    return _reduce_stack(self)
+    return _merge_sums(self, other, (("conf_hi", "conf_lo"), ("cw_hi", "cw_lo")))
 
   def compute(self, class_weights: ArrayLike | None = None) -> dict[str, jax.Array]:
     """Every fixed-bin error, each shaped like the state's ``num_bins``.
@@ -527,6 +513,17 @@ def _check_same(a: Any, b: Any) -> None:
     )
 
 
+def _merge_sums(a: Any, b: Any, pairs: tuple[tuple[str, str], ...]) -> Any:
+  """Leaf-wise sums of two states; the ``(hi, lo)`` pairs are added with TwoSum."""
+  _check_same(a, b)
+  fixes = {}
+  for hi, lo in pairs:
+    if getattr(a, hi) is not None:
+      pair_a, pair_b = (getattr(a, hi), getattr(a, lo)), (getattr(b, hi), getattr(b, lo))
+      fixes[hi], fixes[lo] = _add_pairs(pair_a, pair_b)
+  return dataclasses.replace(jax.tree.map(jnp.add, a, b), **fixes)
+
+
 def _reduce_stack(stacked: Any) -> Any:
   """Merges states stacked along a leading axis, in order."""
   leaves = jax.tree.leaves(stacked)
@@ -558,7 +555,7 @@ _PER_SAMPLE = (
   meta_fields=["num_classes"],
 )
 @dataclasses.dataclass(frozen=True)
-class Scores:
+class Scores(_Streaming):
   """Sums of proper scores, correct predictions, label counts and confusion counts.
 
   :meth:`compute` gives the means ``(1/n) sum_i S(p_i, y_i)`` of the Brier
@@ -604,17 +601,6 @@ class Scores:
     conf = jnp.zeros((c, c), jnp.int32) if confusion else None
     return cls(jnp.int32(0), jnp.int32(0), z, z, jnp.zeros((c,), jnp.int32), conf, c)
 
-  def update(
-    self,
-    probs: ArrayLike,
-    labels: ArrayLike,
-    where: ArrayLike | None = None,
-    *,
-    from_logits: bool = False,
-  ) -> Scores:
-    """Adds one batch (traceable). Arguments as for :meth:`FixedBins.update`."""
-    return self._ingest(*_prepare(probs, labels, where, from_logits, self.num_classes))
-
   @jax.jit
   def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> Scores:
     p = p.astype(self.hi.dtype)
@@ -641,22 +627,7 @@ class Scores:
 
   def merge(self, other: Scores) -> Scores:
     """The state of both data sets (associative and commutative)."""
-    _check_same(self, other)
-    hi, lo = _add_pairs((self.hi, self.lo), (other.hi, other.lo))
-    conf = None if self.confusion is None else self.confusion + other.confusion
-    return dataclasses.replace(
-      self,
-      count=self.count + other.count,
-      correct=self.correct + other.correct,
-      hi=hi,
-      lo=lo,
-      label_counts=self.label_counts + other.label_counts,
-      confusion=conf,
-    )
-
-  def reduce(self) -> Scores:
-    """Merges a stack of states (leading axis) into one."""
-    return _reduce_stack(self)
+    return _merge_sums(self, other, (("hi", "lo"),))
 
   def compute(self) -> dict[str, jax.Array]:
     """Means of the scores, accuracy, classification error, label frequencies (and confusion)."""
@@ -685,7 +656,7 @@ _KINDS = ("top_label", "full")
   meta_fields=["kind", "capacity", "num_classes"],
 )
 @dataclasses.dataclass(frozen=True)
-class Records:
+class Records(_Streaming):
   """Per-sample records in a buffer of static capacity: the exact path for sorted metrics.
 
   ``kind="top_label"`` keeps ``c_i = max p_i`` and ``z_i = 1[y_i = argmax p_i]``
@@ -749,17 +720,6 @@ class Records:
       num_classes=c,
     )
 
-  def update(
-    self,
-    probs: ArrayLike,
-    labels: ArrayLike,
-    where: ArrayLike | None = None,
-    *,
-    from_logits: bool = False,
-  ) -> Records:
-    """Appends one batch (traceable). Arguments as for :meth:`FixedBins.update`."""
-    return self._ingest(*_prepare(probs, labels, where, from_logits, self.num_classes))
-
   @jax.jit
   def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> Records:
     pos = self.count + jnp.cumsum(w.astype(jnp.int32)) - 1
@@ -805,10 +765,6 @@ class Records:
       capacity=cap,
       num_classes=self.num_classes,
     )
-
-  def reduce(self) -> Records:
-    """Concatenates a stack of buffers (leading axis) in order."""
-    return _reduce_stack(self)
 
   def _grown(self, capacity: int) -> Records:
     """The same records in a buffer of ``capacity >= self.capacity`` samples."""
@@ -913,7 +869,7 @@ def _records_compute(state: Records, bins: jax.Array, binning: str, max_bins: in
   meta_fields=[],
 )
 @dataclasses.dataclass(frozen=True)
-class Calibration:
+class Calibration(_Streaming):
   """Fixed-bin errors, scores and (optionally) exact records: what a training loop logs.
 
   :meth:`compute` returns one flat dict: ``conf_ece``, ``classwise_ece``,
@@ -970,16 +926,12 @@ class Calibration:
     recs = None if capacity is None else Records.empty(capacity, num_classes, records, dtype=dtype)
     return cls(bins, Scores.empty(num_classes, confusion=confusion, dtype=dtype), recs)
 
-  def update(
-    self,
-    probs: ArrayLike,
-    labels: ArrayLike,
-    where: ArrayLike | None = None,
-    *,
-    from_logits: bool = False,
-  ) -> Calibration:
-    """Adds one batch to every part (traceable; validated once)."""
-    p, y, w = _prepare(probs, labels, where, from_logits, self.bins.num_classes)
+  @property
+  def num_classes(self) -> int:
+    """``C``."""
+    return self.bins.num_classes
+
+  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> Calibration:
     recs = None if self.records is None else self.records._ingest(p, y, w)
     return dataclasses.replace(
       self, bins=self.bins._ingest(p, y, w), scores=self.scores._ingest(p, y, w), records=recs
@@ -991,10 +943,6 @@ class Calibration:
     return dataclasses.replace(
       self, bins=self.bins.merge(other.bins), scores=self.scores.merge(other.scores), records=recs
     )
-
-  def reduce(self) -> Calibration:
-    """Merges a stack of states (leading axis) into one."""
-    return _reduce_stack(self)
 
   def compute(self) -> dict[str, jax.Array]:
     """One flat dict of every number this state can give (see the class docstring)."""
