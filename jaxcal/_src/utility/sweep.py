@@ -1,4 +1,7 @@
-"""Many utilities in one compiled call: chunked, sharded over devices and hosts (SPEC §6).
+"""Many utilities in one compiled call: chunked, sharded over devices and hosts.
+
+Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware Multiclass
+Calibration*, §4: the eCDF of ``UC`` over thousands of sampled utilities.
 
 :func:`uc_sweep` evaluates ``UC(f, u_m; S)`` for a batch of ``M`` utilities of
 one kind. What depends only on the data (the rows of ``p`` sorted for rank
@@ -112,6 +115,16 @@ def masked_uc(v: jax.Array, u: jax.Array, where: jax.Array | None = None) -> UCR
 
   Returns:
     :class:`~jaxcal.utility.UCResult` of the selected samples.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> v, u = jnp.array([0.9, 0.8, 0.6, 0.3, 0.5]), jnp.array([1.0, 0.0, 0.0, 0.0, 1.0])
+    >>> a = masked_uc(v, u, jnp.array([True, True, True, True, False])).value
+    >>> bool(jnp.allclose(a, masked_uc(v[:4], u[:4]).value))
+    True
+
+  Reference: Hegazy, Jordan & Dieuleveut (2025), Scalable Utility-Aware
+  Multiclass Calibration, eq. (3.2) (UC over intervals of predicted utility).
   """
   if where is None:
     return uc_from_scores(v, u)
@@ -311,7 +324,7 @@ def uc_sweep(
   and eq. (3.2).
   """
   p, y = _prepare_data(probs, labels, from_logits)
-  F.check_utility(utilities, p.shape[1], batched=True, name="utilities")
+  utilities = F.check_utility(utilities, p.shape[1], batched=True, name="utilities")
   m = utilities.batch_shape[0]
   if m == 0:
     raise ValueError("utilities is an empty batch (M = 0)")
@@ -356,9 +369,19 @@ def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
   ``cwe`` the ``C`` class-wise utilities ``e_c``, ``topk`` the ``C`` top-K
   utilities, ``comb = cwe ∪ topk`` (two batches).
 
+  Args:
+    name: ``"tce"``, ``"cwe"``, ``"topk"`` or ``"comb"``.
+    num_classes: ``C``.
+
+  Returns:
+    A tuple of utility batches (one, or two for ``"comb"``).
+
   Example:
     >>> [u.params.shape for u in family("comb", 5)]
     [(5, 5), (5, 5)]
+
+  Reference: Hegazy, Jordan & Dieuleveut (2025), Scalable Utility-Aware
+  Multiclass Calibration, Examples 3.4 and 3.6, §5.
   """
   if name == "tce":
     return (F.Utility(F.top_class().params[None], "top_class"),)
@@ -410,8 +433,9 @@ def uc_class(
     >>> round(float(uc_class(p, jnp.array([0, 1, 1, 1]), "tce")), 4)
     0.275
 
-  Reference: utility_aware_multiclass_calibration, Examples 3.4 and 3.6,
-  §5 (U_comb); SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), Scalable Utility-Aware
+  Multiclass Calibration, Examples 3.4 and 3.6 (U_TCE, U_CWE, U_topK) and §5
+  (U_comb).
   """
   if family not in FAMILIES:
     raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
