@@ -803,9 +803,17 @@ def evaluate(
   if len(set(model_names)) != num_models or len(model_names) != num_models:
     raise ValueError(f"model names must be unique and one per model, got {model_names}")
 
+  us_by_c = {c: _utilities_for(ubatches, c) for c in groups}  # each function called once per C
+  for name in ubatches:
+    sizes_u = {c: us[name].batch_shape[0] for c, us in us_by_c.items()}
+    if len(set(sizes_u.values())) > 1:
+      raise ValueError(
+        f"utilities[{name!r}] must have the same number of utilities for every class count "
+        f"(one 'utility' axis in the result); got {sizes_u}"
+      )
   if mesh is None:
     sizes = [len(st.index) for sts in groups.values() for st in sts]
-    usizes = [u.batch_shape[0] for u in _utilities_for(ubatches, next(iter(groups))).values()]
+    usizes = [u.batch_shape[0] for u in next(iter(us_by_c.values())).values()]
     mesh = _default_mesh(len(jax.devices()), sizes, usizes)
   dm, du = _mesh_sizes(mesh)
   ndev = dm * du
@@ -817,7 +825,7 @@ def evaluate(
   values: dict[str, dict[int, np.ndarray]] = {}
   info: dict[str, Any] = {"mesh": dict(mesh.shape), "programs": []}
   for c, stacks in groups.items():
-    us = _utilities_for(ubatches, c)
+    us = us_by_c[c]
     for st in stacks:
       names_here = [model_names[i] for i in st.index]
       _validate_stack(st.x, st.y, st.sizes, names_here, from_logits)
