@@ -33,6 +33,7 @@ Nothing here runs on a GPU (none was lent to this work).
 
   python experiments/bench/study.py            # writes results/study.json
   python experiments/bench/study.py --quick    # small smoke run, results/study_quick.json
+  python experiments/bench/study.py --n 2000 --utilities 300 --name study_small  # smaller data
 """
 
 from __future__ import annotations
@@ -200,7 +201,8 @@ def main(argv=None) -> dict:
   p.add_argument("--devices", default="1,4,8")
   p.add_argument("--layouts", default="same_n,different_n")
   p.add_argument("--timeout", type=int, default=3600)
-  p.add_argument("--quick", action="store_true", help="2+1 models, n=600, 20 bins, 50 utilities")
+  p.add_argument("--quick", action="store_true", help="12 models, n=600, 20 bins, 50 utilities")
+  p.add_argument("--name", default=None, help="result file name (default study / study_quick)")
   args = p.parse_args(argv)
   if args.worker:
     print(json.dumps(worker(args)))
@@ -250,6 +252,7 @@ def main(argv=None) -> dict:
     "setup": {
       "models": list(MODELS[: args.models]),
       "n": args.n,
+      "step": args.step,
       "bins": f"2..{1 + args.bins}",
       "metrics": METRICS,
       "utilities_per_family": args.utilities,
@@ -261,7 +264,7 @@ def main(argv=None) -> dict:
     "load_avg_at_end": list(os.getloadavg()),
     **info,
   }
-  path = write_result("study_quick" if args.quick else "study", out)
+  path = write_result(args.name or ("study_quick" if args.quick else "study"), out)
   print(f"wrote {path}")
   return out
 
