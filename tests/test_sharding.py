@@ -58,7 +58,7 @@ def _run(path, out, devices):
   return dict(np.load(out))
 
 
-@pytest.mark.parametrize("devices", [4, pytest.param(8, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("devices", [4, 8])
 def test_sharded_equals_one_device(data, tmp_path, devices):
   z, y, path = data
   got = _run(path, tmp_path / "out.npz", devices)

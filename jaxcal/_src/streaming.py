@@ -964,10 +964,10 @@ def merge_across_processes(state: Any) -> Any:
   """The union of every ``jax.distributed`` process's state, on every process.
 
   Each process passes its own state (same configuration on all); the states
-  are gathered with a device collective
-  (``jax.experimental.multihost_utils.process_allgather``) and merged in
-  process order, so :class:`Records` hold process 0's samples first. With
-  one process the state is returned unchanged.
+  are gathered device to device (an XLA all-gather over one device per
+  process, nothing through the host) and merged in process order, so
+  :class:`Records` hold process 0's samples first. With one process the
+  state is returned unchanged.
 
   Args:
     state: a :class:`FixedBins`, :class:`Scores`, :class:`Records` or
@@ -991,5 +991,30 @@ def merge_across_processes(state: Any) -> Any:
     caps = multihost_utils.process_allgather(np.int32(recs.capacity))
     grown = recs._grown(int(np.max(caps)))
     state = grown if isinstance(state, Records) else dataclasses.replace(state, records=grown)
-  stacked = multihost_utils.process_allgather(state, tiled=False)
-  return _reduce_stack(jax.tree.map(jnp.asarray, stacked))
+  return _reduce_stack(_stack_processes(state))
+
+
+def _stack_processes(tree: Any) -> Any:
+  """Every process's ``tree`` stacked along a new leading axis, on this process's device.
+
+  Device to device: each leaf becomes one slice of a global array over one
+  device per process, a compiled identity replicates it (XLA's all-gather),
+  and this process keeps its local replica. Nothing goes through the host.
+  """
+  from jax.sharding import Mesh, NamedSharding
+  from jax.sharding import PartitionSpec as P
+
+  first = {}
+  for d in jax.devices():
+    first.setdefault(d.process_index, d)
+  mesh = Mesh(np.array([first[i] for i in sorted(first)]), ("processes",))
+  rows = NamedSharding(mesh, P("processes"))
+  local = first[jax.process_index()]
+
+  def gather(leaf):
+    x = jax.device_put(jnp.asarray(leaf)[None], local)
+    g = jax.make_array_from_process_local_data(rows, x)
+    rep = jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, P()))(g)
+    return rep.addressable_data(0)
+
+  return jax.tree.map(gather, tree)
