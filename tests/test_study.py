@@ -127,9 +127,18 @@ def test_padded_model_equals_unpadded(logits):
   both = jaxcal.evaluate(
     [z[0, :200], z[1, :224]], [y[0, :200], y[1, :224]], mets, num_bins=BINS, from_logits=True
   )
+  # device arrays are padded and stacked on the device: the same numbers
+  on_device = jaxcal.evaluate(
+    [jnp.asarray(z[0, :200]), jnp.asarray(z[1, :224])],
+    [jnp.asarray(y[0, :200]), jnp.asarray(y[1, :224])],
+    mets,
+    num_bins=BINS,
+    from_logits=True,
+  )
   for k in mets:
     np.testing.assert_allclose(both[k][0], alone[k][0], atol=ATOL, err_msg=k)
     np.testing.assert_allclose(both[k][1], exact[k][0], atol=ATOL, err_msg=k)
+    np.testing.assert_array_equal(on_device[k], both[k], err_msg=k)
 
 
 def test_new_bins_array_of_same_length_reuses_the_program(logits):
