@@ -294,6 +294,8 @@ def test_bad_inputs():
     streaming.Records.empty(0, 3)
   with pytest.raises(ValueError, match="kind"):
     streaming.Records.empty(4, 3, kind="topk")
+  with pytest.raises(ValueError, match="float64 needs 64-bit JAX"):
+    streaming.FixedBins.empty(3, 5, dtype=jnp.float64)
   with pytest.raises(ValueError, match="not one of the state's bin counts"):
     st.reliability(7)
   with pytest.raises(ValueError, match="rows of probs must sum to 1"):

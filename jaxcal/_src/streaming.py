@@ -110,6 +110,19 @@ def _add_pairs(a: tuple, b: tuple) -> tuple[jax.Array, jax.Array]:
   return s, a[1] + b[1] + e
 
 
+def _check_dtype(dtype: Any) -> str:
+  """The name of a float32/float64 state dtype (float64 only with 64-bit JAX on)."""
+  name = jnp.dtype(dtype).name
+  if name not in ("float32", "float64"):
+    raise ValueError(f"dtype must be float32 or float64, got {name}")
+  if name == "float64" and not jax.config.read("jax_enable_x64"):
+    raise ValueError(
+      "dtype float64 needs 64-bit JAX: enable it (with jax.enable_x64(True): ...) or use "
+      "float32 (the sums are compensated either way)"
+    )
+  return name
+
+
 def _prepare(probs, labels, where, from_logits, num_classes):
   """Validated ``(p, y, where)`` of one batch for a state made for ``num_classes``."""
   p, y = S.prepare(probs, labels, from_logits)
@@ -351,9 +364,7 @@ class FixedBins(_Streaming):
     counts, shape = _bin_counts(num_bins)
     if not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
       raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
-    name = jnp.dtype(dtype).name
-    if name not in ("float32", "float64"):
-      raise ValueError(f"dtype must be float32 or float64, got {name}")
+    name = _check_dtype(dtype)
     k = interval_thresholds(counts, name).shape[0] + 1
     dt = jnp.dtype(dtype)
     zf = jnp.zeros((k,), dt)
@@ -597,7 +608,7 @@ class Scores(_Streaming):
     if not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
       raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
     c = int(num_classes)
-    z = jnp.zeros((len(_SCORE_NAMES),), dtype)
+    z = jnp.zeros((len(_SCORE_NAMES),), _check_dtype(dtype))
     conf = jnp.zeros((c, c), jnp.int32) if confusion else None
     return cls(jnp.int32(0), jnp.int32(0), z, z, jnp.zeros((c,), jnp.int32), conf, c)
 
@@ -707,6 +718,7 @@ class Records(_Streaming):
     if not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
       raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
     cap, c = int(capacity), int(num_classes)
+    dtype = _check_dtype(dtype)
     top = kind == "top_label"
     return cls(
       count=jnp.int32(0),
