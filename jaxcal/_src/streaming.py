@@ -442,14 +442,11 @@ class FixedBins(_Streaming):
       class-wise statistics, ``classwise_ece``, ``classwise_ce``, ``ecce``.
       NaN when no sample was seen.
     """
-    w = (
-      None
-      if class_weights is None
-      else _weights(class_weights, self.num_classes, self.conf_hi.dtype)
+    return _fixed_compute(
+      self, CE._class_weights(class_weights, self.num_classes, self.conf_hi.dtype)
     )
-    return _fixed_compute(self, w)
 
-  def _compute(self, w: jax.Array | None) -> dict[str, jax.Array]:
+  def _compute(self, w: jax.Array) -> dict[str, jax.Array]:
     ends = _interval_ends(self.bin_counts, self.dtype_name)
     n = self.count.astype(self.conf_hi.dtype)
     shape = self.bins_shape
@@ -459,11 +456,9 @@ class FixedBins(_Streaming):
     out = {
       "conf_ece": ece.reshape(shape),
       "conf_ce": ce.reshape(shape),
-      "conf_ce_corr": (ce + (1.0 - self.correct.astype(n.dtype) / n) / n).reshape(shape),
+      "conf_ce_corr": (ce + (self.count - self.correct).astype(n.dtype) / n / n).reshape(shape),
     }
     if self.cw_hi is not None:
-      if w is None:
-        w = jnp.full((self.num_classes,), 1.0 / self.num_classes, self.conf_hi.dtype)
       cs = _per_bin(self.cw_hi, ends) + _per_bin(self.cw_lo, ends)  # (M, C, max_bins)
       cn = _per_bin(self.cw_n, ends)
       out["classwise_ece"] = jnp.sum(jnp.sum(jnp.abs(cs), axis=-1) / n * w, axis=-1).reshape(shape)
@@ -503,17 +498,8 @@ class FixedBins(_Streaming):
 
 
 @jax.jit
-def _fixed_compute(state: FixedBins, w: jax.Array | None) -> dict[str, jax.Array]:
+def _fixed_compute(state: FixedBins, w: jax.Array) -> dict[str, jax.Array]:
   return state._compute(w)
-
-
-def _weights(class_weights: ArrayLike | None, num_classes: int, dtype) -> jax.Array:
-  if class_weights is None:
-    return jnp.full((num_classes,), 1.0 / num_classes, dtype)
-  w = V.as_float(class_weights, "class_weights")
-  if w.shape != (num_classes,):
-    raise ValueError(f"class_weights must have shape ({num_classes},), got {tuple(w.shape)}")
-  return w.astype(dtype)
 
 
 def _check_same(a: Any, b: Any) -> None:

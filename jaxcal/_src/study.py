@@ -457,8 +457,7 @@ def binned_errors(
   Returns:
     dict name -> ``(K,)``.
   """
-  c = p.shape[-1]
-  weights = jnp.full((c,), 1.0 / c, p.dtype)
+  weights = CE._class_weights(None, p.shape[-1], p.dtype)
   out = {}
   for name in names:
     fam, kind, default = _BINNED[name]
@@ -469,7 +468,7 @@ def binned_errors(
 def _scalar_metrics(p, y, w, bins, metrics, max_bins):
   """Every metric without a utility axis, for one model: dict name -> array."""
   c = p.shape[-1]
-  weights = jnp.full((c,), 1.0 / c, p.dtype)
+  weights = CE._class_weights(None, c, p.dtype)
   out = {}
   for mt in metrics:
     if mt.family == "binned":
@@ -484,11 +483,8 @@ def _scalar_metrics(p, y, w, bins, metrics, max_bins):
       score, mode = mt.spec
       out[mt.name] = jnp.stack(decompose_core(p, y, score, mode, w))
     elif mt.family == "uc_class":
-      vals = [
-        jnp.max(SW.sweep_results(u.kind, p, y, u.params, u.params.shape[0], w).value)
-        for u in SW.family(mt.spec[0], c)
-      ]
-      out[mt.name] = jnp.max(jnp.stack(vals))
+      chunk = SW.default_chunk_size("linear", p.shape[0], c)
+      out[mt.name] = SW.uc_class_core(p, y, mt.spec[0], chunk, w)
   return out
 
 
@@ -505,7 +501,7 @@ def _program(
   """Jitted ``f(x, y, where, bins, *params) -> dict`` for a padded model stack."""
   dm, du = _mesh_sizes(mesh)
   has_u = "utilities" in mesh.axis_names
-  scalar = [mt for mt in metrics]
+  scalar = list(metrics)
 
   def probs(x):
     return jax.nn.softmax(x, axis=-1) if from_logits else x

@@ -62,6 +62,7 @@ __all__ = [
   "default_chunk_size",
   "masked_uc",
   "process_shards",
+  "uc_class_core",
 ]
 
 #: Working-set budget of one chunk, in bytes (per device).
@@ -394,14 +395,18 @@ def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
   raise ValueError(f"family must be one of {FAMILIES}, got {name!r}")
 
 
-def _uc_class_core(p, y, name, chunk_size):
+def uc_class_core(
+  p: jax.Array, y: jax.Array, name: str, chunk_size: int, where: jax.Array | None = None
+) -> jax.Array:
+  """Unvalidated, traceable core of :func:`uc_class`; ``where`` selects samples."""
   vals = [
-    jnp.max(_local_values(u.kind, p, y, u.params, chunk_size)) for u in family(name, p.shape[1])
+    jnp.max(_local_values(u.kind, p, y, u.params, chunk_size, where))
+    for u in family(name, p.shape[1])
   ]
   return jnp.max(jnp.stack(vals))
 
 
-_uc_class_jit = jax.jit(_uc_class_core, static_argnums=(2, 3))
+_uc_class_jit = jax.jit(uc_class_core, static_argnums=(2, 3))
 
 
 def uc_class(
