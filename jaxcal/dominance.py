@@ -1,4 +1,7 @@
-"""Dominance between predictors, rank correlations and bootstrap intervals (SPEC §3).
+"""Dominance between predictors, rank correlations and bootstrap intervals.
+
+As in Lu, Wu, Hartline & Hu, "Truthful Calibration Errors for Multi-Class
+Prediction" (arXiv:2510.06388), §4-5.
 
 ``dominance_chain`` extracts the maximum dominance set (longest chain of the
 "every loss is no larger" partial order); ``rank_correlation`` compares the

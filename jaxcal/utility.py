@@ -1,4 +1,5 @@
-"""Utility calibration (SPEC §6; utility_aware_multiclass_calibration).
+"""Utility calibration (Hegazy, Jordan & Dieuleveut 2025, "Scalable Utility-Aware
+Multiclass Calibration", arXiv:2510.25458, §3-4).
 
 Utilities are pytrees (:class:`Utility`); a batch is the same pytree with a
 leading axis. :func:`uc` measures one utility with its worst interval,

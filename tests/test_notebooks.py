@@ -38,6 +38,8 @@ PAPER_NOTEBOOKS = {
   "score_decomposition",
   "local_calibration",
 }
+#: optional data set (``jaxcal.data.dataset_dir`` name) -> the conftest fixture that skips without it
+DATA_FIXTURES = {"cifar_logits": "cifar_dir", "fashion_mnist": "fashion_mnist_dir"}
 #: seconds per cell; each notebook runs in ~1 minute on 2 CPU cores.
 CELL_TIMEOUT = 240
 
@@ -116,7 +118,7 @@ def test_notebook_runs(path, request):
   if miss:
     pytest.skip(f"{path.name} needs {miss}, which does not exist yet")
   for name in nb.metadata.get("jaxcal", {}).get("data", []):
-    request.getfixturevalue(f"{name}_dir")  # skips when the data set is absent
+    request.getfixturevalue(DATA_FIXTURES[name])  # skips when the data set is absent
   client = nbclient.NotebookClient(
     nb, timeout=CELL_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}}
   )
@@ -133,3 +135,4 @@ def test_notebook_declares_the_data_it_reads(path):
   used = {"cifar_logits"} if 'dataset_dir("cifar_logits")' in code else set()
   used |= {"fashion_mnist"} if "load_fashion_mnist()" in code else set()
   assert used <= declared, f"{path.name}: add {sorted(used - declared)} to its jaxcal.data metadata"
+  assert declared <= set(DATA_FIXTURES), f"{path.name}: unknown data sets {sorted(declared)}"
