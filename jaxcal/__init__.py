@@ -2,19 +2,32 @@
 recalibration for multiclass classifiers, as functional JAX.
 
 Submodules: ``metrics``, ``scores``, ``utility``, ``recalibrate``,
-``dominance``, ``data``, ``plots``, ``train``. They load on first access, so
-``import jaxcal`` stays cheap (matplotlib, flax and optax are only imported
-by the parts that need them). ``jaxcal.checked(f)`` compiles jaxcal's input
-checks into ``f`` (see :func:`jaxcal._src.validation.checked`).
+``dominance``, ``data``, ``plots``, ``train``, ``streaming``, ``study``. They
+load on first access, so ``import jaxcal`` stays cheap (matplotlib, flax and
+optax are only imported by the parts that need them). ``jaxcal.evaluate`` is
+``jaxcal.study.evaluate``: a whole study in one call. ``jaxcal.checked(f)``
+compiles jaxcal's input checks into ``f`` (see
+:func:`jaxcal._src.validation.checked`).
 """
 
 import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("data", "dominance", "metrics", "plots", "recalibrate", "scores", "train", "utility")
+_SUBMODULES = (
+  "data",
+  "dominance",
+  "metrics",
+  "plots",
+  "recalibrate",
+  "scores",
+  "streaming",
+  "study",
+  "train",
+  "utility",
+)
 
-__all__ = list(_SUBMODULES) + ["__version__", "checked"]
+__all__ = list(_SUBMODULES) + ["evaluate", "checked", "__version__"]
 
 
 def __getattr__(name):
@@ -22,6 +35,8 @@ def __getattr__(name):
     return importlib.import_module(f"jaxcal.{name}")
   if name == "checked":
     return importlib.import_module("jaxcal._src.validation").checked
+  if name == "evaluate":
+    return importlib.import_module("jaxcal.study").evaluate
   raise AttributeError(f"module 'jaxcal' has no attribute {name!r}")
 
 

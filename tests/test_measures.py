@@ -389,3 +389,39 @@ def test_cores_treat_masked_samples_as_absent():
     )
     for m in (3, 8):
       assert float(f(p, y, m, w)) == pytest.approx(float(f(pk, yk, m, None)), rel=1e-5, abs=1e-8)
+
+
+@pytest.mark.parametrize(
+  "name, kw",
+  [
+    ("smooth_ece", {}),
+    ("smooth_ece", {"bandwidth": 0.1, "mode": "classwise"}),
+    ("skce", {}),
+    ("skce", {"estimator": "block", "block_size": 3}),
+    ("mmce", {}),
+    ("debiased_ce", {"num_bins": 4}),
+    ("ks_ce", {"mode": "classwise"}),
+  ],
+)
+def test_public_where_equals_the_subset_and_ignores_masked_garbage(name, kw):
+  # the public `where=`: a padded data set whose padding is masked (and holds
+  # values that would be refused: NaN rows, out-of-range labels) gives the
+  # subset's number, eagerly and under jit; an invalid kept row is refused
+  # eagerly and gives NaN under jit.
+  fn = getattr(metrics, name)
+  keep = np.ones(60, bool)
+  keep[[3, 10, 11, 40, 59]] = False
+  p = P_SMALL.copy()
+  y = Y_SMALL.copy()
+  p[~keep] = np.nan
+  y[~keep] = 99
+  want = float(fn(P_SMALL[keep], Y_SMALL[keep], **kw))
+  got = float(fn(p, y, where=keep, **kw))
+  assert got == pytest.approx(want, rel=1e-5, abs=1e-8)
+  jitted = jax.jit(lambda a, b, w: fn(a, b, where=w, **kw))
+  assert float(jitted(p, y, keep)) == pytest.approx(want, rel=1e-5, abs=1e-8)
+  bad = keep.copy()
+  bad[3] = True  # a NaN row selected
+  with pytest.raises(ValueError, match=r"labels\[3\] = 99|probs"):
+    fn(p, y, where=bad, **kw)
+  assert np.isnan(float(jitted(p, y, bad)))

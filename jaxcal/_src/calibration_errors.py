@@ -136,9 +136,19 @@ def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1", where=None):
   ``where``: optional ``(n,)`` bool sample mask; masked-out samples are
   treated exactly as if absent (``n`` becomes the number of True entries).
   """
-  n = _count(where, p.shape[0], p.dtype)
   r, c = _confidence_parts(p)
-  z = r == y
+  return _conf_from_scores(
+    c, r == y, m, binning=binning, max_bins=max_bins, kind=kind, norm=norm, where=where
+  )
+
+
+def _conf_from_scores(c, z, m, *, binning, max_bins, kind, norm="l1", where=None):
+  """Top-label error from confidences ``c`` and correctness ``z`` (bool), ``(n,)`` each.
+
+  The part of :func:`_conf_core` after the top label; the streaming
+  records (which keep only ``c`` and ``z``) call it too.
+  """
+  n = _count(where, c.shape[0], c.dtype)
   bs = B.binned_residual_sums(c, z, m, binning, max_bins, where=where)
   sums = bs.sums
   if kind == "ece":
@@ -146,7 +156,7 @@ def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1", where=None):
   ce = _sq(sums, n)
   if kind == "ce_corr":
     wrong = ~z if where is None else where & ~z
-    ce = ce + jnp.sum(wrong, dtype=jnp.int32).astype(p.dtype) / n / n
+    ce = ce + jnp.sum(wrong, dtype=jnp.int32).astype(c.dtype) / n / n
   return ce
 
 

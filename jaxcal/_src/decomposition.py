@@ -17,7 +17,6 @@ by its sum. This module imports no recalibrator.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
@@ -28,7 +27,7 @@ from jaxcal._src import isotonic as iso
 from jaxcal._src import validation as V
 from jaxcal._src.scores import LOG_CLIP
 
-__all__ = ["Decomposition", "decompose", "classwise_fits"]
+__all__ = ["Decomposition", "decompose", "decompose_core", "classwise_fits"]
 
 _SCORES = ("brier", "log")
 _MODES = ("classwise", "normalized")
@@ -51,32 +50,32 @@ class Decomposition(NamedTuple):
 
 
 def classwise_fits(
-  probs: jax.Array, onehot: jax.Array, weights: jax.Array | None = None
+  probs: jax.Array, onehot: jax.Array, where: jax.Array | None = None
 ) -> jax.Array:
   """In-sample isotonic fit of every column of ``onehot`` on the same column of ``probs``.
 
   Args:
     probs: ``(n, C)`` class scores.
     onehot: ``(n, C)`` 0/1 outcomes.
-    weights: optional ``(n,)`` non-negative sample weights (0 leaves a
-      sample out of the fit).
+    where: optional ``(n,)`` bool sample mask: masked-out samples get zero
+      weight (they do not move the fit; their fitted value is the fitted
+      step function at their score).
 
   Returns:
     ``(n, C)`` fitted values (ties in a column get equal values).
   """
-  if weights is None:
+  if where is None:
     fit = jax.vmap(lambda p, t: iso.isotonic_fit_sorted(p, t).fitted, in_axes=(1, 1), out_axes=1)
     return fit(probs, onehot)
-  fit = jax.vmap(
-    lambda p, t: iso.isotonic_fit_sorted(p, t, weights).fitted, in_axes=(1, 1), out_axes=1
-  )
+  w = where.astype(probs.dtype)
+  fit = jax.vmap(lambda p, t: iso.isotonic_fit_sorted(p, t, w).fitted, in_axes=(1, 1), out_axes=1)
   return fit(probs, onehot)
 
 
-def _mean(v: jax.Array, where: jax.Array | None) -> jax.Array:
+def _mean(x: jax.Array, where: jax.Array | None) -> jax.Array:
   if where is None:
-    return jnp.mean(v)
-  return jnp.sum(jnp.where(where, v, 0.0)) / jnp.sum(where, dtype=jnp.int32).astype(v.dtype)
+    return jnp.mean(x)
+  return jnp.sum(jnp.where(where, x, 0.0)) / jnp.sum(where).astype(x.dtype)
 
 
 def _mean_score(
@@ -96,26 +95,29 @@ def _mean_score(
   return _mean(-jnp.log(jnp.maximum(qy, LOG_CLIP)), where)
 
 
-@functools.partial(jax.jit, static_argnames=("score", "mode"))
-def _decompose(p: jax.Array, y: jax.Array, where, score: str, mode: str) -> Decomposition:
+def decompose_core(
+  p: jax.Array, y: jax.Array, score: str, mode: str, where: jax.Array | None = None
+) -> Decomposition:
+  """Unvalidated, traceable core of :func:`decompose`; ``where`` selects samples."""
   c = p.shape[-1]
   onehot = jax.nn.one_hot(y, c, dtype=p.dtype)
-  weights = None if where is None else where.astype(p.dtype)
-  fit = classwise_fits(p, onehot, weights)
+  fit = classwise_fits(p, onehot, where)
   if mode == "normalized":
     s = jnp.sum(fit, axis=-1, keepdims=True)
     fit = fit / jnp.where(s > 0, s, 1)
   classwise = mode == "classwise"
-  freq = (
-    jnp.mean(onehot, axis=0)
-    if where is None
-    else jnp.sum(onehot * weights[:, None], axis=0) / jnp.sum(weights)
-  )
+  if where is None:
+    freq = jnp.mean(onehot, axis=0)
+  else:
+    freq = jnp.sum(jnp.where(where[:, None], onehot, 0.0), axis=0) / jnp.sum(where).astype(p.dtype)
   ref = jnp.broadcast_to(freq, p.shape)
   s_pred = _mean_score(p, onehot, score, classwise, where)
   s_fit = _mean_score(fit, onehot, score, classwise, where)
   s_ref = _mean_score(ref, onehot, score, classwise, where)
   return Decomposition(score=s_pred, mcb=s_pred - s_fit, dsc=s_ref - s_fit, unc=s_ref)
+
+
+_decompose = jax.jit(decompose_core, static_argnames=("score", "mode"))
 
 
 def decompose(
@@ -188,4 +190,4 @@ def decompose(
   if mode not in _MODES:
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
   d = V.check_predictions(probs, labels, where=where, simplex=bool(require_simplex))
-  return V.fold(_decompose(d.scores, d.labels, d.where, score, mode), d.ok)
+  return V.fold(_decompose(d.scores, d.labels, score=score, mode=mode, where=d.where), d.ok)

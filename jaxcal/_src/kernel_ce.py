@@ -45,7 +45,6 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _confidence
 from jaxcal._src.numerics import PRECISION
-from jaxcal._src.scores import prepare
 from jaxcal._src.sorting import sort_with_payload
 
 __all__ = [
@@ -182,6 +181,7 @@ def skce(
   block_size: int = 2,
   row_block: int | None = None,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Squared kernel calibration error SKCE (unbiased, block or biased estimator).
 
@@ -208,6 +208,8 @@ def skce(
     row_block: rows per tile of the quadratic estimators (default: about
       ``2**21 / C`` difference entries per tile).
     from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar estimate (squared scale; not clipped at 0).
@@ -229,8 +231,11 @@ def skce(
   """
   if estimator not in SKCE_ESTIMATORS:
     raise ValueError(f"estimator must be one of {SKCE_ESTIMATORS}, got {estimator!r}")
-  p, y = prepare(probs, labels, from_logits)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  p, y = d.neutral()
   n, c = p.shape
+  if isinstance(d.count, int) and d.count < 2:
+    raise ValueError(f"skce needs at least 2 samples, got n = {d.count}")
   if n < 2:
     raise ValueError(f"skce needs at least 2 samples, got n = {n}")
   if estimator == "block" and (
@@ -245,14 +250,16 @@ def skce(
   if not callable(kern):
     raise TypeError(f"kernel must be callable on squared distances, got {type(kern).__name__}")
   core = _skce_dynamic if _is_array_pytree(kern) else _skce_static
-  return core(
+  out = core(
     p,
     y,
     kern,
+    d.where,
     estimator=estimator,
     block_size=int(block_size) if estimator == "block" else 2,
     row_block=min(int(row_block), n),
   )
+  return V.fold(out, d.ok)
 
 
 _SCAN_BLOCK = 64
@@ -311,6 +318,7 @@ def mmce(
   bandwidth: ArrayLike = 0.4,
   *,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Maximum mean calibration error MMCE (unweighted, Laplacian kernel on confidences).
 
@@ -324,6 +332,8 @@ def mmce(
     labels: ``(n,)`` integer labels.
     bandwidth: kernel width ``w > 0`` (default 0.4, as in the paper and netcal).
     from_logits: treat ``probs`` as logits.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar MMCE (the square root of the biased V-statistic).
@@ -338,10 +348,11 @@ def mmce(
   for neural networks from kernel mean embeddings", ICML, §3 (Eq. 2,
   Laplacian kernel of width 0.4).
   """
-  p, y = prepare(probs, labels, from_logits)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  p, y = d.neutral()
   w = V.as_float(bandwidth, "bandwidth")
   if w.ndim != 0:
     raise ValueError(f"bandwidth must be a scalar, got shape {tuple(w.shape)}")
   if V.is_concrete(w) and not float(w) > 0:
     raise ValueError(f"bandwidth must be > 0, got {float(w)}")
-  return _mmce_core(p, y, w.astype(p.dtype))
+  return V.fold(_mmce_core(p, y, w.astype(p.dtype), d.where), d.ok)

@@ -22,8 +22,8 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
-from jaxcal._src.calibration_errors import _binary_rows, _class_weights
-from jaxcal._src.scores import prepare
+from jaxcal._src import validation as V
+from jaxcal._src.calibration_errors import _binary_rows
 from jaxcal._src.sorting import sort_with_payload
 
 __all__ = ["ks_ce"]
@@ -62,6 +62,7 @@ def ks_ce(
   *,
   class_weights: ArrayLike | None = None,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Kolmogorov–Smirnov calibration error, top-label or class-wise.
 
@@ -76,6 +77,8 @@ def ks_ce(
       ``class_weights``).
     class_weights: ``(C,)`` weights of the class-wise mean (default ``1/C``).
     from_logits: treat ``probs`` as logits.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar in ``[0, 1]``.
@@ -95,6 +98,9 @@ def ks_ce(
   """
   if mode not in _MODES:
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-  p, y = prepare(probs, labels, from_logits)
-  w = _class_weights(class_weights, p.shape[1], p.dtype)
-  return _ks_core(p, y, w, mode=mode)
+  d = V.check_predictions(
+    probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
+  )
+  p, y = d.neutral()
+  w = jnp.full((p.shape[1],), 1.0 / p.shape[1], p.dtype) if d.weights is None else d.weights
+  return V.fold(_ks_core(p, y, w, d.where, mode=mode), d.ok)

@@ -48,7 +48,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.calibration_errors import _binary_rows, _class_weights
+from jaxcal._src.calibration_errors import _binary_rows
 from jaxcal._src.scores import prepare
 
 __all__ = [
@@ -248,6 +248,7 @@ def smooth_ece(
   class_weights: ArrayLike | None = None,
   min_bandwidth: float | None = None,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Smooth ECE of Błasiok & Nakkiran, with their automatic bandwidth.
 
@@ -276,6 +277,8 @@ def smooth_ece(
       smoothing grid; default: the smallest given bandwidth, or ``2/1024``
       when traced). A traced bandwidth below it gives NaN.
     from_logits: treat ``probs`` as logits and apply a softmax first.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar, or an array shaped like ``bandwidth``.
@@ -296,20 +299,25 @@ def smooth_ece(
   kernel) and §5 (automatic bandwidth).
   """
   mode = _check_mode(mode)
-  p, y = prepare(probs, labels, from_logits)
-  w = _class_weights(class_weights, p.shape[1], p.dtype) if mode == "classwise" else None
+  d = V.check_predictions(
+    probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
+  )
+  p, y = d.neutral()
+  w = None
+  if mode == "classwise":
+    w = jnp.full((p.shape[1],), 1.0 / p.shape[1], p.dtype) if d.weights is None else d.weights
   if bandwidth is None:
-    vals, _ = _auto_core(p, y, mode=mode, sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH))
-    return vals[0] if w is None else jnp.sum(w * vals)
+    vals, _ = _auto_core(p, y, d.where, mode=mode, sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH))
+    return V.fold(vals[0] if w is None else jnp.sum(w * vals), d.ok)
   sig, bound = _bandwidths(bandwidth, min_bandwidth)
   shape = sig.shape
   flat = jnp.reshape(sig, (-1,)).astype(p.dtype)
   if flat.size == 0:
     return jnp.zeros(shape, p.dtype)
-  vals = _fixed_core(p, y, jnp.maximum(flat, bound), mode=mode, sizes=_sizes(bound))
+  vals = _fixed_core(p, y, jnp.maximum(flat, bound), d.where, mode=mode, sizes=_sizes(bound))
   out = vals[:, 0] if w is None else jnp.sum(vals * w, axis=1)
   out = jnp.where(flat >= bound, out, jnp.nan)
-  return out.reshape(shape)
+  return V.fold(out.reshape(shape), d.ok)
 
 
 def smooth_ece_bandwidth(

@@ -594,9 +594,12 @@ def _validate(spec: _Spec, xs=(), y=None, where=None, w=None) -> tuple[jax.Array
   xs = tuple(xs)
   n = (xs[0] if xs else y).shape[0] if (xs or y is not None) else 0
   if is_concrete(xs, y, where, w):
-    ok, count = jax.device_get(_ok_jit(_anonymous(spec), xs, y, where, w))
+    # Concrete inputs (also ones closed over inside a user's jit) are checked
+    # now: compile-time evaluation keeps the check from being staged out.
+    with jax.ensure_compile_time_eval():
+      ok, count = jax.device_get(_ok_jit(_anonymous(spec), xs, y, where, w))
+      problems = None if ok else jax.device_get(_problems_jit(_anonymous(spec), xs, y, where, w))
     if not ok:
-      problems = jax.device_get(_problems_jit(_anonymous(spec), xs, y, where, w))
       for (template, _), pr in zip(_checks(spec), problems):
         if int(pr.count):
           raise ValueError(template.format(**{k: v.item() for k, v in pr._asdict().items()}))
@@ -804,6 +807,19 @@ class Checked(NamedTuple):
   def probs(self) -> jax.Array:
     """The probabilities (a softmax of the logits with ``from_logits=True``)."""
     return jax.nn.softmax(self.scores, axis=-1) if self.from_logits else self.scores
+
+  def neutral(self) -> tuple[jax.Array, jax.Array]:
+    """``(probs, labels)`` with masked-out rows replaced by uniform rows and label 0.
+
+    For cores that weight masked samples by zero but would still carry a NaN
+    or an out-of-range label from them through their arithmetic (``0 * nan``
+    is NaN): unchecked values in masked rows cannot reach the result.
+    """
+    p = self.probs()
+    if self.where is None:
+      return p, self.labels
+    c = p.shape[-1]
+    return _masked(p, self.where, 1.0 / c), jnp.where(self.where, self.labels, 0)
 
 
 def _upcast(x: jax.Array) -> jax.Array:

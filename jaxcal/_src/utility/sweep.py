@@ -1,4 +1,7 @@
-"""Many utilities in one compiled call: chunked, and sharded over devices (SPEC §6).
+"""Many utilities in one compiled call: chunked, sharded over devices and hosts.
+
+Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware Multiclass
+Calibration*, §4: the eCDF of ``UC`` over thousands of sampled utilities.
 
 :func:`uc_sweep` evaluates ``UC(f, u_m; S)`` for a batch of ``M`` utilities of
 one kind. What depends only on the data (the rows of ``p`` sorted for rank
@@ -8,15 +11,34 @@ one gather, one sort and one prefix sum.
 
 Memory: the utilities are processed in chunks of ``chunk_size`` (``vmap``
 inside a ``fori_loop``), so the working set is ``O(chunk_size · n)`` for any
-``M``. Devices: with several local devices the utility axis is split over a
-one-axis ``Mesh`` (``M`` padded to a multiple of the device count) with
-``jax.shard_map``; every device runs the chunked loop on its slice and the
-``(M,)`` errors are all-gathered, so the result is replicated (and readable
-on every host of a ``jax.distributed`` run).
+``M``.
+
+Placement. With several devices the utility axis is split over a one-axis
+``Mesh`` (``M`` padded to a multiple of the device count) by
+``jax.shard_map``; the data is replicated on the mesh (an all-gather inside
+the compiled call when it arrives sharded) and the ``(M,)`` errors are
+all-gathered, so the result is replicated and readable on every host.
+Nothing is copied through the host: arrays already on a device move
+device-to-device (``jax.device_put``), and a global ``jax.Array`` spanning
+several processes is used as it is.
+
+Hosts. In a ``jax.distributed`` run each process may pass *its own shard*
+of one global data set as host-local arrays (numpy, or a ``jax.Array`` on
+its local devices): the shards are assembled into one global array in
+process order (``jax.make_array_from_process_local_data``; shards of
+different sizes are padded and masked), and every process gets the UC of
+the union. A global array spanning processes is the union already.
+
+Transformations. Under a user's ``jax.jit`` the same sharded computation is
+traced (closed-over utilities are constants of it). Under ``jax.vmap`` (over
+models, say) a ``custom_vmap`` rule runs the plain, unsharded computation
+vmapped, so a models-sharded input stays sharded over models: no device
+receives another model's data.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -31,7 +53,17 @@ from jaxcal._src.scores import prepare as _prepare_data
 from jaxcal._src.utility import families as F
 from jaxcal._src.utility.uc import UCResult, uc_from_scores
 
-__all__ = ["uc_sweep", "sweep_results", "uc_class", "family", "FAMILIES", "default_chunk_size"]
+__all__ = [
+  "uc_sweep",
+  "sweep_results",
+  "uc_class",
+  "family",
+  "FAMILIES",
+  "default_chunk_size",
+  "masked_uc",
+  "process_shards",
+  "uc_class_core",
+]
 
 #: Working-set budget of one chunk, in bytes (per device).
 CHUNK_BYTES = 1 << 28
@@ -70,8 +102,47 @@ def _pad_rows(x: jax.Array, total: int) -> jax.Array:
   return jnp.concatenate([x, jnp.broadcast_to(x[:1], (total - m,) + x.shape[1:])], axis=0)
 
 
+def masked_uc(v: jax.Array, u: jax.Array, where: jax.Array | None = None) -> UCResult:
+  """UC of predicted ``v`` and realised ``u`` utilities over the samples with ``where``.
+
+  A masked-out sample is treated as absent: it gets ``v = u =`` the largest
+  finite float (a zero residual sorted after every real sample, in one tie
+  group, so it adds no cut position) and ``n`` counts only the real samples.
+
+  Args:
+    v: ``(n,)`` predicted utilities.
+    u: ``(n,)`` realised utilities.
+    where: ``(n,)`` bool or ``None`` (all samples).
+
+  Returns:
+    :class:`~jaxcal.utility.UCResult` of the selected samples.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> v, u = jnp.array([0.9, 0.8, 0.6, 0.3, 0.5]), jnp.array([1.0, 0.0, 0.0, 0.0, 1.0])
+    >>> a = masked_uc(v, u, jnp.array([True, True, True, True, False])).value
+    >>> bool(jnp.allclose(a, masked_uc(v[:4], u[:4]).value))
+    True
+
+  Reference: Hegazy, Jordan & Dieuleveut (2025), Scalable Utility-Aware
+  Multiclass Calibration, eq. (3.2) (UC over intervals of predicted utility).
+  """
+  if where is None:
+    return uc_from_scores(v, u)
+  dt = jnp.promote_types(v.dtype, jnp.float32)
+  big = jnp.finfo(dt).max
+  res = uc_from_scores(jnp.where(where, v.astype(dt), big), jnp.where(where, u.astype(dt), big))
+  n_real = jnp.sum(where).astype(dt)
+  return res._replace(value=res.value * (v.shape[0] / n_real))
+
+
 def sweep_results(
-  kind: str, p: jax.Array, y: jax.Array, params: jax.Array, chunk_size: int
+  kind: str,
+  p: jax.Array,
+  y: jax.Array,
+  params: jax.Array,
+  chunk_size: int,
+  where: jax.Array | None = None,
 ) -> UCResult:
   """Full :class:`UCResult` for every utility in ``params`` (one device, no validation).
 
@@ -79,10 +150,11 @@ def sweep_results(
   utilities run in ``ceil(M / chunk_size)`` equal chunks (a ``vmap`` each)
   inside a ``fori_loop``. The last chunk is shifted back to end at ``M``
   (it recomputes a few utilities of the previous one) instead of padding,
-  so ``params`` is never copied. Traceable (jit/vmap).
+  so ``params`` is never copied. ``where`` (``(n,)`` bool) selects samples.
+  Traceable (jit/vmap).
   """
   prep = F.prepare(kind, p, y)
-  batched = jax.vmap(lambda prm: uc_from_scores(*F.predicted_realized(kind, prep, prm)))
+  batched = jax.vmap(lambda prm: masked_uc(*F.predicted_realized(kind, prep, prm), where))
   m = params.shape[0]
   chunk = _balanced_chunk(m, min(chunk_size, m))
   num = math.ceil(m / chunk)
@@ -99,33 +171,107 @@ def sweep_results(
   return jax.lax.fori_loop(0, num, body, init)
 
 
-def _local_values(kind, p, y, params, chunk_size):
-  return sweep_results(kind, p, y, params, chunk_size).value
+def _local_values(kind, p, y, params, chunk_size, where=None):
+  return sweep_results(kind, p, y, params, chunk_size, where).value
 
 
 _local_jit = jax.jit(_local_values, static_argnums=(0, 4))
 
 
-def _sharded_values(
-  kind: str, p: jax.Array, y: jax.Array, params: jax.Array, chunk_size: int, mesh: Mesh
-) -> jax.Array:
-  def body(p, y, prm):
-    vals = _local_values(kind, p, y, prm, chunk_size)
-    return jax.lax.all_gather(vals, "u", tiled=True)
+@functools.cache
+def _sweep_fn(kind: str, chunk_size: int, mesh: Mesh | None, m: int, masked: bool):
+  """``f(p, y, params[, where]) -> (m,)``, sharded over ``mesh`` except under ``vmap``.
 
-  f = jax.shard_map(body, mesh=mesh, in_specs=(P(), P(), P("u")), out_specs=P(), check_vma=False)
-  return f(p, y, params)
+  ``params`` may hold more than ``m`` rows (they are cut to ``m``).
+  """
+
+  def local(p, y, prm, *w):
+    return _local_values(kind, p, y, prm[:m], chunk_size, *w)
+
+  if mesh is None:
+    return local
+  d = mesh.devices.size
+
+  def body(p, y, prm, *w):
+    return jax.lax.all_gather(_local_values(kind, p, y, prm, chunk_size, *w), "u", tiled=True)
+
+  specs = (P(), P(), P("u")) + ((P(),) if masked else ())
+  sharded = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)
+
+  @jax.custom_batching.custom_vmap
+  def f(p, y, prm, *w):
+    prm = _pad_rows(prm[:m], math.ceil(m / d) * d)
+    return sharded(p, y, prm, *w)[:m]
+
+  @f.def_vmap
+  def _rule(axis_size, in_batched, p, y, prm, *w):
+    axes = tuple(0 if b else None for b in in_batched)
+    return jax.vmap(local, in_axes=axes)(p, y, prm, *w), True
+
+  return f
 
 
-_sharded_jit = jax.jit(_sharded_values, static_argnums=(0, 4, 5))
+@functools.cache
+def _sweep_jit(kind: str, chunk_size: int, mesh: Mesh | None, m: int, masked: bool):
+  return jax.jit(_sweep_fn(kind, chunk_size, mesh, m, masked))
 
 
-def _global(x: jax.Array, sharding: NamedSharding) -> jax.Array:
-  """A concrete array placed with ``sharding`` (works across hosts too)."""
-  if isinstance(x, jax.core.Tracer):
+def _spans_processes(x) -> bool:
+  return isinstance(x, jax.Array) and not x.is_fully_addressable
+
+
+def process_shards(
+  mesh: Mesh, axis: str | tuple[str, ...] | None, *arrays: ArrayLike, row_axis: int = 0
+) -> tuple[tuple[jax.Array, ...], jax.Array]:
+  """Assembles each process's host-local arrays into global arrays, in process order.
+
+  Every process passes its own rows along ``row_axis`` (the other axes the
+  same on all processes). The row counts are exchanged (one small
+  collective), each process's rows are padded to the largest count (and to
+  a multiple of its devices on ``axis``) with copies of its first row, and
+  the global arrays are built with
+  ``jax.make_array_from_process_local_data``, the rows sharded over
+  ``axis``. Also returns the global mask of real rows, shaped like the
+  arrays' axes up to ``row_axis``.
+
+  Args:
+    mesh: a mesh over every process's devices.
+    axis: mesh axis (or axes) to shard the rows over.
+    *arrays: host-local arrays with the same number of rows.
+    row_axis: the axis of the rows (samples).
+
+  Returns:
+    ``(global arrays, where)``.
+  """
+  from jax.experimental import multihost_utils
+
+  n = int(np.shape(arrays[0])[row_axis])
+  sizes = np.asarray(multihost_utils.process_allgather(np.int32(n))).reshape(-1)
+  names = (axis,) if isinstance(axis, str) else tuple(axis or ())
+  local_devs = sum(d.process_index == jax.process_index() for d in mesh.devices.flat)
+  split = math.prod(mesh.shape[a] for a in names) * local_devs // mesh.devices.size
+  rows = -(-int(sizes.max()) // max(split, 1)) * max(split, 1)
+  spec = P(*([None] * row_axis + [axis]))
+  sharding = NamedSharding(mesh, spec)
+  out = []
+  for a in arrays:
+    a = jnp.asarray(a)
+    first = jax.lax.slice_in_dim(a, 0, 1, axis=row_axis)
+    shape = list(a.shape)
+    shape[row_axis] = rows - n
+    pad = jnp.broadcast_to(first, tuple(shape))
+    local = jnp.concatenate([a, pad], axis=row_axis)
+    out.append(jax.make_array_from_process_local_data(sharding, local))
+  lead = np.shape(arrays[0])[:row_axis]
+  mask = np.broadcast_to(np.arange(rows) < n, tuple(lead) + (rows,))
+  return tuple(out), jax.make_array_from_process_local_data(sharding, np.ascontiguousarray(mask))
+
+
+def _placed(x: jax.Array, sharding: NamedSharding) -> jax.Array:
+  """``x`` on ``sharding``'s devices, device-to-device; global arrays as they are."""
+  if isinstance(x, jax.core.Tracer) or _spans_processes(x):
     return x
-  host = np.asarray(jax.device_get(x))
-  return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+  return jax.device_put(x, sharding)
 
 
 def uc_sweep(
@@ -142,23 +288,29 @@ def uc_sweep(
   ``E_m = UC(f, u_m; S)`` for ``m = 1..M`` (see :func:`~jaxcal.utility.uc`).
 
   Args:
-    probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
-    labels: ``(n,)`` integer labels.
+    probs: ``(n, C)`` probabilities (logits with ``from_logits=True``). In a
+      ``jax.distributed`` run: a global array, or this process's rows of
+      the data set (host-local; the result is then the union's, in process
+      order, on every process).
+    labels: ``(n,)`` integer labels, laid out like ``probs``.
     utilities: a batch of ``M`` utilities of one kind (``params`` with one
-      leading axis), e.g. ``sample_linear(key, 1500, C)``.
+      leading axis), e.g. ``sample_linear(key, 1500, C)``; the same on every
+      process.
     chunk_size: utilities evaluated together (memory ``O(chunk_size · n)``
       per device); default: about 256 MiB of working set per chunk.
     from_logits: apply a softmax to ``probs`` first.
     devices: devices to shard the utility axis over (default: all of
-      ``jax.devices()``; a single device runs without a mesh).
+      ``jax.devices()``, every process's; a single device runs without a
+      mesh).
 
   Returns:
-    ``(M,)`` errors.
+    ``(M,)`` errors, replicated over the devices.
 
   Raises:
     ValueError: bad probabilities/labels, utility values outside ``[-1, 1]``,
-      mismatched ``C``, a single utility instead of a batch, or
-      ``chunk_size < 1``.
+      mismatched ``C``, a single utility instead of a batch,
+      ``chunk_size < 1``, or ``devices`` that leave out some of another
+      process's devices in a multi-process run.
 
   Example:
     >>> import jax.numpy as jnp
@@ -168,40 +320,47 @@ def uc_sweep(
     >>> [round(x, 4) for x in e.tolist()]
     [0.425, 0.425]
 
-  Reference: utility_aware_multiclass_calibration §4 (eCDF over sampled
-  utilities, M = 1500 in §5); SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), Scalable Utility-Aware
+  Multiclass Calibration, §4 (eCDF over sampled utilities, M = 1500 in §5)
+  and eq. (3.2).
   """
   p, y = _prepare_data(probs, labels, from_logits)
   utilities = F.check_utility(utilities, p.shape[1], batched=True, name="utilities")
   m = utilities.batch_shape[0]
   if m == 0:
     raise ValueError("utilities is an empty batch (M = 0)")
-  if chunk_size is None:
-    chunk_size = default_chunk_size(
-      utilities.kind, p.shape[0], p.shape[1], tuple(utilities.params.shape)
-    )
-  if (
+  if chunk_size is not None and (
     isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
   ):
     raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
   devs = list(jax.devices() if devices is None else devices)
   d = len(devs)
+  traced = isinstance(p, jax.core.Tracer) or isinstance(y, jax.core.Tracer)
+  mesh = Mesh(np.array(devs), ("u",)) if d > 1 else None
+  args: tuple = (p, y)
+  if jax.process_count() > 1 and not traced:
+    if {dev.process_index for dev in devs} != set(range(jax.process_count())):
+      raise ValueError(
+        "devices must include devices of every process in a multi-process run (got devices "
+        f"of processes {sorted({dev.process_index for dev in devs})}); leave devices=None"
+      )
+    if not (_spans_processes(p) or _spans_processes(y)):
+      (p, y), where = process_shards(mesh, "u", p, y)  # this process's rows of the union
+      args = (p, y, where)
+  if chunk_size is None:
+    chunk_size = default_chunk_size(
+      utilities.kind, p.shape[0], p.shape[1], tuple(utilities.params.shape)
+    )
   per_dev = math.ceil(m / d)
-  chunk_size = _balanced_chunk(per_dev, min(int(chunk_size), per_dev))  # one compile per shape
-  if d <= 1:
-    return _local_jit(utilities.kind, p, y, utilities.params, chunk_size)
-  params = _pad_rows(utilities.params, per_dev * d)
-  mesh = Mesh(np.array(devs), ("u",))
-  rep = NamedSharding(mesh, P())
-  out = _sharded_jit(
-    utilities.kind,
-    _global(p, rep),
-    _global(y, rep),
-    _global(params, NamedSharding(mesh, P("u"))),
-    chunk_size,
-    mesh,
-  )
-  return out[:m]
+  chunk = _balanced_chunk(per_dev, min(int(chunk_size), per_dev))  # one compile per shape
+  masked = len(args) == 3
+  if traced:
+    return _sweep_fn(utilities.kind, chunk, mesh, m, masked)(*args[:2], utilities.params, *args[2:])
+  if mesh is not None:
+    rep = NamedSharding(mesh, P())
+    args = tuple(_placed(a, rep) for a in args)
+  params = utilities.params if mesh is None else _placed(utilities.params, NamedSharding(mesh, P()))
+  return _sweep_jit(utilities.kind, chunk, mesh, m, masked)(*args[:2], params, *args[2:])
 
 
 def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
@@ -211,9 +370,19 @@ def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
   ``cwe`` the ``C`` class-wise utilities ``e_c``, ``topk`` the ``C`` top-K
   utilities, ``comb = cwe ∪ topk`` (two batches).
 
+  Args:
+    name: ``"tce"``, ``"cwe"``, ``"topk"`` or ``"comb"``.
+    num_classes: ``C``.
+
+  Returns:
+    A tuple of utility batches (one, or two for ``"comb"``).
+
   Example:
     >>> [u.params.shape for u in family("comb", 5)]
     [(5, 5), (5, 5)]
+
+  Reference: Hegazy, Jordan & Dieuleveut (2025), Scalable Utility-Aware
+  Multiclass Calibration, Examples 3.4 and 3.6, §5.
   """
   if name == "tce":
     return (F.Utility(F.top_class().params[None], "top_class"),)
@@ -226,14 +395,18 @@ def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
   raise ValueError(f"family must be one of {FAMILIES}, got {name!r}")
 
 
-def _uc_class_core(p, y, name, chunk_size):
+def uc_class_core(
+  p: jax.Array, y: jax.Array, name: str, chunk_size: int, where: jax.Array | None = None
+) -> jax.Array:
+  """Unvalidated, traceable core of :func:`uc_class`; ``where`` selects samples."""
   vals = [
-    jnp.max(_local_values(u.kind, p, y, u.params, chunk_size)) for u in family(name, p.shape[1])
+    jnp.max(_local_values(u.kind, p, y, u.params, chunk_size, where))
+    for u in family(name, p.shape[1])
   ]
   return jnp.max(jnp.stack(vals))
 
 
-_uc_class_jit = jax.jit(_uc_class_core, static_argnums=(2, 3))
+_uc_class_jit = jax.jit(uc_class_core, static_argnums=(2, 3))
 
 
 def uc_class(
@@ -265,8 +438,9 @@ def uc_class(
     >>> round(float(uc_class(p, jnp.array([0, 1, 1, 1]), "tce")), 4)
     0.275
 
-  Reference: utility_aware_multiclass_calibration, Examples 3.4 and 3.6,
-  §5 (U_comb); SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), Scalable Utility-Aware
+  Multiclass Calibration, Examples 3.4 and 3.6 (U_TCE, U_CWE, U_topK) and §5
+  (U_comb).
   """
   if family not in FAMILIES:
     raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")

@@ -1,0 +1,1018 @@
+"""Streaming calibration metrics: ``empty``, ``update`` one batch, ``merge``, ``compute``.
+
+A streaming metric is a small frozen dataclass of sufficient statistics, a
+pytree in the style of CLU's ``clu.metrics``: ``update`` adds one batch (it
+is traceable, so it runs inside a jitted eval step), ``merge`` combines two
+states (associative), ``reduce`` merges a stack of states along a leading
+axis (what ``jax.lax.all_gather`` or a multi-host gather returns) and
+``compute`` gives the numbers. Static configuration (bin counts, classes,
+capacity) lives in the dataclass's static fields, so a state crosses
+``jax.jit`` boundaries as arrays only.
+
+What streams, and how exactly:
+
+* :class:`FixedBins` -- every binned error with **fixed** (equal-width)
+  bins, top-label and class-wise, ℓ1 and squared (ConfECE, ConfCE,
+  ConfCE_corr, CWE_bin, LinCE_cw, ECCE) and the reliability statistics, for
+  a whole set of bin counts at once. The state is a histogram of residuals
+  over the *threshold intervals* of the fixed rule: for every bin count
+  ``m`` of the set and ``j < m``, ``clip(ceil(fl(s m)), 1, m) <= j`` holds
+  exactly when ``s <= T(m, j)`` for one float threshold (see
+  ``jaxcal._src.binning.edge_table``). The sorted thresholds of all
+  ``(m, j)`` cut the line into ``K + 1`` intervals, each inside one bin for
+  every ``m`` of the set, so per-interval sums and counts are sufficient for
+  all of them and every sample lands in exactly the one-shot rule's bin.
+  Memory: ``K + 1`` entries top-label and ``C (K + 1)`` class-wise, with
+  ``K = m - 1`` for one bin count and ``K = 12,525`` for all of ``2..200``.
+* :class:`Scores` -- proper scores (Brier, log, spherical, confidence
+  loss), accuracy, label counts and optionally the confusion matrix.
+* :class:`Records` -- the exact path for what needs a global order
+  (quantile bins, so the truthful errors at their default binning; UC;
+  isotonic decompositions): per-sample records in a buffer of static
+  ``capacity``; the one-shot metric runs on them at ``compute``.
+  ``kind="top_label"`` keeps the confidence ``c = max p`` and the
+  correctness ``z = 1[y = argmax p]`` (one float and one bool per sample:
+  every top-label error, quantile or fixed); ``kind="full"`` keeps the
+  probability rows and the labels (``C`` floats and one int32 per sample:
+  every metric).
+* :class:`Calibration` -- the three together, what a training loop logs.
+
+"Exactly" means: counts are int32 and bitwise equal to the one-shot
+counts under any batching and any merge order; sums are compensated float
+pairs (``hi + lo``, Knuth's TwoSum), equal to the one-shot sums up to float
+rounding of the sums themselves (the one-shot metric rounds too; both are
+within a few ulps of a float64 computation). Records are kept in update
+order and ``a.merge(b)`` puts ``b`` after ``a``: merged in data order they
+are bitwise the one-shot samples in the one-shot order (the quantile rule
+splits ties by position; without tied scores any order gives the same
+bins), so the errors computed from them differ from the one-shot values
+only by the rounding of the final sums.
+
+Masked samples (``where=False``, e.g. the padding of a last partial batch)
+add nothing to any sum or count and are not recorded.
+
+Devices and hosts: :class:`FixedBins` and :class:`Scores` are sums of their
+leaves, so ``jax.lax.psum(state, axis)`` inside ``shard_map`` merges the
+devices' states (the compensation terms are summed as they are: one extra
+rounding per summand). A :class:`Records` state is gathered with
+``jax.lax.all_gather(state, axis)`` and then ``.reduce()``-d. Across
+``jax.distributed`` processes, :func:`merge_across_processes` gathers every
+process's state and merges them in process order, so every host computes
+the union's numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxcal._src import binning as B
+from jaxcal._src import calibration_errors as CE
+from jaxcal._src import scores as S
+from jaxcal._src import validation as V
+from jaxcal._src.calibration_errors import ReliabilityStats, _confidence_parts
+
+__all__ = [
+  "FixedBins",
+  "Scores",
+  "Records",
+  "Calibration",
+  "merge_across_processes",
+  "interval_thresholds",
+]
+
+
+# --------------------------------------------------------------------------
+# Compensated sums and small helpers
+# --------------------------------------------------------------------------
+
+
+def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``s = fl(a + b)`` and its exact rounding error ``e`` (``a + b = s + e``)."""
+  s = a + b
+  bb = s - a
+  return s, (a - (s - bb)) + (b - bb)
+
+
+def _add(hi: jax.Array, lo: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+  s, e = _two_sum(hi, x)
+  return s, lo + e
+
+
+def _add_pairs(a: tuple, b: tuple) -> tuple[jax.Array, jax.Array]:
+  s, e = _two_sum(a[0], b[0])
+  return s, a[1] + b[1] + e
+
+
+def _check_dtype(dtype: Any) -> str:
+  """The name of a float32/float64 state dtype (float64 only with 64-bit JAX on)."""
+  name = jnp.dtype(dtype).name
+  if name not in ("float32", "float64"):
+    raise ValueError(f"dtype must be float32 or float64, got {name}")
+  if name == "float64" and not jax.config.read("jax_enable_x64"):
+    raise ValueError(
+      "dtype float64 needs 64-bit JAX: enable it (with jax.enable_x64(True): ...) or use "
+      "float32 (the sums are compensated either way)"
+    )
+  return name
+
+
+def _prepare(probs, labels, where, from_logits, num_classes):
+  """Validated ``(p, y, where)`` of one batch for a state made for ``num_classes``."""
+  p, y = S.prepare(probs, labels, from_logits)
+  if p.shape[1] != num_classes:
+    raise ValueError(
+      f"probs has C = {p.shape[1]} classes but the state was made for C = {num_classes}; "
+      "make the state with the predictions' class count"
+    )
+  return p, y, _check_where(where, p.shape[0])
+
+
+def _check_where(where: Any, n: int) -> jax.Array:
+  if where is None:
+    return jnp.ones((n,), bool)
+  w = jnp.asarray(where)
+  if w.shape != (n,) or w.dtype != jnp.bool_:
+    raise ValueError(
+      f"where must be a boolean array of shape ({n},) (one entry per sample of the batch), "
+      f"got dtype {w.dtype} and shape {tuple(w.shape)}"
+    )
+  return w
+
+
+def _bin_counts(num_bins: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  """Static ``(flat tuple of bin counts, shape)`` from an int or a concrete int array."""
+  if isinstance(num_bins, jax.core.Tracer):
+    raise ValueError(
+      "num_bins of a streaming state must be concrete (a Python int or an array of ints "
+      "known when the state is created), not a traced value"
+    )
+  m = V.check_num_bins(num_bins)
+  if isinstance(m, int):
+    return (m,), ()
+  a = np.asarray(num_bins)  # concrete (checked above); not the traced copy made under jit
+  if a.size == 0:
+    raise ValueError("num_bins is an empty array; give at least one bin count")
+  return tuple(int(v) for v in a.ravel()), tuple(a.shape)
+
+
+@functools.lru_cache(maxsize=32)
+def interval_thresholds(bin_counts: tuple[int, ...], dtype_name: str = "float32") -> np.ndarray:
+  """Sorted thresholds ``T(m, j)``, ``j < m``, of the fixed rule for a set of bin counts.
+
+  ``clip(ceil(fl(s m)), 1, m) <= j`` exactly when ``s <= T(m, j)``, so the
+  ``K`` thresholds cut the line into ``K + 1`` intervals
+  ``(T_{k-1}, T_k]`` on each of which every fixed bin of every ``m`` in
+  ``bin_counts`` is constant. ``#{k: T_k < s}`` is the interval of ``s``.
+
+  Args:
+    bin_counts: the bin counts (any order, repeats allowed).
+    dtype_name: the scores' float dtype, ``"float32"`` or ``"float64"``.
+
+  Returns:
+    ``(K,)`` sorted unique thresholds in that dtype.
+
+  Example:
+    >>> interval_thresholds((2, 4)).tolist()
+    [0.25, 0.5, 0.75]
+  """
+  mb = max(bin_counts)
+  table = B.edge_table(mb, dtype_name)
+  # index[m, j - 1] is 1 + the position of T(m, j) in table.thresholds (j < m).
+  pos = np.concatenate(
+    [np.asarray(table.index[m, : m - 1], np.int64) - 1 for m in sorted(set(bin_counts))]
+  )
+  return table.thresholds[np.unique(pos)] if pos.size else table.thresholds[:0]
+
+
+def _interval_bins(thr: jax.Array, m: jax.Array) -> jax.Array:
+  """0-based bin under ``m`` bins of each of the ``K + 1`` intervals."""
+  mm = m.astype(thr.dtype)
+  inner = jnp.clip(jnp.ceil(thr * mm).astype(jnp.int32), 1, m)
+  return jnp.concatenate([inner, m[None]]) - 1
+
+
+@functools.lru_cache(maxsize=32)
+def _interval_ends(bin_counts: tuple[int, ...], dtype_name: str) -> np.ndarray:
+  """``(len(bin_counts), max_bins + 1)`` int32: intervals in bins ``<= j`` for each count.
+
+  Bins are unions of consecutive intervals (the thresholds are sorted), so
+  row ``i`` holds ``e_0 = 0 <= e_1 <= ... `` with bin ``j`` the intervals
+  ``[e_{j-1}, e_j)``; ``e_j = K + 1`` for ``j >= m``.
+  """
+  mb = max(bin_counts)
+  table = B.edge_table(mb, dtype_name)
+  sub = interval_thresholds(bin_counts, dtype_name)
+  ends = np.full((len(bin_counts), mb + 1), sub.shape[0] + 1, np.int32)
+  ends[:, 0] = 0
+  for i, m in enumerate(bin_counts):
+    t = table.thresholds[np.asarray(table.index[m, : m - 1], np.int64) - 1]
+    ends[i, 1:m] = np.searchsorted(sub, t) + 1
+  return ends
+
+
+def _per_bin(values: jax.Array, ends: np.ndarray) -> jax.Array:
+  """``(num_counts, ..., max_bins)`` per-bin sums of per-interval ``values`` ``(..., K + 1)``.
+
+  Differences of prefix sums over the intervals (integer counts: exact;
+  floats: blocked float32-accurate prefix sums, as the one-shot fixed-bin
+  errors compute them).
+  """
+  zero = jnp.zeros(values.shape[:-1] + (1,), values.dtype)
+  prefix = jnp.concatenate([zero, B.blocked_cumsum(values, axis=-1)], axis=-1)
+  at = jnp.moveaxis(prefix[..., jnp.asarray(ends)], -2, 0)  # (num_counts, ..., max_bins + 1)
+  return at[..., 1:] - at[..., :-1]
+
+
+class _Streaming:
+  """What every streaming state shares: ``update`` (validate, then ingest) and ``reduce``."""
+
+  def update(
+    self,
+    probs: ArrayLike,
+    labels: ArrayLike,
+    where: ArrayLike | None = None,
+    *,
+    from_logits: bool = False,
+  ) -> Any:
+    """Adds one batch (traceable: call it inside ``jax.jit``).
+
+    Args:
+      probs: ``(B, C)`` probabilities (logits with ``from_logits=True``).
+      labels: ``(B,)`` integer labels.
+      where: optional ``(B,)`` bool; ``False`` rows are ignored (as if absent).
+      from_logits: apply a softmax first.
+
+    Returns:
+      The updated state (validated once, however many parts it has).
+    """
+    return self._ingest(*_prepare(probs, labels, where, from_logits, self.num_classes))
+
+  def reduce(self) -> Any:
+    """Merges states stacked along a leading axis (e.g. after ``all_gather``) into one, in order."""
+    return _reduce_stack(self)
+
+
+# --------------------------------------------------------------------------
+# FixedBins
+# --------------------------------------------------------------------------
+
+
+@functools.partial(
+  jax.tree_util.register_dataclass,
+  data_fields=[
+    "count",
+    "correct",
+    "conf_hi",
+    "conf_lo",
+    "conf_n",
+    "conf_z",
+    "cw_hi",
+    "cw_lo",
+    "cw_n",
+  ],
+  meta_fields=["bin_counts", "bins_shape", "num_classes", "dtype_name"],
+)
+@dataclasses.dataclass(frozen=True)
+class FixedBins(_Streaming):
+  """Sufficient statistics of every fixed-bin error, for a set of bin counts.
+
+  Top-label residuals ``c - z`` (``c = max p``, ``z = 1[y = argmax p]``) and
+  class-wise residuals ``p_r - 1[y = r]`` summed per threshold interval of
+  the fixed rule (see :func:`interval_thresholds`); per-bin sums for any
+  bin count of the set are sums of whole intervals. :meth:`compute` gives,
+  for each bin count ``m`` (``S_b`` a bin's residual sum, ``n`` samples):
+
+  * ``conf_ece = (1/n) sum_b |S_b|`` and ``conf_ce = (1/n^2) sum_b S_b^2``
+    (top label), ``conf_ce_corr = conf_ce + (1/n)(1 - (1/n) sum_i z_i)``;
+  * ``classwise_ece = sum_r w_r (1/n) sum_b |S_rb|``,
+    ``classwise_ce = (1/C) sum_r (1/n^2) sum_b S_rb^2`` (LinCE_cw);
+  * ``ecce = sum_r w_r (1/n) sum_{b non-empty} |sum_{b' <= b} S_rb'|``;
+
+  each equal to the one-shot function with ``binning="fixed"``. LinCE is
+  truthful for every outcome-independent binning, fixed bins included, so
+  ``conf_ce_corr`` and ``classwise_ce`` here are truthful errors that
+  stream exactly.
+
+  Attributes:
+    count: ``()`` int32, samples seen.
+    correct: ``()`` int32, samples with ``z = 1``.
+    conf_hi, conf_lo: ``(K + 1,)`` compensated top-label residual sums.
+    conf_n, conf_z: ``(K + 1,)`` int32 sample and ``z = 1`` counts per interval.
+    cw_hi, cw_lo: ``(C, K + 1)`` compensated class-wise residual sums
+      (``None`` with ``classwise=False``).
+    cw_n: ``(C, K + 1)`` int32 counts per class and interval.
+    bin_counts, bins_shape, num_classes, dtype_name: static configuration.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
+    >>> y = jnp.array([0, 1, 1])
+    >>> state = FixedBins.empty(2, num_bins=2)
+    >>> state = jax.jit(FixedBins.update)(state, p[:2], y[:2])
+    >>> state = state.update(p[2:], y[2:])
+    >>> round(float(state.compute()["conf_ece"]), 4)
+    0.1333
+
+  Reference: Lu, Wu, Hartline & Hu (2025), Truthful Calibration Errors for
+  Multi-Class Prediction, §3 (LinCE, Thm 3.1: truthful for every
+  outcome-independent binning) and §3.2 (confidence errors); Naeini, Cooper
+  & Hauskrecht (2015) (ECE); Arrieta-Ibarra et al. (2022) (ECCE).
+  """
+
+  count: jax.Array
+  correct: jax.Array
+  conf_hi: jax.Array
+  conf_lo: jax.Array
+  conf_n: jax.Array
+  conf_z: jax.Array
+  cw_hi: jax.Array | None
+  cw_lo: jax.Array | None
+  cw_n: jax.Array | None
+  bin_counts: tuple[int, ...]
+  bins_shape: tuple[int, ...]
+  num_classes: int
+  dtype_name: str
+
+  @classmethod
+  def empty(
+    cls,
+    num_classes: int,
+    num_bins: ArrayLike = 15,
+    *,
+    classwise: bool = True,
+    dtype: Any = jnp.float32,
+  ) -> FixedBins:
+    """An empty state.
+
+    Args:
+      num_classes: ``C`` (static).
+      num_bins: a bin count, or an int array of them (results have its shape).
+      classwise: also keep the class-wise statistics (``C`` times the memory).
+      dtype: float dtype of the scores and sums (``float32`` or ``float64``);
+        probabilities are cast to it.
+
+    Returns:
+      A :class:`FixedBins` with zero counts.
+    """
+    counts, shape = _bin_counts(num_bins)
+    if not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
+      raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
+    name = _check_dtype(dtype)
+    k = interval_thresholds(counts, name).shape[0] + 1
+    dt = jnp.dtype(dtype)
+    zf = jnp.zeros((k,), dt)
+    zi = jnp.zeros((k,), jnp.int32)
+    cwf = jnp.zeros((int(num_classes), k), dt) if classwise else None
+    cwi = jnp.zeros((int(num_classes), k), jnp.int32) if classwise else None
+    return cls(
+      jnp.int32(0), jnp.int32(0), zf, zf, zi, zi, cwf, cwf, cwi,
+      counts, shape, int(num_classes), name,
+    )  # fmt: skip
+
+  @property
+  def num_bins(self) -> int | np.ndarray:
+    """The bin counts as given to :meth:`empty` (an int, or an int array)."""
+    if not self.bins_shape and len(self.bin_counts) == 1:
+      return self.bin_counts[0]
+    return np.asarray(self.bin_counts, np.int32).reshape(self.bins_shape)
+
+  @property
+  def thresholds(self) -> np.ndarray:
+    """The ``(K,)`` interval thresholds (static, numpy)."""
+    return interval_thresholds(self.bin_counts, self.dtype_name)
+
+  @jax.jit
+  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> FixedBins:
+    p = p.astype(self.dtype_name)
+    thr = jnp.asarray(self.thresholds)
+    k = thr.shape[0] + 1
+    r, c = _confidence_parts(p)
+    z = (r == y) & w
+    resid = jnp.where(w, c - z.astype(p.dtype), 0.0)
+    bucket = jnp.searchsorted(thr, c, side="left")
+    conf_hi, conf_lo = _add(self.conf_hi, self.conf_lo, jax.ops.segment_sum(resid, bucket, k))
+    conf_n = self.conf_n + jax.ops.segment_sum(w.astype(jnp.int32), bucket, k)
+    conf_z = self.conf_z + jax.ops.segment_sum(z.astype(jnp.int32), bucket, k)
+    cw = (self.cw_hi, self.cw_lo, self.cw_n)
+    if self.cw_hi is not None:
+      pt = p.T  # (C, B)
+      onehot = y[None, :] == jnp.arange(self.num_classes)[:, None]
+      res = jnp.where(w[None, :], pt - onehot.astype(p.dtype), 0.0)
+      seg = jnp.searchsorted(thr, pt, side="left") + k * jnp.arange(self.num_classes)[:, None]
+      tot = self.num_classes * k
+      sums = jax.ops.segment_sum(res.ravel(), seg.ravel(), tot).reshape(self.num_classes, k)
+      cnt = jax.ops.segment_sum(
+        jnp.broadcast_to(w, pt.shape).astype(jnp.int32).ravel(), seg.ravel(), tot
+      )
+      hi, lo = _add(self.cw_hi, self.cw_lo, sums)
+      cw = (hi, lo, self.cw_n + cnt.reshape(self.num_classes, k))
+    return dataclasses.replace(
+      self,
+      count=self.count + jnp.sum(w, dtype=jnp.int32),
+      correct=self.correct + jnp.sum(z, dtype=jnp.int32),
+      conf_hi=conf_hi,
+      conf_lo=conf_lo,
+      conf_n=conf_n,
+      conf_z=conf_z,
+      cw_hi=cw[0],
+      cw_lo=cw[1],
+      cw_n=cw[2],
+    )
+
+  def merge(self, other: FixedBins) -> FixedBins:
+    """The state of both data sets (associative and commutative; counts exact)."""
+    return _merge_sums(self, other, (("conf_hi", "conf_lo"), ("cw_hi", "cw_lo")))
+
+  def compute(self, class_weights: ArrayLike | None = None) -> dict[str, jax.Array]:
+    """Every fixed-bin error, each shaped like the state's ``num_bins``.
+
+    Args:
+      class_weights: ``(C,)`` weights of ``classwise_ece`` and ``ecce``
+        (default ``1/C``).
+
+    Returns:
+      dict with ``conf_ece``, ``conf_ce``, ``conf_ce_corr`` and, with
+      class-wise statistics, ``classwise_ece``, ``classwise_ce``, ``ecce``.
+      NaN when no sample was seen.
+    """
+    return _fixed_compute(
+      self, CE._class_weights(class_weights, self.num_classes, self.conf_hi.dtype)
+    )
+
+  def _compute(self, w: jax.Array) -> dict[str, jax.Array]:
+    ends = _interval_ends(self.bin_counts, self.dtype_name)
+    n = self.count.astype(self.conf_hi.dtype)
+    shape = self.bins_shape
+    sums = _per_bin(self.conf_hi, ends) + _per_bin(self.conf_lo, ends)  # (M, max_bins)
+    ece = jnp.sum(jnp.abs(sums), axis=-1) / n
+    ce = jnp.sum(sums**2, axis=-1) / n / n
+    out = {
+      "conf_ece": ece.reshape(shape),
+      "conf_ce": ce.reshape(shape),
+      "conf_ce_corr": (ce + (self.count - self.correct).astype(n.dtype) / n / n).reshape(shape),
+    }
+    if self.cw_hi is not None:
+      cs = _per_bin(self.cw_hi, ends) + _per_bin(self.cw_lo, ends)  # (M, C, max_bins)
+      cn = _per_bin(self.cw_n, ends)
+      out["classwise_ece"] = jnp.sum(jnp.sum(jnp.abs(cs), axis=-1) / n * w, axis=-1).reshape(shape)
+      out["classwise_ce"] = (jnp.sum(cs**2, axis=-1).mean(axis=-1) / n / n).reshape(shape)
+      cum = jnp.cumsum(-cs, axis=-1)
+      per = jnp.sum(jnp.where(cn > 0, jnp.abs(cum), 0.0), axis=-1) / n
+      out["ecce"] = jnp.sum(per * w, axis=-1).reshape(shape)
+    return out
+
+  def reliability(self, num_bins: int) -> ReliabilityStats:
+    """Per-bin counts, mean confidence and accuracy of the top label for one bin count.
+
+    Args:
+      num_bins: one of the state's bin counts.
+
+    Returns:
+      :class:`~jaxcal.metrics.ReliabilityStats` of ``(num_bins,)`` arrays, as
+      ``metrics.reliability_stats(probs, labels, num_bins, "fixed")``.
+    """
+    if num_bins not in self.bin_counts:
+      raise ValueError(
+        f"num_bins = {num_bins!r} is not one of the state's bin counts {sorted(set(self.bin_counts))}"
+      )
+    thr = jnp.asarray(self.thresholds)
+    b = _interval_bins(thr, jnp.int32(num_bins))
+    cnt = jax.ops.segment_sum(self.conf_n, b, num_bins)
+    hits = jax.ops.segment_sum(self.conf_z, b, num_bins)
+    resid = jax.ops.segment_sum(self.conf_hi, b, num_bins) + jax.ops.segment_sum(
+      self.conf_lo, b, num_bins
+    )
+    dt = self.conf_hi.dtype
+    safe = jnp.maximum(cnt, 1).astype(dt)
+    acc = jnp.where(cnt > 0, hits.astype(dt) / safe, 0.0)
+    conf = jnp.where(cnt > 0, (resid + hits.astype(dt)) / safe, 0.0)
+    edges = jnp.arange(num_bins + 1, dtype=dt) / num_bins
+    return ReliabilityStats(cnt, conf, acc, edges[:-1], edges[1:])
+
+
+@jax.jit
+def _fixed_compute(state: FixedBins, w: jax.Array) -> dict[str, jax.Array]:
+  return state._compute(w)
+
+
+def _check_same(a: Any, b: Any) -> None:
+  if type(a) is not type(b) or jax.tree.structure(a) != jax.tree.structure(b):
+    raise ValueError(
+      f"cannot merge a {type(a).__name__} with a {type(b).__name__} of a different "
+      "configuration (bin counts, classes, dtype or parts kept must match)"
+    )
+
+
+def _merge_sums(a: Any, b: Any, pairs: tuple[tuple[str, str], ...]) -> Any:
+  """Leaf-wise sums of two states; the ``(hi, lo)`` pairs are added with TwoSum."""
+  _check_same(a, b)
+  fixes = {}
+  for hi, lo in pairs:
+    if getattr(a, hi) is not None:
+      pair_a, pair_b = (getattr(a, hi), getattr(a, lo)), (getattr(b, hi), getattr(b, lo))
+      fixes[hi], fixes[lo] = _add_pairs(pair_a, pair_b)
+  return dataclasses.replace(jax.tree.map(jnp.add, a, b), **fixes)
+
+
+def _reduce_stack(stacked: Any) -> Any:
+  """Merges states stacked along a leading axis, in order."""
+  leaves = jax.tree.leaves(stacked)
+  if not leaves or leaves[0].ndim == 0:
+    raise ValueError("reduce() expects states stacked along a leading axis (e.g. after all_gather)")
+  k = leaves[0].shape[0]
+  out = jax.tree.map(lambda x: x[0], stacked)
+  for i in range(1, k):
+    out = out.merge(jax.tree.map(lambda x, i=i: x[i], stacked))
+  return out
+
+
+# --------------------------------------------------------------------------
+# Scores
+# --------------------------------------------------------------------------
+
+_SCORE_NAMES = ("brier", "log_loss", "spherical", "confidence_loss")
+_PER_SAMPLE = (
+  S.brier_per_sample,
+  S.log_loss_per_sample,
+  S.spherical_per_sample,
+  S.confidence_loss_per_sample,
+)
+
+
+@functools.partial(
+  jax.tree_util.register_dataclass,
+  data_fields=["count", "correct", "hi", "lo", "label_counts", "confusion"],
+  meta_fields=["num_classes"],
+)
+@dataclasses.dataclass(frozen=True)
+class Scores(_Streaming):
+  """Sums of proper scores, correct predictions, label counts and confusion counts.
+
+  :meth:`compute` gives the means ``(1/n) sum_i S(p_i, y_i)`` of the Brier
+  score ``sum_r (p_r - 1[y = r])^2``, the log loss ``-log p_y`` (``p_y``
+  clipped at 1e-12), the spherical loss ``1 - p_y / ||p||_2`` and the
+  confidence loss ``1 - z + (c - z)^2``, with the classification error and
+  accuracy (from integer counts), the label frequencies and the confusion
+  matrix ``N[y, argmax p]``.
+
+  Attributes:
+    count: ``()`` int32 samples seen.
+    correct: ``()`` int32 samples with ``argmax p = y``.
+    hi, lo: ``(4,)`` compensated sums of the four losses.
+    label_counts: ``(C,)`` int32.
+    confusion: ``(C, C)`` int32 (``None`` unless asked for).
+    num_classes: static ``C``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> s = Scores.empty(2).update(jnp.array([[0.5, 0.5], [1.0, 0.0]]), jnp.array([0, 0]))
+    >>> float(s.compute()["brier"])
+    0.25
+
+  Reference: Lu, Wu, Hartline & Hu (2025), Truthful Calibration Errors for
+  Multi-Class Prediction, §2 (proper scores) and Lemma D.1 (confidence loss).
+  """
+
+  count: jax.Array
+  correct: jax.Array
+  hi: jax.Array
+  lo: jax.Array
+  label_counts: jax.Array
+  confusion: jax.Array | None
+  num_classes: int
+
+  @classmethod
+  def empty(cls, num_classes: int, *, confusion: bool = False, dtype: Any = jnp.float32) -> Scores:
+    """An empty state (``confusion=True`` also keeps the ``(C, C)`` confusion counts)."""
+    if not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
+      raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
+    c = int(num_classes)
+    z = jnp.zeros((len(_SCORE_NAMES),), _check_dtype(dtype))
+    conf = jnp.zeros((c, c), jnp.int32) if confusion else None
+    return cls(jnp.int32(0), jnp.int32(0), z, z, jnp.zeros((c,), jnp.int32), conf, c)
+
+  @jax.jit
+  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> Scores:
+    p = p.astype(self.hi.dtype)
+    losses = jnp.stack([f(p, y) for f in _PER_SAMPLE], axis=0)  # (4, B)
+    batch = jnp.sum(jnp.where(w[None, :], losses, 0.0), axis=1)
+    hi, lo = _add(self.hi, self.lo, batch)
+    r, _ = _confidence_parts(p)
+    hit = (r == y) & w
+    c = self.num_classes
+    wi = w.astype(jnp.int32)
+    labels_n = self.label_counts + jax.ops.segment_sum(wi, y, c)
+    confusion = self.confusion
+    if confusion is not None:
+      confusion = confusion + jax.ops.segment_sum(wi, y * c + r, c * c).reshape(c, c)
+    return dataclasses.replace(
+      self,
+      count=self.count + jnp.sum(wi),
+      correct=self.correct + jnp.sum(hit, dtype=jnp.int32),
+      hi=hi,
+      lo=lo,
+      label_counts=labels_n,
+      confusion=confusion,
+    )
+
+  def merge(self, other: Scores) -> Scores:
+    """The state of both data sets (associative and commutative)."""
+    return _merge_sums(self, other, (("hi", "lo"),))
+
+  def compute(self) -> dict[str, jax.Array]:
+    """Means of the scores, accuracy, classification error, label frequencies (and confusion)."""
+    n = self.count.astype(self.hi.dtype)
+    means = (self.hi + self.lo) / n
+    out = {name: means[i] for i, name in enumerate(_SCORE_NAMES)}
+    acc = self.correct.astype(n.dtype) / n
+    out["accuracy"] = acc
+    out["classification_error"] = 1.0 - acc
+    out["label_frequencies"] = self.label_counts.astype(n.dtype) / n
+    if self.confusion is not None:
+      out["confusion"] = self.confusion
+    return out
+
+
+# --------------------------------------------------------------------------
+# Records: the exact path for metrics that need a global order
+# --------------------------------------------------------------------------
+
+_KINDS = ("top_label", "full")
+
+
+@functools.partial(
+  jax.tree_util.register_dataclass,
+  data_fields=["count", "overflow", "conf", "hit", "probs", "labels"],
+  meta_fields=["kind", "capacity", "num_classes"],
+)
+@dataclasses.dataclass(frozen=True)
+class Records(_Streaming):
+  """Per-sample records in a buffer of static capacity: the exact path for sorted metrics.
+
+  ``kind="top_label"`` keeps ``c_i = max p_i`` and ``z_i = 1[y_i = argmax p_i]``
+  (a float and a bool per sample); ``kind="full"`` keeps ``p_i`` and ``y_i``.
+  Records are compacted in update order (masked samples are skipped). More
+  samples than ``capacity`` set ``overflow`` and :meth:`compute` raises
+  rather than return a number computed on part of the data.
+
+  Attributes:
+    count: ``()`` int32 samples recorded (or offered, when overflowing).
+    overflow: ``()`` bool, more samples than ``capacity`` were offered.
+    conf, hit: ``(capacity,)`` confidence and correctness (``top_label``).
+    probs, labels: ``(capacity, C)`` and ``(capacity,)`` (``full``).
+    kind, capacity, num_classes: static configuration.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> from jaxcal import metrics
+    >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
+    >>> y = jnp.array([0, 1, 1])
+    >>> r = Records.empty(4, 2).update(p[:1], y[:1]).update(p[1:], y[1:])
+    >>> bool(r.compute(num_bins=1)["conf_ce_corr"] == metrics.conf_ce_corr(p, y, 1))
+    True
+
+  Reference: Lu, Wu, Hartline & Hu (2025), Truthful Calibration Errors for
+  Multi-Class Prediction, §3.2 (ConfCE_corr with quantile bins).
+  """
+
+  count: jax.Array
+  overflow: jax.Array
+  conf: jax.Array | None
+  hit: jax.Array | None
+  probs: jax.Array | None
+  labels: jax.Array | None
+  kind: str
+  capacity: int
+  num_classes: int
+
+  @classmethod
+  def empty(
+    cls, capacity: int, num_classes: int, kind: str = "top_label", *, dtype: Any = jnp.float32
+  ) -> Records:
+    """An empty buffer for ``capacity`` samples of ``kind`` ``"top_label"`` or ``"full"``."""
+    if kind not in _KINDS:
+      raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+    if not isinstance(capacity, (int, np.integer)) or capacity < 1:
+      raise ValueError(f"capacity must be a positive int (samples to keep), got {capacity!r}")
+    if not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
+      raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
+    cap, c = int(capacity), int(num_classes)
+    dtype = _check_dtype(dtype)
+    top = kind == "top_label"
+    return cls(
+      count=jnp.int32(0),
+      overflow=jnp.bool_(False),
+      conf=jnp.zeros((cap,), dtype) if top else None,
+      hit=jnp.zeros((cap,), bool) if top else None,
+      probs=None if top else jnp.zeros((cap, c), dtype),
+      labels=None if top else jnp.zeros((cap,), jnp.int32),
+      kind=kind,
+      capacity=cap,
+      num_classes=c,
+    )
+
+  @jax.jit
+  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> Records:
+    pos = self.count + jnp.cumsum(w.astype(jnp.int32)) - 1
+    idx = jnp.where(w & (pos < self.capacity), pos, self.capacity)  # out of range: dropped
+    new_count = self.count + jnp.sum(w, dtype=jnp.int32)
+    fields: dict[str, Any] = {
+      "count": new_count,
+      "overflow": self.overflow | (new_count > self.capacity),
+    }
+    if self.kind == "top_label":
+      r, c = _confidence_parts(p)
+      fields["conf"] = self.conf.at[idx].set(c.astype(self.conf.dtype), mode="drop")
+      fields["hit"] = self.hit.at[idx].set(r == y, mode="drop")
+    else:
+      fields["probs"] = self.probs.at[idx].set(p.astype(self.probs.dtype), mode="drop")
+      fields["labels"] = self.labels.at[idx].set(y.astype(jnp.int32), mode="drop")
+    return dataclasses.replace(self, **fields)
+
+  def merge(self, other: Records) -> Records:
+    """Both buffers' records, ``other``'s after ``self``'s (capacity: the sum)."""
+    if type(other) is not Records or (self.kind, self.num_classes) != (
+      other.kind,
+      other.num_classes,
+    ):
+      raise ValueError("cannot merge Records of different kinds or class counts")
+    cap = self.capacity + other.capacity
+    start = jnp.minimum(self.count, self.capacity)
+
+    def cat(a, b):
+      if a is None:
+        return None
+      buf = jnp.concatenate([a, jnp.zeros_like(b)], axis=0)
+      return jax.lax.dynamic_update_slice_in_dim(buf, b, start, axis=0)
+
+    return Records(
+      count=self.count + other.count,
+      overflow=self.overflow | other.overflow,
+      conf=cat(self.conf, other.conf),
+      hit=cat(self.hit, other.hit),
+      probs=cat(self.probs, other.probs),
+      labels=cat(self.labels, other.labels),
+      kind=self.kind,
+      capacity=cap,
+      num_classes=self.num_classes,
+    )
+
+  def _grown(self, capacity: int) -> Records:
+    """The same records in a buffer of ``capacity >= self.capacity`` samples."""
+    extra = capacity - self.capacity
+
+    def grow(a):
+      return None if a is None else jnp.concatenate([a, jnp.zeros((extra,) + a.shape[1:], a.dtype)])
+
+    return dataclasses.replace(
+      self,
+      conf=grow(self.conf),
+      hit=grow(self.hit),
+      probs=grow(self.probs),
+      labels=grow(self.labels),
+      capacity=capacity,
+    )
+
+  def _checked_count(self) -> int:
+    count, overflow = jax.device_get((self.count, self.overflow))
+    if bool(overflow):
+      raise ValueError(
+        f"Records overflowed: {int(count)} samples were offered to a buffer of capacity "
+        f"{self.capacity}; make the state with a capacity of at least the data set size"
+      )
+    if int(count) == 0:
+      raise ValueError("Records is empty: update it with at least one batch before compute()")
+    return int(count)
+
+  def data(self) -> tuple[jax.Array, jax.Array]:
+    """The recorded samples as arrays, for any one-shot metric (eager only).
+
+    Returns:
+      ``(probs, labels)`` for ``kind="full"``; ``(conf, hit)`` for
+      ``kind="top_label"``. Shapes ``(count, ...)``.
+    """
+    n = self._checked_count()
+    if self.kind == "full":
+      return self.probs[:n], self.labels[:n]
+    return self.conf[:n], self.hit[:n]
+
+  def compute(self, num_bins: ArrayLike = 15, binning: str = "quantile") -> dict[str, jax.Array]:
+    """Binned errors of the recorded samples, as the one-shot functions compute them.
+
+    One compiled program per capacity (the buffer is masked beyond
+    ``count``), so it also runs inside ``jax.jit``; there an overflowed
+    buffer gives NaN, eagerly it raises.
+
+    Args:
+      num_bins: a bin count, or a concrete int array of them.
+      binning: ``"quantile"`` (default) or ``"fixed"``.
+
+    Returns:
+      dict with ``conf_ece``, ``conf_ce``, ``conf_ce_corr`` (and, for
+      ``kind="full"``, ``classwise_ce``, ``classwise_ece``), each equal to
+      the one-shot function of :mod:`jaxcal.metrics` with this ``binning``
+      on the recorded samples, shaped like ``num_bins``.
+    """
+    binning = V.check_binning(binning)
+    counts, shape = _bin_counts(num_bins)
+    if V.is_concrete(self.count):
+      n = self._checked_count()
+      if binning == "quantile" and max(counts) > n:
+        raise ValueError(
+          f"too few samples for the bins: quantile binning with num_bins = {max(counts)} "
+          f"needs at least that many samples, got {n} records"
+        )
+    bins = jnp.asarray(counts, jnp.int32)
+    out = _records_compute(self, bins, binning, max(counts))
+    return {k: v.reshape(shape) for k, v in out.items()}
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _records_compute(state: Records, bins: jax.Array, binning: str, max_bins: int):
+  from jaxcal._src.study import binned_errors  # the study's per-model core, one home
+
+  w = jnp.arange(state.capacity) < jnp.minimum(state.count, state.capacity)
+  if state.kind == "full":
+    names = ("conf_ece", "conf_ce", "conf_ce_corr", "classwise_ce", "classwise_ece")
+    out = binned_errors(state.probs, state.labels, w, bins, names, binning, max_bins)
+  else:
+
+    def one(kind):
+      def f(m):
+        return CE._conf_from_scores(
+          state.conf, state.hit, m, binning=binning, max_bins=max_bins, kind=kind, where=w
+        )
+
+      return jax.vmap(f)(bins)
+
+    out = {"conf_ece": one("ece"), "conf_ce": one("ce"), "conf_ce_corr": one("ce_corr")}
+  return {k: jnp.where(state.overflow, jnp.nan, v) for k, v in out.items()}
+
+
+# --------------------------------------------------------------------------
+# Calibration: the three together
+# --------------------------------------------------------------------------
+
+
+@functools.partial(
+  jax.tree_util.register_dataclass,
+  data_fields=["bins", "scores", "records"],
+  meta_fields=[],
+)
+@dataclasses.dataclass(frozen=True)
+class Calibration(_Streaming):
+  """Fixed-bin errors, scores and (optionally) exact records: what a training loop logs.
+
+  :meth:`compute` returns one flat dict: ``conf_ece``, ``classwise_ece``,
+  ``ecce`` (fixed bins, their default) and the truthful errors with fixed
+  bins as ``conf_ce_corr_fixed``, ``classwise_ce_fixed`` (and
+  ``conf_ce_fixed``) from :class:`FixedBins`; the scores and accuracy from
+  :class:`Scores`; and, when records are kept, ``conf_ce``,
+  ``conf_ce_corr`` (and ``classwise_ce`` for ``kind="full"``) with their
+  default quantile bins, exactly as the one-shot functions.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
+    >>> y = jnp.array([0, 1, 1])
+    >>> s = Calibration.empty(2, num_bins=2, capacity=3)
+    >>> s = jax.jit(Calibration.update)(s, p, y)
+    >>> out = s.compute()
+    >>> round(float(out["conf_ece"]), 4), round(float(out["accuracy"]), 4)
+    (0.1333, 0.6667)
+
+  Reference: Lu, Wu, Hartline & Hu (2025), Truthful Calibration Errors for
+  Multi-Class Prediction, §3.
+  """
+
+  bins: FixedBins
+  scores: Scores
+  records: Records | None
+
+  @classmethod
+  def empty(
+    cls,
+    num_classes: int,
+    num_bins: int = 15,
+    *,
+    capacity: int | None = None,
+    records: str = "top_label",
+    classwise: bool = True,
+    confusion: bool = False,
+    dtype: Any = jnp.float32,
+  ) -> Calibration:
+    """An empty state.
+
+    Args:
+      num_classes: ``C``.
+      num_bins: bin count(s) of every error (int or int array).
+      capacity: keep up to this many per-sample records for the quantile
+        errors (``None``: no records, fixed-bin errors and scores only).
+      records: ``"top_label"`` (2 numbers per sample) or ``"full"``.
+      classwise: keep the class-wise fixed-bin statistics.
+      confusion: keep the confusion matrix.
+      dtype: float dtype of the sums.
+    """
+    bins = FixedBins.empty(num_classes, num_bins, classwise=classwise, dtype=dtype)
+    recs = None if capacity is None else Records.empty(capacity, num_classes, records, dtype=dtype)
+    return cls(bins, Scores.empty(num_classes, confusion=confusion, dtype=dtype), recs)
+
+  @property
+  def num_classes(self) -> int:
+    """``C``."""
+    return self.bins.num_classes
+
+  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> Calibration:
+    recs = None if self.records is None else self.records._ingest(p, y, w)
+    return dataclasses.replace(
+      self, bins=self.bins._ingest(p, y, w), scores=self.scores._ingest(p, y, w), records=recs
+    )
+
+  def merge(self, other: Calibration) -> Calibration:
+    """Merges every part (records: ``other``'s after ``self``'s)."""
+    recs = None if self.records is None else self.records.merge(other.records)
+    return dataclasses.replace(
+      self, bins=self.bins.merge(other.bins), scores=self.scores.merge(other.scores), records=recs
+    )
+
+  def compute(self) -> dict[str, jax.Array]:
+    """One flat dict of every number this state can give (see the class docstring)."""
+    fixed = self.bins.compute()
+    out = {k: fixed[k] for k in ("conf_ece", "classwise_ece", "ecce") if k in fixed}
+    for k in ("conf_ce", "conf_ce_corr", "classwise_ce"):
+      if k in fixed:
+        out[k + "_fixed"] = fixed[k]
+    out.update(self.scores.compute())
+    if self.records is not None:
+      q = self.records.compute(self.bins.num_bins, "quantile")
+      for k in ("conf_ce", "conf_ce_corr", "classwise_ce"):
+        if k in q:
+          out[k] = q[k]
+    return out
+
+
+def merge_across_processes(state: Any) -> Any:
+  """The union of every ``jax.distributed`` process's state, on every process.
+
+  Each process passes its own state (same configuration on all); the states
+  are gathered device to device (an XLA all-gather over one device per
+  process, nothing through the host) and merged in process order, so
+  :class:`Records` hold process 0's samples first. With one process the
+  state is returned unchanged.
+
+  Args:
+    state: a :class:`FixedBins`, :class:`Scores`, :class:`Records` or
+      :class:`Calibration` holding this process's samples.
+
+  Returns:
+    The merged state, identical on every process.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> s = Scores.empty(2).update(jnp.array([[0.5, 0.5]]), jnp.array([0]))
+    >>> int(merge_across_processes(s).count)
+    1
+  """
+  if jax.process_count() == 1:
+    return state
+  from jax.experimental import multihost_utils
+
+  recs = state if isinstance(state, Records) else getattr(state, "records", None)
+  if recs is not None:  # buffers of one size on every process, for the gather
+    caps = multihost_utils.process_allgather(np.int32(recs.capacity))
+    grown = recs._grown(int(np.max(caps)))
+    state = grown if isinstance(state, Records) else dataclasses.replace(state, records=grown)
+  return _reduce_stack(_stack_processes(state))
+
+
+def _stack_processes(tree: Any) -> Any:
+  """Every process's ``tree`` stacked along a new leading axis, on this process's device.
+
+  Device to device: each leaf becomes one slice of a global array over one
+  device per process, a compiled identity replicates it (XLA's all-gather),
+  and this process keeps its local replica. Nothing goes through the host.
+  """
+  from jax.sharding import Mesh, NamedSharding
+  from jax.sharding import PartitionSpec as P
+
+  first = {}
+  for d in jax.devices():
+    first.setdefault(d.process_index, d)
+  mesh = Mesh(np.array([first[i] for i in sorted(first)]), ("processes",))
+  rows = NamedSharding(mesh, P("processes"))
+  local = first[jax.process_index()]
+
+  def gather(leaf):
+    x = jax.device_put(jnp.asarray(leaf)[None], local)
+    g = jax.make_array_from_process_local_data(rows, x)
+    rep = jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, P()))(g)
+    return rep.addressable_data(0)
+
+  return jax.tree.map(gather, tree)

@@ -1,0 +1,908 @@
+"""One compiled call for a whole calibration study: models × metrics × bin counts × utilities.
+
+:func:`evaluate` takes the predictions of many models (a stack, a list or a
+dict; probabilities or logits; any ``n``; models are grouped by their class
+count ``C``), a set of metric names, bin counts as an array and batches of
+utilities, and returns a :class:`StudyResult` of named arrays
+(model × metric × bin count / utility / component).
+
+How it compiles. Within a class-count group, the models' sample counts are
+rounded up to a *size bucket* (a ladder ``2^k · {1, 1.25, 1.5, 1.75}``, so
+at most 25 % padding); models of one bucket are padded to it, stacked, and
+run by one compiled program, the padding rows masked out with the metric
+cores' ``where=`` (a masked sample is exactly absent: quantile positions,
+``n`` and every sum count only real samples). The bin counts and utility
+parameters are arguments of that program, not constants: a new array of the
+same length reuses it. The inputs are validated once per stack (one fused
+reduction), then placed; so a study costs one compilation per
+(``C``, bucket) plus its validation.
+
+How it shards. The program runs under ``jax.shard_map`` on a
+``Mesh(("models", "utilities"))`` (default: every device; the ``"models"``
+axis as large as the smallest group allows, the rest on ``"utilities"``).
+Each device holds only its models' data: no all-gather of per-model data.
+UC over sampled utilities is split over both axes (models × utilities);
+the other metrics split the models over all devices (each device of a row
+takes its share of the row's models; the row's results are gathered, a few
+numbers per model). The results are replicated, so every host can read
+them.
+
+Hosts. In a ``jax.distributed`` run, a stack of host-local arrays is this
+process's rows (samples) of every model: the rows of all processes are
+assembled in process order (padded and masked where the shards differ in
+size), and every process gets the union's result. Global ``jax.Array``
+inputs are used as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike
+
+from jaxcal._src import binning as B
+from jaxcal._src import calibration_errors as CE
+from jaxcal._src import scores as S
+from jaxcal._src import validation as V
+from jaxcal._src.decomposition import decompose_core
+from jaxcal._src.utility import families as F
+from jaxcal._src.utility import sweep as SW
+
+__all__ = [
+  "evaluate",
+  "StudyResult",
+  "METRICS",
+  "DEFAULT_METRICS",
+  "size_bucket",
+  "binned_errors",
+]
+
+# name -> (family, kind, default binning)
+_BINNED = {
+  "conf_ece": ("conf", "ece", "fixed"),
+  "conf_ce": ("conf", "ce", "quantile"),
+  "conf_ce_corr": ("conf", "ce_corr", "quantile"),
+  "classwise_ce": ("classwise", "ce", "quantile"),
+  "classwise_ece": ("classwise", "ece", "fixed"),
+  "ecce": ("ecce", None, "fixed"),
+}
+_SCORES = {
+  "brier": S.brier_per_sample,
+  "log_loss": S.log_loss_per_sample,
+  "spherical": S.spherical_per_sample,
+  "classification_error": S.classification_error_per_sample,
+  "confidence_loss": S.confidence_loss_per_sample,
+}
+_DECOMPOSITIONS = {
+  "decompose": ("brier", "classwise"),
+  "decompose:normalized": ("brier", "normalized"),
+  "decompose:log": ("log", "classwise"),
+  "decompose:log:normalized": ("log", "normalized"),
+}
+_UC_CLASS = {"uc_tce": "tce", "uc_cwe": "cwe", "uc_topk": "topk", "uc_comb": "comb"}
+
+#: Every metric name :func:`evaluate` accepts (binned errors also as
+#: ``"name:fixed"`` / ``"name:quantile"``; UC over sampled utilities comes
+#: from the ``utilities`` argument as ``"uc:<name>"``).
+METRICS = tuple(_BINNED) + tuple(_SCORES) + tuple(_DECOMPOSITIONS) + tuple(_UC_CLASS)
+
+#: What :func:`evaluate` computes when ``metrics=None``.
+DEFAULT_METRICS = (
+  "conf_ece",
+  "conf_ce_corr",
+  "classwise_ce",
+  "classwise_ece",
+  "brier",
+  "log_loss",
+  "classification_error",
+)
+
+_COMPONENTS = ("score", "mcb", "dsc", "unc")
+
+
+def size_bucket(n: int) -> int:
+  """The padded sample count of ``n``: the smallest ``2^k · {1, 1.25, 1.5, 1.75}`` ``>= n``.
+
+  Example:
+    >>> [size_bucket(n) for n in (5, 9, 10000, 10240, 10241)]
+    [5, 10, 10240, 10240, 12288]
+  """
+  if n <= 8:
+    return max(int(n), 1)
+  k = int(math.floor(math.log2(n)))
+  for f in (1.0, 1.25, 1.5, 1.75, 2.0):
+    b = int(f * 2**k)
+    if b >= n:
+      return b
+  return 2 ** (k + 1)  # pragma: no cover
+
+
+# --------------------------------------------------------------------------
+# Result
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyResult:
+  """Named results of :func:`evaluate`.
+
+  Attributes:
+    models: model names, in the order given.
+    values: metric name -> numpy array whose first axis is the models.
+    axes: metric name -> axis names, e.g. ``("model", "num_bins")``,
+      ``("model", "utility")``, ``("model", "component")``, ``("model",)``.
+    coords: axis name -> coordinates (``num_bins``: the bin counts;
+      ``component``: ``score, mcb, dsc, unc``; ``utility``: ``0..M-1``).
+    info: how the call ran (groups, buckets, mesh, compiled programs).
+  """
+
+  models: tuple[str, ...]
+  values: dict[str, np.ndarray]
+  axes: dict[str, tuple[str, ...]]
+  coords: dict[str, list]
+  info: dict[str, Any]
+
+  def __getitem__(self, metric: str) -> np.ndarray:
+    return self.values[metric]
+
+  def __contains__(self, metric: str) -> bool:
+    return metric in self.values
+
+  @property
+  def metrics(self) -> tuple[str, ...]:
+    """The metric names, in the order computed."""
+    return tuple(self.values)
+
+  def to_dict(self) -> dict[str, Any]:
+    """Plain nested lists and numbers (``json.dumps``-able)."""
+    return {
+      "models": list(self.models),
+      "values": {k: np.asarray(v).tolist() for k, v in self.values.items()},
+      "axes": {k: list(v) for k, v in self.axes.items()},
+      "coords": {k: [_plain(x) for x in v] for k, v in self.coords.items()},
+      "info": _plain(self.info),
+    }
+
+  def to_json(self, path: str | None = None) -> str:
+    """JSON text of :meth:`to_dict`; also written to ``path`` when given."""
+    text = json.dumps(self.to_dict(), indent=1)
+    if path is not None:
+      with open(path, "w") as f:
+        f.write(text + "\n")
+    return text
+
+  def to_table(self) -> list[dict[str, Any]]:
+    """Long ("tidy") rows ``{"model", "metric", <axis>: coordinate, "value"}``.
+
+    One row per number; ``pandas.DataFrame(result.to_table())`` gives a
+    data frame.
+    """
+    rows = []
+    for metric, arr in self.values.items():
+      axes = self.axes[metric]
+      a = np.asarray(arr)
+      for idx in np.ndindex(a.shape):
+        row: dict[str, Any] = {"model": self.models[idx[0]], "metric": metric}
+        for ax, i in zip(axes[1:], idx[1:]):
+          row[ax] = _plain(self.coords[ax][i])
+        row["value"] = float(a[idx])
+        rows.append(row)
+    return rows
+
+  def summary(self, num_bins: int | None = None) -> str:
+    """A Markdown table: one row per model, one column per scalar summary.
+
+    Binned errors at ``num_bins`` (default: the first bin count), UC
+    over sampled utilities as its median and maximum, decompositions as
+    their MCB and DSC.
+    """
+    cols: list[tuple[str, np.ndarray]] = []
+    bins = self.coords.get("num_bins")
+    j = 0
+    if bins is not None and num_bins is not None:
+      if num_bins not in bins:
+        raise ValueError(f"num_bins = {num_bins} was not evaluated; bin counts: {bins}")
+      j = bins.index(num_bins)
+    for metric, arr in self.values.items():
+      axes = self.axes[metric]
+      a = np.asarray(arr, np.float64)
+      if len(axes) == 1:
+        cols.append((metric, a))
+      elif axes[1] == "num_bins":
+        cols.append((f"{metric}@{bins[j]}", a[:, j]))
+      elif axes[1] == "utility":
+        cols.append((f"{metric} median", np.median(a, axis=1)))
+        cols.append((f"{metric} max", np.max(a, axis=1)))
+      else:
+        cols.append((f"{metric} mcb", a[:, 1]))
+        cols.append((f"{metric} dsc", a[:, 2]))
+    head = "| model | " + " | ".join(c for c, _ in cols) + " |"
+    sep = "|---" * (len(cols) + 1) + "|"
+    lines = [head, sep]
+    for i, name in enumerate(self.models):
+      lines.append(f"| {name} | " + " | ".join(f"{v[i]:.6g}" for _, v in cols) + " |")
+    return "\n".join(lines)
+
+  def __str__(self) -> str:
+    return self.summary()
+
+
+def _plain(x: Any) -> Any:
+  if isinstance(x, dict):
+    return {str(k): _plain(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_plain(v) for v in x]
+  if isinstance(x, np.generic):
+    return x.item()
+  if isinstance(x, np.ndarray):
+    return x.tolist()
+  return x
+
+
+# --------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Metric:
+  name: str  # result key
+  family: str  # "binned", "score", "decompose", "uc_class", "uc"
+  spec: tuple  # family-specific static data
+
+
+def _parse_metrics(metrics: Sequence[str] | None) -> list[_Metric]:
+  if metrics is None:
+    metrics = DEFAULT_METRICS
+  if isinstance(metrics, str):
+    metrics = (metrics,)
+  out, seen = [], set()
+  for name in metrics:
+    if not isinstance(name, str):
+      raise ValueError(f"metric names must be strings, got {name!r}")
+    if name in seen:
+      continue
+    seen.add(name)
+    base, _, binning = name.partition(":")
+    if base in _BINNED and (binning in ("", "fixed", "quantile")):
+      fam, kind, default = _BINNED[base]
+      if fam == "ecce" and binning == "quantile":
+        raise ValueError("ecce uses fixed bins only; ask for 'ecce'")
+      out.append(_Metric(name, "binned", (fam, kind, binning or default)))
+    elif name in _SCORES:
+      out.append(_Metric(name, "score", (name,)))
+    elif name in _DECOMPOSITIONS:
+      out.append(_Metric(name, "decompose", _DECOMPOSITIONS[name]))
+    elif name in _UC_CLASS:
+      out.append(_Metric(name, "uc_class", (_UC_CLASS[name],)))
+    else:
+      raise ValueError(
+        f"unknown metric {name!r}; known: {', '.join(METRICS)} (binned errors also as "
+        "'name:fixed' or 'name:quantile'; UC over sampled utilities through utilities=)"
+      )
+  return out
+
+
+def _models(predictions: Any, labels: Any, names: Sequence[str] | None):
+  """``[(name, x, y)]`` from a stack, a sequence or a mapping of predictions."""
+  if isinstance(predictions, Mapping):
+    keys = list(predictions)
+    xs = [predictions[k] for k in keys]
+    if isinstance(labels, Mapping):
+      missing = [k for k in keys if k not in labels]
+      if missing:
+        raise ValueError(f"labels has no entry for the models {missing}")
+      ys = [labels[k] for k in keys]
+    else:
+      ys = [labels] * len(xs)
+    names = [str(k) for k in keys] if names is None else names
+  elif isinstance(predictions, (list, tuple)):
+    xs = list(predictions)
+    if isinstance(labels, (list, tuple)):
+      ys = list(labels)
+    else:
+      ys = [labels] * len(xs)
+  else:
+    x = predictions if isinstance(predictions, jax.Array) else np.asarray(predictions)
+    if x.ndim == 2:
+      x = x[None]
+    if x.ndim != 3:
+      raise ValueError(
+        f"predictions must be a stack (M, n, C), one (n, C) array, or a list/dict of (n, C) "
+        f"arrays; got shape {tuple(x.shape)}"
+      )
+    y = labels if isinstance(labels, jax.Array) else np.asarray(labels)
+    if y.ndim == 1:
+      y = y[None]
+    if y.ndim != 2 or y.shape[0] not in (1, x.shape[0]):
+      raise ValueError(
+        f"labels must be (n,) (shared by every model) or (M, n) = ({x.shape[0]}, n); got shape "
+        f"{tuple(y.shape)}"
+      )
+    return [(None, x, y)]  # one stack, kept whole
+  if len(ys) != len(xs):
+    raise ValueError(f"got {len(xs)} predictions but {len(ys)} label arrays")
+  if not xs:
+    raise ValueError("predictions is empty: give at least one model")
+  names = [f"model_{i}" for i in range(len(xs))] if names is None else list(names)
+  if len(names) != len(xs):
+    raise ValueError(
+      f"names must be unique and one per model: {len(names)} names for {len(xs)} models"
+    )
+  return list(zip(names, xs, ys))
+
+
+def _utility_batches(utilities: Any) -> dict[str, Any]:
+  if utilities is None:
+    return {}
+  if isinstance(utilities, F.Utility):
+    return {utilities.kind: utilities}
+  if isinstance(utilities, Mapping):
+    return {str(k): v for k, v in utilities.items()}
+  if isinstance(utilities, (list, tuple)):
+    out = {}
+    for u in utilities:
+      if not isinstance(u, F.Utility):
+        raise ValueError(f"utilities entries must be Utility batches, got {type(u).__name__}")
+      key = u.kind
+      i = 1
+      while key in out:
+        key, i = f"{u.kind}_{i}", i + 1
+      out[key] = u
+    return out
+  raise ValueError(
+    "utilities must be a Utility batch, a list of them, or a dict name -> Utility batch "
+    f"(or name -> function of the class count returning one); got {type(utilities).__name__}"
+  )
+
+
+def _utilities_for(batches: dict[str, Any], num_classes: int) -> dict[str, F.Utility]:
+  out = {}
+  for name, u in batches.items():
+    v = u(num_classes) if callable(u) and not isinstance(u, F.Utility) else u
+    out[name] = F.check_utility(v, num_classes, batched=True, name=f"utilities[{name!r}]")
+    if out[name].batch_shape[0] == 0:
+      raise ValueError(f"utilities[{name!r}] is an empty batch")
+  return out
+
+
+def _default_mesh(num_devices: int, group_sizes: list[int], util_sizes: list[int]) -> Mesh:
+  """All devices as ``(models, utilities)``, shaped to balance the UC work.
+
+  Without utilities every device is on ``models``. With them, the shape
+  minimises the per-device UC work ``sum_groups ceil(M_g / dm) *
+  sum_batches ceil(U_b / du)`` (padding included), ties to the larger ``dm``.
+  """
+  devs = np.array(jax.devices()[:num_devices])
+  if not util_sizes:
+    return Mesh(devs.reshape(-1, 1), ("models", "utilities"))
+
+  def cost(dm: int) -> int:
+    du = num_devices // dm
+    return sum(-(-g // dm) for g in group_sizes) * sum(-(-u // du) for u in util_sizes)
+
+  options = [d for d in range(1, num_devices + 1) if num_devices % d == 0]
+  dm = min(options, key=lambda d: (cost(d), -d))
+  return Mesh(devs.reshape(dm, num_devices // dm), ("models", "utilities"))
+
+
+def _mesh_sizes(mesh: Mesh) -> tuple[int, int]:
+  names = mesh.axis_names
+  if "models" not in names:
+    raise ValueError(f"mesh must have a 'models' axis (and optionally 'utilities'); got {names}")
+  extra = [a for a in names if a not in ("models", "utilities")]
+  if extra:
+    raise ValueError(f"mesh axes must be 'models' and 'utilities'; got extra axes {extra}")
+  du = mesh.shape["utilities"] if "utilities" in names else 1
+  return mesh.shape["models"], du
+
+
+# --------------------------------------------------------------------------
+# The compiled program of one (C, bucket) stack
+# --------------------------------------------------------------------------
+
+
+def _call_core(core, p, y, m, *rest, w, **static):
+  if w is None:
+    return core(p, y, m, *rest, **static)
+  return core(p, y, m, *rest, where=w, **static)
+
+
+def _binned(p, y, w, bins, spec, max_bins, weights):
+  """One binned error of one model at every bin count (a ``vmap`` over ``bins``)."""
+  fam, kind, binning = spec
+  if fam == "conf":
+    core, rest, static = CE._conf_core, (), {"binning": binning, "kind": kind}
+  elif fam == "classwise":
+    core, rest, static = CE._classwise_core, (weights,), {"binning": binning, "kind": kind}
+  else:
+    core, rest, static = CE._ecce_core, (weights,), {}
+
+  def one(m):
+    return _call_core(core, p, y, m, *rest, w=w, max_bins=max_bins, **static)
+
+  return jax.vmap(one)(bins)
+
+
+def binned_errors(
+  p: jax.Array,
+  y: jax.Array,
+  where: jax.Array | None,
+  bins: jax.Array,
+  names: Sequence[str],
+  binning: str | None,
+  max_bins: int,
+) -> dict[str, jax.Array]:
+  """Binned errors ``names`` of one data set at every bin count of ``bins`` (traceable).
+
+  Args:
+    p: ``(n, C)`` probabilities.
+    y: ``(n,)`` labels.
+    where: ``(n,)`` bool sample mask or ``None``.
+    bins: ``(K,)`` int32 bin counts, each in ``[1, max_bins]``.
+    names: metric names of :data:`METRICS`'s binned errors.
+    binning: ``"fixed"``/``"quantile"`` for all, or ``None`` for each one's default.
+    max_bins: static bound.
+
+  Returns:
+    dict name -> ``(K,)``.
+  """
+  weights = CE._class_weights(None, p.shape[-1], p.dtype)
+  out = {}
+  for name in names:
+    fam, kind, default = _BINNED[name]
+    out[name] = _binned(p, y, where, bins, (fam, kind, binning or default), max_bins, weights)
+  return out
+
+
+def _scalar_metrics(p, y, w, bins, metrics, max_bins):
+  """Every metric without a utility axis, for one model: dict name -> array."""
+  c = p.shape[-1]
+  weights = CE._class_weights(None, c, p.dtype)
+  out = {}
+  for mt in metrics:
+    if mt.family == "binned":
+      out[mt.name] = _binned(p, y, w, bins, mt.spec, max_bins, weights)
+    elif mt.family == "score":
+      losses = _SCORES[mt.name](p, y)
+      if w is None:
+        out[mt.name] = jnp.mean(losses)
+      else:
+        out[mt.name] = jnp.sum(jnp.where(w, losses, 0.0)) / jnp.sum(w).astype(p.dtype)
+    elif mt.family == "decompose":
+      score, mode = mt.spec
+      out[mt.name] = jnp.stack(decompose_core(p, y, score, mode, w))
+    elif mt.family == "uc_class":
+      chunk = SW.default_chunk_size("linear", p.shape[0], c)
+      out[mt.name] = SW.uc_class_core(p, y, mt.spec[0], chunk, w)
+  return out
+
+
+@functools.cache
+def _program(
+  metrics: tuple[_Metric, ...],
+  max_bins: int,
+  kinds: tuple[tuple[str, str, int, int], ...],  # (name, kind, m, chunk)
+  mesh: Mesh,
+  masked: bool,
+  from_logits: bool,
+  m_real: int,
+):
+  """Jitted ``f(x, y, where, bins, *params) -> dict`` for a padded model stack."""
+  dm, du = _mesh_sizes(mesh)
+  has_u = "utilities" in mesh.axis_names
+  scalar = list(metrics)
+
+  def probs(x):
+    return jax.nn.softmax(x, axis=-1) if from_logits else x
+
+  def block(x, y, w, bins, *params):
+    # x: (Mb, n, C) this row's models; params: (U_loc, ...) this column's utilities
+    mb = x.shape[0]
+    sub = mb // du
+    j = jax.lax.axis_index("utilities") if (has_u and du > 1) else 0
+    xs = jax.lax.dynamic_slice_in_dim(x, j * sub, sub) if du > 1 else x
+    ys = jax.lax.dynamic_slice_in_dim(y, j * sub, sub) if du > 1 else y
+    ws = None
+    if masked:
+      ws = jax.lax.dynamic_slice_in_dim(w, j * sub, sub) if du > 1 else w
+
+    def one(args):
+      xi, yi, wi = args
+      return _scalar_metrics(probs(xi), yi, wi, bins, scalar, max_bins)
+
+    res = jax.lax.map(one, (xs, ys, ws))
+    if du > 1:
+      res = jax.lax.all_gather(res, "utilities", axis=0, tiled=True)
+    if kinds:
+
+      def one_uc(args):
+        xi, yi, wi = args
+        pi = probs(xi)
+        return tuple(
+          SW.sweep_results(kind, pi, yi, prm, chunk, wi).value
+          for (_, kind, _, chunk), prm in zip(kinds, params)
+        )
+
+      ucs = jax.lax.map(one_uc, (x, y, w if masked else None))
+      res = dict(res)
+      for (name, _, _, _), v in zip(kinds, ucs):
+        res["uc:" + name] = v
+    return res
+
+  rows = P("models")
+  out_specs = {mt.name: rows for mt in scalar}
+  for name, _, _, _ in kinds:
+    out_specs["uc:" + name] = P("models", "utilities") if has_u else rows
+  in_specs = (rows, rows, rows if masked else P(), P()) + tuple(
+    (P("utilities") if has_u else P()) for _ in kinds
+  )
+  sharded = jax.shard_map(block, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+
+  def run(x, y, w, bins, *params):
+    out = sharded(x, y, w, bins, *params)
+    out = {k: v[:m_real] for k, v in out.items()}
+    for name, _, m, _ in kinds:
+      out["uc:" + name] = out["uc:" + name][:, :m]
+    return out
+
+  return jax.jit(run, out_shardings=NamedSharding(mesh, P()))
+
+
+# --------------------------------------------------------------------------
+# evaluate
+# --------------------------------------------------------------------------
+
+
+def _check(x2, y1, from_logits: bool) -> None:
+  if from_logits:
+    V.check_logits(x2, name="logits")
+    V.check_labels(y1, x2.shape[0], x2.shape[1])
+  else:
+    S.prepare(x2, y1)
+
+
+def _validate_stack(x, y, sizes: list[int], names: list[str], from_logits: bool) -> None:
+  """One validation of a padded ``(M, n, C)`` stack (its 2-D view) through the validation layer.
+
+  On failure, the models are checked one by one to name the first bad one.
+  """
+  try:
+    _check(x.reshape((-1, x.shape[-1])), y.reshape((-1,)), from_logits)
+  except ValueError as e:
+    for i, (k, name) in enumerate(zip(sizes, names)):
+      try:
+        _check(x[i, :k], y[i, :k], from_logits)
+      except ValueError as e_model:
+        raise ValueError(f"model {name!r}: {e_model}") from None
+    raise ValueError(f"models {names}: {e}") from None
+
+
+def _xp(*arrays):
+  return np if all(isinstance(a, np.ndarray) for a in arrays) else jnp
+
+
+def _spans(x) -> bool:
+  return isinstance(x, jax.Array) and not x.is_fully_addressable
+
+
+@dataclasses.dataclass
+class _Stack:
+  """Models of one class count padded to one row count: ``x (M, n, C)``, ``y (M, n)``."""
+
+  index: list[int]  # positions in the model order
+  x: Any
+  y: Any
+  where: Any  # (M, n) bool, or None when no row is padding
+  sizes: list[int]  # real rows per model
+
+
+def _labels_array(y, n: int, name: str):
+  ya = y if isinstance(y, jax.Array) else np.asarray(y)
+  if ya.shape != (n,):
+    raise ValueError(f"model {name!r}: labels must have shape ({n},), got {tuple(ya.shape)}")
+  return ya
+
+
+def _list_stacks(entries, from_logits: bool) -> dict[int, list[_Stack]]:
+  """Groups models by ``C``, then by size bucket; pads and stacks each bucket."""
+  by_c: dict[int, dict[int, list]] = {}
+  for i, (name, x, y) in enumerate(entries):
+    xa = x if isinstance(x, jax.Array) else np.asarray(x)
+    if xa.ndim != 2 or xa.shape[0] == 0:
+      raise ValueError(f"model {name!r}: predictions must be (n, C) with n >= 1, got {xa.shape}")
+    ya = _labels_array(y, xa.shape[0], name)
+    by_c.setdefault(int(xa.shape[1]), {}).setdefault(size_bucket(xa.shape[0]), []).append(
+      (i, xa, ya)
+    )
+  out: dict[int, list[_Stack]] = {}
+  for c, buckets in by_c.items():
+    for nb, mem in sorted(buckets.items()):
+      xp = _xp(*[a for _, xa, ya in mem for a in (xa, ya)])
+      fill = 0.0 if from_logits else 1.0 / c
+      xs, ys, sizes = [], [], []
+      for _, xa, ya in mem:
+        k = xa.shape[0]
+        sizes.append(k)
+        xs.append(xp.concatenate([xa, xp.full((nb - k, c), fill, dtype=xa.dtype)]))
+        ys.append(xp.concatenate([ya, xp.zeros((nb - k,), dtype=ya.dtype)]))
+      x, y = xp.stack(xs), xp.stack(ys)
+      w = None
+      if any(k < nb for k in sizes):
+        w = np.arange(nb)[None, :] < np.asarray(sizes)[:, None]
+      out.setdefault(c, []).append(_Stack([i for i, _, _ in mem], x, y, w, sizes))
+  return out
+
+
+def _pad_models(st: _Stack, total: int) -> _Stack:
+  """Repeats model 0 up to ``total`` models (their results are dropped)."""
+  k = st.x.shape[0]
+  if k == total:
+    return st
+
+  def pad(a):
+    if a is None:
+      return None
+    xp = _xp(a)
+    return xp.concatenate([a, xp.broadcast_to(a[:1], (total - k,) + a.shape[1:])])
+
+  return _Stack(st.index, pad(st.x), pad(st.y), pad(st.where), st.sizes)
+
+
+def _put(a, sharding: NamedSharding):
+  """On ``sharding``: numpy by blocks (each device gets its own), device arrays device-to-device."""
+  if _spans(a):
+    return a
+  if isinstance(a, np.ndarray):
+    return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
+  return jax.device_put(a, sharding)
+
+
+def _max_bins_bucket(max_bins: int) -> int:
+  """The static bin bound, rounded up to a power of two so new bin arrays reuse the program."""
+  return 1 << max(0, int(max_bins) - 1).bit_length()
+
+
+def _uc_chunk(kind: str, n: int, c: int, local: int, chunk_size: int | None) -> int:
+  chunk = chunk_size or SW.default_chunk_size(kind, n, c)
+  return SW._balanced_chunk(local, min(int(chunk), local))
+
+
+def evaluate(
+  predictions: Any,
+  labels: Any,
+  metrics: Sequence[str] | None = None,
+  *,
+  num_bins: ArrayLike = 15,
+  utilities: Any = None,
+  from_logits: bool = False,
+  names: Sequence[str] | None = None,
+  mesh: Mesh | None = None,
+  chunk_size: int | None = None,
+) -> StudyResult:
+  """Every metric of every model, for every bin count and utility, in one compiled call per class count.
+
+  For each model ``f`` (predictions ``p_i``, labels ``y_i``, ``n`` samples) and
+  each requested metric: the binned errors (``conf_ece``, ``conf_ce``,
+  ``conf_ce_corr``, ``classwise_ce``, ``classwise_ece``, ``ecce``; each at
+  every bin count of ``num_bins``, with its default binning or
+  ``"name:fixed"`` / ``"name:quantile"``), the mean proper scores
+  (``brier``, ``log_loss``, ``spherical``, ``classification_error``,
+  ``confidence_loss``), the score decompositions ``S = MCB - DSC + UNC``
+  (``decompose``, ``decompose:normalized``, ``decompose:log``,
+  ``decompose:log:normalized``), the worst UC over a finite family
+  (``uc_tce``, ``uc_cwe``, ``uc_topk``, ``uc_comb``), and for each batch of
+  utilities ``U`` the errors ``UC(f, u; S)``, ``u in U`` (``"uc:<name>"``).
+  Each number equals the matching one-shot function of :mod:`jaxcal.metrics`,
+  :mod:`jaxcal.scores` or :mod:`jaxcal.utility` on that model alone.
+
+  Args:
+    predictions: a stack ``(M, n, C)``, one ``(n, C)`` array, a list of
+      ``(n_i, C_i)`` arrays, or a dict name -> ``(n_i, C_i)`` array;
+      probabilities, or logits with ``from_logits=True``. Models with
+      different ``C`` are evaluated in separate groups; different ``n`` are
+      padded to shared size buckets and masked.
+    labels: ``(M, n)`` or ``(n,)`` (shared) for a stack; a list (or one
+      ``(n,)`` array shared by all) for a list; a dict or one array for a dict.
+    metrics: metric names (default :data:`DEFAULT_METRICS`); see above.
+    num_bins: a bin count or an int array of them (results get a
+      ``num_bins`` axis of that length when it is an array).
+    utilities: a Utility batch, a list of them, or a dict name -> batch; a
+      dict value may also be a function ``C -> batch`` (e.g.
+      ``lambda c: utility.sample_linear(key, 1500, c)``) for studies with
+      several class counts.
+    from_logits: ``predictions`` are logits (a softmax is applied inside
+      the compiled call).
+    names: model names (default: the dict keys, or ``model_0``, ...).
+    mesh: a ``jax.sharding.Mesh`` with axes ``("models", "utilities")`` or
+      ``("models",)``; default: every device, see the module notes.
+    chunk_size: utilities evaluated together per device in UC sweeps
+      (default: about 256 MiB of working set per chunk).
+
+  Returns:
+    :class:`StudyResult`: ``values[metric]`` is ``(M,)`` (scores, UC
+    families), ``(M, K)`` (binned errors with ``K`` bin counts), ``(M, 4)``
+    (decompositions: score, mcb, dsc, unc) or ``(M, U)`` (UC over ``U``
+    utilities); ``to_table()``, ``to_dict()``, ``to_json()``, ``summary()``.
+
+  Raises:
+    ValueError: bad predictions or labels (naming the model), an unknown
+      metric, bad bin counts (or a quantile bin count above a model's ``n``),
+      utilities whose ``C`` does not match, or a mesh without a ``models``
+      axis.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxcal import metrics
+    >>> p = jax.nn.softmax(jax.random.normal(jax.random.key(0), (3, 50, 4)))
+    >>> y = jax.random.randint(jax.random.key(1), (3, 50), 0, 4)
+    >>> res = evaluate(p, y, ["conf_ece", "brier"], num_bins=jnp.array([5, 15]))
+    >>> res["conf_ece"].shape, res.axes["conf_ece"]
+    ((3, 2), ('model', 'num_bins'))
+    >>> bool(abs(res["conf_ece"][1, 0] - metrics.conf_ece(p[1], y[1], 5)) < 1e-6)
+    True
+
+  Reference: Lu, Wu, Hartline & Hu (2025), Truthful Calibration Errors for
+  Multi-Class Prediction, §3 and §5 (binned errors over many bin counts);
+  Hegazy, Jordan & Dieuleveut (2025), Scalable Utility-Aware Multiclass
+  Calibration, §4-5 (UC over sampled utilities); Resin (2025), Calibration in
+  Context: A Case Study with Score Decompositions, §2.4 (decompositions).
+  """
+  mets = _parse_metrics(metrics)
+  m = V.check_num_bins(num_bins)
+  if not V.is_concrete(m):
+    raise ValueError("num_bins must be concrete (an int or an int array), not a traced value")
+  bins_shape = () if isinstance(m, int) else tuple(np.shape(m))
+  bins_np = np.atleast_1d(np.asarray(m, np.int32)).reshape(-1)
+  if bins_np.size == 0:
+    raise ValueError("num_bins is an empty array; give at least one bin count")
+  if chunk_size is not None and (
+    isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
+  ):
+    raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+  ubatches = _utility_batches(utilities)
+  entries = _models(predictions, labels, names)
+  multi = jax.process_count() > 1
+
+  if entries[0][0] is None:  # one stack (M, n, C), kept whole
+    _, x, y = entries[0]
+    num_models = x.shape[0]
+    model_names = [f"model_{i}" for i in range(num_models)] if names is None else list(names)
+    if y.shape[0] == 1 and num_models > 1:
+      xp = _xp(y)
+      y = xp.broadcast_to(y, (num_models,) + y.shape[1:])
+    if y.shape != x.shape[:2]:
+      raise ValueError(f"labels must have shape {x.shape[:2]} for predictions of shape {x.shape}")
+    groups = {
+      int(x.shape[2]): [_Stack(list(range(num_models)), x, y, None, [x.shape[1]] * num_models)]
+    }
+  else:
+    if multi:
+      raise ValueError(
+        "in a multi-process run pass one stack (M, n_local, C) of this process's rows, or "
+        "global jax.Arrays; a list or dict of host-local arrays is not supported"
+      )
+    num_models = len(entries)
+    model_names = [str(e[0]) for e in entries]
+    groups = _list_stacks(entries, from_logits)
+  model_names = [str(s) for s in model_names]
+  if len(set(model_names)) != num_models or len(model_names) != num_models:
+    raise ValueError(f"model names must be unique and one per model, got {model_names}")
+
+  us_by_c = {c: _utilities_for(ubatches, c) for c in groups}  # each function called once per C
+  for name in ubatches:
+    sizes_u = {c: us[name].batch_shape[0] for c, us in us_by_c.items()}
+    if len(set(sizes_u.values())) > 1:
+      raise ValueError(
+        f"utilities[{name!r}] must have the same number of utilities for every class count "
+        f"(one 'utility' axis in the result); got {sizes_u}"
+      )
+  if mesh is None:
+    sizes = [len(st.index) for sts in groups.values() for st in sts]
+    usizes = [u.batch_shape[0] for u in next(iter(us_by_c.values())).values()]
+    mesh = _default_mesh(len(jax.devices()), sizes, usizes)
+  dm, du = _mesh_sizes(mesh)
+  ndev = dm * du
+  has_u = "utilities" in mesh.axis_names
+  rows = NamedSharding(mesh, P("models"))
+  util_sharding = NamedSharding(mesh, P("utilities" if has_u else None))
+  quantile = any(mt.family == "binned" and mt.spec[2] == "quantile" for mt in mets)
+
+  values: dict[str, dict[int, np.ndarray]] = {}
+  info: dict[str, Any] = {"mesh": dict(mesh.shape), "programs": []}
+  for c, stacks in groups.items():
+    us = us_by_c[c]
+    for st in stacks:
+      names_here = [model_names[i] for i in st.index]
+      _validate_stack(st.x, st.y, st.sizes, names_here, from_logits)
+      if quantile and int(bins_np.max()) > min(st.sizes):
+        small = [nm for nm, k in zip(names_here, st.sizes) if k < int(bins_np.max())]
+        raise ValueError(
+          f"too few samples for the bins: quantile binning with num_bins = {int(bins_np.max())} "
+          f"needs at least that many samples per model; models {small} have fewer"
+        )
+      if multi and not _spans(st.x):
+        st = _assemble_processes(mesh, st)
+      mreal = len(st.index)
+      st = _pad_models(st, math.ceil(mreal / ndev) * ndev)
+      n_rows = int(st.x.shape[1])
+      kinds = tuple(
+        (
+          name,
+          u.kind,
+          u.batch_shape[0],
+          _uc_chunk(u.kind, n_rows, c, -(-u.batch_shape[0] // du), chunk_size),
+        )
+        for name, u in us.items()
+      )
+      params = [
+        _put(np.asarray(SW._pad_rows(u.params, -(-u.batch_shape[0] // du) * du)), util_sharding)
+        for u in us.values()
+      ]
+      max_bins = _max_bins_bucket(B.resolve_max_bins(bins_np, n_rows, None))
+      masked = st.where is not None
+      prog = _program(tuple(mets), max_bins, kinds, mesh, masked, bool(from_logits), mreal)
+      w = _put(st.where, rows) if masked else jnp.zeros((), bool)
+      bins_d = _put(bins_np, NamedSharding(mesh, P()))
+      out = jax.device_get(prog(_put(st.x, rows), _put(st.y, rows), w, bins_d, *params))
+      info["programs"].append(
+        {
+          "num_classes": c,
+          "models": names_here,
+          "rows": n_rows,
+          "padded_models": int(st.x.shape[0]),
+        }
+      )
+      for k, v in out.items():
+        per = values.setdefault(k, {})
+        for j, i in enumerate(st.index):
+          per[i] = np.asarray(v[j])
+
+  result, axes = {}, {}
+  coords: dict[str, list] = {}
+  if bins_shape:
+    coords["num_bins"] = bins_np.tolist()
+  for mt in mets:
+    arr = np.stack([values[mt.name][i] for i in range(num_models)])
+    if mt.family == "binned":
+      arr = arr.reshape((num_models,) + bins_shape)
+      axes[mt.name] = ("model",) + (("num_bins",) if len(bins_shape) == 1 else ())
+      if len(bins_shape) > 1:
+        axes[mt.name] = ("model",) + tuple(f"num_bins_{d}" for d in range(len(bins_shape)))
+    elif mt.family == "decompose":
+      axes[mt.name] = ("model", "component")
+      coords["component"] = list(_COMPONENTS)
+    else:
+      axes[mt.name] = ("model",)
+    result[mt.name] = arr
+  for name in ubatches:
+    key = "uc:" + name
+    arr = np.stack([values[key][i] for i in range(num_models)])
+    result[key] = arr
+    axes[key] = ("model", "utility")
+    coords["utility"] = list(range(arr.shape[1]))
+  return StudyResult(tuple(model_names), result, axes, coords, info)
+
+
+def _assemble_processes(mesh: Mesh, st: _Stack) -> _Stack:
+  """This process's rows of every model -> global ``(M, N, C)`` arrays of the union (masked)."""
+  (x, y), w = SW.process_shards(
+    mesh,
+    ("models", "utilities") if "utilities" in mesh.axis_names else "models",
+    st.x,
+    st.y,
+    row_axis=1,
+  )
+  if st.where is not None:  # pragma: no cover - stacks from lists are refused in multi-process runs
+    raise ValueError("padded stacks cannot be assembled across processes")
+  return _Stack(st.index, x, y, w, st.sizes)

@@ -1,0 +1,20 @@
+"""The environment of a child Python process with ``n`` forced CPU devices.
+
+``--xla_force_host_platform_device_count`` must be set before JAX starts, so
+tests of several devices run their sharded half in a fresh process.
+"""
+
+import os
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def cpu_devices_env(n: int) -> dict[str, str]:
+  """``os.environ`` plus ``n`` CPU devices and this checkout first on ``PYTHONPATH``."""
+  return dict(
+    os.environ,
+    JAX_PLATFORMS="cpu",
+    XLA_FLAGS=f"--xla_force_host_platform_device_count={n}",
+    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+  )

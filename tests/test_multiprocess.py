@@ -1,0 +1,98 @@
+"""Two ``jax.distributed`` processes on 127.0.0.1, each with its own shard of the data.
+
+Each process holds a different, differently sized part of the CIFAR-10
+ResNet-110 test logits as host-local arrays (the normal multi-host layout)
+and runs ``uc_sweep``, the streaming ``merge_across_processes`` and the study
+call; both must report the single-process result on the union. CPU
+collectives go through gloo; every process runs under a timeout and is
+killed if the test fails; the port is taken free from the OS.
+"""
+
+import json
+import pathlib
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+from _cpu_devices import ROOT, cpu_devices_env
+from conftest import load_cifar
+
+from jaxcal import metrics, scores, utility
+
+WORKER = pathlib.Path(__file__).parent / "_multiprocess_worker.py"
+TIMEOUT_S = 240
+
+
+def _free_port() -> int:
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _run_two(data_path, tmp_path, devices_per_process):
+  env = cpu_devices_env(devices_per_process)
+  port = str(_free_port())
+  outs = [tmp_path / f"out{i}.json" for i in range(2)]
+  procs = [
+    subprocess.Popen(
+      [sys.executable, str(WORKER), str(i), port, str(data_path), str(outs[i])],
+      env=env,
+      cwd=ROOT,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for i in range(2)
+  ]
+  logs = []
+  try:
+    for pr in procs:
+      logs.append(pr.communicate(timeout=TIMEOUT_S)[0])
+  finally:
+    for pr in procs:
+      if pr.poll() is None:
+        pr.kill()
+        pr.wait()
+  for pr, log in zip(procs, logs):
+    assert pr.returncode == 0, log[-4000:]
+  return [json.loads(o.read_text()) for o in outs]
+
+
+@pytest.fixture(scope="module")
+def union(tmp_path_factory):
+  z, y = load_cifar("cifar10_resnet110")
+  p = np.asarray(jax.nn.softmax(z[:700].astype(np.float32)), np.float32)
+  y = y[:700].astype(np.int32)
+  path = tmp_path_factory.mktemp("mp") / "data.npz"
+  np.savez(path, probs=p, labels=y, cut=np.int32(300))  # shards of 300 and 400 rows
+  return p, y, path
+
+
+@pytest.mark.parametrize(
+  "devices_per_process", [2, pytest.param(1, marks=pytest.mark.slow)]
+)  # two devices per process is the general case; one is its slow twin
+def test_two_processes_give_the_union_result(union, tmp_path, devices_per_process):
+  p, y, path = union
+  results = _run_two(path, tmp_path, devices_per_process)
+  us = utility.sample_linear(jax.random.key(0), 10, p.shape[1])
+  want_uc = np.asarray(utility.uc_sweep(p, y, us, chunk_size=3, devices=jax.devices()[:1]))
+  for r in results:
+    assert r["devices"] == 2 * devices_per_process
+    # the masked (padded) union: float rounding of 1/n only
+    np.testing.assert_allclose(r["uc_sweep"], want_uc, rtol=1e-6, atol=1e-7)
+    s = r["streaming"]
+    bins = np.array([5, 15])
+    np.testing.assert_allclose(s["conf_ece"], metrics.conf_ece(p, y, bins), atol=1e-6)
+    np.testing.assert_allclose(s["classwise_ece"], metrics.classwise_ece(p, y, bins), atol=1e-6)
+    np.testing.assert_allclose(s["conf_ce_corr"], metrics.conf_ce_corr(p, y, bins), rtol=1e-6)
+    np.testing.assert_allclose(s["brier"], scores.brier(p, y), rtol=1e-6)
+    ev = r["evaluate"]["values"]  # one model, its rows spread over the two processes
+    np.testing.assert_allclose(ev["conf_ece"][0], metrics.conf_ece(p, y, bins), atol=1e-6)
+    np.testing.assert_allclose(ev["conf_ce_corr"][0], metrics.conf_ce_corr(p, y, bins), atol=1e-6)
+    np.testing.assert_allclose(ev["brier"][0], scores.brier(p, y), rtol=1e-6)
+  assert results[0]["uc_sweep"] == results[1]["uc_sweep"]  # identical on both hosts

@@ -1,0 +1,308 @@
+"""Streaming states against the one-shot metrics and the float64 loop references.
+
+"Exact" (see jaxcal/_src/streaming.py): counts bitwise equal under every
+batching and merge order; sums equal to float rounding (1e-6 absolute on the
+errors, the project's metric tolerance); records hold exactly the one-shot
+samples (bitwise) when merged in data order, so the quantile errors agree
+with the one-shot ones to the rounding of their final sums.
+
+Compilations are the cost on CPU: every update below runs at one batch shape
+(uneven batches are padded to it with ``where``), jitted once.
+"""
+
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+import _reference as R
+from conftest import load_cifar
+
+from jaxcal import metrics, scores, streaming
+
+ATOL = 1e-6
+BATCH = 768
+BINS = np.array([1, 2, 3, 7, 15, 40, 100])
+
+
+@pytest.fixture(scope="module")
+def cifar100():
+  z, y = load_cifar("cifar100_resnet110")
+  p = np.asarray(jax.nn.softmax(jnp.asarray(z[:3000])))
+  return p, np.asarray(y[:3000])
+
+
+def _splits(n, seed):
+  """Uneven contiguous batches (sizes 1..BATCH) covering range(n)."""
+  rng = np.random.default_rng(seed)
+  cuts, i = [], 0
+  while i < n:
+    j = min(n, i + int(rng.integers(1, BATCH + 1)))
+    cuts.append((i, j))
+    i = j
+  return cuts
+
+
+def _padded(p, y, i, j):
+  """Rows i:j padded to BATCH rows (garbage rows masked out by where)."""
+  k = j - i
+  pp = np.full((BATCH, p.shape[1]), np.nan, np.float32)  # NaN: must be ignored exactly
+  pp[:k] = p[i:j]
+  pp[k:] = 1.0 / p.shape[1]  # valid rows for validation, masked anyway
+  yy = np.zeros((BATCH,), np.int32)
+  yy[:k] = y[i:j]
+  return pp, yy, np.arange(BATCH) < k
+
+
+_update = jax.jit(lambda s, p, y, w: s.update(p, y, w))
+
+
+def _stream(state, p, y, seed):
+  """One state per batch of an uneven split (the states, in data order)."""
+  out = []
+  for i, j in _splits(p.shape[0], seed):
+    out.append(_update(state, *_padded(p, y, i, j)))
+  return out
+
+
+def _tree_merge(states):
+  while len(states) > 1:
+    nxt = [a.merge(b) for a, b in zip(states[::2], states[1::2])]
+    states = nxt + ([states[-1]] if len(states) % 2 else [])
+  return states[0]
+
+
+def _seq_merge(states):
+  out = states[0]
+  for s in states[1:]:
+    out = out.merge(s)
+  return out
+
+
+def _oneshot_fixed(p, y, bins):
+  return {
+    "conf_ece": metrics.conf_ece(p, y, bins, "fixed"),
+    "conf_ce": metrics.conf_ce(p, y, bins, "fixed"),
+    "conf_ce_corr": metrics.conf_ce_corr(p, y, bins, "fixed"),
+    "classwise_ece": metrics.classwise_ece(p, y, bins, "fixed"),
+    "classwise_ce": metrics.classwise_ce(p, y, bins, "fixed"),
+    "ecce": metrics.ecce(p, y, bins),
+  }
+
+
+def test_fixed_bins_equal_oneshot_under_batchings_and_merge_orders(cifar100):
+  p, y = cifar100
+  empty = streaming.FixedBins.empty(100, BINS)
+  want = _oneshot_fixed(p, y, BINS)
+  variants = []
+  for seed in (0, 1):
+    states = _stream(empty, p, y, seed)
+    variants.append(_seq_merge(states))
+    variants.append(_tree_merge(states[::-1]))  # reversed order, tree shaped
+  first = variants[0]
+  for st in variants:
+    assert int(st.count) == p.shape[0]
+    for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(st)):
+      if jnp.issubdtype(a.dtype, jnp.integer):
+        np.testing.assert_array_equal(a, b)  # counts: bitwise, any batching and order
+    got = st.compute()
+    for k, v in want.items():
+      assert got[k].shape == BINS.shape
+      np.testing.assert_allclose(got[k], v, rtol=0, atol=ATOL, err_msg=k)
+
+
+def test_fixed_bins_match_float64_reference():
+  rng = np.random.default_rng(3)
+  p = rng.dirichlet(np.full(4, 0.5), 200).astype(np.float32)
+  p[:40] = np.round(p[:40] * 4) / 4  # scores on bin edges
+  p /= p.sum(axis=1, keepdims=True)
+  y = rng.integers(0, 4, 200)
+  st = streaming.FixedBins.empty(4, BINS).update(p[:77], y[:77]).update(p[77:], y[77:])
+  got = st.compute()
+  for name in ("conf_ece", "conf_ce", "conf_ce_corr", "classwise_ece", "classwise_ce"):
+    want = [getattr(R, name)(p, y, int(m), "fixed") for m in BINS]
+    np.testing.assert_allclose(got[name], want, rtol=0, atol=ATOL, err_msg=name)
+  np.testing.assert_allclose(got["ecce"], [R.ecce(p, y, int(m)) for m in BINS], atol=ATOL)
+  w = np.array([0.1, 0.2, 0.3, 0.4])
+  np.testing.assert_allclose(
+    st.compute(class_weights=w)["classwise_ece"],
+    [R.classwise_ece(p, y, int(m), "fixed", w) for m in BINS],
+    atol=ATOL,
+  )
+  # reliability statistics: counts bitwise, means to float rounding
+  counts, conf, acc, lower, upper = R.reliability_stats(p, y, 15)
+  rel = st.reliability(15)
+  np.testing.assert_array_equal(rel.counts, counts)
+  np.testing.assert_array_equal(rel.counts, metrics.reliability_stats(p, y, 15).counts)
+  for g, v in zip(rel[1:], (conf, acc, lower, upper)):
+    np.testing.assert_allclose(g, v, atol=ATOL)
+
+
+def test_scalar_num_bins_and_float64():
+  rng = np.random.default_rng(4)
+  p = rng.dirichlet(np.ones(3), 50)
+  y = rng.integers(0, 3, 50)
+  with jax.enable_x64(True):
+    st = streaming.FixedBins.empty(3, 15, dtype=jnp.float64).update(p, y)
+    out = st.compute()
+    assert out["conf_ece"].shape == () and out["conf_ece"].dtype == jnp.float64
+    np.testing.assert_allclose(out["conf_ece"], R.conf_ece(p, y, 15, "fixed"), rtol=1e-12)
+
+
+def test_scores_equal_oneshot(cifar100):
+  p, y = cifar100
+  st = _seq_merge(_stream(streaming.Scores.empty(100, confusion=True), p, y, 5))
+  got = st.compute()
+  for name in ("brier", "log_loss", "spherical", "confidence_loss", "classification_error"):
+    np.testing.assert_allclose(got[name], getattr(scores, name)(p, y), rtol=1e-6, err_msg=name)
+    np.testing.assert_allclose(got[name], getattr(R, name)(p, y).mean(), rtol=1e-6, err_msg=name)
+  conf = np.zeros((100, 100), np.int64)
+  np.add.at(conf, (y, np.argmax(p, axis=1)), 1)
+  np.testing.assert_array_equal(got["confusion"], conf)
+  np.testing.assert_array_equal(st.label_counts, np.bincount(y, minlength=100))
+  assert int(st.correct) == int(np.sum(np.argmax(p, axis=1) == y))
+
+
+@pytest.mark.parametrize("kind", ["top_label", "full"])
+def test_records_equal_oneshot(cifar100, kind):
+  p, y = cifar100
+  p, y = p[:1000, :10] / p[:1000, :10].sum(axis=1, keepdims=True), y[:1000] % 10
+  p[:100] = np.round(p[:100] * 8) / 8  # ties across batches
+  p[:100] /= p[:100].sum(axis=1, keepdims=True)
+  states = _stream(streaming.Records.empty(BATCH, 10, kind), p, y, 7)
+  st = _seq_merge(states)
+  assert st.capacity == BATCH * len(states) and int(st.count) == 1000
+  assert _tree_merge(states).capacity == st.capacity
+  bins = np.array([1, 5, 15, 40])
+  got = st.compute(bins)
+  for name in ("conf_ece", "conf_ce", "conf_ce_corr"):
+    want = getattr(metrics, name)(p, y, bins, "quantile")
+    # same samples, same algorithm; the records run their own compiled (masked)
+    # program, whose final sums XLA may round differently (a few ulps)
+    np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=0, err_msg=name)
+    # tree-shaped merges in data order give the same records: bitwise
+    np.testing.assert_array_equal(_tree_merge(states).compute(bins)[name], got[name])
+  if kind == "full":
+    np.testing.assert_allclose(got["classwise_ce"], metrics.classwise_ce(p, y, bins), rtol=1e-6)
+    pp, yy = st.data()
+    np.testing.assert_array_equal(pp, p)
+    np.testing.assert_array_equal(yy, y)
+  else:
+    c, z = st.data()
+    np.testing.assert_array_equal(c, p.max(axis=1))
+    np.testing.assert_array_equal(z, p.argmax(axis=1) == y)
+  np.testing.assert_allclose(
+    got["conf_ce_corr"], [R.conf_ce_corr(p, y, int(m)) for m in bins], atol=ATOL
+  )
+
+
+def test_calibration_collection_and_reduce(cifar100):
+  p, y = cifar100[0][:2000], cifar100[1][:2000]
+  empty = streaming.Calibration.empty(100, 15, capacity=BATCH)
+  states = _stream(empty, p, y, 9)
+  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)  # what all_gather returns
+  st = stacked.reduce()
+  out = st.compute()
+  np.testing.assert_allclose(out["conf_ece"], metrics.conf_ece(p, y), atol=ATOL)
+  np.testing.assert_allclose(out["ecce"], metrics.ecce(p, y), atol=ATOL)
+  np.testing.assert_allclose(
+    out["classwise_ce_fixed"], metrics.classwise_ce(p, y, 15, "fixed"), atol=ATOL
+  )
+  np.testing.assert_allclose(out["conf_ce_corr"], metrics.conf_ce_corr(p, y), rtol=1e-6)
+  np.testing.assert_allclose(out["accuracy"], 1 - scores.classification_error(p, y), atol=ATOL)
+  assert "classwise_ce" not in out  # top-label records only
+
+
+def test_update_jit_equals_eager():
+  rng = np.random.default_rng(1)
+  p = rng.dirichlet(np.ones(5), 64).astype(np.float32)
+  y = rng.integers(0, 5, 64)
+  w = rng.random(64) < 0.7
+  empty = streaming.Calibration.empty(5, np.array([3, 10]), capacity=64, records="full")
+  eager = empty.update(p, y, w)
+  jitted = jax.jit(lambda s: s.update(p, y, w))(empty)
+  for a, b in zip(jax.tree.leaves(eager), jax.tree.leaves(jitted)):
+    if jnp.issubdtype(a.dtype, jnp.floating):  # XLA may fuse the sums differently
+      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    else:
+      np.testing.assert_array_equal(a, b)
+  # masked rows are absent: same state as the selected rows alone
+  sel = empty.update(p[w], y[w])
+  np.testing.assert_array_equal(sel.bins.cw_n, eager.bins.cw_n)
+  np.testing.assert_allclose(sel.compute()["conf_ece"], eager.compute()["conf_ece"], atol=1e-7)
+  np.testing.assert_array_equal(sel.records.data()[0], eager.records.data()[0])
+  # records compute inside jit too (masked buffer); an overflowed buffer gives NaN there
+  in_jit = jax.jit(lambda s: s.records.compute(np.array([3, 10])))(eager)
+  for k, v in eager.records.compute(np.array([3, 10])).items():
+    np.testing.assert_allclose(in_jit[k], v, rtol=1e-6, err_msg=k)
+  over = streaming.Records.empty(10, 5).update(p, y)
+  assert np.isnan(jax.jit(lambda s: s.compute(3)["conf_ece"])(over))
+
+
+def test_psum_of_states_is_a_merge():
+  """Sum states merge by adding leaves: what psum does across devices."""
+  rng = np.random.default_rng(2)
+  p = rng.dirichlet(np.ones(3), 40).astype(np.float32)
+  y = rng.integers(0, 3, 40)
+  a = streaming.FixedBins.empty(3, 5).update(p[:25], y[:25])
+  b = streaming.FixedBins.empty(3, 5).update(p[25:], y[25:])
+  summed = jax.tree.map(lambda u, v: u + v, a, b)
+  np.testing.assert_allclose(summed.compute()["classwise_ce"], a.merge(b).compute()["classwise_ce"])
+  np.testing.assert_array_equal(summed.cw_n, a.merge(b).cw_n)
+
+
+def test_interval_thresholds_reproduce_the_fixed_rule():
+  thr = streaming.interval_thresholds((3, 7, 10))
+  s = np.concatenate([np.linspace(0, 1, 2001, dtype=np.float32), thr, np.nextafter(thr, 2)])
+  k = np.searchsorted(thr, s, side="left")
+  for m in (3, 7, 10):
+    b = R.fixed_bins(s, m)
+    for kk in np.unique(k):  # one bin per interval
+      assert len(np.unique(b[k == kk])) == 1
+
+
+def test_empty_state_gives_nan_and_records_raise():
+  out = streaming.FixedBins.empty(3, 5).compute()
+  assert np.isnan(out["conf_ece"])
+  with pytest.raises(ValueError, match="empty"):
+    streaming.Records.empty(4, 3).compute()
+
+
+def test_bad_inputs():
+  p = np.full((4, 3), 1 / 3, np.float32)
+  y = np.zeros(4, np.int32)
+  st = streaming.FixedBins.empty(3, 5)
+  with pytest.raises(ValueError, match="C = 3 classes"):
+    streaming.FixedBins.empty(4, 5).update(p, y)
+  with pytest.raises(ValueError, match="where must be a boolean array of shape"):
+    st.update(p, y, np.ones(3, bool))
+  with pytest.raises(ValueError, match="where must be a boolean"):
+    st.update(p, y, np.ones(4))
+  with pytest.raises(ValueError, match="cannot merge"):
+    st.merge(streaming.FixedBins.empty(3, 6))
+  with pytest.raises(ValueError, match="cannot merge"):
+    st.merge(streaming.Scores.empty(3))
+  with pytest.raises(ValueError, match="num_bins must be >= 1"):
+    streaming.FixedBins.empty(3, 0)
+  with pytest.raises(ValueError, match="num_classes"):
+    streaming.Scores.empty(1)
+  with pytest.raises(ValueError, match="capacity"):
+    streaming.Records.empty(0, 3)
+  with pytest.raises(ValueError, match="kind"):
+    streaming.Records.empty(4, 3, kind="topk")
+  with pytest.raises(ValueError, match="float64 needs 64-bit JAX"):
+    streaming.FixedBins.empty(3, 5, dtype=jnp.float64)
+  with pytest.raises(ValueError, match="not one of the state's bin counts"):
+    st.reliability(7)
+  with pytest.raises(ValueError, match="rows of probs must sum to 1"):
+    st.update(p * 2, y)
+  with pytest.raises(ValueError, match="concrete"):
+    jax.jit(lambda m: streaming.FixedBins.empty(3, m))(jnp.arange(2, 4))
+  over = streaming.Records.empty(3, 3).update(p, y)
+  with pytest.raises(ValueError, match="overflowed.*capacity of at least"):
+    over.compute()
+  np.testing.assert_array_equal(p, np.full((4, 3), 1 / 3, np.float32))  # inputs untouched

@@ -1,0 +1,236 @@
+"""jaxcal.evaluate against a per-model loop of the one-shot public functions.
+
+Every number of a study must equal the one-shot metric on that model alone
+(1e-6, the metric tolerance); models of different sizes share one compiled
+program through size buckets and sample masks, and a padded model equals the
+unpadded one. Sharded runs (4 and 8 devices) are in tests/test_sharding.py,
+two processes in tests/test_multiprocess.py.
+"""
+
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+from conftest import load_cifar
+
+import jaxcal
+from jaxcal import metrics, scores, study, utility
+
+ATOL = 1e-6
+BINS = np.array([2, 5, 15, 40])
+BINNED = ["conf_ece", "conf_ce", "conf_ce_corr", "classwise_ce", "classwise_ece", "ecce"]
+
+
+@pytest.fixture(scope="module")
+def logits():
+  """Three real CIFAR-10 models, 400 test samples each (logits, labels)."""
+  zs, ys = [], []
+  for name in ("cifar10_resnet110", "cifar10_densenet121", "focal_cifar10_resnet50"):
+    z, y = load_cifar(name)
+    zs.append(z[:400])
+    ys.append(y[:400])
+  return np.stack(zs), np.stack(ys).astype(np.int32)
+
+
+def _loop(p, y, name, bins):
+  if name == "ecce":
+    return metrics.ecce(p, y, bins)
+  return getattr(metrics, name)(p, y, bins)
+
+
+def test_stack_equals_per_model_loop(logits):
+  z, y = logits
+  us = utility.sample_rank(jax.random.key(1), 12, 10)
+  res = jaxcal.evaluate(
+    z,
+    y,
+    BINNED + ["conf_ece:quantile", "brier", "log_loss", "decompose", "uc_tce", "uc_comb"],
+    num_bins=BINS,
+    utilities={"rank": us},
+    from_logits=True,
+    names=["a", "b", "c"],
+  )
+  assert res.models == ("a", "b", "c")
+  p = np.asarray(jax.nn.softmax(jnp.asarray(z)))
+  for i in range(3):
+    for name in BINNED:
+      np.testing.assert_allclose(
+        res[name][i], _loop(p[i], y[i], name, BINS), atol=ATOL, err_msg=name
+      )
+    np.testing.assert_allclose(
+      res["conf_ece:quantile"][i], metrics.conf_ece(p[i], y[i], BINS, "quantile"), atol=ATOL
+    )
+    np.testing.assert_allclose(res["brier"][i], scores.brier(p[i], y[i]), atol=ATOL)
+    np.testing.assert_allclose(res["log_loss"][i], scores.log_loss(p[i], y[i]), rtol=1e-6)
+    np.testing.assert_allclose(res["decompose"][i], scores.decompose(p[i], y[i]), atol=ATOL)
+    np.testing.assert_allclose(res["uc_tce"][i], utility.uc_class(p[i], y[i], "tce"), atol=ATOL)
+    np.testing.assert_allclose(res["uc_comb"][i], utility.uc_class(p[i], y[i], "comb"), atol=ATOL)
+    np.testing.assert_allclose(res["uc:rank"][i], utility.uc_sweep(p[i], y[i], us), atol=ATOL)
+  assert res["conf_ece"].shape == (3, 4) and res.axes["conf_ece"] == ("model", "num_bins")
+  assert res["decompose"].shape == (3, 4) and res.coords["component"] == [
+    "score",
+    "mcb",
+    "dsc",
+    "unc",
+  ]
+  assert res["uc:rank"].shape == (3, 12) and res.axes["uc:rank"] == ("model", "utility")
+  assert res["brier"].shape == (3,)
+
+
+def test_models_of_different_size_and_class_count_share_programs(logits):
+  """A list of models: sizes 230/250/256 share one bucket (256), C = 10 and C = 100 two groups."""
+  z, y = logits
+  z100, y100 = load_cifar("cifar100_resnet110")
+  models = {
+    "r110_230": (z[0, :230], y[0, :230]),
+    "c100": (z100[:300], y100[:300]),
+    "d121_250": (z[1, :250], y[1, :250]),
+    "f50_256": (z[2, :256], y[2, :256]),
+  }
+  xs = {k: v[0] for k, v in models.items()}
+  ys = {k: v[1] for k, v in models.items()}
+  lin = {"lin": lambda c: utility.sample_linear(jax.random.key(2), 8, c)}
+  mets = ["conf_ce_corr", "classwise_ece", "brier", "decompose:normalized", "uc_cwe"]
+  res = study.evaluate(xs, ys, mets, num_bins=BINS, utilities=lin, from_logits=True)
+  assert res.models == tuple(models)
+  progs = res.info["programs"]
+  assert len(progs) == 2  # one per class count: the three C = 10 models share a bucket
+  assert sorted(p["rows"] for p in progs) == [256, 320]
+  for i, (name, (zz, yy)) in enumerate(models.items()):
+    p = np.asarray(jax.nn.softmax(jnp.asarray(zz)))
+    for mname in ("conf_ce_corr", "classwise_ece"):
+      np.testing.assert_allclose(
+        res[mname][i], _loop(p, yy, mname, BINS), atol=ATOL, err_msg=f"{name} {mname}"
+      )
+    np.testing.assert_allclose(res["brier"][i], scores.brier(p, yy), atol=ATOL)
+    np.testing.assert_allclose(
+      res["decompose:normalized"][i], scores.decompose(p, yy, mode="normalized"), atol=ATOL
+    )
+    np.testing.assert_allclose(res["uc_cwe"][i], utility.uc_class(p, yy, "cwe"), atol=ATOL)
+    us = lin["lin"](p.shape[1])
+    np.testing.assert_allclose(res["uc:lin"][i], utility.uc_sweep(p, yy, us), atol=ATOL)
+
+
+def test_padded_model_equals_unpadded(logits):
+  """The same model alone (no padding) and in a bucket with a larger one (padded, masked)."""
+  z, y = logits
+  mets = ["conf_ece", "conf_ce_corr", "classwise_ce", "ecce", "spherical", "decompose", "uc_topk"]
+  alone = jaxcal.evaluate([z[0, :200]], [y[0, :200]], mets, num_bins=BINS, from_logits=True)
+  assert alone.info["programs"][0]["rows"] == 224  # bucketed and padded even alone
+  exact = jaxcal.evaluate(z[1:2, :224], y[1:2, :224], mets, num_bins=BINS, from_logits=True)
+  both = jaxcal.evaluate(
+    [z[0, :200], z[1, :224]], [y[0, :200], y[1, :224]], mets, num_bins=BINS, from_logits=True
+  )
+  # device arrays are padded and stacked on the device: the same numbers
+  on_device = jaxcal.evaluate(
+    [jnp.asarray(z[0, :200]), jnp.asarray(z[1, :224])],
+    [jnp.asarray(y[0, :200]), jnp.asarray(y[1, :224])],
+    mets,
+    num_bins=BINS,
+    from_logits=True,
+  )
+  for k in mets:
+    np.testing.assert_allclose(both[k][0], alone[k][0], atol=ATOL, err_msg=k)
+    np.testing.assert_allclose(both[k][1], exact[k][0], atol=ATOL, err_msg=k)
+    np.testing.assert_array_equal(on_device[k], both[k], err_msg=k)
+
+
+def test_new_bins_array_of_same_length_reuses_the_program(logits):
+  """Bin arrays are arguments; the static bound is a power of two (9 and 12 -> 16)."""
+  z, y = logits
+  p = np.asarray(jax.nn.softmax(jnp.asarray(z[:2, :128])))
+  yy = y[:2, :128]
+  jaxcal.evaluate(p, yy, ["conf_ece", "classwise_ce"], num_bins=np.array([3, 9]))
+  compiles = []
+  jax.monitoring.register_event_duration_secs_listener(
+    lambda name, *_, **__: (
+      compiles.append(name) if name == "/jax/core/compile/backend_compile_duration" else None
+    )
+  )
+  res = jaxcal.evaluate(p, yy, ["conf_ece", "classwise_ce"], num_bins=np.array([4, 12]))
+  n_compiles = len(compiles)
+  compiles.append("stop")  # the listener stays registered; later compiles are not ours
+  assert n_compiles == 0
+  np.testing.assert_allclose(res["conf_ece"][1], metrics.conf_ece(p[1], yy[1], [4, 12]), atol=ATOL)
+
+
+def test_result_conversions(logits):
+  z, y = logits
+  res = jaxcal.evaluate(
+    z[:2, :100], y[:2, :100], ["conf_ece", "brier", "decompose"], num_bins=[5, 15], from_logits=True
+  )
+  rows = res.to_table()
+  assert len(rows) == 2 * 2 + 2 + 2 * 4
+  assert rows[0] == {
+    "model": "model_0",
+    "metric": "conf_ece",
+    "num_bins": 5,
+    "value": pytest.approx(float(res["conf_ece"][0, 0])),
+  }
+  assert {r["component"] for r in rows if r["metric"] == "decompose"} == {
+    "score",
+    "mcb",
+    "dsc",
+    "unc",
+  }
+  d = json.loads(res.to_json())
+  assert d["models"] == ["model_0", "model_1"]
+  np.testing.assert_allclose(d["values"]["conf_ece"], res["conf_ece"])
+  text = res.summary(15)
+  assert "conf_ece@15" in text and "model_1" in text and "decompose mcb" in text
+  scalar = jaxcal.evaluate(z[:1, :100], y[:1, :100], ["conf_ece"], num_bins=15, from_logits=True)
+  assert scalar["conf_ece"].shape == (1,) and scalar.axes["conf_ece"] == ("model",)
+
+
+def test_bad_inputs(logits):
+  z, y = logits
+  x, yy = z[:2, :50], y[:2, :50]
+  with pytest.raises(ValueError, match="unknown metric 'ece'"):
+    jaxcal.evaluate(x, yy, ["ece"], from_logits=True)
+  with pytest.raises(ValueError, match="ecce uses fixed bins only"):
+    jaxcal.evaluate(x, yy, ["ecce:quantile"], from_logits=True)
+  with pytest.raises(ValueError, match="num_bins must be >= 1"):
+    jaxcal.evaluate(x, yy, ["conf_ece"], num_bins=[0, 3], from_logits=True)
+  with pytest.raises(ValueError, match="quantile binning with num_bins = 60.*model_0"):
+    jaxcal.evaluate(x, yy, ["conf_ce_corr"], num_bins=[5, 60], from_logits=True)
+  with pytest.raises(ValueError, match=r"model 'model_0': probs must lie in \[0, 1\]"):
+    jaxcal.evaluate(x, yy, ["brier"])  # logits passed as probabilities
+  bad = np.array(x)
+  bad[1, 3, 2] = np.nan
+  with pytest.raises(ValueError, match=r"model 'b': logits contains non-finite values.* in 1 row"):
+    jaxcal.evaluate(bad, yy, ["brier"], names=["a", "b"], from_logits=True)
+  with pytest.raises(ValueError, match=r"labels must have shape \(2, 50\)"):
+    jaxcal.evaluate(x, yy[:, :40], ["brier"], from_logits=True)
+  with pytest.raises(ValueError, match="model 'model_0': labels must lie in"):
+    jaxcal.evaluate(x, yy + 10, ["brier"], from_logits=True)
+  with pytest.raises(ValueError, match="C = 5 classes but the predictions have C = 10"):
+    jaxcal.evaluate(
+      x, yy, ["brier"], utilities=utility.sample_linear(jax.random.key(0), 3, 5), from_logits=True
+    )
+  with pytest.raises(ValueError, match="'models' axis"):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+    jaxcal.evaluate(x, yy, ["brier"], mesh=mesh, from_logits=True)
+  with pytest.raises(ValueError, match="unique and one per model"):
+    jaxcal.evaluate(x, yy, ["brier"], names=["a"], from_logits=True)
+  with pytest.raises(ValueError, match="model 'a': predictions must be"):
+    jaxcal.evaluate({"a": x[0, :, 0]}, {"a": yy[0]}, ["brier"], from_logits=True)
+  with pytest.raises(ValueError, match="labels has no entry for the models"):
+    jaxcal.evaluate({"a": x[0]}, {"b": yy[0]}, ["brier"], from_logits=True)
+  with pytest.raises(ValueError, match="concrete"):
+    jax.jit(lambda m: jaxcal.evaluate(x, yy, ["brier"], num_bins=m, from_logits=True))(
+      jnp.array([3, 4])
+    )
+  np.testing.assert_array_equal(x, z[:2, :50])  # inputs untouched
+
+
+def test_size_bucket():
+  assert study.size_bucket(10000) == 10240
+  assert study.size_bucket(10241) == 12288
+  assert all(study.size_bucket(n) >= n for n in range(1, 3000))
+  assert max(study.size_bucket(n) / n for n in range(9, 100000, 37)) <= 1.25
