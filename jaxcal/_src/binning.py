@@ -1,47 +1,76 @@
-"""Outcome-independent binning on sorted prefix sums (SPEC §1).
+"""Outcome-independent binning and exact per-bin residual sums.
 
-Everything here works on *one* data set and a (possibly traced) bin count
-``num_bins`` bounded by a static ``max_bins``; batches come from ``jax.vmap``.
-
-The engine: sort the scores once (stable, ties by index), take prefix sums of
-the values to be binned in that order, and find for each bin ``j`` the number
-``e_j`` of sorted samples in bins ``<= j``. Because both binning rules are
-monotone in the score, bin ``j`` is the contiguous run ``(e_{j-1}, e_j]`` of
-the sorted order, so its sum is ``D[e_j] - D[e_{j-1}]``. The sort and the
-prefix sums do not depend on ``num_bins``: under ``vmap`` over bin counts
-they are computed once and each bin count costs ``O(max_bins log n)``.
+Everything here works on *one* data set (rows of scores along the last axis)
+and a (possibly traced) bin count ``num_bins`` bounded by a static
+``max_bins``; batches come from ``jax.vmap``. The work that does not depend
+on the bin count (a sort, or a histogram over fixed thresholds) is done once,
+so under ``vmap`` over bin counts each bin count costs ``O(max_bins)``.
 
 Rules (1-based bins ``j = 1..m``):
 
 * ``fixed``: bin of ``s`` is ``clip(ceil(s*m), 1, m)``, the product taken in
   the scores' floating dtype (so the numpy float32 expression
-  ``np.ceil(s * np.float32(m))`` gives the same bins).
-* ``quantile``: sorted position ``i`` (1-based) is in bin ``ceil(i*m/n)``,
-  computed exactly in integers. Ties may be split across bins (SPEC §1).
+  ``np.ceil(s * np.float32(m))`` gives the same bins):
+  :func:`fixed_bin_1based`.
+* ``quantile``: sorted position ``i`` (1-based, stable sort: ties by index)
+  is in bin ``j`` iff ``e_{j-1} < i <= e_j`` with ``e_j = floor(j n / m)``:
+  :func:`quantile_ends` and its inverse :func:`quantile_bin_of_position`.
+  Ties may be split across bins.
 
-Two strategies compute the per-bin sums (both exact with respect to the
-rules above; tests check them against each other and a loop reference):
+Every binned calibration error is a function of per-bin sums of residuals
+``s - b`` (score minus a 0/1 outcome bit): :func:`binned_residual_sums`.
+Each bin is a contiguous run of the sorted order, so its sum is a difference
+of two prefix sums. For float32 scores (and narrower ones, upcast) the sums
+are **exact fixed-point integer sums**: every score ``|s| < 2`` is rounded to
+a multiple of ``2**-29`` (an error below ``1e-9`` per sample, none at all for
+``|s| >= 2**-6``), split into small int32 limbs, and summed in integers; a bin
+sum is converted to float32 once, at the end (within 2 ulp). The result does
+not depend on the order of summation: a padded data set, a batch, a sharded
+or a streamed one give the same bits, and a float32 error at ``n = 10**6`` is
+as accurate as a float64 one. A score outside ``(-2, 2)`` (or NaN) makes its
+row's sums NaN (probabilities never are; validated inputs cannot be).
+float64 scores (under ``jax.experimental.enable_x64``) are summed in float64.
 
-* ``"sort"``: stable sort, prefix sums, bin ends by integer math (quantile) or
-  a vectorised bisection on the sorted scores (fixed).
-* ``"edges"`` (fixed rule only, float32/float64 scores, ``max_bins <=``
-  :data:`EDGES_MAX_BINS`): no sort at all. For every ``m <= max_bins`` and
-  ``j <= m`` the rule ``ceil(fl(s*m)) <= j`` is the same as ``s <= T(m, j)``
-  for one float threshold ``T(m, j)`` (the largest float whose rounded
-  product with ``m`` is ``<= j``; within an ulp of ``j/m``). The sorted,
-  de-duplicated thresholds of all ``(m, j)`` depend only on ``max_bins`` and
-  the dtype, so they are computed once in numpy; each sample is dropped into
-  its threshold interval (a power-of-two grid lookup plus at most a few
-  comparisons), the values are summed per interval (``segment_sum``) and
-  prefix-summed. A bin count then only gathers ``max_bins`` entries of a
-  static ``(max_bins + 1, max_bins)`` index table. This is what makes the
-  classwise fixed-bin errors cheap: no sort of ``C`` columns of length ``n``.
+Two strategies find the bins:
+
+* **sort** (quantile rule; fixed rule with ``max_bins >`` :data:`EDGES_MAX_BINS`):
+  each sample becomes one ``uint32`` key ``2 k(s) + b``, with ``k`` an
+  order-preserving integer image of the score; one native single-operand
+  sort orders them by score and, inside a tie, 0-bits first. That is the
+  stable order except inside a *mixed* tie group (equal scores with both
+  bits), where the stable order interleaves the bits by sample index. Those
+  groups are repaired without a second sort of the row
+  (:func:`_fix_mixed_ties`): a Bloom filter of the mixed values picks out
+  their members (few, in practice), which are sorted by (group, index) in a
+  small array and written back. Only when more than
+  :func:`_tie_cap` samples sit in such groups does the row fall back to the
+  stable radix argsort (one ``lax.cond`` whose predicate, under a ``vmap``
+  over data sets, is reduced over the batch: see :func:`_cond_any`). Exact
+  prefix sums are kept per block of :data:`_BLOCK` sorted positions; a bin
+  end reads one block prefix and sums at most ``_BLOCK - 1`` entries.
+* **edges** (fixed rule, ``max_bins <= EDGES_MAX_BINS``): no sort at all.
+  For every ``m <= max_bins`` and ``j <= m`` the rule ``ceil(fl(s*m)) <= j``
+  is the same as ``s <= T(m, j)`` for one float threshold ``T(m, j)`` (the
+  largest float whose rounded product with ``m`` is ``<= j``; within an ulp
+  of ``j/m``). The sorted, de-duplicated thresholds of all ``(m, j)`` depend
+  only on ``max_bins`` and the dtype, so they are computed once in numpy;
+  each sample is dropped into its threshold interval (a power-of-two grid
+  lookup plus at most a few comparisons), the integer limbs are summed per
+  interval and prefix-summed. A bin count then only gathers ``max_bins``
+  entries of a static ``(max_bins + 1, max_bins)`` index table: the classwise
+  fixed-bin errors need no sort of ``C`` columns of length ``n``.
+
+Sample masks: every primitive takes ``where`` (a bool mask over the samples,
+or ``None``). A masked-out sample is treated exactly as if it were absent:
+``n`` becomes the number of True entries, quantile positions count only them
+(masked samples sort after every sample), and sums never read their values.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -55,48 +84,63 @@ from jaxcal._src.sorting import float_to_key, key_to_float, stable_argsort
 __all__ = [
   "blocked_cumsum",
   "floor_mul_div",
+  "fixed_bin_1based",
+  "quantile_ends",
+  "quantile_bin_of_position",
   "bin_ends",
   "bin_ids",
-  "BinnedSums",
-  "binned_sums",
   "resolve_max_bins",
+  "sample_count",
+  "masked_last",
   "edge_table",
   "EDGES_MAX_BINS",
-  "quantile_ends",
-  "sorted_residual_prefix",
   "FAST_SORT_MIN_N",
+  "BinnedSums",
+  "binned_sums",
+  "sorted_residual_prefix",
   "binned_residual_sums",
-  "fixed_bin_1based",
-  "quantile_bin_of_position",
-  "masked_last",
-  "sample_count",
 ]
 
 
+# --------------------------------------------------------------------------
+# Prefix sums and exact integer arithmetic.
+# --------------------------------------------------------------------------
+
+
 def blocked_cumsum(x: jax.Array, block: int = 128, axis: int = 0) -> jax.Array:
-  """Inclusive prefix sum along ``axis``, blocked for float32 accuracy.
+  """Inclusive prefix sum along ``axis``: blocked matmuls, exact for int32.
 
   Prefix sums within blocks of ``block`` entries (a matmul with a triangular
   matrix of ones), then the prefix sum of the block totals (recursively)
-  added to each block: the rounding error grows like ``block + n/block``
-  additions rather than ``n``. Integer inputs use ``jnp.cumsum`` (exact).
+  added to each block. For floats the rounding error grows like
+  ``block + n/block`` additions rather than ``n``. int32 inputs are split
+  into 16-bit halves whose block sums are exact in float32, so the result is
+  exact whenever the true prefix sums fit in int32.
 
   (On CPU, XLA lowers ``jnp.cumsum`` to a full-window ``reduce_window``
-  that is slow to compile; the matmul form compiles in a fraction of the
-  time and runs as fast.)
+  that is slow to compile and, for integers, slow to run; the matmul form
+  compiles in a fraction of the time and runs as fast as a plain loop.)
 
   Args:
-    x: array.
+    x: float or int32 array.
     block: entries per block (static).
     axis: the axis to sum along (static).
 
   Returns:
     Array of ``x``'s shape with ``out[..., i, ...] = sum(x[..., :i+1, ...])``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> blocked_cumsum(jnp.array([3, -1, 2**20, 5], jnp.int32)).tolist()
+    [3, 2, 1048578, 1048583]
   """
-  if not jnp.issubdtype(x.dtype, jnp.floating):
-    return jnp.cumsum(x, axis=axis)
-  x = jnp.moveaxis(x, axis, -1)
-  out = _mm_cumsum_last(x, block)
+  x = jnp.moveaxis(jnp.asarray(x), axis, -1)
+  if jnp.issubdtype(x.dtype, jnp.floating):
+    out = _mm_cumsum_last(x, block)
+  elif x.dtype in (jnp.int32, jnp.uint32) or x.dtype == jnp.bool_:
+    out = _int_cumsum_last(x.astype(jnp.int32), block)
+  else:
+    out = jnp.cumsum(x, axis=-1)
   return jnp.moveaxis(out, -1, axis)
 
 
@@ -116,12 +160,36 @@ def _mm_cumsum_last(x: jax.Array, block: int) -> jax.Array:
   return out.reshape(x.shape[:-1] + (nb * block,))[..., :n]
 
 
+def _int_cumsum_last(x: jax.Array, block: int) -> jax.Array:
+  """Exact int32 prefix sums (modulo 2**32) from float32 matmuls on 16-bit halves."""
+  block = min(block, 128)  # 2**16 * 128 < 2**24: block sums of a half are exact
+  n = x.shape[-1]
+  nb = -(-n // block)
+  xp = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, nb * block - n)])
+  tri = jnp.triu(jnp.ones((block, block), jnp.float32))
+  lo = (xp & 0xFFFF).reshape(x.shape[:-1] + (nb, block))
+  hi = (xp >> 16).reshape(x.shape[:-1] + (nb, block))  # signed
+  w_lo = jnp.matmul(lo.astype(jnp.float32), tri, precision=PRECISION).astype(jnp.int32)
+  w_hi = jnp.matmul(hi.astype(jnp.float32), tri, precision=PRECISION).astype(jnp.int32)
+  within = w_lo + (w_hi << 16)  # wraps; exact modulo 2**32
+  if nb == 1:
+    return within.reshape(x.shape[:-1] + (block,))[..., :n]
+  totals = within[..., -1]
+  offsets = _int_cumsum_last(totals, block) - totals
+  out = within + offsets[..., None]
+  return out.reshape(x.shape[:-1] + (nb * block,))[..., :n]
+
+
 def floor_mul_div(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
   """Exact ``floor(a * b / c)`` for non-negative int32 without overflow.
 
   A float estimate is corrected with the remainder ``a*b - k*c``, computed in
   wrapping int32 arithmetic (exact, because the true remainder is small).
   Valid while the result and ``|estimate error| * c`` fit in int32.
+
+  Example:
+    >>> floor_mul_div(2**20, 2**11, 3).tolist()
+    715827882
   """
   a = jnp.asarray(a, jnp.int32)
   b = jnp.asarray(b, jnp.int32)
@@ -134,10 +202,62 @@ def floor_mul_div(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
   return k
 
 
+# --------------------------------------------------------------------------
+# The two binning rules (their one home).
+# --------------------------------------------------------------------------
+
+
 def fixed_bin_1based(s: jax.Array, m: jax.Array) -> jax.Array:
-  """``clip(ceil(s*m), 1, m)`` with the product in ``s``'s dtype."""
+  """Equal-width bin ``clip(ceil(s*m), 1, m)`` (1-based), the product in ``s``'s dtype."""
+  m = jnp.asarray(m, jnp.int32)
   b = jnp.ceil(s * m.astype(s.dtype)).astype(jnp.int32)
   return jnp.clip(b, 1, m)
+
+
+def quantile_ends(n: ArrayLike, num_bins: ArrayLike, max_bins: int) -> jax.Array:
+  """Cumulative counts ``e_j = floor(j n / m)`` of the quantile rule, ``j = 0..max_bins``.
+
+  The one home of the quantile rule: sorted position ``i`` (1-based) lies in
+  bin ``j`` iff ``e_{j-1} < i <= e_j``, i.e. ``(j-1) n/m < i <= j n/m``.
+  Bins beyond ``m`` are empty (``e_j = n`` for ``j >= m``). Exact integer
+  arithmetic (:func:`floor_mul_div`), so a traced sample count works.
+
+  Args:
+    n: number of samples: a Python int, or an int array (traced or not) of
+      any shape ``lead`` (e.g. one count per row of masked data).
+    num_bins: scalar bin count ``m >= 1`` (static or traced).
+    max_bins: static bound on ``m``.
+
+  Returns:
+    ``lead + (max_bins + 1,)`` int32, ``e_0 = 0``, non-decreasing.
+
+  Example:
+    >>> quantile_ends(10, 4, 5).tolist()
+    [0, 2, 5, 7, 10, 10]
+  """
+  n = jnp.asarray(n, jnp.int32)[..., None]
+  m = jnp.asarray(num_bins, jnp.int32)
+  j = jnp.arange(1, max_bins + 1, dtype=jnp.int32)
+  ends = jnp.where(j >= m, n, floor_mul_div(j, n, jnp.maximum(m, 1)))
+  zero = jnp.zeros(ends.shape[:-1] + (1,), jnp.int32)
+  return jnp.concatenate([zero, ends.astype(jnp.int32)], axis=-1)
+
+
+def quantile_bin_of_position(n_eff: jax.Array, m: jax.Array, size: int) -> jax.Array:
+  """0-based quantile bin of sorted positions ``0..size-1`` (``-1`` at or beyond ``n_eff``).
+
+  The inverse of :func:`quantile_ends` (the same rule, seen from a
+  position): 1-based position ``i`` lies in the smallest bin ``j`` with
+  ``e_j = floor(j n / m) >= i``, i.e. ``j n / m >= i``, i.e.
+  ``j = ceil(i m / n)``; computed exactly with :func:`floor_mul_div`.
+  ``tests/test_binning.py`` checks that the two agree.
+  """
+  pos = jnp.arange(1, size + 1, dtype=jnp.int32)
+  m = jnp.asarray(m, jnp.int32)
+  nn = jnp.maximum(n_eff, 1)
+  q = floor_mul_div(pos, m, nn)  # floor(i m / n)
+  guess = q + (pos * m - q * nn > 0).astype(jnp.int32)  # ceil(i m / n), 1-based
+  return jnp.where(pos <= n_eff, guess - 1, -1)
 
 
 def resolve_max_bins(num_bins, n: int, max_bins: int | None) -> int:
@@ -164,6 +284,47 @@ def resolve_max_bins(num_bins, n: int, max_bins: int | None) -> int:
     return int(a.max()) if a.size else 1
   return int(n)
 
+
+# --------------------------------------------------------------------------
+# Sample masks.
+# --------------------------------------------------------------------------
+
+
+def sample_count(where: jax.Array | None, n: int) -> jax.Array:
+  """Number of samples: ``n``, or the count of True entries of ``where`` (last axis)."""
+  if where is None:
+    return jnp.int32(n)
+  return jnp.sum(where, axis=-1, dtype=jnp.int32)
+
+
+def masked_last(scores: jax.Array, where: jax.Array | None) -> jax.Array:
+  """``scores`` with masked-out entries above every sample (last axis).
+
+  They get ``max(nextafter(max over samples), tiny)``: strictly above every
+  sample's score, also when XLA flushes subnormals to zero, so a stable sort
+  puts them after all samples (in index order) without moving any sample.
+  """
+  if where is None:
+    return scores
+  big = jnp.max(jnp.where(where, scores, -jnp.inf), axis=-1, keepdims=True)
+  dt = scores.dtype
+  after = jnp.maximum(jnp.nextafter(big, jnp.asarray(jnp.inf, dt)), jnp.finfo(dt).tiny)
+  return jnp.where(where, scores, after)
+
+
+def _check_where(where: ArrayLike, n: int) -> jax.Array:
+  """An ``(..., n)`` bool sample mask, as a JAX array."""
+  w = jnp.asarray(where)
+  if w.dtype != jnp.bool_:
+    raise ValueError(f"where must be a bool array (a sample mask), got dtype {w.dtype}")
+  if w.ndim < 1 or w.shape[-1] != n:
+    raise ValueError(f"where must have shape (n,) = ({n},), got {tuple(w.shape)}")
+  return w
+
+
+# --------------------------------------------------------------------------
+# Sort-free fixed bins: the threshold table.
+# --------------------------------------------------------------------------
 
 #: Largest ``max_bins`` for which the sort-free ``"edges"`` strategy is used
 #: (its static tables grow like ``max_bins**2``).
@@ -241,85 +402,25 @@ def _edge_bucket(s: jax.Array, table: EdgeTable) -> jax.Array:
 
 
 def _use_edges(binning: str, max_bins: int, dtype, method: str) -> bool:
-  if method == "sort" or binning != "fixed":
-    if method == "edges" and binning != "fixed":
+  if method not in ("auto", "sort", "edges", "fast"):
+    raise ValueError(f"method must be 'auto', 'sort', 'edges' or 'fast', got {method!r}")
+  if binning != "fixed":
+    if method == "edges":
       raise ValueError("method='edges' applies to fixed binning only")
+    return False
+  if method in ("sort", "fast"):
     return False
   supported = jnp.dtype(dtype) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64))
   if method == "edges":
     if not supported:
       raise ValueError(f"method='edges' needs float32/float64 scores, got {jnp.dtype(dtype)}")
     return True
-  if method != "auto":
-    raise ValueError(f"method must be 'auto', 'sort' or 'edges', got {method!r}")
   return supported and max_bins <= EDGES_MAX_BINS
 
 
-def sample_count(where: jax.Array | None, n: int) -> jax.Array:
-  """Number of samples: ``n``, or the count of True entries of ``where`` (last axis)."""
-  if where is None:
-    return jnp.int32(n)
-  return jnp.sum(where, axis=-1, dtype=jnp.int32)
-
-
-def masked_last(scores: jax.Array, where: jax.Array | None) -> jax.Array:
-  """``scores`` with masked-out entries above every sample (last axis).
-
-  They get ``max(nextafter(max over samples), tiny)``: strictly above every
-  sample's score, also when XLA flushes subnormals to zero, so a stable sort
-  puts them after all samples (in index order) without moving any sample.
-  """
-  if where is None:
-    return scores
-  big = jnp.max(jnp.where(where, scores, -jnp.inf), axis=-1, keepdims=True)
-  dt = scores.dtype
-  after = jnp.maximum(jnp.nextafter(big, jnp.asarray(jnp.inf, dt)), jnp.finfo(dt).tiny)
-  return jnp.where(where, scores, after)
-
-
-def quantile_ends(n: ArrayLike, num_bins: ArrayLike, max_bins: int) -> jax.Array:
-  """Cumulative counts ``e_j = floor(j n / m)`` of the quantile rule, ``j = 0..max_bins``.
-
-  The one home of the quantile rule: sorted position ``i`` (1-based) lies in
-  bin ``j`` iff ``e_{j-1} < i <= e_j``, i.e. ``(j-1) n/m < i <= j n/m``.
-  Bins beyond ``m`` are empty (``e_j = n`` for ``j >= m``). Exact integer
-  arithmetic (:func:`floor_mul_div`), so a traced sample count works.
-
-  Args:
-    n: number of samples: a Python int, or an int array (traced or not) of
-      any shape ``lead`` (e.g. one count per row of masked data).
-    num_bins: scalar bin count ``m >= 1`` (static or traced).
-    max_bins: static bound on ``m``.
-
-  Returns:
-    ``lead + (max_bins + 1,)`` int32, ``e_0 = 0``, non-decreasing.
-
-  Example:
-    >>> quantile_ends(10, 4, 5).tolist()
-    [0, 2, 5, 7, 10, 10]
-  """
-  n = jnp.asarray(n, jnp.int32)[..., None]
-  m = jnp.asarray(num_bins, jnp.int32)
-  j = jnp.arange(1, max_bins + 1, dtype=jnp.int32)
-  ends = jnp.where(j >= m, n, floor_mul_div(j, n, jnp.maximum(m, 1)))
-  zero = jnp.zeros(ends.shape[:-1] + (1,), jnp.int32)
-  return jnp.concatenate([zero, ends.astype(jnp.int32)], axis=-1)
-
-
-def quantile_bin_of_position(n_eff: jax.Array, m: jax.Array, size: int) -> jax.Array:
-  """0-based quantile bin of sorted positions ``0..size-1`` (``-1`` at or beyond ``n_eff``).
-
-  The inverse of :func:`quantile_ends` (the same rule, seen from a
-  position): 1-based position ``i`` lies in the smallest bin ``j`` with
-  ``e_j = floor(j n / m) >= i``, i.e. ``j n / m >= i``, i.e.
-  ``j = ceil(i m / n)``; computed exactly with :func:`floor_mul_div`.
-  ``tests/test_binning.py`` checks that the two agree.
-  """
-  pos = jnp.arange(1, size + 1, dtype=jnp.int32)
-  nn = jnp.maximum(n_eff, 1)
-  q = floor_mul_div(pos, m, nn)  # floor(i m / n)
-  guess = q + (pos * m - q * nn > 0).astype(jnp.int32)  # ceil(i m / n), 1-based
-  return jnp.where(pos <= n_eff, guess - 1, -1)
+# --------------------------------------------------------------------------
+# Bin ends and bin ids.
+# --------------------------------------------------------------------------
 
 
 def bin_ends(
@@ -402,7 +503,7 @@ def bin_ids(
 
   Raises:
     ValueError: scores not a non-empty finite vector, bad ``num_bins`` or
-      unknown ``binning`` (eager calls).
+      ``where``, or unknown ``binning`` (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -440,14 +541,9 @@ def bin_ids(
   return jnp.zeros((n,), jnp.int32).at[order].set(ids)
 
 
-def _check_where(where: ArrayLike, n: int) -> jax.Array:
-  """An ``(..., n)`` bool sample mask, as a JAX array."""
-  w = jnp.asarray(where)
-  if w.dtype != jnp.bool_:
-    raise ValueError(f"where must be a bool array (a sample mask), got dtype {w.dtype}")
-  if w.ndim < 1 or w.shape[-1] != n:
-    raise ValueError(f"where must have shape (n,) = ({n},), got {tuple(w.shape)}")
-  return w
+# --------------------------------------------------------------------------
+# Generic float engine: any values, any float dtype.
+# --------------------------------------------------------------------------
 
 
 class BinnedSums(NamedTuple):
@@ -467,16 +563,17 @@ def binned_sums(
   method: str = "auto",
   where: jax.Array | None = None,
 ) -> BinnedSums:
-  """Sums of ``values`` over the bins of ``scores``.
+  """Float sums of arbitrary ``values`` over the bins of ``scores``.
 
-  Everything that does not depend on ``num_bins`` (sort or edge histogram,
-  prefix sums) is independent of it, so under ``vmap`` over bin counts it is
-  computed once and each bin count costs ``O(max_bins)`` gathers
-  (``O(max_bins log n)`` for the fixed rule with ``method="sort"``).
+  The generic engine (float sums in the values' dtype); residual sums of
+  float32 scores use the exact integer engine of
+  :func:`binned_residual_sums` instead. Everything that does not depend on
+  ``num_bins`` (sort or edge histogram, prefix sums) is computed once under
+  ``vmap`` over bin counts.
 
   Args:
     scores: ``(n,)`` binning scores.
-    values: ``(n, d)`` values to sum per bin (e.g. residuals ``u - phi(y)``).
+    values: ``(n, d)`` values to sum per bin.
     num_bins: scalar bin count, static int or traced, ``1 <= num_bins <=
       max_bins`` (other values give meaningless rows; callers mask them).
     binning: ``"fixed"`` or ``"quantile"`` (static).
@@ -503,11 +600,7 @@ def binned_sums(
     cnt = jax.ops.segment_sum(jnp.ones_like(bucket), bucket, num_segments=k_count + 1)
     zero = jnp.zeros((1,) + per.shape[1:], per.dtype)
     prefix = jnp.concatenate([zero, blocked_cumsum(per)])  # (K + 2, d)
-    if scores.shape[0] < 2**24:  # counts exact in float32: cheaper to compile than cumsum
-      ccum = jnp.round(blocked_cumsum(cnt.astype(jnp.float32))).astype(jnp.int32)
-    else:
-      ccum = jnp.cumsum(cnt)
-    cprefix = jnp.concatenate([jnp.zeros((1,), jnp.int32), ccum])
+    cprefix = jnp.concatenate([jnp.zeros((1,), jnp.int32), blocked_cumsum(cnt)])
     rows = jnp.asarray(table.index)[jnp.clip(m, 1, max_bins)]  # (max_bins,)
     rows = jnp.concatenate([jnp.zeros((1,), jnp.int32), rows])
     at_ends = prefix[rows]
@@ -528,119 +621,313 @@ def binned_sums(
   return BinnedSums(sums=sums, counts=counts, cumsums=at_ends[1:])
 
 
-def _sortable_int(s: jax.Array) -> jax.Array:
-  """float32 -> int32 with the same order (``-0.0`` and ``+0.0`` share ``0``).
-
-  :func:`~jaxcal._src.sorting.float_to_key` with the top bit flipped, so
-  scores in ``(-2, 2)`` map into ``|k| < 2**30`` and ``2k + b`` fits int32.
-  """
-  return jax.lax.bitcast_convert_type(float_to_key(s) ^ jnp.uint32(0x80000000), jnp.int32)
-
-
-def _from_sortable_int(k: jax.Array) -> jax.Array:
-  return key_to_float(jax.lax.bitcast_convert_type(k, jnp.uint32) ^ jnp.uint32(0x80000000))
-
-
-def _stable_sorted_residuals(scores, bits, sign, where):
-  """``sign * (s - b)`` in the stable order of ``s``; masked-out samples last, as 0."""
-  order = stable_argsort(masked_last(scores, where))
-  resid = sign * (scores - bits.astype(scores.dtype))
-  if where is not None:
-    resid = jnp.where(where, resid, 0.0)
-  return jnp.take_along_axis(resid, order, axis=-1)
-
-
-#: ``method="auto"`` uses the fast int-key sort from this many samples on;
-#: below it the stable payload sort is cheap and compiles faster.
-FAST_SORT_MIN_N = 4096
-
-
-def _repair_rows(scores, bits, where, mixed, resid, sign):
-  """Re-sorts (stably, with a payload) only the rows that hold a mixed tie group.
-
-  Up to ``max(1, rows // 4)`` such rows (static) are gathered, sorted exactly
-  and scattered back. Returns the residuals and whether all such rows fitted.
-  """
-  rows = scores.shape[0]
-  cap = max(1, rows // 4)
-  row_mixed = jnp.any(mixed, axis=1)
-  count = jnp.sum(row_mixed)
-  iota = jnp.arange(rows, dtype=jnp.int32)
-  neg, _ = jax.lax.top_k(jnp.where(row_mixed, -iota, -rows), cap)  # first `cap` such rows
-  valid = jnp.arange(cap) < count
-  ridx = jnp.clip(-neg, 0, rows - 1)
-  w = None if where is None else where[ridx]
-  exact = _stable_sorted_residuals(scores[ridx], bits[ridx], sign, w)
-  out = resid.at[jnp.where(valid, ridx, rows)].set(exact, mode="drop")
-  return out, count <= cap
-
-
 def sorted_residual_prefix(
-  scores: jax.Array,
-  bits: jax.Array,
-  sign: float = 1.0,
-  method: str = "auto",
-  where: jax.Array | None = None,
+  scores: jax.Array, bits: jax.Array, sign: float = 1.0, where: jax.Array | None = None
 ) -> jax.Array:
-  """Prefix sums of ``sign * (s - b)`` in the stable sorted order of ``s``.
+  """Float prefix sums of ``sign * (s - b)`` in the stable sorted order of ``s``.
 
-  Rows along the last axis (any leading batch shape). ``bits`` are 0/1.
-  With a sample mask ``where`` (same shape), masked-out samples are placed
-  after every sample with a zero residual: the first ``n_eff + 1`` entries
-  of a row are those of the row without them, and the rest repeat the total.
-
-  The stable sort by score (ties by index) is what the quantile rule
-  needs, but on CPU a stable sort that carries a payload is several times
-  slower than sorting one int32 array. With ``method="fast"`` (or
-  ``"auto"`` and ``n >= FAST_SORT_MIN_N``) and float32 scores, each score is mapped to an order-preserving int32 ``k`` (``|k| <
-  2**30`` for ``|s| < 2``) and ``2k + b`` is sorted alone: score order,
-  and within equal scores the 0-bits first. That differs from the stable
-  order only inside a tie group holding both bits ("mixed"); rows that hold
-  one (up to a quarter of the rows) are re-sorted stably with a payload
-  (:func:`_repair_rows`). With more such rows, or a score outside
-  ``(-2, 2)``, one ``lax.cond`` falls back to the stable payload sort for
-  all rows; ``method="sort"`` (and ``"auto"`` for small ``n``) always uses
-  it. The predicates do not depend on the bin count, so under ``vmap`` over
-  bin counts the conds stay conds (under a user's ``vmap`` over data sets
-  they become selects: still exact, just slower).
+  Rows along the last axis (any leading batch shape), any float dtype and
+  any scores. Masked-out samples (``where``) are placed after every sample
+  with a zero residual: the first ``n_eff + 1`` entries of a row are those
+  of the row without them, and the rest repeat the total. This is the float
+  engine of the quantile rule (used for float64 scores); float32 residual
+  sums go through the exact engine of :func:`binned_residual_sums`.
 
   Returns:
     ``(..., n + 1)`` with a leading 0.
   """
-  if method not in ("auto", "fast", "sort"):
-    raise ValueError(f"method must be 'auto', 'fast' or 'sort', got {method!r}")
   scores, bits = jnp.asarray(scores), jnp.asarray(bits)
-  lead, n = scores.shape[:-1], scores.shape[-1]
-  s2 = scores.reshape((-1, n))
-  b2 = bits.reshape((-1, n))
-  w2 = None if where is None else jnp.broadcast_to(where, scores.shape).reshape((-1, n))
-  use_fast = method == "fast" or (method == "auto" and n >= FAST_SORT_MIN_N)
-  if use_fast and scores.dtype == jnp.float32 and n >= 2:
-    key = _sortable_int(s2) * 2 + b2.astype(jnp.int32)
-    if w2 is not None:  # masked-out samples sort after all others
-      key = jnp.where(w2, key, jnp.iinfo(jnp.int32).max)
-    key = jax.lax.sort(key, dimension=1, is_stable=False)
-    hi = key >> 1
-    mixed = (hi[:, 1:] == hi[:, :-1]) & (key[:, 1:] != key[:, :-1])
-    fast = sign * (_from_sortable_int(hi) - (key & 1).astype(jnp.float32))
-    if w2 is not None:
-      fast = jnp.where(jnp.arange(n) < sample_count(w2, n)[:, None], fast, 0.0)
-    fast, fits = jax.lax.cond(
-      jnp.any(mixed),
-      lambda r: _repair_rows(s2, b2, w2, mixed, r, sign),
-      lambda r: (r, jnp.bool_(True)),
-      fast,
-    )
-    in_range = jnp.abs(s2) < 2.0
-    if w2 is not None:
-      in_range = in_range | ~w2
-    ok = jnp.all(in_range) & fits
-    resid = jax.lax.cond(ok, lambda: fast, lambda: _stable_sorted_residuals(s2, b2, sign, w2))
+  order = stable_argsort(masked_last(scores, where))
+  resid = sign * (scores - bits.astype(scores.dtype))
+  if where is not None:
+    resid = jnp.where(where, resid, 0.0)
+  resid = jnp.take_along_axis(resid, order, axis=-1)
+  prefix = blocked_cumsum(resid, axis=-1)
+  return jnp.concatenate([jnp.zeros(prefix.shape[:-1] + (1,), prefix.dtype), prefix], axis=-1)
+
+
+def _float_residual_sums(s, b, m, binning, max_bins, sign, method, where):
+  """BinnedSums of one row in floating point (float64 scores)."""
+  n = s.shape[0]
+  if binning == "quantile":
+    prefix = sorted_residual_prefix(s, b, sign, where)
+    ends = quantile_ends(sample_count(where, n), m, max_bins)
+    at_ends = prefix[ends]
+    counts = ends[1:] - ends[:-1]
+    sums = jnp.where(counts > 0, at_ends[1:] - at_ends[:-1], 0.0)
+    return BinnedSums(sums=sums[:, None], counts=counts, cumsums=at_ends[1:, None])
+  v = (sign * (s - b.astype(s.dtype)))[:, None]
+  return binned_sums(s, v, m, "fixed", max_bins, "sort" if method == "fast" else method, where)
+
+
+# --------------------------------------------------------------------------
+# Exact integer engine: per-bin residual sums of float32 scores.
+# --------------------------------------------------------------------------
+#
+# A score |s| < 2 is represented by q = round(s * 2**29) + 2**30 in [0, 2**31)
+# (exact for |s| >= 2**-6; otherwise within 2**-30). q splits into an integer
+# part q >> 29 in {0..3} and 29 fraction bits, cut into "limbs" of at most
+# `w` bits with w chosen so that a limb summed over all n samples fits in
+# int32. A sample's contribution is the int32 vector
+#   [integer part, fraction limbs..., bit]
+# and every sum of contributions is exact. A bin (or prefix) with `count`
+# samples has residual sum  sum(s) - sum(b) = (I - 2 count - B) + F * 2**-29
+# after the fraction limbs F are normalised (carries moved up into I).
+
+_FRAC_BITS = 29
+_KEY_BASE = 0x40000000  # float_to_key of -2.0 (exclusive) .. 2.0: keys in [BASE, 3 BASE)
+_SENTINEL = 0xFFFFFFFF  # key of a masked-out sample: after every sample
+#: Sorted positions per block of exact prefix sums (a bin end reads one block
+#: prefix and adds at most _BLOCK - 1 contributions).
+_BLOCK = 16
+_BLOOM_BITS = 16  # log2 of each Bloom filter's size (per row)
+
+
+@functools.cache
+def _limb_widths(n: int) -> tuple[int, ...]:
+  """Widths (low to high) of the fraction limbs for ``n`` samples: sums fit in int32."""
+  w = max(1, min(12, 31 - max(int(n), 1).bit_length()))
+  widths, left = [], _FRAC_BITS
+  while left > 0:
+    widths.append(min(w, left))
+    left -= widths[-1]
+  return tuple(widths)
+
+
+def _parts(s: jax.Array, bit: jax.Array, valid: jax.Array | None, widths) -> jax.Array:
+  """``(..., 2 + L)`` int32 contributions ``[integer part, L fraction limbs, bit]``."""
+  q = jnp.round(s * (2.0**_FRAC_BITS)).astype(jnp.int32) + (1 << 30)
+  cols = [q >> _FRAC_BITS]
+  off = 0
+  for w in widths:
+    cols.append((q >> off) & ((1 << w) - 1))
+    off += w
+  cols.append(bit.astype(jnp.int32))
+  out = jnp.stack(cols, axis=-1)
+  if valid is not None:
+    out = jnp.where(valid[..., None], out, 0)
+  return out
+
+
+def _parts_to_residual(count: jax.Array, parts: jax.Array, widths) -> jax.Array:
+  """``sum(s) - sum(b)`` (float32) of a set of ``count`` samples from its summed parts."""
+  whole = parts[..., 0]
+  fr = [parts[..., 1 + k] for k in range(len(widths))]
+  for k, w in enumerate(widths):  # normalise: carries into the next limb / the integer part
+    carry = fr[k] >> w
+    fr[k] = fr[k] & ((1 << w) - 1)
+    if k + 1 < len(widths):
+      fr[k + 1] = fr[k + 1] + carry
+    else:
+      whole = whole + carry
+  whole = whole - 2 * count - parts[..., -1]
+  frac = jnp.zeros(whole.shape, jnp.float32)
+  off = 0
+  for k, w in enumerate(widths):
+    frac = frac + fr[k].astype(jnp.float32) * np.float32(2.0 ** (off - _FRAC_BITS))
+    off += w
+  return whole.astype(jnp.float32) + frac
+
+
+def _residual_keys(s: jax.Array, b: jax.Array, where: jax.Array | None):
+  """uint32 keys ``2 k(s) + b`` (order of ``s``, then bit) and whether all ``|s| < 2``."""
+  k = float_to_key(s)
+  in_range = (k >= jnp.uint32(_KEY_BASE)) & (k < jnp.uint32(3 * _KEY_BASE))
+  kb = ((k - jnp.uint32(_KEY_BASE)) << 1) | b.astype(jnp.uint32)
+  if where is not None:
+    in_range = in_range | ~where
+    kb = jnp.where(where, kb, jnp.uint32(_SENTINEL))
+  return kb, jnp.all(in_range, axis=-1)
+
+
+def _decode_score(kb: jax.Array) -> jax.Array:
+  return key_to_float((kb >> 1) + jnp.uint32(_KEY_BASE))
+
+
+def _cond_any(pred: jax.Array, true_fn: Callable, false_fn: Callable, *ops):
+  """``lax.cond(pred, true_fn, false_fn, *ops)``; under ``vmap`` one cond on ``any(pred)``.
+
+  A ``lax.cond`` with a batched predicate becomes a ``select`` that runs both
+  branches for every batch member. Both branches here are exact (the true
+  branch is an exact fallback), so running the true branch for the whole
+  batch when any member needs it is correct, and much cheaper in the usual
+  case where none does. Nested ``vmap`` s are reduced level by level.
+  """
+
+  @jax.custom_batching.custom_vmap
+  def run(pred, *ops):
+    return jax.lax.cond(pred, true_fn, false_fn, *ops)
+
+  @run.def_vmap
+  def _rule(axis_size, in_batched, pred, *ops):
+    p_batched, *o_batched = in_batched
+    p = jnp.any(pred) if p_batched else pred
+    in_axes = tuple(0 if bb else None for bb in o_batched)
+    tf = jax.vmap(true_fn, in_axes=in_axes, axis_size=axis_size)
+    ff = jax.vmap(false_fn, in_axes=in_axes, axis_size=axis_size)
+    out = _cond_any(p, tf, ff, *ops)
+    return out, jax.tree_util.tree_map(lambda _: True, out)
+
+  return run(pred, *ops)
+
+
+def _tie_cap(n: int) -> int:
+  """Static number of samples in mixed tie groups repaired without a full stable sort."""
+  bits = max(1, int(n - 1).bit_length())
+  return 1 << max(1, min(12, 32 - bits, bits))
+
+
+def _hashes(h: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Two multiplicative hashes of uint32 values into ``[0, 2**_BLOOM_BITS)``."""
+  shift = 32 - _BLOOM_BITS
+  h1 = (h * jnp.uint32(0x9E3779B1)) >> shift
+  h2 = ((h ^ (h >> 15)) * jnp.uint32(0x85EBCA77) + jnp.uint32(0x165667B1)) >> shift
+  return h1.astype(jnp.int32), h2.astype(jnp.int32)
+
+
+def _fix_mixed_ties(kb, skb, where, n_eff):
+  """Stable order inside mixed tie groups of one row, without a second full sort.
+
+  ``kb``: ``(n,)`` keys in index order; ``skb``: the same, sorted. Within a
+  tie group ``skb`` puts the 0-bits first; the stable order interleaves the
+  bits by index. The values of mixed groups (a 0-bit followed by a 1-bit
+  inside a tie) go into two Bloom filters; every sample whose value passes
+  both is a candidate (all members of a mixed group are, and a few others).
+  Up to :func:`_tie_cap` candidates are compacted in index order, sorted by
+  (first sorted position of their value, compact index) in one small
+  ``uint32`` sort, and their keys written back at ``group start + rank``:
+  that is the stable order of every candidate group. Returns the repaired
+  sorted keys and whether the candidates overflowed (then the caller falls
+  back to a full stable sort).
+  """
+  n = kb.shape[0]
+  cap = _tie_cap(n)
+  kbits = cap.bit_length() - 1
+  hs = skb >> 1
+  pos = jnp.arange(1, n, dtype=jnp.int32)
+  trans = (hs[1:] == hs[:-1]) & ((skb[1:] & 1) != (skb[:-1] & 1)) & (pos < n_eff)
+  size = 1 << _BLOOM_BITS
+  t1, t2 = _hashes(hs[1:])
+  bloom1 = jnp.zeros((size,), bool).at[jnp.where(trans, t1, size)].set(True, mode="drop")
+  bloom2 = jnp.zeros((size,), bool).at[jnp.where(trans, t2, size)].set(True, mode="drop")
+  h1, h2 = _hashes(kb >> 1)
+  cand = bloom1[h1] & bloom2[h2]
+  if where is not None:
+    cand = cand & where
+  rank = blocked_cumsum(cand.astype(jnp.int32))  # 1-based compact index
+  total = rank[-1]
+  slot = jnp.where(cand & (rank <= cap), rank - 1, cap)
+  ck = jnp.zeros((cap,), jnp.uint32).at[slot].set(kb, mode="drop")
+  iota = jnp.arange(cap, dtype=jnp.int32)
+  valid = iota < jnp.minimum(total, cap)
+  start = jnp.searchsorted(skb, ck & jnp.uint32(0xFFFFFFFE), side="left").astype(jnp.uint32)
+  packed = jnp.where(valid, (start << kbits) | iota.astype(jnp.uint32), jnp.uint32(_SENTINEL))
+  packed = jnp.sort(packed)
+  g = (packed >> kbits).astype(jnp.int32)
+  c = (packed & jnp.uint32(cap - 1)).astype(jnp.int32)
+  first = jnp.concatenate([jnp.ones((1,), bool), g[1:] != g[:-1]])
+  first_idx = jax.lax.cummax(jnp.where(first, iota, 0))
+  dest = jnp.where(valid, g + iota - first_idx, n)
+  skb = skb.at[dest].set(ck[c], mode="drop")
+  return skb, total > cap
+
+
+def _stable_keys(kb, s, where, skb):
+  """Keys in the exact stable order of the scores (the fallback: a full stable sort)."""
+  del skb
+  return jnp.take_along_axis(kb, stable_argsort(masked_last(s, where)), axis=-1)
+
+
+def _keep_keys(kb, s, where, skb):
+  del kb, s, where
+  return skb
+
+
+#: ``method="auto"`` sorts ``uint32`` keys once and repairs mixed ties from
+#: this many samples on; below it the stable radix argsort is as cheap and
+#: compiles faster.
+FAST_SORT_MIN_N = 4096
+
+
+def _sorted_keys(s, b, where, stable: bool, fast: bool):
+  """``(sorted keys, n_eff, ok)`` of one row: keys in sorted (stable if asked) order."""
+  n = s.shape[0]
+  kb, ok = _residual_keys(s, b, where)
+  n_eff = sample_count(where, n)
+  if stable and not fast:
+    return _stable_keys(kb, s, where, None), n_eff, ok
+  skb = jnp.sort(kb)
+  if stable and n >= 2:
+    skb, overflow = _fix_mixed_ties(kb, skb, where, n_eff)
+    skb = _cond_any(overflow, _stable_keys, _keep_keys, kb, s, where, skb)
+  return skb, n_eff, ok
+
+
+def _block_prefix(skb: jax.Array, n_eff: jax.Array, widths) -> tuple[jax.Array, jax.Array]:
+  """Padded sorted keys ``(nb, _BLOCK)`` and exact block prefix sums ``(nb + 1, 2 + L)``."""
+  n = skb.shape[0]
+  nb = -(-n // _BLOCK)
+  keys = jnp.pad(skb, (0, nb * _BLOCK - n), constant_values=jnp.uint32(_SENTINEL)).reshape(
+    nb, _BLOCK
+  )
+  valid = (jnp.arange(nb * _BLOCK) < n_eff).reshape(nb, _BLOCK)
+  parts = _parts(_decode_score(keys), keys & 1, valid, widths)  # (nb, B, 2 + L)
+  sums = jnp.sum(parts, axis=1)
+  prefix = blocked_cumsum(sums, axis=0)
+  return keys, jnp.concatenate([jnp.zeros((1, sums.shape[1]), jnp.int32), prefix])
+
+
+def _prefix_at(keys: jax.Array, blocks: jax.Array, ends: jax.Array, widths) -> jax.Array:
+  """Exact summed parts of the first ``e`` sorted samples, for every ``e`` in ``ends``."""
+  nb = keys.shape[0]
+  eb = ends // _BLOCK
+  off = ends - eb * _BLOCK
+  seg = keys[jnp.minimum(eb, nb - 1)]  # (E, B)
+  take = jnp.arange(_BLOCK) < off[:, None]
+  parts = _parts(_decode_score(seg), seg & 1, take, widths)
+  return blocks[eb] + jnp.sum(parts, axis=1)
+
+
+def _exact_row_sums(s, b, m, binning, max_bins, sign, method, where) -> BinnedSums:
+  """BinnedSums of ``sign * (s - b)`` for one row of float32 scores, exactly."""
+  n = s.shape[0]
+  widths = _limb_widths(n)
+  if _use_edges(binning, max_bins, s.dtype, method):
+    table = edge_table(int(max_bins), "float32")
+    k_count = table.thresholds.shape[0]
+    _, ok = _residual_keys(s, b, where)
+    bucket = _edge_bucket(s, table)
+    if where is not None:
+      bucket = jnp.where(where, bucket, k_count + 1)  # out of range: dropped
+    parts = _parts(s, b, where, widths)
+    stats = jnp.concatenate([jnp.ones((n, 1), jnp.int32), parts], axis=1)
+    per = jax.ops.segment_sum(stats, bucket, num_segments=k_count + 1)  # (K + 1, 3 + L)
+    prefix = jnp.concatenate([jnp.zeros((1, per.shape[1]), jnp.int32), blocked_cumsum(per)])
+    rows = jnp.asarray(table.index)[jnp.clip(m, 1, max_bins)]
+    at = prefix[jnp.concatenate([jnp.zeros((1,), jnp.int32), rows])]  # (max_bins + 1, 3 + L)
+    ends, at = at[:, 0], at[:, 1:]
   else:
-    resid = _stable_sorted_residuals(s2, b2, sign, w2)
-  prefix = blocked_cumsum(resid, axis=1)
-  prefix = jnp.concatenate([jnp.zeros((prefix.shape[0], 1), prefix.dtype), prefix], axis=1)
-  return prefix.reshape(lead + (n + 1,))
+    stable = binning == "quantile"
+    fast = method == "fast" or (method == "auto" and n >= FAST_SORT_MIN_N)
+    skb, n_eff, ok = _sorted_keys(s, b, where, stable=stable, fast=fast)
+    keys, blocks = _block_prefix(skb, n_eff, widths)
+    if binning == "quantile":
+      ends = quantile_ends(n_eff, m, max_bins)
+    else:
+      ends = bin_ends(_decode_score(skb), m, "fixed", max_bins, n_eff)
+    at = _prefix_at(keys, blocks, ends, widths)
+  counts = ends[1:] - ends[:-1]
+  sums = _parts_to_residual(counts, at[1:] - at[:-1], widths)
+  cums = _parts_to_residual(ends[1:], at[1:], widths)
+  nan = jnp.float32(jnp.nan)
+  sums = jnp.where(ok, sign * jnp.where(counts > 0, sums, 0.0), nan)
+  cums = jnp.where(ok, sign * cums, nan)
+  return BinnedSums(sums=sums[:, None], counts=counts, cumsums=cums[:, None])
+
+
+#: Rows processed together (one ``lax.map`` step) hold about this many samples:
+#: bounds the temporaries of class-wise errors to a fraction of the input.
+ROW_CHUNK_ELEMENTS = 1 << 23
 
 
 def binned_residual_sums(
@@ -653,49 +940,67 @@ def binned_residual_sums(
   method: str = "auto",
   where: jax.Array | None = None,
 ) -> BinnedSums:
-  """:func:`binned_sums` of ``sign * (s - b)`` for 0/1 ``bits``, row-wise.
+  """Per-bin sums of ``sign * (s - b)`` for 0/1 ``bits``, row-wise and exact.
 
   Every binned calibration error is of this form (confidence: ``c - z``;
-  classwise: ``p_r - 1[y = r]``; binary: ``p - y``). ``scores``/``bits``
-  are ``(..., n)``; results have ``(..., max_bins)`` rows. Fixed binning
-  uses :func:`binned_sums` per row (sort-free when possible); quantile
-  binning uses :func:`sorted_residual_prefix` and integer bin ends.
-  ``method``: ``"auto"``, ``"sort"`` (stable sort / bisection everywhere),
-  ``"edges"`` (fixed only) or ``"fast"`` (quantile int-key sort at any n).
-  ``where``: optional bool sample mask broadcastable to ``scores``' shape;
-  masked-out samples are treated exactly as if absent (quantile bins are
-  equal-mass over the remaining ``n_eff`` samples of each row).
+  classwise: ``p_r - 1[y = r]``; binary: ``p - y``). Float32 (or narrower)
+  scores use the exact integer engine (module docstring): the sums are the
+  float32 rounding of the exact sums of the scores rounded to ``2**-29``,
+  whatever the order; a row with a score outside ``(-2, 2)`` gives NaN.
+  float64 scores are summed in float64.
+
+  Args:
+    scores: ``(..., n)`` scores, one row per leading index.
+    bits: ``(..., n)`` 0/1 outcomes (bool or int).
+    num_bins: scalar bin count (static int or traced), ``1 <= num_bins <=
+      max_bins`` (other values give meaningless rows; callers mask them).
+    binning: ``"fixed"`` or ``"quantile"`` (static).
+    max_bins: static bound on ``num_bins``.
+    sign: ``+1`` for ``s - b``, ``-1`` for ``b - s`` (static).
+    method: ``"auto"`` (default), ``"sort"`` (stable sort / bisection
+      everywhere), ``"edges"`` (fixed only) or ``"fast"`` (quantile:
+      ``uint32`` key sort with the mixed-tie repair at any ``n``).
+    where: optional bool sample mask broadcastable to ``scores``' shape;
+      masked-out samples are treated exactly as if absent (quantile bins are
+      equal-mass over the remaining ``n_eff`` samples of each row).
+
+  Returns:
+    :class:`BinnedSums` with leading shape ``...`` and ``max_bins`` rows:
+    ``sums`` and ``cumsums`` ``(..., max_bins, 1)``, ``counts``
+    ``(..., max_bins)``. Rows are processed in chunks of about
+    :data:`ROW_CHUNK_ELEMENTS` samples (a ``lax.map``), so temporaries stay a
+    fraction of the input.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> s = jnp.array([0.1, 0.4, 0.35, 0.8])
+    >>> out = binned_residual_sums(s, jnp.array([0, 1, 0, 1]), 2, "quantile", 2)
+    >>> [round(float(v), 4) for v in out.sums[:, 0]], out.counts.tolist()
+    ([0.45, -0.8], [2, 2])
   """
   scores, bits = jnp.asarray(scores), jnp.asarray(bits)
-  lead = scores.shape[:-1]
-  n = scores.shape[-1]
-  if where is not None:
-    where = jnp.broadcast_to(where, scores.shape)
-  if binning == "quantile":
-    prefix = sorted_residual_prefix(
-      scores, bits, sign, method if method in ("fast", "sort") else "auto", where=where
-    )
-    ends = quantile_ends(
-      sample_count(where, n), num_bins, max_bins
-    )  # (max_bins + 1,) or lead + that
-    if where is None:
-      at_ends = prefix[..., ends]  # (..., max_bins + 1)
-    else:
-      at_ends = jnp.take_along_axis(prefix, ends, axis=-1)
-    counts = jnp.broadcast_to(ends[..., 1:] - ends[..., :-1], lead + (max_bins,))
-    sums = jnp.where(counts > 0, at_ends[..., 1:] - at_ends[..., :-1], 0.0)
-    return BinnedSums(sums=sums[..., None], counts=counts, cumsums=at_ends[..., 1:, None])
-  if binning != "fixed":
+  if binning not in ("fixed", "quantile"):
     raise ValueError(f"binning must be 'fixed' or 'quantile', got {binning!r}")
-  s2 = scores.reshape((-1, n))
-  v2 = (sign * (scores - bits.astype(scores.dtype))).reshape((-1, n, 1))
-  fixed_method = "auto" if method == "fast" else method
-  if where is None:
-    out = jax.vmap(lambda s, v: binned_sums(s, v, num_bins, "fixed", max_bins, fixed_method))(
-      s2, v2
-    )
+  _use_edges(binning, max_bins, scores.dtype, method)  # validates method
+  if jnp.dtype(scores.dtype).itemsize < 4:
+    scores = scores.astype(jnp.float32)  # never sum in float16 / bfloat16
+  lead, n = scores.shape[:-1], scores.shape[-1]
+  m = jnp.asarray(num_bins, jnp.int32)
+  bits = jnp.broadcast_to(bits, scores.shape)
+  if scores.dtype == jnp.float64:
+    row = functools.partial(_float_residual_sums, binning=binning, max_bins=max_bins)
+    one = lambda s, b, w: row(s, b, m, sign=sign, method=method, where=w)
   else:
-    out = jax.vmap(
-      lambda s, v, w: binned_sums(s, v, num_bins, "fixed", max_bins, fixed_method, where=w)
-    )(s2, v2, where.reshape((-1, n)))
+    one = lambda s, b, w: _exact_row_sums(s, b, m, binning, max_bins, sign, method, w)
+  rows = math.prod(lead)
+  s2, b2 = scores.reshape((rows, n)), bits.reshape((rows, n))
+  if where is None:
+    f, xs = (lambda x: one(x[0], x[1], None)), (s2, b2)
+  else:
+    w2 = jnp.broadcast_to(where, scores.shape).reshape((rows, n))
+    f, xs = (lambda x: one(*x)), (s2, b2, w2)
+  if lead == ():
+    return f(tuple(x[0] for x in xs))
+  chunk = max(1, min(rows, ROW_CHUNK_ELEMENTS // max(n, 1)))
+  out = jax.vmap(f)(xs) if chunk >= rows else jax.lax.map(f, xs, batch_size=chunk)
   return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), out)
