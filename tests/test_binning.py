@@ -211,6 +211,42 @@ def test_mixed_tie_repair_and_its_fallback():
   )
 
 
+def _ties_across_quantile_ends(n, rows, ms, seed):
+  """Distinct scores except for mixed tie groups straddling the quantile ends of `ms`."""
+  rng = np.random.default_rng(seed)
+  s = np.sort(rng.random((rows, n)).astype(np.float32), axis=1)
+  for m in ms:
+    for j in range(1, m):
+      e = j * n // m
+      s[:, e - 2 : e + 3] = s[:, e - 2 : e - 1]  # 5 equal scores around the end
+  perm = np.stack([rng.permutation(n) for _ in range(rows)])
+  s = np.take_along_axis(s, perm, axis=1)
+  b = rng.random((rows, n)) < 0.5
+  return s, b
+
+
+def test_tie_repair_at_possible_bin_ends():
+  # Mixed tie groups cut by quantile bin ends: with max_bins the repair
+  # touches only groups at possible ends (no fallback, no pass over the
+  # row); the sums equal the stable-order reference at every bin count.
+  n, ms = 6000, (3, 7, 16)
+  s, b = _ties_across_quantile_ends(n, 2, ms, seed=3)
+  f = jax.jit(
+    jax.vmap(
+      lambda s, b: B._fix_mixed_ties(
+        B._residual_keys(s, b, None)[0], jnp.sort(B._residual_keys(s, b, None)[0]), None, n, 16
+      )[1]
+    )
+  )
+  assert not np.asarray(f(s, b)).any()  # repaired in place: no fallback
+  g = jax.jit(jax.vmap(lambda m: B.binned_residual_sums(s, b, m, "quantile", 16), (0,)))
+  out = g(jnp.asarray(ms))
+  for k, m in enumerate(ms):
+    for r in range(2):
+      ref = R.lin_sums(s[r], b[r].astype(float), R.quantile_bins(s[r], m), m)[:, 0]
+      np.testing.assert_allclose(out.sums[k, r, :m, 0], ref, rtol=1e-6, atol=1e-6)
+
+
 def test_exact_sums_outside_the_domain_are_nan():
   s, b = _tied_rows(6, rows=2, n=50)
   s = s.copy()

@@ -138,7 +138,7 @@ def blocked_cumsum(x: jax.Array, block: int = 128, axis: int = 0) -> jax.Array:
   if jnp.issubdtype(x.dtype, jnp.floating):
     out = _mm_cumsum_last(x, block)
   elif x.dtype in (jnp.int32, jnp.uint32) or x.dtype == jnp.bool_:
-    out = _int_cumsum_last(x.astype(jnp.int32), block)
+    out = _int_cumsum_last(x.astype(jnp.int32), 16, small=x.dtype == jnp.bool_)
   else:
     out = jnp.cumsum(x, axis=-1)
   return jnp.moveaxis(out, -1, axis)
@@ -160,24 +160,33 @@ def _mm_cumsum_last(x: jax.Array, block: int) -> jax.Array:
   return out.reshape(x.shape[:-1] + (nb * block,))[..., :n]
 
 
-def _int_cumsum_last(x: jax.Array, block: int) -> jax.Array:
-  """Exact int32 prefix sums (modulo 2**32) from float32 matmuls on 16-bit halves."""
+def _int_cumsum_last(x: jax.Array, block: int, small: bool = False) -> jax.Array:
+  """Exact int32 prefix sums (modulo 2**32) along the last axis from float32 matmuls.
+
+  Block sums within ``block`` entries are exact in float32 when
+  ``|x| * block < 2**24``: with ``small`` the caller guarantees
+  ``|x| < 2**24 / block``; otherwise ``x`` is split into 16-bit halves.
+  Small blocks cost fewer flops (``block`` per entry, then ``1/block`` of
+  that for the block totals, recursively); exactness does not depend on it.
+  """
   block = min(block, 128)  # 2**16 * 128 < 2**24: block sums of a half are exact
   n = x.shape[-1]
   nb = -(-n // block)
-  xp = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, nb * block - n)])
-  tri = jnp.triu(jnp.ones((block, block), jnp.float32))
-  lo = (xp & 0xFFFF).reshape(x.shape[:-1] + (nb, block))
-  hi = (xp >> 16).reshape(x.shape[:-1] + (nb, block))  # signed
-  w_lo = jnp.matmul(lo.astype(jnp.float32), tri, precision=PRECISION).astype(jnp.int32)
-  w_hi = jnp.matmul(hi.astype(jnp.float32), tri, precision=PRECISION).astype(jnp.int32)
-  within = w_lo + (w_hi << 16)  # wraps; exact modulo 2**32
+  size = min(n, block)
+  xp = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, nb * size - n)])
+  xp = xp.reshape(x.shape[:-1] + (nb, size))
+  tri = jnp.triu(jnp.ones((size, size), jnp.float32))
+
+  def mm(v):
+    return jnp.matmul(v.astype(jnp.float32), tri, precision=PRECISION).astype(jnp.int32)
+
+  within = mm(xp) if small else mm(xp & 0xFFFF) + (mm(xp >> 16) << 16)  # wraps: exact mod 2**32
   if nb == 1:
-    return within.reshape(x.shape[:-1] + (block,))[..., :n]
+    return within.reshape(x.shape[:-1] + (size,))[..., :n]
   totals = within[..., -1]
   offsets = _int_cumsum_last(totals, block) - totals
   out = within + offsets[..., None]
-  return out.reshape(x.shape[:-1] + (nb * block,))[..., :n]
+  return out.reshape(x.shape[:-1] + (nb * size,))[..., :n]
 
 
 def floor_mul_div(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
@@ -680,7 +689,6 @@ _SENTINEL = 0xFFFFFFFF  # key of a masked-out sample: after every sample
 #: Sorted positions per block of exact prefix sums (a bin end reads one block
 #: prefix and adds at most _BLOCK - 1 contributions).
 _BLOCK = 16
-_BLOOM_BITS = 16  # log2 of each Bloom filter's size (per row)
 
 
 @functools.cache
@@ -694,9 +702,13 @@ def _limb_widths(n: int) -> tuple[int, ...]:
   return tuple(widths)
 
 
-def _parts(s: jax.Array, bit: jax.Array, valid: jax.Array | None, widths) -> jax.Array:
-  """``(..., 2 + L)`` int32 contributions ``[integer part, L fraction limbs, bit]``."""
-  q = jnp.round(s * (2.0**_FRAC_BITS)).astype(jnp.int32) + (1 << 30)
+def _fixed_point(s: jax.Array) -> jax.Array:
+  """``q = round(s * 2**29) + 2**30`` (int32, in ``[0, 2**31)`` for ``|s| < 2``)."""
+  return jnp.round(s * (2.0**_FRAC_BITS)).astype(jnp.int32) + (1 << 30)
+
+
+def _parts(q: jax.Array, bit: jax.Array, valid: jax.Array | None, widths) -> jax.Array:
+  """``(..., 2 + L)`` int32 contributions ``[integer part, L fraction limbs, bit]`` of ``q``."""
   cols = [q >> _FRAC_BITS]
   off = 0
   for w in widths:
@@ -707,6 +719,12 @@ def _parts(s: jax.Array, bit: jax.Array, valid: jax.Array | None, widths) -> jax
   if valid is not None:
     out = jnp.where(valid[..., None], out, 0)
   return out
+
+
+def _word_parts(words: jax.Array, valid: jax.Array, widths) -> jax.Array:
+  """:func:`_parts` of packed words ``q | bit << 31``."""
+  q = (words & jnp.uint32(0x7FFFFFFF)).astype(jnp.int32)
+  return _parts(q, words >> 31, valid, widths)
 
 
 def _parts_to_residual(count: jax.Array, parts: jax.Array, widths) -> jax.Array:
@@ -772,64 +790,133 @@ def _cond_any(pred: jax.Array, true_fn: Callable, false_fn: Callable, *ops):
 
 
 def _tie_cap(n: int) -> int:
-  """Static number of samples in mixed tie groups repaired without a full stable sort."""
+  """Static number of tied samples repaired without a full stable sort (a power of 2)."""
   bits = max(1, int(n - 1).bit_length())
-  return 1 << max(1, min(12, 32 - bits, bits))
+  return 1 << max(1, min(12, bits))
 
 
-def _hashes(h: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Two multiplicative hashes of uint32 values into ``[0, 2**_BLOOM_BITS)``."""
-  shift = 32 - _BLOOM_BITS
+def _bloom_bits(n: int) -> int:
+  """log2 of each Bloom filter's size for rows of ``n`` samples."""
+  return max(10, min(20, int(n).bit_length() - 2))
+
+
+def _hashes(h: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
+  """Two multiplicative hashes of uint32 values into ``[0, size)`` (a power of 2)."""
+  shift = 32 - (size.bit_length() - 1)
   h1 = (h * jnp.uint32(0x9E3779B1)) >> shift
   h2 = ((h ^ (h >> 15)) * jnp.uint32(0x85EBCA77) + jnp.uint32(0x165667B1)) >> shift
   return h1.astype(jnp.int32), h2.astype(jnp.int32)
 
 
-def _fix_mixed_ties(kb, skb, where, n_eff):
-  """Stable order inside mixed tie groups of one row, without a second full sort.
+#: Samples per block when picking out the (rare) rows of a mask, and the most
+#: blocks holding any of them that are gathered (:func:`_gather_rare`).
+_RARE_BLOCK = 128
+_RARE_BLOCKS = 128
+
+
+def _first_true(flags: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+  """Indices of the first ``k`` True entries of a short ``(L,)`` mask (``L`` pads), and their count."""
+  size = flags.shape[0]
+  rank = blocked_cumsum(flags)
+  slot = jnp.where(flags & (rank <= k), rank - 1, k)
+  idx = jnp.full((k,), size, jnp.int32).at[slot].set(jnp.arange(size, dtype=jnp.int32), mode="drop")
+  return idx, rank[-1]
+
+
+def _gather_rare(mask: jax.Array, *arrays: jax.Array):
+  """The blocks of ``_RARE_BLOCK`` entries that hold a True entry of ``mask``, in order.
+
+  A rare mask is compacted at the cost of one blocked reduction over ``n``
+  (instead of a prefix sum and a scatter over ``n``): the flagged blocks (at
+  most ``_RARE_BLOCKS``) are gathered whole, flattened, with ``mask`` and
+  every array in ``arrays``. Returns ``(mask, arrays, overflow)`` where
+  ``overflow`` tells that more blocks held a True entry than were gathered.
+  """
+  n = mask.shape[0]
+  nb = -(-n // _RARE_BLOCK)
+  k = min(nb, max(_RARE_BLOCKS, nb // 16))
+
+  def blocks(a):
+    return jnp.pad(a, (0, nb * _RARE_BLOCK - n)).reshape(nb, _RARE_BLOCK)
+
+  mb = blocks(mask)
+  idx, count = _first_true(jnp.any(mb, axis=1), k)
+  take = jnp.minimum(idx, nb - 1)
+  got = mb[take] & (idx < nb)[:, None]
+  return got.reshape(-1), [blocks(a)[take].reshape(-1) for a in arrays], count > k
+
+
+def _possible_quantile_ends(n_eff: jax.Array, max_bins: int) -> tuple[jax.Array, jax.Array]:
+  """Every inner quantile bin end ``floor(j n / m)``, ``1 <= j < m <= max_bins``, and validity."""
+  j = jnp.arange(1, max_bins, dtype=jnp.int32)[:, None]
+  m = jnp.arange(2, max_bins + 1, dtype=jnp.int32)[None, :]
+  e = floor_mul_div(j, n_eff, m)
+  valid = (j < m) & (e >= 1) & (e < n_eff)
+  return e.reshape(-1), valid.reshape(-1)
+
+
+def _fix_mixed_ties(kb, skb, where, n_eff, max_bins: int | None):
+  """Stable order inside the tie groups of one row that matter, without a second full sort.
 
   ``kb``: ``(n,)`` keys in index order; ``skb``: the same, sorted. Within a
   tie group ``skb`` puts the 0-bits first; the stable order interleaves the
-  bits by index. The values of mixed groups (a 0-bit followed by a 1-bit
-  inside a tie) go into two Bloom filters; every sample whose value passes
-  both is a candidate (all members of a mixed group are, and a few others).
-  Up to :func:`_tie_cap` candidates are compacted in index order, sorted by
-  (first sorted position of their value, compact index) in one small
-  ``uint32`` sort, and their keys written back at ``group start + rank``:
-  that is the stable order of every candidate group. Returns the repaired
-  sorted keys and whether the candidates overflowed (then the caller falls
-  back to a full stable sort).
+  bits by index. That matters only for a group holding both bits ("mixed")
+  and cut by a bin end: a prefix sum read inside it. With ``max_bins`` (and
+  ``max_bins**2 <= 4 n``) the groups repaired are those cut by one of the
+  possible quantile bin ends ``floor(j n / m)``, ``m <= max_bins`` (a few
+  per row, read by gathers at those ends); otherwise every mixed group (one
+  pass over the row). Their values go into two Bloom filters; every sample
+  whose value passes both is a candidate (all members of those groups are,
+  and a few others). Up to :func:`_tie_cap` candidates, picked out by
+  :func:`_gather_rare` in index order, are sorted by (value, index) in small
+  ``uint32`` sorts and their keys written back at ``group start + rank``:
+  the stable order of every candidate group. Returns the repaired sorted
+  keys and whether the candidates overflowed (then the caller falls back to
+  a full stable sort).
   """
   n = kb.shape[0]
   cap = _tie_cap(n)
   kbits = cap.bit_length() - 1
   hs = skb >> 1
-  pos = jnp.arange(1, n, dtype=jnp.int32)
-  trans = (hs[1:] == hs[:-1]) & ((skb[1:] & 1) != (skb[:-1] & 1)) & (pos < n_eff)
-  size = 1 << _BLOOM_BITS
-  t1, t2 = _hashes(hs[1:])
-  bloom1 = jnp.zeros((size,), bool).at[jnp.where(trans, t1, size)].set(True, mode="drop")
-  bloom2 = jnp.zeros((size,), bool).at[jnp.where(trans, t2, size)].set(True, mode="drop")
-  h1, h2 = _hashes(kb >> 1)
+  if max_bins is not None and max_bins * max_bins <= 4 * n:
+    e, valid = _possible_quantile_ends(n_eff, max_bins)
+    e = jnp.clip(e, 1, n - 1)
+    vals = hs[e]
+    cut = valid & (vals == hs[e - 1])
+  else:
+    prev = skb[:-1]
+    vals = hs[1:]
+    pos = jnp.arange(1, n, dtype=jnp.int32)
+    cut = ((prev >> 1) == vals) & ((prev & 1) != (skb[1:] & 1)) & (pos < n_eff)
+  size = 1 << _bloom_bits(n)
+  t1, t2 = _hashes(vals, size)
+  bloom1 = jnp.zeros((size,), bool).at[jnp.where(cut, t1, size)].set(True, mode="drop")
+  bloom2 = jnp.zeros((size,), bool).at[jnp.where(cut, t2, size)].set(True, mode="drop")
+  h1, h2 = _hashes(kb >> 1, size)
   cand = bloom1[h1] & bloom2[h2]
   if where is not None:
     cand = cand & where
-  rank = blocked_cumsum(cand.astype(jnp.int32))  # 1-based compact index
+  cand, (c_kb,), overflow = _gather_rare(cand, kb)
+  rank = blocked_cumsum(cand)  # 1-based compact index, in index order
   total = rank[-1]
   slot = jnp.where(cand & (rank <= cap), rank - 1, cap)
-  ck = jnp.zeros((cap,), jnp.uint32).at[slot].set(kb, mode="drop")
+  ck = jnp.full((cap,), _SENTINEL, jnp.uint32).at[slot].set(c_kb, mode="drop")
   iota = jnp.arange(cap, dtype=jnp.int32)
   valid = iota < jnp.minimum(total, cap)
-  start = jnp.searchsorted(skb, ck & jnp.uint32(0xFFFFFFFE), side="left").astype(jnp.uint32)
-  packed = jnp.where(valid, (start << kbits) | iota.astype(jnp.uint32), jnp.uint32(_SENTINEL))
-  packed = jnp.sort(packed)
-  g = (packed >> kbits).astype(jnp.int32)
+  # group id: first position of the value among the sorted candidates (< cap)
+  cv = ck >> 1
+  gid = jnp.searchsorted(jnp.sort(cv), cv, side="left").astype(jnp.uint32)
+  packed = jnp.where(valid, (gid << kbits) | iota.astype(jnp.uint32), jnp.uint32(_SENTINEL))
+  packed = jnp.sort(packed)  # by value, then index
   c = (packed & jnp.uint32(cap - 1)).astype(jnp.int32)
+  key = ck[c]
+  g = (packed >> kbits).astype(jnp.int32)
   first = jnp.concatenate([jnp.ones((1,), bool), g[1:] != g[:-1]])
   first_idx = jax.lax.cummax(jnp.where(first, iota, 0))
-  dest = jnp.where(valid, g + iota - first_idx, n)
-  skb = skb.at[dest].set(ck[c], mode="drop")
-  return skb, total > cap
+  start = jnp.searchsorted(skb, key & jnp.uint32(0xFFFFFFFE), side="left").astype(jnp.int32)
+  dest = jnp.where(valid, start + iota - first_idx, n)
+  skb = skb.at[dest].set(key, mode="drop")
+  return skb, overflow | (total > cap)
 
 
 def _stable_keys(kb, s, where, skb):
@@ -849,8 +936,14 @@ def _keep_keys(kb, s, where, skb):
 FAST_SORT_MIN_N = 4096
 
 
-def _sorted_keys(s, b, where, stable: bool, fast: bool):
-  """``(sorted keys, n_eff, ok)`` of one row: keys in sorted (stable if asked) order."""
+def _sorted_keys(s, b, where, stable: bool, fast: bool, max_bins: int | None = None):
+  """``(sorted keys, n_eff, ok)`` of one row: keys in sorted order.
+
+  ``stable``: in the stable order (ties by index), or, with ``max_bins``,
+  in an order whose prefix sums equal the stable ones at every possible
+  quantile bin end of up to ``max_bins`` bins. ``fast``: one ``uint32`` sort
+  and :func:`_fix_mixed_ties` instead of the stable radix argsort.
+  """
   n = s.shape[0]
   kb, ok = _residual_keys(s, b, where)
   n_eff = sample_count(where, n)
@@ -858,34 +951,36 @@ def _sorted_keys(s, b, where, stable: bool, fast: bool):
     return _stable_keys(kb, s, where, None), n_eff, ok
   skb = jnp.sort(kb)
   if stable and n >= 2:
-    skb, overflow = _fix_mixed_ties(kb, skb, where, n_eff)
+    skb, overflow = _fix_mixed_ties(kb, skb, where, n_eff, max_bins)
     skb = _cond_any(overflow, _stable_keys, _keep_keys, kb, s, where, skb)
   return skb, n_eff, ok
 
 
 def _block_prefix(skb: jax.Array, n_eff: jax.Array, widths) -> tuple[jax.Array, jax.Array]:
-  """Padded sorted keys ``(nb, _BLOCK)`` and exact block prefix sums ``(nb + 1, 2 + L)``."""
+  """Sorted samples as words ``(nb, _BLOCK)`` and exact block prefix sums ``(nb + 1, 2 + L)``.
+
+  A word packs a sample's fixed-point score and bit, ``q | b << 31`` (0 for
+  positions at or beyond ``n_eff``), so a bin end decodes it with shifts.
+  """
   n = skb.shape[0]
   nb = -(-n // _BLOCK)
-  keys = jnp.pad(skb, (0, nb * _BLOCK - n), constant_values=jnp.uint32(_SENTINEL)).reshape(
-    nb, _BLOCK
-  )
+  skb = jnp.pad(skb, (0, nb * _BLOCK - n)).reshape(nb, _BLOCK)
   valid = (jnp.arange(nb * _BLOCK) < n_eff).reshape(nb, _BLOCK)
-  parts = _parts(_decode_score(keys), keys & 1, valid, widths)  # (nb, B, 2 + L)
-  sums = jnp.sum(parts, axis=1)
-  prefix = blocked_cumsum(sums, axis=0)
-  return keys, jnp.concatenate([jnp.zeros((1, sums.shape[1]), jnp.int32), prefix])
+  q = _fixed_point(_decode_score(skb)).astype(jnp.uint32)
+  words = jnp.where(valid, q | (skb << 31), jnp.uint32(0))
+  sums = jnp.sum(_word_parts(words, valid, widths), axis=1)  # < _BLOCK * 2**12 each
+  prefix = jnp.moveaxis(_int_cumsum_last(sums.T, 16, small=True), -1, 0)  # exact
+  return words, jnp.concatenate([jnp.zeros((1, sums.shape[1]), jnp.int32), prefix])
 
 
-def _prefix_at(keys: jax.Array, blocks: jax.Array, ends: jax.Array, widths) -> jax.Array:
+def _prefix_at(words: jax.Array, blocks: jax.Array, ends: jax.Array, widths) -> jax.Array:
   """Exact summed parts of the first ``e`` sorted samples, for every ``e`` in ``ends``."""
-  nb = keys.shape[0]
+  nb = words.shape[0]
   eb = ends // _BLOCK
   off = ends - eb * _BLOCK
-  seg = keys[jnp.minimum(eb, nb - 1)]  # (E, B)
+  seg = words[jnp.minimum(eb, nb - 1)]  # (E, _BLOCK)
   take = jnp.arange(_BLOCK) < off[:, None]
-  parts = _parts(_decode_score(seg), seg & 1, take, widths)
-  return blocks[eb] + jnp.sum(parts, axis=1)
+  return blocks[eb] + jnp.sum(_word_parts(seg, take, widths), axis=1)
 
 
 def _exact_row_sums(s, b, m, binning, max_bins, sign, method, where) -> BinnedSums:
@@ -899,7 +994,7 @@ def _exact_row_sums(s, b, m, binning, max_bins, sign, method, where) -> BinnedSu
     bucket = _edge_bucket(s, table)
     if where is not None:
       bucket = jnp.where(where, bucket, k_count + 1)  # out of range: dropped
-    parts = _parts(s, b, where, widths)
+    parts = _parts(_fixed_point(s), b, where, widths)
     stats = jnp.concatenate([jnp.ones((n, 1), jnp.int32), parts], axis=1)
     per = jax.ops.segment_sum(stats, bucket, num_segments=k_count + 1)  # (K + 1, 3 + L)
     prefix = jnp.concatenate([jnp.zeros((1, per.shape[1]), jnp.int32), blocked_cumsum(per)])
@@ -909,7 +1004,7 @@ def _exact_row_sums(s, b, m, binning, max_bins, sign, method, where) -> BinnedSu
   else:
     stable = binning == "quantile"
     fast = method == "fast" or (method == "auto" and n >= FAST_SORT_MIN_N)
-    skb, n_eff, ok = _sorted_keys(s, b, where, stable=stable, fast=fast)
+    skb, n_eff, ok = _sorted_keys(s, b, where, stable, fast, max_bins)
     keys, blocks = _block_prefix(skb, n_eff, widths)
     if binning == "quantile":
       ends = quantile_ends(n_eff, m, max_bins)
