@@ -164,7 +164,10 @@ def test_sorted_residual_prefix_is_the_stable_float_prefix():
 
 
 def _sorted_keys(s, b, stable, fast, where=None):
-  f = jax.jit(jax.vmap(lambda s, b, w: B._sorted_keys(s, b, w, stable=stable, fast=fast)[0]))
+  def one(s, b, w):
+    return B._sorted_keys(B._residual_keys(s, b, w), jnp.sum(w), stable, fast)
+
+  f = jax.jit(jax.vmap(one))
   w = np.ones(s.shape, bool) if where is None else where
   return np.asarray(f(jnp.asarray(s), jnp.asarray(b), jnp.asarray(w)))
 
@@ -234,7 +237,7 @@ def test_tie_repair_at_possible_bin_ends():
   f = jax.jit(
     jax.vmap(
       lambda s, b: B._fix_mixed_ties(
-        B._residual_keys(s, b, None)[0], jnp.sort(B._residual_keys(s, b, None)[0]), None, n, 16
+        B._residual_keys(s, b, None), jnp.sort(B._residual_keys(s, b, None)), n, 16
       )[1]
     )
   )

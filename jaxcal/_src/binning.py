@@ -747,15 +747,28 @@ def _parts_to_residual(count: jax.Array, parts: jax.Array, widths) -> jax.Array:
   return whole.astype(jnp.float32) + frac
 
 
-def _residual_keys(s: jax.Array, b: jax.Array, where: jax.Array | None):
-  """uint32 keys ``2 k(s) + b`` (order of ``s``, then bit) and whether all ``|s| < 2``."""
+def _in_domain(k: jax.Array) -> jax.Array:
+  """Whether a score's key (:func:`float_to_key`) is in the exact engine's domain.
+
+  Scores in ``(-2, 2)`` except the largest float32 below 2 (whose key would
+  collide with the masked-sample sentinel); NaN and infinities are outside.
+  """
+  return (k >= jnp.uint32(_KEY_BASE)) & (k < jnp.uint32(3 * _KEY_BASE - 1))
+
+
+def _residual_keys(s: jax.Array, b: jax.Array, where: jax.Array | None) -> jax.Array:
+  """uint32 keys ``2 k(s) + b`` (order of ``s``, then bit), elementwise.
+
+  Masked-out samples, and samples outside :func:`_in_domain`, get the
+  sentinel ``2**32 - 1``, above every valid key: they sort last, and a row
+  holds an invalid sample iff it has more sentinels than masked samples.
+  """
   k = float_to_key(s)
-  in_range = (k >= jnp.uint32(_KEY_BASE)) & (k < jnp.uint32(3 * _KEY_BASE))
   kb = ((k - jnp.uint32(_KEY_BASE)) << 1) | b.astype(jnp.uint32)
+  ok = _in_domain(k)
   if where is not None:
-    in_range = in_range | ~where
-    kb = jnp.where(where, kb, jnp.uint32(_SENTINEL))
-  return kb, jnp.all(in_range, axis=-1)
+    ok = ok & where
+  return jnp.where(ok, kb, jnp.uint32(_SENTINEL))
 
 
 def _decode_score(kb: jax.Array) -> jax.Array:
@@ -855,7 +868,7 @@ def _possible_quantile_ends(n_eff: jax.Array, max_bins: int) -> tuple[jax.Array,
   return e.reshape(-1), valid.reshape(-1)
 
 
-def _fix_mixed_ties(kb, skb, where, n_eff, max_bins: int | None):
+def _fix_mixed_ties(kb, skb, n_eff, max_bins: int | None):
   """Stable order inside the tie groups of one row that matter, without a second full sort.
 
   ``kb``: ``(n,)`` keys in index order; ``skb``: the same, sorted. Within a
@@ -893,9 +906,7 @@ def _fix_mixed_ties(kb, skb, where, n_eff, max_bins: int | None):
   bloom1 = jnp.zeros((size,), bool).at[jnp.where(cut, t1, size)].set(True, mode="drop")
   bloom2 = jnp.zeros((size,), bool).at[jnp.where(cut, t2, size)].set(True, mode="drop")
   h1, h2 = _hashes(kb >> 1, size)
-  cand = bloom1[h1] & bloom2[h2]
-  if where is not None:
-    cand = cand & where
+  cand = bloom1[h1] & bloom2[h2] & (kb != jnp.uint32(_SENTINEL))
   cand, (c_kb,), overflow = _gather_rare(cand, kb)
   rank = blocked_cumsum(cand)  # 1-based compact index, in index order
   total = rank[-1]
@@ -919,14 +930,14 @@ def _fix_mixed_ties(kb, skb, where, n_eff, max_bins: int | None):
   return skb, overflow | (total > cap)
 
 
-def _stable_keys(kb, s, where, skb):
-  """Keys in the exact stable order of the scores (the fallback: a full stable sort)."""
+def _stable_keys(kb: jax.Array, skb: jax.Array) -> jax.Array:
+  """Keys in the exact stable order (the fallback: a full stable radix argsort)."""
   del skb
-  return jnp.take_along_axis(kb, stable_argsort(masked_last(s, where)), axis=-1)
+  return jnp.take_along_axis(kb, stable_argsort(_decode_score(kb)), axis=-1)
 
 
-def _keep_keys(kb, s, where, skb):
-  del kb, s, where
+def _keep_keys(kb: jax.Array, skb: jax.Array) -> jax.Array:
+  del kb
   return skb
 
 
@@ -936,24 +947,24 @@ def _keep_keys(kb, s, where, skb):
 FAST_SORT_MIN_N = 4096
 
 
-def _sorted_keys(s, b, where, stable: bool, fast: bool, max_bins: int | None = None):
-  """``(sorted keys, n_eff, ok)`` of one row: keys in sorted order.
+def _sorted_keys(kb: jax.Array, n_eff, stable: bool, fast: bool, max_bins: int | None = None):
+  """Keys of one row (:func:`_residual_keys`) in sorted order.
 
   ``stable``: in the stable order (ties by index), or, with ``max_bins``,
   in an order whose prefix sums equal the stable ones at every possible
   quantile bin end of up to ``max_bins`` bins. ``fast``: one ``uint32`` sort
-  and :func:`_fix_mixed_ties` instead of the stable radix argsort.
+  and :func:`_fix_mixed_ties` instead of the stable radix argsort. The keys
+  are the only input: the caller's float array is read once, by
+  :func:`_residual_keys`.
   """
-  n = s.shape[0]
-  kb, ok = _residual_keys(s, b, where)
-  n_eff = sample_count(where, n)
+  n = kb.shape[0]
   if stable and not fast:
-    return _stable_keys(kb, s, where, None), n_eff, ok
+    return _stable_keys(kb, None)
   skb = jnp.sort(kb)
   if stable and n >= 2:
-    skb, overflow = _fix_mixed_ties(kb, skb, where, n_eff, max_bins)
-    skb = _cond_any(overflow, _stable_keys, _keep_keys, kb, s, where, skb)
-  return skb, n_eff, ok
+    skb, overflow = _fix_mixed_ties(kb, skb, n_eff, max_bins)
+    skb = _cond_any(overflow, _stable_keys, _keep_keys, kb, skb)
+  return skb
 
 
 def _block_prefix(skb: jax.Array, n_eff: jax.Array, widths) -> tuple[jax.Array, jax.Array]:
@@ -983,34 +994,8 @@ def _prefix_at(words: jax.Array, blocks: jax.Array, ends: jax.Array, widths) -> 
   return blocks[eb] + jnp.sum(_word_parts(seg, take, widths), axis=1)
 
 
-def _exact_row_sums(s, b, m, binning, max_bins, sign, method, where) -> BinnedSums:
-  """BinnedSums of ``sign * (s - b)`` for one row of float32 scores, exactly."""
-  n = s.shape[0]
-  widths = _limb_widths(n)
-  if _use_edges(binning, max_bins, s.dtype, method):
-    table = edge_table(int(max_bins), "float32")
-    k_count = table.thresholds.shape[0]
-    _, ok = _residual_keys(s, b, where)
-    bucket = _edge_bucket(s, table)
-    if where is not None:
-      bucket = jnp.where(where, bucket, k_count + 1)  # out of range: dropped
-    parts = _parts(_fixed_point(s), b, where, widths)
-    stats = jnp.concatenate([jnp.ones((n, 1), jnp.int32), parts], axis=1)
-    per = jax.ops.segment_sum(stats, bucket, num_segments=k_count + 1)  # (K + 1, 3 + L)
-    prefix = jnp.concatenate([jnp.zeros((1, per.shape[1]), jnp.int32), blocked_cumsum(per)])
-    rows = jnp.asarray(table.index)[jnp.clip(m, 1, max_bins)]
-    at = prefix[jnp.concatenate([jnp.zeros((1,), jnp.int32), rows])]  # (max_bins + 1, 3 + L)
-    ends, at = at[:, 0], at[:, 1:]
-  else:
-    stable = binning == "quantile"
-    fast = method == "fast" or (method == "auto" and n >= FAST_SORT_MIN_N)
-    skb, n_eff, ok = _sorted_keys(s, b, where, stable, fast, max_bins)
-    keys, blocks = _block_prefix(skb, n_eff, widths)
-    if binning == "quantile":
-      ends = quantile_ends(n_eff, m, max_bins)
-    else:
-      ends = bin_ends(_decode_score(skb), m, "fixed", max_bins, n_eff)
-    at = _prefix_at(keys, blocks, ends, widths)
+def _sums_at_ends(at: jax.Array, ends: jax.Array, ok: jax.Array, sign: float, widths):
+  """BinnedSums of one row from the exact parts ``at`` of the prefixes at the bin ends."""
   counts = ends[1:] - ends[:-1]
   sums = _parts_to_residual(counts, at[1:] - at[:-1], widths)
   cums = _parts_to_residual(ends[1:], at[1:], widths)
@@ -1020,8 +1005,86 @@ def _exact_row_sums(s, b, m, binning, max_bins, sign, method, where) -> BinnedSu
   return BinnedSums(sums=sums[:, None], counts=counts, cumsums=cums[:, None])
 
 
-#: Rows processed together (one ``lax.map`` step) hold about this many samples:
-#: bounds the temporaries of class-wise errors to a fraction of the input.
+def _sorted_row_sums(s, b, m, binning, max_bins, sign, method, where) -> BinnedSums:
+  """BinnedSums of ``sign * (s - b)`` for one row of float32 scores (sort strategy), exactly."""
+  n = s.shape[0]
+  widths = _limb_widths(n)
+  kb = _residual_keys(s, b, where)
+  n_eff = sample_count(where, n)
+  stable = binning == "quantile"
+  fast = method == "fast" or (method == "auto" and n >= FAST_SORT_MIN_N)
+  skb = _sorted_keys(kb, n_eff, stable, fast, max_bins)
+  ok = (n_eff == 0) | (skb[jnp.maximum(n_eff - 1, 0)] != jnp.uint32(_SENTINEL))
+  words, blocks = _block_prefix(skb, n_eff, widths)
+  if binning == "quantile":
+    ends = quantile_ends(n_eff, m, max_bins)
+  else:
+    ends = bin_ends(_decode_score(skb), m, "fixed", max_bins, n_eff)
+  return _sums_at_ends(_prefix_at(words, blocks, ends, widths), ends, ok, sign, widths)
+
+
+#: Samples (times rows) per step of the fixed-bin histogram loop: bounds its
+#: temporaries (the per-sample integer parts) to a few tens of MB.
+EDGE_CHUNK_ELEMENTS = 1 << 20
+
+
+def _edge_prefix(s, b, where, table: EdgeTable, widths):
+  """Exact prefix statistics over the threshold intervals, for every row at once.
+
+  ``s``, ``b``, ``where``: ``(n, R)`` (samples first, in whatever memory
+  layout the caller has: no transposition). The samples are processed in
+  chunks of ``EDGE_CHUNK_ELEMENTS / R`` (a ``fori_loop`` adding exact
+  integer histograms); a sample outside the domain counts in an extra
+  interval. Returns ``(prefix (R, K + 2, 3 + L), ok (R,))``: ``prefix[r, k]``
+  holds ``[count, parts...]`` of the samples of row ``r`` with
+  ``s <= thresholds[k - 1]``.
+  """
+  n, rows = s.shape
+  k1 = table.thresholds.shape[0] + 2  # intervals 0..K, then the out-of-domain one
+  size = max(1, min(n, EDGE_CHUNK_ELEMENTS // max(rows, 1)))
+  steps = -(-n // size)
+  row_id = jnp.arange(rows, dtype=jnp.int32)[None, :] * k1
+
+  def histogram(start, first_new):
+    ss = jax.lax.dynamic_slice_in_dim(s, start, size, 0)
+    bb = jax.lax.dynamic_slice_in_dim(b, start, size, 0)
+    new = (start + jnp.arange(size, dtype=jnp.int32))[:, None] >= first_new
+    if where is not None:
+      new = new & jax.lax.dynamic_slice_in_dim(where, start, size, 0)
+    bucket = jnp.where(_in_domain(float_to_key(ss)), _edge_bucket(ss, table), k1 - 1)
+    ids = jnp.where(new, row_id + bucket, rows * k1)  # out of range: dropped
+    upd = jnp.concatenate(
+      [jnp.ones(ss.shape + (1,), jnp.int32), _parts(_fixed_point(ss), bb, None, widths)], axis=-1
+    )
+    return jax.ops.segment_sum(
+      upd.reshape(size * rows, -1), ids.reshape(-1), num_segments=rows * k1
+    )
+
+  if steps == 1:
+    stats = histogram(0, 0)
+  else:
+
+    def body(i, acc):
+      start = jnp.minimum(i * size, n - size)  # the last chunk overlaps: count only new samples
+      return acc + histogram(start, i * size)
+
+    stats = jax.lax.fori_loop(0, steps, body, jnp.zeros((rows * k1, 3 + len(widths)), jnp.int32))
+  stats = stats.reshape(rows, k1, -1)
+  ok = stats[:, -1, 0] == 0
+  per = stats[:, :-1]
+  zero = jnp.zeros((rows, 1, per.shape[-1]), jnp.int32)
+  return jnp.concatenate([zero, blocked_cumsum(per, axis=1)], axis=1), ok
+
+
+def _edge_row_sums(prefix, ok, m, table: EdgeTable, max_bins, sign, widths) -> BinnedSums:
+  """BinnedSums of one row from its :func:`_edge_prefix` statistics."""
+  rows = jnp.asarray(table.index)[jnp.clip(m, 1, max_bins)]
+  at = prefix[jnp.concatenate([jnp.zeros((1,), jnp.int32), rows])]  # (max_bins + 1, 3 + L)
+  return _sums_at_ends(at[:, 1:], at[:, 0], ok, sign, widths)
+
+
+#: Rows processed together (one ``lax.map`` step) by the sort strategy hold
+#: about this many samples: bounds the temporaries of class-wise errors.
 ROW_CHUNK_ELEMENTS = 1 << 23
 
 
@@ -1034,6 +1097,7 @@ def binned_residual_sums(
   sign: float = 1.0,
   method: str = "auto",
   where: jax.Array | None = None,
+  axis: int = -1,
 ) -> BinnedSums:
   """Per-bin sums of ``sign * (s - b)`` for 0/1 ``bits``, row-wise and exact.
 
@@ -1041,12 +1105,17 @@ def binned_residual_sums(
   classwise: ``p_r - 1[y = r]``; binary: ``p - y``). Float32 (or narrower)
   scores use the exact integer engine (module docstring): the sums are the
   float32 rounding of the exact sums of the scores rounded to ``2**-29``,
-  whatever the order; a row with a score outside ``(-2, 2)`` gives NaN.
-  float64 scores are summed in float64.
+  whatever the order; a row with a score outside ``(-2, 2)`` (or NaN) gives
+  NaN. float64 scores are summed in float64.
+
+  ``sum_{i in B_j} (s_i - b_i)`` for every bin ``B_j`` of the row's scores,
+  ``j = 1..max_bins`` (bins beyond ``num_bins`` are empty).
 
   Args:
-    scores: ``(..., n)`` scores, one row per leading index.
-    bits: ``(..., n)`` 0/1 outcomes (bool or int).
+    scores: scores with the samples along ``axis`` (``n`` of them); every
+      other index is a row binned on its own (e.g. ``(n, C)`` with
+      ``axis=0``: one row per class, without transposing).
+    bits: 0/1 outcomes (bool or int), broadcastable to ``scores``.
     num_bins: scalar bin count (static int or traced), ``1 <= num_bins <=
       max_bins`` (other values give meaningless rows; callers mask them).
     binning: ``"fixed"`` or ``"quantile"`` (static).
@@ -1058,13 +1127,19 @@ def binned_residual_sums(
     where: optional bool sample mask broadcastable to ``scores``' shape;
       masked-out samples are treated exactly as if absent (quantile bins are
       equal-mass over the remaining ``n_eff`` samples of each row).
+    axis: the sample axis (static; default the last).
 
   Returns:
-    :class:`BinnedSums` with leading shape ``...`` and ``max_bins`` rows:
-    ``sums`` and ``cumsums`` ``(..., max_bins, 1)``, ``counts``
-    ``(..., max_bins)``. Rows are processed in chunks of about
-    :data:`ROW_CHUNK_ELEMENTS` samples (a ``lax.map``), so temporaries stay a
-    fraction of the input.
+    :class:`BinnedSums` whose leading shape ``lead`` is ``scores``' shape
+    without ``axis``: ``sums`` and ``cumsums`` ``lead + (max_bins, 1)``,
+    ``counts`` ``lead + (max_bins,)``. Temporaries stay a fraction of the
+    input: the fixed-bin histograms loop over chunks of samples
+    (:data:`EDGE_CHUNK_ELEMENTS`), the sorts over chunks of rows
+    (:data:`ROW_CHUNK_ELEMENTS`).
+
+  Reference: Lu, Wu, Hartline and Hu (2025), "Truthful Calibration Errors
+  for Multi-Class Prediction", arXiv:2510.06388, §2 (binning rules) and §3
+  (every binned error is a function of these per-bin residual sums).
 
   Example:
     >>> import jax.numpy as jnp
@@ -1076,26 +1151,55 @@ def binned_residual_sums(
   scores, bits = jnp.asarray(scores), jnp.asarray(bits)
   if binning not in ("fixed", "quantile"):
     raise ValueError(f"binning must be 'fixed' or 'quantile', got {binning!r}")
-  _use_edges(binning, max_bins, scores.dtype, method)  # validates method
+  edges = _use_edges(binning, max_bins, scores.dtype, method)  # also validates method
   if jnp.dtype(scores.dtype).itemsize < 4:
     scores = scores.astype(jnp.float32)  # never sum in float16 / bfloat16
-  lead, n = scores.shape[:-1], scores.shape[-1]
-  m = jnp.asarray(num_bins, jnp.int32)
+  axis = axis % scores.ndim
   bits = jnp.broadcast_to(bits, scores.shape)
+  if where is not None:
+    where = jnp.broadcast_to(where, scores.shape)
+  m = jnp.asarray(num_bins, jnp.int32)
+  lead = scores.shape[:axis] + scores.shape[axis + 1 :]
+  rows, n = math.prod(lead), scores.shape[axis]
+
+  def unflatten(out):
+    return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), out)
+
+  if edges and scores.dtype == jnp.float32:
+    table = edge_table(int(max_bins), "float32")
+    widths = _limb_widths(n)
+
+    def samples_first(a):
+      return None if a is None else jnp.moveaxis(a, axis, 0).reshape(n, rows)
+
+    prefix, ok = _edge_prefix(
+      samples_first(scores), samples_first(bits), samples_first(where), table, widths
+    )
+    row = functools.partial(
+      _edge_row_sums, table=table, max_bins=max_bins, sign=sign, widths=widths
+    )
+    return unflatten(jax.vmap(lambda pr, o: row(pr, o, m))(prefix, ok))
+
+  def rows_last(a):
+    return None if a is None else jnp.moveaxis(a, axis, -1).reshape(rows, n)
+
   if scores.dtype == jnp.float64:
-    row = functools.partial(_float_residual_sums, binning=binning, max_bins=max_bins)
-    one = lambda s, b, w: row(s, b, m, sign=sign, method=method, where=w)
+    fn = functools.partial(_float_residual_sums, binning=binning, max_bins=max_bins)
+
+    def one(s, b, w):
+      return fn(s, b, m, sign=sign, method=method, where=w)
   else:
-    one = lambda s, b, w: _exact_row_sums(s, b, m, binning, max_bins, sign, method, w)
-  rows = math.prod(lead)
-  s2, b2 = scores.reshape((rows, n)), bits.reshape((rows, n))
+
+    def one(s, b, w):
+      return _sorted_row_sums(s, b, m, binning, max_bins, sign, method, w)
+
+  s2, b2, w2 = rows_last(scores), rows_last(bits), rows_last(where)
   if where is None:
     f, xs = (lambda x: one(x[0], x[1], None)), (s2, b2)
   else:
-    w2 = jnp.broadcast_to(where, scores.shape).reshape((rows, n))
     f, xs = (lambda x: one(*x)), (s2, b2, w2)
-  if lead == ():
+  if not lead:
     return f(tuple(x[0] for x in xs))
   chunk = max(1, min(rows, ROW_CHUNK_ELEMENTS // max(n, 1)))
   out = jax.vmap(f)(xs) if chunk >= rows else jax.lax.map(f, xs, batch_size=chunk)
-  return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), out)
+  return unflatten(out)

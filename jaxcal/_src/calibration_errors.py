@@ -123,15 +123,14 @@ def _conf_core(p, y, m, *, binning, max_bins, kind, where=None):
 def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0, where=None):
   """BinnedSums of ``sign * (p[:, r] - 1[y = r])`` on the bins of ``p[:, r]``, per class.
 
-  The columns are transposed to rows first: a batched sort / segment sum
-  along the last axis is several times faster on CPU than along axis 0.
+  ``p`` stays in its ``(n, C)`` layout (samples along axis 0): fixed bins
+  need no transposition at all, and the sort strategy transposes its
+  ``uint32`` keys, a chunk of classes at a time.
   """
-  num_classes = p.shape[1]
-  pt = p.T  # (C, n)
-  bits = y[None, :] == jnp.arange(num_classes)[:, None]  # (C, n)
-  w = None if where is None else where[None, :]
+  bits = y[:, None] == jnp.arange(p.shape[1])[None, :]  # (n, C), fused into its consumers
+  w = None if where is None else where[:, None]
   return B.binned_residual_sums(
-    pt, bits, m, binning, max_bins, sign=sign, where=w
+    p, bits, m, binning, max_bins, sign=sign, where=w, axis=0
   )  # rows (C, max_bins, ...)
 
 
