@@ -242,7 +242,9 @@ def test_tie_repair_at_possible_bin_ends():
     )
   )
   assert not np.asarray(f(s, b)).any()  # repaired in place: no fallback
-  g = jax.jit(jax.vmap(lambda m: B.binned_residual_sums(s, b, m, "quantile", 16), (0,)))
+  g = jax.jit(
+    jax.vmap(lambda m: B.binned_residual_sums(s, b, m, "quantile", 16, method="fast"), (0,))
+  )
   out = g(jnp.asarray(ms))
   for k, m in enumerate(ms):
     for r in range(2):
@@ -342,16 +344,17 @@ def test_where_all_true_and_mask_broadcast():
 
 
 def test_where_fast_sort_path_large_n():
-  # n >= FAST_SORT_MIN_N takes the uint32 key sort and the tie repair under
-  # "auto"; ties and mixed tie groups included, padding in the middle.
+  # The uint32 key sort with the tie repair ("fast", what "auto" takes from
+  # FAST_SORT_MIN_N samples on); ties and mixed tie groups included, padding
+  # in the middle.
   rng = np.random.default_rng(12)
-  n = B.FAST_SORT_MIN_N + 100
+  n = 4196
   s = (rng.integers(0, 400, (2, n)) / 399).astype(np.float32)
   b = rng.random((2, n)) < 0.3
   sp, bp, keep = _pad(s, b, 300, seed=13)
   f = jax.jit(
     jax.vmap(
-      lambda m, s, b, w: B.binned_residual_sums(s, b, m, "quantile", 64, where=w),
+      lambda m, s, b, w: B.binned_residual_sums(s, b, m, "quantile", 64, method="fast", where=w),
       (0, None, None, None),
     )
   )
@@ -388,3 +391,72 @@ def test_quantile_bin_of_position_inverts_quantile_ends():
       ids = np.asarray(B.quantile_bin_of_position(jnp.int32(n), jnp.int32(m), n + 5))
       assert (ids[n:] == -1).all()
       np.testing.assert_array_equal(np.bincount(ids[:n], minlength=64), np.diff(ends))
+
+
+def test_domain_tests_agree():
+  # The key test (sort path) and the score test (fixed-bin histograms)
+  # draw the same line: -2 < s < largest float32 below 2.
+  s = np.array(
+    [
+      -2.0,
+      np.nextafter(np.float32(-2), np.float32(0)),
+      -0.0,
+      0.0,
+      1e-40,
+      1.0,
+      np.nextafter(np.float32(2), np.float32(0)),
+      np.nextafter(np.nextafter(np.float32(2), np.float32(0)), np.float32(0)),
+      2.0,
+      np.inf,
+      -np.inf,
+      np.nan,
+    ],
+    np.float32,
+  )
+  by_key = np.asarray(B._in_domain(sorting.float_to_key(jnp.asarray(s))))
+  by_score = np.asarray(B._in_domain_score(jnp.asarray(s)))
+  np.testing.assert_array_equal(by_key, by_score)
+  assert by_key.tolist() == [
+    False,
+    True,
+    True,
+    True,
+    True,
+    True,
+    False,
+    True,
+    False,
+    False,
+    False,
+    False,
+  ]
+
+
+def test_blocked_prefix_sums_above_2_16_samples():
+  # Above 2**16 samples the exact prefix sums are kept per block of 16
+  # sorted positions and a bin end adds the rest of its block: every offset
+  # inside a block is read by some bin count here. Quantile (fast sort and
+  # tie repair) and fixed bins by sort; ties included.
+  rng = np.random.default_rng(30)
+  n = (1 << 16) + 37
+  s = rng.random(n).astype(np.float32)
+  s[:5000] = np.round(s[:5000] * 64) / 64
+  b = rng.random(n) < s
+  assert B._block_size(n) == 16
+  ms = np.array([1, 3, 16, 17, 29, 31])
+  for binning in ("quantile", "fixed"):
+    f = jax.jit(
+      jax.vmap(
+        lambda m: B.binned_residual_sums(
+          s, b, m, binning, 32, method="sort" if binning == "fixed" else "auto"
+        )
+      )
+    )
+    out = f(jnp.asarray(ms))
+    for k, m in enumerate(ms):
+      bins = R.bins(s, int(m), binning)
+      ref = R.lin_sums(s, b.astype(float), bins, int(m))[:, 0]
+      np.testing.assert_allclose(
+        out.sums[k, :m, 0], ref, rtol=1e-6, atol=2e-5, err_msg=f"{binning} {m}"
+      )
+      np.testing.assert_array_equal(out.counts[k, :m], np.bincount(bins, minlength=m))

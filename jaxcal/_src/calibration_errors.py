@@ -27,6 +27,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
+from jaxcal._src.numerics import row_reduce
 from jaxcal._src.scores import prepare
 from jaxcal._src.sorting import stable_argsort
 
@@ -74,31 +75,20 @@ def _l1(sums: jax.Array, n: jax.Array) -> jax.Array:
   return jnp.sum(jnp.abs(sums)) / n
 
 
-#: Row reductions over at most this many columns fuse with the elementwise
-#: work that feeds them on XLA:CPU; longer ones are rewritten into a tree of
-#: reduce-windows whose input is first written out in full (an (n, C) array).
-_COLUMN_CHUNK = 32
-
-
 def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Confidence ``c = max_r p_r`` and correctness ``z = [argmax p == y]`` (bool).
 
   The top label breaks ties toward the lowest index (``jnp.argmax``'s
   rule): ``y`` is the top label iff ``p_y == c`` and no column before ``y``
-  attains ``c``. Computed from one max, one gather and a test over column
-  chunks of :data:`_COLUMN_CHUNK`, so no ``(n, C)`` temporary is written
-  (an index ``argmin`` over ``where(p == c, iota, C)`` writes an int32 one,
-  and ``argmax``'s variadic reduction is 4x slower on CPU).
+  attains ``c``. One max, one gather and a tie test reduced over column
+  chunks (:func:`~jaxcal._src.numerics.row_reduce`), so no ``(n, C)``
+  temporary is written (an ``argmin`` over ``where(p == c, iota, C)`` writes
+  an int32 one on XLA:CPU, and ``argmax``'s variadic reduction is 4x slower).
   """
   c = jnp.max(p, axis=-1)
   num_classes = p.shape[-1]
-  yy = jnp.clip(y, 0, num_classes - 1)[..., None]
-  py = jnp.take_along_axis(p, yy, axis=-1)[..., 0]
-  before = jnp.zeros(c.shape, bool)
-  for a in range(0, num_classes, _COLUMN_CHUNK):
-    cols = jnp.arange(a, min(a + _COLUMN_CHUNK, num_classes))
-    hit = (p[..., a : a + _COLUMN_CHUNK] == c[..., None]) & (cols < y[..., None])
-    before = before | jnp.any(hit, axis=-1)
+  py = jnp.take_along_axis(p, jnp.clip(y, 0, num_classes - 1)[..., None], axis=-1)[..., 0]
+  before = row_reduce(lambda v, r: (v == c[..., None]) & (r < y[..., None]), p, "any")
   return c, (py == c) & ~before & (y >= 0) & (y < num_classes)
 
 
@@ -110,7 +100,7 @@ def _conf_core(p, y, m, *, binning, max_bins, kind, where=None):
   """
   n = _count(where, p.shape[0], p.dtype)
   c, z = _confidence(p, y)
-  sums = B.binned_residual_sums(c, z, m, binning, max_bins, where=where).sums
+  sums = B.binned_residual_sums(c, z, m, binning, max_bins, where=where, counts=False).sums
   if kind == "ece":
     return _l1(sums, n)
   ce = _sq(sums, n)
@@ -120,17 +110,16 @@ def _conf_core(p, y, m, *, binning, max_bins, kind, where=None):
   return ce
 
 
-def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0, where=None):
+def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0, where=None, counts=False):
   """BinnedSums of ``sign * (p[:, r] - 1[y = r])`` on the bins of ``p[:, r]``, per class.
 
   ``p`` stays in its ``(n, C)`` layout (samples along axis 0): fixed bins
   need no transposition at all, and the sort strategy transposes its
   ``uint32`` keys, a chunk of classes at a time.
   """
-  bits = y[:, None] == jnp.arange(p.shape[1])[None, :]  # (n, C), fused into its consumers
   w = None if where is None else where[:, None]
   return B.binned_residual_sums(
-    p, bits, m, binning, max_bins, sign=sign, where=w, axis=0
+    p, None, m, binning, max_bins, sign=sign, where=w, axis=0, counts=counts, labels=y
   )  # rows (C, max_bins, ...)
 
 
@@ -148,14 +137,16 @@ def _classwise_core(p, y, m, weights, *, binning, max_bins, kind, where=None):
 def _binary_core(p, y, m, *, binning, max_bins, where=None):
   """Squared binned error of binary forecasts ``p`` (``(n,)``) and outcomes ``y``."""
   n = _count(where, p.shape[0], p.dtype)
-  sums = B.binned_residual_sums(p, y == 1, m, binning, max_bins, where=where).sums
+  sums = B.binned_residual_sums(p, y == 1, m, binning, max_bins, where=where, counts=False).sums
   return _sq(sums, n)
 
 
 def _ecce_core(p, y, m, weights, *, max_bins, where=None):
   """ECCE of one data set (fixed bins, cumulative residual sums per class)."""
   n = _count(where, p.shape[0], p.dtype)
-  bs = _per_class_sums(p, y, m, binning="fixed", max_bins=max_bins, sign=-1.0, where=where)
+  bs = _per_class_sums(
+    p, y, m, binning="fixed", max_bins=max_bins, sign=-1.0, where=where, counts=True
+  )
   per = jnp.sum(jnp.where(bs.counts > 0, jnp.abs(bs.cumsums[..., 0]), 0.0), axis=1) / n
   return jnp.sum(weights * per)
 
