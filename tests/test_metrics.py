@@ -474,3 +474,26 @@ def test_where_reliability_core(binning):
   want = CE._reliability_core(p, y, 12, binning)
   for g, w in zip(got, want):
     np.testing.assert_array_equal(g, w)
+
+
+def test_top_label_without_n_by_c_temporary():
+  # The top label (ties toward the lowest index, as jnp.argmax) and the
+  # correctness bit are reduced over column chunks: same values as argmax,
+  # and XLA allocates no temporary of the input's size (the plain
+  # min(where(p == max, iota, C)) writes an int32 (n, C) one).
+  from jaxcal._src import calibration_errors as CE
+
+  rng = np.random.default_rng(5)
+  n, c = 4096, 100  # 4 column chunks, the last one partial
+  p = np.round(rng.random((n, c)) * 8).astype(np.float32) / 8  # many ties at the max
+  y = rng.integers(-1, c + 1, n)  # out-of-range labels are never correct
+  pd, yd = jnp.asarray(p), jnp.asarray(y, jnp.int32)
+  r, conf = CE._top_label(pd)
+  conf2, z = CE._confidence(pd, yd)
+  np.testing.assert_array_equal(np.asarray(r), np.argmax(p, axis=1))
+  np.testing.assert_array_equal(np.asarray(conf), p.max(axis=1))
+  np.testing.assert_array_equal(np.asarray(conf2), p.max(axis=1))
+  np.testing.assert_array_equal(np.asarray(z), np.argmax(p, axis=1) == y)
+  for f in (lambda p, y: CE._top_label(p), CE._confidence):
+    temp = jax.jit(f).lower(pd, yd).compile().memory_analysis().temp_size_in_bytes
+    assert temp < p.nbytes // 4, temp

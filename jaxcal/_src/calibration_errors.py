@@ -75,6 +75,18 @@ def _l1(sums: jax.Array, n: jax.Array) -> jax.Array:
   return jnp.sum(jnp.abs(sums)) / n
 
 
+def _top_label(p: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Top label ``r`` (ties toward the lowest index, ``jnp.argmax``'s rule) and ``c = max p``.
+
+  The first index attaining the max, reduced over column chunks
+  (:func:`~jaxcal._src.numerics.row_reduce`): no ``(n, C)`` int32 temporary.
+  """
+  c = jnp.max(p, axis=-1)
+  num_classes = p.shape[-1]
+  r = row_reduce(lambda v, i: jnp.where(v == c[..., None], i, num_classes), p, "min")
+  return r, c
+
+
 def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Confidence ``c = max_r p_r`` and correctness ``z = [argmax p == y]`` (bool).
 

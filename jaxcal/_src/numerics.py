@@ -37,7 +37,7 @@ def row_reduce(fn: Callable, x: jax.Array, op: str = "sum") -> jax.Array:
   Args:
     fn: elementwise function of ``(columns (..., k), indices (k,))``.
     x: ``(..., C)`` array.
-    op: ``"sum"``, ``"max"`` or ``"any"`` (static).
+    op: ``"sum"``, ``"max"``, ``"min"`` or ``"any"`` (static).
 
   Returns:
     ``(...,)`` array.
@@ -48,8 +48,8 @@ def row_reduce(fn: Callable, x: jax.Array, op: str = "sum") -> jax.Array:
     >>> [round(v, 4) for v in row_reduce(lambda v, r: v * (r == 1), p).tolist()]
     [0.8, 0.5]
   """
-  reduce = {"sum": jnp.sum, "max": jnp.max, "any": jnp.any}[op]
-  combine = {"sum": jnp.add, "max": jnp.maximum, "any": jnp.logical_or}[op]
+  reduce = {"sum": jnp.sum, "max": jnp.max, "min": jnp.min, "any": jnp.any}[op]
+  combine = {"sum": jnp.add, "max": jnp.maximum, "min": jnp.minimum, "any": jnp.logical_or}[op]
   out = None
   num = x.shape[-1]
   for a in range(0, num, ROW_CHUNK):
