@@ -488,12 +488,12 @@ def test_top_label_without_n_by_c_temporary():
   p = np.round(rng.random((n, c)) * 8).astype(np.float32) / 8  # many ties at the max
   y = rng.integers(-1, c + 1, n)  # out-of-range labels are never correct
   pd, yd = jnp.asarray(p), jnp.asarray(y, jnp.int32)
-  r, conf = CE._top_label(pd)
+  r, conf = CE._confidence_parts(pd)
   conf2, z = CE._confidence(pd, yd)
   np.testing.assert_array_equal(np.asarray(r), np.argmax(p, axis=1))
   np.testing.assert_array_equal(np.asarray(conf), p.max(axis=1))
   np.testing.assert_array_equal(np.asarray(conf2), p.max(axis=1))
   np.testing.assert_array_equal(np.asarray(z), np.argmax(p, axis=1) == y)
-  for f in (lambda p, y: CE._top_label(p), CE._confidence):
+  for f in (lambda p, y: CE._confidence_parts(p), CE._confidence):
     temp = jax.jit(f).lower(pd, yd).compile().memory_analysis().temp_size_in_bytes
     assert temp < p.nbytes // 4, temp

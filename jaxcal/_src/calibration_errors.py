@@ -75,7 +75,7 @@ def _l1(sums: jax.Array, n: jax.Array) -> jax.Array:
   return jnp.sum(jnp.abs(sums)) / n
 
 
-def _top_label(p: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _confidence_parts(p: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Top label ``r`` (ties toward the lowest index, ``jnp.argmax``'s rule) and ``c = max p``.
 
   The first index attaining the max, reduced over column chunks
@@ -87,21 +87,27 @@ def _top_label(p: jax.Array) -> tuple[jax.Array, jax.Array]:
   return r, c
 
 
-def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Confidence ``c = max_r p_r`` and correctness ``z = [argmax p == y]`` (bool).
+def _correct(p: jax.Array, y: jax.Array, c: jax.Array) -> jax.Array:
+  """``[argmax p == y]`` (bool) given ``c = max p``, without an ``(n, C)`` temporary.
 
   The top label breaks ties toward the lowest index (``jnp.argmax``'s
   rule): ``y`` is the top label iff ``p_y == c`` and no column before ``y``
-  attains ``c``. One max, one gather and a tie test reduced over column
-  chunks (:func:`~jaxcal._src.numerics.row_reduce`), so no ``(n, C)``
-  temporary is written (an ``argmin`` over ``where(p == c, iota, C)`` writes
-  an int32 one on XLA:CPU, and ``argmax``'s variadic reduction is 4x slower).
+  attains ``c``. One gather and a tie test reduced over column chunks
+  (:func:`~jaxcal._src.numerics.row_reduce`); an ``argmin`` over
+  ``where(p == c, iota, C)`` writes an int32 ``(n, C)`` array on XLA:CPU,
+  and ``argmax``'s variadic reduction is 4x slower. Out-of-range labels are
+  never correct.
   """
-  c = jnp.max(p, axis=-1)
   num_classes = p.shape[-1]
   py = jnp.take_along_axis(p, jnp.clip(y, 0, num_classes - 1)[..., None], axis=-1)[..., 0]
   before = row_reduce(lambda v, r: (v == c[..., None]) & (r < y[..., None]), p, "any")
-  return c, (py == c) & ~before & (y >= 0) & (y < num_classes)
+  return (py == c) & ~before & (y >= 0) & (y < num_classes)
+
+
+def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Confidence ``c = max_r p_r`` and correctness ``z = [argmax p == y]`` (in ``p``'s dtype)."""
+  c = jnp.max(p, axis=-1)
+  return c, _correct(p, y, c).astype(p.dtype)
 
 
 def _conf_core(p, y, m, *, binning, max_bins, kind, where=None):
@@ -111,7 +117,8 @@ def _conf_core(p, y, m, *, binning, max_bins, kind, where=None):
   treated exactly as if absent (``n`` becomes the number of True entries).
   """
   n = _count(where, p.shape[0], p.dtype)
-  c, z = _confidence(p, y)
+  c = jnp.max(p, axis=-1)
+  z = _correct(p, y, c)
   sums = B.binned_residual_sums(c, z, m, binning, max_bins, where=where, counts=False).sums
   if kind == "ece":
     return _l1(sums, n)
