@@ -1167,8 +1167,10 @@ def _edge_row_sums(prefix, ok, m, table: EdgeTable, max_bins, sign, layout: _Lay
 
 
 #: Rows processed together (one ``lax.map`` step) by the sort strategy hold
-#: about this many samples: bounds the temporaries of class-wise errors.
-ROW_CHUNK_ELEMENTS = 1 << 23
+#: about this many samples: bounds the temporaries of class-wise errors
+#: (n = 10^5, C = 100, 200 quantile bin counts: 449 MiB of temporaries with
+#: 2**23, 123 MiB = 3.2x the input with 2**20, and 20 % less CPU time).
+ROW_CHUNK_ELEMENTS = 1 << 20
 
 
 def binned_residual_sums(
