@@ -20,6 +20,7 @@ import _reference as R
 
 from jaxcal import metrics
 from jaxcal._src import binning as B
+from jaxcal._src import sorting
 
 MS = np.arange(1, 41)  # bin counts for the vmapped checks (max_bins = 40)
 
@@ -154,24 +155,111 @@ def _tied_rows(seed, rows=4, n=60):
   return s, b
 
 
-@pytest.mark.parametrize("method", ["fast", "sort", "auto"])
-def test_sorted_residual_prefix_stable_order(method):
+def test_sorted_residual_prefix_is_the_stable_float_prefix():
   s, b = _tied_rows(4)
-  f = jax.jit(lambda s, b: B.sorted_residual_prefix(s, b, -1.0, method))
+  f = jax.jit(lambda s, b: B.sorted_residual_prefix(s, b, -1.0))
   np.testing.assert_allclose(f(s, b), _stable_prefix(s, b, -1.0), atol=2e-5)
+  s3 = s * 3  # any scores: the float engine has no range limit
+  np.testing.assert_allclose(f(s3, b), _stable_prefix(s3, b, -1.0), atol=1e-4)
 
 
-def test_sorted_residual_prefix_fallbacks():
-  # More rows with mixed tie groups than the row repair takes (a quarter),
-  # or scores outside (-2, 2): the fast int-key path falls back to the
-  # stable sort for every row, still exact.
+def _sorted_keys(s, b, stable, fast, where=None):
+  def one(s, b, w):
+    return B._sorted_keys(B._residual_keys(s, b, w), jnp.sum(w), stable, fast)
+
+  f = jax.jit(jax.vmap(one))
+  w = np.ones(s.shape, bool) if where is None else where
+  return np.asarray(f(jnp.asarray(s), jnp.asarray(b), jnp.asarray(w)))
+
+
+def _reference_keys(s, b, where=None):
+  """uint32 keys 2 k(s) + b in the exact stable order (numpy), masked ones last."""
+  k = np.asarray(sorting.float_to_key(jnp.asarray(s)), np.uint64)
+  kb = ((k - 0x40000000) << 1) | np.asarray(b, np.uint64)
+  if where is not None:
+    kb = np.where(where, kb, 0xFFFFFFFF)
+    s = np.where(where, s, np.inf)
+  o = np.argsort(s, axis=-1, kind="stable")
+  return np.take_along_axis(kb, o, axis=-1).astype(np.uint32)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_sorted_keys_are_in_the_stable_order(fast):
+  # The uint32 key sort with the mixed-tie repair (fast) and the stable
+  # radix sort give exactly the stable order: bits inside a tie group in
+  # index order. Rows with ties of 0.0 / -0.0, of 1.0, and without ties.
+  s, b = _tied_rows(4, rows=4, n=300)
+  np.testing.assert_array_equal(_sorted_keys(s, b, True, fast), _reference_keys(s, b))
+  sp, bp, keep = _pad(s, b, 37, seed=5)
+  got = _sorted_keys(np.nan_to_num(sp), bp, True, fast, where=keep)
+  np.testing.assert_array_equal(got[:, :300], _reference_keys(s, b))
+  assert (got[:, 300:] == 0xFFFFFFFF).all()
+
+
+def test_mixed_tie_repair_and_its_fallback():
+  # Few mixed groups among many distinct values: repaired in place. Every
+  # value tied and mixed (more candidates than the repair takes): the
+  # stable fallback runs, for the whole batch under vmap (one cond).
   rng = np.random.default_rng(5)
-  s = (rng.integers(0, 3, (4, 40)) / 2).astype(np.float32)  # every row mixed
-  b = rng.random((4, 40)) < 0.5
-  f = jax.jit(lambda s, b: B.sorted_residual_prefix(s, b, 1.0, "fast"))
-  np.testing.assert_allclose(f(s, b), _stable_prefix(s, b, 1.0), atol=2e-5)
-  s2 = s * 3
-  np.testing.assert_allclose(f(s2, b), _stable_prefix(s2, b, 1.0), atol=1e-4)
+  n = 5000
+  s = rng.random((3, n)).astype(np.float32)
+  s[0, ::50] = s[0, 7]  # one big mixed group
+  s[1, 1::97] = 0.25
+  s[2] = (rng.integers(0, 3, n) / 2).astype(np.float32)  # 3 values, all mixed
+  b = rng.random((3, n)) < 0.3
+  assert B._tie_cap(n) < n
+  np.testing.assert_array_equal(_sorted_keys(s, b, True, True), _reference_keys(s, b))
+  np.testing.assert_array_equal(
+    _sorted_keys(s[:2], b[:2], True, True), _reference_keys(s[:2], b[:2])
+  )
+
+
+def _ties_across_quantile_ends(n, rows, ms, seed):
+  """Distinct scores except for mixed tie groups straddling the quantile ends of `ms`."""
+  rng = np.random.default_rng(seed)
+  s = np.sort(rng.random((rows, n)).astype(np.float32), axis=1)
+  for m in ms:
+    for j in range(1, m):
+      e = j * n // m
+      s[:, e - 2 : e + 3] = s[:, e - 2 : e - 1]  # 5 equal scores around the end
+  perm = np.stack([rng.permutation(n) for _ in range(rows)])
+  s = np.take_along_axis(s, perm, axis=1)
+  b = rng.random((rows, n)) < 0.5
+  return s, b
+
+
+def test_tie_repair_at_possible_bin_ends():
+  # Mixed tie groups cut by quantile bin ends: with max_bins the repair
+  # touches only groups at possible ends (no fallback, no pass over the
+  # row); the sums equal the stable-order reference at every bin count.
+  n, ms = 6000, (3, 7, 16)
+  s, b = _ties_across_quantile_ends(n, 2, ms, seed=3)
+  f = jax.jit(
+    jax.vmap(
+      lambda s, b: B._fix_mixed_ties(
+        B._residual_keys(s, b, None), jnp.sort(B._residual_keys(s, b, None)), n, 16
+      )[1]
+    )
+  )
+  assert not np.asarray(f(s, b)).any()  # repaired in place: no fallback
+  g = jax.jit(
+    jax.vmap(lambda m: B.binned_residual_sums(s, b, m, "quantile", 16, method="fast"), (0,))
+  )
+  out = g(jnp.asarray(ms))
+  for k, m in enumerate(ms):
+    for r in range(2):
+      ref = R.lin_sums(s[r], b[r].astype(float), R.quantile_bins(s[r], m), m)[:, 0]
+      np.testing.assert_allclose(out.sums[k, r, :m, 0], ref, rtol=1e-6, atol=1e-6)
+
+
+def test_exact_sums_outside_the_domain_are_nan():
+  s, b = _tied_rows(6, rows=2, n=50)
+  s = s.copy()
+  s[1, 3] = 2.0  # scores must lie in (-2, 2): that row's sums are NaN, the other row's are not
+  for binning, method in [("quantile", "auto"), ("fixed", "edges"), ("fixed", "sort")]:
+    out = B.binned_residual_sums(s, b, 5, binning, 5, method=method)
+    assert np.isnan(out.sums[1]).all() and np.isnan(out.cumsums[1]).all()
+    assert np.isfinite(out.sums[0]).all()
 
 
 def test_binned_residual_sums_quantile_matches_reference():
@@ -256,19 +344,29 @@ def test_where_all_true_and_mask_broadcast():
 
 
 def test_where_fast_sort_path_large_n():
-  # n >= FAST_SORT_MIN_N takes the int-key sort under "auto"; ties and
-  # mixed tie groups included, padding in the middle of the data.
+  # The uint32 key sort with the tie repair ("fast", what "auto" takes from
+  # FAST_SORT_MIN_N samples on); ties and mixed tie groups included, padding
+  # in the middle.
   rng = np.random.default_rng(12)
-  n = B.FAST_SORT_MIN_N + 100
-  s = (rng.integers(0, 50, (2, n)) / 49).astype(np.float32)
+  n = 4196
+  s = (rng.integers(0, 400, (2, n)) / 399).astype(np.float32)
   b = rng.random((2, n)) < 0.3
   sp, bp, keep = _pad(s, b, 300, seed=13)
-  f = jax.jit(lambda s, b, w: B.sorted_residual_prefix(s, b, 1.0, "auto", where=w))
-  got = np.asarray(f(sp, bp, keep))
-  want = np.asarray(f(s, b, None))
-  np.testing.assert_allclose(got[:, : n + 1], want, atol=5e-4)
-  np.testing.assert_allclose(got[:, : n + 1], _stable_prefix(s, b, 1.0), atol=5e-4)
-  np.testing.assert_array_equal(got[:, n + 1 :], np.repeat(got[:, n : n + 1], 300, axis=1))
+  f = jax.jit(
+    jax.vmap(
+      lambda m, s, b, w: B.binned_residual_sums(s, b, m, "quantile", 64, method="fast", where=w),
+      (0, None, None, None),
+    )
+  )
+  ms = jnp.array([1, 7, 64])
+  got = f(ms, sp, bp, keep)
+  want = f(ms, s, b, None)
+  np.testing.assert_array_equal(got.sums, want.sums)  # exact sums: bitwise equal
+  np.testing.assert_array_equal(got.counts, want.counts)
+  for k, m in enumerate(np.asarray(ms)):
+    for r in range(2):
+      ref = R.lin_sums(s[r], b[r].astype(float), R.quantile_bins(s[r], int(m)), int(m))[:, 0]
+      np.testing.assert_allclose(got.sums[k, r, :m, 0], ref, rtol=1e-6, atol=1e-6)
 
 
 def test_bin_ids_where():
@@ -293,3 +391,72 @@ def test_quantile_bin_of_position_inverts_quantile_ends():
       ids = np.asarray(B.quantile_bin_of_position(jnp.int32(n), jnp.int32(m), n + 5))
       assert (ids[n:] == -1).all()
       np.testing.assert_array_equal(np.bincount(ids[:n], minlength=64), np.diff(ends))
+
+
+def test_domain_tests_agree():
+  # The key test (sort path) and the score test (fixed-bin histograms)
+  # draw the same line: -2 < s < largest float32 below 2.
+  s = np.array(
+    [
+      -2.0,
+      np.nextafter(np.float32(-2), np.float32(0)),
+      -0.0,
+      0.0,
+      1e-40,
+      1.0,
+      np.nextafter(np.float32(2), np.float32(0)),
+      np.nextafter(np.nextafter(np.float32(2), np.float32(0)), np.float32(0)),
+      2.0,
+      np.inf,
+      -np.inf,
+      np.nan,
+    ],
+    np.float32,
+  )
+  by_key = np.asarray(B._in_domain(sorting.float_to_key(jnp.asarray(s))))
+  by_score = np.asarray(B._in_domain_score(jnp.asarray(s)))
+  np.testing.assert_array_equal(by_key, by_score)
+  assert by_key.tolist() == [
+    False,
+    True,
+    True,
+    True,
+    True,
+    True,
+    False,
+    True,
+    False,
+    False,
+    False,
+    False,
+  ]
+
+
+def test_blocked_prefix_sums_above_2_16_samples():
+  # Above 2**16 samples the exact prefix sums are kept per block of 16
+  # sorted positions and a bin end adds the rest of its block: every offset
+  # inside a block is read by some bin count here. Quantile (fast sort and
+  # tie repair) and fixed bins by sort; ties included.
+  rng = np.random.default_rng(30)
+  n = (1 << 16) + 37
+  s = rng.random(n).astype(np.float32)
+  s[:5000] = np.round(s[:5000] * 64) / 64
+  b = rng.random(n) < s
+  assert B._block_size(n) == 16
+  ms = np.array([1, 3, 16, 17, 29, 31])
+  for binning in ("quantile", "fixed"):
+    f = jax.jit(
+      jax.vmap(
+        lambda m: B.binned_residual_sums(
+          s, b, m, binning, 32, method="sort" if binning == "fixed" else "auto"
+        )
+      )
+    )
+    out = f(jnp.asarray(ms))
+    for k, m in enumerate(ms):
+      bins = R.bins(s, int(m), binning)
+      ref = R.lin_sums(s, b.astype(float), bins, int(m))[:, 0]
+      np.testing.assert_allclose(
+        out.sums[k, :m, 0], ref, rtol=1e-6, atol=2e-5, err_msg=f"{binning} {m}"
+      )
+      np.testing.assert_array_equal(out.counts[k, :m], np.bincount(bins, minlength=m))

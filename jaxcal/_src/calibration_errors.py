@@ -32,6 +32,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
+from jaxcal._src.numerics import row_reduce
 from jaxcal._src.sorting import stable_argsort
 
 __all__ = [
@@ -59,7 +60,12 @@ __all__ = [
 
 
 def _count(where: jax.Array | None, n: int, dtype) -> jax.Array:
-  """The number of samples as a float: ``n``, or the count of True in ``where``."""
+  """The number of samples as a float: ``n``, or the count of True in ``where``.
+
+  In ``dtype`` promoted to at least float32 (the cores never compute in
+  float16 / bfloat16: ``n = 70000`` is inf there).
+  """
+  dtype = jnp.promote_types(dtype, jnp.float32)
   if where is None:
     return jnp.asarray(float(n), dtype)
   return jnp.sum(where, dtype=jnp.int32).astype(dtype)
@@ -98,22 +104,38 @@ def _check_norm(norm: str) -> str:
 
 
 def _confidence_parts(p: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Top label (ties -> lowest index) and its probability.
+  """Top label ``r`` (ties toward the lowest index, ``jnp.argmax``'s rule) and ``c = max p``.
 
-  ``max`` then the first index attaining it: two plain reductions, faster
-  on CPU than ``argmax``'s variadic (value, index) reduction; same result.
+  The first index attaining the max, reduced over column chunks
+  (:func:`~jaxcal._src.numerics.row_reduce`): no ``(n, C)`` int32 temporary.
   """
   c = jnp.max(p, axis=-1)
   num_classes = p.shape[-1]
-  iota = jnp.arange(num_classes, dtype=jnp.int32)
-  r = jnp.min(jnp.where(p == c[..., None], iota, num_classes), axis=-1)
+  r = row_reduce(lambda v, i: jnp.where(v == c[..., None], i, num_classes), p, "min")
   return r, c
 
 
+def _correct(p: jax.Array, y: jax.Array, c: jax.Array) -> jax.Array:
+  """``[argmax p == y]`` (bool) given ``c = max p``, without an ``(n, C)`` temporary.
+
+  The top label breaks ties toward the lowest index (``jnp.argmax``'s
+  rule): ``y`` is the top label iff ``p_y == c`` and no column before ``y``
+  attains ``c``. One gather and a tie test reduced over column chunks
+  (:func:`~jaxcal._src.numerics.row_reduce`); an ``argmin`` over
+  ``where(p == c, iota, C)`` writes an int32 ``(n, C)`` array on XLA:CPU,
+  and ``argmax``'s variadic reduction is 4x slower. Out-of-range labels are
+  never correct.
+  """
+  num_classes = p.shape[-1]
+  py = jnp.take_along_axis(p, jnp.clip(y, 0, num_classes - 1)[..., None], axis=-1)[..., 0]
+  before = row_reduce(lambda v, r: (v == c[..., None]) & (r < y[..., None]), p, "any")
+  return (py == c) & ~before & (y >= 0) & (y < num_classes)
+
+
 def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-  r, c = _confidence_parts(p)
-  z = (r == y).astype(p.dtype)
-  return c, z
+  """Confidence ``c = max_r p_r`` and correctness ``z = [argmax p == y]`` (in ``p``'s dtype)."""
+  c = jnp.max(p, axis=-1)
+  return c, _correct(p, y, c).astype(p.dtype)
 
 
 def _binary_rows(p: jax.Array, y: jax.Array, mode: str) -> tuple[jax.Array, jax.Array]:
@@ -136,9 +158,9 @@ def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1", where=None):
   ``where``: optional ``(n,)`` bool sample mask; masked-out samples are
   treated exactly as if absent (``n`` becomes the number of True entries).
   """
-  r, c = _confidence_parts(p)
+  c = jnp.max(p, axis=-1)
   return _conf_from_scores(
-    c, r == y, m, binning=binning, max_bins=max_bins, kind=kind, norm=norm, where=where
+    c, _correct(p, y, c), m, binning=binning, max_bins=max_bins, kind=kind, norm=norm, where=where
   )
 
 
@@ -149,7 +171,8 @@ def _conf_from_scores(c, z, m, *, binning, max_bins, kind, norm="l1", where=None
   records (which keep only ``c`` and ``z``) call it too.
   """
   n = _count(where, c.shape[0], c.dtype)
-  bs = B.binned_residual_sums(c, z, m, binning, max_bins, where=where)
+  need_counts = kind == "ece" and norm != "l1"
+  bs = B.binned_residual_sums(c, z, m, binning, max_bins, where=where, counts=need_counts)
   sums = bs.sums
   if kind == "ece":
     return _binned_norm(sums[:, 0], bs.counts, n, norm)
@@ -160,25 +183,24 @@ def _conf_from_scores(c, z, m, *, binning, max_bins, kind, norm="l1", where=None
   return ce
 
 
-def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0, where=None):
+def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0, where=None, counts=False):
   """BinnedSums of ``sign * (p[:, r] - 1[y = r])`` on the bins of ``p[:, r]``, per class.
 
-  The columns are transposed to rows first: a batched sort / segment sum
-  along the last axis is several times faster on CPU than along axis 0.
+  ``p`` stays in its ``(n, C)`` layout (samples along axis 0): fixed bins
+  need no transposition at all, and the sort strategy transposes its
+  ``uint32`` keys, a chunk of classes at a time.
   """
-  num_classes = p.shape[1]
-  pt = p.T  # (C, n)
-  bits = y[None, :] == jnp.arange(num_classes)[:, None]  # (C, n)
-  w = None if where is None else where[None, :]
+  w = None if where is None else where[:, None]
   return B.binned_residual_sums(
-    pt, bits, m, binning, max_bins, sign=sign, where=w
+    p, None, m, binning, max_bins, sign=sign, where=w, axis=0, counts=counts, labels=y
   )  # rows (C, max_bins, ...)
 
 
 def _classwise_core(p, y, m, weights, *, binning, max_bins, kind, norm="l1", where=None):
   """Class-wise error of one data set: ``sum_r weights[r] * err_r`` (``norm`` for ℓ1, or squared)."""
   n = _count(where, p.shape[0], p.dtype)
-  bs = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins, where=where)
+  need_counts = kind == "ece" and norm != "l1"
+  bs = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins, where=where, counts=need_counts)
   sums = bs.sums[..., 0]  # (C, max_bins)
   if kind == "ece":
     per = _binned_norm(sums, bs.counts, n, norm)
@@ -190,14 +212,16 @@ def _classwise_core(p, y, m, weights, *, binning, max_bins, kind, norm="l1", whe
 def _binary_core(p, y, m, *, binning, max_bins, where=None):
   """Squared binned error of binary forecasts ``p`` (``(n,)``) and outcomes ``y``."""
   n = _count(where, p.shape[0], p.dtype)
-  sums = B.binned_residual_sums(p, y == 1, m, binning, max_bins, where=where).sums
+  sums = B.binned_residual_sums(p, y == 1, m, binning, max_bins, where=where, counts=False).sums
   return _sq(sums, n)
 
 
 def _ecce_core(p, y, m, weights, *, max_bins, where=None):
   """ECCE of one data set (fixed bins, cumulative residual sums per class)."""
   n = _count(where, p.shape[0], p.dtype)
-  bs = _per_class_sums(p, y, m, binning="fixed", max_bins=max_bins, sign=-1.0, where=where)
+  bs = _per_class_sums(
+    p, y, m, binning="fixed", max_bins=max_bins, sign=-1.0, where=where, counts=True
+  )
   per = jnp.sum(jnp.where(bs.counts > 0, jnp.abs(bs.cumsums[..., 0]), 0.0), axis=1) / n
   return jnp.sum(weights * per)
 
@@ -815,7 +839,9 @@ def _reliability_core(p, y, num_bins, binning, where=None):
   # Direct per-bin segment sums (not differences of prefix sums): per-bin
   # *means* are reported, and a prefix-sum difference loses float32 digits
   # in sparsely populated bins.
+  acc = jnp.promote_types(p.dtype, jnp.float32)  # never sum in float16 / bfloat16
   c, z = _confidence(p, y)
+  c, z = c.astype(acc), z.astype(acc)
   n = c.shape[0]
   m = jnp.int32(num_bins)
   if binning == "fixed":
@@ -829,10 +855,10 @@ def _reliability_core(p, y, num_bins, binning, where=None):
     b = jnp.zeros((n,), jnp.int32).at[order].set(ids)
   cnt = jax.ops.segment_sum(jnp.ones((n,), jnp.int32), b, num_segments=num_bins)
   sums = jax.ops.segment_sum(jnp.stack([c, z], axis=1), b, num_segments=num_bins)
-  safe = jnp.maximum(cnt, 1)[:, None].astype(p.dtype)
+  safe = jnp.maximum(cnt, 1)[:, None].astype(acc)
   means = jnp.where((cnt > 0)[:, None], sums / safe, 0.0)
   if binning == "fixed":
-    edges = jnp.arange(num_bins + 1, dtype=p.dtype) / num_bins
+    edges = jnp.arange(num_bins + 1, dtype=acc) / num_bins
     lower, upper = edges[:-1], edges[1:]
   else:
     lower = jax.ops.segment_min(c, b, num_segments=num_bins)
