@@ -50,7 +50,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src.numerics import PRECISION
-from jaxcal._src.sorting import float_to_key, key_to_float, stable_argsort
+from jaxcal._src.sorting import float_to_int_key, int_key_to_float, stable_argsort
 
 __all__ = [
   "blocked_cumsum",
@@ -528,19 +528,6 @@ def binned_sums(
   return BinnedSums(sums=sums, counts=counts, cumsums=at_ends[1:])
 
 
-def _sortable_int(s: jax.Array) -> jax.Array:
-  """float32 -> int32 with the same order (``-0.0`` and ``+0.0`` share ``0``).
-
-  :func:`~jaxcal._src.sorting.float_to_key` with the top bit flipped, so
-  scores in ``(-2, 2)`` map into ``|k| < 2**30`` and ``2k + b`` fits int32.
-  """
-  return jax.lax.bitcast_convert_type(float_to_key(s) ^ jnp.uint32(0x80000000), jnp.int32)
-
-
-def _from_sortable_int(k: jax.Array) -> jax.Array:
-  return key_to_float(jax.lax.bitcast_convert_type(k, jnp.uint32) ^ jnp.uint32(0x80000000))
-
-
 def _stable_sorted_residuals(scores, bits, sign, where):
   """``sign * (s - b)`` in the stable order of ``s``; masked-out samples last, as 0."""
   order = stable_argsort(masked_last(scores, where))
@@ -616,13 +603,13 @@ def sorted_residual_prefix(
   w2 = None if where is None else jnp.broadcast_to(where, scores.shape).reshape((-1, n))
   use_fast = method == "fast" or (method == "auto" and n >= FAST_SORT_MIN_N)
   if use_fast and scores.dtype == jnp.float32 and n >= 2:
-    key = _sortable_int(s2) * 2 + b2.astype(jnp.int32)
+    key = float_to_int_key(s2) * 2 + b2.astype(jnp.int32)
     if w2 is not None:  # masked-out samples sort after all others
       key = jnp.where(w2, key, jnp.iinfo(jnp.int32).max)
     key = jax.lax.sort(key, dimension=1, is_stable=False)
     hi = key >> 1
     mixed = (hi[:, 1:] == hi[:, :-1]) & (key[:, 1:] != key[:, :-1])
-    fast = sign * (_from_sortable_int(hi) - (key & 1).astype(jnp.float32))
+    fast = sign * (int_key_to_float(hi) - (key & 1).astype(jnp.float32))
     if w2 is not None:
       fast = jnp.where(jnp.arange(n) < sample_count(w2, n)[:, None], fast, 0.0)
     fast, fits = jax.lax.cond(
