@@ -82,9 +82,25 @@ def test_matches_sklearn_and_loop_reference_with_ties_and_weights():
         assert np.ptp(got[:n][x == v]) == 0.0
 
 
-def test_several_chunks_match_sklearn_binary_and_general_paths():
+@pytest.fixture
+def patch_iso(monkeypatch):
+  """Sets a module constant of the isotonic core and drops JAX's trace caches
+  (before and after), so that the patched value is traced, and only here."""
+
+  def set_(name, value):
+    monkeypatch.setattr(I, name, value)
+    jax.clear_caches()
+
+  yield set_
+  jax.clear_caches()
+
+
+@pytest.mark.parametrize("all_rows", [None, True])
+def test_several_chunks_match_sklearn_binary_and_general_paths(patch_iso, all_rows):
   """n > CHUNK: level 1 in several lanes, level 2 across them; 0/1 targets take the
-  one-sort path, other targets the argsort path; an outlier forces long merges."""
+  one-sort path, other targets the argsort path; an outlier forces long merges.
+  ``all_rows``: level 2 as on accelerators (every row a lane of one loop)."""
+  patch_iso("LEVEL2_ALL_ROWS", all_rows)
   rng = np.random.default_rng(1)
   n = 3 * I.CHUNK + 17
   assert n > I.CHUNK
@@ -100,10 +116,12 @@ def test_several_chunks_match_sklearn_binary_and_general_paths():
     np.testing.assert_allclose(row, ref, atol=1e-9)
 
 
-@pytest.mark.parametrize("chunk", [1, 3])
-def test_tie_groups_cut_by_chunk_boundaries(monkeypatch, chunk):
-  """Tiny chunks: every tie group and merge crosses lanes; ties are never split."""
-  monkeypatch.setattr(I, "CHUNK", chunk)
+@pytest.mark.parametrize("chunk,all_rows", [(1, None), (3, None), (3, True)])
+def test_tie_groups_cut_by_chunk_boundaries(patch_iso, chunk, all_rows):
+  """Tiny chunks: every tie group and merge crosses lanes; ties are never split.
+  ``all_rows``: level 2 as on accelerators (every row a lane of one loop)."""
+  patch_iso("CHUNK", chunk)
+  patch_iso("LEVEL2_ALL_ROWS", all_rows)
   rng = np.random.default_rng(chunk)
   xs = rng.integers(0, 5, (6, N)).astype(float)
   ys = np.where(np.arange(6)[:, None] % 2 == 0, rng.integers(0, 2, (6, N)), rng.normal(size=(6, N)))

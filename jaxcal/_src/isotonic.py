@@ -24,8 +24,9 @@ data) and in four steps, every one batched over rows:
    most one merge with the block below (further merges are left to level 2).
    A tie group cut by a chunk boundary is never merged on a partial mean.
 3. **Level 2**: the level-1 blocks of each row are gathered in order, and a
-   sequential stack PAV runs over them one row at a time (``lax.map``): on
-   one row XLA:CPU runs such a loop at tens of nanoseconds per step.
+   sequential stack PAV runs over them, on CPU one row at a time
+   (``lax.map``: on one row XLA:CPU runs such a loop at tens of nanoseconds
+   per step), elsewhere all rows at once (:data:`LEVEL2_ALL_ROWS`).
    Typical calibration data leave a few hundred level-1 blocks per 100,000
    samples; data that need no merge at all (already increasing) leave one
    block per sample, and this pass then takes ``O(n)`` fast steps.
@@ -304,15 +305,28 @@ def _level2_row(bw, bs, be, bj, nb):
   return top, sw, ss, se
 
 
+#: Level 2 with every row as one lane of a single loop (True), or one row after
+#: another (False); None: one row at a time on CPU, where a one-row loop step
+#: costs tens of nanoseconds, and all rows at once elsewhere, where every loop
+#: step is a kernel launch and rows one after another would multiply them.
+LEVEL2_ALL_ROWS: bool | None = None
+
+
 def _level2(mw, ms, mp, count, rows, chunks, length, head_open):
   """Final blocks of every row: ``(values, ends, count)``, ``(rows, n)`` and ``(rows,)``."""
-  bw, bs, be, bj, nb = _row_blocks(mw, ms, mp, count, rows, chunks, length, head_open)
+  blocks = _row_blocks(mw, ms, mp, count, rows, chunks, length, head_open)
 
   def one(args):
     top, sw, ss, se = _level2_row(*(a[None] for a in args))
     return top[0], sw[0], ss[0], se[0]
 
-  top, sw, ss, se = lax.map(one, (bw, bs, be, bj, nb))
+  def by_row(*a):
+    return lax.map(one, a)
+
+  if LEVEL2_ALL_ROWS is None:
+    top, sw, ss, se = lax.platform_dependent(*blocks, cpu=by_row, default=_level2_row)
+  else:
+    top, sw, ss, se = (_level2_row if LEVEL2_ALL_ROWS else by_row)(*blocks)
   return ss / sw, se, top
 
 
