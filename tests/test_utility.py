@@ -168,6 +168,19 @@ def test_uc_core_equals_bruteforce_with_ties(seed):
     assert int(res.sign) == 0
 
 
+def test_uc_core_vmap_over_utilities_keeps_one_sort_choice():
+  """Above 2^16 samples the radix sort picks 2 or 3 passes from the data; under
+  vmap over utilities that stays one cond for the whole batch (not a select that
+  runs both branches for every utility)."""
+  v = jnp.zeros((4, 70_000), jnp.float32)
+  one = str(jax.make_jaxpr(uc_from_scores)(v[0], v[0], where=v[0] > 0))
+  batched = str(jax.make_jaxpr(jax.vmap(uc_from_scores))(v, v, where=v > 0))
+  assert one.count("cond[") >= 2  # the backend's choice and the pass choice
+  # a batched predicate would turn the pass choice into selects (fewer conds);
+  # the batch may hold one cond per group of rows sorted on its own core
+  assert batched.count("cond[") >= one.count("cond[")
+
+
 def test_uc_core_where_padded_equals_unpadded():
   """Masked-out samples are absent: padding (even NaN) changes nothing, n = count."""
   rng = np.random.default_rng(11)
