@@ -1,7 +1,8 @@
-"""isotonic_regression / isotonic_fit / isotonic_predict (SPEC §4).
+"""isotonic_regression / isotonic_fit / isotonic_predict.
 
 References: scikit-learn's IsotonicRegression (float64, ties pooled) and a
-naive loop-based float64 PAV below. Shapes are few and fixed (zero-weight
+naive loop-based float64 PAV below (Barlow et al. 1972: merge adjacent
+violators until none is left). Shapes are few and fixed (zero-weight
 padding) to keep compilations down.
 """
 
@@ -81,22 +82,63 @@ def test_matches_sklearn_and_loop_reference_with_ties_and_weights():
         assert np.ptp(got[:n][x == v]) == 0.0
 
 
-def test_unweighted_large_uses_parallel_rounds_and_matches_sklearn():
-  # n > STOP_BLOCKS so the parallel rounds run before the sequential pass;
-  # also an adversarial outlier, where rounds stall and the stack finishes.
+@pytest.fixture
+def patch_iso(monkeypatch):
+  """Sets a module constant of the isotonic core and drops JAX's trace caches
+  (before and after), so that the patched value is traced, and only here."""
+
+  def set_(name, value):
+    monkeypatch.setattr(I, name, value)
+    jax.clear_caches()
+
+  yield set_
+  jax.clear_caches()
+
+
+@pytest.mark.parametrize("all_rows", [None, True])
+def test_several_chunks_match_sklearn_binary_and_general_paths(patch_iso, all_rows):
+  """n > CHUNK: level 1 in several lanes, level 2 across them; 0/1 targets take the
+  one-sort path, other targets the argsort path; an outlier forces long merges.
+  ``all_rows``: level 2 as on accelerators (every row a lane of one loop)."""
+  patch_iso("LEVEL2_ALL_ROWS", all_rows)
   rng = np.random.default_rng(1)
-  n = 4096
-  assert n > I.STOP_BLOCKS
-  x = rng.random(n)
+  n = 3 * I.CHUNK + 17
+  assert n > I.CHUNK
+  x = np.round(rng.random(n), 2)  # ties, some across chunk boundaries
   y_bin = (rng.random(n) < x).astype(float)
   y_out = np.arange(n) * 1e-3
   y_out[np.argmin(x)] = 1e4
   with jax.enable_x64(True):
     fit = jax.jit(jax.vmap(isotonic_regression))
-    got = np.asarray(fit(np.stack([x, x]), np.stack([y_bin, y_out])))
-  for row, y in zip(got, (y_bin, y_out)):
+    got = np.asarray(fit(np.stack([x, x, x]), np.stack([y_bin, y_out, y_bin + 0.5])))
+  for row, y in zip(got, (y_bin, y_out, y_bin + 0.5)):
     ref = sklearn_isotonic.IsotonicRegression().fit(x, y).predict(x)
     np.testing.assert_allclose(row, ref, atol=1e-9)
+
+
+@pytest.mark.parametrize("chunk,all_rows", [(1, None), (3, None), (3, True)])
+def test_tie_groups_cut_by_chunk_boundaries(patch_iso, chunk, all_rows):
+  """Tiny chunks: every tie group and merge crosses lanes; ties are never split.
+  ``all_rows``: level 2 as on accelerators (every row a lane of one loop)."""
+  patch_iso("CHUNK", chunk)
+  patch_iso("LEVEL2_ALL_ROWS", all_rows)
+  rng = np.random.default_rng(chunk)
+  xs = rng.integers(0, 5, (6, N)).astype(float)
+  ys = np.where(np.arange(6)[:, None] % 2 == 0, rng.integers(0, 2, (6, N)), rng.normal(size=(6, N)))
+  ws = rng.random((6, N)) * (rng.random((6, N)) > 0.2)
+  ws[:, 0] = 1.0
+  with jax.enable_x64(True):
+    plain = np.asarray(jax.jit(jax.vmap(isotonic_regression))(xs, ys))
+    weighted = np.asarray(jax.jit(jax.vmap(isotonic_regression))(xs, ys, ws))
+  for k in range(6):
+    np.testing.assert_allclose(plain[k], pav_reference(xs[k], ys[k]), atol=1e-9)
+    np.testing.assert_allclose(weighted[k], pav_reference(xs[k], ys[k], ws[k]), atol=1e-9)
+
+
+def test_increasing_data_needs_no_merge():
+  """Already isotonic data: every sample is its own block (the sequential pass is O(n))."""
+  x = np.linspace(0, 1, 5 * I.CHUNK).astype(np.float32)
+  np.testing.assert_array_equal(np.asarray(isotonic_regression(x, 2 * x)), 2 * x)
 
 
 def test_float32_binary_agrees_with_float64():
@@ -185,3 +227,46 @@ def test_single_point_and_constant_x():
 def test_bad_input(args, msg):
   with pytest.raises(ValueError, match=msg):
     isotonic_regression(*args)
+
+
+def test_fit_matches_regression_and_sorted_fit_is_the_step_function():
+  rng = np.random.default_rng(8)
+  x = np.round(rng.random(N), 1).astype(np.float32)
+  y = (rng.random(N) < x).astype(np.float32)
+  w = (rng.random(N) > 0.25).astype(np.float32)
+  for weights in (None, w):
+    f = isotonic_fit(x, y, weights)
+    fitted = np.asarray(isotonic_regression(x, y, weights))
+    np.testing.assert_array_equal(np.asarray(isotonic_predict(f, x)), fitted)
+    assert np.all(np.diff(np.asarray(f.y)) >= 0)
+    core = jax.jit(I.isotonic_fit_sorted)(jnp.asarray(x), jnp.asarray(y), weights)
+    np.testing.assert_array_equal(np.asarray(core.fitted), fitted)
+    np.testing.assert_array_equal(np.asarray(core.sorted_fit), np.asarray(f.y))
+
+
+def test_binary_one_sort_path_equals_argsort_path():
+  """0/1 targets with unit weights (one packed sort) and the same data through the
+  weighted path (stable argsort and gathers) give identical fits."""
+  rng = np.random.default_rng(9)
+  x = np.round(rng.random((5, N)), 1).astype(np.float32)
+  y = (rng.random((5, N)) < x).astype(np.float32)
+  fast = np.asarray(jax.jit(jax.vmap(isotonic_regression))(x, y))
+  slow = np.asarray(jax.jit(jax.vmap(isotonic_regression))(x, y, np.ones_like(y)))
+  np.testing.assert_array_equal(fast, slow)
+  for k in range(5):
+    np.testing.assert_allclose(fast[k], pav_reference(x[k], y[k]), atol=1e-6)
+
+
+def test_float32_close_to_float64_at_large_n():
+  rng = np.random.default_rng(10)
+  n = 200_000
+  x = rng.random(n).astype(np.float32)
+  y = (rng.random(n) < x**2).astype(np.float32)
+  got = np.asarray(isotonic_regression(x, y))
+  ref = pav_reference_fast(x.astype(np.float64), y.astype(np.float64))
+  np.testing.assert_allclose(got, ref, atol=1e-6)
+
+
+def pav_reference_fast(x, y):
+  """Stack PAV in float64 (sklearn's algorithm), for large n."""
+  return sklearn_isotonic.IsotonicRegression().fit(x, y).predict(x)

@@ -1,4 +1,4 @@
-"""The backend-specific sorts in jaxcal._src.sorting agree with numpy.
+"""The sorts in jaxcal._src.sorting agree with numpy, on every strategy.
 
 CI has no accelerator, so the GPU/TPU branches of ``platform_dependent`` are
 called directly here: every strategy must give the same answer on CPU.
@@ -13,8 +13,8 @@ from jaxcal._src import sorting as S
 from jaxcal._src.utility.uc import uc_from_scores
 
 
-def _scores(rng, shape):
-  x = rng.standard_normal(shape).astype(np.float32)
+def _scores(rng, shape, dtype=np.float32):
+  x = rng.standard_normal(shape).astype(dtype)
   x.reshape(-1)[::5] = np.round(x.reshape(-1)[::5], 1)  # many ties
   x.reshape(-1)[::11] = 0.0
   x.reshape(-1)[::13] = -0.0  # -0.0 ties with +0.0
@@ -22,7 +22,7 @@ def _scores(rng, shape):
 
 
 def _np_stable(x):
-  return np.argsort(np.where(x == 0, np.float32(0), x), axis=-1, kind="stable")
+  return np.argsort(np.where(x == 0, 0, x), axis=-1, kind="stable")
 
 
 @pytest.mark.parametrize("shape", [(2,), (7,), (1000,), (3, 5000), (2, 3, 70_000)])
@@ -30,18 +30,84 @@ def test_argsort_strategies_equal_numpy_stable(shape):
   x = _scores(np.random.default_rng(0), shape)
   want = _np_stable(x)
   key = S.float_to_key(jnp.asarray(x))
-  np.testing.assert_array_equal(np.asarray(S._radix_argsort(key)), want)
-  np.testing.assert_array_equal(np.asarray(S._pair_argsort(key)), want)
+  want_keys = np.take_along_axis(np.asarray(key), want, axis=-1)
+  flat = key.reshape((-1, shape[-1]))
+  for name, (skey, perm) in {
+    "radix": S._radix_argsort(flat),
+    "pair": S._pair_argsort(flat),
+    "public": jax.jit(S.argsort_keys)(key),
+  }.items():
+    np.testing.assert_array_equal(np.asarray(perm).reshape(shape), want, err_msg=name)
+    np.testing.assert_array_equal(np.asarray(skey).reshape(shape), want_keys, err_msg=name)
   np.testing.assert_array_equal(np.asarray(jax.jit(S.stable_argsort)(jnp.asarray(x))), want)
 
 
-def test_key_roundtrip_and_order():
-  x = _scores(np.random.default_rng(1), (4000,))
-  key = S.float_to_key(jnp.asarray(x))
-  back = np.asarray(S.key_to_float(key))
-  np.testing.assert_array_equal(back, np.where(x == 0, np.float32(0), x))
-  order = np.argsort(x, kind="stable")
-  assert np.all(np.diff(np.asarray(key)[order].astype(np.int64)) >= 0)
+@pytest.mark.parametrize("kind", ["probabilities", "wide"])
+def test_radix_two_and_three_pass_paths(kind):
+  """n > 2^16: 2 passes when the keys span little (scores in [0, 1]), else 3."""
+  rng = np.random.default_rng(4)
+  x = rng.random((2, 70_000)).astype(np.float32)
+  x[:, ::3] = np.round(x[:, ::3], 2)
+  if kind == "wide":
+    x[0, ::17] = -1e30
+    x[1, ::19] = 3e38
+  _, perm = jax.jit(S._radix_argsort)(S.float_to_key(jnp.asarray(x)))
+  np.testing.assert_array_equal(np.asarray(perm), _np_stable(x))
+
+
+def test_vmap_keeps_the_pass_choice_a_cond():
+  """Under vmap the 2-or-3-pass choice is made once for all rows: a cond, not a select."""
+  x = jnp.zeros((3, 70_000), jnp.float32)
+  one = str(jax.make_jaxpr(S.stable_argsort)(x[0])).count("cond[")
+  batched = str(jax.make_jaxpr(jax.vmap(S.stable_argsort))(x)).count("cond[")
+  assert one >= 2  # the backend's choice (platform_dependent) and the pass choice
+  assert batched == one  # a batched predicate would turn the pass choice into a select
+  rows = np.random.default_rng(5).random((3, 70_000)).astype(np.float32)
+  rows[1] *= -1e30  # one row with a wide span: every row takes the 3-pass branch
+  got = np.asarray(jax.jit(jax.vmap(S.stable_argsort))(jnp.asarray(rows)))
+  np.testing.assert_array_equal(got, _np_stable(rows))
+
+
+def test_row_groups_equal_one_group():
+  key = S.float_to_key(jnp.asarray(_scores(np.random.default_rng(6), (5, 3000))))
+  one = S._radix_argsort(key)
+  for groups in (2, 3, 5):
+    split = S.in_groups(S._radix_argsort, groups, key)
+    for a, b in zip(one, split):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert S.cpu_groups(1, 10**6) == 1 and S.cpu_groups(100, 10) == 1
+  assert 1 <= S.cpu_groups(100, 10**5) <= S.MAX_CPU_GROUPS
+
+
+def test_key_roundtrip_and_order_every_width():
+  rng = np.random.default_rng(1)
+  for dtype in (np.float16, np.float32):
+    x = _scores(rng, (4000,), dtype)
+    key = S.float_to_key(jnp.asarray(x))
+    assert key.dtype.itemsize == x.dtype.itemsize
+    np.testing.assert_array_equal(np.asarray(S.key_to_float(key)), np.where(x == 0, 0, x))
+    order = np.argsort(x, kind="stable")
+    assert np.all(np.diff(np.asarray(key)[order].astype(np.int64)) >= 0)
+    perm = np.asarray(S.argsort_keys(key)[1])
+    np.testing.assert_array_equal(perm, _np_stable(x))
+  with jax.enable_x64(True):
+    x = _scores(rng, (4000,), np.float64)
+    key = S.float_to_key(jnp.asarray(x))
+    assert key.dtype == jnp.uint64
+    np.testing.assert_array_equal(np.asarray(S.key_to_float(key)), np.where(x == 0, 0, x))
+    np.testing.assert_array_equal(np.asarray(S.argsort_keys(key)[1]), _np_stable(x))
+    np.testing.assert_array_equal(np.asarray(S.stable_argsort(jnp.asarray(x))), _np_stable(x))
+
+
+def test_int_key_order_and_range():
+  x = _scores(np.random.default_rng(7), (5000,)) / 4  # |x| < 2
+  k = np.asarray(S.float_to_int_key(jnp.asarray(x)))
+  assert k.dtype == np.int32 and np.abs(k).max() < 2**30
+  assert np.all(np.diff(k[np.argsort(x, kind="stable")].astype(np.int64)) >= 0)
+  assert np.all(k[x == 0] == 0)
+  np.testing.assert_array_equal(
+    np.asarray(S.int_key_to_float(jnp.asarray(k))), np.where(x == 0, 0, x)
+  )
 
 
 @pytest.mark.parametrize("impl", ["gathered", "paired", "public"])
@@ -61,6 +127,19 @@ def test_sort_with_payload_groups(impl):
       np.testing.assert_array_equal(got, want)
 
 
+def test_gradients_flow_through_the_payload():
+  """The integer argsort is outside autodiff; payloads gathered by it are differentiable."""
+  x = jnp.array([0.3, 0.1, 0.2])
+
+  def loss(p):
+    _, ps = S.sort_with_payload(x, p)
+    return jnp.sum(ps * jnp.arange(3.0))
+
+  np.testing.assert_allclose(np.asarray(jax.grad(loss)(jnp.ones(3))), [2.0, 0.0, 1.0])
+  grad_x = jax.grad(lambda v: jnp.sum(v[S.stable_argsort(v)] * jnp.arange(3.0)))(x)
+  np.testing.assert_allclose(np.asarray(grad_x), [2.0, 0.0, 1.0])
+
+
 def test_uc_independent_of_order_among_ties():
   """UC read between distinct values: the GPU path's unstable order gives the same result."""
   rng = np.random.default_rng(3)
@@ -74,15 +153,6 @@ def test_uc_independent_of_order_among_ties():
   np.testing.assert_allclose(float(ref.value), s[cut].max() - s[cut].min(), atol=2e-6)
 
 
-@pytest.mark.parametrize("kind", ["probabilities", "wide"])
-def test_radix_two_and_three_pass_paths(kind):
-  """n > 2^16: 2 passes when the keys span little (scores in [0, 1]), else 3."""
-  rng = np.random.default_rng(4)
-  x = rng.random((2, 70_000)).astype(np.float32)
-  x[:, ::3] = np.round(x[:, ::3], 2)
-  if kind == "wide":
-    x[0, ::17] = -1e30
-    x[1, ::19] = 3e38
-  want = _np_stable(x)
-  got = jax.jit(S._radix_argsort)(S.float_to_key(jnp.asarray(x)))
-  np.testing.assert_array_equal(np.asarray(got), want)
+def test_bad_key_shape():
+  with pytest.raises(ValueError, match="at least one axis"):
+    S.argsort_keys(jnp.uint32(3))

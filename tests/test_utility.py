@@ -168,6 +168,55 @@ def test_uc_core_equals_bruteforce_with_ties(seed):
     assert int(res.sign) == 0
 
 
+def test_uc_core_vmap_over_utilities_keeps_one_sort_choice():
+  """Above 2^16 samples the radix sort picks 2 or 3 passes from the data; under
+  vmap over utilities that stays one cond for the whole batch (not a select that
+  runs both branches for every utility)."""
+  v = jnp.zeros((4, 70_000), jnp.float32)
+  one = str(jax.make_jaxpr(uc_from_scores)(v[0], v[0], where=v[0] > 0))
+  batched = str(jax.make_jaxpr(jax.vmap(uc_from_scores))(v, v, where=v > 0))
+  assert one.count("cond[") >= 2  # the backend's choice and the pass choice
+  # a batched predicate would turn the pass choice into selects (fewer conds);
+  # the batch may hold one cond per group of rows sorted on its own core
+  assert batched.count("cond[") >= one.count("cond[")
+
+
+def test_uc_core_where_padded_equals_unpadded():
+  """Masked-out samples are absent: padding (even NaN) changes nothing, n = count."""
+  rng = np.random.default_rng(11)
+  n, pad = 37, 27
+  v = rng.choice(np.linspace(-1, 1, 9), n).astype(np.float32)
+  u = rng.choice([-1.0, 0.0, 0.5, 1.0], n).astype(np.float32)
+  want = uc_brute(v, u)
+  junk_v = rng.choice([np.nan, 5.0, -5.0, 0.0], pad).astype(np.float32)
+  junk_u = rng.choice([np.nan, 9.0, -9.0], pad).astype(np.float32)
+  perm = rng.permutation(n + pad)  # padding interleaved with the samples
+  vp = np.concatenate([v, junk_v])[perm]
+  up = np.concatenate([u, junk_u])[perm]
+  wp = np.concatenate([np.ones(n, bool), np.zeros(pad, bool)])[perm]
+  core = jax.jit(uc_from_scores)
+  plain = core(jnp.asarray(v), jnp.asarray(u))
+  padded = core(jnp.asarray(vp), jnp.asarray(up), where=jnp.asarray(wp))
+  assert float(padded.value) == pytest.approx(want, abs=1e-6)
+  for a, b in zip(plain, padded):
+    assert float(a) == pytest.approx(float(b), abs=1e-6)
+  # all-True mask == no mask; all-False mask == zero error
+  full = core(jnp.asarray(v), jnp.asarray(u), where=jnp.ones(n, bool))
+  assert float(full.value) == pytest.approx(float(plain.value), abs=1e-7)
+  empty = core(jnp.asarray(vp), jnp.asarray(up), where=jnp.zeros(n + pad, bool))
+  assert float(empty.value) == 0.0 and int(empty.sign) == 0
+  # vmap over masks == loop (models of different n padded to one size)
+  masks = np.stack([wp, np.roll(wp, 5), np.ones(n + pad, bool)])
+  clean_v, clean_u = np.nan_to_num(vp, nan=0.3), np.nan_to_num(up, nan=0.5)
+  vu = np.where(masks, clean_v, np.nan), np.where(masks, clean_u, np.nan)
+  batched = jax.vmap(core)(jnp.asarray(vu[0]), jnp.asarray(vu[1]), where=jnp.asarray(masks))
+  for i in range(3):
+    keep = masks[i]
+    assert float(batched.value[i]) == pytest.approx(
+      uc_brute(vu[0][i][keep], vu[1][i][keep]), abs=1e-6
+    )
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_uc_each_family_equals_bruteforce(name):
   p, y = _data()

@@ -75,7 +75,7 @@ def main(argv=None) -> dict:
       [IsotonicRegression().fit_transform(x64[k], y64[k]) for k in range(args.classes)]
     )
 
-  t_sk = timeit(sk, repeat=args.sklearn_repeat, warmup=0)
+  t_sk = timeit(sk, repeat=args.sklearn_repeat, warmup=1)
   ref = sk()
   print(f"sklearn float64 loop: best {t_sk['best_s']:.3f} s", flush=True)
 

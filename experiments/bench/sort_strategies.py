@@ -6,6 +6,8 @@
 * ``radix``: LSD radix passes of single-operand ``uint32`` sorts (CPU),
 * ``pair``: one sort of ``(uint32 key, index)`` pairs (GPU/TPU),
 
+(``jaxcal_stable_argsort`` adds, on CPU, one group of rows per core),
+
 against the reference ``jnp.argsort(x, axis=-1, stable=True)`` on float32,
 for the shapes jaxcal sorts: a chunk of utilities (1,500 rows of n = 15,000,
 the UC sweep), class columns (100 rows of n = 100,000, classwise quantile
@@ -37,8 +39,8 @@ def main(argv=None):
   info = device_info()
   variants = {
     "reference_jnp_argsort_stable": jax.jit(lambda x: jnp.argsort(x, axis=-1, stable=True)),
-    "radix_uint32_passes": jax.jit(lambda x: S._radix_argsort(S.float_to_key(x))),
-    "pair_uint32_index": jax.jit(lambda x: S._pair_argsort(S.float_to_key(x))),
+    "radix_uint32_passes": jax.jit(lambda x: S._radix_argsort(S.float_to_key(x))[1]),
+    "pair_uint32_index": jax.jit(lambda x: S._pair_argsort(S.float_to_key(x))[1]),
     "jaxcal_stable_argsort": jax.jit(S.stable_argsort),
   }
   print(

@@ -32,6 +32,7 @@ memory analysis of the full-scale (n = 15,000, C = 1,000, M = 100,000) sweep
 is always reported: its temporary buffers are what chunking bounds.
 
   python experiments/bench/uc_sweep.py            # writes results/uc_sweep.json
+  python experiments/bench/uc_sweep.py --scaling-only  # UC core n = 10^5 -> 10^6 only
   python experiments/bench/uc_sweep.py --small    # quick (n=2,000, C=100, M=200), uc_sweep_small.json
 """
 
@@ -78,7 +79,7 @@ def np_prep(p, y):
 
 def np_uc(v, u):
   n = v.shape[0]
-  o = np.argsort(v, kind="stable")
+  o = np.argsort(v)  # S is read only at cuts: the order among ties is immaterial
   vs = v[o]
   s = np.empty(n + 1, np.float64)
   s[0] = 0.0
@@ -166,6 +167,76 @@ def compiled_memory(n, c, m):
   return out
 
 
+def _uc_value_vmap_select(v, u):
+  """UC of one utility with the radix sort called directly (no row-batching rule).
+
+  Under ``jax.vmap`` its 2-or-3-pass ``lax.cond`` becomes a select that runs
+  both branches: the behaviour before the sort carried a ``custom_vmap`` rule.
+  """
+  from jaxcal._src import sorting as S
+
+  skey, perm = S._radix_argsort(S.float_to_key(v)[None])
+  rs = (u - v)[perm[0]]
+  s = jnp.concatenate([jnp.zeros((1,), v.dtype), jnp.cumsum(rs)]) / v.shape[0]
+  cut = jnp.concatenate([jnp.ones((1,), bool), skey[0, 1:] != skey[0, :-1], jnp.ones((1,), bool)])
+  return jnp.max(jnp.where(cut, s, -jnp.inf)) - jnp.min(jnp.where(cut, s, jnp.inf))
+
+
+def scaling(ns=(100_000, 1_000_000), m: int = 8, repeat: int = 3) -> dict:
+  """Per-utility cost of the UC core (sort + prefix sum) from n = 10^5 to 10^6.
+
+  ``m`` utilities at once through ``jax.jit(jax.vmap(uc_from_scores))`` on
+  ``(m, n)`` float32 predicted/realised utilities (``v`` uniform in [-1, 1]
+  as linear utilities give, ``u = ±1``), against the variant whose sort
+  choice is a batched select (both branches run), and against the numpy
+  per-utility reference (stable argsort, cumulative sum, max - min over
+  cuts) on one utility, warmed up and timed the same way.
+  """
+  from jaxcal._src.utility.uc import uc_from_scores
+
+  core = jax.jit(jax.vmap(lambda v, u: uc_from_scores(v, u).value))
+  select = jax.jit(jax.vmap(_uc_value_vmap_select))
+  out = {"M": m, "dtype": "float32", "per_n": {}}
+  for n in ns:
+    rng = np.random.default_rng(n)
+    v = rng.uniform(-1, 1, (m, n)).astype(np.float32)
+    u = np.where(rng.random((m, n)) < (v + 1) / 2, 1.0, -1.0).astype(np.float32)
+    vd, ud = jax.device_put(v), jax.device_put(u)
+    got = np.asarray(core(vd, ud))
+    ref = np.array([np_uc(v[i].astype(np.float64), u[i].astype(np.float64)) for i in range(m)])
+    t_core = timeit(lambda: core(vd, ud), repeat=repeat)
+    t_sel = timeit(lambda: select(vd, ud), repeat=repeat)
+    t_np = timeit(lambda: np_uc(v[0], u[0]), repeat=repeat)
+    row = {
+      "jax_vmap": t_core,
+      "jax_vmap_select_both_branches": t_sel,
+      "numpy_one_utility": t_np,
+      "jax_per_utility_ms": 1e3 * t_core["best_s"] / m,
+      "select_per_utility_ms": 1e3 * t_sel["best_s"] / m,
+      "numpy_per_utility_ms": 1e3 * t_np["best_s"],
+      "max_abs_diff_vs_numpy_float64": float(np.abs(got - ref).max()),
+    }
+    out["per_n"][str(n)] = row
+    print(
+      f"  UC core n={n}: {row['jax_per_utility_ms']:.2f} ms/utility "
+      f"(select variant {row['select_per_utility_ms']:.2f}, numpy {row['numpy_per_utility_ms']:.2f}; "
+      f"first call {t_core['first_s']:.2f}s)",
+      flush=True,
+    )
+  lo, hi = (out["per_n"][str(n)] for n in (ns[0], ns[-1]))
+  out["growth_per_utility"] = hi["jax_per_utility_ms"] / lo["jax_per_utility_ms"]
+  out["growth_select_variant"] = hi["select_per_utility_ms"] / lo["select_per_utility_ms"]
+  out["growth_numpy"] = hi["numpy_per_utility_ms"] / lo["numpy_per_utility_ms"]
+  out["target_growth"] = "<= 12 (n log n from 10^5 to 10^6)"
+  out["load_avg_at_end"] = cpu_load()
+  print(
+    f"  per-utility growth 10^5 -> 10^6: jaxcal x{out['growth_per_utility']:.1f}, "
+    f"select variant x{out['growth_select_variant']:.1f}, numpy x{out['growth_numpy']:.1f}",
+    flush=True,
+  )
+  return out
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument(
@@ -179,7 +250,18 @@ def main():
   )
   ap.add_argument("--full-100k", action="store_true", help="run the 100k sweep at full n = 15,000")
   ap.add_argument("--repeat", type=int, default=3)
+  ap.add_argument(
+    "--scaling-only",
+    action="store_true",
+    help="only the n = 10^5 -> 10^6 per-utility scaling of the UC core (uc_sweep_scaling.json)",
+  )
   args = ap.parse_args()
+  if args.scaling_only:
+    info = device_info()
+    print(f"UC core scaling on {info.get('device')} (load {cpu_load()})", flush=True)
+    res = scaling(repeat=args.repeat)
+    print(f"wrote {write_result('uc_sweep_scaling', {**info, 'scaling': res})}")
+    return
 
   n, c, m = (2000, 100, 200) if args.small else (15000, 1000, 1500)
   m_np = min(m, args.numpy_utilities)
@@ -215,7 +297,7 @@ def main():
     t_dev = timeit(
       lambda: _sweep._local_jit(kind, p_d, y_d, prm_d, chunk), repeat=max(args.repeat, 5)
     )
-    t_np = timeit(lambda: np_loop(kind, p, y, prep, params[:m_np]), repeat=1, warmup=0)
+    t_np = timeit(lambda: np_loop(kind, p, y, prep, params[:m_np]), repeat=1, warmup=1)
     np_total = t_np["best_s"] * m / m_np
     results[kind] = {
       "jax": t_jax,
@@ -258,6 +340,9 @@ def main():
       flush=True,
     )
 
+  print("  UC core scaling, n = 10^5 -> 10^6 ...", flush=True)
+  scale = None if args.small else scaling(repeat=args.repeat)
+
   out = {
     "benchmark": "uc_sweep",
     "config": {"n": n, "C": c, "M_per_family": m, "small": args.small, "repeat": args.repeat},
@@ -267,6 +352,7 @@ def main():
     "results": results,
     "chunked_100k": mem,
     "compiled_memory_100k_full_scale": cm,
+    "uc_core_scaling": scale,
     "notes": (
       "numpy loop timed on numpy_utilities_timed utilities per family and scaled to M; "
       "jaxcal timed through the public uc_sweep (validation + precomputation included); "

@@ -1,30 +1,48 @@
-"""Isotonic (L2, increasing) regression in pure JAX: PAV without host callbacks.
+"""Isotonic (L2, increasing) regression in pure JAX: exact PAV without host callbacks.
 
-The pool-adjacent-violators algorithm (PAV) repeatedly merges adjacent
-blocks whose means violate monotonicity; any such pair belongs to one block
-of the solution, so the order of merges does not matter. Here it runs in
-three stages, all with fixed shapes (the output is ``(n,)`` whatever the data):
+The pool-adjacent-violators algorithm (PAV) merges adjacent blocks whose
+means violate monotonicity; any such pair belongs to one block of the
+solution, so the order of the merges does not matter (Barlow et al. 1972),
+and neither does stopping early at one level as long as a later level keeps
+merging. Here it runs in fixed shapes (the output is ``(n,)`` whatever the
+data) and in four steps, every one batched over rows:
 
-1. sort ``x`` (on integer keys: the IEEE bit pattern made monotone) and pool
-   ties: equal ``x`` form one initial block (SPEC §4, the "secondary"
-   approach of scikit-learn; the same as R's ``isoreg`` after ordering ties by
-   ``y`` descending);
-2. parallel rounds: every adjacent violating pair of blocks merges at once
-   (a decreasing run collapses in one round); on real data each round about
-   halves the number of blocks and 2-15 rounds reach the solution;
-3. a stack-based sequential PAV over the remaining blocks finishes the job
-   (it is a formality after converged rounds and guarantees the exact answer,
-   in linear time, for adversarial inputs where rounds stall).
+1. **Sort** by ``x`` through integer keys (:func:`~jaxcal._src.sorting.float_to_key`).
+   Ties in ``x`` form one initial block (the "secondary" approach of
+   scikit-learn, the same as R's ``isoreg`` after ordering ties by ``y``
+   descending). When the targets are 0/1 with unit weights (class
+   indicators: every class-wise use in jaxcal) and the keys span fewer than
+   ``2^(w-1)`` values, one single-operand sort of ``(key - min) * 2 + y``
+   gives the sorted ``x`` and ``y`` together; otherwise the stable argsort of
+   the keys (:func:`~jaxcal._src.sorting.argsort_keys`, radix passes on CPU)
+   and gathers. The choice is one ``lax.cond`` over all rows.
+2. **Level 1**: the sorted rows are cut into chunks of :data:`CHUNK`
+   positions, and a stack-based PAV runs in every chunk at once (one lane
+   per chunk, a ``lax.scan`` over the chunk's positions). A pushed block is
+   written at the row of the step that pushes it, with a pointer to the
+   block below it, so every write is a contiguous row and every step does at
+   most one merge with the block below (further merges are left to level 2).
+   A tie group cut by a chunk boundary is never merged on a partial mean.
+3. **Level 2**: the level-1 blocks of each row are gathered in order, and a
+   sequential stack PAV runs over them, on CPU one row at a time
+   (``lax.map``: on one row XLA:CPU runs such a loop at tens of nanoseconds
+   per step), elsewhere all rows at once (:data:`LEVEL2_ALL_ROWS`).
+   Typical calibration data leave a few hundred level-1 blocks per 100,000
+   samples; data that need no merge at all (already increasing) leave one
+   block per sample, and this pass then takes ``O(n)`` fast steps.
+4. **Lookup**: the fitted value of a sample is the mean of the first final
+   block whose last key is ``>= key(x)``: a binary search over the final
+   blocks (a few dozen on calibration data), no inverse permutation.
 
-Everything is batched over rows: ``jax.vmap`` over classes (or data sets) is
-routed by a ``custom_vmap`` rule to one call on the stacked rows, so the data-
-dependent ``while_loop`` of stage 3 runs once for all rows instead of being
-selected over whole carries. Fitted values are block means computed from
-per-block sums, as in PAV.
-
-Float32 inputs give float32 fits (for 0/1 targets with unit weights the block
-sums are exact integers); enable x64 (``with jax.enable_x64(True):``) for
-agreement with scikit-learn's float64 fit to ~1e-15.
+``jax.vmap`` over classes (or data sets) is routed by a ``custom_vmap`` rule
+to one call on the stacked rows (:func:`~jaxcal._src.sorting.rowwise_vmap`),
+so the data-dependent loops run once for all rows, and the rows are split
+into one group per CPU core (:func:`~jaxcal._src.sorting.cpu_groups`), which
+XLA:CPU runs concurrently. Block sums are accumulated in order in the input
+dtype, as PAV does: float32 inputs give float32 fits (for 0/1 targets with
+unit weights the sums are exact integers); enable x64 (``with
+jax.enable_x64(True):``) for agreement with scikit-learn's float64 fit to
+~1e-15. No reverse-mode derivative (``custom_vmap``).
 """
 
 from __future__ import annotations
@@ -35,6 +53,15 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
+
+from jaxcal._src.sorting import (
+  argsort_keys,
+  cpu_groups,
+  float_to_key,
+  in_groups,
+  key_to_float,
+  rowwise_vmap,
+)
 
 __all__ = [
   "IsotonicFit",
@@ -59,10 +86,6 @@ class IsotonicFit(NamedTuple):
   y: jax.Array
 
 
-# ---------------------------------------------------------------------------
-# Sorting on integer keys
-
-
 def _float_dtype(*xs) -> jnp.dtype:
   dt = jnp.result_type(*[x.dtype for x in xs if x is not None])
   if not jnp.issubdtype(dt, jnp.floating):
@@ -72,128 +95,263 @@ def _float_dtype(*xs) -> jnp.dtype:
   return jnp.dtype(dt)
 
 
-def _int_type(dtype) -> jnp.dtype:
-  return jnp.dtype(jnp.int64) if jnp.dtype(dtype).itemsize == 8 else jnp.dtype(jnp.int32)
+# ---------------------------------------------------------------------------
+# Step 1: sorted keys and targets
+
+#: Bits of the per-position code read by the PAV levels.
+_JOIN, _NEXT_JOINS = 1, 2
 
 
-def _to_key(x: jax.Array) -> jax.Array:
-  """Monotone map of finite floats to signed integers (``-0.0`` -> ``+0.0``)."""
-  it = _int_type(x.dtype)
-  bits = jnp.iinfo(it).bits
-  x = jnp.where(x == 0, jnp.zeros_like(x), x)
-  b = lax.bitcast_convert_type(x, it)
-  return b ^ ((b >> (bits - 1)) & jnp.iinfo(it).max)
+def _sorted_binary(key, y):
+  """One sort of ``(key - min) * 2 + y``: sorted keys and 0/1 targets together."""
+  lo = jnp.min(key)
+  one = key.dtype.type(1)
+  packed = jnp.sort(((key - lo) << one) | (y > 0).astype(key.dtype), axis=-1)
+  return (packed >> one) + lo, (packed & one).astype(y.dtype)
 
 
-def _from_key(k: jax.Array, dtype) -> jax.Array:
-  it = k.dtype
-  bits = jnp.iinfo(it).bits
-  b = k ^ ((k >> (bits - 1)) & jnp.iinfo(it).max)
-  return lax.bitcast_convert_type(b, dtype)
+def _sorted_general(key, y):
+  skey, perm = argsort_keys(key, split=False)
+  return skey, jnp.take_along_axis(y, perm, axis=-1)
+
+
+def _sorted_data(key, y, w):
+  """``(sorted keys, sorted y, sorted w or None)`` of ``(rows, n)`` arrays."""
+  if w is not None:
+    skey, perm = argsort_keys(key, split=False)
+    take = lambda a: jnp.take_along_axis(a, perm, axis=-1)
+    return skey, take(y), take(w)
+  half = key.dtype.type(1 << (8 * key.dtype.itemsize - 1))
+  binary = jnp.all((y == 0) | (y == 1)) & ((jnp.max(key) - jnp.min(key)) < half)
+  skey, ys = lax.cond(binary, _sorted_binary, _sorted_general, key, y)
+  return skey, ys, None
 
 
 # ---------------------------------------------------------------------------
-# PAV on a batch of rows
+# Step 2: level 1, a stack PAV in every chunk of CHUNK sorted positions
+
+#: Sorted positions per level-1 lane. Larger chunks leave fewer blocks to the
+#: sequential level 2 but take more scan steps
+#: (``experiments/bench/isotonic.py`` measures it).
+CHUNK = 256
 
 
-#: Parallel merging rounds run while some pair of blocks violates, at most
-#: this many times. Real data (calibration curves, noisy monotone signals)
-#: converges in 2-15 rounds, each halving the number of blocks.
-MAX_ROUNDS = 40
-#: ... and only while some row has more blocks than this (the sequential
-#: pass is cheap below it) and the last round removed at least 1/8 of them.
-STOP_BLOCKS = 1024
+def _level1(s, w, code, length, head_open, tail_open):
+  """Stack PAV in every lane (column) of ``(L, lanes)`` sorted data.
 
-
-def _segsum(v: jax.Array, seg: jax.Array) -> jax.Array:
-  """Row-wise ``segment_sum`` of ``(B, n)`` values into ``(B, n)`` segments."""
-  b, n = v.shape
-  flat = (seg + jnp.arange(b, dtype=seg.dtype)[:, None] * n).reshape(-1)
-  return jax.ops.segment_sum(
-    v.reshape(-1), flat, num_segments=b * n, indices_are_sorted=True
-  ).reshape(b, n)
-
-
-def _merge_rounds(bw: jax.Array, bs: jax.Array, bc: jax.Array, nb: jax.Array):
-  """Merges every adjacent pair of violating blocks at once, round after round.
-
-  Blocks are compacted at the front of each row (``nb`` valid). A pair of
-  adjacent blocks with ``mean_a >= mean_b`` always belongs to one block of
-  the solution, so merging all such pairs at once is safe; a decreasing run
-  collapses in a single round. The sequential pass finishes whatever is left.
-  """
-  b, n = bw.shape
-  col = jnp.arange(n, dtype=jnp.int32)[None, :]
-
-  def violations(bw, bs, nb):
-    mean = bs / jnp.where(bw > 0, bw, 1)
-    nxt = jnp.concatenate([mean[:, 1:], mean[:, -1:]], axis=1)
-    return (col + 1 < nb[:, None]) & (mean >= nxt)  # block j+1 merges into j
-
-  def cond(c):
-    r, _, _, _, nb, viol, prev = c
-    cur = jnp.max(nb)
-    return (r < MAX_ROUNDS) & jnp.any(viol) & (cur > STOP_BLOCKS) & ((prev - cur) * 8 >= prev)
-
-  def body(c):
-    r, bw, bs, bc, nb, viol, _ = c
-    prev = jnp.max(nb)
-    joins = jnp.concatenate([jnp.zeros((b, 1), bool), viol[:, :-1]], axis=1)
-    nid = jnp.cumsum((~joins).astype(jnp.int32), axis=1) - 1
-    nb = jnp.take_along_axis(nid, jnp.maximum(nb - 1, 0)[:, None], axis=1)[:, 0] + 1
-    bw, bs, bc = _segsum(bw, nid), _segsum(bs, nid), _segsum(bc, nid)
-    return r + 1, bw, bs, bc, nb, violations(bw, bs, nb), prev
-
-  init = (jnp.int32(0), bw, bs, bc, nb, violations(bw, bs, nb), jnp.max(nb) * 2)
-  _, bw, bs, bc, nb, _, _ = lax.while_loop(cond, body, init)
-  return bw, bs, bc, nb
-
-
-def _sequential_pav(bw: jax.Array, bs: jax.Array, bc: jax.Array, nb: jax.Array):
-  """Stack-based PAV over ``nb`` blocks per row (one row per lane, in parallel).
+  Each step reads one position of every lane, merges the current block
+  with the block below it at most once, then absorbs or pushes the
+  position; further merges are left to level 2 (any merge of adjacent
+  violators is a PAV step, so stopping early is exact). The two blocks
+  under the current one are kept in registers and re-read after the step's
+  row write, so XLA updates the memory in place.
 
   Args:
-    bw, bs: ``(B, n)`` block weights and weighted sums (first ``nb`` valid).
-    bc: ``(B, n)`` int32 block sizes (sorted positions per block).
-    nb: ``(B,)`` number of valid blocks.
+    s: ``(L, lanes)`` weighted targets ``w * y``; position ``t`` of lane ``j``.
+    w: ``(L, lanes)`` weights, or None for unit weights.
+    code: ``(L, lanes)`` int8: bit 0 set when the position ties with the one
+      before it, bit 1 when the next position ties with it.
+    length: ``(lanes,)`` valid positions per lane (the rest is ignored).
+    head_open: ``(lanes,)`` the lane starts inside a tie group.
+    tail_open: ``(lanes,)`` the lane's last tie group continues in the next lane.
 
   Returns:
-    ``(SW, SS, SC, top)``: the final blocks compacted at the front of each row.
+    ``(mw, ms, mp, count)``: ``(L + 1, lanes)`` arrays where row ``t < L``
+    holds the block pushed at step ``t`` (it ends at position ``t``), row
+    ``L`` the last block (it ends at ``length``), and ``mp`` is the row of
+    the block before it (``-1`` for the first); the ``count[j]`` blocks
+    reachable from row ``L`` through ``mp`` partition lane ``j``'s positions.
   """
-  b, n = bw.shape
-  ar = jnp.arange(b)
+  size, lanes = s.shape
+  dt = s.dtype
+  lane = jnp.arange(lanes, dtype=jnp.int32)
 
-  def viol_of(top, sw, ss):
-    t1 = jnp.maximum(top - 1, 0)
-    t2 = jnp.maximum(top - 2, 0)
-    ma = ss[ar, t2] / sw[ar, t2]
-    mb = ss[ar, t1] / sw[ar, t1]
-    return (top >= 2) & (ma >= mb)
+  def step(carry, t):
+    cw, cs, bw, bs, brow, bprev, nbw, nbs, depth, mw, ms, mp = carry
+    es = s[t]
+    ew = jnp.ones_like(es) if w is None else w[t]
+    c = code[t]
+    inb = t < length
+    has = t > 0
+    joins = ((c & _JOIN) != 0) & inb & has  # continues the current block's tie group
+    next_joins = (c & _NEXT_JOINS) != 0  # its tie group continues after it
+    complete = has & ~joins & ~(~inb & tail_open)
+    frozen = (depth == 1) & head_open  # the block below is a partial tie group
+    pop = complete & (depth >= 1) & ~frozen & (bs * cw >= cs * bw)
+    cw, cs = jnp.where(pop, cw + bw, cw), jnp.where(pop, cs + bs, cs)
+    bw, bs, brow = jnp.where(pop, nbw, bw), jnp.where(pop, nbs, bs), jnp.where(pop, bprev, brow)
+    depth = depth - pop.astype(jnp.int32)
+    partial = (depth == 0) & head_open  # the current block is a partial tie group
+    absorb = joins | (inb & has & ~next_joins & ~partial & (cs * ew >= es * cw))
+    push = inb & ~absorb
+    real = push & has
+    mw = lax.dynamic_update_index_in_dim(mw, cw, t, 0)
+    ms = lax.dynamic_update_index_in_dim(ms, cs, t, 0)
+    mp = lax.dynamic_update_index_in_dim(mp, brow, t, 0)
+    bw, bs, brow = jnp.where(real, cw, bw), jnp.where(real, cs, bs), jnp.where(real, t, brow)
+    depth = depth + real.astype(jnp.int32)
+    cw = jnp.where(absorb, cw + ew, jnp.where(push, ew, cw))
+    cs = jnp.where(absorb, cs + es, jnp.where(push, es, cs))
+    bprev = mp[jnp.maximum(brow, 0), lane]
+    at = jnp.maximum(bprev, 0)
+    return (cw, cs, bw, bs, brow, bprev, mw[at, lane], ms[at, lane], depth, mw, ms, mp), None
+
+  z = jnp.zeros((lanes,), dt)
+  m1 = jnp.full((lanes,), -1, jnp.int32)
+  mem = (
+    jnp.zeros((size + 1, lanes), dt),
+    jnp.zeros((size + 1, lanes), dt),
+    jnp.full((size + 1, lanes), -1, jnp.int32),
+  )
+  init = (z, z, z, z, m1, m1, z, z, jnp.zeros((lanes,), jnp.int32)) + mem
+  carry, _ = lax.scan(step, init, jnp.arange(size, dtype=jnp.int32))
+  cw, cs, _, _, brow, _, _, _, depth, mw, ms, mp = carry
+  count = jnp.where(length > 0, depth + 1, 0)
+  return mw.at[size].set(cw), ms.at[size].set(cs), mp.at[size].set(brow), count
+
+
+# ---------------------------------------------------------------------------
+# Step 3: level 2, one sequential PAV per row over its level-1 blocks
+
+
+def _row_blocks(mw, ms, mp, count, rows, chunks, length, head_open):
+  """The level-1 blocks of each row, left to right, in ``(rows, n)`` arrays.
+
+  Walks every lane's list from its last block (all lanes at once, as many
+  steps as the longest list) and writes block ``k`` of row ``r`` at column
+  ``k``. Returns ``(w, s, end, joins, nblocks)``: weights, sums, end
+  positions (exclusive), whether a block continues the tie group of the
+  block before it (a lane that starts inside a tie group), blocks per row.
+  """
+  size = mw.shape[0] - 1
+  lanes = mw.shape[1]
+  n = size * chunks
+  lane = jnp.arange(lanes, dtype=jnp.int32)
+  per_row = count.reshape(rows, chunks)
+  nblocks = jnp.sum(per_row, axis=1, dtype=jnp.int32)
+  first = (jnp.cumsum(per_row, axis=1, dtype=jnp.int32) - per_row).reshape(-1)
+  base = (lane // chunks) * n + first + count - 1  # flat column of the lane's last block
+  chunk_start = (lane % chunks) * size
+
+  def walk(st):
+    ptr, d, w, s_, e, j = st
+    live = ptr >= 0
+    at = jnp.maximum(ptr, 0)
+    prev = mp[at, lane]
+    dest = jnp.where(live, base - d, rows * n)
+    w = w.at[dest].set(mw[at, lane], mode="drop")
+    s_ = s_.at[dest].set(ms[at, lane], mode="drop")
+    e = e.at[dest].set(chunk_start + jnp.where(at == size, length, at), mode="drop")
+    j = j.at[dest].set((prev < 0) & head_open, mode="drop")
+    return jnp.where(live, prev, -1), d + 1, w, s_, e, j
+
+  start = (
+    jnp.where(count > 0, size, -1),
+    jnp.int32(0),
+    jnp.zeros((rows * n,), mw.dtype),
+    jnp.zeros((rows * n,), mw.dtype),
+    jnp.zeros((rows * n,), jnp.int32),
+    jnp.zeros((rows * n,), bool),
+  )
+  _, _, w, s_, e, j = lax.while_loop(lambda st: jnp.any(st[0] >= 0), walk, start)
+  shape = (rows, n)
+  return w.reshape(shape), s_.reshape(shape), e.reshape(shape), j.reshape(shape), nblocks
+
+
+def _level2_row(bw, bs, be, bj, nb):
+  """Stack PAV over ``nb`` blocks of one row, given as ``(1, m)`` arrays.
+
+  ``bj`` marks blocks that must join the block before them (a tie group cut
+  by a chunk boundary); a violation is checked only between complete
+  blocks. Returns ``(top, sw, ss, se)``: the ``top`` final blocks' weights,
+  sums and end positions at the front of ``(1, m)`` arrays.
+
+  One row at a time: XLA:CPU then runs this loop at tens of nanoseconds per
+  step (with one row per lane it costs microseconds per step). The means
+  are compared as quotients: written as cross products, XLA fuses the reads
+  into several consumers and copies the stack at every step.
+  """
+  b, m = bw.shape
+  lane = jnp.arange(b)
+
+  def violates(top, sw, ss):
+    t1, t2 = jnp.maximum(top - 1, 0), jnp.maximum(top - 2, 0)
+    return (top >= 2) & (ss[lane, t2] / sw[lane, t2] >= ss[lane, t1] / sw[lane, t1])
 
   def cond(c):
-    i, top, sw, ss, sc = c
-    return jnp.any((i < nb) | viol_of(top, sw, ss))
+    i, top, sw, ss, _ = c
+    return jnp.any((i < nb) | violates(top, sw, ss))
 
   def body(c):
-    i, top, sw, ss, sc = c
-    t1 = jnp.maximum(top - 1, 0)
-    t2 = jnp.maximum(top - 2, 0)
-    aw, as_, ac = sw[ar, t2], ss[ar, t2], sc[ar, t2]
-    bw_, bs_, bc_ = sw[ar, t1], ss[ar, t1], sc[ar, t1]
-    viol = (top >= 2) & (as_ / aw >= bs_ / bw_)
-    push = ~viol & (i < nb)
-    ic = jnp.minimum(i, n - 1)
-    at = jnp.where(viol, t2, jnp.where(push, top, n))  # n: no write
-    sw = sw.at[ar, at].set(jnp.where(viol, aw + bw_, bw[ar, ic]), mode="drop")
-    ss = ss.at[ar, at].set(jnp.where(viol, as_ + bs_, bs[ar, ic]), mode="drop")
-    sc = sc.at[ar, at].set(jnp.where(viol, ac + bc_, bc[ar, ic]), mode="drop")
+    i, top, sw, ss, se = c
+    t1, t2 = jnp.maximum(top - 1, 0), jnp.maximum(top - 2, 0)
+    aw, as_ = sw[lane, t2], ss[lane, t2]
+    cw, cs, ce = sw[lane, t1], ss[lane, t1], se[lane, t1]
+    ic = jnp.minimum(i, m - 1)
+    ew, es = bw[lane, ic], bs[lane, ic]
+    joins = (i < nb) & bj[lane, ic] & (top >= 1)
+    viol = (top >= 2) & ~joins & (as_ / aw >= cs / cw)
+    push = ~viol & ~joins & (i < nb)
+    at = jnp.where(viol, t2, jnp.where(joins, t1, jnp.where(push, top, m)))
+    sw = sw.at[lane, at].set(jnp.where(viol, aw + cw, jnp.where(joins, cw + ew, ew)), mode="drop")
+    ss = ss.at[lane, at].set(jnp.where(viol, as_ + cs, jnp.where(joins, cs + es, es)), mode="drop")
+    se = se.at[lane, at].set(jnp.where(viol, ce, be[lane, ic]), mode="drop")
     top = top + push.astype(jnp.int32) - viol.astype(jnp.int32)
-    return i + push.astype(jnp.int32), top, sw, ss, sc
+    return i + (push | joins).astype(jnp.int32), top, sw, ss, se
 
   zero = jnp.zeros((b,), jnp.int32)
-  init = (zero, zero, jnp.ones_like(bw), jnp.zeros_like(bs), jnp.zeros_like(bc))
-  _, top, sw, ss, sc = lax.while_loop(cond, body, init)
-  return sw, ss, sc, top
+  init = (zero, zero, jnp.ones_like(bw), jnp.zeros_like(bs), jnp.zeros_like(be))
+  _, top, sw, ss, se = lax.while_loop(cond, body, init)
+  return top, sw, ss, se
+
+
+#: Level 2 with every row as one lane of a single loop (True), or one row after
+#: another (False); None: one row at a time on CPU, where a one-row loop step
+#: costs tens of nanoseconds, and all rows at once elsewhere, where every loop
+#: step is a kernel launch and rows one after another would multiply them.
+LEVEL2_ALL_ROWS: bool | None = None
+
+
+def _level2(mw, ms, mp, count, rows, chunks, length, head_open):
+  """Final blocks of every row: ``(values, ends, count)``, ``(rows, n)`` and ``(rows,)``."""
+  blocks = _row_blocks(mw, ms, mp, count, rows, chunks, length, head_open)
+
+  def one(args):
+    top, sw, ss, se = _level2_row(*(a[None] for a in args))
+    return top[0], sw[0], ss[0], se[0]
+
+  def by_row(*a):
+    return lax.map(one, a)
+
+  if LEVEL2_ALL_ROWS is None:
+    top, sw, ss, se = lax.platform_dependent(*blocks, cpu=by_row, default=_level2_row)
+  else:
+    top, sw, ss, se = (_level2_row if LEVEL2_ALL_ROWS else by_row)(*blocks)
+  return ss / sw, se, top
+
+
+# ---------------------------------------------------------------------------
+# Step 4: lookup
+
+
+def _count_below(bounds: jax.Array, count: jax.Array, q: jax.Array) -> jax.Array:
+  """Per row, how many of the first ``count`` (sorted) ``bounds`` are ``< q``.
+
+  Binary lifting over ``ceil(log2(max count + 1))`` steps (a ``while_loop``:
+  a few steps for the few final blocks of calibration data).
+  """
+  top = jnp.max(count)
+  step0 = jnp.where(top > 0, jnp.left_shift(1, 31 - lax.clz(jnp.maximum(top, 1))), 0)
+  last = bounds.shape[-1] - 1
+
+  def body(st):
+    pos, step = st
+    cand = pos + step
+    probe = jnp.take_along_axis(bounds, jnp.clip(cand - 1, 0, last), axis=-1)
+    return jnp.where((cand <= count[:, None]) & (probe < q), cand, pos), step // 2
+
+  pos, _ = lax.while_loop(lambda st: st[1] > 0, body, (jnp.zeros(q.shape, jnp.int32), step0))
+  return pos
 
 
 class _Core(NamedTuple):
@@ -202,123 +360,124 @@ class _Core(NamedTuple):
   sorted_fit: jax.Array  # (..., n) fitted values in that order
 
 
-def _core_rows(x: jax.Array, y: jax.Array, w: jax.Array | None) -> _Core:
-  """Isotonic fits of the ``B`` rows of ``(B, n)`` arrays (common float dtype)."""
-  b, n = x.shape
-  dtype = x.dtype
-  key = _to_key(x)
-  iota = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n))
+def _fit_rows(x: jax.Array, y: jax.Array, w: jax.Array | None) -> _Core:
+  """Isotonic fits of the rows of ``(rows, n)`` arrays (common float dtype)."""
+  rows, n = x.shape
+  key = float_to_key(x)
   if w is not None:
-    positive = w > 0
-    key = jnp.where(positive, key, jnp.iinfo(key.dtype).max)  # zero weights sort last
-  skey, perm = lax.sort((key, iota), dimension=1, num_keys=1, is_stable=False)
-  ys = jnp.take_along_axis(y, perm, axis=1)
-  if w is not None:
-    ws = jnp.take_along_axis(w, perm, axis=1)
+    key = jnp.where(w > 0, key, jnp.array(jnp.iinfo(key.dtype).max, key.dtype))  # zero weights last
+  skey, ys, ws = _sorted_data(key, y, w)
+  if ws is None:
+    nvalid = jnp.full((rows,), n, jnp.int32)
+  else:
     valid = ws > 0
+    nvalid = jnp.sum(valid, axis=1, dtype=jnp.int32)
     ws = jnp.where(valid, ws, 0)
-  else:
-    ws = jnp.ones_like(ys)
-    valid = jnp.ones((b, n), bool)
-  ss = jnp.where(valid, ws * ys, 0)
-  # Blocks: tie groups (pooled), then parallel rounds, then the stack.
-  start = jnp.concatenate([jnp.ones((b, 1), bool), skey[:, 1:] != skey[:, :-1]], axis=1)
-  bid = jnp.cumsum(start.astype(jnp.int32), axis=1) - 1
-  bw = _segsum(ws, bid)
-  bs = _segsum(ss, bid)
-  bc = _segsum(jnp.ones((b, n), jnp.int32), bid)
-  nb = jnp.sum((bw > 0).astype(jnp.int32), axis=1, dtype=jnp.int32)  # zero-weight tail excluded
-  bw, bs, bc, nb = _merge_rounds(bw, bs, bc, nb)
-  sw, ss_, sc, top = _sequential_pav(bw, bs, bc, nb)
-  # Expand the final blocks back to sorted positions.
-  col = jnp.arange(n, dtype=jnp.int32)[None, :]
-  ends = jnp.cumsum(jnp.where(col < top[:, None], sc, 0), axis=1)
-  first = jnp.where(col < top[:, None], ends - sc, n)
-  mark = jnp.zeros((b, n), jnp.int32).at[jnp.arange(b)[:, None], first].set(1, mode="drop")
-  fid = jnp.cumsum(mark, axis=1) - 1
-  val = ss_ / jnp.where(col < top[:, None], sw, 1)
-  sorted_fit = jnp.take_along_axis(val, jnp.clip(fid, 0, jnp.maximum(top - 1, 0)[:, None]), axis=1)
-  if w is not None:
-    last = jnp.take_along_axis(val, jnp.maximum(top - 1, 0)[:, None], axis=1)
-    sorted_fit = jnp.where(valid, sorted_fit, last)
-    sorted_x = jnp.where(valid, _from_key(skey, dtype), jnp.inf)
-  else:
-    sorted_x = _from_key(skey, dtype)
-  sorted_fit = sorted_fit.astype(dtype)
-  fitted = jnp.zeros((b, n), dtype).at[jnp.arange(b)[:, None], perm].set(sorted_fit)
-  if w is not None:
-    # zero-weight points: the fitted step function at their x
-    idx = jax.vmap(lambda a, v: jnp.searchsorted(a, v, side="left"))(sorted_x, x)
-    at_x = jnp.take_along_axis(sorted_fit, jnp.clip(idx, 0, n - 1), axis=1)
-    fitted = jnp.where(w > 0, fitted, at_x)
-  return _Core(fitted, sorted_x, sorted_fit)
+    ys = jnp.where(valid, ys, 0)
+  ss = ys if ws is None else ws * ys
+
+  # level 1 over (CHUNK, lanes) slot-major chunks
+  size = min(CHUNK, n)
+  chunks = -(-n // size)
+  pad = chunks * size - n
+  joins = jnp.concatenate([jnp.zeros((rows, 1), bool), skey[:, 1:] == skey[:, :-1]], axis=1)
+  next_joins = jnp.concatenate([joins[:, 1:], jnp.zeros((rows, 1), bool)], axis=1)
+  code = joins.astype(jnp.int8) * _JOIN + next_joins.astype(jnp.int8) * _NEXT_JOINS
+
+  def lanes_of(a):
+    return jnp.pad(a, ((0, 0), (0, pad))).reshape(rows * chunks, size).T
+
+  code_t = lanes_of(code)
+  start = jnp.arange(chunks, dtype=jnp.int32) * size
+  length = jnp.clip(nvalid[:, None] - start[None, :], 0, size).reshape(-1)
+  head_open = (code_t[0] & _JOIN) != 0
+  tail_open = ((code_t[size - 1] & _NEXT_JOINS) != 0) & (length == size)
+  mw, ms, mp, nblocks = _level1(
+    lanes_of(ss), None if ws is None else lanes_of(ws), code_t, length, head_open, tail_open
+  )
+  values, ends, count = _level2(mw, ms, mp, nblocks, rows, chunks, length, head_open)
+
+  # lookup: first final block whose last key is >= the sample's key
+  bounds = jnp.take_along_axis(skey, jnp.clip(ends - 1, 0, n - 1), axis=1)
+  last = jnp.maximum(count - 1, 0)[:, None]
+
+  def value_at(keys):
+    return jnp.take_along_axis(values, jnp.minimum(_count_below(bounds, count, keys), last), axis=1)
+
+  sorted_x = key_to_float(skey).astype(x.dtype)
+  if ws is not None:
+    sorted_x = jnp.where(jnp.arange(n)[None, :] < nvalid[:, None], sorted_x, jnp.inf)
+  return _Core(value_at(float_to_key(x)), sorted_x, value_at(skey))
 
 
-def _batched(fn):
-  """Routes ``vmap`` of a ``(B, n)``-rows function to one call on the stacked rows.
+def _fit_groups(x, y, w=None):
+  """:func:`_fit_rows` over any leading axes; on CPU one group of rows per core."""
+  lead, n = x.shape[:-1], x.shape[-1]
+  args = [a.reshape((-1, n)) for a in (x, y, w) if a is not None]
+  groups = cpu_groups(args[0].shape[0], n)
 
-  The sequential pass is a ``while_loop`` whose trip count depends on the
-  data; vmapping it naively would select over whole carries every step.
-  """
+  def fit(*a):
+    return _fit_rows(a[0], a[1], a[2] if len(a) > 2 else None)
 
-  @jax.custom_batching.custom_vmap
-  def rows(*args):
-    return fn(*args)
-
-  @rows.def_vmap
-  def rule(axis_size, in_batched, *args):
-    full = [
-      a if bt else jnp.broadcast_to(a, (axis_size,) + a.shape) for a, bt in zip(args, in_batched)
-    ]
-    lead = full[0].shape[:2]
-    flat = [a.reshape((-1,) + a.shape[2:]) for a in full]
-    out = rows(*flat)
-    out = jax.tree.map(lambda o: o.reshape(lead + o.shape[1:]), out)
-    return out, jax.tree.map(lambda _: True, out)
-
-  return rows
+  out = lax.platform_dependent(*args, cpu=lambda *a: in_groups(fit, groups, *a), default=fit)
+  return jax.tree.map(lambda o: o.reshape(lead + (n,)), out)
 
 
-_rows_unweighted = _batched(lambda x, y: _core_rows(x, y, None))
-_rows_weighted = _batched(lambda x, y, w: _core_rows(x, y, w))
+_rows_unweighted = rowwise_vmap(lambda x, y: _fit_groups(x, y))
+_rows_weighted = rowwise_vmap(_fit_groups)
 
 
 def _core(x: jax.Array, y: jax.Array, w: jax.Array | None) -> _Core:
   """Isotonic fit of one ``(n,)`` data set; ``vmap`` batches it efficiently."""
   if w is None:
-    out = _rows_unweighted(x[None], y[None])
-  else:
-    out = _rows_weighted(x[None], y[None], w[None])
-  return jax.tree.map(lambda o: o[0], out)
+    return _rows_unweighted(x, y)
+  return _rows_weighted(x, y, w)
 
 
-def _prepare(x, y, weights, check: bool = True):
+@jax.jit
+def _weight_stats(w: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``(min(w), any(w > 0))`` in one fused reduction (no host copy of ``w``)."""
+  return jnp.min(w), jnp.any(w > 0)
+
+
+def _prepare(x, y, weights):
   from jaxcal._src import validation as V
 
   xa = V.as_float(x, "x")
   ya = V.as_float(y, "y")
   wa = None if weights is None else V.as_float(weights, "weights")
   if xa.ndim != 1 or xa.shape[0] == 0:
-    raise ValueError(f"x must have shape (n,) with n >= 1, got shape {tuple(xa.shape)}")
+    raise ValueError(
+      f"x must have shape (n,) with n >= 1, got shape {tuple(xa.shape)}; for several data sets "
+      "use jax.vmap(isotonic_regression)"
+    )
   if ya.shape != xa.shape:
     raise ValueError(f"y must have the shape of x {tuple(xa.shape)}, got {tuple(ya.shape)}")
   if wa is not None and wa.shape != xa.shape:
     raise ValueError(f"weights must have the shape of x {tuple(xa.shape)}, got {tuple(wa.shape)}")
-  if check:
-    V.check_finite(xa, "x")
-    V.check_finite(ya, "y")
-    if wa is not None:
-      V.check_finite(wa, "weights")
-      if V.is_concrete(wa):
-        import numpy as np
-
-        a = np.asarray(wa)
-        if (a < 0).any():
-          raise ValueError(f"weights must be >= 0; found minimum {a.min():.4g}")
-        if not (a > 0).any():
-          raise ValueError("weights must have at least one positive entry")
+  V.check_finite(xa, "x")
+  V.check_finite(ya, "y")
+  if wa is not None:
+    V.check_finite(wa, "weights")
+    if V.is_concrete(wa):
+      low, positive = _weight_stats(wa)
+      if float(low) < 0:
+        raise ValueError(f"weights must be >= 0; found minimum {float(low):.4g}")
+      if not bool(positive):
+        raise ValueError("weights must have at least one positive entry (all are 0)")
   dt = _float_dtype(xa, ya, wa)
   return xa.astype(dt), ya.astype(dt), None if wa is None else wa.astype(dt)
+
+
+@jax.jit
+def _jit_fitted(x, y, w):
+  return _core(x, y, w).fitted
+
+
+@jax.jit
+def _jit_step(x, y, w):
+  core = _core(x, y, w)
+  return IsotonicFit(core.sorted_x, core.sorted_fit)
 
 
 def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -> jax.Array:
@@ -332,8 +491,9 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
   ``y`` descending within ties). Zero-weight points do not influence the fit
   and get the value of the fitted step function at their ``x`` (see
   :func:`isotonic_predict`). Works under ``jax.jit`` and ``jax.vmap`` (e.g.
-  over the classes of a ``(C, n)`` array); no host callbacks; the output
-  shape never depends on the data.
+  over the classes of a ``(C, n)`` array, which runs as one batched call);
+  no host callbacks; the output shape never depends on the data. Exact:
+  the same fit as a sequential PAV in the input dtype.
 
   Args:
     x: ``(n,)`` finite inputs.
@@ -357,23 +517,38 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
     ...                     weights=jnp.array([1., 3., 1.])).tolist()
     [0.25, 0.25, 2.0]
 
-  Reference: Barlow, Bartholomew, Bremner & Brunk (1972), Thm 1.1 (GCM of the
-  cumulative sum diagram); score_decompositions_case_study §2.6 and
-  SPEC §4 (ties pooled).
+  Reference: Barlow, Bartholomew, Bremner & Brunk (1972), *Statistical
+  Inference under Order Restrictions*, Thm 1.1 (the fit is the slope of the
+  greatest convex minorant of the cumulative sum diagram; pool adjacent
+  violators); Resin (2025), *Calibration in Context: A Case Study with Score
+  Decompositions*, §2.2 (class-wise isotonic recalibration, pooled ties).
   """
   xa, ya, wa = _prepare(x, y, weights)
-  return _jit_core(xa, ya, wa).fitted
-
-
-@jax.jit
-def _jit_core(x, y, w):
-  return _core(x, y, w)
+  return _jit_fitted(xa, ya, wa)
 
 
 def isotonic_fit_sorted(x: jax.Array, y: jax.Array, weights: jax.Array | None = None) -> _Core:
-  """Unvalidated core for internal callers (jit/vmap friendly).
+  """Isotonic fit without validation, for internal callers (jit and vmap friendly).
 
-  Returns ``(fitted, sorted_x, sorted_fit)``; see :class:`IsotonicFit`.
+  Same fit as :func:`isotonic_regression`; under ``jit`` only the fields a
+  caller uses are computed.
+
+  Args:
+    x: ``(n,)`` finite inputs.
+    y: ``(n,)`` finite targets.
+    weights: optional ``(n,)`` non-negative weights.
+
+  Returns:
+    ``(fitted, sorted_x, sorted_fit)``: ``(n,)`` fitted values in the
+    original order, and the step function as in :class:`IsotonicFit`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> isotonic_fit_sorted(jnp.array([0.3, 0.1]), jnp.array([0.0, 1.0])).fitted.tolist()
+    [0.5, 0.5]
+
+  Reference: Barlow, Bartholomew, Bremner & Brunk (1972), *Statistical
+  Inference under Order Restrictions*, Thm 1.1.
   """
   dt = _float_dtype(x, y, weights)
   return _core(x.astype(dt), y.astype(dt), None if weights is None else weights.astype(dt))
@@ -396,11 +571,12 @@ def isotonic_fit(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -
     >>> f.x.tolist(), f.y.tolist()
     ([0.2..., 0.4..., 0.6...], [0.0, 1.0, 1.0])
 
-  Reference: SPEC §4.
+  Reference: Barlow, Bartholomew, Bremner & Brunk (1972), *Statistical
+  Inference under Order Restrictions*, Thm 1.1; Resin (2025), *Calibration
+  in Context: A Case Study with Score Decompositions*, §2.2.
   """
   xa, ya, wa = _prepare(x, y, weights)
-  core = _jit_core(xa, ya, wa)
-  return IsotonicFit(core.sorted_x, core.sorted_fit)
+  return _jit_step(xa, ya, wa)
 
 
 def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
@@ -427,8 +603,9 @@ def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
     >>> isotonic_predict(f, jnp.array([0.0, 0.2, 0.3, 0.9])).tolist()
     [0.0, 0.0, 1.0, 1.0]
 
-  Reference: SPEC §4; score_decompositions_case_study (reference code uses
-  R's ``as.stepfun(isoreg)``).
+  Reference: Resin (2025), *Calibration in Context: A Case Study with Score
+  Decompositions*, §2.2 (its reference code evaluates R's
+  ``as.stepfun(isoreg(x, y))``).
   """
   t = jnp.asarray(x_new, fit.x.dtype)
   n = fit.x.shape[-1]
@@ -446,6 +623,15 @@ def pools(sorted_fit: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     ``(pool_id, start, end)``: ``(n,)`` pool index per sorted position, and
     ``(n,)`` first/last sorted position of pool ``j`` (padding rows beyond
     the number of pools hold ``n - 1``).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> pid, start, end = pools(jnp.array([0.0, 0.5, 0.5, 1.0]))
+    >>> pid.tolist(), start[:3].tolist(), end[:3].tolist()
+    ([0, 1, 1, 2], [0, 1, 3], [0, 2, 3])
+
+  Reference: Resin (2025), *Calibration in Context: A Case Study with Score
+  Decompositions*, App. B (the pools ``B_1, ..., B_m`` of the PAV fit).
   """
   n = sorted_fit.shape[0]
   new = jnp.concatenate([jnp.ones((1,), bool), sorted_fit[1:] != sorted_fit[:-1]])

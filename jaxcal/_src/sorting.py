@@ -1,109 +1,348 @@
-"""Exact stable sorts of float32 keys, fast on every backend.
+"""Exact sorts of floating-point scores, fast on every backend.
 
-XLA:CPU sorts a single unsigned-integer operand with a native comparison,
-but float keys and multi-operand (payload) sorts call a compiled comparator
-per comparison, 5-10x slower. On CPU the stable argsort is therefore built
-from single-operand ``uint32`` sorts (an LSD radix scheme, below). GPUs and
-TPUs sort key/payload pairs natively (radix sorts on GPU), so there the plain
-``(uint32 key, index)`` sort is used. ``jax.lax.platform_dependent`` picks
-the implementation when the computation is lowered, so one traced function
-serves every backend; both give exactly ``argsort(x, stable=True)``.
-``experiments/bench/sort_strategies.py`` measures the choices.
+One family of order-preserving integer keys serves every sort in jaxcal:
+:func:`float_to_key` maps float16/32/64 to uint16/32/64 with the same order
+(``-0.0`` and ``+0.0`` share a key), :func:`float_to_int_key` gives the int32
+variant whose small magnitudes leave room to pack a bit beside the key.
+
+XLA:CPU sorts a single integer operand with a native comparison
+(``std::sort`` with ``std::less``), but float keys and multi-operand (payload)
+sorts call a compiled comparator per comparison, several times slower. On CPU
+the stable argsort is therefore built from single-operand sorts of packed
+integers (an LSD radix scheme, :func:`argsort_keys`); GPUs and TPUs sort
+key/payload pairs natively, so there the plain ``(key, index)`` pair sort is
+used. ``jax.lax.platform_dependent`` picks the implementation when the
+computation is lowered, so one traced function serves every backend; both
+give exactly ``argsort(x, stable=True)``.
+
+XLA:CPU sorts the rows of one sort operation one after another on one
+thread, but runs independent operations concurrently; large batches of rows
+are therefore split into one group per core (:func:`cpu_groups`).
+
+The radix scheme chooses between 2 and 3 passes from the span of the keys.
+Under ``jax.vmap`` that choice would become a select that runs both
+branches, so the sorts here carry a ``custom_vmap`` rule
+(:func:`rowwise_vmap`): a ``vmap`` becomes one call on the stacked rows, and
+the choice is made once for all of them. ``experiments/bench/sort_strategies.py``
+measures the choices.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 
-__all__ = ["stable_argsort", "sort_descending", "float_to_key", "key_to_float", "sort_with_payload"]
+__all__ = [
+  "float_to_key",
+  "key_to_float",
+  "float_to_int_key",
+  "int_key_to_float",
+  "argsort_keys",
+  "stable_argsort",
+  "sort_descending",
+  "sort_with_payload",
+  "rowwise_vmap",
+  "cpu_groups",
+  "in_groups",
+]
+
+_UINT = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+_FLOAT = {2: jnp.float16, 4: jnp.float32, 8: jnp.float64}
+
+
+# ---------------------------------------------------------------------------
+# Keys
 
 
 def float_to_key(x: jax.Array) -> jax.Array:
-  """Order-preserving map float32 -> uint32 (``-0.0`` and ``+0.0`` share a key).
+  """Order-preserving map of floats to unsigned integers of the same width.
+
+  .. math::
+    \\mathrm{key}(x) = \\begin{cases} \\lnot\\,\\mathrm{bits}(x) & x < 0 \\\\
+    \\mathrm{bits}(x) \\lor 2^{w-1} & x \\ge 0 \\end{cases}
+
+  so ``x < y`` iff ``key(x) < key(y)`` for non-NaN ``x, y``, with ``-0.0``
+  and ``+0.0`` mapped to the same key ``2^{w-1}``.
+
+  Args:
+    x: float16, float32 or float64 array of any shape (no NaN).
+
+  Returns:
+    uint16 / uint32 / uint64 keys, the shape of ``x``.
 
   Example:
     >>> import jax.numpy as jnp
     >>> k = float_to_key(jnp.array([-1.0, -0.0, 0.0, 0.5]))
     >>> bool(k[0] < k[1]), bool(k[1] == k[2]), bool(k[2] < k[3])
     (True, True, True)
+
+  Reference: Herf (2001), "Radix Tricks" (the IEEE 754 sign flip for
+  integer sorting of floats); IEEE 754-2019 §3.4 (binary interchange format).
   """
-  bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
-  key = jnp.where((bits >> 31) == 1, ~bits, bits | jnp.uint32(0x80000000))
-  return jnp.where(x == 0, jnp.uint32(0x80000000), key)
+  ut = _UINT[x.dtype.itemsize]
+  top = ut(1 << (8 * x.dtype.itemsize - 1))
+  bits = jax.lax.bitcast_convert_type(x, ut)
+  key = jnp.where((bits & top) != 0, ~bits, bits | top)
+  return jnp.where(x == 0, top, key)
 
 
 def key_to_float(key: jax.Array) -> jax.Array:
-  """Inverse of :func:`float_to_key` (``-0.0`` comes back as ``+0.0``)."""
-  bits = jnp.where((key >> 31) == 1, key & jnp.uint32(0x7FFFFFFF), ~key)
-  return jax.lax.bitcast_convert_type(bits, jnp.float32)
+  """Inverse of :func:`float_to_key` (``-0.0`` comes back as ``+0.0``).
 
+  Args:
+    key: uint16 / uint32 / uint64 keys.
 
-def sort_descending(x: jax.Array, axis: int = -1) -> jax.Array:
-  """``-sort(-x)`` along ``axis`` through one native ``uint32`` sort (float32).
+  Returns:
+    The floats of the same width.
 
   Example:
     >>> import jax.numpy as jnp
-    >>> sort_descending(jnp.array([[0.2, 0.5, 0.3]])).tolist()
-    [[0.5, 0.3, 0.2]]
+    >>> key_to_float(float_to_key(jnp.array([-2.5, -0.0, 3.0]))).tolist()
+    [-2.5, 0.0, 3.0]
   """
-  if x.dtype != jnp.float32:
-    return -jnp.sort(-x, axis=axis)
-  return jnp.flip(key_to_float(jnp.sort(float_to_key(x), axis=axis)), axis=axis)
+  ut = key.dtype.type
+  top = ut(1 << (8 * key.dtype.itemsize - 1))
+  bits = jnp.where((key & top) != 0, key & ~top, ~key)
+  return jax.lax.bitcast_convert_type(bits, _FLOAT[key.dtype.itemsize])
 
 
-def _radix_passes(key: jax.Array, k: int, d: int, passes: int) -> jax.Array:
-  n = key.shape[-1]
-  idx = jnp.broadcast_to(jnp.arange(n, dtype=jnp.uint32), key.shape)
-  lowmask = jnp.uint32((1 << k) - 1)
-  perm = idx
-  for shift in range(0, passes * d, d):
-    digit = (key >> shift) & jnp.uint32((1 << d) - 1)
-    pos = (jnp.sort((digit << k) | idx, axis=-1) & lowmask).astype(jnp.int32)
-    perm = jnp.take_along_axis(perm, pos, axis=-1)
+def float_to_int_key(x: jax.Array) -> jax.Array:
+  """float32 -> int32 with the same order: :func:`float_to_key` re-centred at 0.
+
+  ``-0.0`` and ``+0.0`` map to 0, and ``|x| < 2`` maps into ``|k| < 2^30``,
+  which leaves room for a packed bit (``2k + b`` fits int32).
+
+  Args:
+    x: float32 array (no NaN).
+
+  Returns:
+    int32 keys, the shape of ``x``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> k = float_to_int_key(jnp.array([-1.5, -0.0, 0.0, 1.5]))
+    >>> int(k[1]), int(k[2]), bool(k[0] < k[1] < k[3]), bool(abs(k[3]) < 2**30)
+    (0, 0, True, True)
+  """
+  return jax.lax.bitcast_convert_type(float_to_key(x) ^ jnp.uint32(0x80000000), jnp.int32)
+
+
+def int_key_to_float(k: jax.Array) -> jax.Array:
+  """Inverse of :func:`float_to_int_key`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> int_key_to_float(float_to_int_key(jnp.array([-1.5, 0.25]))).tolist()
+    [-1.5, 0.25]
+  """
+  return key_to_float(jax.lax.bitcast_convert_type(k, jnp.uint32) ^ jnp.uint32(0x80000000))
+
+
+# ---------------------------------------------------------------------------
+# Batching: vmap as one call on stacked rows; rows split over CPU cores
+
+
+def rowwise_vmap(fn: Callable) -> Callable:
+  """Makes ``jax.vmap(fn)`` one call of ``fn`` on the stacked rows.
+
+  ``fn`` must work on arrays with any number of leading (row) axes and act
+  on each row independently (e.g. a sort along the last axis). Its
+  data-dependent choices (a ``lax.cond`` on a reduction over all rows, a
+  ``while_loop``) then stay choices under ``vmap`` instead of becoming
+  selects that run every branch for every row. Unbatched arguments are
+  broadcast. Callers pass integer or ``stop_gradient`` inputs: a
+  ``custom_vmap`` function has no reverse-mode derivative.
+
+  Args:
+    fn: function of positional arrays with common leading axes.
+
+  Returns:
+    ``fn`` with the batching rule attached.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> f = rowwise_vmap(lambda a: jnp.sort(a, axis=-1))
+    >>> jax.vmap(f)(jnp.array([[3, 1, 2], [0, 2, 1]])).tolist()
+    [[1, 2, 3], [0, 1, 2]]
+  """
+
+  @jax.custom_batching.custom_vmap
+  def rows(*args):
+    return fn(*args)
+
+  @rows.def_vmap
+  def rule(axis_size, in_batched, *args):
+    full = [
+      a if bt else jnp.broadcast_to(a, (axis_size,) + a.shape) for a, bt in zip(args, in_batched)
+    ]
+    out = rows(*full)
+    return out, jax.tree.map(lambda _: True, out)
+
+  return rows
+
+
+#: The CPU backend gets one group of rows per core, at most this many.
+MAX_CPU_GROUPS = 8
+#: ... and only when the rows hold at least this many elements in all.
+MIN_GROUP_ELEMENTS = 1 << 18
+
+
+def cpu_groups(rows: int, n: int) -> int:
+  """Number of row groups to sort as independent operations on this CPU.
+
+  XLA:CPU sorts the rows of one sort operation sequentially on one thread
+  but runs independent operations concurrently, so a batch of ``rows`` rows
+  of length ``n`` is split into one group per available core (at most
+  :data:`MAX_CPU_GROUPS`), when it is large enough to be worth it.
+
+  Example:
+    >>> cpu_groups(1, 10**6), cpu_groups(100, 10)
+    (1, 1)
+  """
+  if rows < 2 or rows * n < MIN_GROUP_ELEMENTS:
+    return 1
+  try:
+    cores = len(os.sched_getaffinity(0))
+  except (AttributeError, OSError):
+    cores = os.cpu_count() or 1
+  return max(1, min(rows, cores, MAX_CPU_GROUPS))
+
+
+def in_groups(fn: Callable, groups: int, *arrays: jax.Array):
+  """``fn`` on ``groups`` near-equal slices of the leading axis, concatenated.
+
+  Each slice is an independent computation (XLA:CPU may run them
+  concurrently); ``fn`` must act on rows independently.
+  """
+  rows = arrays[0].shape[0]
+  if groups <= 1:
+    return fn(*arrays)
+  bounds = [rows * g // groups for g in range(groups + 1)]
+  outs = [fn(*(a[lo:hi] for a in arrays)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+  return jax.tree.map(lambda *o: jnp.concatenate(o, axis=0), *outs)
+
+
+# ---------------------------------------------------------------------------
+# Stable argsort of integer keys
+
+
+def _radix_passes(key: jax.Array, k: int, d: int, passes: int) -> tuple[jax.Array, jax.Array]:
+  """LSD radix passes over ``(rows, n)`` keys: ``(sorted keys, permutation)``."""
+  ut = key.dtype.type
+  idx = jax.lax.broadcasted_iota(key.dtype, key.shape, key.ndim - 1)
+  lowmask = ut((1 << k) - 1)
+  perm = None
+  for p in range(passes):
+    digit = (key >> ut(p * d)) & ut((1 << d) - 1)
+    packed = jax.lax.sort((digit << ut(k)) | idx, dimension=key.ndim - 1, is_stable=False)
+    pos = (packed & lowmask).astype(jnp.int32)
+    perm = pos if perm is None else jnp.take_along_axis(perm, pos, axis=-1)
     key = jnp.take_along_axis(key, pos, axis=-1)
-  return perm.astype(jnp.int32)
+  return key, perm
 
 
-def _radix_argsort(key: jax.Array) -> jax.Array:
-  """Stable argsort of ``uint32`` keys along the last axis from 1-operand sorts.
+def _radix_argsort(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Stable argsort of ``(rows, n)`` unsigned keys from single-operand sorts.
 
-  Each pass sorts one ``uint32`` that packs a digit of the key (high bits)
-  with the element's position after the previous pass (low
+  Each pass sorts one unsigned integer that packs a ``d``-bit digit of the
+  key (high bits) with the element's position after the previous pass (low
   ``k = ceil(log2 n)`` bits). Packed values are distinct and ties keep the
-  previous order, so the result is the stable order: 2 passes of ``32 - k``
-  bit digits for ``n <= 2^16``; up to ``2^21``, 3 passes, or 2 when the keys
-  (less their minimum) span fewer than ``2^(2(32 - k))`` values, as scores in
-  ``[0, 2)`` do (checked on the data: one ``lax.cond``).
+  previous order, so the result is the stable order: ``ceil(w / d)`` passes
+  for ``w``-bit keys, or 2 when all keys less their minimum span fewer than
+  ``2^(2d)`` values (scores in ``[0, 2)`` do, up to ``n = 2^17``): one
+  ``lax.cond`` on a reduction over every row.
   """
   n = key.shape[-1]
+  w = 8 * key.dtype.itemsize
   k = max(1, int(n - 1).bit_length())
-  d = 32 - k
-  passes = -(-32 // d)
+  d = w - k
+  passes = -(-w // d)
   if passes <= 2:
     return _radix_passes(key, k, d, passes)
   lo = jnp.min(key)
-  span_ok = (jnp.max(key) - lo) < jnp.uint32(min(2 ** (2 * d), 2**32 - 1))
-  return jax.lax.cond(
-    span_ok, lambda: _radix_passes(key - lo, k, d, 2), lambda: _radix_passes(key, k, d, passes)
-  )
+  span_ok = (jnp.max(key) - lo) < key.dtype.type(min(2 ** (2 * d), 2**w - 1))
+
+  def two(key):
+    skey, perm = _radix_passes(key - lo, k, d, 2)
+    return skey + lo, perm
+
+  return jax.lax.cond(span_ok, two, lambda key: _radix_passes(key, k, d, passes), key)
 
 
-def _pair_argsort(key: jax.Array) -> jax.Array:
-  """Stable argsort of ``uint32`` keys: one sort of ``(key, index)`` pairs."""
-  n = key.shape[-1]
-  iota = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), key.shape)
-  _, order = jax.lax.sort((key, iota), dimension=key.ndim - 1, num_keys=1, is_stable=True)
-  return order
+def _pair_argsort(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Stable argsort of unsigned keys: one sort of ``(key, index)`` pairs."""
+  iota = jax.lax.broadcasted_iota(jnp.int32, key.shape, key.ndim - 1)
+  return jax.lax.sort((key, iota), dimension=key.ndim - 1, num_keys=1, is_stable=True)
+
+
+#: Radix passes need digits of at least this many bits; shorter keys or longer
+#: rows (32-bit keys and n >= 2^24) use the pair sort.
+MIN_DIGIT_BITS = 8
+
+
+def _argsort_rows(key: jax.Array, split: bool) -> tuple[jax.Array, jax.Array]:
+  lead, n = key.shape[:-1], key.shape[-1]
+  k2 = key.reshape((-1, n))
+  groups = cpu_groups(k2.shape[0], n) if split else 1
+  if 8 * k2.dtype.itemsize - int(n - 1).bit_length() < MIN_DIGIT_BITS:
+    out = _pair_argsort(k2)
+  else:
+    cpu = lambda k: in_groups(_radix_argsort, groups, k)
+    out = jax.lax.platform_dependent(k2, cpu=cpu, default=_pair_argsort)
+  return jax.tree.map(lambda a: a.reshape(lead + (n,)), out)
+
+
+_argsort_split = rowwise_vmap(lambda key: _argsort_rows(key, True))
+_argsort_whole = rowwise_vmap(lambda key: _argsort_rows(key, False))
+
+
+def argsort_keys(key: jax.Array, *, split: bool = True) -> tuple[jax.Array, jax.Array]:
+  """Stable ascending sort of unsigned integer keys along the last axis, with the permutation.
+
+  ``perm`` is ``argsort(key, stable=True)`` and ``sorted_key = key[perm]``,
+  row by row: on CPU by LSD radix passes of single-operand sorts (2 or 3 for
+  32-bit keys, 2 for 64-bit keys), elsewhere by one ``(key, index)`` pair
+  sort. ``jax.vmap`` of it is one call on the stacked rows.
+
+  Args:
+    key: ``(..., n)`` uint16 / uint32 / uint64 keys (e.g. :func:`float_to_key`).
+    split: on CPU, sort large batches as one group of rows per core
+      (:func:`cpu_groups`); callers that already split pass False.
+
+  Returns:
+    ``(sorted_key, perm)``: ``(..., n)`` keys ascending and the int32
+    permutation of each row.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> s, p = argsort_keys(jnp.array([5, 2, 5, 1], jnp.uint32))
+    >>> s.tolist(), p.tolist()
+    ([1, 2, 5, 5], [3, 1, 0, 2])
+
+  Reference: Knuth (1998), The Art of Computer Programming, Vol. 3, §5.2.5
+  (least-significant-digit radix sorting).
+  """
+  if key.ndim == 0:
+    raise ValueError("key must have at least one axis (the one to sort along)")
+  if key.shape[-1] < 2:
+    return key, jnp.zeros(key.shape, jnp.int32)
+  fn = _argsort_split if split else _argsort_whole
+  if key.dtype == jnp.uint16:  # radix digits need room beside the positions
+    skey, perm = fn(key.astype(jnp.uint32))
+    return skey.astype(jnp.uint16), perm
+  return fn(key)
 
 
 def stable_argsort(x: jax.Array) -> jax.Array:
   """Stable ascending argsort along the last axis (ties by index), exact.
 
-  Equal to ``jnp.argsort(x, axis=-1, stable=True)`` for float32 ``x`` with
-  ``-0.0 == +0.0`` (no NaN: callers validate), on any backend: LSD radix
-  passes of ``uint32`` sorts on CPU, one ``(key, index)`` pair sort
-  elsewhere. Other dtypes, and ``n >= 2^27``, use ``jnp.argsort``.
+  Equal to ``jnp.argsort(x, axis=-1, stable=True)`` for float inputs with
+  ``-0.0 == +0.0`` (no NaN: callers validate), on any backend, through
+  :func:`argsort_keys` of :func:`float_to_key`. Other dtypes use
+  ``jnp.argsort``.
 
   Args:
     x: ``(..., n)`` scores.
@@ -116,27 +355,34 @@ def stable_argsort(x: jax.Array) -> jax.Array:
     >>> stable_argsort(jnp.array([0.5, -1.0, 0.5, -0.0, 0.0])).tolist()
     [1, 3, 4, 0, 2]
   """
-  n = x.shape[-1]
-  if x.dtype != jnp.float32 or x.ndim == 0 or n >= 2**27 or n < 2:
+  if x.ndim == 0 or x.dtype.itemsize not in _UINT or not jnp.issubdtype(x.dtype, jnp.floating):
     return jnp.argsort(x, axis=-1, stable=True).astype(jnp.int32)
-  key = float_to_key(x)
-  return jax.lax.platform_dependent(key, cpu=_radix_argsort, default=_pair_argsort)
+  return argsort_keys(float_to_key(jax.lax.stop_gradient(x)))[1]
 
 
-def _gathered_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
-  key = float_to_key(x)
-  order = _radix_argsort(key)
-  return (
-    key_to_float(jnp.take_along_axis(key, order, axis=-1)),
-    jnp.take_along_axis(payload, order, axis=-1),
-  )
+def sort_descending(x: jax.Array, axis: int = -1) -> jax.Array:
+  """``-sort(-x)`` along ``axis`` through one native integer-key sort.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> sort_descending(jnp.array([[0.2, 0.5, 0.3]])).tolist()
+    [[0.5, 0.3, 0.2]]
+  """
+  if x.dtype.itemsize not in _UINT or not jnp.issubdtype(x.dtype, jnp.floating):
+    return -jnp.sort(-x, axis=axis)
+  return jnp.flip(key_to_float(jnp.sort(float_to_key(x), axis=axis)), axis=axis).astype(x.dtype)
 
 
 def _paired_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
   key, out = jax.lax.sort(
     (float_to_key(x), payload), dimension=x.ndim - 1, num_keys=1, is_stable=False
   )
-  return key_to_float(key), out
+  return key_to_float(key).astype(x.dtype), out
+
+
+def _gathered_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
+  skey, perm = argsort_keys(float_to_key(jax.lax.stop_gradient(x)))
+  return key_to_float(skey).astype(x.dtype), jnp.take_along_axis(payload, perm, axis=-1)
 
 
 def sort_with_payload(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -144,9 +390,16 @@ def sort_with_payload(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.
 
   For callers whose result does not depend on the order among tied ``x``
   (e.g. prefix sums read only between distinct values). CPU: the stable
-  radix argsort and two gathers; elsewhere one unstable sort of the
-  ``(uint32 key, payload)`` pair (no index array, no gathers). ``-0.0``
-  comes back as ``+0.0``.
+  radix argsort and a gather; elsewhere one unstable sort of the
+  ``(key, payload)`` pair (no index array, no gathers). ``-0.0`` comes back
+  as ``+0.0``.
+
+  Args:
+    x: ``(..., n)`` float scores.
+    payload: ``(..., n)`` values carried along.
+
+  Returns:
+    ``(sorted x, payload in that order)``.
 
   Example:
     >>> import jax.numpy as jnp
@@ -154,8 +407,7 @@ def sort_with_payload(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.
     >>> xs.tolist(), ps.tolist()
     ([0.10000000149011612, 0.20000000298023224, 0.30000001192092896], [1.0, 2.0, 3.0])
   """
-  if x.dtype != jnp.float32 or x.shape[-1] < 2:
+  if x.shape[-1] < 2 or x.dtype.itemsize not in _UINT or not jnp.issubdtype(x.dtype, jnp.floating):
     order = jnp.argsort(x, axis=-1, stable=True)
     return (jnp.take_along_axis(x, order, axis=-1), jnp.take_along_axis(payload, order, axis=-1))
-
   return jax.lax.platform_dependent(x, payload, cpu=_gathered_sort, default=_paired_sort)

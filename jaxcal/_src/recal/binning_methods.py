@@ -35,6 +35,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import isotonic as iso
 from jaxcal._src.recal.base import Recalibrator, prepare_fit, recalibrator_class, register, to_probs
+from jaxcal._src.sorting import float_to_key
 
 __all__ = [
   "HistogramBinning",
@@ -93,7 +94,7 @@ class HistogramBinning(Recalibrator):
 
 def _hb_one(p: jax.Array, t: jax.Array, m: int):
   n = p.shape[0]
-  key = iso._to_key(p)
+  key = float_to_key(p)
   skey = jnp.sort(key)
   left = jnp.searchsorted(skey, key, side="left").astype(jnp.int32)
   right = jnp.searchsorted(skey, key, side="right").astype(jnp.int32)

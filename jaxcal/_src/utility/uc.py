@@ -1,4 +1,4 @@
-"""The worst-interval utility calibration estimator UC (SPEC §6).
+"""The worst-interval utility calibration estimator UC (Hegazy, Jordan & Dieuleveut 2025, Eq. 3.2).
 
 ``UC(f, u; S) = sup_I |(1/n) Σ_i (u(p_i, y_i) - v_i) 1[v_i in I]|`` over
 intervals ``I`` of predicted utility ``v_i = <p_i, ū(p_i)>``.
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.binning import blocked_cumsum
+from jaxcal._src.binning import blocked_cumsum, masked_last, sample_count
 from jaxcal._src.sorting import sort_with_payload
 from jaxcal._src.utility import families as F
 
@@ -47,26 +47,55 @@ class UCResult(NamedTuple):
   sign: jax.Array
 
 
-def uc_from_scores(v: jax.Array, u: jax.Array) -> UCResult:
+def uc_from_scores(v: jax.Array, u: jax.Array, *, where: jax.Array | None = None) -> UCResult:
   """The worst interval for predicted utilities ``v`` and realised utilities ``u``.
 
-  Pure core (no validation) behind :func:`uc` and the sweeps.
+  Pure core (no validation) behind :func:`uc` and the sweeps:
+
+  .. math::
+    \\mathrm{UC} = \\max_k S_k - \\min_k S_k, \\qquad
+    S_k = \\frac{1}{n} \\sum_{\\text{sorted position} < k} (u_i - v_i),
+
+  over ``k = 0``, ``n`` and the positions between distinct sorted ``v``.
+  One sort (:func:`~jaxcal._src.sorting.sort_with_payload`) and one prefix
+  sum: ``O(n log n)``. ``jax.vmap`` over utilities sorts all of them as one
+  batch (the sort's strategy is chosen once for the batch).
 
   Args:
     v: ``(n,)`` predicted utilities.
     u: ``(n,)`` realised utilities.
+    where: optional ``(n,)`` bool sample mask. A masked-out sample is
+      treated exactly as if it were absent: it contributes nothing, ``n``
+      becomes the number of True entries, and its ``v``/``u`` (even NaN)
+      are never read. None: all samples.
 
   Returns:
-    :class:`UCResult`.
+    :class:`UCResult`; all zeros (``sign = 0``) when no sample is left.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> r = uc_from_scores(jnp.array([0.2, 0.8, 0.5]), jnp.array([1.0, 0.0, 0.5]))
+    >>> round(float(r.value), 4), int(r.sign)
+    (0.2667, 1)
+
+  Reference: Hegazy, Jordan & Dieuleveut (2025), "Scalable Utility-Aware
+  Multiclass Calibration", §3.2, Eq. (3.2) and Lemma 3.3 (the empirical UC
+  over intervals of predicted utility).
   """
   n = v.shape[0]
   dt = jnp.promote_types(v.dtype, jnp.float32)
   v = v.astype(dt)
+  r = u.astype(dt) - v
+  if where is not None:
+    where = jnp.asarray(where, bool)
+    r = jnp.where(where, r, 0)
+    v = masked_last(v, where)  # after every sample: S is flat over them
+  count = jnp.maximum(sample_count(where, n), 1).astype(dt)
   # S is read only between distinct values, so the order among ties is immaterial
-  vs, rs = sort_with_payload(v, u.astype(dt) - v)
-  s = jnp.concatenate([jnp.zeros((1,), dt), blocked_cumsum(rs)]) / n  # S_0..S_n
+  vs, rs = sort_with_payload(v, r)
+  s = jnp.concatenate([jnp.zeros((1,), dt), blocked_cumsum(rs)]) / count  # S_0..S_n
   cut = jnp.concatenate([jnp.ones((1,), bool), vs[1:] != vs[:-1], jnp.ones((1,), bool)])
-  kmax = jnp.argmax(jnp.where(cut, s, -jnp.inf))
+  kmax = jnp.argmax(jnp.where(cut, s, -jnp.inf))  # first maximum: never past the samples
   kmin = jnp.argmin(jnp.where(cut, s, jnp.inf))
   a = jnp.minimum(kmax, kmin)
   b = jnp.maximum(kmax, kmin)
