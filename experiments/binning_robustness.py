@@ -58,7 +58,6 @@ import argparse
 import dataclasses
 import itertools
 import json
-import os
 import pathlib
 import platform
 import time
@@ -68,13 +67,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal import dominance, metrics, recalibrate, scores
-from jaxcal.data import load_predictions
+from jaxcal.data import dataset_dir, load_predictions
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = HERE / "results" / "binning_robustness"
-SHARED = pathlib.Path(os.environ.get("JAXCAL_SHARED", ROOT.parent / "shared"))
-CIFAR = SHARED / "data" / "cifar_logits"
 TRACES = HERE / "cache" / "fmnist_traces"
 
 CIFAR_SETTINGS = tuple(
@@ -173,12 +170,14 @@ def temperature_scale(val_logits, val_labels, test_logits) -> tuple[np.ndarray, 
 def cifar_sets(
   subsample: int | None, seed: int = 0, settings: tuple[str, ...] = CIFAR_SETTINGS
 ) -> list[CheckpointSet]:
-  if not CIFAR.is_dir():
-    print(f"CIFAR logits not found at {CIFAR}: skipping the CIFAR sets")
+  try:
+    cifar = dataset_dir("cifar_logits")
+  except FileNotFoundError as e:
+    print(f"{e}: skipping the CIFAR sets")
     return []
   groups: dict[int, dict[str, list]] = {}
   for setting in settings:
-    path = CIFAR / setting
+    path = cifar / setting
     vz, vy = load_predictions(path, split="val")
     tz, ty = load_predictions(path, split="test")
     probs, info = temperature_scale(vz, vy, tz)

@@ -23,7 +23,7 @@ set where available and (b) all available settings.
 
 Usage::
 
-  python experiments/score_decomposition.py [--data ../shared/data/cifar_logits]
+  python experiments/score_decomposition.py [--data DIR/cifar_logits]
       [--out experiments/results/score_decomposition]
 
 Writes ``table.md``, ``results.json``, ``mcb_dsc_classwise.png`` and
@@ -46,6 +46,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import jax
+
+from jaxcal.data import dataset_dir
 
 METHODS = ["base", "CW-HB", "N-HB", "CW-IR", "N-IR", "CW-SIR", "N-SIR"]
 FITS = {"HB": "histogram", "IR": "isotonic", "SIR": "smooth_isotonic"}
@@ -287,10 +289,13 @@ def figures(results: dict, settings: dict, out: pathlib.Path) -> list[str]:
 
 def main(argv=None) -> dict:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "cifar_logits"))
+  ap.add_argument(
+    "--data", default=None, help="the cifar_logits folder (default: jaxcal.data.dataset_dir)"
+  )
   ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "score_decomposition"))
   args = ap.parse_args(argv)
-  data, out = pathlib.Path(args.data), pathlib.Path(args.out)
+  data = pathlib.Path(args.data) if args.data else dataset_dir("cifar_logits")
+  out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   t0 = time.perf_counter()
   results = {}

@@ -9,10 +9,12 @@ from jaxcal._src.data import (
   synthetic,
 )
 from jaxcal._src.fashion_mnist import load_fashion_mnist
+from jaxcal._src.paths import dataset_dir
 
 __all__ = [
   "DEFAULT_PREDICTIONS",
   "Synthetic",
+  "dataset_dir",
   "default_predictions",
   "load_fashion_mnist",
   "load_predictions",

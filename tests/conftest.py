@@ -1,28 +1,43 @@
-"""Shared fixtures. Real data lives in ../shared (beside the checkout)."""
+"""Shared fixtures.
+
+The optional real data sets (the CIFAR logits in ../shared/data, Fashion-MNIST)
+are found by ``jaxcal.data.dataset_dir``, as in the notebooks and experiments;
+a test that needs one takes the fixture ``cifar_dir`` or ``fashion_mnist_dir``
+and is skipped, with the reason in pytest's ``-ra`` summary, when it is absent.
+"""
 
 import os
-import pathlib
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED = pathlib.Path(os.environ.get("JAXCAL_SHARED", ROOT.parent / "shared"))
-CIFAR = SHARED / "data" / "cifar_logits"
+from jaxcal.data import dataset_dir
+
+
+def _dataset_or_skip(name):
+  try:
+    return dataset_dir(name)
+  except FileNotFoundError as e:
+    pytest.skip(str(e))
 
 
 @pytest.fixture(scope="session")
 def cifar_dir():
-  if not CIFAR.is_dir():
-    pytest.skip(f"real CIFAR logits not found at {CIFAR}")
-  return CIFAR
+  """``.../cifar_logits`` (one folder per setting), or skip."""
+  return _dataset_or_skip("cifar_logits")
+
+
+@pytest.fixture(scope="session")
+def fashion_mnist_dir():
+  """The folder of the Fashion-MNIST IDX files, or skip."""
+  return _dataset_or_skip("fashion_mnist")
 
 
 def load_cifar(setting: str, split: str = "test"):
   """(logits float32, labels int64) of one CIFAR setting, or skip."""
-  d = CIFAR / setting
+  d = _dataset_or_skip("cifar_logits") / setting
   if not d.is_dir():
-    pytest.skip(f"real CIFAR logits not found at {d}")
+    pytest.skip(f"CIFAR setting {setting} not found at {d}")
   return np.load(d / f"{split}_logits.npy"), np.load(d / f"{split}_labels.npy")
 
 

@@ -190,3 +190,106 @@ def test_binned_residual_sums_quantile_matches_reference():
       want = R.lin_sums(s[r], b[r].astype(float), bins, int(m))[:, 0]
       np.testing.assert_allclose(out.sums[k, r, :m, 0], want, atol=1e-5)
       np.testing.assert_array_equal(out.counts[k, r, :m], np.bincount(bins, minlength=m))
+
+
+# ------------------------------------------------------------ sample masks
+#
+# A masked-out sample is treated exactly as if it were absent: n becomes the
+# number of True entries, quantile positions count only them, fixed bins and
+# sums ignore them. Padding holds junk (NaN, inf, out-of-range scores, bits
+# set) at random positions, not only at the end, to show it is never read.
+
+
+def _pad(s, b, extra, seed):
+  """(scores, bits, where) with `extra` junk samples inserted at random positions."""
+  rng = np.random.default_rng(seed)
+  rows, n = s.shape
+  n_pad = n + extra
+  keep = np.zeros((rows, n_pad), bool)
+  for r in range(rows):
+    keep[r, np.sort(rng.choice(n_pad, n, replace=False))] = True
+  junk = rng.choice(
+    np.array([np.nan, np.inf, -np.inf, 5.0, -3.0, 0.5, 1.0, 0.0], np.float32), (rows, n_pad)
+  )
+  sp = junk.copy()
+  sp[keep] = s.ravel()
+  bp = rng.random((rows, n_pad)) < 0.5
+  bp[keep] = b.ravel()
+  return sp, bp, keep
+
+
+@pytest.mark.parametrize(
+  "binning,method",
+  [("fixed", "edges"), ("fixed", "sort"), ("quantile", "fast"), ("quantile", "sort")],
+)
+def test_where_padding_equals_unpadded(binning, method):
+  s, b = _tied_rows(8, rows=3, n=50)
+  sp, bp, keep = _pad(s, b, 23, seed=9)
+  ms = jnp.asarray(np.r_[MS, 60])  # 60 > n: empty quantile bins under a traced m
+
+  def f(s, b, w, m):
+    return B.binned_residual_sums(s, b, m, binning, 64, sign=-1.0, method=method, where=w)
+
+  f = jax.jit(jax.vmap(f, in_axes=(None, None, None, 0)))
+  want = jax.tree_util.tree_map(np.asarray, f(s, b, None, ms))
+  got = jax.tree_util.tree_map(np.asarray, f(sp, bp, keep, ms))
+  np.testing.assert_array_equal(got.counts, want.counts)
+  np.testing.assert_allclose(got.sums, want.sums, rtol=0, atol=2e-6)
+  np.testing.assert_allclose(got.cumsums, want.cumsums, rtol=0, atol=2e-6)
+  if binning == "fixed" and method == "edges":  # same sums in the same order: bitwise
+    np.testing.assert_array_equal(got.sums, want.sums)
+  for k, m in enumerate(np.asarray(ms)):  # and both equal the loop reference
+    for r in range(3):
+      bins = R.bins(s[r], int(m), binning)
+      ref = -R.lin_sums(s[r], b[r].astype(float), bins, int(m))[:, 0]
+      np.testing.assert_allclose(got.sums[k, r, :m, 0], ref, atol=2e-6)
+
+
+def test_where_all_true_and_mask_broadcast():
+  s, b = _tied_rows(10, rows=2, n=40)
+  f = jax.jit(lambda w: B.binned_residual_sums(s, b, 7, "quantile", 8, method="fast", where=w))
+  a, c = f(np.ones((2, 40), bool)), f(np.ones(40, bool))  # a (n,) mask broadcasts over rows
+  d = B.binned_residual_sums(s, b, 7, "quantile", 8, method="fast")
+  for x in (a, c):
+    np.testing.assert_array_equal(x.counts, d.counts)
+    np.testing.assert_allclose(x.sums, d.sums, atol=1e-7)
+
+
+def test_where_fast_sort_path_large_n():
+  # n >= FAST_SORT_MIN_N takes the int-key sort under "auto"; ties and
+  # mixed tie groups included, padding in the middle of the data.
+  rng = np.random.default_rng(12)
+  n = B.FAST_SORT_MIN_N + 100
+  s = (rng.integers(0, 50, (2, n)) / 49).astype(np.float32)
+  b = rng.random((2, n)) < 0.3
+  sp, bp, keep = _pad(s, b, 300, seed=13)
+  f = jax.jit(lambda s, b, w: B.sorted_residual_prefix(s, b, 1.0, "auto", where=w))
+  got = np.asarray(f(sp, bp, keep))
+  want = np.asarray(f(s, b, None))
+  np.testing.assert_allclose(got[:, : n + 1], want, atol=5e-4)
+  np.testing.assert_allclose(got[:, : n + 1], _stable_prefix(s, b, 1.0), atol=5e-4)
+  np.testing.assert_array_equal(got[:, n + 1 :], np.repeat(got[:, n : n + 1], 300, axis=1))
+
+
+def test_bin_ids_where():
+  s = np.array([0.3, 0.9, 0.1, 0.3, 0.2, 0.7], np.float32)
+  w = np.array([True, False, True, True, False, True])
+  for binning in ("fixed", "quantile"):
+    got = np.asarray(metrics.bin_ids(s, 2, binning, where=w))
+    assert (got[~w] == -1).all()
+    np.testing.assert_array_equal(got[w], R.bins(s[w], 2, binning))
+  with pytest.raises(ValueError, match="where must be a bool array"):
+    metrics.bin_ids(s, 2, where=w.astype(int))
+  with pytest.raises(ValueError, match="where must have shape"):
+    metrics.bin_ids(s, 2, where=w[:3])
+
+
+def test_quantile_bin_of_position_inverts_quantile_ends():
+  # The two faces of the one quantile rule agree: bin j holds exactly the
+  # sorted positions (e_{j-1}, e_j].
+  for n in (1, 7, 40, 1000):
+    for m in (1, 3, 7, 40, 64):
+      ends = np.asarray(B.quantile_ends(n, m, 64))
+      ids = np.asarray(B.quantile_bin_of_position(jnp.int32(n), jnp.int32(m), n + 5))
+      assert (ids[n:] == -1).all()
+      np.testing.assert_array_equal(np.bincount(ids[:n], minlength=64), np.diff(ends))

@@ -343,3 +343,110 @@ def test_real_cifar_logits_match_reference(cifar_dir, setting):
     got = np.asarray(call(name, binning, p, y, np.array([15, 50])))
     want = [ref(name, binning, p, y, m) for m in (15, 50)]
     np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"{setting} {name} {binning}")
+
+
+# ------------------------------------------------------------ sample masks
+
+# The metric cores take `where`: an (n,) bool mask; a masked-out sample is
+# treated exactly as if absent. Models of different n padded to one size
+# (junk in the padding, at random positions) under one vmap give each
+# model's unpadded value.
+
+from jaxcal._src import calibration_errors as CE  # noqa: E402
+
+CORES = [
+  ("conf_ece", "fixed", lambda p, y, m, **k: CE._conf_core(p, y, m, kind="ece", **k)),
+  ("conf_ece", "quantile", lambda p, y, m, **k: CE._conf_core(p, y, m, kind="ece", **k)),
+  ("conf_ce", "quantile", lambda p, y, m, **k: CE._conf_core(p, y, m, kind="ce", **k)),
+  ("conf_ce_corr", "quantile", lambda p, y, m, **k: CE._conf_core(p, y, m, kind="ce_corr", **k)),
+  ("conf_ce_corr", "fixed", lambda p, y, m, **k: CE._conf_core(p, y, m, kind="ce_corr", **k)),
+  (
+    "classwise_ce",
+    "quantile",
+    lambda p, y, m, **k: CE._classwise_core(
+      p, y, m, jnp.full(p.shape[1], 1 / p.shape[1]), kind="ce", **k
+    ),
+  ),
+  (
+    "classwise_ece",
+    "fixed",
+    lambda p, y, m, **k: CE._classwise_core(
+      p, y, m, jnp.full(p.shape[1], 1 / p.shape[1]), kind="ece", **k
+    ),
+  ),
+  (
+    "ecce",
+    "fixed",
+    lambda p, y, m, binning, **k: CE._ecce_core(p, y, m, jnp.full(p.shape[1], 1 / p.shape[1]), **k),
+  ),
+]
+
+
+def _padded_models(sizes, n_pad, c, seed):
+  """Stacked (models, n_pad, C) probabilities, labels and masks; the real models."""
+  rng = np.random.default_rng(seed)
+  ps, ys, ws, real = [], [], [], []
+  for n in sizes:
+    p = _dirichlet(rng, n, c, 0.5)
+    p[: n // 4] = np.round(p[: n // 4] * 4) / 4  # ties (rows need not sum to 1 here)
+    y = rng.integers(0, c, n)
+    keep = np.zeros(n_pad, bool)
+    keep[np.sort(rng.choice(n_pad, n, replace=False))] = True
+    pp = rng.choice(np.array([np.nan, 2.0, -1.0, 0.5], np.float32), (n_pad, c))
+    pp[keep] = p
+    yp = rng.integers(-5, 50, n_pad)  # out-of-range labels in the padding
+    yp[keep] = y
+    ps.append(pp), ys.append(yp), ws.append(keep), real.append((p, y))
+  return np.stack(ps), np.stack(ys), np.stack(ws), real
+
+
+@pytest.mark.parametrize("name,binning,core", CORES, ids=[f"{a}-{b}" for a, b, _ in CORES])
+def test_where_padded_models_equal_unpadded(name, binning, core):
+  sizes = [37, 60, 5]
+  ps, ys, ws, real = _padded_models(sizes, 64, 3, seed=len(name) + len(binning))
+  ms = jnp.array([1, 3, 15, 40])
+
+  def one(p, y, w, m):
+    return core(p, y, m, binning=binning, max_bins=40, where=w)
+
+  f = jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, None, None, 0)), in_axes=(0, 0, 0, None)))
+  got = np.asarray(f(ps, ys, ws, ms))
+  for k, (p, y) in enumerate(real):
+    mk = ms if binning == "fixed" else ms[ms <= sizes[k]]
+    want = [ref(name, binning, p, y, int(m)) for m in mk]
+    np.testing.assert_allclose(got[k, : len(mk)], want, rtol=0, atol=ATOL, err_msg=f"model {k}")
+    unpadded = np.asarray(jax.jit(jax.vmap(lambda m: one(p, y, None, m)))(ms))
+    np.testing.assert_allclose(got[k], unpadded, rtol=1e-6, atol=1e-7, err_msg=f"model {k}")
+
+
+def test_where_binary_core_and_all_masked():
+  rng = np.random.default_rng(21)
+  s = rng.random(30).astype(np.float32)
+  s[:10] = 0.5
+  yy = (rng.random(30) < s).astype(np.int32)
+  sp = np.concatenate([s[:12], np.full(9, np.nan, np.float32), s[12:]])
+  yp = np.concatenate([yy[:12], np.full(9, 1), yy[12:]])
+  w = np.concatenate([np.ones(12, bool), np.zeros(9, bool), np.ones(18, bool)])
+  for binning in ("quantile", "fixed"):
+    f = jax.jit(lambda s, y, w: CE._binary_core(s, y, 7, binning=binning, max_bins=7, where=w))
+    np.testing.assert_allclose(f(sp, yp, w), R.binary_ce(s, yy, 7, binning), atol=ATOL)
+  # no sample at all: 0/0 is NaN, never a number
+  p, y = DATA["n60_c3_ties"]
+  out = CE._conf_core(p, y, 5, binning="fixed", max_bins=5, kind="ece", where=np.zeros(60, bool))
+  assert np.isnan(out)
+
+
+@pytest.mark.parametrize("binning", ["fixed", "quantile"])
+def test_where_reliability_core(binning):
+  p, y = DATA["n300_c10"]
+  rng = np.random.default_rng(22)
+  keep = np.zeros(340, bool)
+  keep[np.sort(rng.choice(340, 300, replace=False))] = True
+  pp = np.full((340, 10), np.nan, np.float32)
+  pp[keep] = p
+  yp = np.zeros(340, np.int32)
+  yp[keep] = y
+  got = CE._reliability_core(pp, yp, 12, binning, where=keep)
+  want = CE._reliability_core(p, y, 12, binning)
+  for g, w in zip(got, want):
+    np.testing.assert_array_equal(g, w)

@@ -66,6 +66,10 @@ __all__ = [
   "sorted_residual_prefix",
   "FAST_SORT_MIN_N",
   "binned_residual_sums",
+  "fixed_bin_1based",
+  "quantile_bin_of_position",
+  "masked_last",
+  "sample_count",
 ]
 
 
@@ -130,7 +134,7 @@ def floor_mul_div(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
   return k
 
 
-def _fixed_bin_1based(s: jax.Array, m: jax.Array) -> jax.Array:
+def fixed_bin_1based(s: jax.Array, m: jax.Array) -> jax.Array:
   """``clip(ceil(s*m), 1, m)`` with the product in ``s``'s dtype."""
   b = jnp.ceil(s * m.astype(s.dtype)).astype(jnp.int32)
   return jnp.clip(b, 1, m)
@@ -251,54 +255,133 @@ def _use_edges(binning: str, max_bins: int, dtype, method: str) -> bool:
   return supported and max_bins <= EDGES_MAX_BINS
 
 
+def sample_count(where: jax.Array | None, n: int) -> jax.Array:
+  """Number of samples: ``n``, or the count of True entries of ``where`` (last axis)."""
+  if where is None:
+    return jnp.int32(n)
+  return jnp.sum(where, axis=-1, dtype=jnp.int32)
+
+
+def masked_last(scores: jax.Array, where: jax.Array | None) -> jax.Array:
+  """``scores`` with masked-out entries above every sample (last axis).
+
+  They get ``max(nextafter(max over samples), tiny)``: strictly above every
+  sample's score, also when XLA flushes subnormals to zero, so a stable sort
+  puts them after all samples (in index order) without moving any sample.
+  """
+  if where is None:
+    return scores
+  big = jnp.max(jnp.where(where, scores, -jnp.inf), axis=-1, keepdims=True)
+  dt = scores.dtype
+  after = jnp.maximum(jnp.nextafter(big, jnp.asarray(jnp.inf, dt)), jnp.finfo(dt).tiny)
+  return jnp.where(where, scores, after)
+
+
+def quantile_ends(n: ArrayLike, num_bins: ArrayLike, max_bins: int) -> jax.Array:
+  """Cumulative counts ``e_j = floor(j n / m)`` of the quantile rule, ``j = 0..max_bins``.
+
+  The one home of the quantile rule: sorted position ``i`` (1-based) lies in
+  bin ``j`` iff ``e_{j-1} < i <= e_j``, i.e. ``(j-1) n/m < i <= j n/m``.
+  Bins beyond ``m`` are empty (``e_j = n`` for ``j >= m``). Exact integer
+  arithmetic (:func:`floor_mul_div`), so a traced sample count works.
+
+  Args:
+    n: number of samples: a Python int, or an int array (traced or not) of
+      any shape ``lead`` (e.g. one count per row of masked data).
+    num_bins: scalar bin count ``m >= 1`` (static or traced).
+    max_bins: static bound on ``m``.
+
+  Returns:
+    ``lead + (max_bins + 1,)`` int32, ``e_0 = 0``, non-decreasing.
+
+  Example:
+    >>> quantile_ends(10, 4, 5).tolist()
+    [0, 2, 5, 7, 10, 10]
+  """
+  n = jnp.asarray(n, jnp.int32)[..., None]
+  m = jnp.asarray(num_bins, jnp.int32)
+  j = jnp.arange(1, max_bins + 1, dtype=jnp.int32)
+  ends = jnp.where(j >= m, n, floor_mul_div(j, n, jnp.maximum(m, 1)))
+  zero = jnp.zeros(ends.shape[:-1] + (1,), jnp.int32)
+  return jnp.concatenate([zero, ends.astype(jnp.int32)], axis=-1)
+
+
+def quantile_bin_of_position(n_eff: jax.Array, m: jax.Array, size: int) -> jax.Array:
+  """0-based quantile bin of sorted positions ``0..size-1`` (``-1`` at or beyond ``n_eff``).
+
+  The inverse of :func:`quantile_ends` (the same rule, seen from a
+  position): 1-based position ``i`` lies in the smallest bin ``j`` with
+  ``e_j = floor(j n / m) >= i``, i.e. ``j n / m >= i``, i.e.
+  ``j = ceil(i m / n)``; computed exactly with :func:`floor_mul_div`.
+  ``tests/test_binning.py`` checks that the two agree.
+  """
+  pos = jnp.arange(1, size + 1, dtype=jnp.int32)
+  nn = jnp.maximum(n_eff, 1)
+  q = floor_mul_div(pos, m, nn)  # floor(i m / n)
+  guess = q + (pos * m - q * nn > 0).astype(jnp.int32)  # ceil(i m / n), 1-based
+  return jnp.where(pos <= n_eff, guess - 1, -1)
+
+
 def bin_ends(
-  sorted_scores: jax.Array, num_bins: ArrayLike, binning: str, max_bins: int
+  sorted_scores: jax.Array,
+  num_bins: ArrayLike,
+  binning: str,
+  max_bins: int,
+  n_eff: ArrayLike | None = None,
 ) -> jax.Array:
   """Cumulative bin counts ``e_0 = 0, e_1, ..., e_max_bins`` in the sorted order.
 
   ``e_j`` is the number of samples whose bin is ``<= j``; bins beyond
-  ``num_bins`` are empty (``e_j = n``).
+  ``num_bins`` are empty (``e_j = n_eff``).
 
   Args:
-    sorted_scores: ``(n,)`` scores sorted ascending.
+    sorted_scores: ``(n,)`` scores sorted ascending; only the first ``n_eff``
+      entries are samples (the rest, masked-out padding, is never read).
     num_bins: scalar int (static or traced), ``1 <= num_bins <= max_bins``
       for the fixed rule (larger values are clipped to ``max_bins`` bins).
     binning: ``"fixed"`` or ``"quantile"`` (static).
     max_bins: static bound; the result has ``max_bins + 1`` entries.
+    n_eff: scalar number of samples (static or traced; default ``n``).
 
   Returns:
     ``(max_bins + 1,)`` int32, non-decreasing, ``e_0 = 0``.
   """
   n = sorted_scores.shape[0]
+  n_eff = jnp.asarray(n if n_eff is None else n_eff, jnp.int32)
   m = jnp.asarray(num_bins, jnp.int32)
-  j = jnp.arange(1, max_bins + 1, dtype=jnp.int32)
   if binning == "quantile":
-    ends = jnp.where(j >= m, n, floor_mul_div(j, jnp.int32(n), jnp.maximum(m, 1)))
-  elif binning == "fixed":
-    # Vectorised bisection for the first sorted index whose bin exceeds j:
-    # exactly consistent with the elementwise rule, in O(max_bins log n).
-    lo = jnp.zeros_like(j)
-    hi = jnp.full_like(j, n)
-    steps = max(1, math.ceil(math.log2(n + 1)))
-
-    def body(_, carry):
-      lo, hi = carry
-      active = lo < hi
-      mid = (lo + hi) // 2
-      ok = _fixed_bin_1based(sorted_scores[jnp.clip(mid, 0, n - 1)], m) <= j
-      lo = jnp.where(active & ok, mid + 1, lo)
-      hi = jnp.where(active & ~ok, mid, hi)
-      return lo, hi
-
-    lo, _ = jax.lax.fori_loop(0, steps, body, (lo, hi))
-    ends = jnp.where(j >= m, n, lo)
-  else:
+    return quantile_ends(n_eff, m, max_bins)
+  if binning != "fixed":
     raise ValueError(f"binning must be 'fixed' or 'quantile', got {binning!r}")
+  # Vectorised bisection for the first sorted index whose bin exceeds j:
+  # exactly consistent with the elementwise rule, in O(max_bins log n).
+  j = jnp.arange(1, max_bins + 1, dtype=jnp.int32)
+  lo = jnp.zeros_like(j)
+  hi = jnp.broadcast_to(n_eff, j.shape)
+  steps = max(1, math.ceil(math.log2(n + 1)))
+
+  def body(_, carry):
+    lo, hi = carry
+    active = lo < hi
+    mid = (lo + hi) // 2
+    ok = fixed_bin_1based(sorted_scores[jnp.clip(mid, 0, n - 1)], m) <= j
+    lo = jnp.where(active & ok, mid + 1, lo)
+    hi = jnp.where(active & ~ok, mid, hi)
+    return lo, hi
+
+  lo, _ = jax.lax.fori_loop(0, steps, body, (lo, hi))
+  ends = jnp.where(j >= m, n_eff, lo)
   return jnp.concatenate([jnp.zeros((1,), jnp.int32), ends.astype(jnp.int32)])
 
 
-def bin_ids(scores: ArrayLike, num_bins: ArrayLike, binning: str = "fixed") -> jax.Array:
-  """0-based bin index of every sample, in the original order (SPEC §1).
+def bin_ids(
+  scores: ArrayLike,
+  num_bins: ArrayLike,
+  binning: str = "fixed",
+  *,
+  where: ArrayLike | None = None,
+) -> jax.Array:
+  """0-based bin index of every sample, in the original order.
 
   ``fixed``: ``clip(ceil(s*m), 1, m) - 1`` (the product rounded in the
   scores' dtype; scores outside ``[0, 1]`` go to the first or last bin).
@@ -310,9 +393,12 @@ def bin_ids(scores: ArrayLike, num_bins: ArrayLike, binning: str = "fixed") -> j
     num_bins: scalar bin count ``m >= 1`` (int, static or traced); for the
       quantile rule at most ``n`` (checked on concrete inputs).
     binning: ``"fixed"`` (equal width on [0, 1]) or ``"quantile"`` (equal mass).
+    where: optional ``(n,)`` bool mask of the samples to bin (default: all).
+      Masked-out samples are treated as absent (quantile positions count
+      only the others) and get bin ``-1``.
 
   Returns:
-    ``(n,)`` int32 in ``[0, m)``.
+    ``(n,)`` int32 in ``[0, m)`` (``-1`` for masked-out samples).
 
   Raises:
     ValueError: scores not a non-empty finite vector, bad ``num_bins`` or
@@ -325,7 +411,9 @@ def bin_ids(scores: ArrayLike, num_bins: ArrayLike, binning: str = "fixed") -> j
     >>> bin_ids(jnp.array([0.3, 0.1, 0.3, 0.2]), 2, "quantile").tolist()
     [1, 0, 1, 0]
 
-  Reference: SPEC §1.
+  Reference: Lu, Wu, Hartline and Hu, "Truthful Calibration Errors for
+  Multi-Class Prediction", §2 (Binning): fixed bins ``((j-1)/m, j/m]`` with
+  0 in the first, quantile bins ``(j-1)n/m < i <= jn/m`` on the sorted reports.
   """
   from jaxcal._src import validation as V  # local: validation imports nothing from here
 
@@ -338,20 +426,28 @@ def bin_ids(scores: ArrayLike, num_bins: ArrayLike, binning: str = "fixed") -> j
   if jnp.ndim(mm) != 0:
     raise ValueError(f"num_bins must be a scalar for bin_ids, got shape {jnp.shape(mm)}")
   n = s.shape[0]
+  w = None if where is None else _check_where(where, n)
   if binning == "quantile" and V.is_concrete(mm) and int(mm) > n:
     raise ValueError(
       f"quantile binning with num_bins = {int(mm)} needs at least that many samples, got n = {n}"
     )
   m = jnp.asarray(mm, jnp.int32)
   if binning == "fixed":
-    return _fixed_bin_1based(s, m) - 1
-  order = jnp.argsort(s, stable=True)
-  pos = jnp.arange(1, n + 1, dtype=jnp.int32)
-  # ceil(i*m/n) = q + [r > 0] with q = floor(i*m/n), r = i*m - q*n (exact, small)
-  q = floor_mul_div(pos, m, jnp.int32(n))
-  rem_pos = pos * m - q * n
-  b = q + (rem_pos > 0).astype(jnp.int32)  # 1-based
-  return jnp.zeros((n,), jnp.int32).at[order].set(b - 1)
+    b = fixed_bin_1based(s, m) - 1
+    return b if w is None else jnp.where(w, b, -1)
+  order = jnp.argsort(masked_last(s, w), stable=True)
+  ids = quantile_bin_of_position(sample_count(w, n), m, n)
+  return jnp.zeros((n,), jnp.int32).at[order].set(ids)
+
+
+def _check_where(where: ArrayLike, n: int) -> jax.Array:
+  """An ``(..., n)`` bool sample mask, as a JAX array."""
+  w = jnp.asarray(where)
+  if w.dtype != jnp.bool_:
+    raise ValueError(f"where must be a bool array (a sample mask), got dtype {w.dtype}")
+  if w.ndim < 1 or w.shape[-1] != n:
+    raise ValueError(f"where must have shape (n,) = ({n},), got {tuple(w.shape)}")
+  return w
 
 
 class BinnedSums(NamedTuple):
@@ -369,6 +465,7 @@ def binned_sums(
   binning: str,
   max_bins: int,
   method: str = "auto",
+  where: jax.Array | None = None,
 ) -> BinnedSums:
   """Sums of ``values`` over the bins of ``scores``.
 
@@ -386,16 +483,22 @@ def binned_sums(
     max_bins: static bound on ``num_bins``.
     method: ``"auto"`` (default: ``"edges"`` for the fixed rule when
       possible, else ``"sort"``), ``"sort"`` or ``"edges"`` (static).
+    where: optional ``(n,)`` bool sample mask; masked-out samples are treated
+      exactly as if absent (their values are never added, also if NaN).
 
   Returns:
     :class:`BinnedSums` with ``max_bins`` rows; rows of empty bins and of bins
     beyond ``num_bins`` are zero (``cumsums`` rows repeat the running total).
   """
   m = jnp.asarray(num_bins, jnp.int32)
+  if where is not None:
+    values = jnp.where(where[:, None], values, 0)
   if _use_edges(binning, max_bins, scores.dtype, method):
     table = edge_table(int(max_bins), jnp.dtype(scores.dtype).name)
     k_count = table.thresholds.shape[0]
     bucket = _edge_bucket(scores, table)
+    if where is not None:
+      bucket = jnp.where(where, bucket, k_count + 1)  # out of range: dropped
     per = jax.ops.segment_sum(values, bucket, num_segments=k_count + 1)
     cnt = jax.ops.segment_sum(jnp.ones_like(bucket), bucket, num_segments=k_count + 1)
     zero = jnp.zeros((1,) + per.shape[1:], per.dtype)
@@ -412,25 +515,17 @@ def binned_sums(
   else:
     n = scores.shape[0]
     s_sorted, order = jax.lax.sort(
-      (scores, jnp.arange(n, dtype=jnp.int32)), num_keys=1, is_stable=True
+      (masked_last(scores, where), jnp.arange(n, dtype=jnp.int32)), num_keys=1, is_stable=True
     )
     v_sorted = values[order]
     prefix = blocked_cumsum(v_sorted)
     prefix = jnp.concatenate([jnp.zeros((1,) + prefix.shape[1:], prefix.dtype), prefix])
-    ends = bin_ends(s_sorted, m, binning, max_bins)
+    ends = bin_ends(s_sorted, m, binning, max_bins, sample_count(where, n))
     at_ends = prefix[ends]  # (max_bins + 1, d)
   sums = at_ends[1:] - at_ends[:-1]
   counts = ends[1:] - ends[:-1]
   sums = jnp.where((counts > 0)[:, None], sums, 0.0)
   return BinnedSums(sums=sums, counts=counts, cumsums=at_ends[1:])
-
-
-def quantile_ends(n: int, num_bins: ArrayLike, max_bins: int) -> jax.Array:
-  """``(max_bins + 1,)`` cumulative counts of the quantile rule: ``e_j = floor(j n / m)``."""
-  m = jnp.asarray(num_bins, jnp.int32)
-  j = jnp.arange(1, max_bins + 1, dtype=jnp.int32)
-  ends = jnp.where(j >= m, n, floor_mul_div(j, jnp.int32(n), jnp.maximum(m, 1)))
-  return jnp.concatenate([jnp.zeros((1,), jnp.int32), ends.astype(jnp.int32)])
 
 
 def _sortable_int(s: jax.Array) -> jax.Array:
@@ -446,9 +541,12 @@ def _from_sortable_int(k: jax.Array) -> jax.Array:
   return key_to_float(jax.lax.bitcast_convert_type(k, jnp.uint32) ^ jnp.uint32(0x80000000))
 
 
-def _stable_sorted_residuals(scores, bits, sign):
-  order = stable_argsort(scores)
+def _stable_sorted_residuals(scores, bits, sign, where):
+  """``sign * (s - b)`` in the stable order of ``s``; masked-out samples last, as 0."""
+  order = stable_argsort(masked_last(scores, where))
   resid = sign * (scores - bits.astype(scores.dtype))
+  if where is not None:
+    resid = jnp.where(where, resid, 0.0)
   return jnp.take_along_axis(resid, order, axis=-1)
 
 
@@ -457,7 +555,7 @@ def _stable_sorted_residuals(scores, bits, sign):
 FAST_SORT_MIN_N = 4096
 
 
-def _repair_rows(scores, bits, mixed, resid, sign):
+def _repair_rows(scores, bits, where, mixed, resid, sign):
   """Re-sorts (stably, with a payload) only the rows that hold a mixed tie group.
 
   Up to ``max(1, rows // 4)`` such rows (static) are gathered, sorted exactly
@@ -471,17 +569,25 @@ def _repair_rows(scores, bits, mixed, resid, sign):
   neg, _ = jax.lax.top_k(jnp.where(row_mixed, -iota, -rows), cap)  # first `cap` such rows
   valid = jnp.arange(cap) < count
   ridx = jnp.clip(-neg, 0, rows - 1)
-  exact = _stable_sorted_residuals(scores[ridx], bits[ridx], sign)
+  w = None if where is None else where[ridx]
+  exact = _stable_sorted_residuals(scores[ridx], bits[ridx], sign, w)
   out = resid.at[jnp.where(valid, ridx, rows)].set(exact, mode="drop")
   return out, count <= cap
 
 
 def sorted_residual_prefix(
-  scores: jax.Array, bits: jax.Array, sign: float = 1.0, method: str = "auto"
+  scores: jax.Array,
+  bits: jax.Array,
+  sign: float = 1.0,
+  method: str = "auto",
+  where: jax.Array | None = None,
 ) -> jax.Array:
   """Prefix sums of ``sign * (s - b)`` in the stable sorted order of ``s``.
 
   Rows along the last axis (any leading batch shape). ``bits`` are 0/1.
+  With a sample mask ``where`` (same shape), masked-out samples are placed
+  after every sample with a zero residual: the first ``n_eff + 1`` entries
+  of a row are those of the row without them, and the rest repeat the total.
 
   The stable sort by score (ties by index) is what the quantile rule
   needs, but on CPU a stable sort that carries a payload is several times
@@ -507,22 +613,31 @@ def sorted_residual_prefix(
   lead, n = scores.shape[:-1], scores.shape[-1]
   s2 = scores.reshape((-1, n))
   b2 = bits.reshape((-1, n))
+  w2 = None if where is None else jnp.broadcast_to(where, scores.shape).reshape((-1, n))
   use_fast = method == "fast" or (method == "auto" and n >= FAST_SORT_MIN_N)
   if use_fast and scores.dtype == jnp.float32 and n >= 2:
-    key = jax.lax.sort(_sortable_int(s2) * 2 + b2.astype(jnp.int32), dimension=1, is_stable=False)
+    key = _sortable_int(s2) * 2 + b2.astype(jnp.int32)
+    if w2 is not None:  # masked-out samples sort after all others
+      key = jnp.where(w2, key, jnp.iinfo(jnp.int32).max)
+    key = jax.lax.sort(key, dimension=1, is_stable=False)
     hi = key >> 1
     mixed = (hi[:, 1:] == hi[:, :-1]) & (key[:, 1:] != key[:, :-1])
     fast = sign * (_from_sortable_int(hi) - (key & 1).astype(jnp.float32))
+    if w2 is not None:
+      fast = jnp.where(jnp.arange(n) < sample_count(w2, n)[:, None], fast, 0.0)
     fast, fits = jax.lax.cond(
       jnp.any(mixed),
-      lambda r: _repair_rows(s2, b2, mixed, r, sign),
+      lambda r: _repair_rows(s2, b2, w2, mixed, r, sign),
       lambda r: (r, jnp.bool_(True)),
       fast,
     )
-    ok = jnp.all(jnp.abs(s2) < 2.0) & fits
-    resid = jax.lax.cond(ok, lambda: fast, lambda: _stable_sorted_residuals(s2, b2, sign))
+    in_range = jnp.abs(s2) < 2.0
+    if w2 is not None:
+      in_range = in_range | ~w2
+    ok = jnp.all(in_range) & fits
+    resid = jax.lax.cond(ok, lambda: fast, lambda: _stable_sorted_residuals(s2, b2, sign, w2))
   else:
-    resid = _stable_sorted_residuals(s2, b2, sign)
+    resid = _stable_sorted_residuals(s2, b2, sign, w2)
   prefix = blocked_cumsum(resid, axis=1)
   prefix = jnp.concatenate([jnp.zeros((prefix.shape[0], 1), prefix.dtype), prefix], axis=1)
   return prefix.reshape(lead + (n + 1,))
@@ -536,6 +651,7 @@ def binned_residual_sums(
   max_bins: int,
   sign: float = 1.0,
   method: str = "auto",
+  where: jax.Array | None = None,
 ) -> BinnedSums:
   """:func:`binned_sums` of ``sign * (s - b)`` for 0/1 ``bits``, row-wise.
 
@@ -546,17 +662,27 @@ def binned_residual_sums(
   binning uses :func:`sorted_residual_prefix` and integer bin ends.
   ``method``: ``"auto"``, ``"sort"`` (stable sort / bisection everywhere),
   ``"edges"`` (fixed only) or ``"fast"`` (quantile int-key sort at any n).
+  ``where``: optional bool sample mask broadcastable to ``scores``' shape;
+  masked-out samples are treated exactly as if absent (quantile bins are
+  equal-mass over the remaining ``n_eff`` samples of each row).
   """
   scores, bits = jnp.asarray(scores), jnp.asarray(bits)
   lead = scores.shape[:-1]
   n = scores.shape[-1]
+  if where is not None:
+    where = jnp.broadcast_to(where, scores.shape)
   if binning == "quantile":
     prefix = sorted_residual_prefix(
-      scores, bits, sign, method if method in ("fast", "sort") else "auto"
+      scores, bits, sign, method if method in ("fast", "sort") else "auto", where=where
     )
-    ends = quantile_ends(n, num_bins, max_bins)
-    at_ends = prefix[..., ends]  # (..., max_bins + 1)
-    counts = jnp.broadcast_to(ends[1:] - ends[:-1], lead + (max_bins,))
+    ends = quantile_ends(
+      sample_count(where, n), num_bins, max_bins
+    )  # (max_bins + 1,) or lead + that
+    if where is None:
+      at_ends = prefix[..., ends]  # (..., max_bins + 1)
+    else:
+      at_ends = jnp.take_along_axis(prefix, ends, axis=-1)
+    counts = jnp.broadcast_to(ends[..., 1:] - ends[..., :-1], lead + (max_bins,))
     sums = jnp.where(counts > 0, at_ends[..., 1:] - at_ends[..., :-1], 0.0)
     return BinnedSums(sums=sums[..., None], counts=counts, cumsums=at_ends[..., 1:, None])
   if binning != "fixed":
@@ -564,5 +690,12 @@ def binned_residual_sums(
   s2 = scores.reshape((-1, n))
   v2 = (sign * (scores - bits.astype(scores.dtype))).reshape((-1, n, 1))
   fixed_method = "auto" if method == "fast" else method
-  out = jax.vmap(lambda s, v: binned_sums(s, v, num_bins, "fixed", max_bins, fixed_method))(s2, v2)
+  if where is None:
+    out = jax.vmap(lambda s, v: binned_sums(s, v, num_bins, "fixed", max_bins, fixed_method))(
+      s2, v2
+    )
+  else:
+    out = jax.vmap(
+      lambda s, v, w: binned_sums(s, v, num_bins, "fixed", max_bins, fixed_method, where=w)
+    )(s2, v2, where.reshape((-1, n)))
   return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), out)

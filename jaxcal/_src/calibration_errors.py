@@ -28,6 +28,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
 from jaxcal._src.scores import prepare
+from jaxcal._src.sorting import stable_argsort
 
 __all__ = [
   "conf_ece",
@@ -48,16 +49,24 @@ __all__ = [
 # Pure cores: one data set, scalar (possibly traced) num_bins, static max_bins.
 # --------------------------------------------------------------------------
 
-# ``n`` is a static Python int: divide by floats (``n * n`` as a Python int
-# overflows int32 when JAX converts it, for n > 46340).
+# The sample count ``n`` divides every error. Without a mask it is the static
+# ``p.shape[0]``; with ``where`` it is the traced count of True entries. It is
+# used as a float (``n * n`` as an int32 overflows for n > 46340).
 
 
-def _sq(sums: jax.Array, n: int) -> jax.Array:
-  return jnp.sum(sums**2) / float(n) / float(n)
+def _count(where: jax.Array | None, n: int, dtype) -> jax.Array:
+  """The number of samples as a float: ``n``, or the count of True in ``where``."""
+  if where is None:
+    return jnp.asarray(float(n), dtype)
+  return jnp.sum(where, dtype=jnp.int32).astype(dtype)
 
 
-def _l1(sums: jax.Array, n: int) -> jax.Array:
-  return jnp.sum(jnp.abs(sums)) / float(n)
+def _sq(sums: jax.Array, n: jax.Array) -> jax.Array:
+  return jnp.sum(sums**2) / n / n
+
+
+def _l1(sums: jax.Array, n: jax.Array) -> jax.Array:
+  return jnp.sum(jnp.abs(sums)) / n
 
 
 def _confidence_parts(p: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -79,20 +88,26 @@ def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   return c, z
 
 
-def _conf_core(p, y, m, *, binning, max_bins, kind):
-  n = p.shape[0]
+def _conf_core(p, y, m, *, binning, max_bins, kind, where=None):
+  """Top-label error of one data set: ConfECE (``kind="ece"``), ConfCE or ConfCE_corr.
+
+  ``where``: optional ``(n,)`` bool sample mask; masked-out samples are
+  treated exactly as if absent (``n`` becomes the number of True entries).
+  """
+  n = _count(where, p.shape[0], p.dtype)
   r, c = _confidence_parts(p)
   z = r == y
-  sums = B.binned_residual_sums(c, z, m, binning, max_bins).sums
+  sums = B.binned_residual_sums(c, z, m, binning, max_bins, where=where).sums
   if kind == "ece":
     return _l1(sums, n)
   ce = _sq(sums, n)
   if kind == "ce_corr":
-    ce = ce + (1.0 - jnp.mean(z)) / float(n)
+    wrong = ~z if where is None else where & ~z
+    ce = ce + jnp.sum(wrong, dtype=jnp.int32).astype(p.dtype) / n / n
   return ce
 
 
-def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0):
+def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0, where=None):
   """BinnedSums of ``sign * (p[:, r] - 1[y = r])`` on the bins of ``p[:, r]``, per class.
 
   The columns are transposed to rows first: a batched sort / segment sum
@@ -101,32 +116,37 @@ def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0):
   num_classes = p.shape[1]
   pt = p.T  # (C, n)
   bits = y[None, :] == jnp.arange(num_classes)[:, None]  # (C, n)
+  w = None if where is None else where[None, :]
   return B.binned_residual_sums(
-    pt, bits, m, binning, max_bins, sign=sign
+    pt, bits, m, binning, max_bins, sign=sign, where=w
   )  # rows (C, max_bins, ...)
 
 
-def _classwise_core(p, y, m, weights, *, binning, max_bins, kind):
-  n = p.shape[0]
-  sums = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins).sums[..., 0]  # (C, max_bins)
+def _classwise_core(p, y, m, weights, *, binning, max_bins, kind, where=None):
+  """Class-wise error of one data set: ``sum_r weights[r] * err_r`` (ℓ1 or squared)."""
+  n = _count(where, p.shape[0], p.dtype)
+  sums = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins, where=where).sums[..., 0]
   if kind == "ece":
-    per = jnp.sum(jnp.abs(sums), axis=1) / float(n)
+    per = jnp.sum(jnp.abs(sums), axis=1) / n
   else:
-    per = jnp.sum(sums**2, axis=1) / float(n) / float(n)
+    per = jnp.sum(sums**2, axis=1) / n / n
   return jnp.sum(weights * per)
 
 
-def _binary_core(p, y, m, *, binning, max_bins):
-  n = p.shape[0]
-  sums = B.binned_residual_sums(p, y == 1, m, binning, max_bins).sums
+def _binary_core(p, y, m, *, binning, max_bins, where=None):
+  """Squared binned error of binary forecasts ``p`` (``(n,)``) and outcomes ``y``."""
+  n = _count(where, p.shape[0], p.dtype)
+  sums = B.binned_residual_sums(p, y == 1, m, binning, max_bins, where=where).sums
   return _sq(sums, n)
 
 
-def _ecce_core(p, y, m, weights, *, max_bins, reduction="mean"):
-  n = p.shape[0]
-  bs = _per_class_sums(p, y, m, binning="fixed", max_bins=max_bins, sign=-1.0)
+def _ecce_core(p, y, m, weights, *, max_bins, reduction="mean", where=None):
+  """ECCE of one data set (fixed bins, cumulative residual sums per class),
+  ``reduction="mean"``: each class's sum divided by its number of non-empty bins."""
+  n = _count(where, p.shape[0], p.dtype)
+  bs = _per_class_sums(p, y, m, binning="fixed", max_bins=max_bins, sign=-1.0, where=where)
   nonempty = bs.counts > 0  # (C, max_bins)
-  per = jnp.sum(jnp.where(nonempty, jnp.abs(bs.cumsums[..., 0]), 0.0), axis=1) / float(n)
+  per = jnp.sum(jnp.where(nonempty, jnp.abs(bs.cumsums[..., 0]), 0.0), axis=1) / n
   if reduction == "mean":  # mean over the K_c non-empty bins of each class
     per = per / jnp.maximum(jnp.sum(nonempty, axis=1), 1).astype(per.dtype)
   return jnp.sum(weights * per)
@@ -595,7 +615,13 @@ class ReliabilityStats(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("num_bins", "binning"))
-def _reliability_core(p, y, num_bins, binning):
+def _reliability_core(p, y, num_bins, binning, where=None):
+  """Per-bin counts, mean confidence, accuracy and score range of the top label.
+
+  ``where``: optional ``(n,)`` bool sample mask (masked-out samples are
+  treated as absent: they are in no bin, and quantile bins are equal-mass
+  over the others).
+  """
   # Direct per-bin segment sums (not differences of prefix sums): per-bin
   # *means* are reported, and a prefix-sum difference loses float32 digits
   # in sparsely populated bins.
@@ -603,13 +629,14 @@ def _reliability_core(p, y, num_bins, binning):
   n = c.shape[0]
   m = jnp.int32(num_bins)
   if binning == "fixed":
-    b = B._fixed_bin_1based(c, m) - 1
+    b = B.fixed_bin_1based(c, m) - 1
+    if where is not None:
+      b = jnp.where(where, b, num_bins)  # out of range: dropped by the segment sums
   else:
-    order = jnp.argsort(c, stable=True)
-    pos = jnp.arange(1, n + 1, dtype=jnp.int32)
-    q = B.floor_mul_div(pos, m, jnp.int32(n))
-    b = q + (pos * m - q * n > 0).astype(jnp.int32) - 1
-    b = jnp.zeros((n,), jnp.int32).at[order].set(b)
+    order = stable_argsort(B.masked_last(c, where))
+    ids = B.quantile_bin_of_position(B.sample_count(where, n), m, n)
+    ids = jnp.where(ids < 0, num_bins, ids)
+    b = jnp.zeros((n,), jnp.int32).at[order].set(ids)
   cnt = jax.ops.segment_sum(jnp.ones((n,), jnp.int32), b, num_segments=num_bins)
   sums = jax.ops.segment_sum(jnp.stack([c, z], axis=1), b, num_segments=num_bins)
   safe = jnp.maximum(cnt, 1)[:, None].astype(p.dtype)

@@ -18,11 +18,14 @@ import zlib
 
 import numpy as np
 
+from jaxcal._src.paths import FASHION_MNIST_DEFAULT, dataset_dir
+
 __all__ = ["DEFAULT_ROOT", "FILES", "idx_header", "read_idx", "load_fashion_mnist"]
 
 #: Where the Debian package ``dataset-fashion-mnist`` puts the files; the
-#: environment variable ``JAXCAL_FASHION_MNIST`` overrides it.
-DEFAULT_ROOT = "/usr/share/datasets/fashion-mnist"
+#: environment variable ``JAXCAL_FASHION_MNIST`` overrides it (see
+#: ``jaxcal.data.dataset_dir``).
+DEFAULT_ROOT = str(FASHION_MNIST_DEFAULT)
 
 #: (split, kind) -> file name, the names used by the original release.
 FILES = {
@@ -162,9 +165,7 @@ def load_fashion_mnist(root: str | os.PathLike | None = None) -> dict[str, np.nd
   Reference: Xiao, Rasul & Vollgraf (2017), Fashion-MNIST; the file format of
   LeCun et al.'s MNIST (IDX).
   """
-  root = pathlib.Path(
-    root if root is not None else os.environ.get("JAXCAL_FASHION_MNIST", DEFAULT_ROOT)
-  )
+  root = pathlib.Path(root) if root is not None else dataset_dir("fashion_mnist")
   out: dict[str, np.ndarray] = {}
   for split in ("train", "test"):
     ipath = _find(root, FILES[(split, "images")])

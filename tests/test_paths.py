@@ -1,0 +1,73 @@
+"""jaxcal.data.dataset_dir: where the optional real data sets are found."""
+
+import pathlib
+
+import pytest
+
+from jaxcal._src import fashion_mnist, paths
+from jaxcal.data import dataset_dir
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+  for var in ("JAXCAL_DATA", "JAXCAL_SHARED", "JAXCAL_FASHION_MNIST"):
+    monkeypatch.delenv(var, raising=False)
+  return monkeypatch
+
+
+def test_jaxcal_data_is_the_only_place_when_set(no_env, tmp_path):
+  (tmp_path / "cifar_logits").mkdir()
+  no_env.setenv("JAXCAL_DATA", str(tmp_path))
+  assert dataset_dir("cifar_logits") == tmp_path / "cifar_logits"
+  no_env.setenv("JAXCAL_DATA", str(tmp_path / "empty"))
+  with pytest.raises(FileNotFoundError, match=r"cifar_logits not found \(looked in .*empty"):
+    dataset_dir("cifar_logits")
+
+
+def test_older_jaxcal_shared_names_the_shared_folder(no_env, tmp_path):
+  (tmp_path / "data" / "cifar_logits").mkdir(parents=True)
+  no_env.setenv("JAXCAL_SHARED", str(tmp_path))
+  assert dataset_dir("cifar_logits") == tmp_path / "data" / "cifar_logits"
+  no_env.setenv("JAXCAL_DATA", str(tmp_path / "elsewhere"))  # JAXCAL_DATA wins
+  with pytest.raises(FileNotFoundError, match="elsewhere"):
+    dataset_dir("cifar_logits")
+
+
+def test_default_is_shared_data_beside_the_checkout(no_env, tmp_path):
+  first = paths._candidates("cifar_logits")[0]
+  assert first == ROOT.parent / "shared" / "data" / "cifar_logits"
+  # a checkout holding the working directory is looked at too (a non-editable install)
+  other = tmp_path / "clone"
+  (other / "jaxcal").mkdir(parents=True)
+  (other / "jaxcal" / "__init__.py").touch()
+  (other / "notebooks").mkdir()
+  no_env.chdir(other / "notebooks")
+  assert tmp_path / "shared" / "data" / "cifar_logits" in paths._candidates("cifar_logits")
+
+
+def test_missing_data_message_says_how_to_provide_it(no_env, tmp_path):
+  no_env.setenv("JAXCAL_FASHION_MNIST", str(tmp_path / "none"))
+  with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist"):
+    dataset_dir("fashion_mnist")
+  no_env.setenv("JAXCAL_DATA", str(tmp_path / "none"))
+  with pytest.raises(FileNotFoundError, match="set JAXCAL_DATA"):
+    dataset_dir("cifar_logits")
+
+
+def test_fashion_mnist_default_and_override(no_env, tmp_path):
+  assert paths._candidates("fashion_mnist") == [pathlib.Path(fashion_mnist.DEFAULT_ROOT)]
+  no_env.setenv("JAXCAL_FASHION_MNIST", str(tmp_path))
+  assert dataset_dir("fashion_mnist") == tmp_path
+
+
+def test_load_fashion_mnist_uses_the_same_lookup(no_env, tmp_path):
+  no_env.setenv("JAXCAL_FASHION_MNIST", str(tmp_path / "hidden"))
+  with pytest.raises(FileNotFoundError, match="fashion_mnist not found"):
+    fashion_mnist.load_fashion_mnist()
+
+
+def test_unknown_name():
+  with pytest.raises(ValueError, match=r"name must be one of \['cifar_logits', 'fashion_mnist'\]"):
+    dataset_dir("mnist")
