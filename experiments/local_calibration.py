@@ -45,6 +45,10 @@ before looking at the results:
   relative to the bin size, ``ESS_i / |b| = (sum_j k_ij)^2 / (|b| sum_j k_ij^2)``
   (1: the kernel is flat within the bin and LCE measures the bin's ECE; small:
   local), on ``ESS_N`` test points, bins of the uncalibrated predictions;
+* the LCE of a perfectly calibrated predictor at each gamma (the "floor"):
+  DC's probabilities with labels drawn from them, on the backbone PCA
+  features, and LN's with labels drawn from them, on LN's phi' (same
+  subsample): what LCE reports when only sampling noise is left;
 * a second arm where the kernel is informative: LN, KO and KC retrained with
   ``GAMMA_INFO = 10 * sqrt(128 / 2048) = 2.5`` and every method evaluated at
   that gamma. The rule keeps the kernel width relative to the scale of the
@@ -245,6 +249,15 @@ def run_seed(seed, methods, quick=False, verbose=True, arm2=True):
         flush=True,
       )
 
+  floor = {}
+  rng_f = np.random.default_rng(2000 + seed)
+  for name, m, space in (("pca", "DC", feats), ("ln_own", "LN", own.get("LN"))):
+    if m in probs and space is not None:
+      pm = probs[m][sub].astype(np.float64)
+      y_star = (np.cumsum(pm / pm.sum(1, keepdims=True), 1) > rng_f.random((len(sub), 1))).argmax(1)
+      floor[name] = {str(g): _lce(probs[m][sub], y_star, space[sub], g) for g in SWEEP}
+  sweep["floor"] = floor
+
   diag = {"median_distance_pca": median_distance(feats, seed), "ess_fraction_pca": {}}
   p_nc = probs.get("NC", probs[methods[0]])
   for g in SWEEP:
@@ -300,6 +313,18 @@ def summarize_sweep(sweeps):
   seeds = list(sweeps)
   out = {}
   for m in sweeps[seeds[0]]:
+    if m == "floor":
+      out[m] = {
+        space: {
+          g: {
+            "LCE": _mean_sd([sweeps[s][m][space][g][0] for s in seeds]),
+            "MLCE": _mean_sd([sweeps[s][m][space][g][1] for s in seeds]),
+          }
+          for g in sweeps[seeds[0]][m][space]
+        }
+        for space in sweeps[seeds[0]][m]
+      }
+      continue
     out[m] = {}
     for space in ("pca", "own"):
       gs = sweeps[seeds[0]][m][space]
@@ -405,6 +430,8 @@ def markdown(summ, summ2, sweep, diags, meta):
     "|---|---|" + "---|" * len(SWEEP),
   ]
   for m in sweep:
+    if m == "floor":
+      continue
     for space in ("pca", "own"):
       if space in sweep[m]:
         row = [
@@ -412,6 +439,20 @@ def markdown(summ, summ2, sweep, diags, meta):
           for g in SWEEP
         ]
         lines.append(f"| {m} | {'PCA' if space == 'pca' else 'phi′'} | " + " | ".join(row) + " |")
+  for space, label in (
+    ("pca", "DC's p, labels drawn from it | PCA"),
+    ("ln_own", "LN's p, labels drawn from it | phi′"),
+  ):
+    if space in sweep.get("floor", {}):
+      f = sweep["floor"][space]
+      row = [f"{f[str(g)]['LCE']['mean']:.4f} ± {f[str(g)]['LCE']['sd']:.4f}" for g in SWEEP]
+      lines.append(f"| calibrated floor: {label} | " + " | ".join(row) + " |")
+  lines += [
+    "",
+    "Calibrated floor: the LCE of a predictor that is perfectly calibrated by construction "
+    "(labels resampled from its own probabilities), on the same points and features: "
+    "what sampling noise alone gives at each gamma.",
+  ]
   seeds = list(diags)
   ess = {g: _mean_sd([diags[s]["ess_fraction_pca"][str(g)] for s in seeds]) for g in SWEEP}
   lines += [
@@ -482,7 +523,13 @@ def figure_bandwidth(sweep, diags, path):
   import matplotlib.pyplot as plt
 
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+  for space, lab in (("pca", "calibrated floor (PCA)"), ("ln_own", "calibrated floor (LN phi′)")):
+    if space in sweep.get("floor", {}):
+      ys = [sweep["floor"][space][str(g)]["LCE"]["mean"] for g in SWEEP]
+      a1.plot(SWEEP, ys, ":", color="k" if space == "pca" else "grey", lw=2, label=lab)
   for m in sweep:
+    if m == "floor":
+      continue
     for space, ls in (("pca", "-"), ("own", "--")):
       if space in sweep[m]:
         ys = [sweep[m][space][str(g)]["LCE"]["mean"] for g in SWEEP]
@@ -490,6 +537,7 @@ def figure_bandwidth(sweep, diags, path):
           SWEEP, ys, ls, marker="o", ms=3, label=f"{m} ({'PCA' if space == 'pca' else 'phi′'})"
         )
   a1.set_xscale("log")
+  a1.set_yscale("log")
   a1.set_xlabel("bandwidth gamma")
   a1.set_ylabel("LCE (mean over seeds)")
   a1.set_title("LCE vs bandwidth (LN/KO/KC trained at gamma = 10)")
