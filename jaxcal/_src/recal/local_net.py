@@ -584,6 +584,13 @@ def _setup(
   return pca, take(tr), take(va), nnx.state(module, nnx.Param)
 
 
+@functools.cache
+def _adam(learning_rate: float) -> optax.GradientTransformation:
+  """One optimizer object per learning rate: the compiled epoch (``tx`` is a
+  static argument) is then reused by every fit with the same settings."""
+  return optax.adam(learning_rate)
+
+
 def _positive_int(name, v):
   if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
     raise ValueError(f"{name} must be a positive int, got {v!r}")
@@ -706,7 +713,7 @@ def _train(
   graphdef = _graphdef(*shape)
   loss_fn = _TrainLoss(float(bandwidth), float(lam), alignment, float(alignment_weight))
   k_train = jax.random.fold_in(jax.random.key(seed), 1)
-  tx = optax.adam(learning_rate)
+  tx = _adam(float(learning_rate))
   opt_state = jax.jit(tx.init)(params)
   col = {"loss": 0, "alignment": 1, "ce": 2}[monitor]
   best_params, best_val, best_epoch, stale, stopped = params, np.inf, 0, 0, False
