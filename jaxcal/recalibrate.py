@@ -4,8 +4,12 @@
 pytree, ``rc(inputs) -> probs``), saved and loaded without pickle by
 ``save``/``load``. Inputs are logits by default (``from_logits=True``).
 Also the pure-JAX isotonic regression behind the class-wise methods and the
-score decomposition.
+score decomposition. The LoCal Net names (``LocalNet``, ``KernelCalibrator``,
+``fit_local_net``, ``fit_kcal``, ``kernel_calibrator``) load flax nnx and
+optax on first use.
 """
+
+from typing import TYPE_CHECKING
 
 from jaxcal._src.isotonic import (
   IsotonicFit,
@@ -33,6 +37,17 @@ from jaxcal._src.recal.scaling import (
   VectorScaling,
 )
 
+if TYPE_CHECKING:  # loaded lazily by __getattr__ below
+  from jaxcal._src.recal.local_net import (
+    KernelCalibrator,
+    LocalNet,
+    fit_kcal,
+    fit_local_net,
+    kernel_calibrator,
+  )
+
+_LOCAL_NET = ("KernelCalibrator", "LocalNet", "fit_kcal", "fit_local_net", "kernel_calibrator")
+
 __all__ = [
   "BBQ",
   "BetaCalibration",
@@ -41,7 +56,9 @@ __all__ = [
   "HistogramBinning",
   "IsotonicFit",
   "IsotonicRecalibrator",
+  "KernelCalibrator",
   "LinearScaling",
+  "LocalNet",
   "PlattScaling",
   "Recalibrator",
   "SmoothIsotonicRecalibrator",
@@ -51,10 +68,21 @@ __all__ = [
   "fit_bbq",
   "fit_beta",
   "fit_ensemble_temperature",
+  "fit_kcal",
+  "fit_local_net",
   "isotonic_fit",
   "isotonic_predict",
   "isotonic_regression",
+  "kernel_calibrator",
   "load",
   "methods",
   "save",
 ]
+
+
+def __getattr__(name: str):
+  if name in _LOCAL_NET:  # imports flax nnx and optax: only when asked for
+    from jaxcal._src.recal import local_net
+
+    return getattr(local_net, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

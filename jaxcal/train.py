@@ -8,8 +8,9 @@ them. flax and optax are imported on first use of this module.
 * models: ``make_model(name, ...)`` for the architectures in
   ``ARCHITECTURES`` (``MLP``, ``CNN``);
 * loop: ``train_classifier`` (optax, minibatches, optional per-epoch
-  checkpoints), ``predict`` (logits and penultimate features),
-  ``to_float_images``;
+  checkpoints), ``train_epoch`` / ``evaluate`` (one compiled epoch of any
+  flax nnx model and loss, as the classifiers and the LoCal Nets use it),
+  ``predict`` (logits and penultimate features), ``to_float_images``;
 * PCA: ``fit_pca``, ``pca_transform``, ``standardize``;
 * splits: ``local_calibration_splits``, ``trace_splits``,
   ``calibration_fit_val`` (seeded index splits used by the experiments).
@@ -22,6 +23,7 @@ from jaxcal._src.train import (
   PCA,
   TrainResult,
   calibration_fit_val,
+  evaluate,
   fit_pca,
   local_calibration_splits,
   make_model,
@@ -31,6 +33,7 @@ from jaxcal._src.train import (
   to_float_images,
   trace_splits,
   train_classifier,
+  train_epoch,
 )
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
   "PCA",
   "TrainResult",
   "calibration_fit_val",
+  "evaluate",
   "fit_pca",
   "local_calibration_splits",
   "make_model",
@@ -49,4 +53,5 @@ __all__ = [
   "to_float_images",
   "trace_splits",
   "train_classifier",
+  "train_epoch",
 ]

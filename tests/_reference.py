@@ -184,8 +184,9 @@ def binary_ce(p, y, m, binning="quantile") -> float:
   return float(np.sum(sums**2) / len(p) ** 2)
 
 
-def ecce(p, y, m, class_weights=None) -> float:
-  """sum_c w_c sum_{non-empty b} (1/n)|sum_{b'<=b} sum_{j in b'} (1[y=c]-p_c)|."""
+def ecce(p, y, m, class_weights=None, reduction="mean") -> float:
+  """sum_c w_c (1/K_c) sum_{non-empty b} (1/n)|sum_{b'<=b} sum_{j in b'} (1[y=c]-p_c)|,
+  K_c the number of non-empty bins of class c (reduction="sum": without 1/K_c)."""
   p = np.asarray(p)
   y = np.asarray(y)
   n, num_classes = p.shape
@@ -198,12 +199,15 @@ def ecce(p, y, m, class_weights=None) -> float:
   for r in range(num_classes):
     b = fixed_bins(p[:, r], m)
     resid = (y == r).astype(np.float64) - p[:, r].astype(np.float64)
-    running, acc = 0.0, 0.0
+    running, acc, nonempty = 0.0, 0.0, 0
     for j in range(m):
       mask = b == j
       running += resid[mask].sum()
       if mask.any():
         acc += abs(running)
+        nonempty += 1
+    if reduction == "mean":
+      acc /= max(nonempty, 1)
     total += w[r] * acc / n
   return float(total)
 

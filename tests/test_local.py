@@ -1,5 +1,8 @@
-"""LCE / MLCE, the Nadaraya–Watson helper and ECCE against slow float64
-numpy references (SPEC §5)."""
+"""LCE / MLCE, the Nadaraya–Watson helper and ECCE against float64 numpy
+ports of the local calibration paper's code (Barbera et al. 2025,
+arXiv:2510.26566)."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -7,61 +10,87 @@ import numpy as np
 import pytest
 
 from jaxcal import metrics
-from jaxcal._src.local import lce, nadaraya_watson
+from jaxcal._src.local import _lce_core, lce, nadaraya_watson
 
 BLOCKS = dict(block_size=32, candidate_block=64)  # several blocks at n = 300
 
 
 # ------------------------------------------------------------ references
+#
+# Float64 numpy ports of the authors' code for the paper's tables
+# (compute_multiclass_calibration_metrics_w_lce in github.com/Cesbar99/
+# multiclass-local-calibration, src/utils/utils.py, uniform bins): edges
+# linspace(0, 1, m + 1), bin = bucketize(s, edges, right=True) clamped to
+# [1, m], empty bins skipped, LCE only in bins with more than 20 samples,
+# anchor included, ECCE divided by the number of non-empty bins, per-class
+# results combined with the class frequencies.
 
 
-def _fixed_bins(s, m):
-  return np.clip(np.ceil(s * m), 1, m).astype(int) - 1
+def _authors_bins(s, m):
+  edges = np.linspace(0.0, 1.0, m + 1)
+  return np.clip(np.searchsorted(edges, s, side="right"), 1, m)  # torch.bucketize(right=True)
 
 
-def lce_ref(p, y, phi, m=15, min_bin_size=20, gamma=10.0, w=None):
-  """Loops over classes, bins and anchors; direct distances; float64."""
+def authors_metrics(p, y, pca, class_freqs=None, n_bins=15, gamma=10.0, filter_thr=20):
+  """``(ecce, lce, mlce, global max)`` as the authors' code computes them, in float64."""
   p = np.asarray(p, np.float64)
-  phi = np.asarray(phi, np.float64)
+  pca = np.asarray(pca, np.float64)
   y = np.asarray(y)
   n, C = p.shape
-  w = np.full(C, 1.0 / C) if w is None else np.asarray(w, np.float64)
-  total, worst = 0.0, 0.0
+  freqs = np.full(C, 1.0 / C) if class_freqs is None else np.asarray(class_freqs, np.float64)
+  ecces, lces, mlces = [], [], []
   for c in range(C):
-    s = p[:, c]
-    b = _fixed_bins(s, m)
-    errs = []
-    for bb in range(m):
-      members = [j for j in range(n) if b[j] == bb]
-      if len(members) <= min_bin_size:  # authors: <= min_bin_size skipped
+    labels_binary = (y == c).astype(np.float64)
+    probs_class = p[:, c]
+    bin_indices = _authors_bins(probs_class, n_bins)
+    bin_accs, bin_confs, bin_weights, errs = [], [], [], []
+    for b in range(1, n_bins + 1):
+      idx = np.flatnonzero(bin_indices == b)
+      if idx.size == 0:
         continue
-      for i in members:
-        num = den = 0.0
-        for j in members:
-          k = np.exp(-np.sum((phi[i] - phi[j]) ** 2) / (2 * gamma**2))
-          num += k * (s[j] - (y[j] == c))
-          den += k
-        errs.append(abs(num / den))
-    if errs:
-      total += w[c] * np.mean(errs)
-      worst = max(worst, max(errs))
-  return total, worst
+      bin_accs.append(labels_binary[idx].mean())
+      bin_confs.append(probs_class[idx].mean())
+      bin_weights.append(idx.size / n)
+      if idx.size > filter_thr:
+        e_sub = probs_class[idx] - labels_binary[idx]
+        d2 = ((pca[idx][:, None, :] - pca[idx][None, :, :]) ** 2).sum(-1)
+        k = np.exp(-d2 / (2.0 * gamma**2))
+        errs.extend(np.abs(k @ e_sub / k.sum(1)))
+    wts = np.asarray(bin_weights)
+    cum_pred = np.cumsum(wts * np.asarray(bin_confs))
+    cum_true = np.cumsum(wts * np.asarray(bin_accs))
+    ecces.append(np.sum(np.abs(cum_pred - cum_true)) / len(bin_accs))
+    lces.append(np.mean(errs) if errs else 0.0)
+    mlces.append(np.max(errs) if errs else 0.0)
+  return (
+    float(freqs @ ecces),
+    float(freqs @ lces),
+    float(freqs @ mlces),
+    float(np.max(mlces)),
+  )
 
 
-def ecce_ref(p, y, m=15, w=None):
+def ecce_sum_ref(p, y, m=15, w=None):
+  """The paper's appendix formula: the per-class sum over non-empty bins, undivided."""
   p = np.asarray(p, np.float64)
   n, C = p.shape
   w = np.full(C, 1.0 / C) if w is None else np.asarray(w, np.float64)
   out = 0.0
   for c in range(C):
-    b = _fixed_bins(p[:, c], m)
+    b = _authors_bins(p[:, c], m)
     run = 0.0
-    for bb in range(m):
+    for bb in range(1, m + 1):
       idx = b == bb
       run += np.sum((y[idx] == c) - p[idx, c])
       if idx.any():
         out += w[c] * abs(run) / n
   return out
+
+
+def lce_ref(p, y, phi, m=15, min_bin_size=20, gamma=10.0, w=None):
+  """``(LCE, MLCE)`` from the authors' port (MLCE = sum_c w_c max_i e_ic)."""
+  _, err, worst, _ = authors_metrics(p, y, phi, w, m, gamma, min_bin_size)
+  return err, worst
 
 
 def nw_ref(phi, t, gamma, include_self=False):
@@ -80,13 +109,21 @@ def nw_ref(phi, t, gamma, include_self=False):
   return out
 
 
-def _data(seed=0, n=300, C=4, D=5, scale=2.0):
+def _data(seed=0, n=300, C=4, D=5, scale=4.0):
+  """Random predictions with ties: 40 % of the rows are multiples of 1/8
+  (exact 0 and 1 among them), 20 % of the rows (scores and features) repeat
+  other rows, and the peaked softmax of the rest leaves some bins empty."""
   rng = np.random.default_rng(seed)
   z = rng.normal(size=(n, C)) * scale
   p = np.exp(z - z.max(1, keepdims=True))
   p /= p.sum(1, keepdims=True)
-  y = np.array([rng.choice(C, p=q) for q in p])
+  g = 2 * n // 5
+  p[:g] = rng.multinomial(8, p[:g]) / 8.0
   phi = rng.normal(size=(n, D)) * 2 + 3
+  dup = rng.choice(n, size=n // 5, replace=False)
+  src = rng.integers(0, n, dup.size)
+  p[dup], phi[dup] = p[src], phi[src]
+  y = np.array([rng.choice(C, p=q) for q in p])
   return p, y, phi
 
 
@@ -98,24 +135,45 @@ def data():
 # ------------------------------------------------------------------ LCE
 
 
+def test_data_has_ties_and_empty_bins(data):
+  p, _, phi = data
+  assert len(np.unique(p[:, 0])) < 0.6 * len(p) and len(np.unique(phi[:, 0])) < 0.9 * len(p)
+  assert np.any(p == 1.0) and np.any(p == 0.0)
+  occupied = [len(np.unique(_authors_bins(p[:, c], 15))) for c in range(p.shape[1])]
+  assert min(occupied) < 15  # some bins are empty
+
+
 @pytest.mark.parametrize("m,min_bin_size,gamma", [(15, 20, 2.0), (15, 0, 10.0), (5, 40, 0.7)])
-def test_lce_matches_reference(data, m, min_bin_size, gamma):
+def test_lce_ecce_match_the_authors_code(data, m, min_bin_size, gamma):
   p, y, phi = data
+  prior = np.array([0.1, 0.2, 0.3, 0.4])
+  want = authors_metrics(p, y, phi, prior, m, gamma, min_bin_size)
   with jax.enable_x64(True):
-    got = lce(p, y, phi, num_bins=m, min_bin_size=min_bin_size, bandwidth=gamma, **BLOCKS)
-    want = lce_ref(p, y, phi, m, min_bin_size, gamma)
-    got = np.array([float(got.lce), float(got.mlce)])
-  np.testing.assert_allclose(got, want, atol=1e-6)
-  assert 0 < got[0] <= got[1]
+    loc = lce(p, y, phi, m, min_bin_size, gamma, prior, **BLOCKS)
+    glob = lce(p, y, phi, m, min_bin_size, gamma, prior, mlce="global", **BLOCKS)
+    got = [float(metrics.ecce(p, y, m, prior)), float(loc.lce), float(loc.mlce), float(glob.mlce)]
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  assert 0 < got[1] <= got[2] <= got[3]
+  np.testing.assert_allclose(float(glob.lce), got[1], rtol=1e-12)
 
 
-def test_lce_class_weights_and_public_name(data):
+def test_public_name_and_where_mask_drops_samples(data):
   p, y, phi = data
-  w = np.array([0.1, 0.2, 0.3, 0.4])
-  with jax.enable_x64(True):
-    got = metrics.lce(p, y, phi, 15, 20, 2.0, w, **BLOCKS)
-    want = lce_ref(p, y, phi, 15, 20, 2.0, w)
-  np.testing.assert_allclose([float(got.lce), float(got.mlce)], want, atol=1e-6)
+  p, phi = p.astype(np.float32), phi.astype(np.float32)
+  keep = np.arange(len(y)) % 3 != 0
+  core = functools.partial(_lce_core, max_bins=15, block_size=32, candidate_block=64)
+  args = (np.full(4, 0.25, np.float32), 20, np.float32(2.0))
+  masked = jax.jit(lambda *a: core(*a, where=keep)[:2])(p, y, 15, phi, *args)
+  # absent rows hold garbage: they must not matter
+  p_bad, phi_bad = p.copy(), phi.copy()
+  phi_bad[~keep] = 1e6
+  p_bad[~keep] = np.eye(4, dtype=np.float32)[0]
+  masked_bad = jax.jit(lambda *a: core(*a, where=keep)[:2])(p_bad, y, 15, phi_bad, *args)
+  subset = metrics.lce(p[keep], y[keep], phi[keep], bandwidth=2.0, **BLOCKS)
+  np.testing.assert_allclose(np.asarray(masked), np.asarray(subset), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(masked_bad), np.asarray(subset), rtol=1e-5)
+  with pytest.raises(ValueError, match="mlce must be one of"):
+    metrics.lce(p, y, phi, mlce="max")
 
 
 def test_bin_of_exactly_min_bin_size_is_skipped():
@@ -139,7 +197,7 @@ def test_float32_and_block_sizes(data):
   want = lce_ref(p, y, phi, 15, 20, 2.0)
   for blocks in (BLOCKS, {}):
     got = lce(p.astype(np.float32), y, phi.astype(np.float32), bandwidth=2.0, **blocks)
-    np.testing.assert_allclose([float(got.lce), float(got.mlce)], want, atol=2e-5)
+    np.testing.assert_allclose([float(got.lce), float(got.mlce)], want, rtol=1e-5)
 
 
 def test_jit_vmap_and_num_bins_array(data):
@@ -235,12 +293,35 @@ def test_inputs_not_modified(data):
 # ---------------------------------------------------------------- ECCE
 
 
-def test_ecce_matches_reference(data):
+def test_ecce_float32_default_and_sum(data):
   p, y, _ = data
   w = np.array([0.4, 0.3, 0.2, 0.1])
-  with jax.enable_x64(True):
-    np.testing.assert_allclose(float(metrics.ecce(p, y)), ecce_ref(p, y), atol=1e-6)
-    np.testing.assert_allclose(float(metrics.ecce(p, y, 7, w)), ecce_ref(p, y, 7, w), atol=1e-6)
+  mean = authors_metrics(p, y, np.zeros((len(p), 1)), w, 7)[0]
+  np.testing.assert_allclose(float(metrics.ecce(p.astype(np.float32), y, 7, w)), mean, rtol=1e-5)
+  total = float(metrics.ecce(p.astype(np.float32), y, 7, w, reduction="sum"))
+  np.testing.assert_allclose(total, ecce_sum_ref(p, y, 7, w), rtol=1e-5)
+  assert mean < total <= 7 * mean * (1 + 1e-5)  # the sum is 1 to num_bins times the mean
+  # below the class-wise ECE, as every ECCE of the paper is
+  assert mean < float(metrics.classwise_ece(p, y, 7, class_weights=w))
+
+
+def test_ecce_jit_vmap_and_bad_reduction(data):
+  p, y, _ = data
+  p = p.astype(np.float32)
+  for red in ("mean", "sum"):
+    eager = metrics.ecce(p, y, reduction=red)
+    jitted = jax.jit(lambda a, b, r=red: metrics.ecce(a, b, reduction=r))(p, y)
+    np.testing.assert_allclose(float(jitted), float(eager), rtol=1e-6)
+    batched = jax.vmap(lambda a, b, r=red: metrics.ecce(a, b, reduction=r))(
+      np.stack([p, p[::-1]]), np.stack([y, y[::-1]])
+    )
+    np.testing.assert_allclose(np.asarray(batched), [float(eager)] * 2, rtol=1e-5)
+    arr = metrics.ecce(p, y, np.array([5, 15]), reduction=red)
+    np.testing.assert_allclose(
+      np.asarray(arr), [float(metrics.ecce(p, y, k, reduction=red)) for k in (5, 15)], rtol=1e-6
+    )
+  with pytest.raises(ValueError, match="reduction must be 'mean' or 'sum'"):
+    metrics.ecce(p, y, reduction="max")
 
 
 # ------------------------------------------------------ Nadaraya–Watson

@@ -1,17 +1,25 @@
-"""LoCal Nets (SPEC §5): fit on small synthetic data, LCE down, accuracy
-kept, deterministic, save/load, checkpoints and ValueErrors."""
+"""LoCal Nets and K-Cal (Barbera et al. 2025, arXiv:2510.26566, §7, App. D.2):
+the strong initialisation on real Fashion-MNIST backbone outputs, fitting on
+synthetic data with known class probabilities (LCE down, accuracy kept),
+early stopping, determinism, save/load, checkpoints and ValueErrors; the PCA
+of the training utilities."""
+
+import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcal import metrics
+from jaxcal import metrics, train
 from jaxcal._src.recal import base
 from jaxcal._src.recal.local_net import (
+  HISTORY_COLUMNS,
+  KernelCalibrator,
   LocalNet,
+  bernoulli_js_distance,
   js_distance,
-  js_distance_authors,
+  kernel_calibrator,
   load_checkpoint,
   local_net_loss,
 )
@@ -25,6 +33,13 @@ OPTS = dict(
   learning_rate=1e-2,
   patience=None,
   verbose=False,
+)
+BACKBONE = (
+  pathlib.Path(__file__).resolve().parents[1]
+  / "experiments"
+  / "results"
+  / "fashion_mnist"
+  / "backbone_seed0.npz"
 )
 
 
@@ -51,7 +66,55 @@ def setup(tmp_path_factory):
 
 
 def test_registered():
-  assert "local_net" in base.methods()
+  assert {"local_net", "kcal"} <= set(base.methods())
+
+
+# ------------------------------------------------------- initialisation
+
+
+@pytest.fixture(scope="module")
+def fmnist():
+  if not BACKBONE.is_file():
+    pytest.skip("committed Fashion-MNIST backbone outputs not found")
+  with np.load(BACKBONE, allow_pickle=False) as z:
+    return (
+      z["cal_logits"][:2000],
+      z["cal_labels"][:2000],
+      z["cal_features"][:2000].astype(np.float32),
+    )
+
+
+def test_strong_initialisation_reproduces_the_backbone(fmnist):
+  # learning rate 0: the fitted net is the net at initialisation
+  z, y, f = fmnist
+  init = dict(pca_dim=50, epochs=1, learning_rate=0.0, verbose=False, batch_size=1024)
+  rc = base.fit("local_net", z, y, features=f, **init)
+  p_nc = np.asarray(jax.nn.softmax(z))
+  gap = np.abs(np.asarray(rc(z, features=f)) - p_nc)
+  # N(0, 0.01^2) weights on raw 128-d features (norm ~24): the head adds
+  # ~0.01 to the logits, so 99.9 % of the 20,000 probabilities move by less
+  # than 1e-2 and none by 2e-2
+  assert np.quantile(gap, 0.999) < 1e-2 and gap.max() < 2e-2 and gap.mean() < 1e-3
+  phi_pca = np.asarray(rc.pca_features(f))
+  shift = np.abs(np.asarray(rc.refined_features(z, f)) - phi_pca).max()
+  assert shift < 1e-2 * np.abs(phi_pca).max()
+  assert rc.params["w_g"].shape == () and rc.params["b_phi"].shape == ()  # C = 10: scalars
+  # flax's default initialisation does not start at the backbone
+  flax_default = base.fit("local_net", z, y, features=f, init_scale=None, **init)
+  assert np.abs(np.asarray(flax_default(z, features=f)) - p_nc).max() > 0.5
+
+
+def test_residual_vectors_for_many_classes():
+  phi, logits, y = _make(n=400, C=12)
+  opts = {**OPTS, "epochs": 1}
+  rc = base.fit("local_net", logits, y, features=phi, **opts)
+  assert rc.residual_vectors and rc.params["w_g"].shape == (12,)
+  assert rc.params["w_phi"].shape == (8,) and rc.params["b_g"].shape == (12,)
+  scalars = base.fit("local_net", logits, y, features=phi, residual_vectors=False, **opts)
+  assert scalars.params["w_g"].shape == ()
+
+
+# ---------------------------------------------------------------- fitting
 
 
 def test_lowers_lce_and_keeps_accuracy(setup):
@@ -73,14 +136,30 @@ def test_structure_and_history(setup):
   rc = setup["rc"]
   assert rc.feature_dim == 10 and rc.pca_dim == 8 and rc.num_classes == 3
   assert rc.pca_components.shape == (10, 8)
-  assert rc.history.shape == (10, 3) and np.all(np.isfinite(np.asarray(rc.history)))
-  assert 1 <= rc.best_epoch <= 10
+  assert rc.history.shape == (10, len(HISTORY_COLUMNS)) and np.all(np.isfinite(rc.history))
+  assert rc.epochs_run == 10 and not rc.stopped_early and rc.monitor == "alignment"
+  # the kept epoch is the one with the lowest validation alignment term
+  assert rc.best_epoch == 1 + int(np.argmin(np.asarray(rc.history)[:, 5]))
   phi, logits, te = setup["phi"], setup["logits"], setup["te"]
   assert rc.refined_features(logits[te], phi[te]).shape == (1000, 8)
   np.testing.assert_allclose(
     np.asarray(jax.nn.softmax(rc.logits(logits[te], phi[te]))),
     np.asarray(rc(logits[te], features=phi[te])),
     atol=1e-6,
+  )
+
+
+def test_early_stopping_stops_and_restores(setup):
+  phi, logits, y, cal = (setup[k] for k in ("phi", "logits", "y", "cal"))
+  opts = {**OPTS, "epochs": 40, "patience": 2, "learning_rate": 0.05, "monitor": "loss"}
+  rc = base.fit("local_net", logits[cal], y[cal], features=phi[cal], **opts)
+  h = np.asarray(rc.history)
+  assert rc.stopped_early and rc.epochs_run == rc.best_epoch + 2 < 40
+  assert rc.best_epoch == 1 + int(np.argmin(h[:, 4]))
+  last = base.fit("local_net", logits[cal], y[cal], features=phi[cal], restore_best=False, **opts)
+  assert last.best_epoch == last.epochs_run == rc.epochs_run
+  assert not np.array_equal(
+    np.asarray(last.params["hidden"]["kernel"]), np.asarray(rc.params["hidden"]["kernel"])
   )
 
 
@@ -99,20 +178,22 @@ def test_deterministic_given_seed(setup):
 
 @pytest.mark.parametrize("ext", ["npz", "msgpack"])
 def test_save_load_roundtrip(setup, tmp_path, ext):
-  rc, phi, logits, te = (setup[k] for k in ("rc", "phi", "logits", "te"))
-  path = tmp_path / f"ln.{ext}"
-  base.save(rc, str(path))
-  back = base.load(str(path))
-  assert isinstance(back, LocalNet)
-  assert (back.feature_dim, back.pca_dim, back.hidden, back.best_epoch) == (
-    rc.feature_dim,
-    rc.pca_dim,
-    rc.hidden,
-    rc.best_epoch,
-  )
-  np.testing.assert_array_equal(
-    np.asarray(back(logits[te], features=phi[te])), np.asarray(rc(logits[te], features=phi[te]))
-  )
+  rc, phi, logits, y, te = (setup[k] for k in ("rc", "phi", "logits", "y", "te"))
+  ko = kernel_calibrator(rc, logits[:200], y[:200], phi[:200])
+  for obj, cls in ((rc, LocalNet), (ko, KernelCalibrator)):
+    path = tmp_path / f"{cls.method}.{ext}"
+    base.save(obj, str(path))
+    back = base.load(str(path))
+    assert type(back) is cls
+    assert (back.feature_dim, back.pca_dim, back.best_epoch, back.stopped_early) == (
+      obj.feature_dim,
+      obj.pca_dim,
+      obj.best_epoch,
+      obj.stopped_early,
+    )
+    np.testing.assert_array_equal(
+      np.asarray(back(logits[te], features=phi[te])), np.asarray(obj(logits[te], features=phi[te]))
+    )
 
 
 def test_pytree_jit(setup):
@@ -125,7 +206,7 @@ def test_pytree_jit(setup):
 
 def test_checkpoint_holds_best_params(setup):
   params, meta = load_checkpoint(setup["ckpt"] / "local_net_best.msgpack")
-  assert meta["epoch"] == setup["rc"].best_epoch
+  assert meta["epoch"] == setup["rc"].best_epoch and meta["monitor"] == "alignment"
   for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(setup["rc"].params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
@@ -147,12 +228,28 @@ def test_apply_value_errors(setup):
 
 
 @pytest.mark.parametrize(
-  "bad", ["nan", "bandwidth0", "bandwidth_neg", "alignment", "rows", "val_fraction", "labels"]
+  "bad,match",
+  [
+    ("no_features", "needs the backbone features"),
+    ("nan", "NaN"),
+    ("bandwidth0", "bandwidth"),
+    ("bandwidth_neg", "bandwidth"),
+    ("alignment", "alignment must be one of"),
+    ("monitor", "monitor must be one of"),
+    ("rows", "rows"),
+    ("val_fraction", "val_fraction"),
+    ("labels", "label"),
+    ("pca_dim", "pca_dim = 11 exceeds"),
+    ("lam", "lam must be"),
+    ("patience", "patience must be"),
+  ],
 )
-def test_fit_value_errors(bad):
+def test_fit_value_errors(bad, match):
   phi, logits, y = _make(n=200)
   kw = dict(features=phi, verbose=False, epochs=1)
-  if bad == "nan":
+  if bad == "no_features":
+    del kw["features"]
+  elif bad == "nan":
     phi = phi.copy()
     phi[5, 5] = np.nan
     kw["features"] = phi
@@ -161,15 +258,59 @@ def test_fit_value_errors(bad):
   elif bad == "bandwidth_neg":
     kw["bandwidth"] = -3.0
   elif bad == "alignment":
-    kw["alignment"] = "kl"
+    kw["alignment"] = "paper"
+  elif bad == "monitor":
+    kw["monitor"] = "val_total"
   elif bad == "rows":
     kw["features"] = phi[:150]
   elif bad == "val_fraction":
     kw["val_fraction"] = 1.0
   elif bad == "labels":
     y = y + 5
-  with pytest.raises(ValueError):
-    base.fit("local_net", logits, y, **kw)
+  elif bad == "pca_dim":
+    kw["pca_dim"] = 11
+  elif bad == "lam":
+    kw["lam"] = -1.0
+  elif bad == "patience":
+    kw["patience"] = 0
+  for method in ("local_net", "kcal"):
+    with pytest.raises(ValueError, match=match):
+      base.fit(method, logits, y, **kw)
+
+
+# ---------------------------------------------------------------- K-Cal
+
+
+def test_kcal_predicts_with_the_kernel(setup):
+  phi, logits, y, cal, te = (setup[k] for k in ("phi", "logits", "y", "cal", "te"))
+  kc = base.fit("kcal", logits[cal], y[cal], features=phi[cal], seed=0, **OPTS)
+  assert isinstance(kc, KernelCalibrator) and kc.monitor == "ce"
+  assert kc.memory_labels.shape == (200,)  # the 10 % validation split
+  p = np.asarray(kc(logits[te], features=phi[te]))
+  np.testing.assert_allclose(p.sum(1), 1.0, atol=1e-5)
+  assert p.min() > 0  # the weight floor keeps every class possible
+  # a kernel estimate: the memory-weighted labels at phi'(x), recomputed here
+  q = np.asarray(kc.refined_features(logits[te], phi[te]), np.float64)
+  mem = np.asarray(kc.memory_features, np.float64)
+  d2 = ((q[:, None] - mem[None]) ** 2).sum(-1)
+  w = np.exp(-(d2 - d2.min(1, keepdims=True)) / (2 * kc.bandwidth**2))
+  w = np.maximum(w / w.sum(1, keepdims=True), kc.weight_floor)
+  want = w @ np.eye(3)[np.asarray(kc.memory_labels)] / w.sum(1, keepdims=True)
+  np.testing.assert_allclose(p, want, atol=1e-4)
+  acc = float(np.mean(p.argmax(1) == y[te]))
+  assert acc > float(np.mean(np.asarray(logits[te]).argmax(1) == y[te])) - 0.05
+
+
+def test_kcal_trains_without_the_alignment_term(setup):
+  phi, logits, y, cal = (setup[k] for k in ("phi", "logits", "y", "cal"))
+  kc = base.fit("kcal", logits[cal], y[cal], features=phi[cal], **{**OPTS, "epochs": 2})
+  h = np.asarray(kc.history)
+  np.testing.assert_allclose(h[:, 1], h[:, 3], rtol=1e-5)  # total = CE when a = 0
+  with pytest.raises(TypeError, match="unexpected keyword"):
+    base.fit("kcal", logits[cal], y[cal], features=phi[cal], epoch=3)
+
+
+# ------------------------------------------------------------------ loss
 
 
 def test_js_distances():
@@ -184,22 +325,30 @@ def test_js_distances():
     np.asarray(js_distance(onehot, onehot[::-1])), np.sqrt(np.log(2)), rtol=1e-6
   )
   # the authors' variant: floor sqrt(1e-4) = 0.01 for equal inputs
-  np.testing.assert_allclose(np.asarray(js_distance_authors(p, p)), 0.01, rtol=1e-5)
-  assert np.all(np.asarray(js_distance_authors(p, q)) > 0.01)
+  np.testing.assert_allclose(np.asarray(bernoulli_js_distance(p, p)), 0.01, rtol=1e-5)
+  assert np.all(np.asarray(bernoulli_js_distance(p, q)) > 0.01)
+  # against a float64 port of the authors' compute_multiclass_kl_divergence
+  pp, qq = (np.clip(np.asarray(a, np.float64), 1e-4, 1 - 1e-4) for a in (p, q))
+  m = np.clip(0.5 * (pp + qq), 1e-4, 1 - 1e-4)
+  kl = lambda a: a * np.log(a / m) + (1 - a) * np.log((1 - a) / (1 - m))
+  want = np.sqrt(np.maximum(0.5 * (kl(pp) + kl(qq)), 1e-4)).mean(1)
+  np.testing.assert_allclose(np.asarray(bernoulli_js_distance(p, q)), want, rtol=1e-5)
 
 
-@pytest.mark.parametrize("alignment", ["paper", "authors"])
+@pytest.mark.parametrize("alignment", ["classwise", "multiclass"])
 def test_loss_finite_with_gradient(alignment):
   k1, k2 = jax.random.split(jax.random.key(0))
   g = jax.random.normal(k1, (16, 3)) * 5
   phi = jax.random.normal(k2, (16, 4)) * 30  # most kernels underflow
   y = jnp.arange(16) % 3
   w = (jnp.arange(16) < 13).astype(jnp.float32)  # 3 padding rows
-  f = lambda g, phi: local_net_loss(g, phi, y, w, bandwidth=1.0, lam=1.0, alignment=alignment)
+  f = lambda g, phi: local_net_loss(g, phi, y, w, bandwidth=1.0, alignment=alignment).total
   val, grads = jax.jit(jax.value_and_grad(f, argnums=(0, 1)))(g, phi)
   assert np.isfinite(float(val))
   assert all(np.all(np.isfinite(np.asarray(x))) for x in grads)
   assert float(jnp.abs(grads[0][13:]).max()) == 0.0  # padding rows do not count
+  out = local_net_loss(g, phi, y, w, bandwidth=1.0, lam=2.0, alignment_weight=0.5)
+  np.testing.assert_allclose(float(out.total), 0.5 * out.alignment + 2.0 * out.ce, rtol=1e-6)
 
 
 def test_explicit_validation_data(setup):
@@ -214,7 +363,7 @@ def test_explicit_validation_data(setup):
     seed=0,
     **{**OPTS, "epochs": 2},
   )
-  assert rc.history.shape == (2, 3) and rc.feature_dim == 10
+  assert rc.history.shape == (2, len(HISTORY_COLUMNS)) and rc.feature_dim == 10
   with pytest.raises(ValueError, match="dimension"):
     base.fit(
       "local_net",
@@ -224,3 +373,29 @@ def test_explicit_validation_data(setup):
       validation_data=(logits[va], y[va], phi[va, :5]),
       **OPTS,
     )
+
+
+# ------------------------------------------------------------------- PCA
+
+
+def test_fit_pca_against_numpy_and_bad_inputs():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(200, 6)) @ rng.normal(size=(6, 6))
+  pca = train.fit_pca(x.astype(np.float32), 3)
+  z = (x - x.mean(0)) / x.std(0)
+  _, s, vt = np.linalg.svd(z, full_matrices=False)
+  got = np.asarray(pca.components)
+  np.testing.assert_allclose(np.abs(got), np.abs(vt[:3].T), atol=1e-4)
+  np.testing.assert_allclose(np.asarray(pca.explained_variance), s[:3] ** 2 / 199, rtol=1e-4)
+  bad = x.copy()
+  bad[3, 2] = np.nan
+  with pytest.raises(ValueError, match="NaN"):
+    train.fit_pca(bad, 3)
+  with pytest.raises(ValueError, match="pass 1 <= k <= min"):
+    train.fit_pca(x, 0)
+  with pytest.raises(ValueError, match=r"min\(n, D\) = 6"):
+    train.fit_pca(x, 7)
+  with pytest.raises(ValueError, match="integer"):
+    train.fit_pca(x, 2.5)
+  with pytest.raises(ValueError, match="shape"):
+    train.fit_pca(x[:, 0], 1)

@@ -1,6 +1,6 @@
-"""Checkpoint traces on Fashion-MNIST for the binning-robustness study (issue 6).
+"""Checkpoint traces on Fashion-MNIST for the binning-robustness study.
 
-Protocol (after truthful_multiclass_calibration_errors §5.1 and App. F, scaled
+Protocol (after Lu, Wu, Hartline & Hu 2025, arXiv:2510.06388, §5.1 and App. F, scaled
 down to run on a 2-core CPU in about ten minutes):
 
 * Data: the official 60,000 training images are the training pool; the
@@ -13,7 +13,7 @@ down to run on a 2-core CPU in about ten minutes):
   inputs scaled to [-0.5, 0.5]. Trace ``t`` of a set uses seed ``t`` for the
   initialisation and batch order. After *every* epoch the checkpoint's logits
   on ``val`` and ``test`` are stored (no temperature scaling is applied here:
-  the consumer fits T on ``val`` per checkpoint, SPEC §3).
+  the consumer fits T on ``val`` per checkpoint).
 * **within-model** set: architecture ``mlp`` (784-256-10 MLP), 21 traces at
   fractions 2.5 %, 5 %, 10 %, 15 %, ..., 95 %, 100 %, 8 epochs each
   (168 checkpoints). (The paper: MobileNetV3 on CIFAR-100, 40 traces, 100 epochs.)

@@ -1,7 +1,7 @@
 """Trains the Fashion-MNIST backbone of the local-calibration experiment and
 saves its logits and penultimate features for the calibration and test splits.
 
-Split protocol (local_calibration_jensen_shannon §8.1, as for CIFAR there):
+Split protocol (Barbera et al. 2025, arXiv:2510.26566, §8.1, as for CIFAR there):
 the official 60,000 training images are split (numpy seed = ``--seed``) into
 45 % train (27,000), 10 % validation (6,000) and 45 % test (27,000); the
 official 10,000 test images are the calibration set (the recalibrators split

@@ -216,13 +216,17 @@ def _binary_core(p, y, m, *, binning, max_bins, where=None):
   return _sq(sums, n)
 
 
-def _ecce_core(p, y, m, weights, *, max_bins, where=None):
-  """ECCE of one data set (fixed bins, cumulative residual sums per class)."""
+def _ecce_core(p, y, m, weights, *, max_bins, reduction="mean", where=None):
+  """ECCE of one data set (fixed bins, cumulative residual sums per class),
+  ``reduction="mean"``: each class's sum divided by its number of non-empty bins."""
   n = _count(where, p.shape[0], p.dtype)
   bs = _per_class_sums(
     p, y, m, binning="fixed", max_bins=max_bins, sign=-1.0, where=where, counts=True
   )
-  per = jnp.sum(jnp.where(bs.counts > 0, jnp.abs(bs.cumsums[..., 0]), 0.0), axis=1) / n
+  nonempty = bs.counts > 0  # (C, max_bins)
+  per = jnp.sum(jnp.where(nonempty, jnp.abs(bs.cumsums[..., 0]), 0.0), axis=1) / n
+  if reduction == "mean":  # mean over the K_c non-empty bins of each class
+    per = per / jnp.maximum(jnp.sum(nonempty, axis=1), 1).astype(per.dtype)
   return jnp.sum(weights * per)
 
 
@@ -648,14 +652,24 @@ def ecce(
   num_bins: ArrayLike = 15,
   class_weights: ArrayLike | None = None,
   *,
+  reduction: str = "mean",
   max_bins: int | None = None,
   from_logits: bool = False,
   where: ArrayLike | None = None,
 ) -> jax.Array:
-  """Class-wise cumulative calibration error ECCE.
+  """Class-wise expected cumulative calibration error ECCE.
 
-  ``ECCE = sum_c pi_c sum_b (1/n) |sum_{b' <= b} sum_{j in b'} (1[y_j = c] - p_jc)|``
-  over the non-empty equal-width bins ``b`` of ``p[:, c]``.
+  With ``p[:, c]`` cut into equal-width bins, ``S_cb`` the running sum
+  ``sum_{b' <= b} sum_{j in b'} (1[y_j = c] - p_jc)`` and ``K_c`` the number
+  of non-empty bins of class ``c``,
+
+      reduction="mean" (default):  ECCE = sum_c pi_c (1/K_c) sum_b (1/n) |S_cb|,
+      reduction="sum":             ECCE = sum_c pi_c        sum_b (1/n) |S_cb|,
+
+  both sums over the non-empty bins ``b``. The default is the ECCE every
+  table of the local calibration paper reports (its authors' code divides
+  each class's sum by ``K_c``, so ECCE stays below the class-wise ECE);
+  ``"sum"`` is the paper's appendix formula, 1 to ``num_bins`` times larger.
 
   Args:
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
@@ -666,6 +680,7 @@ def ecce(
     class_weights: ``(C,)`` class weights ``pi`` (default uniform ``1/C``;
       the paper uses the training-label priors): finite, non-negative, with a
       positive sum.
+    reduction: ``"mean"`` or ``"sum"`` over the non-empty bins (see above).
     max_bins: static bound on the bin count; it sizes the per-bin arrays
       (default: the bin count, or the largest of an array, rounded up to a
       power of two). A traced bin count outside ``[1, max_bins]`` gives NaN.
@@ -684,17 +699,22 @@ def ecce(
     >>> import jax.numpy as jnp
     >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
     >>> round(float(ecce(p, jnp.array([0, 1, 1]), num_bins=2)), 4)
+    0.25
+    >>> round(float(ecce(p, jnp.array([0, 1, 1]), num_bins=2, reduction="sum")), 4)
     0.5
 
   Reference: Barbera, Perini, De Toni, Passerini & Pugnana (2025),
   *Multiclass Local Calibration with the Jensen-Shannon Distance*,
-  arXiv:2510.26566, §5 (ECCE).
+  arXiv:2510.26566, §3 and App. C.1, D.3; Ibarra et al. (2022), *Metrics of
+  calibration for probabilistic predictions*, JMLR 23.
   """
+  if reduction not in ("mean", "sum"):
+    raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
   bins = V.check_bins(num_bins, "fixed", max_bins)._replace(binning=None)  # ECCE bins are fixed
   d = V.check_predictions(
     probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
   )
-  return _run(_ecce_core, d, bins, _weights_or_uniform(d))
+  return _run(_ecce_core, d, bins, _weights_or_uniform(d), reduction=reduction)
 
 
 # --------------------------------------------------------------------------

@@ -1,7 +1,10 @@
-"""Local calibration: the class-wise LCE / MLCE and the Nadaraya–Watson estimate.
+"""Local calibration: the class-wise LCE / MLCE, the Gaussian kernel and the
+Nadaraya–Watson estimate.
 
-SPEC §5, from local_calibration_jensen_shannon (§3, §7, App. D.3). Both the
-metric and the LoCal Net loss use the Gaussian kernel of the authors' code,
+The metric of Barbera et al. (2025, arXiv:2510.26566), §3 and App. D.3, as
+their code computes the reported numbers; the LoCal Net loss
+(:mod:`jaxcal._src.recal.local_net`) imports the kernel and the estimator
+from here, so both use one definition,
 
     k_gamma(a, b) = exp(-||a - b||^2 / (2 gamma^2)),
 
@@ -37,7 +40,18 @@ from jaxcal._src.calibration_errors import _class_weights
 from jaxcal._src.numerics import PRECISION
 from jaxcal._src.scores import prepare
 
-__all__ = ["LocalCalibration", "lce", "nadaraya_watson", "gaussian_log_kernel"]
+__all__ = [
+  "LocalCalibration",
+  "lce",
+  "nadaraya_watson",
+  "gaussian_log_kernel",
+  "squared_distances",
+  "MLCE_MODES",
+]
+
+#: Values of ``lce(..., mlce=...)``: the paper's prior-weighted mean of the
+#: per-class maxima, or the single largest local error.
+MLCE_MODES = ("weighted", "global")
 
 
 class LocalCalibration(NamedTuple):
@@ -52,19 +66,71 @@ class LocalCalibration(NamedTuple):
 # --------------------------------------------------------------------------
 
 
-def gaussian_log_kernel(a: jax.Array, b: jax.Array, bandwidth: ArrayLike) -> jax.Array:
-  """``log k(a_i, b_j) = -||a_i - b_j||^2 / (2 gamma^2)`` for all pairs, ``(na, nb)``.
+def squared_distances(
+  a: jax.Array,
+  b: jax.Array,
+  a_sq: jax.Array | None = None,
+  b_sq: jax.Array | None = None,
+) -> jax.Array:
+  """All squared Euclidean distances ``||a_i - b_j||^2``, ``(na, nb)``.
 
-  Squared distances are computed as ``|a|^2 + |b|^2 - 2 a.b`` and clamped at 0
-  (centre the features first when their norms are large).
+  Computed as ``|a|^2 + |b|^2 - 2 a.b`` (one matrix product) and clamped at 0;
+  centre the features first when their norms are large. ``a_sq`` / ``b_sq``
+  are the precomputed squared row norms, when the caller has them.
+
+  Args:
+    a: ``(na, D)`` points.
+    b: ``(nb, D)`` points.
+    a_sq: optional ``(na,)`` squared norms of ``a``.
+    b_sq: optional ``(nb,)`` squared norms of ``b``.
+
+  Returns:
+    ``(na, nb)`` squared distances, ``>= 0``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> squared_distances(jnp.array([[0.0, 0.0]]), jnp.array([[3.0, 4.0], [0.0, 1.0]])).tolist()
+    [[25.0, 1.0]]
   """
-  d2 = (
-    jnp.sum(a * a, axis=-1)[:, None]
-    + jnp.sum(b * b, axis=-1)[None, :]
-    - 2.0 * jnp.matmul(a, b.T, precision=PRECISION)
-  )
-  d2 = jnp.maximum(d2, 0.0)
-  return -d2 / (2.0 * jnp.asarray(bandwidth, a.dtype) ** 2)
+  a_sq = jnp.sum(a * a, axis=-1) if a_sq is None else a_sq
+  b_sq = jnp.sum(b * b, axis=-1) if b_sq is None else b_sq
+  d2 = a_sq[:, None] + b_sq[None, :] - 2.0 * jnp.matmul(a, b.T, precision=PRECISION)
+  return jnp.maximum(d2, 0.0)
+
+
+def gaussian_log_kernel(
+  a: jax.Array,
+  b: jax.Array,
+  bandwidth: ArrayLike,
+  a_sq: jax.Array | None = None,
+  b_sq: jax.Array | None = None,
+) -> jax.Array:
+  """Log of the Gaussian kernel for all pairs, ``(na, nb)``.
+
+  ``log k(a_i, b_j) = -||a_i - b_j||^2 / (2 gamma^2)``, the kernel of the
+  local calibration error and of the LoCal Net loss.
+
+  Args:
+    a: ``(na, D)`` points.
+    b: ``(nb, D)`` points.
+    bandwidth: ``gamma > 0``.
+    a_sq: optional ``(na,)`` squared norms of ``a``.
+    b_sq: optional ``(nb,)`` squared norms of ``b``.
+
+  Returns:
+    ``(na, nb)`` log-kernel values, ``<= 0``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> gaussian_log_kernel(jnp.zeros((1, 2)), jnp.array([[2.0, 0.0]]), 2.0).tolist()
+    [[-0.5]]
+
+  Reference: Barbera, Perini, De Toni, Passerini & Pugnana (2025),
+  "Multiclass Local Calibration with the Jensen-Shannon Distance",
+  arXiv:2510.26566, §4 (Eq. 2) and App. D.3.
+  """
+  d2 = squared_distances(a, b, a_sq, b_sq)
+  return -d2 / (2.0 * jnp.asarray(bandwidth, d2.dtype) ** 2)
 
 
 def nadaraya_watson(
@@ -82,8 +148,8 @@ def nadaraya_watson(
   (``j = i`` included when ``include_self``). The weights are a masked
   softmax of the log-kernel, so isolated points (all kernels underflowing in
   float32) still get exact weights; a row with no admissible neighbour gets 0.
-  Differentiable in ``features`` (the LoCal Net loss, SPEC §5, uses it on a
-  batch of refined features ``phi'`` with one-hot labels as targets).
+  Differentiable in ``features`` (the LoCal Net loss uses it on a batch of
+  refined features ``phi'`` with one-hot labels as targets).
 
   Args:
     features: ``(n, D)`` features ``phi``.
@@ -104,7 +170,8 @@ def nadaraya_watson(
     >>> nadaraya_watson(phi, y, bandwidth=1.0).round(3).tolist()
     [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]
 
-  Reference: local_calibration_jensen_shannon §7, Eq. (2); SPEC §5.
+  Reference: Barbera et al. (2025), arXiv:2510.26566, §4 Eq. (2) and §7;
+  Nadaraya (1964); Watson (1964).
   """
   f = V.as_float(features, "features")
   t = V.as_float(targets, "targets")
@@ -114,16 +181,26 @@ def nadaraya_watson(
     )
   V.check_finite(f, "features")
   _check_bandwidth(bandwidth)
-  f = f - jnp.mean(f, axis=0, keepdims=True)
-  logk = gaussian_log_kernel(f, f, bandwidth)
-  n = f.shape[0]
-  ok = jnp.ones((n, n), bool)
-  if not include_self:
-    ok = ok & ~jnp.eye(n, dtype=bool)
+  return _nw_core(f, t, bandwidth, include_self=include_self, mask=mask)
+
+
+def _nw_core(f, t, bandwidth, *, include_self=False, mask=None, queries=None):
+  """Nadaraya–Watson without validation.
+
+  ``queries`` ``(nq, D)`` (default: ``f`` itself) are the points where the
+  estimate is taken; ``f`` / ``t`` are the neighbours. ``include_self``
+  only applies when ``queries`` is None.
+  """
+  centre = jnp.mean(f, axis=0, keepdims=True)
+  f = f - centre
+  q = f if queries is None else queries - centre
+  logk = gaussian_log_kernel(q, f, bandwidth)
+  ok = jnp.ones(logk.shape, bool)
+  if queries is None and not include_self:
+    ok = ok & ~jnp.eye(f.shape[0], dtype=bool)
   if mask is not None:
     ok = ok & jnp.asarray(mask, bool)[None, :]
-  neg = jnp.asarray(-1e30, logk.dtype)
-  logk = jnp.where(ok, logk, neg)
+  logk = jnp.where(ok, logk, jnp.asarray(-1e30, logk.dtype))
   m = jax.lax.stop_gradient(jnp.max(logk, axis=1, keepdims=True))
   w = jnp.where(ok, jnp.exp(logk - m), 0.0)
   den = jnp.sum(w, axis=1, keepdims=True)
@@ -145,30 +222,31 @@ def _check_bandwidth(bandwidth: ArrayLike) -> None:
 
 
 def _lce_one_class(
-  s, r, feats, sq, m, min_bin_size, inv2g2, *, max_bins, block_size, candidate_block
+  s, r, keep, feats, sq, m, min_bin_size, bandwidth, *, max_bins, block_size, candidate_block
 ):
   """Per-anchor errors of one class: ``(e (n_pad,), valid (n_pad,))``.
 
   ``s``: (n,) scores p[:, c]; ``r``: (n,) residuals p[:, c] - 1[y = c];
-  ``feats``: (n, D) centred features; ``sq``: (n,) their squared norms.
+  ``keep``: (n,) bool, the samples present (``where``); ``feats``: (n, D)
+  centred features; ``sq``: (n,) their squared norms. Absent samples go to a
+  sentinel bin ``max_bins`` after the real ones: they are neither anchors nor
+  neighbours and do not count towards bin sizes.
   """
   n = s.shape[0]
   A, Bc = block_size, candidate_block
-  b = B.bin_ids(s, m, "fixed")  # (n,) 0-based
+  b = jnp.where(keep, B.bin_ids(s, m, "fixed"), max_bins)  # (n,) 0-based, sentinel last
   order = jnp.argsort(b, stable=True)
-  counts = jax.ops.segment_sum(jnp.ones((n,), jnp.int32), b, num_segments=max_bins)
+  counts = jax.ops.segment_sum(jnp.ones((n,), jnp.int32), b, num_segments=max_bins + 1)
   ends = jnp.cumsum(counts)
   starts = ends - counts
-  kept = counts > min_bin_size  # authors: <= skipped
+  kept = (counts > min_bin_size).at[max_bins].set(False)  # authors: <= min_bin_size skipped
   n_pad = -(-n // Bc) * Bc
   pad = n_pad - n
-  bs = jnp.concatenate([b[order], jnp.full((pad,), max_bins, b.dtype)])  # sentinel bin
+  bs = jnp.concatenate([b[order], jnp.full((pad,), max_bins, b.dtype)])
   fs = jnp.concatenate([feats[order], jnp.zeros((pad, feats.shape[1]), feats.dtype)])
   qs = jnp.concatenate([sq[order], jnp.zeros((pad,), sq.dtype)])
   rs = jnp.concatenate([r[order], jnp.zeros((pad,), r.dtype)])
-  kept_s = jnp.concatenate([kept, jnp.zeros((1,), bool)])[bs]  # (n_pad,)
-  pos = jnp.arange(n_pad)
-  valid = (pos < n) & kept_s
+  valid = kept[bs]  # (n_pad,): anchors in kept bins; padding and absent rows are not
   num_anchor_blocks = -(-n // A)
 
   def anchor_block(k):
@@ -190,10 +268,8 @@ def _lce_one_class(
       qc = jax.lax.dynamic_slice_in_dim(qs, c0, Bc)
       bc = jax.lax.dynamic_slice_in_dim(bs, c0, Bc)
       rc = jax.lax.dynamic_slice_in_dim(rs, c0, Bc)
-      d2 = jnp.maximum(
-        qa[:, None] + qc[None, :] - 2.0 * jnp.matmul(fa, fc.T, precision=PRECISION), 0.0
-      )
-      kk = jnp.where(ba[:, None] == bc[None, :], jnp.exp(-d2 * inv2g2), 0.0)
+      logk = gaussian_log_kernel(fa, fc, bandwidth, qa, qc)
+      kk = jnp.where(ba[:, None] == bc[None, :], jnp.exp(logk), 0.0)
       return num + jnp.matmul(kk, rc, precision=PRECISION), den + jnp.sum(kk, axis=1)
 
     zero = jnp.zeros((A,), fs.dtype)
@@ -206,27 +282,43 @@ def _lce_one_class(
 
 
 def _lce_core(
-  p, y, m, feats, weights, min_bin_size, bandwidth, *, max_bins, block_size, candidate_block
+  p,
+  y,
+  m,
+  feats,
+  weights,
+  min_bin_size,
+  bandwidth,
+  *,
+  max_bins,
+  block_size,
+  candidate_block,
+  where=None,
 ):
+  """``(LCE, weighted MLCE, global MLCE)`` of one data set; ``where`` ``(n,)``
+  bool drops samples (an absent sample is treated as if it were not there)."""
   n, num_classes = p.shape
   dtype = p.dtype
+  keep = jnp.ones((n,), bool) if where is None else jnp.asarray(where, bool)
   feats = feats.astype(dtype)
-  feats = feats - jnp.mean(feats, axis=0, keepdims=True)
+  centre = jnp.sum(jnp.where(keep[:, None], feats, 0.0), axis=0) / jnp.maximum(
+    jnp.sum(keep), 1
+  ).astype(dtype)
+  feats = jnp.where(keep[:, None], feats - centre, 0.0)  # absent rows: 0, never NaN
   sq = jnp.sum(feats * feats, axis=1)
-  resid = p - jax.nn.one_hot(y, num_classes, dtype=dtype)
-  inv2g2 = 1.0 / (2.0 * jnp.asarray(bandwidth, dtype) ** 2)
+  resid = jnp.where(keep[:, None], p - jax.nn.one_hot(y, num_classes, dtype=dtype), 0.0)
   one = functools.partial(
     _lce_one_class, max_bins=max_bins, block_size=block_size, candidate_block=candidate_block
   )
 
   def per_class(c):
-    e, valid = one(p[:, c], resid[:, c], feats, sq, m, min_bin_size, inv2g2)
+    e, valid = one(p[:, c], resid[:, c], keep, feats, sq, m, min_bin_size, bandwidth)
     cnt = jnp.sum(valid)
     mean = jnp.sum(e) / jnp.maximum(cnt, 1).astype(dtype)
     return mean, jnp.max(e)
 
   means, maxes = jax.lax.map(per_class, jnp.arange(num_classes))
-  return jnp.sum(weights * means), jnp.max(maxes)
+  return jnp.sum(weights * means), jnp.sum(weights * maxes), jnp.max(maxes)
 
 
 @functools.cache
@@ -246,31 +338,46 @@ def lce(
   bandwidth: ArrayLike = 10.0,
   class_weights: ArrayLike | None = None,
   *,
+  mlce: str = "weighted",
   max_bins: int | None = None,
   from_logits: bool = False,
   block_size: int = 256,
   candidate_block: int = 1024,
 ) -> LocalCalibration:
-  """Class-wise local calibration error LCE and its maximum MLCE.
+  """Class-wise local calibration error LCE and maximum local calibration error MLCE.
 
   For each class ``c`` the column ``p[:, c]`` is cut into ``num_bins``
-  equal-width bins on [0, 1] (SPEC §1); for every anchor ``i`` in a kept bin
-  ``b``
+  equal-width bins of [0, 1] (bin of ``s``: ``clip(ceil(s m), 1, m)``); for
+  every anchor ``i`` in a kept bin ``b``
 
       e_ic = | sum_{j in b} w_ij (p_jc - 1[y_j = c]) |,
       w_ij = k(phi_i, phi_j) / sum_{l in b} k(phi_i, phi_l),
       k(a, b) = exp(-||a - b||^2 / (2 gamma^2)),
 
-  the anchor itself included among its neighbours (authors' code).
-  ``LCE_c`` is the mean of ``e_ic`` over the kept anchors of class ``c`` (0 if
-  none), ``LCE = sum_c pi_c LCE_c`` and ``MLCE = max_{i, c} e_ic`` over kept
-  anchors (0 if none).
+  the anchor itself included among its neighbours. With ``pi`` the class
+  weights,
+
+      LCE  = sum_c pi_c LCE_c,        LCE_c = mean of e_ic over the kept anchors of c,
+      MLCE = sum_c pi_c max_i e_ic    (``mlce="weighted"``, default),
+      MLCE = max_{c, i} e_ic          (``mlce="global"``),
+
+  with ``LCE_c = max_i e_ic = 0`` for a class without kept anchors. The
+  default MLCE is the quantity behind every MLCE the paper reports (its
+  authors' code: per-class maxima, averaged with the class priors); the
+  global maximum is a single order statistic over ``n C`` anchors, much
+  noisier from one sample to the next.
 
   **Bin size rule.** A bin is kept only if it holds *more than*
   ``min_bin_size`` samples: bins with ``<= min_bin_size`` points are skipped,
-  as in the authors' code (SPEC §5). The paper's text (App. D.3) says bins
-  with "fewer than 20 elements were discarded", which differs only for bins of
-  exactly 20 samples; pass ``min_bin_size=19`` for that reading.
+  as in the authors' code. The paper's text (App. D.3) says bins with "fewer
+  than 20 elements were discarded", which differs only for bins of exactly
+  20 samples; pass ``min_bin_size=19`` for that reading.
+
+  **Bin edges.** The edges are ``k / m`` as in the authors' code; a score
+  exactly on an inner edge ``k / m`` falls in the bin below it here (the
+  fixed rule of every binned error in jaxcal) and in the bin above it in the
+  authors' code (``torch.bucketize(..., right=True)``). Only scores that
+  equal an edge to the last bit are affected.
 
   The kernel is computed blockwise within bins (see the module docstring), so
   ``n = 50,000`` anchors never materialise an ``n x n`` matrix.
@@ -279,14 +386,17 @@ def lce(
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
     labels: ``(n,)`` integer labels.
     features: ``(n, D)`` features ``phi(x)`` (the paper: PCA-50 of the
-      standardised penultimate features, fitted on the calibration split).
+      standardised penultimate features, fitted on the calibration split;
+      for a LoCal Net, its refined features ``phi'``).
     num_bins: equal-width bins per class: a Python int, or an int array (one
       compiled call; the results then have its shape); under a user's
       ``jit``/``vmap`` it may be traced, bounded by ``max_bins``.
-    min_bin_size: bins with ``<= min_bin_size`` samples are skipped.
+    min_bin_size: bins with ``<= min_bin_size`` samples are skipped (paper: 20).
     bandwidth: Gaussian kernel bandwidth ``gamma > 0`` (paper: 10).
     class_weights: ``(C,)`` weights ``pi`` (default uniform ``1/C``; the paper
       uses training-label priors, uniform on balanced data).
+    mlce: ``"weighted"`` (default, the paper's MLCE) or ``"global"`` (the
+      single largest ``e_ic``).
     max_bins: static bound on a traced ``num_bins``.
     from_logits: apply a softmax to ``probs`` first.
     block_size: anchors per block (static; memory/speed only).
@@ -299,7 +409,7 @@ def lce(
   Raises:
     ValueError: bad probabilities/labels, features that are not ``(n, D)``
       with the same ``n`` or hold NaN/inf, ``bandwidth <= 0``, negative
-      ``min_bin_size``.
+      ``min_bin_size``, unknown ``mlce``.
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -311,12 +421,16 @@ def lce(
     >>> bool(0 <= err <= worst <= 1)
     True
 
-  Reference: local_calibration_jensen_shannon §3 (LCE, MLCE) and App. D.3;
-  Luo et al. (2022); SPEC §5.
+  Reference: Barbera, Perini, De Toni, Passerini & Pugnana (2025),
+  "Multiclass Local Calibration with the Jensen-Shannon Distance",
+  arXiv:2510.26566, §3 (LCE, MLCE) and App. D.3 (class-wise variant); Luo et
+  al. (2022), "Local calibration: metrics and recalibration", UAI, §3.
   """
   p, y = prepare(probs, labels, from_logits)
   f = V.check_features(features, p.shape[0])
   _check_bandwidth(bandwidth)
+  if mlce not in MLCE_MODES:
+    raise ValueError(f"mlce must be one of {MLCE_MODES}, got {mlce!r}")
   if isinstance(min_bin_size, (bool, np.bool_)):
     raise ValueError(f"min_bin_size must be an integer >= 0, got {min_bin_size!r}")
   if V.is_concrete(min_bin_size):
@@ -327,7 +441,9 @@ def lce(
     if not isinstance(v, int) or v < 1:
       raise ValueError(f"{name} must be a positive int, got {v!r}")
   if candidate_block % block_size:
-    raise ValueError("candidate_block must be a multiple of block_size")
+    raise ValueError(
+      f"candidate_block ({candidate_block}) must be a multiple of block_size ({block_size})"
+    )
   w = _class_weights(class_weights, p.shape[1], p.dtype)
   m = V.check_num_bins(num_bins)
   mb = B.resolve_max_bins(m, p.shape[0], max_bins)
@@ -337,9 +453,9 @@ def lce(
       raise ValueError(f"num_bins = {mmax} exceeds max_bins = {mb}")
   args = (f, w, jnp.asarray(min_bin_size, jnp.int32), jnp.asarray(bandwidth, p.dtype))
   static = dict(max_bins=mb, block_size=block_size, candidate_block=candidate_block)
+  pick = 1 if mlce == "weighted" else 2
   if isinstance(m, int) or jnp.ndim(m) == 0:
     out = _compiled(False, **static)(p, y, jnp.asarray(m, jnp.int32), *args)
-    return LocalCalibration(*out)
-  flat = jnp.reshape(m, (-1,))
-  a, b = _compiled(True, **static)(p, y, flat, *args)
-  return LocalCalibration(a.reshape(jnp.shape(m)), b.reshape(jnp.shape(m)))
+    return LocalCalibration(out[0], out[pick])
+  out = _compiled(True, **static)(p, y, jnp.reshape(m, (-1,)), *args)
+  return LocalCalibration(out[0].reshape(jnp.shape(m)), out[pick].reshape(jnp.shape(m)))

@@ -1,7 +1,14 @@
 """Training code for the experiments: small flax nnx backbones, an optax loop,
 feature extraction and PCA. Metrics never import this package."""
 
-from jaxcal._src.train.loop import TrainResult, predict, to_float_images, train_classifier
+from jaxcal._src.train.loop import (
+  TrainResult,
+  evaluate,
+  predict,
+  to_float_images,
+  train_classifier,
+  train_epoch,
+)
 from jaxcal._src.train.models import ARCHITECTURES, CNN, MLP, make_model
 from jaxcal._src.train.pca import PCA, fit_pca, pca_transform, standardize
 from jaxcal._src.train.splits import calibration_fit_val, local_calibration_splits, trace_splits
@@ -13,6 +20,8 @@ __all__ = [
   "make_model",
   "TrainResult",
   "train_classifier",
+  "train_epoch",
+  "evaluate",
   "predict",
   "to_float_images",
   "PCA",

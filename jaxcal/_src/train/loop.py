@@ -21,7 +21,14 @@ import numpy as np
 import optax
 from flax import nnx
 
-__all__ = ["TrainResult", "train_classifier", "predict", "to_float_images"]
+__all__ = [
+  "TrainResult",
+  "train_classifier",
+  "train_epoch",
+  "evaluate",
+  "predict",
+  "to_float_images",
+]
 
 
 def to_float_images(x: jax.Array) -> jax.Array:
@@ -44,29 +51,89 @@ def _batches(key: jax.Array, n: int, batch_size: int) -> tuple[jax.Array, jax.Ar
   return idx, w
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "tx", "batch_size"))
-def _epoch(graphdef, tx, params, opt_state, x, y, key, *, batch_size):
-  n = x.shape[0]
+#: ``loss_fn(model, batch, weights, key) -> (loss, terms)``: ``batch`` is a
+#: tuple of ``(B, ...)`` arrays, ``weights`` ``(B,)`` is 1 for real rows and 0
+#: for padding, ``key`` a dropout key (``None`` when evaluating); ``loss`` is
+#: the scalar to minimise (a weighted mean over the batch) and ``terms`` a
+#: ``(k,)`` vector of weighted means to report (``terms[0]`` usually the loss).
+#: Must be hashable (a module-level function or a frozen dataclass): it is a
+#: static argument of the compiled epoch.
+LossFn = Callable[..., tuple[jax.Array, jax.Array]]
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "tx", "loss_fn", "batch_size"))
+def train_epoch(
+  graphdef: nnx.GraphDef,
+  tx: optax.GradientTransformation,
+  params: nnx.State,
+  opt_state: optax.OptState,
+  data: tuple[jax.Array, ...],
+  key: jax.Array,
+  *,
+  loss_fn: LossFn,
+  batch_size: int,
+) -> tuple[nnx.State, optax.OptState, jax.Array]:
+  """One pass over ``data`` in shuffled mini-batches, one compiled ``lax.scan``.
+
+  The batch order is ``jax.random.permutation(key)``; the last, partial batch
+  is padded and masked (``weights = 0``), so every sample counts once.
+
+  Returns:
+    ``(params, opt_state, terms)`` with ``terms`` ``(k,)`` the per-sample means
+    over the epoch of what ``loss_fn`` reports.
+  """
+  n = data[0].shape[0]
   k_perm, k_drop = jax.random.split(key)
   idx, w = _batches(k_perm, n, batch_size)
-
-  def loss_fn(p, xb, yb, wb, kb):
-    model = nnx.merge(graphdef, p)
-    logits = model(to_float_images(xb), key=kb)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
-    return jnp.sum(ce * wb) / jnp.maximum(jnp.sum(wb), 1.0)
 
   def step(carry, inp):
     p, s = carry
     ib, wb, t = inp
-    loss, g = jax.value_and_grad(loss_fn)(p, x[ib], y[ib], wb, jax.random.fold_in(k_drop, t))
+    batch = tuple(a[ib] for a in data)
+    kb = jax.random.fold_in(k_drop, t)
+    (_, terms), g = jax.value_and_grad(
+      lambda q: loss_fn(nnx.merge(graphdef, q), batch, wb, kb), has_aux=True
+    )(p)
     upd, s = tx.update(g, s, p)
-    return (optax.apply_updates(p, upd), s), loss * jnp.sum(wb)
+    return (optax.apply_updates(p, upd), s), terms * jnp.sum(wb)
 
-  (params, opt_state), losses = jax.lax.scan(
+  (params, opt_state), terms = jax.lax.scan(
     step, (params, opt_state), (idx, w, jnp.arange(idx.shape[0]))
   )
-  return params, opt_state, jnp.sum(losses) / n
+  return params, opt_state, jnp.sum(terms, axis=0) / n
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "loss_fn", "batch_size"))
+def evaluate(
+  graphdef: nnx.GraphDef,
+  params: nnx.State,
+  data: tuple[jax.Array, ...],
+  *,
+  loss_fn: LossFn,
+  batch_size: int,
+) -> jax.Array:
+  """Per-sample means of ``loss_fn``'s terms over ``data`` in fixed consecutive
+  batches (no shuffling, no dropout: deterministic), ``(k,)``."""
+  n = data[0].shape[0]
+  nb = -(-n // batch_size)
+  pad = nb * batch_size - n
+  idx = jnp.concatenate([jnp.arange(n), jnp.zeros((pad,), jnp.int32)]).reshape(nb, batch_size)
+  w = jnp.concatenate([jnp.ones((n,)), jnp.zeros((pad,))]).reshape(nb, batch_size)
+  model = nnx.merge(graphdef, params)
+
+  def one(ib, wb):
+    return loss_fn(model, tuple(a[ib] for a in data), wb, None)[1] * jnp.sum(wb)
+
+  return jnp.sum(jax.lax.map(lambda a: one(*a), (idx, w)), axis=0) / n
+
+
+def _classifier_loss(model, batch, weights, key):
+  """Softmax cross-entropy of an image classifier (weighted batch mean)."""
+  images, labels = batch
+  logits = model(to_float_images(images), key=key)
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+  loss = jnp.sum(ce * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+  return loss, loss[None]
 
 
 def train_classifier(
@@ -111,10 +178,17 @@ def train_classifier(
   losses = []
   t0 = time.perf_counter()
   for e in range(1, epochs + 1):
-    params, opt_state, loss = _epoch(
-      graphdef, tx, params, opt_state, x, y, jax.random.fold_in(key, e), batch_size=batch_size
+    params, opt_state, terms = train_epoch(
+      graphdef,
+      tx,
+      params,
+      opt_state,
+      (x, y),
+      jax.random.fold_in(key, e),
+      loss_fn=_classifier_loss,
+      batch_size=batch_size,
     )
-    loss = float(loss)
+    loss = float(terms[0])
     losses.append(loss)
     model = nnx.merge(graphdef, params)
     if verbose:
