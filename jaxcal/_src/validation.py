@@ -38,6 +38,8 @@ __all__ = [
   "check_features",
   "check_finite",
   "as_float",
+  "check_int_option",
+  "check_float_option",
 ]
 
 
@@ -238,3 +240,57 @@ def check_features(features: Any, n: int, name: str = "features") -> jax.Array:
     raise ValueError(f"{name} has {f.shape[0]} rows but the predictions have n = {n} rows")
   check_finite(f, name)
   return f
+
+
+# ---------------------------------------------------------------------------
+# Options (Python scalars configuring a fit or a metric)
+
+
+def check_int_option(
+  value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
+  """Validates an integer option (a Python or NumPy int, not a bool or a float).
+
+  Example:
+    >>> check_int_option(15, "num_bins", minimum=1)
+    15
+    >>> check_int_option(2.7, "num_bins", minimum=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_bins must be an int, got 2.7 (float)
+  """
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+  v = int(value)
+  if minimum is not None and v < minimum:
+    raise ValueError(f"{name} must be >= {minimum}, got {v}")
+  if maximum is not None and v > maximum:
+    raise ValueError(f"{name} must be <= {maximum}, got {v}")
+  return v
+
+
+def check_float_option(
+  value: Any, name: str, *, minimum: float | None = None, positive: bool = False
+) -> float:
+  """Validates a finite real option (``positive``: ``> 0``; ``minimum``: ``>=``).
+
+  Example:
+    >>> check_float_option(1e-6, "tol", minimum=0.0)
+    1e-06
+    >>> check_float_option(float("nan"), "tol", minimum=0.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: tol must be a finite number, got nan
+  """
+  if isinstance(value, (bool, np.bool_)) or not isinstance(
+    value, (int, float, np.integer, np.floating)
+  ):
+    raise ValueError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+  v = float(value)
+  if not np.isfinite(v):
+    raise ValueError(f"{name} must be a finite number, got {v}")
+  if positive and v <= 0:
+    raise ValueError(f"{name} must be > 0, got {v}")
+  if minimum is not None and v < minimum:
+    raise ValueError(f"{name} must be >= {minimum}, got {v}")
+  return v

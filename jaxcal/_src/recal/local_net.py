@@ -54,7 +54,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.local import nadaraya_watson
 from jaxcal._src.numerics import PRECISION
-from jaxcal._src.recal.base import Recalibrator, recalibrator_class, register, to_logits
+from jaxcal._src.recal.base import Recalibrator, to_logits
 from jaxcal._src.train.loop import _batches
 from jaxcal._src.train.pca import PCA, fit_pca, pca_transform, standardize
 
@@ -190,7 +190,6 @@ def local_net_loss(
 # --------------------------------------------------------------------------
 
 
-@recalibrator_class
 @flax.struct.dataclass
 class LocalNet(Recalibrator):
   """A fitted LoCal Net (a pytree). ``rc(logits, features=phi) -> probs``.
@@ -411,7 +410,6 @@ def _split(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarr
   return np.sort(perm[k:]), np.sort(perm[:k])
 
 
-@register("local_net")
 def fit_local_net(
   inputs: ArrayLike,
   labels: ArrayLike,
