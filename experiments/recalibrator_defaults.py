@@ -1,0 +1,226 @@
+"""Are the recalibrators' defaults safe? Every method, default options, every CIFAR model.
+
+For each of the 12 CIFAR settings in ../shared/data/cifar_logits (CIFAR-10
+and CIFAR-100 DenseNet-121, ResNet-110, ResNet-50, Wide-ResNet, and the
+focal-loss CIFAR-10 models), every recalibrator of ``jaxcal.recalibrate``
+except patching and LoCal Nets is fitted with its default options on the
+``val`` split (5,000 samples) and evaluated on ``test`` (10,000): accuracy,
+log loss (NLL), Brier score, the fit's wall time, and for matrix/Dirichlet the
+ODIR strength chosen by cross-validation.
+
+The check (issue 13): a default fit of the NLL-fitted multiclass maps
+(temperature, vector, matrix, Dirichlet) must not raise the test NLL above the
+uncalibrated model's nor lose more than one accuracy point. Platt scaling
+(one-vs-rest, then normalised) and the class-wise maps (histogram, isotonic,
+smoothed isotonic) are reported beside them: their step functions can put
+probability 0 on the true class (infinite NLL), and histogram binning is known
+to cost accuracy (the score-decomposition case study).
+
+Only public API. Writes experiments/results/recalibrator_defaults/
+(``--quick``: recalibrator_defaults_quick/): results.json (every number,
+machine load, versions, dates) and table.md.
+
+  python experiments/recalibrator_defaults.py          # 12 models x 8 methods
+  python experiments/recalibrator_defaults.py --quick  # 2 models, 3 methods, 1,500 samples
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import time
+
+import jax
+import numpy as np
+
+import jaxcal
+from jaxcal import recalibrate, scores
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "cifar_logits"
+SETTINGS = [
+  f"{prefix}{arch}"
+  for prefix in ("cifar10_", "focal_cifar10_", "cifar100_")
+  for arch in ("densenet121", "resnet110", "resnet50", "wide_resnet")
+]
+METHODS = (
+  "temperature",
+  "vector",
+  "matrix",
+  "dirichlet",
+  "platt",
+  "histogram",
+  "isotonic",
+  "smooth_isotonic",
+)
+#: The methods the check applies to: the NLL-fitted multiclass maps. (Platt
+#: scaling fits each class one-vs-rest and then normalises the rows, which is
+#: not an NLL fit of the multiclass map; it is reported, not checked.)
+CHECKED = ("temperature", "vector", "matrix", "dirichlet")
+
+
+def load(setting: str, split: str, limit: int | None):
+  d = DATA / setting
+  z = np.load(d / f"{split}_logits.npy").astype(np.float32)
+  y = np.load(d / f"{split}_labels.npy").astype(np.int32)
+  return (z[:limit], y[:limit]) if limit else (z, y)
+
+
+def evaluate(p, y) -> dict[str, float]:
+  return {
+    "accuracy": 1.0 - float(scores.classification_error(p, y)),
+    "nll": float(scores.log_loss(p, y)),
+    "brier": float(scores.brier(p, y)),
+  }
+
+
+def run(settings, methods, limit, out_dir: pathlib.Path) -> dict:
+  out_dir.mkdir(parents=True, exist_ok=True)
+  t_start = time.perf_counter()
+  rows = {}
+  for setting in settings:
+    zv, yv = load(setting, "val", limit)
+    zt, yt = load(setting, "test", limit)
+    base = evaluate(jax.nn.softmax(zt), yt)
+    row = {"C": int(zv.shape[1]), "uncalibrated": base, "methods": {}}
+    for m in methods:
+      t0 = time.perf_counter()
+      rc = recalibrate.fit(m, zv, yv)
+      q = jax.block_until_ready(rc(zt))
+      r = evaluate(q, yt)
+      r["fit_and_apply_s"] = time.perf_counter() - t0
+      r["load_avg"] = list(os.getloadavg())
+      if hasattr(rc, "reg_lambda"):
+        r["reg_lambda"] = float(rc.reg_lambda)
+        r["cv_nll"] = [float(v) for v in np.asarray(rc.cv_nll)]
+      if hasattr(rc, "converged"):
+        r["converged"] = bool(rc.converged)
+        r["num_iter"] = int(rc.num_iter)
+      r["nll_not_above_uncalibrated"] = r["nll"] <= base["nll"]
+      r["accuracy_drop_at_most_1pt"] = r["accuracy"] >= base["accuracy"] - 0.01
+      r["safe"] = bool(r["nll_not_above_uncalibrated"] and r["accuracy_drop_at_most_1pt"])
+      row["methods"][m] = r
+      print(
+        f"{setting:26s} {m:16s} acc {100 * r['accuracy']:6.2f} ({100 * base['accuracy']:.2f})  "
+        f"NLL {r['nll']:.4f} ({base['nll']:.4f})  {r['fit_and_apply_s']:6.1f}s"
+        + (f"  lambda {r['reg_lambda']:g}" if "reg_lambda" in r else ""),
+        flush=True,
+      )
+    rows[setting] = row
+  result = {
+    "meta": {
+      "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+      "jax": jax.__version__,
+      "jaxcal": jaxcal.__version__,
+      "backend": jax.default_backend(),
+      "device": jax.devices()[0].device_kind,
+      "cpu_count": os.cpu_count(),
+      "processor": platform.processor() or platform.machine(),
+      "load_avg_at_end": list(os.getloadavg()),
+      "runtime_s": time.perf_counter() - t_start,
+      "samples_per_split": limit,
+    },
+    "results": rows,
+  }
+  return finish(result, out_dir)
+
+
+def finish(result: dict, out_dir: pathlib.Path) -> dict:
+  """Adds the check's summary to ``result``; writes results.json and table.md."""
+  rows = result["results"]
+  checked = [(s, m) for s in rows for m in rows[s]["methods"] if m in CHECKED]
+  result["criterion"] = (
+    f"{', '.join(CHECKED)}: test NLL <= uncalibrated and accuracy >= uncalibrated - 1 pt"
+  )
+  result["fits_checked"] = len(checked)
+  result["fits_unsafe"] = [f"{s}/{m}" for s, m in checked if not rows[s]["methods"][m]["safe"]]
+  result["other_fits_raising_nll_or_losing_accuracy"] = [
+    f"{s}/{m}"
+    for s in rows
+    for m, r in rows[s]["methods"].items()
+    if m not in CHECKED and not r["safe"]
+  ]
+  (out_dir / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+  write_table(result, out_dir)
+  return result
+
+
+def write_table(result: dict, out_dir: pathlib.Path) -> None:
+  rows = result["results"]
+  methods = list(next(iter(rows.values()))["methods"])
+  meta = result["meta"]
+  lines = [
+    "# Default recalibrators on every CIFAR model: test NLL / accuracy (%)",
+    "",
+    "Each cell: test NLL / accuracy after a default `jaxcal.recalibrate.fit(method, val)`; "
+    f"**bold** where a checked method ({', '.join(CHECKED)}) raises the NLL or loses more than "
+    "1 accuracy point; *italic* where another method does. "
+    "Class-wise maps can put probability 0 on the true class (NLL = inf). "
+    "Generated by `experiments/recalibrator_defaults.py`.",
+    f"Fits checked: {result['fits_checked']}, unsafe: "
+    f"{len(result['fits_unsafe'])} {result['fits_unsafe'] or ''}. "
+    f"Total runtime {meta['runtime_s'] / 60:.1f} min on {meta['processor']} "
+    f"({meta['backend']}, {meta['cpu_count']} cores shared with other jobs, 1-minute load at the "
+    f"end {meta['load_avg_at_end'][0]:.1f}), jax {meta['jax']}, {meta['date'][:10]}.",
+    "",
+    "| model | C | uncalibrated | " + " | ".join(methods) + " |",
+    "|---|---|---" + "|---" * len(methods) + "|",
+  ]
+  for s, row in rows.items():
+    b = row["uncalibrated"]
+    cells = []
+    for m in methods:
+      r = row["methods"][m]
+      cell = f"{r['nll']:.3f} / {100 * r['accuracy']:.2f}"
+      if not r["safe"]:
+        cell = f"**{cell}**" if m in CHECKED else f"*{cell}*"
+      cells.append(cell)
+    lines.append(
+      f"| {s} | {row['C']} | {b['nll']:.3f} / {100 * b['accuracy']:.2f} | "
+      + " | ".join(cells)
+      + " |"
+    )
+  lines += [
+    "",
+    "Cross-validated ODIR strength (lambda = mu) and fit time (s):",
+    "",
+    "| model | " + " | ".join(methods) + " |",
+    "|---" + "|---" * len(methods) + "|",
+  ]
+  for s, row in rows.items():
+    cells = []
+    for m in methods:
+      r = row["methods"][m]
+      lam = f"λ={r['reg_lambda']:g}, " if "reg_lambda" in r and m in ("matrix", "dirichlet") else ""
+      cells.append(f"{lam}{r['fit_and_apply_s']:.1f}")
+    lines.append(f"| {s} | " + " | ".join(cells) + " |")
+  (out_dir / "table.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> dict:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--quick", action="store_true", help="2 models, 3 methods, 1,500 samples")
+  ap.add_argument("--models", nargs="*", default=None, choices=SETTINGS)
+  ap.add_argument("--methods", nargs="*", default=None, choices=METHODS)
+  ap.add_argument("--out", default=None)
+  ap.add_argument(
+    "--table-only", action="store_true", help="rebuild the summary and table.md from results.json"
+  )
+  args = ap.parse_args(argv)
+  settings = args.models or (
+    ["cifar10_resnet110", "cifar100_resnet110"] if args.quick else SETTINGS
+  )
+  methods = args.methods or (("temperature", "dirichlet", "isotonic") if args.quick else METHODS)
+  name = "recalibrator_defaults_quick" if args.quick else "recalibrator_defaults"
+  out = pathlib.Path(args.out) if args.out else ROOT / "experiments" / "results" / name
+  if args.table_only:
+    return finish(json.loads((out / "results.json").read_text()), out)
+  return run(settings, methods, 1500 if args.quick else None, out)
+
+
+if __name__ == "__main__":
+  main()
