@@ -27,20 +27,21 @@ machine load, versions, dates) and table.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import pathlib
-import platform
+import sys
 import time
 
 import jax
 import numpy as np
 
-import jaxcal
 from jaxcal import recalibrate, scores
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments" / "bench"))
+from _common import device_info  # versions, device, load, date
+
 DATA = ROOT.parent / "shared" / "data" / "cifar_logits"
 SETTINGS = [
   f"{prefix}{arch}"
@@ -113,13 +114,7 @@ def run(settings, methods, limit, out_dir: pathlib.Path) -> dict:
     rows[setting] = row
   result = {
     "meta": {
-      "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-      "jax": jax.__version__,
-      "jaxcal": jaxcal.__version__,
-      "backend": jax.default_backend(),
-      "device": jax.devices()[0].device_kind,
-      "cpu_count": os.cpu_count(),
-      "processor": platform.processor() or platform.machine(),
+      **device_info(),
       "load_avg_at_end": list(os.getloadavg()),
       "runtime_s": time.perf_counter() - t_start,
       "samples_per_split": limit,

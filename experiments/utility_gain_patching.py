@@ -34,20 +34,22 @@ fig2_<setting>.png, fig3_<setting>.png.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import pathlib
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import jaxcal
 from jaxcal import recalibrate, utility
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments" / "bench"))
+from _common import device_info  # versions, device, load, date
+
 DATA = ROOT.parent / "shared" / "data" / "cifar_logits"
 BASELINES = {
   "Uncalibrated": None,
@@ -162,10 +164,7 @@ def run_model(setting, steps, m_fit, m_eval, limit, seed, out_dir) -> dict:
     )
   result["runtime_s"] = time.perf_counter() - t_model
   result["load_avg_at_end"] = list(os.getloadavg())
-  result["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-  result["jax"] = jax.__version__
-  result["jaxcal"] = jaxcal.__version__
-  result["backend"] = jax.default_backend()
+  result["meta"] = device_info()
   (out_dir / f"{setting}.json").write_text(json.dumps(result) + "\n")
   plot(result, out_dir)
   return result
