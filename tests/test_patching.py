@@ -266,3 +266,47 @@ def test_cut_points_select_the_same_samples_with_a_margin():
       assert vals[a - 1] < lc < lo  # strictly between
     if b < len(vals) - 1:
       assert hi < hc < vals[b + 1]
+
+
+def test_audit_shards_over_every_local_device_with_the_same_fit(tmp_path):
+  """With two (forced) CPU devices the audit's uc_sweep splits the witnesses over both;
+  the patches are the same as on one device."""
+  import os
+  import subprocess
+  import sys
+
+  code = (
+    "import sys, numpy as np, jax\n"
+    "from jaxcal import recalibrate as R, utility as U\n"
+    "assert jax.local_device_count() == 2\n"
+    "rng = np.random.default_rng(0)\n"
+    "z = (rng.normal(size=(300, 5)) * 2.5).astype(np.float32)\n"
+    "y = rng.integers(0, 5, 300)\n"
+    "rc = R.fit_patching(z, y, max_steps=4, num_samples=6, tol=0.0, progress=False,\n"
+    "                    sample_witnesses=lambda k: U.sample_aligned_gain(k, 4, 5))\n"
+    "np.save(sys.argv[1], np.asarray(rc(z)))\n"
+  )
+  env = dict(
+    os.environ,
+    PYTHONPATH=os.pathsep.join(sys.path),
+    XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    JAX_PLATFORMS="cpu",
+  )
+  out = tmp_path / "two.npy"
+  run = subprocess.run(
+    [sys.executable, "-W", "ignore", "-c", code, str(out)], capture_output=True, text=True, env=env
+  )
+  assert run.returncode == 0, run.stderr
+  rng = np.random.default_rng(0)
+  z = (rng.normal(size=(300, 5)) * 2.5).astype(np.float32)
+  y = rng.integers(0, 5, 300)
+  rc = R.fit_patching(
+    z,
+    y,
+    max_steps=4,
+    num_samples=6,
+    tol=0.0,
+    progress=False,
+    sample_witnesses=lambda k: U.sample_aligned_gain(k, 4, 5),
+  )
+  np.testing.assert_allclose(np.load(out), np.asarray(rc(z)), atol=1e-6)

@@ -190,18 +190,24 @@ def test_default_fit_is_safe(c10, fitted, method):
 
 
 def test_cross_validated_odir(c10, fitted):
-  for m in ("matrix", "dirichlet"):
+  for m in ("vector", "matrix", "dirichlet"):
     rc = fitted[m]
     assert rc.cv_nll.shape == (len(R.ODIR_GRID),)
-    best = int(np.argmin(np.asarray(rc.cv_nll)))
-    assert float(rc.reg_lambda) == sorted(R.ODIR_GRID, reverse=True)[best]
+    cv = np.asarray(rc.cv_nll)
+    best = int(np.argmin(cv))
+    assert float(rc.reg_lambda) == pytest.approx(sorted(R.ODIR_GRID, reverse=True)[best], rel=1e-6)
     assert float(rc.reg_mu) == float(rc.reg_lambda)
+    done = cv[np.isfinite(cv)]  # strongest first; the search stops once it is 1 % worse
+    assert np.all(done[:-1] <= 1.01 * np.minimum.accumulate(done)[:-1])
   zv, yv, _, _ = c10
   fixed = R.fit("dirichlet", zv, yv, reg_lambda=float(fitted["dirichlet"].reg_lambda))
   assert fixed.cv_nll.shape == (0,)
   np.testing.assert_allclose(fixed.weight, fitted["dirichlet"].weight, atol=1e-5)
   mu = R.fit("dirichlet", zv, yv, reg_lambda=1.0, reg_mu=0.0)
   assert float(mu.reg_mu) == 0.0 and float(mu.reg_lambda) == 1.0
+  guo = R.fit("vector", zv, yv, reg_lambda=0.0, reg_mu=0.0)  # Guo et al.'s, unregularised
+  a = np.diag(np.asarray(guo.weight))
+  assert np.std(a) > np.std(np.diag(np.asarray(fitted["vector"].weight)))
 
 
 def test_cv_folds_partition_the_samples():
@@ -323,7 +329,7 @@ def test_global_isotonic_is_one_map_on_all_pairs(c10):
 
 TRACEABLE = {
   "temperature": {},
-  "vector": {},
+  "vector": {"reg_grid": (10.0, 0.1), "num_folds": 2},
   "matrix": {"reg_grid": (10.0, 0.1), "num_folds": 2},
   "dirichlet": {"reg_grid": (10.0, 0.1), "num_folds": 2},
   "platt": {},

@@ -2,7 +2,8 @@
 
 * ``"temperature"``: ``softmax(z / T)``, ``T = exp(theta)`` fitted over
   ``theta = log T`` (Guo et al. 2017).
-* ``"vector"``: ``softmax(a * z + b)`` with per-class ``a, b`` (Guo et al. 2017).
+* ``"vector"``: ``softmax(a * z + b)`` with per-class ``a, b`` (Guo et al. 2017),
+  the spread of ``a`` and ``b`` penalised like ODIR.
 * ``"matrix"``: ``softmax(W z + b)`` with ODIR penalties (Kull et al. 2019's
   MS-ODIR); ``"dirichlet"``: the same on ``log p`` (Dir-ODIR).
 * ``"platt"``: one-vs-rest Platt scaling ``sigmoid(a_c s_c + b_c)`` on the
@@ -18,14 +19,15 @@ eager fit that did not converge warns.
 **Regularisation chosen by cross-validation.** Matrix and Dirichlet scaling
 have ``C^2 + C`` parameters and overfit a calibration split of a few thousand
 samples when unregularised (on CIFAR-100 an unregularised Dirichlet map fits
-the calibration split to 97 % accuracy and loses 9 points on the test split).
-As in Kull et al. (2019), the ODIR strengths are chosen by ``k``-fold
+the calibration split to 97 % accuracy and loses 9 points on the test split);
+vector scaling's ``2C`` overfit mildly when classes have few samples. As in
+Kull et al. (2019), the penalty strengths are chosen by ``k``-fold
 cross-validation of the held-out log loss: each fold's fit is the same
 objective with the held-out samples weighted 0 (a mask, so shapes never
 change), the ``k`` folds are one ``vmap``, and the grid is a
 ``lax.while_loop`` from the strongest to the weakest penalty with warm starts
-that stops once two strengths in a row fail to improve the held-out loss (or
-one fails to converge within ``cv_max_iter`` iterations); the
+that stops once a strength's held-out loss is 1 % above the best (or its fits
+do not converge within ``cv_max_iter`` iterations); the
 selected strength is refitted on the whole split, all in one traceable
 computation. L-BFGS runs on Jacobi-preconditioned coordinates, which cuts
 the iterations of the strongly penalised fits from thousands to tens.
@@ -243,6 +245,9 @@ def fit_temperature(
     >>> rc = fit_temperature(z, y)
     >>> 2.0 < float(rc.temperature) < 4.5, bool(rc.converged)
     (True, True)
+    >>> batch = jax.vmap(fit_temperature)(jnp.stack([z, 2 * z]), jnp.stack([y, y]))
+    >>> batch.temperature.shape
+    (2,)
 
   Reference: Guo, Pleiss, Sun & Weinberger (2017), "On calibration of modern
   neural networks", ICML, arXiv:1706.04599, §4.2.
@@ -340,7 +345,9 @@ def _solve_linear(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol) ->
   """
   c = z.shape[1]
   off = 1.0 - jnp.eye(c, dtype=z.dtype)
-  lam_n = lam / max(c * (c - 1), 1)
+  # ODIR (full W): lambda / (C (C - 1)) on the off-diagonal; vector scaling: lambda / C on
+  # the scales' deviations from their mean (the part beyond temperature scaling).
+  lam_n = lam / c if diagonal else lam / max(c * (c - 1), 1)
   mu_n = mu / c
   total = jnp.sum(weights)
 
@@ -351,7 +358,7 @@ def _solve_linear(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol) ->
   p0 = jax.nn.softmax(logits_of(*init), axis=-1)
   v = weights[:, None] * p0 * (1.0 - p0) / total  # (n, C)
   if diagonal:
-    hw = jnp.sum(v * z * z, axis=0)
+    hw = jnp.sum(v * z * z, axis=0) + 2.0 * lam_n
   else:
     hw = jnp.matmul(v.T, z * z, precision=PRECISION) + 2.0 * lam_n * off
   hb = jnp.sum(v, axis=0) + 2.0 * mu_n
@@ -361,7 +368,9 @@ def _solve_linear(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol) ->
   def loss(u):
     w, b = u[0] / sw, u[1] / sb
     val = jnp.sum(weights * _nll_per_sample(logits_of(w, b), onehot)) / total
-    if not diagonal:
+    if diagonal:
+      val = val + lam_n * jnp.sum((w - jnp.mean(w)) ** 2)
+    else:
       val = val + lam_n * jnp.sum((w * off) ** 2)
     return val + mu_n * jnp.sum(b**2)
 
@@ -380,9 +389,10 @@ def _folds(n: int, k: int, seed: int) -> jax.Array:
   return fold[None, :] == jnp.arange(k, dtype=jnp.int32)[:, None]
 
 
-#: The strength search stops after this many consecutive strengths that do
-#: not lower the held-out log loss (the curve is unimodal in log lambda).
-_CV_PATIENCE = 2
+#: The strength search (strongest first) stops at a strength whose held-out log
+#: loss exceeds the best so far by this factor: the curve is flat at the strong
+#: end (where noise decides the order) and rises steeply once the fit overfits.
+_CV_STOP_RATIO = 1.01
 
 
 @functools.partial(
@@ -392,13 +402,13 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
   """Cross-validates ``(lams[g], mus[g])`` (when ``G > 1``), then fits on everything.
 
   The grid runs from the strongest penalty down, each fold's fit warm-started
-  from the previous strength's, and stops after ``_CV_PATIENCE`` strengths in
-  a row that do not improve the held-out loss, or at the first strength whose
-  fold fits do not all converge within ``cv_max_iter`` iterations (weaker
-  penalties converge more slowly still). Such a strength is never selected
-  (its held-out loss is not that of the final, converged fit) and is recorded
-  as ``inf``, like the strengths never evaluated. If no strength converged,
-  the strongest is used.
+  from the previous strength's, and stops at the first strength whose
+  held-out loss is more than 1 % above the best so far (the weaker ones
+  overfit more), or whose fold fits do not all converge within
+  ``cv_max_iter`` iterations (weaker penalties converge more slowly still).
+  An unconverged strength is never selected (its held-out loss is not that of
+  the final, converged fit) and is recorded as ``inf``, like the strengths
+  never evaluated. If no strength converged, the strongest is used.
   """
   n, c = z.shape
   init = _identity(c, z.dtype, diagonal)
@@ -413,24 +423,22 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
       return jnp.sum(h * _nll_per_sample(logits, onehot)), res.params, res.converged
 
     def body(carry):
-      g, starts, cv, best, stale = carry
+      g, starts, cv, best, _ = carry
       held_nll, params, conv = jax.vmap(fold_fit, in_axes=(None, None, 0, 0))(
         lams[g], mus[g], held, starts
       )
-      ok = jnp.all(conv)
-      val = jnp.where(ok, jnp.sum(held_nll) / n, jnp.inf)
-      better = val < best
-      # weaker penalties converge more slowly still: an unconverged strength ends the search
-      stale = jnp.where(better, 0, jnp.where(ok, stale + 1, _CV_PATIENCE))
-      return g + 1, params, cv.at[g].set(val), jnp.where(better, val, best), stale
+      val = jnp.where(jnp.all(conv), jnp.sum(held_nll) / n, jnp.inf)
+      stop = val > _CV_STOP_RATIO * best  # also when unconverged (val = inf)
+      return g + 1, params, cv.at[g].set(val), jnp.minimum(val, best), stop
 
     def cond(carry):
-      g, _, _, _, stale = carry
-      return (g < g_total) & (stale < _CV_PATIENCE)
+      g, _, _, _, stop = carry
+      return (g < g_total) & ~stop
 
     starts = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_folds,) + a.shape), init)
     inf = jnp.full((g_total,), jnp.inf, z.dtype)
-    carry = (jnp.zeros((), jnp.int32), starts, inf, jnp.asarray(jnp.inf, z.dtype), 0)
+    big = jnp.asarray(jnp.finfo(z.dtype).max, z.dtype)  # the first strength never stops the search
+    carry = (jnp.zeros((), jnp.int32), starts, inf, big, jnp.zeros((), bool))
     cv_nll = lax.while_loop(cond, body, carry)[2]
     best = jnp.argmin(cv_nll)  # the first (strongest) on ties, 0 if all are inf
   else:
@@ -516,29 +524,51 @@ def fit_vector(
   labels: ArrayLike,
   *,
   from_logits: bool = True,
-  reg_mu: float = 0.0,
+  reg_lambda: float | None = None,
+  reg_mu: float | None = None,
+  reg_grid: Sequence[float] = ODIR_GRID,
+  num_folds: int = 5,
+  seed: int = 0,
   max_iter: int = 1000,
   tol: float = 1e-5,
+  cv_max_iter: int = 150,
 ) -> VectorScaling:
-  """Vector scaling: a per-class scale and bias on the logits.
+  """Vector scaling: a per-class scale and bias on the logits, regularised by cross-validation.
 
   .. math:: q = \\mathrm{softmax}(a \\odot z + b), \\quad
-    (a, b) = \\arg\\min \\frac1n \\sum_i -\\log q_{i, y_i} + \\frac{\\mu}{C}\\|b\\|^2
+    \\min \\frac1n \\sum_i -\\log q_{i, y_i}
+      + \\frac{\\lambda}{C} \\sum_c (a_c - \\bar a)^2 + \\frac{\\mu}{C} \\sum_c b_c^2
 
-  Unregularised by default, as in Guo et al. (2017) and the vector-scaling
-  baseline of Kull et al. (2019): ``2C`` parameters do not overfit a
-  calibration split of a few thousand samples.
+  The penalty is the ODIR idea (Kull et al. 2019) applied to vector scaling:
+  it shrinks what vector scaling adds to temperature scaling (per-class
+  scales around their mean ``a_bar``, and intercepts) and leaves the common
+  scale free, so the strong limit is temperature scaling. By default
+  ``lambda = mu`` is chosen from ``reg_grid`` by ``num_folds``-fold
+  cross-validation of the held-out log loss, then refitted on the whole
+  split. ``reg_lambda=0, reg_mu=0`` is Guo et al.'s unregularised vector
+  scaling, whose ``2C`` free parameters overfit when classes have few
+  samples (on a CIFAR-100 Wide-ResNet, 50 per class, it raises the test log
+  loss by 0.007 where the cross-validated fit lowers it).
 
   Args:
     inputs: ``(n, C)`` logits (probabilities with ``from_logits=False``).
     labels: ``(n,)`` integer labels; every class must occur.
     from_logits: whether ``inputs`` are logits (default True).
-    reg_mu: intercept penalty ``mu`` (default 0).
-    max_iter: L-BFGS iteration limit (default 1000).
+    reg_lambda: penalty ``lambda`` on the scales' spread; ``None`` (default):
+      cross-validated over ``reg_grid``.
+    reg_mu: intercept penalty ``mu``; ``None`` (default): equal to ``lambda``.
+    reg_grid: candidate strengths (default :data:`ODIR_GRID`,
+      ``1e5 ... 1e-1``).
+    num_folds: cross-validation folds (default 5).
+    seed: seed of the fold assignment (default 0).
+    max_iter: L-BFGS iteration limit of the final fit (default 1000).
     tol: gradient-norm tolerance (default 1e-5).
+    cv_max_iter: iteration limit of each cross-validation fit (default 150;
+      a strength whose fold fits do not converge within it is not selected).
 
   Returns:
-    :class:`VectorScaling` (``weight`` is ``diag(a)``).
+    :class:`VectorScaling` (``weight`` is ``diag(a)``) with the chosen
+    ``reg_lambda``, ``reg_mu`` and the ``cv_nll`` curve.
 
   Raises:
     ValueError: bad inputs or options, or a class without a sample.
@@ -546,12 +576,15 @@ def fit_vector(
   Example:
     >>> import jax, jax.numpy as jnp
     >>> z = jax.random.normal(jax.random.key(0), (300, 3))
-    >>> rc = fit_vector(z, jnp.argmax(z, axis=1))
-    >>> rc(z).shape
-    (300, 3)
+    >>> rc = fit_vector(z, jnp.argmax(z, axis=1), reg_grid=(10.0, 0.1))
+    >>> rc(z).shape, rc.cv_nll.shape
+    ((300, 3), (2,))
 
   Reference: Guo, Pleiss, Sun & Weinberger (2017), "On calibration of modern
-  neural networks", ICML, arXiv:1706.04599, §4.2.
+  neural networks", ICML, arXiv:1706.04599, §4.2 (vector scaling); Kull,
+  Perello-Nieto, Kängsepp, Silva Filho, Song & Flach (2019), NeurIPS,
+  arXiv:1910.12656, §3.2 (ODIR: penalise the parameters beyond the
+  simpler map; 5-fold cross-validation).
   """
   return _fit_linear_public(
     VectorScaling,
@@ -559,14 +592,14 @@ def fit_vector(
     labels,
     from_logits=from_logits,
     on_log_probs=False,
-    reg_lambda=0.0,
-    reg_mu=V.check_float_option(reg_mu, "reg_mu", minimum=0.0),
-    reg_grid=(0.0,),
-    num_folds=2,
-    seed=0,
+    reg_lambda=reg_lambda,
+    reg_mu=reg_mu,
+    reg_grid=reg_grid,
+    num_folds=num_folds,
+    seed=seed,
     max_iter=max_iter,
     tol=tol,
-    cv_max_iter=1,
+    cv_max_iter=cv_max_iter,
     diagonal=True,
   )
 
