@@ -81,13 +81,14 @@ def test_method_table_and_typed_fit_functions():
   assert R.fit_patching is R.fit_function("patching")  # lazily imported public names
 
 
-def test_import_and_temperature_fit_load_no_flax_jaxopt_or_training_code():
+def test_import_temperature_fit_and_utility_load_no_flax_jaxopt_or_training_code():
   code = (
     "import sys, numpy as np\n"
     "import jaxcal.recalibrate as R\n"
     "z = np.random.default_rng(0).normal(size=(200, 4)).astype('float32')\n"
     "rc = R.fit('temperature', 3 * z, z.argmax(1) % 2, max_iter=20)\n"
     "rc(z).block_until_ready()\n"
+    "import jaxcal.utility  # Utility is a plain pytree dataclass, not flax.struct\n"
     "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('flax', 'jaxopt')\n"
     "             or m.startswith('jaxcal._src.train'))\n"
     "print(bad)\n"
