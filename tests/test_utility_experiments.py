@@ -25,12 +25,24 @@ def test_recalibrator_defaults_quick(tmp_path, cifar_dir):
   mod = load_script("recalibrator_defaults")
   res = mod.main(["--quick", "--out", str(tmp_path)])
   saved = json.loads((tmp_path / "results.json").read_text())
-  assert saved["fits_checked"] == res["fits_checked"] == 2  # temperature, dirichlet
+  assert saved["fits_checked"] == res["fits_checked"] == 1  # dirichlet (temperature unchecked)
   assert saved["fits_unsafe"] == []
   row = saved["results"]["cifar10_resnet110"]["methods"]
   assert set(row) == {"temperature", "dirichlet", "isotonic"}
   assert min(abs(row["dirichlet"]["reg_lambda"] / g - 1) for g in mod.recalibrate.ODIR_GRID) < 1e-6
   assert "| cifar10_resnet110 | 10 |" in (tmp_path / "table.md").read_text()
+  # --update re-runs one method and merges it, keeping the others and logging the re-run
+  before = saved["results"]["cifar10_resnet110"]["methods"]["isotonic"]
+  mod.main(["--quick", "--update", "--methods", "temperature", "--out", str(tmp_path)])
+  merged = json.loads((tmp_path / "results.json").read_text())
+  assert merged["results"]["cifar10_resnet110"]["methods"]["isotonic"] == before
+  assert list(merged["results"]["cifar10_resnet110"]["methods"]) == list(row)
+  assert [u["methods"] for u in merged["meta"]["updates"]] == [["temperature"]]
+  assert merged["fits_checked"] == 1 and sorted(p.name for p in tmp_path.iterdir()) == [
+    "results.json",
+    "table.md",
+  ]
+  assert "Re-run and merged: temperature" in (tmp_path / "table.md").read_text()
 
 
 @pytest.mark.slow  # fast twin: test_utility_table_row_and_tables
