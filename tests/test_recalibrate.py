@@ -115,6 +115,24 @@ def test_misspelt_and_missing_options_are_named():
     R.fit("temprature", z, y)
 
 
+def test_options_passed_on_through_kwargs_are_checked_against_the_target():
+  """A fit function taking ``**options`` for another (e.g. ``fit_kcal`` -> ``fit_local_net``)
+  names it in ``forwards_options_to``; the option check then knows both sets of names."""
+  from jaxcal._src.recal.base import _check_options
+
+  def fit_inner(inputs, labels, *, depth: int = 2, width: int = 8): ...
+
+  def fit_outer(inputs, labels, *, floor: float = 0.0, **inner_options): ...
+
+  _check_options("outer", fit_outer, {"width": 3, "whatever": 1})  # open-ended: any name
+  fit_outer.forwards_options_to = fit_inner
+  _check_options("outer", fit_outer, {"floor": 1.0, "width": 3})
+  with pytest.raises(
+    ValueError, match=r"unknown option 'widht'; did you mean 'width'.*floor, depth"
+  ):
+    _check_options("outer", fit_outer, {"widht": 3})
+
+
 @pytest.mark.parametrize(
   "method, options, match",
   [

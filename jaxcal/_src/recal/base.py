@@ -177,12 +177,31 @@ def fit_function(method: str) -> Callable[..., Recalibrator]:
   return _resolve(method)[0]
 
 
-def _check_options(method: str, fn: Callable, options: dict[str, Any]) -> None:
+def _option_names(fn: Callable) -> tuple[list[inspect.Parameter], bool]:
+  """The named keyword options of a fit function and whether it takes any others.
+
+  A fit function with ``**options`` that passes them on to another fit
+  function names it in its attribute ``forwards_options_to`` (e.g.
+  ``fit_kcal.forwards_options_to = fit_local_net``); its options are then the
+  union of both. Without that attribute, ``**options`` accepts any name.
+  """
   params = list(inspect.signature(fn).parameters.values())[2:]  # after (inputs, labels)
+  named = [p for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+  if not any(p.kind is p.VAR_KEYWORD for p in params):
+    return named, False
+  target = getattr(fn, "forwards_options_to", None)
+  if target is None:
+    return named, True
+  more, open_ended = _option_names(target)
+  return named + [p for p in more if p.name not in {q.name for q in named}], open_ended
+
+
+def _check_options(method: str, fn: Callable, options: dict[str, Any]) -> None:
+  params, open_ended = _option_names(fn)
   valid = [p.name for p in params]
   public = f"jaxcal.recalibrate.{fn.__name__}"
   for name in options:
-    if name not in valid:
+    if name not in valid and not open_ended:
       close = difflib.get_close_matches(name, valid, n=1)
       hint = f"; did you mean {close[0]!r}?" if close else ""
       raise ValueError(
