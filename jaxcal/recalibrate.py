@@ -1,12 +1,21 @@
 """Recalibration: fit a map on a calibration split, apply it to new predictions.
 
-``fit(method, inputs, labels, **options)`` returns a fitted recalibrator (a
-pytree, ``rc(inputs) -> probs``), saved and loaded without pickle by
-``save``/``load``. Inputs are logits by default (``from_logits=True``).
-Also the pure-JAX isotonic regression behind the class-wise methods and the
-score decomposition. The LoCal Net names (``LocalNet``, ``KernelCalibrator``,
-``fit_local_net``, ``fit_kcal``, ``kernel_calibrator``) load flax nnx and
-optax on first use.
+Every method has a typed fit function documenting its options
+(``fit_temperature``, ``fit_vector``, ``fit_matrix``, ``fit_dirichlet``,
+``fit_platt``, ``fit_histogram``, ``fit_isotonic``, ``fit_smooth_isotonic``,
+``fit_beta``, ``fit_bbq``, ``fit_ensemble_temperature``, ``fit_patching``,
+``fit_local_net``, ``fit_kcal``); ``fit(method, inputs, labels, **options)``
+is the string front door to them and checks option names. A fitted
+recalibrator is a pytree (``rc(inputs) -> probs``; the parametric and
+class-wise fits also run inside ``jax.jit``/``jax.vmap``), saved and loaded
+without pickle by ``save``/``load``. Inputs are logits by default
+(``from_logits=True``). Also the pure-JAX isotonic regression behind the
+class-wise methods and the score decomposition.
+
+Importing this module imports neither flax, optax, jaxopt nor the training
+code: patching (jaxopt) and the LoCal Net names (``LocalNet``,
+``KernelCalibrator``, ``fit_local_net``, ``fit_kcal``, ``kernel_calibrator``;
+flax nnx and optax) load on first use.
 """
 
 from typing import TYPE_CHECKING
@@ -17,27 +26,36 @@ from jaxcal._src.isotonic import (
   isotonic_predict,
   isotonic_regression,
 )
-from jaxcal._src.recal.base import Recalibrator, fit, load, methods, save
+from jaxcal._src.recal.base import Recalibrator, fit, fit_function, load, methods, save
 from jaxcal._src.recal.bbq import BBQ, fit_bbq
 from jaxcal._src.recal.beta import BetaCalibration, fit_beta
 from jaxcal._src.recal.binning_methods import (
   HistogramBinning,
   IsotonicRecalibrator,
   SmoothIsotonicRecalibrator,
+  fit_histogram,
+  fit_isotonic,
+  fit_smooth_isotonic,
 )
 from jaxcal._src.recal.ensemble_temperature import (
   EnsembleTemperatureScaling,
   fit_ensemble_temperature,
 )
 from jaxcal._src.recal.scaling import (
+  ODIR_GRID,
   DirichletCalibration,
   LinearScaling,
   PlattScaling,
   TemperatureScaling,
   VectorScaling,
+  fit_dirichlet,
+  fit_matrix,
+  fit_platt,
+  fit_temperature,
+  fit_vector,
 )
 
-if TYPE_CHECKING:  # loaded lazily by __getattr__ below
+if TYPE_CHECKING:  # imported lazily below (they import flax / optax / jaxopt)
   from jaxcal._src.recal.local_net import (
     KernelCalibrator,
     LocalNet,
@@ -45,11 +63,11 @@ if TYPE_CHECKING:  # loaded lazily by __getattr__ below
     fit_local_net,
     kernel_calibrator,
   )
-
-_LOCAL_NET = ("KernelCalibrator", "LocalNet", "fit_kcal", "fit_local_net", "kernel_calibrator")
+  from jaxcal._src.recal.patching import Patching, fit_patching
 
 __all__ = [
   "BBQ",
+  "ODIR_GRID",
   "BetaCalibration",
   "DirichletCalibration",
   "EnsembleTemperatureScaling",
@@ -59,6 +77,7 @@ __all__ = [
   "KernelCalibrator",
   "LinearScaling",
   "LocalNet",
+  "Patching",
   "PlattScaling",
   "Recalibrator",
   "SmoothIsotonicRecalibrator",
@@ -67,9 +86,19 @@ __all__ = [
   "fit",
   "fit_bbq",
   "fit_beta",
+  "fit_dirichlet",
   "fit_ensemble_temperature",
+  "fit_function",
+  "fit_histogram",
+  "fit_isotonic",
   "fit_kcal",
   "fit_local_net",
+  "fit_matrix",
+  "fit_patching",
+  "fit_platt",
+  "fit_smooth_isotonic",
+  "fit_temperature",
+  "fit_vector",
   "isotonic_fit",
   "isotonic_predict",
   "isotonic_regression",
@@ -79,10 +108,24 @@ __all__ = [
   "save",
 ]
 
+_LAZY = {  # public name -> module under jaxcal._src.recal (imported on first access)
+  "Patching": "patching",
+  "fit_patching": "patching",
+  "LocalNet": "local_net",
+  "KernelCalibrator": "local_net",
+  "fit_local_net": "local_net",
+  "fit_kcal": "local_net",
+  "kernel_calibrator": "local_net",
+}
 
-def __getattr__(name: str):
-  if name in _LOCAL_NET:  # imports flax nnx and optax: only when asked for
-    from jaxcal._src.recal import local_net
 
-    return getattr(local_net, name)
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __getattr__(name):
+  if name in _LAZY:
+    import importlib
+
+    return getattr(importlib.import_module(f"jaxcal._src.recal.{_LAZY[name]}"), name)
+  raise AttributeError(f"module 'jaxcal.recalibrate' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted(__all__)

@@ -64,14 +64,7 @@ def test_probe_sees_an_import():
     "jaxcal.scores",
     "jaxcal.dominance",
     "jaxcal.data",
-    pytest.param(
-      "jaxcal.utility",
-      marks=pytest.mark.xfail(
-        strict=True,
-        reason="jaxcal/_src/utility/families.py defines Utility with flax.struct.dataclass "
-        "(a plain dataclass + jax.tree_util.register_dataclass removes flax)",
-      ),
-    ),
+    "jaxcal.utility",
   ],
 )
 def test_metric_modules_import_nothing_heavy(module):
@@ -79,11 +72,6 @@ def test_metric_modules_import_nothing_heavy(module):
   assert not seen & set(HEAVY), f"import {module} loads {sorted(seen & set(HEAVY))}"
 
 
-@pytest.mark.xfail(
-  strict=True,
-  reason="jaxcal/_src/recal/base.py imports every recalibrator module (flax.struct, "
-  "jaxopt, the LoCal Net's training loop); the static method table removes that",
-)
 def test_temperature_scaling_imports_no_flax_jaxopt_or_training_code():
   seen = loaded_after(
     "import numpy as np\n"

@@ -1,28 +1,22 @@
-"""Patching (SPEC §6, Algorithm 1): monotone Brier, exact replay, held-out U_comb."""
+"""Patching (Algorithm 1 of the utility paper): monotone Brier, exact replay,
+held-out U_comb, gain-matrix witnesses, blocked device loop, progress bar."""
 
 from __future__ import annotations
+
+import io
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxcal import recalibrate as R
 from jaxcal import utility as U
-from jaxcal._src.recal import base
+from jaxcal._src.progress import Progress
 from jaxcal._src.recal.linesearch import armijo_stepsize
 from jaxcal._src.recal.patching import Patching, _fit, project_simplex
 
-FIT = dict(
-  from_logits=True,
-  max_steps=8,
-  tol=0.0,
-  num_samples=6,
-  stepsize="err_over_c",
-  seed=0,
-  chunk_size=None,
-  verbose=False,
-  print_every=10,
-)
+FIT = dict(max_steps=8, tol=0.0, num_samples=6, progress=False)
 
 
 def project_np(x):
@@ -45,6 +39,26 @@ def _synthetic(n=400, c=5, seed=0):
   pt /= pt.sum(1, keepdims=True)
   y = (rng.random(n)[:, None] > np.cumsum(pt, 1)).sum(1).clip(0, c - 1)
   return z, y
+
+
+def _replay_np(p, rc):
+  """float64 replay of the patches from the paper's update rule, one row at a time."""
+  p = np.asarray(p, np.float64).copy()
+  for t in range(rc.num_steps):
+    kind, vec, mat = int(rc.kind[t]), np.asarray(rc.vec[t]), np.asarray(rc.mat[t], np.float64)
+    for i, row in enumerate(p):
+      if kind == 0:
+        ubar = vec
+      elif kind == 1:
+        order = np.argsort(-row, kind="stable")
+        ubar = np.empty_like(row)
+        ubar[order] = vec
+      else:
+        ubar = -mat[:, np.argmin(row @ mat)]
+      v = row @ ubar
+      if rc.lo[t] <= v <= rc.hi[t]:
+        p[i] = project_np((row - float(rc.eta[t]) * float(rc.xi[t]) * ubar)[None])[0]
+  return p
 
 
 def test_project_simplex_matches_bisection():
@@ -73,7 +87,8 @@ def test_armijo_condition_holds():
 def test_brier_never_increases_and_replay_reproduces():
   z, y = _synthetic()
   rc, p_final = _fit(z, y, **FIT)
-  assert isinstance(rc, Patching) and rc.num_steps == 8
+  assert isinstance(rc, Patching) and rc.num_steps == 8 and rc.stop_reason == "max_steps"
+  assert int(rc.num_iter) == 8 and rc.num_classes == 5
   b = np.asarray(rc.briers)
   assert b.shape == (9,) and np.all(np.diff(b) < 0)
   replayed = rc(z)
@@ -85,26 +100,90 @@ def test_brier_never_increases_and_replay_reproduces():
   np.testing.assert_allclose(np.asarray(replayed).sum(1), 1, atol=1e-5)
   np.testing.assert_allclose(jax.jit(lambda r, x: r(x))(rc, z), replayed, atol=1e-6)  # a pytree
   assert set(np.unique(np.asarray(rc.xi))) <= {-1.0, 1.0} and np.all(np.asarray(rc.eta) > 0)
+  np.testing.assert_allclose(
+    _replay_np(jax.nn.softmax(jnp.asarray(z)), rc), np.asarray(replayed), atol=1e-5
+  )
+  traj = rc.trajectory(z)
+  assert traj.shape == (9, 400, 5)
+  np.testing.assert_allclose(traj[-1], replayed, atol=1e-6)
+
+
+def test_the_block_schedule_does_not_change_the_fit(monkeypatch):
+  """Blocks of one step and blocks of many give the same patches (keys fold in the step)."""
+  import jaxcal._src.recal.patching as P
+
+  z, y = _synthetic(seed=3)
+  a = R.fit_patching(z, y, **{**FIT, "max_steps": 5})
+  monkeypatch.setattr(P.np, "clip", lambda x, lo, hi: lo)  # every block = one step
+  b = R.fit_patching(z, y, **{**FIT, "max_steps": 5})
+  for f in ("kind", "vec", "lo", "hi", "xi", "eta", "errors", "briers"):
+    np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)), f)
 
 
 def test_save_load_roundtrip(tmp_path):
   z, y = _synthetic(seed=1)
-  rc = base.fit("patching", z, y, max_steps=3, num_samples=6)  # shapes/options shared: one compile
-  assert "patching" in base.methods()
-  for ext in (".npz", ".msgpack"):
-    path = str(tmp_path / f"patch{ext}")
-    base.save(rc, path)
-    back = base.load(path)
-    assert isinstance(back, Patching) and back.from_logits
-    np.testing.assert_array_equal(back(z), rc(z))
+  rc = R.fit("patching", z, y, max_steps=5, num_samples=6, progress=False)
+  assert "patching" in R.methods()
+  path = tmp_path / "patch.npz"
+  R.save(rc, path)
+  back = R.load(path)
+  assert isinstance(back, Patching) and back.from_logits and back.stop_reason == rc.stop_reason
+  np.testing.assert_array_equal(back(z), rc(z))
 
 
 def test_tolerance_stops_and_probability_inputs():
   z, y = _synthetic(seed=2)
   p = np.asarray(jax.nn.softmax(z))
-  rc = base.fit("patching", p, y, from_logits=False, max_steps=50, tol=1.0, num_samples=6)
+  rc = R.fit("patching", p, y, from_logits=False, max_steps=8, tol=1.0, num_samples=6)
   assert rc.num_steps == 0 and rc.errors.shape == (1,)  # err <= 1 at once: no patch
+  assert rc.stop_reason == "tol" and bool(rc.converged)
   np.testing.assert_allclose(rc(p), p, atol=1e-7)
+
+
+def test_gain_matrix_witnesses_are_audited_and_replayed():
+  """The aligned / misaligned gain-matrix classes of App. C.2 as patching witnesses."""
+  z, y = _synthetic(n=300, c=6, seed=4)
+  key = jax.random.key(0)
+  mis = U.sample_misaligned_gain(key, 4, 6, num_groups=2)
+  rc = R.fit_patching(
+    z,
+    y,
+    family=None,
+    num_samples=0,
+    witnesses=mis,
+    sample_witnesses=lambda k: U.sample_aligned_gain(k, 8, 6),
+    max_steps=6,
+    tol=0.0,
+    progress=False,
+  )
+  assert rc.mat.shape == (rc.num_steps, 6, 6) and np.all(np.asarray(rc.kind) == 2)
+  assert np.all(np.diff(np.asarray(rc.briers)) < 0)
+  np.testing.assert_allclose(
+    _replay_np(jax.nn.softmax(jnp.asarray(z)), rc), np.asarray(rc(z)), atol=1e-5
+  )
+  # the first audited error is the worst UC over the fixed class and the step's fresh draw
+  p = jax.nn.softmax(jnp.asarray(z))
+  fixed = float(jnp.max(U.uc_sweep(p, y, mis)))
+  assert float(rc.errors[0]) >= fixed - 1e-6
+  before = float(jnp.max(U.uc_sweep(p, y, mis)))
+  after = float(jnp.max(U.uc_sweep(rc(z), y, mis)))
+  assert after < before
+
+
+def test_mixed_witness_kinds_replay():
+  z, y = _synthetic(n=300, c=5, seed=5)
+  rc = R.fit_patching(
+    z,
+    y,
+    num_samples=4,
+    witnesses=[U.sample_aligned_gain(jax.random.key(1), 3, 5), U.top_k(jnp.array([2]), 5)],
+    max_steps=10,
+    tol=0.0,
+    progress=False,
+  )
+  np.testing.assert_allclose(
+    _replay_np(jax.nn.softmax(jnp.asarray(z)), rc), np.asarray(rc(z)), atol=1e-5
+  )
 
 
 def test_held_out_u_comb_improves_on_cifar100(cifar_dir):
@@ -114,31 +193,62 @@ def test_held_out_u_comb_improves_on_cifar100(cifar_dir):
     for f in ("val_logits.npy", "val_labels.npy", "test_logits.npy", "test_labels.npy")
   )
   zv, yv, zt, yt = zv[:2500], yv[:2500], zt[:2500], yt[:2500]
-  rc = base.fit("patching", zv, yv, max_steps=12, num_samples=0, stepsize="quadratic")
+  rc = R.fit("patching", zv, yv, max_steps=12, num_samples=0, stepsize="quadratic")
   assert np.all(np.diff(np.asarray(rc.briers)) < 0)
   before = float(U.uc_class(zt, yt, "comb", from_logits=True))
   after = float(U.uc_class(rc(zt), yt, "comb"))
   assert after < before, (before, after)
 
 
+def test_progress_bar_appears_only_for_long_fits():
+  out = io.StringIO()
+  bar = Progress(10, "patching", delay=0.0, min_interval=0.0, stream=out)
+  bar.update(3, "err 0.01")
+  bar.close("tol", done=3)
+  lines = out.getvalue().split("\r")
+  assert "patching" in lines[1] and "3/10" in lines[1] and out.getvalue().endswith("\n")
+  quiet = io.StringIO()
+  bar = Progress(10, "patching", delay=60.0, stream=quiet)
+  bar.update(3)
+  bar.close()
+  assert quiet.getvalue() == ""
+  off = io.StringIO()
+  bar = Progress(10, "patching", enabled=False, delay=0.0, stream=off)
+  bar.update(3)
+  bar.close()
+  assert off.getvalue() == ""
+
+
 def test_bad_options_raise():
   z, y = _synthetic(n=50)
-  with pytest.raises(ValueError, match="stepsize"):
-    base.fit("patching", z, y, stepsize="huge")
-  with pytest.raises(ValueError, match="stepsize"):
-    base.fit("patching", z, y, stepsize=-1.0)
-  with pytest.raises(ValueError, match="max_steps"):
-    base.fit("patching", z, y, max_steps=-1)
-  with pytest.raises(ValueError, match="num_samples"):
-    base.fit("patching", z, y, num_samples=2.5)
-  with pytest.raises(ValueError, match="tol"):
-    base.fit("patching", z, y, tol=float("nan"))
+  for kw, match in [
+    ({"stepsize": "huge"}, "stepsize"),
+    ({"stepsize": -1.0}, "stepsize"),
+    ({"max_steps": -1}, "max_steps must be >= 0"),
+    ({"num_samples": 2.5}, "num_samples must be an int"),
+    ({"tol": float("nan")}, "tol must be a finite number"),
+    ({"family": "lin"}, "family must be"),
+    ({"family": None, "num_samples": 0}, "no witness"),
+    ({"witnesses": U.similarity(jnp.eye(5)[None])}, "similarity"),
+    ({"witnesses": U.sample_linear(jax.random.key(0), 3, 4)}, "C = 4 classes"),
+    ({"sample_witnesses": 3}, "sample_witnesses must be a function"),
+    ({"max_step": 3}, "did you mean 'max_steps'"),
+  ]:
+    with pytest.raises(ValueError, match=match):
+      R.fit("patching", z, y, **kw)
   with pytest.raises(ValueError, match="labels"):
-    base.fit("patching", z, np.full(50, 9))
+    R.fit("patching", z, np.full(50, 9))
   bad = z.copy()
   bad[0, 0] = np.inf
   with pytest.raises(ValueError, match="inf"):
-    base.fit("patching", bad, y)
+    R.fit("patching", bad, y)
+
+
+def test_fitted_on_ten_classes_applied_to_eight_raises():
+  z, y = _synthetic(n=100, c=10)
+  rc = R.fit_patching(z, y, max_steps=1, num_samples=0, progress=False)
+  with pytest.raises(ValueError, match=r"fitted on C = 10 classes but the inputs have C = 8"):
+    rc(np.zeros((3, 8), np.float32))
 
 
 def test_cut_points_select_the_same_samples_with_a_margin():
@@ -156,3 +266,47 @@ def test_cut_points_select_the_same_samples_with_a_margin():
       assert vals[a - 1] < lc < lo  # strictly between
     if b < len(vals) - 1:
       assert hi < hc < vals[b + 1]
+
+
+def test_audit_shards_over_every_local_device_with_the_same_fit(tmp_path):
+  """With two (forced) CPU devices the audit's uc_sweep splits the witnesses over both;
+  the patches are the same as on one device."""
+  import os
+  import subprocess
+  import sys
+
+  code = (
+    "import sys, numpy as np, jax\n"
+    "from jaxcal import recalibrate as R, utility as U\n"
+    "assert jax.local_device_count() == 2\n"
+    "rng = np.random.default_rng(0)\n"
+    "z = (rng.normal(size=(300, 5)) * 2.5).astype(np.float32)\n"
+    "y = rng.integers(0, 5, 300)\n"
+    "rc = R.fit_patching(z, y, max_steps=4, num_samples=6, tol=0.0, progress=False,\n"
+    "                    sample_witnesses=lambda k: U.sample_aligned_gain(k, 4, 5))\n"
+    "np.save(sys.argv[1], np.asarray(rc(z)))\n"
+  )
+  env = dict(
+    os.environ,
+    PYTHONPATH=os.pathsep.join(sys.path),
+    XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    JAX_PLATFORMS="cpu",
+  )
+  out = tmp_path / "two.npy"
+  run = subprocess.run(
+    [sys.executable, "-W", "ignore", "-c", code, str(out)], capture_output=True, text=True, env=env
+  )
+  assert run.returncode == 0, run.stderr
+  rng = np.random.default_rng(0)
+  z = (rng.normal(size=(300, 5)) * 2.5).astype(np.float32)
+  y = rng.integers(0, 5, 300)
+  rc = R.fit_patching(
+    z,
+    y,
+    max_steps=4,
+    num_samples=6,
+    tol=0.0,
+    progress=False,
+    sample_witnesses=lambda k: U.sample_aligned_gain(k, 4, 5),
+  )
+  np.testing.assert_allclose(np.load(out), np.asarray(rc(z)), atol=1e-6)

@@ -74,6 +74,8 @@ __all__ = [
   "trace_check",
   "checked",
   "checking",
+  "check_int_option",
+  "check_float_option",
 ]
 
 #: Smallest tolerance on ``|sum(p) - 1|`` and on values below 0 / above 1 for rows
@@ -1219,3 +1221,53 @@ def check_bins(num_bins: Any, binning: str, max_bins: Any) -> BinCounts:
   if largest is not None and largest > bound:
     raise ValueError(f"num_bins = {largest} exceeds max_bins = {bound}")
   return BinCounts(m, largest, bound, binning)
+
+
+def check_int_option(
+  value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
+  """Validates an integer option (a Python or NumPy int, not a bool or a float).
+
+  Example:
+    >>> check_int_option(15, "num_bins", minimum=1)
+    15
+    >>> check_int_option(2.7, "num_bins", minimum=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_bins must be an int, got 2.7 (float)
+  """
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+  v = int(value)
+  if minimum is not None and v < minimum:
+    raise ValueError(f"{name} must be >= {minimum}, got {v}")
+  if maximum is not None and v > maximum:
+    raise ValueError(f"{name} must be <= {maximum}, got {v}")
+  return v
+
+
+def check_float_option(
+  value: Any, name: str, *, minimum: float | None = None, positive: bool = False
+) -> float:
+  """Validates a finite real option (``positive``: ``> 0``; ``minimum``: ``>=``).
+
+  Example:
+    >>> check_float_option(1e-6, "tol", minimum=0.0)
+    1e-06
+    >>> check_float_option(float("nan"), "tol", minimum=0.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: tol must be a finite number, got nan
+  """
+  if isinstance(value, (bool, np.bool_)) or not isinstance(
+    value, (int, float, np.integer, np.floating)
+  ):
+    raise ValueError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+  v = float(value)
+  if not np.isfinite(v):
+    raise ValueError(f"{name} must be a finite number, got {v}")
+  if positive and v <= 0:
+    raise ValueError(f"{name} must be > 0, got {v}")
+  if minimum is not None and v < minimum:
+    raise ValueError(f"{name} must be >= {minimum}, got {v}")
+  return v

@@ -1,132 +1,235 @@
-"""The recalibrator contract: a registry of ``fit`` functions, pytree results,
-and pickle-free save/load.
+"""The recalibrator contract: one table of methods, pytree results, one file format.
 
-A fitted recalibrator is a ``flax.struct.dataclass`` (a pytree: arrays are
-leaves, configuration is static) that subclasses :class:`Recalibrator` and
-implements ``apply(self, inputs) -> probs`` for ``(n, C)`` inputs. Inputs are
-logits by default (``from_logits=True`` at fit time); a recalibrator fitted
-on probabilities (``from_logits=False``) is applied to probabilities. Methods
-that work on probabilities internally take ``softmax(logits)``; methods that
-work on logits internally take ``log(probs)`` (``softmax(log p) = p``).
+**Methods.** :data:`METHODS` is a static table, method name -> ``(module,
+fit function, fitted class)``; adding a method is one line there. Modules are
+imported when a method is first used, so ``import jaxcal.recalibrate`` and
+``fit("temperature", ...)`` never import flax, jaxopt or the training code.
+Each method has a typed public fit function ``fit_<method>(inputs, labels, *,
+...)`` documenting its options; :func:`fit` is the string front door that
+checks the option names against that function's signature.
 
-Registering a method::
+**Fitted recalibrators** are frozen dataclasses registered as pytrees
+(``jax.tree_util.register_dataclass``): array fields are leaves, fields
+declared with :func:`static_field` (``num_classes``, ``from_logits``, options
+such as ``normalize``) are static. So a fit can run inside ``jax.jit`` and
+``jax.vmap`` (a batch of recalibrators is one object with batched leaves), and
+``rc(inputs)`` can be jitted. Every subclass implements
+``apply(self, inputs) -> probs`` for ``(n, C)`` inputs: logits by default
+(``from_logits=True`` at fit time), probabilities otherwise. Methods that work
+on probabilities take ``softmax(logits)``; methods that work on logits take
+``log(probs)`` (``softmax(log p) = p``).
 
-    @register("temperature")
-    def fit_temperature(inputs, labels, *, from_logits=True, **options) -> TemperatureScaling:
-      ...
-
-``save``/``load`` write ``.npz`` (arrays + a JSON header) or msgpack (flax
-serialization) and never unpickle.
+**Files.** :func:`save` writes one format for every method: an uncompressed
+``.npz`` archive (``numpy.savez``) holding the array fields and a JSON header
+(``__header__``: method, static fields, and each array's dtype and shape).
+:func:`load` never unpickles, reads the ``.npy`` headers before any array
+data, and checks every shape against the method's declared shapes, so a
+truncated, foreign or forged file is a ``ValueError`` naming the file and the
+problem, never a huge allocation.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import functools
+import importlib
+import inspect
 import json
+import math
+import os
+import zipfile
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
+
 __all__ = [
   "Recalibrator",
-  "register",
+  "METHODS",
   "fit",
+  "fit_function",
   "methods",
   "save",
   "load",
+  "static_field",
+  "pytree_dataclass",
   "to_probs",
   "to_logits",
-  "recalibrator_class",
   "prepare_fit",
 ]
 
-_FITTERS: dict[str, Callable[..., Recalibrator]] = {}
-_CLASSES: dict[str, type] = {}
+
+class Method(NamedTuple):
+  """One row of :data:`METHODS`: where a method lives (``jaxcal._src.recal.<module>``)."""
+
+  module: str
+  fit: str
+  cls: str
 
 
-@flax.struct.dataclass
+#: Every recalibration method: name -> (module, fit function, fitted class).
+METHODS: dict[str, Method] = {
+  "temperature": Method("scaling", "fit_temperature", "TemperatureScaling"),
+  "vector": Method("scaling", "fit_vector", "VectorScaling"),
+  "matrix": Method("scaling", "fit_matrix", "LinearScaling"),
+  "dirichlet": Method("scaling", "fit_dirichlet", "DirichletCalibration"),
+  "platt": Method("scaling", "fit_platt", "PlattScaling"),
+  "histogram": Method("binning_methods", "fit_histogram", "HistogramBinning"),
+  "isotonic": Method("binning_methods", "fit_isotonic", "IsotonicRecalibrator"),
+  "smooth_isotonic": Method("binning_methods", "fit_smooth_isotonic", "SmoothIsotonicRecalibrator"),
+  "patching": Method("patching", "fit_patching", "Patching"),
+  "local_net": Method("local_net", "fit_local_net", "LocalNet"),
+  "kcal": Method("local_net", "fit_kcal", "KernelCalibrator"),
+  "beta": Method("beta", "fit_beta", "BetaCalibration"),
+  "bbq": Method("bbq", "fit_bbq", "BBQ"),
+  "ensemble_temperature": Method(
+    "ensemble_temperature", "fit_ensemble_temperature", "EnsembleTemperatureScaling"
+  ),
+}
+
+
+def static_field(**kwargs: Any) -> Any:
+  """A dataclass field that is static in the pytree (part of the treedef, not a leaf)."""
+  return dataclasses.field(metadata={"static": True, "pytree_node": False}, **kwargs)
+
+
+def pytree_dataclass(cls: type) -> type:
+  """Makes ``cls`` a frozen, keyword-only dataclass registered as a pytree."""
+  return jax.tree_util.register_dataclass(dataclasses.dataclass(frozen=True, kw_only=True)(cls))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Recalibrator:
-  """Base class of fitted recalibrators (pytrees). Subclasses set ``method``."""
+  """Base class of fitted recalibrators.
+
+  Subclasses set ``method`` (the :data:`METHODS` key), declare a static
+  ``num_classes`` field, and may declare ``shapes``: each array field's shape
+  in symbols (``"C"`` is ``num_classes``, other names must agree across
+  fields), checked by :func:`load`.
+  """
 
   method: ClassVar[str] = ""
-  from_logits: bool = flax.struct.field(pytree_node=False, default=True, kw_only=True)
+  shapes: ClassVar[dict[str, tuple[str | int, ...]]] = {}
+  from_logits: bool = static_field(default=True)
+
+  @classmethod
+  def array_shapes(cls, static: dict[str, Any]) -> dict[str, tuple[str | int, ...]]:
+    """Each array field's symbolic shape, given the static fields (default: ``shapes``)."""
+    return cls.shapes
 
   def apply(self, inputs: jax.Array) -> jax.Array:  # pragma: no cover - abstract
+    """Recalibrated probabilities for validated ``(n, C)`` inputs (traceable)."""
     raise NotImplementedError
 
   def __call__(self, inputs: ArrayLike) -> jax.Array:
     """Recalibrated ``(n, C)`` probabilities for ``(n, C)`` inputs.
 
-    Validates the inputs (logits: finite; probabilities: on the simplex) and,
-    when the fitted object has a positive ``num_classes`` attribute, that
-    ``C`` matches it.
+    Validates the inputs (logits: finite; probabilities: on the simplex) and
+    that ``C`` equals the ``num_classes`` seen at fit time.
     """
-    from jaxcal._src import validation as V
-
     x = V.check_logits(inputs, "inputs") if self.from_logits else V.check_probs(inputs, "inputs")
-    expected = getattr(self, "num_classes", None)
-    if isinstance(expected, int) and expected > 0 and x.shape[1] != expected:
-      raise ValueError(
-        f"{type(self).__name__} was fitted on C = {expected} classes but the "
-        f"inputs have C = {x.shape[1]} columns"
-      )
+    check_num_classes(self, x.shape[1])
     return self.apply(x)
 
 
-def register(name: str) -> Callable:
-  """Decorator registering ``fit_fn(inputs, labels, **options)`` under ``name``.
-
-  The fitted object's class is recorded from the return annotation-free
-  first call; classes are also registered via :func:`recalibrator_class`.
-  """
-
-  def deco(fn):
-    if name in _FITTERS:
-      raise ValueError(f"recalibration method {name!r} registered twice")
-    _FITTERS[name] = fn
-    return fn
-
-  return deco
+def check_num_classes(rc: Any, c: int) -> None:
+  """Raises when a recalibrator fitted on ``C`` classes meets inputs with another ``C``."""
+  expected = getattr(rc, "num_classes", None)
+  if isinstance(expected, int) and expected > 0 and c != expected:
+    raise ValueError(
+      f"this {type(rc).__name__} ({rc.method!r}) was fitted on C = {expected} classes but the "
+      f"inputs have C = {c} columns; fit a recalibrator on predictions with {c} classes"
+    )
 
 
-def recalibrator_class(cls: type) -> type:
-  """Class decorator: makes ``load`` able to rebuild ``cls`` by its ``method``."""
-  _CLASSES[cls.method] = cls
-  return cls
-
-
-def _ensure_loaded() -> None:
-  # Importing the implementation modules registers their methods.
-  import importlib
-
-  for mod in (
-    "scaling",
-    "binning_methods",
-    "patching",
-    "local_net",
-    "beta",
-    "bbq",
-    "ensemble_temperature",
-  ):
-    try:
-      importlib.import_module(f"jaxcal._src.recal.{mod}")
-    except ModuleNotFoundError as e:  # a method family not built yet
-      if e.name != f"jaxcal._src.recal.{mod}":
-        raise
+# ---------------------------------------------------------------------------
+# The string front door
 
 
 def methods() -> tuple[str, ...]:
-  """Names of all registered recalibration methods."""
-  _ensure_loaded()
-  return tuple(sorted(_FITTERS))
+  """Names of every recalibration method, sorted."""
+  return tuple(sorted(METHODS))
+
+
+def _lookup(method: Any) -> Method:
+  if not isinstance(method, str) or method not in METHODS:
+    close = difflib.get_close_matches(str(method), METHODS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(
+      f"unknown recalibration method {method!r}{hint}; available: {', '.join(methods())}"
+    )
+  return METHODS[method]
+
+
+def _resolve(method: str) -> tuple[Callable[..., Recalibrator], type]:
+  row = _lookup(method)
+  module = importlib.import_module(f"jaxcal._src.recal.{row.module}")
+  return getattr(module, row.fit), getattr(module, row.cls)
+
+
+def fit_function(method: str) -> Callable[..., Recalibrator]:
+  """The typed fit function behind ``fit(method, ...)``, e.g. ``fit_temperature``.
+
+  Example:
+    >>> fit_function("temperature").__name__
+    'fit_temperature'
+  """
+  return _resolve(method)[0]
+
+
+def _option_names(fn: Callable) -> tuple[list[inspect.Parameter], bool]:
+  """The named keyword options of a fit function and whether it takes any others.
+
+  A fit function with ``**options`` that passes them on to another fit
+  function names it in its attribute ``forwards_options_to`` (e.g.
+  ``fit_kcal.forwards_options_to = fit_local_net``); its options are then the
+  union of both. Without that attribute, ``**options`` accepts any name.
+  """
+  params = list(inspect.signature(fn).parameters.values())[2:]  # after (inputs, labels)
+  named = [p for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+  if not any(p.kind is p.VAR_KEYWORD for p in params):
+    return named, False
+  target = getattr(fn, "forwards_options_to", None)
+  if target is None:
+    return named, True
+  more, open_ended = _option_names(target)
+  return named + [p for p in more if p.name not in {q.name for q in named}], open_ended
+
+
+def _check_options(method: str, fn: Callable, options: dict[str, Any]) -> None:
+  params, open_ended = _option_names(fn)
+  valid = [p.name for p in params]
+  public = f"jaxcal.recalibrate.{fn.__name__}"
+  for name in options:
+    if name not in valid and not open_ended:
+      close = difflib.get_close_matches(name, valid, n=1)
+      hint = f"; did you mean {close[0]!r}?" if close else ""
+      raise ValueError(
+        f"fit({method!r}): unknown option {name!r}{hint} Valid options: {', '.join(valid)} "
+        f"(documented in {public})."
+      )
+  missing = [
+    p.name for p in params if p.default is inspect.Parameter.empty and p.name not in options
+  ]
+  if missing:
+    raise ValueError(
+      f"fit({method!r}) needs the option(s) {', '.join(f'{m}=' for m in missing)} (see {public})"
+    )
 
 
 def fit(method: str, inputs: ArrayLike, labels: ArrayLike, **options: Any) -> Recalibrator:
   """Fits a recalibrator by name on a calibration split.
+
+  The string front door to the typed fit functions (``fit_temperature``,
+  ``fit_dirichlet``, ... in :mod:`jaxcal.recalibrate`), which document every
+  option with its default and source. Option names are checked against the
+  method's fit function: a misspelt option raises and lists the valid ones.
 
   Args:
     method: one of :func:`methods` (``"temperature"``, ``"vector"``,
@@ -136,20 +239,29 @@ def fit(method: str, inputs: ArrayLike, labels: ArrayLike, **options: Any) -> Re
     inputs: ``(n, C)`` logits (default) or probabilities with
       ``from_logits=False``.
     labels: ``(n,)`` integer labels.
-    **options: method options (see each method's fit function).
+    **options: the method's options (see its fit function).
 
   Returns:
     A fitted :class:`Recalibrator`; ``rc(inputs)`` gives probabilities.
 
   Raises:
-    ValueError: unknown method, or bad inputs.
+    ValueError: unknown method or option, a missing required option, bad
+      inputs.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> z = 3.0 * jax.random.normal(jax.random.key(0), (200, 4))
+    >>> rc = fit("temperature", z, jnp.argmax(z, axis=1))
+    >>> rc(z).shape
+    (200, 4)
   """
-  _ensure_loaded()
-  if method not in _FITTERS:
-    raise ValueError(
-      f"unknown recalibration method {method!r}; available: {', '.join(sorted(_FITTERS))}"
-    )
-  return _FITTERS[method](inputs, labels, **options)
+  fn, _ = _resolve(method)
+  _check_options(method, fn, options)
+  return fn(inputs, labels, **options)
+
+
+# ---------------------------------------------------------------------------
+# Helpers shared by the fit functions
 
 
 def prepare_fit(
@@ -160,7 +272,10 @@ def prepare_fit(
   method: str,
   require_all_classes: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
-  """Validates a calibration split for ``fit``; returns ``(inputs, labels)`` as arrays.
+  """Validates a calibration split for a fit; returns ``(inputs, labels)`` as arrays.
+
+  Shape checks always run; value checks only on concrete inputs (a fit traced
+  under ``jax.jit``/``jax.vmap`` checks shapes only).
 
   Args:
     inputs: ``(n, C)`` logits (``from_logits=True``: finite) or probabilities
@@ -175,13 +290,13 @@ def prepare_fit(
     ValueError: naming the problem (non-finite logits, rows off the simplex,
       labels out of range, classes missing from the calibration split).
   """
-  from jaxcal._src import validation as V
-
+  if not isinstance(from_logits, (bool, np.bool_)):
+    raise ValueError(f"from_logits must be True or False, got {from_logits!r}")
   x = V.check_logits(inputs, "inputs") if from_logits else V.check_probs(inputs, "inputs")
   n, c = x.shape
   y = V.check_labels(labels, n, c)
   if require_all_classes and V.is_concrete(y):
-    counts = np.bincount(np.asarray(y), minlength=c)
+    counts = np.asarray(jax.device_get(_class_counts(y, c)))
     missing = np.flatnonzero(counts == 0)
     if missing.size:
       shown = ", ".join(str(int(k)) for k in missing[:10]) + (" ..." if missing.size > 10 else "")
@@ -190,6 +305,11 @@ def prepare_fit(
         f"{missing.size} of C = {c} classes have no sample (classes {shown})"
       )
   return x, y
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _class_counts(y: jax.Array, c: int) -> jax.Array:
+  return jnp.zeros((c,), jnp.int32).at[y].add(1)
 
 
 def to_probs(x: jax.Array, from_logits: bool) -> jax.Array:
@@ -202,26 +322,40 @@ def to_logits(x: jax.Array, from_logits: bool, eps: float = 1e-12) -> jax.Array:
   return x if from_logits else jnp.log(jnp.maximum(x, eps))
 
 
-def _fields(rc: Recalibrator) -> dict[str, Any]:
-  import dataclasses
+def warn_if_not_converged(rc: Any, what: str) -> None:
+  """Eagerly, a ``RuntimeWarning`` when ``rc.converged`` is False (no-op under tracing)."""
+  import warnings
 
-  return {f.name: getattr(rc, f.name) for f in dataclasses.fields(rc)}
+  conv = rc.converged
+  if V.is_concrete(conv) and np.ndim(conv) == 0 and not bool(conv):
+    warnings.warn(
+      f"{what} did not converge in {int(rc.num_iter)} iterations; the fitted map may be "
+      "imprecise (raise max_iter, or check the inputs). rc.converged is False.",
+      RuntimeWarning,
+      stacklevel=3,
+    )
 
 
-def save(rc: Recalibrator, path: str) -> None:
-  """Saves a fitted recalibrator to ``.npz`` or ``.msgpack`` (no pickle).
+# ---------------------------------------------------------------------------
+# Save / load
 
-  Array fields are stored as arrays; static fields (ints, floats, strings,
-  bools, tuples thereof) in a JSON header. Nested pytrees of arrays are
-  flattened with ``/``-joined keys.
-  """
-  path = str(path)
+_FORMAT = "jaxcal.recalibrator"
+_VERSION = 2
+_HEADER = "__header__.npy"
+#: Largest header accepted by :func:`load`, in bytes.
+_MAX_HEADER_BYTES = 1 << 20
+_ARRAY_KINDS = "biuf"  # bool, int, uint, float: nothing else is ever stored
+
+
+def _flatten_fields(rc: Recalibrator) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
   arrays: dict[str, np.ndarray] = {}
   static: dict[str, Any] = {}
 
   def put(prefix: str, value: Any) -> None:
     if isinstance(value, (jax.Array, np.ndarray)):
-      arrays[prefix] = np.asarray(value)
+      if isinstance(value, jax.core.Tracer):
+        raise ValueError(f"cannot save a recalibrator holding traced arrays (field {prefix!r})")
+      arrays[prefix] = np.asarray(jax.device_get(value))
     elif isinstance(value, dict):
       static[prefix + "/__dict__"] = sorted(value)
       for k, v in value.items():
@@ -235,47 +369,200 @@ def save(rc: Recalibrator, path: str) -> None:
     else:
       static[prefix] = value
 
-  for k, v in _fields(rc).items():
-    put(k, v)
-  header = json.dumps({"method": rc.method, "static": static, "format": 1})
-  if path.endswith(".msgpack"):
-    import msgpack
-
-    payload = {
-      "header": header,
-      "arrays": {
-        k: {"dtype": str(a.dtype), "shape": list(a.shape), "data": a.tobytes()}
-        for k, a in arrays.items()
-      },
-    }
-    with open(path, "wb") as f:
-      f.write(msgpack.packb(payload, use_bin_type=True))
-  else:
-    np.savez(path, __header__=np.array(header), **{f"a:{k}": a for k, a in arrays.items()})
+  for f in dataclasses.fields(rc):
+    put(f.name, getattr(rc, f.name))
+  return arrays, static
 
 
-def load(path: str) -> Recalibrator:
-  """Loads a recalibrator written by :func:`save` (never unpickles)."""
-  _ensure_loaded()
-  path = str(path)
-  if path.endswith(".msgpack"):
-    import msgpack
+def save(rc: Recalibrator, path: str | os.PathLike) -> None:
+  """Saves a fitted recalibrator to ``path`` (an ``.npz`` archive, no pickle).
 
-    with open(path, "rb") as f:
-      payload = msgpack.unpackb(f.read(), raw=False)
-    header = json.loads(payload["header"])
-    arrays = {
-      k: np.frombuffer(v["data"], dtype=v["dtype"]).reshape(v["shape"]).copy()
-      for k, v in payload["arrays"].items()
-    }
-  else:
-    with np.load(path, allow_pickle=False) as z:
-      header = json.loads(str(z["__header__"]))
-      arrays = {k[2:]: z[k] for k in z.files if k.startswith("a:")}
-  method = header["method"]
-  if method not in _CLASSES:
-    raise ValueError(f"{path}: unknown recalibrator method {method!r}")
-  static = header["static"]
+  The file is written at exactly ``path`` whatever its suffix, and is an
+  uncompressed ``.npz`` archive: one ``.npy`` file per array field (nested
+  dicts of arrays are flattened with ``/``-joined keys) plus a JSON header
+  with the method, the static fields and every array's dtype and shape.
+
+  Args:
+    rc: a fitted recalibrator (concrete, not traced).
+    path: destination file.
+
+  Raises:
+    ValueError: ``rc`` is not a recalibrator, holds traced arrays, or has a
+      static field that is not JSON data.
+
+  Example:
+    >>> import os, tempfile, jax, jax.numpy as jnp
+    >>> z = 3.0 * jax.random.normal(jax.random.key(0), (200, 4))
+    >>> rc = fit("temperature", z, jnp.argmax(z, axis=1))
+    >>> path = os.path.join(tempfile.mkdtemp(), "ts.npz")
+    >>> save(rc, path)
+    >>> float(load(path).temperature) == float(rc.temperature)
+    True
+  """
+  if not isinstance(rc, Recalibrator) or rc.method not in METHODS:
+    raise ValueError(f"save needs a fitted jaxcal recalibrator, got {type(rc).__name__}")
+  arrays, static = _flatten_fields(rc)
+  try:
+    _check_shapes(type(rc), {k: a.shape for k, a in arrays.items()}, static, path)
+  except ValueError as e:
+    raise ValueError(
+      f"cannot save this {type(rc).__name__}: {str(e).split(': ', 2)[-1]} "
+      "(a batch of recalibrators from jax.vmap is saved one at a time)"
+    ) from None
+  meta = {k: {"dtype": a.dtype.str, "shape": list(a.shape)} for k, a in arrays.items()}
+  try:
+    header = json.dumps(
+      {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "method": rc.method,
+        "static": static,
+        "arrays": meta,
+      }
+    )
+  except TypeError as e:
+    raise ValueError(
+      f"cannot save {type(rc).__name__}: a static field is not JSON data ({e})"
+    ) from None
+  with open(path, "wb") as f:  # a file object: numpy adds no ".npz" suffix
+    np.savez(f, __header__=np.array(header), **{f"a:{k}": a for k, a in arrays.items()})
+
+
+def _bad(path: Any, problem: str) -> ValueError:
+  return ValueError(f"{os.fspath(path)}: not a loadable jaxcal recalibrator file: {problem}")
+
+
+def _member_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Any):
+  """``(shape, dtype, data_offset)`` of a stored ``.npy`` member, read without its data."""
+  if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+    raise _bad(path, f"member {info.filename!r} is compressed; jaxcal writes stored members")
+  with zf.open(info) as fh:
+    try:
+      version = np.lib.format.read_magic(fh)
+      if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+      elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+      else:
+        raise ValueError(f"unsupported .npy version {version}")
+      offset = fh.tell()
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+      raise _bad(path, f"member {info.filename!r} is not a valid .npy array ({e})") from None
+  if fortran or dtype.hasobject or dtype.kind not in _ARRAY_KINDS + "U":
+    raise _bad(path, f"member {info.filename!r} has an unsupported layout or dtype {dtype}")
+  nbytes = math.prod(shape) * dtype.itemsize
+  if offset + nbytes != info.file_size:
+    raise _bad(
+      path,
+      f"member {info.filename!r} claims shape {shape} ({nbytes:,} bytes) but holds "
+      f"{info.file_size - offset:,} bytes of data",
+    )
+  return tuple(shape), dtype
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Any) -> np.ndarray:
+  try:
+    with zf.open(info) as fh:
+      return np.lib.format.read_array(fh, allow_pickle=False)
+  except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+    raise _bad(path, f"member {info.filename!r} is unreadable ({e})") from None
+
+
+def _check_shapes(cls: type, shapes: dict[str, tuple[int, ...]], static: dict, path: Any) -> None:
+  """Checks the stored array shapes against ``cls.shapes`` (``"C"`` = ``num_classes``)."""
+  c = static.get("num_classes")
+  if "num_classes" in {f.name for f in dataclasses.fields(cls)}:
+    if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+      raise _bad(path, f"the header's num_classes is {c!r}, not a positive int")
+  bound: dict[str, int] = {"C": c} if isinstance(c, int) else {}
+  for name, spec in cls.array_shapes(static).items():
+    if name not in shapes:
+      if name in static and static[name] is None:
+        continue
+      raise _bad(path, f"method {cls.method!r} needs the array {name!r}, which is missing")
+    shape = shapes[name]
+    if len(shape) != len(spec):
+      raise _bad(path, f"array {name!r} has shape {shape}, expected {len(spec)} axes {spec}")
+    for dim, sym in zip(shape, spec):
+      if isinstance(sym, int):
+        ok = dim == sym
+      else:
+        ok = bound.setdefault(sym, dim) == dim
+      if not ok:
+        want = tuple(bound.get(s, s) if isinstance(s, str) else s for s in spec)
+        raise _bad(path, f"array {name!r} has shape {shape}, expected {want}")
+
+
+def load(path: str | os.PathLike) -> Recalibrator:
+  """Loads a recalibrator written by :func:`save` (never unpickles).
+
+  Every array's dtype and shape is read from its ``.npy`` header and checked
+  against the JSON header and the method's declared shapes before any array
+  data is read; the data of a stored member cannot exceed the file's size.
+
+  Args:
+    path: a file written by :func:`save`.
+
+  Returns:
+    The fitted recalibrator.
+
+  Raises:
+    ValueError: naming the file and the problem: missing, empty, truncated
+      or not an ``.npz`` archive, no jaxcal header, an unknown method,
+      missing or misshapen arrays, an unsupported dtype.
+
+  Example:
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "empty.npz")
+    >>> open(path, "wb").close()
+    >>> load(path)
+    Traceback (most recent call last):
+    ...
+    ValueError: ...empty.npz: not a loadable jaxcal recalibrator file: the file is empty
+  """
+  if not os.path.isfile(path):
+    raise ValueError(f"{os.fspath(path)}: no such file")
+  if os.path.getsize(path) == 0:
+    raise _bad(path, "the file is empty")
+  try:
+    zf = zipfile.ZipFile(path)
+  except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+    raise _bad(path, f"not an .npz (zip) archive, or truncated ({e})") from None
+  with zf:
+    infos = {i.filename: i for i in zf.infolist()}
+    if _HEADER not in infos:
+      raise _bad(path, "no jaxcal header (an .npz written by something else?)")
+    hinfo = infos[_HEADER]
+    if hinfo.file_size > _MAX_HEADER_BYTES:
+      raise _bad(path, f"the header claims {hinfo.file_size:,} bytes")
+    _member_header(zf, hinfo, path)
+    try:
+      header = json.loads(str(_read_member(zf, hinfo, path)[()]))
+    except (json.JSONDecodeError, TypeError, IndexError) as e:
+      raise _bad(path, f"the header is not JSON ({e})") from None
+    if not isinstance(header, dict) or header.get("format") != _FORMAT:
+      raise _bad(path, "the header is not a jaxcal recalibrator header")
+    if header.get("version") != _VERSION:
+      raise _bad(path, f"format version {header.get('version')!r}; this jaxcal reads {_VERSION}")
+    method, static, meta = header.get("method"), header.get("static"), header.get("arrays")
+    if not isinstance(static, dict) or not isinstance(meta, dict):
+      raise _bad(path, "the header lacks its 'static' or 'arrays' table")
+    if not isinstance(method, str) or method not in METHODS:
+      raise _bad(path, f"unknown recalibration method {method!r}")
+    _, cls = _resolve(method)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for key, m in meta.items():
+      member = f"a:{key}.npy"
+      if member not in infos:
+        raise _bad(path, f"the header lists array {key!r} but the archive lacks it")
+      shape, dtype = _member_header(zf, infos[member], path)
+      if not isinstance(m, dict) or list(shape) != m.get("shape") or dtype.str != m.get("dtype"):
+        raise _bad(path, f"array {key!r} is {dtype.str}{list(shape)}, the header says {m}")
+      if dtype.kind not in _ARRAY_KINDS:
+        raise _bad(path, f"array {key!r} has unsupported dtype {dtype}")
+      shapes[key] = shape
+    _check_shapes(cls, shapes, static, path)
+    arrays = {k: _read_member(zf, infos[f"a:{k}.npy"], path) for k in meta}
 
   def get(prefix: str) -> Any:
     if prefix in arrays:
@@ -283,11 +570,14 @@ def load(path: str) -> Recalibrator:
     if prefix + "/__dict__" in static:
       return {k: get(f"{prefix}/{k}") for k in static[prefix + "/__dict__"]}
     if prefix + "/__seq__" in static:
-      return tuple(get(f"{prefix}/{i}") for i in range(static[prefix + "/__seq__"]))
+      return tuple(get(f"{prefix}/{i}") for i in range(int(static[prefix + "/__seq__"])))
+    if prefix not in static:
+      raise _bad(path, f"method {method!r} needs the field {prefix!r}, which is missing")
     v = static[prefix]
     return tuple(v) if isinstance(v, list) else v
 
-  import dataclasses
-
-  cls = _CLASSES[method]
-  return cls(**{f.name: get(f.name) for f in dataclasses.fields(cls)})
+  kwargs = {f.name: get(f.name) for f in dataclasses.fields(cls) if f.init}
+  try:
+    return cls(**kwargs)
+  except (TypeError, ValueError) as e:
+    raise _bad(path, f"its fields do not build a {cls.__name__} ({e})") from None

@@ -31,14 +31,19 @@ from __future__ import annotations
 import functools
 import math
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import gammaln
 from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
-from jaxcal._src.recal.base import Recalibrator, prepare_fit, recalibrator_class, register, to_probs
+from jaxcal._src.recal.base import (
+  Recalibrator,
+  prepare_fit,
+  pytree_dataclass,
+  static_field,
+  to_probs,
+)
 from jaxcal._src.recal.binning_methods import normalize_rows
 from jaxcal._src.sorting import stable_argsort
 
@@ -53,8 +58,7 @@ def bbq_bin_range(n: int, factor: float = 10.0) -> tuple[int, int]:
   return lo, hi
 
 
-@recalibrator_class
-@flax.struct.dataclass
+@pytree_dataclass
 class BBQ(Recalibrator):
   """One-vs-rest BBQ ensembles as step functions.
 
@@ -67,10 +71,11 @@ class BBQ(Recalibrator):
   """
 
   method = "bbq"
+  shapes = {"thresholds": ("C", "K"), "values": ("C", "K1")}
   thresholds: jax.Array = None
   values: jax.Array = None
-  normalize: bool = flax.struct.field(pytree_node=False, default=True)
-  num_classes: int = flax.struct.field(pytree_node=False, default=0)
+  normalize: bool = static_field(default=True)
+  num_classes: int = static_field(default=0)
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     p = to_probs(inputs, self.from_logits)
@@ -134,7 +139,6 @@ def _fit_bbq(p, onehot, prior, *, lo, hi):
   return jax.vmap(per_class, in_axes=(1, 1))(p, onehot)
 
 
-@register("bbq")
 def fit_bbq(
   inputs: ArrayLike,
   labels: ArrayLike,

@@ -23,12 +23,17 @@ from __future__ import annotations
 
 import functools
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from jaxcal._src.recal.base import Recalibrator, prepare_fit, recalibrator_class, register, to_probs
+from jaxcal._src.recal.base import (
+  Recalibrator,
+  prepare_fit,
+  pytree_dataclass,
+  static_field,
+  to_probs,
+)
 from jaxcal._src.recal.binning_methods import normalize_rows
 from jaxcal._src.recal.scaling import lbfgs_minimize
 
@@ -41,8 +46,7 @@ def _features(p: jax.Array) -> tuple[jax.Array, jax.Array]:
   return jnp.log(s), -jnp.log1p(-s)
 
 
-@recalibrator_class
-@flax.struct.dataclass
+@pytree_dataclass
 class BetaCalibration(Recalibrator):
   """One-vs-rest beta calibration maps ``sigmoid(a log p - b log(1 - p) + d)`` per class.
 
@@ -53,11 +57,12 @@ class BetaCalibration(Recalibrator):
   """
 
   method = "beta"
+  shapes = {"a": ("C",), "b": ("C",), "d": ("C",)}
   a: jax.Array = None
   b: jax.Array = None
   d: jax.Array = None
-  normalize: bool = flax.struct.field(pytree_node=False, default=True)
-  num_classes: int = flax.struct.field(pytree_node=False, default=0)
+  normalize: bool = static_field(default=True)
+  num_classes: int = static_field(default=0)
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     p = to_probs(inputs, self.from_logits)
@@ -82,7 +87,7 @@ def _fit_beta(p, onehot, max_iter, tol):
     return jnp.sum(jnp.mean(jax.nn.softplus(u) - onehot * u, axis=1))
 
   init = (jnp.ones((3, c), p.dtype), jnp.ones((3, c), p.dtype), jnp.zeros((3, c), p.dtype))
-  (a, b, d), _, _ = lbfgs_minimize(loss, init, max_iter=max_iter, tol=tol)
+  (a, b, d) = lbfgs_minimize(loss, init, max_iter=max_iter, tol=tol).params
   a, b = a * mask_a, b * mask_b
   use_no_a = a[0] < 0
   use_no_b = ~use_no_a & (b[0] < 0)
@@ -91,7 +96,6 @@ def _fit_beta(p, onehot, max_iter, tol):
   return pick(a), pick(b), pick(d)
 
 
-@register("beta")
 def fit_beta(
   inputs: ArrayLike,
   labels: ArrayLike,

@@ -1,6 +1,6 @@
 """Class-wise non-parametric recalibrators: histogram binning, isotonic
-regression and smoothed isotonic regression (SPEC §4; the score
-decomposition case study, §2.2 and App. B).
+regression and smoothed isotonic regression (Resin 2025, "Calibration in
+context: a case study with score decompositions", §2.2, §3 and App. B).
 
 Each class ``c`` gets a binary calibration map ``g_c`` fitted on
 ``(p_i[c], 1[y_i = c])`` of the calibration split (``p = softmax(logits)``,
@@ -27,14 +27,21 @@ class-wise values are all 0 become uniform). With ``normalize=False`` (the
 from __future__ import annotations
 
 import functools
+from typing import Any
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src import isotonic as iso
-from jaxcal._src.recal.base import Recalibrator, prepare_fit, recalibrator_class, register, to_probs
+from jaxcal._src import validation as V
+from jaxcal._src.recal.base import (
+  Recalibrator,
+  prepare_fit,
+  pytree_dataclass,
+  static_field,
+  to_probs,
+)
 from jaxcal._src.sorting import float_to_key
 
 __all__ = [
@@ -63,8 +70,7 @@ def _finish(q: jax.Array, normalize: bool) -> jax.Array:
 # Histogram binning
 
 
-@recalibrator_class
-@flax.struct.dataclass
+@pytree_dataclass
 class HistogramBinning(Recalibrator):
   """Class-wise histogram binning (right-continuous step maps).
 
@@ -72,15 +78,16 @@ class HistogramBinning(Recalibrator):
     thresholds: ``(C, m - 1)`` smallest calibration score of bins ``2..m``
       (an empty bin takes the next bin's value; ``+inf`` if none follows).
     values: ``(C, m)`` class frequency per bin.
-    normalize: divide rows by their sums (static).
     num_classes: ``C`` (static).
+    normalize: divide rows by their sums (static).
   """
 
   method = "histogram"
-  thresholds: jax.Array = None
-  values: jax.Array = None
-  normalize: bool = flax.struct.field(pytree_node=False, default=True)
-  num_classes: int = flax.struct.field(pytree_node=False, default=0)
+  shapes = {"thresholds": ("C", "m1"), "values": ("C", "m")}
+  thresholds: jax.Array
+  values: jax.Array
+  num_classes: int = static_field()
+  normalize: bool = static_field(default=True)
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     p = to_probs(inputs, self.from_logits)
@@ -113,7 +120,6 @@ def _fit_hb(p, onehot, m):
   return jax.vmap(lambda pc, tc: _hb_one(pc, tc, m), in_axes=(1, 1))(p, onehot)
 
 
-@register("histogram")
 def fit_histogram(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -146,15 +152,17 @@ def fit_histogram(
     >>> [[round(v, 3) for v in row] for row in rc.values.tolist()]
     [[0.0, 1.0], [0.667, 1.0]]
 
-  Reference: Zadrozny & Elkan (2001); Gupta & Ramdas (2022); the score
-  decomposition case study, §3 (15 equal-mass bins, CW-HB / N-HB).
+  Reference: Zadrozny & Elkan (2001), "Obtaining calibrated probability
+  estimates from decision trees and naive Bayesian classifiers", ICML;
+  Gupta & Ramdas (2022), "Top-label calibration and multiclass-to-binary
+  reductions", ICLR, arXiv:2107.08353; Resin (2025), "Calibration in
+  context: a case study with score decompositions", §3 (15 equal-mass bins,
+  CW-HB / N-HB).
   """
   x, y = prepare_fit(
     inputs, labels, from_logits=from_logits, method="histogram", require_all_classes=True
   )
-  m = int(num_bins)
-  if m < 1 or m > x.shape[0]:
-    raise ValueError(f"num_bins must be in [1, n = {x.shape[0]}], got {num_bins}")
+  m = V.check_int_option(num_bins, "num_bins", minimum=1, maximum=x.shape[0])
   p = to_probs(x, from_logits)
   onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
   th, vals = _fit_hb(p, onehot, m)
@@ -171,53 +179,78 @@ def fit_histogram(
 # Isotonic regression
 
 
-@recalibrator_class
-@flax.struct.dataclass
+@pytree_dataclass
 class IsotonicRecalibrator(Recalibrator):
-  """Class-wise isotonic step maps (left-continuous, constant outside the data).
+  """Isotonic step maps (left-continuous, constant outside the data).
 
   Attributes:
-    x: ``(C, n)`` sorted calibration scores per class.
-    y: ``(C, n)`` fitted values at ``x``.
-    normalize: divide rows by their sums (static).
+    x: ``(C, n)`` sorted calibration scores per class (``(1, n C)`` for one
+      map shared by all classes, ``shared=True``).
+    y: fitted values at ``x``, same shape.
     num_classes: ``C`` (static).
+    normalize: divide rows by their sums (static).
+    shared: one map for every class (static).
   """
 
   method = "isotonic"
-  x: jax.Array = None
-  y: jax.Array = None
-  normalize: bool = flax.struct.field(pytree_node=False, default=True)
-  num_classes: int = flax.struct.field(pytree_node=False, default=0)
+  shapes = {"x": ("K", "m"), "y": ("K", "m")}
+  x: jax.Array
+  y: jax.Array
+  num_classes: int = static_field()
+  normalize: bool = static_field(default=True)
+  shared: bool = static_field(default=False)
+
+  @classmethod
+  def array_shapes(cls, static: dict[str, Any]) -> dict[str, tuple[str | int, ...]]:
+    k = 1 if static.get("shared") else "C"
+    return {"x": (k, "m"), "y": (k, "m")}
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     p = to_probs(inputs, self.from_logits)
-    q = jax.vmap(
-      lambda xs, ys, col: iso.isotonic_predict(iso.IsotonicFit(xs, ys), col),
-      in_axes=(0, 0, 1),
-      out_axes=1,
-    )(self.x.astype(p.dtype), self.y.astype(p.dtype), p)
+    xs, ys = self.x.astype(p.dtype), self.y.astype(p.dtype)
+    if self.shared:
+      q = iso.isotonic_predict(iso.IsotonicFit(xs[0], ys[0]), p)
+    else:
+      q = jax.vmap(
+        lambda xc, yc, col: iso.isotonic_predict(iso.IsotonicFit(xc, yc), col),
+        in_axes=(0, 0, 1),
+        out_axes=1,
+      )(xs, ys, p)
     return _finish(q, self.normalize)
 
 
-@jax.jit
-def _fit_ir(p, onehot):
+@functools.partial(jax.jit, static_argnames=("shared",))
+def _fit_ir(p, onehot, shared):
+  if shared:
+    core = iso.isotonic_fit_sorted(p.reshape(-1), onehot.reshape(-1))
+    return core.sorted_x[None], core.sorted_fit[None]
   core = jax.vmap(iso.isotonic_fit_sorted, in_axes=(1, 1))(p, onehot)
   return core.sorted_x, core.sorted_fit
 
 
-@register("isotonic")
 def fit_isotonic(
-  inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True, normalize: bool = True
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  from_logits: bool = True,
+  normalize: bool = True,
+  shared: bool = False,
 ) -> IsotonicRecalibrator:
-  """Class-wise isotonic regression (PAV), optionally normalised.
+  """Isotonic regression (PAV), one-vs-rest per class or one map shared by all classes.
 
   .. math:: g_c = \\arg\\min_{g \\uparrow} \\sum_i (1[y_i = c] - g(p_i[c]))^2
+    \\quad (\\text{shared: } g = \\arg\\min_{g \\uparrow} \\sum_{i, c} (1[y_i = c] - g(p_i[c]))^2)
+
+  ``shared=True`` is the "global" isotonic regression of the utility paper's
+  baselines (IRM of Zhang, Kailkhura & Han 2020): one map fitted on all
+  ``n C`` pairs ``(p_i[c], 1[y_i = c])`` and applied to every entry.
 
   Args:
     inputs: ``(n, C)`` logits (probabilities with ``from_logits=False``).
     labels: ``(n,)`` integer labels; every class must occur.
-    from_logits: whether ``inputs`` are logits.
+    from_logits: whether ``inputs`` are logits (default True).
     normalize: divide rows by their sums (N-IR, default) or not (CW-IR).
+    shared: one map for all classes (default False: one per class).
 
   Returns:
     :class:`IsotonicRecalibrator`.
@@ -229,16 +262,26 @@ def fit_isotonic(
     >>> rc(jnp.array([[0.85, 0.15], [0.5, 0.5]])).tolist()
     [[1.0, 1.0], [0.0, 1.0]]
 
-  Reference: Zadrozny & Elkan (2002); the score decomposition case study, §2.2.
+  Reference: Zadrozny & Elkan (2002), "Transforming classifier scores into
+  accurate multiclass probability estimates", KDD; Resin (2025), "Calibration
+  in context: a case study with score decompositions", §2.2 (CW-IR, N-IR);
+  Zhang, Kailkhura & Han (2020), "Mix-n-Match: ensemble and compositional
+  methods for uncertainty calibration in deep learning", ICML,
+  arXiv:2003.07329, §3.3 (one shared map, IRM).
   """
   x, y = prepare_fit(
     inputs, labels, from_logits=from_logits, method="isotonic", require_all_classes=True
   )
   p = to_probs(x, from_logits)
   onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
-  xs, ys = _fit_ir(p, onehot)
+  xs, ys = _fit_ir(p, onehot, bool(shared))
   return IsotonicRecalibrator(
-    x=xs, y=ys, normalize=bool(normalize), num_classes=int(p.shape[1]), from_logits=from_logits
+    x=xs,
+    y=ys,
+    normalize=bool(normalize),
+    shared=bool(shared),
+    num_classes=int(p.shape[1]),
+    from_logits=from_logits,
   )
 
 
@@ -246,23 +289,23 @@ def fit_isotonic(
 # Smoothed isotonic regression
 
 
-@recalibrator_class
-@flax.struct.dataclass
+@pytree_dataclass
 class SmoothIsotonicRecalibrator(Recalibrator):
   """Class-wise piecewise-linear maps through pool medians (App. B of the case study).
 
   Attributes:
     knots_x: ``(C, n + 2)`` knots ``0, m_1, ..., m_k, 1`` (padded with 1).
     knots_y: ``(C, n + 2)`` values ``0, ybar_1, ..., ybar_k, 1`` (padded with 1).
-    normalize: divide rows by their sums (static).
     num_classes: ``C`` (static).
+    normalize: divide rows by their sums (static).
   """
 
   method = "smooth_isotonic"
-  knots_x: jax.Array = None
-  knots_y: jax.Array = None
-  normalize: bool = flax.struct.field(pytree_node=False, default=True)
-  num_classes: int = flax.struct.field(pytree_node=False, default=0)
+  shapes = {"knots_x": ("C", "k"), "knots_y": ("C", "k")}
+  knots_x: jax.Array
+  knots_y: jax.Array
+  num_classes: int = static_field()
+  normalize: bool = static_field(default=True)
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     p = to_probs(inputs, self.from_logits)
@@ -293,7 +336,6 @@ def _fit_sir(p, onehot):
   return jax.vmap(_sir_knots)(core.sorted_x, core.sorted_fit)
 
 
-@register("smooth_isotonic")
 def fit_smooth_isotonic(
   inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True, normalize: bool = True
 ) -> SmoothIsotonicRecalibrator:
@@ -324,8 +366,10 @@ def fit_smooth_isotonic(
     >>> [round(v, 4) for v in rc(jnp.array([[0.65, 0.35]]))[0].tolist()]
     [0.5, 0.5]
 
-  Reference: the score decomposition case study, §2.2 and App. B; Jiang et
-  al. (2011) for the cubic variant.
+  Reference: Resin (2025), "Calibration in context: a case study with score
+  decompositions", §2.2 and App. B; Jiang, Zhang, Chow & Jiang (2011),
+  "Smooth isotonic regression: a new method to calibrate predictive
+  models", for the smooth (cubic) variant.
   """
   x, y = prepare_fit(
     inputs, labels, from_logits=from_logits, method="smooth_isotonic", require_all_classes=True

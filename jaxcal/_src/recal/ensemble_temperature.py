@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import itertools
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,8 +31,8 @@ from jaxcal._src.numerics import PRECISION
 from jaxcal._src.recal.base import (
   Recalibrator,
   prepare_fit,
-  recalibrator_class,
-  register,
+  pytree_dataclass,
+  static_field,
   to_logits,
 )
 from jaxcal._src.recal.scaling import lbfgs_minimize
@@ -56,8 +55,7 @@ def _components(z: jax.Array, temperature: jax.Array) -> jax.Array:
   )
 
 
-@recalibrator_class
-@flax.struct.dataclass
+@pytree_dataclass
 class EnsembleTemperatureScaling(Recalibrator):
   """``w_1 softmax(z / T) + w_2 softmax(z) + w_3 / C``.
 
@@ -68,9 +66,10 @@ class EnsembleTemperatureScaling(Recalibrator):
   """
 
   method = "ensemble_temperature"
+  shapes = {"temperature": (), "weights": (3,)}
   temperature: jax.Array = None
   weights: jax.Array = None
-  num_classes: int = flax.struct.field(pytree_node=False, default=0)
+  num_classes: int = static_field(default=0)
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     z = to_logits(inputs, self.from_logits)
@@ -106,12 +105,12 @@ def _simplex_qp(a: jax.Array, b: jax.Array) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("loss", "max_iter"))
 def _fit_ets(z, onehot, *, loss, max_iter, tol):
-  theta, _, _ = lbfgs_minimize(
+  theta = lbfgs_minimize(
     lambda th: _loss_of(jax.nn.softmax(z * jnp.exp(-th), axis=-1), onehot, loss),
     jnp.zeros((), z.dtype),
     max_iter=max_iter,
     tol=tol,
-  )
+  ).params
   t = jnp.exp(theta)
   comp = _components(z, t).reshape(3, -1)  # (3, n C)
   y = onehot.reshape(-1)
@@ -126,14 +125,11 @@ def _fit_ets(z, onehot, *, loss, max_iter, tol):
       q = jnp.tensordot(jax.nn.softmax(omega), comp3, axes=1, precision=PRECISION)
       return _loss_of(q, onehot, "nll")
 
-    omega, _, _ = lbfgs_minimize(
-      wloss, jnp.array([4.0, 0.0, 0.0], z.dtype), max_iter=max_iter, tol=tol
-    )
+    omega = lbfgs_minimize(wloss, jnp.array([4.0, 0.0, 0.0], z.dtype), max_iter=max_iter, tol=tol)
     w = jax.nn.softmax(omega)
   return t, w
 
 
-@register("ensemble_temperature")
 def fit_ensemble_temperature(
   inputs: ArrayLike,
   labels: ArrayLike,

@@ -1,4 +1,8 @@
-"""Backtracking Armijo line search: the project's only use of jaxopt."""
+"""Backtracking Armijo line search: the project's only use of jaxopt.
+
+Imported only by patching, which ``jaxcal.recalibrate`` loads on first use,
+so ``import jaxcal.recalibrate`` does not import jaxopt.
+"""
 
 from __future__ import annotations
 
@@ -57,6 +61,11 @@ def armijo_stepsize(
     >>> eta, failed = armijo_stepsize(f, x, -2 * x, value=f(x), grad=2 * x, init_stepsize=4.0)
     >>> float(eta), bool(failed)
     (0.5, False)
+
+  Reference: Nocedal & Wright (2006), Numerical Optimization, Alg. 3.1
+  (backtracking, sufficient-decrease condition (3.4)); Blondel et al. (2022),
+  "Efficient and modular implicit differentiation", NeurIPS,
+  arXiv:2105.15183 (jaxopt).
   """
 
   def value_and_grad(x):  # the slope uses `grad` at the start; later gradients are unused

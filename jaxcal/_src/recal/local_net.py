@@ -68,7 +68,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.local import _nw_core, gaussian_log_kernel
 from jaxcal._src.numerics import PRECISION
-from jaxcal._src.recal.base import Recalibrator, recalibrator_class, register, to_logits
+from jaxcal._src.recal.base import Recalibrator, to_logits
 from jaxcal._src.train.loop import evaluate, train_epoch
 from jaxcal._src.train.pca import PCA, _fit_pca, pca_transform, standardize
 from jaxcal._src.train.splits import calibration_fit_val
@@ -337,7 +337,6 @@ class _TrainLoss:
 # --------------------------------------------------------------------------
 
 
-@recalibrator_class
 @flax.struct.dataclass
 class LocalNet(Recalibrator):
   """A fitted LoCal Net (a pytree). ``rc(logits, features=phi) -> probs``.
@@ -456,7 +455,6 @@ class LocalNet(Recalibrator):
     return pca_transform(self.pca, f.astype(self.pca_mean.dtype))
 
 
-@recalibrator_class
 @flax.struct.dataclass
 class KernelCalibrator(LocalNet):
   """A kernel classifier on a LoCal Net's refined features (a pytree).
@@ -790,7 +788,6 @@ def _train(
   return net, memory
 
 
-@register("local_net")
 def fit_local_net(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -961,7 +958,6 @@ def kernel_calibrator(
   )
 
 
-@register("kcal")
 def fit_kcal(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -1027,3 +1023,7 @@ def fit_kcal(
   options.update(features=features, alignment_weight=alignment_weight, monitor=monitor)
   net, memory = _train(inputs, labels, **options, method="kcal")
   return kernel_calibrator(net, *memory, weight_floor=weight_floor)
+
+
+# ``recalibrate.fit("kcal", ...)`` checks option names against both functions.
+fit_kcal.forwards_options_to = fit_local_net

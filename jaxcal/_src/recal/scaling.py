@@ -1,45 +1,70 @@
-"""Parametric recalibrators fitted by L-BFGS on the log loss (SPEC §3, §5, §6).
+"""Parametric recalibrators fitted by L-BFGS on the log loss.
 
 * ``"temperature"``: ``softmax(z / T)``, ``T = exp(theta)`` fitted over
   ``theta = log T`` (Guo et al. 2017).
-* ``"vector"``: ``softmax(a * z + b)`` with per-class ``a, b``.
-* ``"matrix"``: ``softmax(W z + b)``; optional ODIR penalties.
-* ``"dirichlet"``: ``softmax(W log p + b)`` with ODIR (off-diagonal and
-  intercept regularisation) as in Kull et al. (2019).
+* ``"vector"``: ``softmax(a * z + b)`` with per-class ``a, b`` (Guo et al. 2017),
+  the spread of ``a`` and ``b`` penalised like ODIR.
+* ``"matrix"``: ``softmax(W z + b)`` with ODIR penalties (Kull et al. 2019's
+  MS-ODIR); ``"dirichlet"``: the same on ``log p`` (Dir-ODIR).
 * ``"platt"``: one-vs-rest Platt scaling ``sigmoid(a_c s_c + b_c)`` on the
   log-odds ``s_c = log(p_c / (1 - p_c))``, rows then normalised.
 
 ``z`` are the logits (``from_logits=True``, the default) or ``log p`` for
 probability inputs (``softmax(log p) = p``, so every method starts from the
-identity map). All objectives are means over samples and are minimised with
-``optax.lbfgs`` (zoom line search) inside one ``lax.while_loop``; the fit is
-jitted.
+identity map). Objectives are means over samples, minimised with
+``optax.lbfgs`` (zoom line search) inside one ``lax.while_loop``; the result
+carries ``num_iter`` and ``converged`` (gradient norm below ``tol``), and an
+eager fit that did not converge warns.
+
+**Regularisation chosen by cross-validation.** Matrix and Dirichlet scaling
+have ``C^2 + C`` parameters and overfit a calibration split of a few thousand
+samples when unregularised (on CIFAR-100 an unregularised Dirichlet map fits
+the calibration split to 97 % accuracy and loses 9 points on the test split);
+vector scaling's ``2C`` overfit mildly when classes have few samples. As in
+Kull et al. (2019), the penalty strengths are chosen by ``k``-fold
+cross-validation of the held-out log loss: each fold's fit is the same
+objective with the held-out samples weighted 0 (a mask, so shapes never
+change), the ``k`` folds are one ``vmap``, and the grid is a
+``lax.while_loop`` from the strongest to the weakest penalty with warm starts
+that stops once a strength's held-out loss is 1 % above the best (or its fits
+do not converge within ``cv_max_iter`` iterations); the
+selected strength is refitted on the whole split, all in one traceable
+computation. L-BFGS runs on Jacobi-preconditioned coordinates, which cuts
+the iterations of the strongly penalised fits from thousands to tens.
+
+Every fit here is traceable: ``jax.jit(fit_temperature)`` and
+``jax.vmap(fit_temperature)`` (over models, or bootstrap resamples) work; value
+checks and the convergence warning then give way to shape checks and the
+``converged`` flag.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
 from jaxcal._src.numerics import PRECISION
 from jaxcal._src.recal.base import (
   Recalibrator,
   prepare_fit,
-  recalibrator_class,
-  register,
+  pytree_dataclass,
+  static_field,
   to_logits,
+  warn_if_not_converged,
 )
 
 __all__ = [
+  "OptimResult",
   "lbfgs_minimize",
+  "ODIR_GRID",
   "TemperatureScaling",
   "LinearScaling",
   "VectorScaling",
@@ -52,73 +77,122 @@ __all__ = [
   "fit_platt",
 ]
 
+#: Default grid of ODIR strengths ``lambda`` (= ``mu`` unless ``reg_mu`` is
+#: given), strongest first, for the cross-validation of matrix and Dirichlet
+#: scaling; in the units of the normalised penalty ``lambda / (C (C - 1))``.
+ODIR_GRID = (1e5, 1e4, 1e3, 1e2, 1e1, 1.0, 1e-1)
+
+
+class OptimResult(NamedTuple):
+  """Result of :func:`lbfgs_minimize`.
+
+  Attributes:
+    params: the minimiser (same structure as ``init``).
+    value: the objective at ``params``.
+    num_iter: iterations taken.
+    converged: whether the gradient norm fell below ``tol`` within ``max_iter``.
+  """
+
+  params: Any
+  value: jax.Array
+  num_iter: jax.Array
+  converged: jax.Array
+
 
 def lbfgs_minimize(
-  fun: Callable[[Any], jax.Array], init: Any, *, max_iter: int = 500, tol: float = 1e-6
-) -> tuple[Any, jax.Array, jax.Array]:
+  fun: Callable[[Any], jax.Array],
+  init: Any,
+  *,
+  max_iter: int = 500,
+  tol: float = 1e-6,
+  ftol: float | None = None,
+) -> OptimResult:
   """Minimises a smooth function with ``optax.lbfgs`` in a ``lax.while_loop``.
 
-  Stops when the gradient norm falls below ``tol`` or after ``max_iter``
-  iterations.
+  Stops when the gradient norm falls below ``tol``, when the objective has
+  stopped decreasing at working precision (two consecutive steps each lower
+  it by at most ``ftol |f|``), or after ``max_iter`` iterations; the first two
+  count as converged. Traceable (``jit``; under ``vmap`` the loop runs until
+  every member of the batch stops).
 
   Args:
     fun: scalar objective of a pytree of parameters.
     init: initial parameters.
     max_iter: iteration limit (static).
     tol: gradient-norm tolerance.
+    ftol: relative decrease below which a step counts as stalled (default
+      four times the machine epsilon of the objective's dtype).
 
   Returns:
-    ``(params, value, num_iter)``.
+    :class:`OptimResult` ``(params, value, num_iter, converged)``.
 
   Example:
     >>> import jax.numpy as jnp
-    >>> p, v, k = lbfgs_minimize(lambda x: jnp.sum((x - 3.0) ** 2), jnp.zeros(2))
-    >>> [round(float(a), 4) for a in p]
-    [3.0, 3.0]
+    >>> res = lbfgs_minimize(lambda x: jnp.sum((x - 3.0) ** 2), jnp.zeros(2))
+    >>> [round(float(a), 4) for a in res.params], bool(res.converged)
+    ([3.0, 3.0], True)
 
-  Reference: Nocedal & Wright (2006), Alg. 7.5; optax.lbfgs.
+  Reference: Nocedal & Wright (2006), Numerical Optimization, Alg. 7.5
+  (L-BFGS); optax.lbfgs.
   """
   opt = optax.lbfgs()
   value_and_grad = optax.value_and_grad_from_state(fun)
+  dtype = jax.eval_shape(fun, init).dtype
+  ftol = 4 * float(jnp.finfo(dtype).eps) if ftol is None else ftol
+  inf = jnp.asarray(jnp.inf, dtype)
 
   def step(carry):
-    params, state = carry
+    params, state, _, stalls = carry
     value, grad = value_and_grad(params, state=state)
     updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=fun)
-    return optax.apply_updates(params, updates), state
+    new = optax.tree.get(state, "value")  # the objective at the new parameters
+    stalled = value - new <= ftol * jnp.abs(new)
+    return optax.apply_updates(params, updates), state, new, jnp.where(stalled, stalls + 1, 0)
+
+  def done(state, stalls):
+    small = optax.tree.norm(optax.tree.get(state, "grad")) < tol
+    return small | (stalls >= 2)
 
   def cond(carry):
-    _, state = carry
+    _, state, _, stalls = carry
     k = optax.tree.get(state, "count")
-    g = optax.tree.get(state, "grad")
-    return (k == 0) | ((k < max_iter) & (optax.tree.norm(g) >= tol))
+    return (k == 0) | ((k < max_iter) & ~done(state, stalls))
 
-  params, state = lax.while_loop(cond, step, (init, opt.init(init)))
-  return params, optax.tree.get(state, "value"), optax.tree.get(state, "count")
+  carry = (init, opt.init(init), inf, jnp.zeros((), jnp.int32))
+  params, state, value, stalls = lax.while_loop(cond, step, carry)
+  return OptimResult(params, value, optax.tree.get(state, "count"), done(state, stalls))
 
 
-def _nll(logits: jax.Array, onehot: jax.Array) -> jax.Array:
-  """Mean multiclass log loss of ``softmax(logits)``."""
-  return -jnp.mean(jnp.sum(onehot * jax.nn.log_softmax(logits, axis=-1), axis=-1))
+def _nll_per_sample(logits: jax.Array, onehot: jax.Array) -> jax.Array:
+  """``(n,)`` log loss of ``softmax(logits)``."""
+  return -jnp.sum(onehot * jax.nn.log_softmax(logits, axis=-1), axis=-1)
+
+
+def _tol(tol: Any, dtype) -> jax.Array:
+  return jnp.asarray(V.check_float_option(tol, "tol", positive=True), dtype)
 
 
 # ---------------------------------------------------------------------------
 # Temperature scaling
 
 
-@recalibrator_class
-@flax.struct.dataclass
+@pytree_dataclass
 class TemperatureScaling(Recalibrator):
   """``softmax(z / T)`` with a fitted temperature ``T > 0``.
 
   Attributes:
     temperature: scalar ``T``.
+    num_iter: L-BFGS iterations.
+    converged: whether the gradient norm reached ``tol``.
     num_classes: ``C`` seen at fit time (static).
   """
 
   method = "temperature"
-  temperature: jax.Array = None
-  num_classes: int = flax.struct.field(pytree_node=False, default=0)
+  shapes = {"temperature": (), "num_iter": (), "converged": ()}
+  temperature: jax.Array
+  num_iter: jax.Array
+  converged: jax.Array
+  num_classes: int = static_field()
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     z = to_logits(inputs, self.from_logits)
@@ -128,13 +202,12 @@ class TemperatureScaling(Recalibrator):
 @functools.partial(jax.jit, static_argnames=("max_iter",))
 def _fit_temperature(z, onehot, max_iter, tol):
   def loss(theta):
-    return _nll(z * jnp.exp(-theta), onehot)
+    return jnp.mean(_nll_per_sample(z * jnp.exp(-theta), onehot))
 
-  theta, _, _ = lbfgs_minimize(loss, jnp.zeros((), z.dtype), max_iter=max_iter, tol=tol)
-  return jnp.exp(theta)
+  res = lbfgs_minimize(loss, jnp.zeros((), z.dtype), max_iter=max_iter, tol=tol)
+  return jnp.exp(res.params), res.num_iter, res.converged
 
 
-@register("temperature")
 def fit_temperature(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -143,63 +216,99 @@ def fit_temperature(
   max_iter: int = 200,
   tol: float = 1e-6,
 ) -> TemperatureScaling:
-  """Temperature scaling: ``T = argmin_T NLL(softmax(z / T))`` over ``log T``.
+  """Temperature scaling: ``T = argmin_T NLL(softmax(z / T))``, fitted over ``log T``.
 
   .. math::
     \\hat T = \\exp \\arg\\min_\\theta \\frac1n \\sum_i
       -\\log \\mathrm{softmax}(z_i e^{-\\theta})_{y_i}
 
+  Traceable: ``jax.vmap(fit_temperature)(logits, labels)`` fits a batch of
+  models (or bootstrap resamples) in one compiled call.
+
   Args:
     inputs: ``(n, C)`` logits (probabilities with ``from_logits=False``).
     labels: ``(n,)`` integer labels.
-    from_logits: whether ``inputs`` are logits.
-    max_iter: L-BFGS iteration limit.
-    tol: gradient-norm tolerance.
+    from_logits: whether ``inputs`` are logits (default True).
+    max_iter: L-BFGS iteration limit (default 200).
+    tol: gradient-norm tolerance (default 1e-6).
 
   Returns:
-    :class:`TemperatureScaling`.
+    :class:`TemperatureScaling` with ``num_iter`` and ``converged``.
+
+  Raises:
+    ValueError: bad inputs or options.
 
   Example:
     >>> import jax, jax.numpy as jnp
     >>> z = 3.0 * jax.random.normal(jax.random.key(0), (500, 4))
     >>> y = jax.random.categorical(jax.random.key(1), z / 3.0)
     >>> rc = fit_temperature(z, y)
-    >>> 2.0 < float(rc.temperature) < 4.5
-    True
+    >>> 2.0 < float(rc.temperature) < 4.5, bool(rc.converged)
+    (True, True)
+    >>> batch = jax.vmap(fit_temperature)(jnp.stack([z, 2 * z]), jnp.stack([y, y]))
+    >>> batch.temperature.shape
+    (2,)
 
-  Reference: Guo et al. (2017), §4.2; SPEC §3 (L-BFGS over ``log T``).
+  Reference: Guo, Pleiss, Sun & Weinberger (2017), "On calibration of modern
+  neural networks", ICML, arXiv:1706.04599, §4.2.
   """
   x, y = prepare_fit(inputs, labels, from_logits=from_logits, method="temperature")
+  max_iter = V.check_int_option(max_iter, "max_iter", minimum=1)
   z = to_logits(x, from_logits)
   onehot = jax.nn.one_hot(y, z.shape[1], dtype=z.dtype)
-  t = _fit_temperature(z, onehot, int(max_iter), jnp.asarray(tol, z.dtype))
-  return TemperatureScaling(temperature=t, num_classes=int(z.shape[1]), from_logits=from_logits)
+  t, k, conv = _fit_temperature(z, onehot, max_iter, _tol(tol, z.dtype))
+  rc = TemperatureScaling(
+    temperature=t, num_iter=k, converged=conv, num_classes=int(z.shape[1]), from_logits=from_logits
+  )
+  warn_if_not_converged(rc, "temperature scaling")
+  return rc
 
 
 # ---------------------------------------------------------------------------
 # Vector, matrix and Dirichlet scaling: softmax(W z + b)
 
 
-@recalibrator_class
-@flax.struct.dataclass
+@pytree_dataclass
 class LinearScaling(Recalibrator):
   """``softmax(z W^T + b)``; ``z`` = logits, or log-probabilities (``on_log_probs``).
 
-  Used by ``"matrix"`` (and, with ``on_log_probs=True``, by ``"dirichlet"``);
-  vector scaling stores a diagonal ``W``.
+  The fitted object of ``"matrix"``; :class:`VectorScaling` (diagonal ``W``)
+  and :class:`DirichletCalibration` (``on_log_probs=True``) subclass it.
 
   Attributes:
     weight: ``(C, C)``.
     bias: ``(C,)``.
+    reg_lambda: the off-diagonal penalty used (chosen by cross-validation
+      unless given).
+    reg_mu: the intercept penalty used.
+    cv_nll: ``(G,)`` pooled held-out log loss of each grid strength, strongest
+      first; ``inf`` where the search stopped before it or its fold fits did
+      not converge (``(0,)`` when no cross-validation ran).
+    num_iter: L-BFGS iterations of the final fit.
+    converged: whether the final fit's gradient norm reached ``tol``.
     on_log_probs: apply to ``log softmax(logits)`` instead of the logits (static).
     num_classes: ``C`` (static).
   """
 
   method = "matrix"
-  weight: jax.Array = None
-  bias: jax.Array = None
-  on_log_probs: bool = flax.struct.field(pytree_node=False, default=False)
-  num_classes: int = flax.struct.field(pytree_node=False, default=0)
+  shapes = {
+    "weight": ("C", "C"),
+    "bias": ("C",),
+    "reg_lambda": (),
+    "reg_mu": (),
+    "cv_nll": ("G",),
+    "num_iter": (),
+    "converged": (),
+  }
+  weight: jax.Array
+  bias: jax.Array
+  reg_lambda: jax.Array
+  reg_mu: jax.Array
+  cv_nll: jax.Array
+  num_iter: jax.Array
+  converged: jax.Array
+  num_classes: int = static_field()
+  on_log_probs: bool = static_field(default=False)
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     z = to_logits(inputs, self.from_logits)
@@ -211,233 +320,444 @@ class LinearScaling(Recalibrator):
     )
 
 
-@recalibrator_class
-@flax.struct.dataclass
+@pytree_dataclass
 class VectorScaling(LinearScaling):
   """Vector scaling ``softmax(a * z + b)`` (``weight = diag(a)``)."""
 
   method = "vector"
 
 
-@recalibrator_class
-@flax.struct.dataclass
+@pytree_dataclass
 class DirichletCalibration(LinearScaling):
   """Dirichlet calibration ``softmax(W log p + b)`` (``on_log_probs=True``)."""
 
   method = "dirichlet"
 
 
-@functools.partial(jax.jit, static_argnames=("diagonal", "max_iter"))
-def _fit_linear(z, onehot, lam, mu, diagonal, max_iter, tol):
+def _solve_linear(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol) -> OptimResult:
+  """``argmin`` of the weighted mean log loss + ODIR penalties (traceable).
+
+  L-BFGS runs in coordinates scaled by the square root of the Hessian's
+  diagonal at ``init`` (a Jacobi preconditioner; the minimiser is the same):
+  log-probability inputs span orders of magnitude, and the unpenalised
+  diagonal next to a strongly penalised off-diagonal makes the problem badly
+  conditioned, which costs plain L-BFGS thousands of iterations on C = 100.
+  """
   c = z.shape[1]
   off = 1.0 - jnp.eye(c, dtype=z.dtype)
-  lam_n = lam / max(c * (c - 1), 1)
+  # ODIR (full W): lambda / (C (C - 1)) on the off-diagonal; vector scaling: lambda / C on
+  # the scales' deviations from their mean (the part beyond temperature scaling).
+  lam_n = lam / c if diagonal else lam / max(c * (c - 1), 1)
   mu_n = mu / c
+  total = jnp.sum(weights)
 
-  def unpack(params):
-    w, b = params
-    return (jnp.diag(w) if diagonal else w), b
+  def logits_of(w, b):
+    return (z * w if diagonal else jnp.matmul(z, w.T, precision=PRECISION)) + b
 
-  def loss(params):
-    w, b = unpack(params)
-    val = _nll(jnp.matmul(z, w.T, precision=PRECISION) + b, onehot)
-    if not diagonal:
+  # Jacobi preconditioner: d2/dw_kj^2 of the mean log loss is E[p_k (1 - p_k) z_j^2].
+  p0 = jax.nn.softmax(logits_of(*init), axis=-1)
+  v = weights[:, None] * p0 * (1.0 - p0) / total  # (n, C)
+  if diagonal:
+    hw = jnp.sum(v * z * z, axis=0) + 2.0 * lam_n
+  else:
+    hw = jnp.matmul(v.T, z * z, precision=PRECISION) + 2.0 * lam_n * off
+  hb = jnp.sum(v, axis=0) + 2.0 * mu_n
+  floor = 1e-6 * jnp.maximum(jnp.max(hw), jnp.max(hb))
+  sw, sb = jnp.sqrt(jnp.maximum(hw, floor)), jnp.sqrt(jnp.maximum(hb, floor))
+
+  def loss(u):
+    w, b = u[0] / sw, u[1] / sb
+    val = jnp.sum(weights * _nll_per_sample(logits_of(w, b), onehot)) / total
+    if diagonal:
+      val = val + lam_n * jnp.sum((w - jnp.mean(w)) ** 2)
+    else:
       val = val + lam_n * jnp.sum((w * off) ** 2)
     return val + mu_n * jnp.sum(b**2)
 
-  init = (
-    jnp.ones((c,), z.dtype) if diagonal else jnp.eye(c, dtype=z.dtype),
-    jnp.zeros((c,), z.dtype),
-  )
-  params, _, _ = lbfgs_minimize(loss, init, max_iter=max_iter, tol=tol)
-  return unpack(params)
+  res = lbfgs_minimize(loss, (init[0] * sw, init[1] * sb), max_iter=max_iter, tol=tol)
+  return res._replace(params=(res.params[0] / sw, res.params[1] / sb))
+
+
+def _identity(c: int, dtype, diagonal: bool):
+  return (jnp.ones((c,), dtype) if diagonal else jnp.eye(c, dtype=dtype), jnp.zeros((c,), dtype))
+
+
+def _folds(n: int, k: int, seed: int) -> jax.Array:
+  """``(k, n)`` 0/1 masks of ``k`` folds of a seeded random permutation (sizes differ by <= 1)."""
+  perm = jax.random.permutation(jax.random.key(seed), n)
+  fold = jnp.zeros((n,), jnp.int32).at[perm].set(jnp.arange(n, dtype=jnp.int32) % k)
+  return fold[None, :] == jnp.arange(k, dtype=jnp.int32)[:, None]
+
+
+#: The strength search (strongest first) stops at a strength whose held-out log
+#: loss exceeds the best so far by this factor: the curve is flat at the strong
+#: end (where noise decides the order) and rises steeply once the fit overfits.
+_CV_STOP_RATIO = 1.01
+
+
+@functools.partial(
+  jax.jit, static_argnames=("diagonal", "max_iter", "cv_max_iter", "num_folds", "seed")
+)
+def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_folds, seed):
+  """Cross-validates ``(lams[g], mus[g])`` (when ``G > 1``), then fits on everything.
+
+  The grid runs from the strongest penalty down, each fold's fit warm-started
+  from the previous strength's, and stops at the first strength whose
+  held-out loss is more than 1 % above the best so far (the weaker ones
+  overfit more), or whose fold fits do not all converge within
+  ``cv_max_iter`` iterations (weaker penalties converge more slowly still).
+  An unconverged strength is never selected (its held-out loss is not that of
+  the final, converged fit) and is recorded as ``inf``, like the strengths
+  never evaluated. If no strength converged, the strongest is used.
+  """
+  n, c = z.shape
+  init = _identity(c, z.dtype, diagonal)
+  g_total = lams.shape[0]
+  if g_total > 1:
+    held = _folds(n, num_folds, seed).astype(z.dtype)  # (k, n)
+
+    def fold_fit(lam, mu, h, start):
+      res = _solve_linear(z, onehot, 1.0 - h, lam, mu, start, diagonal, cv_max_iter, tol)
+      w, b = res.params
+      logits = (z * w if diagonal else jnp.matmul(z, w.T, precision=PRECISION)) + b
+      return jnp.sum(h * _nll_per_sample(logits, onehot)), res.params, res.converged
+
+    def body(carry):
+      g, starts, cv, best, _ = carry
+      held_nll, params, conv = jax.vmap(fold_fit, in_axes=(None, None, 0, 0))(
+        lams[g], mus[g], held, starts
+      )
+      val = jnp.where(jnp.all(conv), jnp.sum(held_nll) / n, jnp.inf)
+      stop = val > _CV_STOP_RATIO * best  # also when unconverged (val = inf)
+      return g + 1, params, cv.at[g].set(val), jnp.minimum(val, best), stop
+
+    def cond(carry):
+      g, _, _, _, stop = carry
+      return (g < g_total) & ~stop
+
+    starts = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_folds,) + a.shape), init)
+    inf = jnp.full((g_total,), jnp.inf, z.dtype)
+    big = jnp.asarray(jnp.finfo(z.dtype).max, z.dtype)  # the first strength never stops the search
+    carry = (jnp.zeros((), jnp.int32), starts, inf, big, jnp.zeros((), bool))
+    cv_nll = lax.while_loop(cond, body, carry)[2]
+    best = jnp.argmin(cv_nll)  # the first (strongest) on ties, 0 if all are inf
+  else:
+    cv_nll = jnp.zeros((0,), z.dtype)
+    best = 0
+  lam, mu = lams[best], mus[best]
+  res = _solve_linear(z, onehot, jnp.ones((n,), z.dtype), lam, mu, init, diagonal, max_iter, tol)
+  w, b = res.params
+  return (jnp.diag(w) if diagonal else w), b, lam, mu, cv_nll, res.num_iter, res.converged
 
 
 def _fit_linear_public(
-  cls, method, inputs, labels, from_logits, on_log_probs, lam, mu, diagonal, max_iter, tol
+  cls,
+  inputs,
+  labels,
+  *,
+  from_logits,
+  on_log_probs,
+  reg_lambda,
+  reg_mu,
+  reg_grid,
+  num_folds,
+  seed,
+  max_iter,
+  tol,
+  cv_max_iter,
+  diagonal,
 ):
   x, y = prepare_fit(
-    inputs, labels, from_logits=from_logits, method=method, require_all_classes=True
+    inputs, labels, from_logits=from_logits, method=cls.method, require_all_classes=True
   )
-  if lam < 0 or mu < 0:
-    raise ValueError(f"regularisation strengths must be >= 0, got reg_lambda={lam}, reg_mu={mu}")
+  max_iter = V.check_int_option(max_iter, "max_iter", minimum=1)
+  cv_max_iter = V.check_int_option(cv_max_iter, "cv_max_iter", minimum=1)
+  seed = V.check_int_option(seed, "seed")
+  if reg_mu is not None:
+    reg_mu = V.check_float_option(reg_mu, "reg_mu", minimum=0.0)
+  if reg_lambda is not None:
+    grid = (V.check_float_option(reg_lambda, "reg_lambda", minimum=0.0),)
+  else:
+    if isinstance(reg_grid, (str, bytes)) or not isinstance(reg_grid, Sequence) or not reg_grid:
+      raise ValueError(f"reg_grid must be a non-empty sequence of numbers >= 0, got {reg_grid!r}")
+    grid = tuple(
+      sorted((V.check_float_option(g, "reg_grid", minimum=0.0) for g in reg_grid), reverse=True)
+    )
+  n = x.shape[0]
+  if len(grid) > 1:
+    num_folds = V.check_int_option(num_folds, "num_folds", minimum=2, maximum=n)
+  mus = grid if reg_mu is None else (reg_mu,) * len(grid)
   z = to_logits(x, from_logits)
   if on_log_probs:
     z = jax.nn.log_softmax(z, axis=-1)
   onehot = jax.nn.one_hot(y, z.shape[1], dtype=z.dtype)
-  w, b = _fit_linear(
+  w, b, lam, mu, cv_nll, k, conv = _fit_linear(
     z,
     onehot,
-    jnp.asarray(lam, z.dtype),
-    jnp.asarray(mu, z.dtype),
+    jnp.asarray(grid, z.dtype),
+    jnp.asarray(mus, z.dtype),
     diagonal,
-    int(max_iter),
-    jnp.asarray(tol, z.dtype),
+    max_iter,
+    _tol(tol, z.dtype),
+    cv_max_iter,
+    int(num_folds),
+    seed,
   )
-  return cls(
+  rc = cls(
     weight=w,
     bias=b,
+    reg_lambda=lam,
+    reg_mu=mu,
+    cv_nll=cv_nll,
+    num_iter=k,
+    converged=conv,
     on_log_probs=on_log_probs,
     num_classes=int(z.shape[1]),
     from_logits=from_logits,
   )
+  warn_if_not_converged(rc, f"{cls.method} scaling")
+  return rc
 
 
-@register("vector")
 def fit_vector(
   inputs: ArrayLike,
   labels: ArrayLike,
   *,
   from_logits: bool = True,
-  reg_mu: float = 0.0,
-  max_iter: int = 500,
-  tol: float = 1e-6,
+  reg_lambda: float | None = None,
+  reg_mu: float | None = None,
+  reg_grid: Sequence[float] = ODIR_GRID,
+  num_folds: int = 5,
+  seed: int = 0,
+  max_iter: int = 1000,
+  tol: float = 1e-5,
+  cv_max_iter: int = 150,
 ) -> VectorScaling:
-  """Vector scaling: per-class scale and bias on the logits.
+  """Vector scaling: a per-class scale and bias on the logits, regularised by cross-validation.
 
   .. math:: q = \\mathrm{softmax}(a \\odot z + b), \\quad
-    (a, b) = \\arg\\min \\mathrm{NLL} + \\frac{\\mu}{C}\\|b\\|^2
+    \\min \\frac1n \\sum_i -\\log q_{i, y_i}
+      + \\frac{\\lambda}{C} \\sum_c (a_c - \\bar a)^2 + \\frac{\\mu}{C} \\sum_c b_c^2
+
+  The penalty is the ODIR idea (Kull et al. 2019) applied to vector scaling:
+  it shrinks what vector scaling adds to temperature scaling (per-class
+  scales around their mean ``a_bar``, and intercepts) and leaves the common
+  scale free, so the strong limit is temperature scaling. By default
+  ``lambda = mu`` is chosen from ``reg_grid`` by ``num_folds``-fold
+  cross-validation of the held-out log loss, then refitted on the whole
+  split. ``reg_lambda=0, reg_mu=0`` is Guo et al.'s unregularised vector
+  scaling, whose ``2C`` free parameters overfit when classes have few
+  samples (on a CIFAR-100 Wide-ResNet, 50 per class, it raises the test log
+  loss by 0.007 where the cross-validated fit lowers it).
 
   Args:
     inputs: ``(n, C)`` logits (probabilities with ``from_logits=False``).
     labels: ``(n,)`` integer labels; every class must occur.
-    from_logits: whether ``inputs`` are logits.
-    reg_mu: intercept penalty ``mu`` (default 0).
-    max_iter: L-BFGS iteration limit.
-    tol: gradient-norm tolerance.
+    from_logits: whether ``inputs`` are logits (default True).
+    reg_lambda: penalty ``lambda`` on the scales' spread; ``None`` (default):
+      cross-validated over ``reg_grid``.
+    reg_mu: intercept penalty ``mu``; ``None`` (default): equal to ``lambda``.
+    reg_grid: candidate strengths (default :data:`ODIR_GRID`,
+      ``1e5 ... 1e-1``).
+    num_folds: cross-validation folds (default 5).
+    seed: seed of the fold assignment (default 0).
+    max_iter: L-BFGS iteration limit of the final fit (default 1000).
+    tol: gradient-norm tolerance (default 1e-5).
+    cv_max_iter: iteration limit of each cross-validation fit (default 150;
+      a strength whose fold fits do not converge within it is not selected).
 
   Returns:
-    :class:`VectorScaling` (``weight`` is ``diag(a)``).
+    :class:`VectorScaling` (``weight`` is ``diag(a)``) with the chosen
+    ``reg_lambda``, ``reg_mu`` and the ``cv_nll`` curve.
+
+  Raises:
+    ValueError: bad inputs or options, or a class without a sample.
 
   Example:
     >>> import jax, jax.numpy as jnp
     >>> z = jax.random.normal(jax.random.key(0), (300, 3))
-    >>> rc = fit_vector(z, jnp.argmax(z, axis=1))
-    >>> rc(z).shape
-    (300, 3)
+    >>> rc = fit_vector(z, jnp.argmax(z, axis=1), reg_grid=(10.0, 0.1))
+    >>> rc(z).shape, rc.cv_nll.shape
+    ((300, 3), (2,))
 
-  Reference: Guo et al. (2017), §4.2.
+  Reference: Guo, Pleiss, Sun & Weinberger (2017), "On calibration of modern
+  neural networks", ICML, arXiv:1706.04599, §4.2 (vector scaling); Kull,
+  Perello-Nieto, Kängsepp, Silva Filho, Song & Flach (2019), NeurIPS,
+  arXiv:1910.12656, §3.2 (ODIR: penalise the parameters beyond the
+  simpler map; 5-fold cross-validation).
   """
   return _fit_linear_public(
     VectorScaling,
-    "vector",
     inputs,
     labels,
-    from_logits,
-    False,
-    0.0,
-    float(reg_mu),
-    True,
-    max_iter,
-    tol,
+    from_logits=from_logits,
+    on_log_probs=False,
+    reg_lambda=reg_lambda,
+    reg_mu=reg_mu,
+    reg_grid=reg_grid,
+    num_folds=num_folds,
+    seed=seed,
+    max_iter=max_iter,
+    tol=tol,
+    cv_max_iter=cv_max_iter,
+    diagonal=True,
   )
 
 
-@register("matrix")
 def fit_matrix(
   inputs: ArrayLike,
   labels: ArrayLike,
   *,
   from_logits: bool = True,
-  reg_lambda: float = 0.0,
-  reg_mu: float = 0.0,
-  max_iter: int = 500,
-  tol: float = 1e-6,
+  reg_lambda: float | None = None,
+  reg_mu: float | None = None,
+  reg_grid: Sequence[float] = ODIR_GRID,
+  num_folds: int = 5,
+  seed: int = 0,
+  max_iter: int = 1000,
+  tol: float = 1e-5,
+  cv_max_iter: int = 150,
 ) -> LinearScaling:
-  """Matrix scaling on the logits, optionally with ODIR penalties.
+  """Matrix scaling on the logits with ODIR regularisation chosen by cross-validation.
 
   .. math:: q = \\mathrm{softmax}(W z + b), \\quad
-    \\min \\mathrm{NLL} + \\frac{\\lambda}{C(C-1)} \\sum_{i \\ne j} W_{ij}^2
-      + \\frac{\\mu}{C} \\sum_j b_j^2
+    \\min \\frac1n \\sum_i -\\log q_{i, y_i}
+      + \\frac{\\lambda}{C(C-1)} \\sum_{i \\ne j} W_{ij}^2 + \\frac{\\mu}{C} \\sum_j b_j^2
+
+  By default ``lambda = mu`` is chosen from ``reg_grid`` by ``num_folds``-fold
+  cross-validation of the held-out log loss (MS-ODIR of Kull et al. 2019),
+  then refitted on the whole split. ``reg_lambda=0, reg_mu=0`` is Guo et
+  al.'s unregularised matrix scaling (it overfits for large ``C``).
 
   Args:
     inputs: ``(n, C)`` logits (probabilities with ``from_logits=False``).
     labels: ``(n,)`` integer labels; every class must occur.
-    from_logits: whether ``inputs`` are logits.
-    reg_lambda: off-diagonal penalty ``lambda`` (default 0: plain matrix scaling).
-    reg_mu: intercept penalty ``mu`` (default 0).
-    max_iter: L-BFGS iteration limit.
-    tol: gradient-norm tolerance.
+    from_logits: whether ``inputs`` are logits (default True).
+    reg_lambda: off-diagonal penalty ``lambda``; ``None`` (default):
+      cross-validated over ``reg_grid``.
+    reg_mu: intercept penalty ``mu``; ``None`` (default): equal to ``lambda``.
+    reg_grid: candidate strengths (default :data:`ODIR_GRID`,
+      ``1e5 ... 1e-1``).
+    num_folds: cross-validation folds (default 5, as Kull et al.).
+    seed: seed of the fold assignment (default 0).
+    max_iter: L-BFGS iteration limit of the final fit (default 1000).
+    tol: gradient-norm tolerance (default 1e-5).
+    cv_max_iter: iteration limit of each cross-validation fit (default 150;
+      a strength whose fold fits do not converge within it is not selected).
 
   Returns:
-    :class:`LinearScaling`.
+    :class:`LinearScaling` with the chosen ``reg_lambda``, ``reg_mu`` and the
+    ``cv_nll`` curve.
+
+  Raises:
+    ValueError: bad inputs or options, or a class without a sample.
 
   Example:
     >>> import jax, jax.numpy as jnp
     >>> z = jax.random.normal(jax.random.key(0), (300, 3))
-    >>> fit_matrix(z, jnp.argmax(z, axis=1)).weight.shape
-    (3, 3)
+    >>> rc = fit_matrix(z, jnp.argmax(z, axis=1), reg_grid=(10.0, 0.1))
+    >>> rc.weight.shape, rc.cv_nll.shape
+    ((3, 3), (2,))
 
-  Reference: Guo et al. (2017), §4.2; Kull et al. (2019), §3 (ODIR).
+  Reference: Guo et al. (2017), arXiv:1706.04599, §4.2 (matrix scaling);
+  Kull, Perello-Nieto, Kängsepp, Silva Filho, Song & Flach (2019), "Beyond
+  temperature scaling: obtaining well-calibrated multiclass probabilities
+  with Dirichlet calibration", NeurIPS, arXiv:1910.12656, §3.2 (ODIR) and
+  §5 (MS-ODIR; 5-fold cross-validation of the log loss).
   """
   return _fit_linear_public(
     LinearScaling,
-    "matrix",
     inputs,
     labels,
-    from_logits,
-    False,
-    float(reg_lambda),
-    float(reg_mu),
-    False,
-    max_iter,
-    tol,
+    from_logits=from_logits,
+    on_log_probs=False,
+    reg_lambda=reg_lambda,
+    reg_mu=reg_mu,
+    reg_grid=reg_grid,
+    num_folds=num_folds,
+    seed=seed,
+    max_iter=max_iter,
+    tol=tol,
+    cv_max_iter=cv_max_iter,
+    diagonal=False,
   )
 
 
-@register("dirichlet")
 def fit_dirichlet(
   inputs: ArrayLike,
   labels: ArrayLike,
   *,
   from_logits: bool = True,
-  reg_lambda: float = 1e-2,
-  reg_mu: float = 1e-2,
-  max_iter: int = 500,
-  tol: float = 1e-6,
+  reg_lambda: float | None = None,
+  reg_mu: float | None = None,
+  reg_grid: Sequence[float] = ODIR_GRID,
+  num_folds: int = 5,
+  seed: int = 0,
+  max_iter: int = 1000,
+  tol: float = 1e-5,
+  cv_max_iter: int = 150,
 ) -> DirichletCalibration:
-  """Dirichlet calibration with ODIR: matrix scaling on the log-probabilities.
+  """Dirichlet calibration with ODIR, its strength chosen by cross-validation.
 
   .. math:: q = \\mathrm{softmax}(W \\log p + b), \\quad
-    \\min \\mathrm{NLL} + \\frac{\\lambda}{C(C-1)} \\sum_{i \\ne j} W_{ij}^2
-      + \\frac{\\mu}{C} \\sum_j b_j^2
+    \\min \\frac1n \\sum_i -\\log q_{i, y_i}
+      + \\frac{\\lambda}{C(C-1)} \\sum_{i \\ne j} W_{ij}^2 + \\frac{\\mu}{C} \\sum_j b_j^2
 
-  The paper selects ``lambda, mu`` by cross-validation on a grid; the
-  defaults here are fixed small values (pass your own for a grid search).
+  By default ``lambda = mu`` is chosen from ``reg_grid`` by ``num_folds``-fold
+  cross-validation of the held-out log loss, as Kull et al. (2019) do, then
+  refitted on the whole split (``rc.reg_lambda``, ``rc.cv_nll`` record the
+  choice). Pass ``reg_lambda`` (and optionally ``reg_mu``) to skip it.
 
   Args:
     inputs: ``(n, C)`` logits (probabilities with ``from_logits=False``).
     labels: ``(n,)`` integer labels; every class must occur.
-    from_logits: whether ``inputs`` are logits.
-    reg_lambda: off-diagonal penalty ``lambda``.
-    reg_mu: intercept penalty ``mu``.
-    max_iter: L-BFGS iteration limit.
-    tol: gradient-norm tolerance.
+    from_logits: whether ``inputs`` are logits (default True).
+    reg_lambda: off-diagonal penalty ``lambda``; ``None`` (default):
+      cross-validated over ``reg_grid``.
+    reg_mu: intercept penalty ``mu``; ``None`` (default): equal to ``lambda``.
+    reg_grid: candidate strengths (default :data:`ODIR_GRID`,
+      ``1e5 ... 1e-1``).
+    num_folds: cross-validation folds (default 5, as Kull et al.).
+    seed: seed of the fold assignment (default 0).
+    max_iter: L-BFGS iteration limit of the final fit (default 1000).
+    tol: gradient-norm tolerance (default 1e-5).
+    cv_max_iter: iteration limit of each cross-validation fit (default 150;
+      a strength whose fold fits do not converge within it is not selected).
 
   Returns:
-    :class:`DirichletCalibration`.
+    :class:`DirichletCalibration` with the chosen ``reg_lambda``, ``reg_mu``
+    and the ``cv_nll`` curve.
+
+  Raises:
+    ValueError: bad inputs or options, or a class without a sample.
 
   Example:
     >>> import jax, jax.numpy as jnp
     >>> z = jax.random.normal(jax.random.key(0), (300, 3))
-    >>> rc = fit_dirichlet(z, jnp.argmax(z, axis=1))
+    >>> rc = fit_dirichlet(z, jnp.argmax(z, axis=1), reg_grid=(10.0, 0.1))
     >>> bool(jnp.allclose(rc(z).sum(axis=1), 1.0, atol=1e-5))
     True
 
-  Reference: Kull et al. (2019), "Beyond temperature scaling", §3, Eq. (5) (ODIR).
+  Reference: Kull, Perello-Nieto, Kängsepp, Silva Filho, Song & Flach (2019),
+  "Beyond temperature scaling: obtaining well-calibrated multiclass
+  probabilities with Dirichlet calibration", NeurIPS, arXiv:1910.12656, §3
+  (Dirichlet calibration), §3.2 (ODIR) and §5 (5-fold cross-validation).
   """
   return _fit_linear_public(
     DirichletCalibration,
-    "dirichlet",
     inputs,
     labels,
-    from_logits,
-    True,
-    float(reg_lambda),
-    float(reg_mu),
-    False,
-    max_iter,
-    tol,
+    from_logits=from_logits,
+    on_log_probs=True,
+    reg_lambda=reg_lambda,
+    reg_mu=reg_mu,
+    reg_grid=reg_grid,
+    num_folds=num_folds,
+    seed=seed,
+    max_iter=max_iter,
+    tol=tol,
+    cv_max_iter=cv_max_iter,
+    diagonal=False,
   )
 
 
@@ -454,22 +774,26 @@ def _log_odds(inputs: jax.Array, from_logits: bool) -> jax.Array:
   return logp - jnp.log(-jnp.expm1(logp))
 
 
-@recalibrator_class
-@flax.struct.dataclass
+@pytree_dataclass
 class PlattScaling(Recalibrator):
   """One-vs-rest Platt scaling ``q_c = sigmoid(a_c s_c + b_c)``, rows normalised.
 
   Attributes:
     scale, bias: ``(C,)``.
+    num_iter: L-BFGS iterations.
+    converged: whether the gradient norm reached ``tol``.
     normalize: divide each row by its sum (static, default True).
     num_classes: ``C`` (static).
   """
 
   method = "platt"
-  scale: jax.Array = None
-  bias: jax.Array = None
-  normalize: bool = flax.struct.field(pytree_node=False, default=True)
-  num_classes: int = flax.struct.field(pytree_node=False, default=0)
+  shapes = {"scale": ("C",), "bias": ("C",), "num_iter": (), "converged": ()}
+  scale: jax.Array
+  bias: jax.Array
+  num_iter: jax.Array
+  converged: jax.Array
+  num_classes: int = static_field()
+  normalize: bool = static_field(default=True)
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     s = _log_odds(inputs, self.from_logits)
@@ -487,11 +811,10 @@ def _fit_platt(s, onehot, max_iter, tol):
     return jnp.sum(jnp.mean(jax.nn.softplus(u) - onehot * u, axis=0))
 
   init = (jnp.ones((c,), s.dtype), jnp.zeros((c,), s.dtype))
-  params, _, _ = lbfgs_minimize(loss, init, max_iter=max_iter, tol=tol)
-  return params
+  res = lbfgs_minimize(loss, init, max_iter=max_iter, tol=tol)
+  return res.params, res.num_iter, res.converged
 
 
-@register("platt")
 def fit_platt(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -514,13 +837,16 @@ def fit_platt(
   Args:
     inputs: ``(n, C)`` logits (probabilities with ``from_logits=False``).
     labels: ``(n,)`` integer labels; every class must occur.
-    from_logits: whether ``inputs`` are logits.
+    from_logits: whether ``inputs`` are logits (default True).
     normalize: divide rows by their sums (default True).
-    max_iter: L-BFGS iteration limit.
-    tol: gradient-norm tolerance.
+    max_iter: L-BFGS iteration limit (default 500).
+    tol: gradient-norm tolerance (default 1e-6).
 
   Returns:
     :class:`PlattScaling`.
+
+  Raises:
+    ValueError: bad inputs or options, or a class without a sample.
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -529,14 +855,26 @@ def fit_platt(
     >>> bool(jnp.allclose(rc(z).sum(axis=1), 1.0, atol=1e-5))
     True
 
-  Reference: Platt (1999); Zadrozny & Elkan (2002) (one-vs-rest + normalisation).
+  Reference: Platt (1999), "Probabilistic outputs for support vector
+  machines"; Zadrozny & Elkan (2002), "Transforming classifier scores into
+  accurate multiclass probability estimates", KDD (one-vs-rest and
+  normalisation).
   """
   x, y = prepare_fit(
     inputs, labels, from_logits=from_logits, method="platt", require_all_classes=True
   )
+  max_iter = V.check_int_option(max_iter, "max_iter", minimum=1)
   s = _log_odds(x, from_logits)
   onehot = jax.nn.one_hot(y, s.shape[1], dtype=s.dtype)
-  a, b = _fit_platt(s, onehot, int(max_iter), jnp.asarray(tol, s.dtype))
-  return PlattScaling(
-    scale=a, bias=b, normalize=bool(normalize), num_classes=int(s.shape[1]), from_logits=from_logits
+  (a, b), k, conv = _fit_platt(s, onehot, max_iter, _tol(tol, s.dtype))
+  rc = PlattScaling(
+    scale=a,
+    bias=b,
+    num_iter=k,
+    converged=conv,
+    normalize=bool(normalize),
+    num_classes=int(s.shape[1]),
+    from_logits=from_logits,
   )
+  warn_if_not_converged(rc, "Platt scaling")
+  return rc

@@ -33,10 +33,10 @@ matrix-vector product and one gather.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -74,7 +74,8 @@ __all__ = [
 KINDS = {"top_class": 1, "linear": 1, "rank": 1, "decision": 2, "similarity": 2}
 
 
-@flax.struct.dataclass
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["params"], meta_fields=["kind"])
+@dataclasses.dataclass(frozen=True)
 class Utility:
   """A utility (or a batch of utilities of one kind), as a pytree.
 
@@ -85,7 +86,7 @@ class Utility:
   """
 
   params: jax.Array
-  kind: str = flax.struct.field(pytree_node=False, default="linear")
+  kind: str = "linear"
 
   @property
   def batch_shape(self) -> tuple[int, ...]:
