@@ -18,6 +18,7 @@ from jaxcal._src.recal.local_net import (
   KernelCalibrator,
   LocalNet,
   bernoulli_js_distance,
+  fit_kcal,
   js_distance,
   kernel_calibrator,
   load_checkpoint,
@@ -306,8 +307,10 @@ def test_kcal_trains_without_the_alignment_term(setup):
   kc = base.fit("kcal", logits[cal], y[cal], features=phi[cal], **{**OPTS, "epochs": 2})
   h = np.asarray(kc.history)
   np.testing.assert_allclose(h[:, 1], h[:, 3], rtol=1e-5)  # total = CE when a = 0
-  with pytest.raises(TypeError, match="unexpected keyword"):
+  with pytest.raises(ValueError, match="unknown option 'epoch'; did you mean 'epochs'"):
     base.fit("kcal", logits[cal], y[cal], features=phi[cal], epoch=3)
+  with pytest.raises(TypeError, match="unexpected keyword"):
+    fit_kcal(logits[cal], y[cal], features=phi[cal], epoch=3)
 
 
 # ------------------------------------------------------------------ loss

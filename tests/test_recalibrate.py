@@ -109,7 +109,9 @@ def test_misspelt_and_missing_options_are_named():
     R.fit("isotonic", z, y, normalise=False)
   with pytest.raises(ValueError, match=r"fit_dirichlet"):
     R.fit("dirichlet", z, y, lam=1.0)
-  with pytest.raises(ValueError, match=r"fit\('local_net'\) needs the option\(s\) features="):
+  with pytest.raises(
+    ValueError, match=r"fit\('local_net'\) needs the backbone features.*features="
+  ):
     R.fit("local_net", z, y)
   with pytest.raises(ValueError, match=r"unknown recalibration method 'temprature' \(did you mean"):
     R.fit("temprature", z, y)

@@ -110,6 +110,7 @@ def _fit_ets(z, onehot, *, loss, max_iter, tol):
     jnp.zeros((), z.dtype),
     max_iter=max_iter,
     tol=tol,
+    ftol=0.0,  # stop on the gradient only, as the authors' scipy fit does
   ).params
   t = jnp.exp(theta)
   comp = _components(z, t).reshape(3, -1)  # (3, n C)
@@ -125,7 +126,9 @@ def _fit_ets(z, onehot, *, loss, max_iter, tol):
       q = jnp.tensordot(jax.nn.softmax(omega), comp3, axes=1, precision=PRECISION)
       return _loss_of(q, onehot, "nll")
 
-    omega = lbfgs_minimize(wloss, jnp.array([4.0, 0.0, 0.0], z.dtype), max_iter=max_iter, tol=tol)
+    omega = lbfgs_minimize(
+      wloss, jnp.array([4.0, 0.0, 0.0], z.dtype), max_iter=max_iter, tol=tol, ftol=0.0
+    ).params
     w = jax.nn.softmax(omega)
   return t, w
 
