@@ -2,7 +2,7 @@
 recalibration for multiclass classifiers, as functional JAX.
 
 Submodules: ``metrics``, ``scores``, ``utility``, ``recalibrate``,
-``dominance``, ``data``, ``plots``, ``train``. They load on first access, so
+``dominance``, ``bootstrap``, ``report``, ``data``, ``plots``, ``train``. They load on first access, so
 ``import jaxcal`` stays cheap (matplotlib, flax and optax are only imported
 by the parts that need them).
 """
@@ -11,7 +11,18 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("data", "dominance", "metrics", "plots", "recalibrate", "scores", "train", "utility")
+_SUBMODULES = (
+  "bootstrap",
+  "data",
+  "dominance",
+  "metrics",
+  "plots",
+  "recalibrate",
+  "report",
+  "scores",
+  "train",
+  "utility",
+)
 
 __all__ = list(_SUBMODULES) + ["__version__"]
 
