@@ -1,4 +1,4 @@
-"""Outcome-independent binning on sorted prefix sums (SPEC §1).
+"""Outcome-independent binning on sorted prefix sums (Lu et al. 2025).
 
 Everything here works on *one* data set and a (possibly traced) bin count
 ``num_bins`` bounded by a static ``max_bins``; batches come from ``jax.vmap``.
@@ -17,7 +17,7 @@ Rules (1-based bins ``j = 1..m``):
   the scores' floating dtype (so the numpy float32 expression
   ``np.ceil(s * np.float32(m))`` gives the same bins).
 * ``quantile``: sorted position ``i`` (1-based) is in bin ``ceil(i*m/n)``,
-  computed exactly in integers. Ties may be split across bins (SPEC §1).
+  computed exactly in integers. Ties may be split across bins (Lu et al. 2025).
 
 Two strategies compute the per-bin sums (both exact with respect to the
 rules above; tests check them against each other and a loop reference):

@@ -1,8 +1,9 @@
 """Binned calibration errors: truthful (LinCE, LinCE_cw, ConfCE_corr) and not.
 
-SPEC §2, from truthful_multiclass_calibration_errors (§3, App. C-D) and
-making_and_evaluating_calibrated_forecasts. All errors reduce to per-bin sums
-of residuals ``u_i - phi(y_i)`` computed by :mod:`jaxcal._src.binning`.
+As defined by Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388 (§3, App. C-D)
+and its first version, "Making and Evaluating Calibrated Forecasts"
+(arXiv:2510.06388v1). All errors reduce to per-bin sums of residuals ``u_i - phi(y_i)`` computed
+by :mod:`jaxcal._src.binning`.
 
 Every public function here:
 
@@ -267,7 +268,7 @@ def conf_ece(
     >>> round(float(conf_ece(p, jnp.array([0, 1, 1]), num_bins=2)), 4)
     0.1333
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors §2 (ConfECE).
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §2 (ConfECE).
   """
   p, y = prepare(probs, labels, from_logits)
   return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ece")
@@ -300,7 +301,7 @@ def conf_ce(
     >>> round(float(conf_ce(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
     0.0178
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors §3, Example C.1.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §3, Example C.1.
   """
   p, y = prepare(probs, labels, from_logits)
   return _run(_conf_core, (p, y), num_bins, p.shape[0], max_bins, binning, kind="ce")
@@ -334,7 +335,7 @@ def conf_ce_corr(
     >>> round(float(conf_ce_corr(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
     0.1289
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors §4 (corrected
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §4 (corrected
   confidence calibration error) and Example C.1.
   """
   p, y = prepare(probs, labels, from_logits)
@@ -369,7 +370,7 @@ def classwise_ce(
     >>> round(float(classwise_ce(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
     0.1111
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors §3 (LinCE_cw),
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §3 (LinCE_cw),
   Lemma D.1.
   """
   p, y = prepare(probs, labels, from_logits)
@@ -408,8 +409,9 @@ def classwise_ece(
     >>> round(float(classwise_ece(p, jnp.array([0, 1, 1]), num_bins=1)), 4)
     0.3333
 
-  Reference: SPEC §2 (LinECE) and §6 (CWE_bin); local_calibration (class-wise
-  ECE), utility_aware_multiclass_calibration §5.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388 (LinECE); Barbera, Perini, De Toni,
+  Passerini & Pugnana (2025), arXiv:2510.26566 (class-wise
+  ECE), Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, §5.
   """
   p, y = prepare(probs, labels, from_logits)
   w = _class_weights(class_weights, p.shape[1], p.dtype)
@@ -442,7 +444,7 @@ def binary_ce(
     >>> round(float(binary_ce(jnp.array([0.2, 0.4, 0.6, 0.8]), jnp.array([0, 1, 0, 1]), 2)), 4)
     0.01
 
-  Reference: SPEC §2; making_and_evaluating_calibrated_forecasts (ℓ2-QECE).
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388v1 (ℓ2-QECE).
   """
   pp = V.as_float(p, "p")
   if pp.ndim != 1 or pp.shape[0] == 0:
@@ -485,7 +487,7 @@ def ecce(
     >>> round(float(ecce(p, jnp.array([0, 1, 1]), num_bins=2)), 4)
     0.5
 
-  Reference: SPEC §5; local_calibration_jensen_shannon §5 (ECCE).
+  Reference: Barbera, Perini, De Toni, Passerini & Pugnana (2025), arXiv:2510.26566, §5 (ECCE).
   """
   p, y = prepare(probs, labels, from_logits)
   w = _class_weights(class_weights, p.shape[1], p.dtype)
@@ -546,7 +548,7 @@ def lin_ce(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike, num_bins:
     >>> float(lin_ce(jnp.array([0.5, 0.5]), jnp.array([1.0, 0.0]), jnp.array([0, 0]), 1))
     0.0
 
-  Reference: SPEC §2; truthful_multiclass_calibration_errors Thm 3.1.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, Thm 3.1.
   """
   sums, n = _lin_sums(reports, signals, bin_ids, num_bins)
   return _sq(sums, n)
@@ -571,7 +573,7 @@ def lin_ece(reports: ArrayLike, signals: ArrayLike, bin_ids: ArrayLike, num_bins
     >>> float(lin_ece(jnp.array([0.5, 0.5]), jnp.array([1.0, 0.0]), jnp.array([0, 1]), 2))
     0.5
 
-  Reference: SPEC §2.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388.
   """
   sums, n = _lin_sums(reports, signals, bin_ids, num_bins)
   return _l1(sums, n)
@@ -659,7 +661,7 @@ def reliability_stats(
     >>> s.counts.tolist(), s.accuracy.tolist()
     ([0, 2], [0.0, 0.5])
 
-  Reference: SPEC §2 (ConfECE bins).
+  Reference: Lu et al. 2025 (ConfECE bins).
   """
   p, y = prepare(probs, labels, from_logits)
   m = V.check_num_bins(num_bins)

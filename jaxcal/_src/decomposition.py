@@ -1,5 +1,5 @@
 """Score decompositions ``S = MCB - DSC + UNC`` with isotonic (CORP) recalibration
-(SPEC §4; score_decompositions_case_study.txt, §2.4-2.6 and App. A).
+(Resin (2025), arXiv:2501.19195, §2.4-2.6 and App. A).
 
 For predictions ``p_i`` with labels ``y_i``, recalibrated estimates
 ``phat_i`` of ``P(Y | p_i)`` and the empirical class frequencies ``phat_0``:
@@ -152,8 +152,8 @@ def decompose(
     >>> [round(float(v), 4) for v in d]
     [0.225, 0.1, 0.125, 0.25]
 
-  Reference: score_decompositions_case_study, §2.4-2.6, Eq. (4), App. A;
-  Dimitriadis, Gneiting & Jordan (2021) (CORP); SPEC §4.
+  Reference: Resin (2025), arXiv:2501.19195, §2.4-2.6, Eq. (4), App. A;
+  Dimitriadis, Gneiting & Jordan (2021) (CORP).
   """
   if score not in _SCORES:
     raise ValueError(f"score must be one of {_SCORES}, got {score!r}")

@@ -1,4 +1,4 @@
-"""Dominance between predictors, rank correlations and the bootstrap (SPEC §3).
+"""Dominance between predictors, rank correlations and the bootstrap (Lu et al. 2025).
 
 The truthful-calibration papers compare predictors by a family of proper
 losses: ``f`` *dominates* ``g`` when every loss of ``f`` is ``<=`` that of
@@ -88,8 +88,8 @@ def dominance_matrix(losses: ArrayLike) -> jax.Array:
     >>> dominance_matrix(jnp.array([[0.1, 0.2], [0.3, 0.2], [0.0, 0.9]])).astype(int).tolist()
     [[0, 1, 0], [0, 0, 0], [0, 0, 0]]
 
-  Reference: making_and_evaluating_calibrated_forecasts, Definition 2.9 and
-  §5.3 (footnote 5); SPEC §3.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388v1, Definition 2.9 and
+  §5.3 (footnote 5).
   """
   _check_loss_table(losses)
   x = V.as_float(losses, "losses")
@@ -140,10 +140,9 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
     >>> dominance_chain(L).tolist()
     [1, 2, 0]
 
-  Reference: making_and_evaluating_calibrated_forecasts §5.3 (footnote 5:
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388v1, §5.3 (footnote 5:
   "the longest path" of the dominance partial order);
-  truthful_multiclass_calibration_errors §5.2 ("maximum dominance set");
-  SPEC §3.
+  Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §5.2 ("maximum dominance set").
   """
   if not V.is_concrete(losses):
     raise ValueError(
@@ -259,7 +258,7 @@ def rank_correlation(a: ArrayLike, b: ArrayLike, method: str = "spearman") -> ja
     ...                              method="kendall")), 4)
     0.6667
 
-  Reference: SPEC §3; truthful_multiclass_calibration_errors §5.2 and Table 1.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §5.2 and Table 1.
   """
   if method not in ("spearman", "kendall"):
     raise ValueError(f"method must be 'spearman' or 'kendall', got {method!r}")

@@ -6,7 +6,7 @@ of the solution, so the order of merges does not matter. Here it runs in
 three stages, all with fixed shapes (the output is ``(n,)`` whatever the data):
 
 1. sort ``x`` (on integer keys: the IEEE bit pattern made monotone) and pool
-   ties: equal ``x`` form one initial block (SPEC §4, the "secondary"
+   ties: equal ``x`` form one initial block (Resin 2025, the "secondary"
    approach of scikit-learn; the same as R's ``isoreg`` after ordering ties by
    ``y`` descending);
 2. parallel rounds: every adjacent violating pair of blocks merges at once
@@ -358,8 +358,7 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
     [0.25, 0.25, 2.0]
 
   Reference: Barlow, Bartholomew, Bremner & Brunk (1972), Thm 1.1 (GCM of the
-  cumulative sum diagram); score_decompositions_case_study §2.6 and
-  SPEC §4 (ties pooled).
+  cumulative sum diagram); Resin (2025), arXiv:2501.19195, §2.6 (ties pooled).
   """
   xa, ya, wa = _prepare(x, y, weights)
   return _jit_core(xa, ya, wa).fitted
@@ -396,7 +395,7 @@ def isotonic_fit(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -
     >>> f.x.tolist(), f.y.tolist()
     ([0.2..., 0.4..., 0.6...], [0.0, 1.0, 1.0])
 
-  Reference: SPEC §4.
+  Reference: Resin (2025), arXiv:2501.19195.
   """
   xa, ya, wa = _prepare(x, y, weights)
   core = _jit_core(xa, ya, wa)
@@ -427,7 +426,7 @@ def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
     >>> isotonic_predict(f, jnp.array([0.0, 0.2, 0.3, 0.9])).tolist()
     [0.0, 0.0, 1.0, 1.0]
 
-  Reference: SPEC §4; score_decompositions_case_study (reference code uses
+  Reference: Resin (2025), arXiv:2501.19195 (reference code uses
   R's ``as.stepfun(isoreg)``).
   """
   t = jnp.asarray(x_new, fit.x.dtype)

@@ -1,7 +1,8 @@
 """Local calibration: the class-wise LCE / MLCE and the Nadaraya–Watson estimate.
 
-SPEC §5, from local_calibration_jensen_shannon (§3, §7, App. D.3). Both the
-metric and the LoCal Net loss use the Gaussian kernel of the authors' code,
+As defined by Barbera, Perini, De Toni, Passerini & Pugnana (2025),
+arXiv:2510.26566 (§3, §7, App. D.3). Both the metric and the LoCal Net loss use the Gaussian
+kernel of the authors' code,
 
     k_gamma(a, b) = exp(-||a - b||^2 / (2 gamma^2)),
 
@@ -82,7 +83,7 @@ def nadaraya_watson(
   (``j = i`` included when ``include_self``). The weights are a masked
   softmax of the log-kernel, so isolated points (all kernels underflowing in
   float32) still get exact weights; a row with no admissible neighbour gets 0.
-  Differentiable in ``features`` (the LoCal Net loss, SPEC §5, uses it on a
+  Differentiable in ``features`` (the LoCal Net loss, Barbera et al. 2025, uses it on a
   batch of refined features ``phi'`` with one-hot labels as targets).
 
   Args:
@@ -104,7 +105,7 @@ def nadaraya_watson(
     >>> nadaraya_watson(phi, y, bandwidth=1.0).round(3).tolist()
     [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]
 
-  Reference: local_calibration_jensen_shannon §7, Eq. (2); SPEC §5.
+  Reference: Barbera, Perini, De Toni, Passerini & Pugnana (2025), arXiv:2510.26566, §7, Eq. (2).
   """
   f = V.as_float(features, "features")
   t = V.as_float(targets, "targets")
@@ -254,7 +255,7 @@ def lce(
   """Class-wise local calibration error LCE and its maximum MLCE.
 
   For each class ``c`` the column ``p[:, c]`` is cut into ``num_bins``
-  equal-width bins on [0, 1] (SPEC §1); for every anchor ``i`` in a kept bin
+  equal-width bins on [0, 1] (Lu et al. 2025); for every anchor ``i`` in a kept bin
   ``b``
 
       e_ic = | sum_{j in b} w_ij (p_jc - 1[y_j = c]) |,
@@ -268,7 +269,7 @@ def lce(
 
   **Bin size rule.** A bin is kept only if it holds *more than*
   ``min_bin_size`` samples: bins with ``<= min_bin_size`` points are skipped,
-  as in the authors' code (SPEC §5). The paper's text (App. D.3) says bins
+  as in the authors' code (Barbera et al. 2025). The paper's text (App. D.3) says bins
   with "fewer than 20 elements were discarded", which differs only for bins of
   exactly 20 samples; pass ``min_bin_size=19`` for that reading.
 
@@ -311,8 +312,9 @@ def lce(
     >>> bool(0 <= err <= worst <= 1)
     True
 
-  Reference: local_calibration_jensen_shannon §3 (LCE, MLCE) and App. D.3;
-  Luo et al. (2022); SPEC §5.
+  Reference: Barbera, Perini, De Toni, Passerini & Pugnana (2025), arXiv:2510.26566, §3 (LCE,
+  MLCE) and App. D.3;
+  Luo et al. (2022).
   """
   p, y = prepare(probs, labels, from_logits)
   f = V.check_features(features, p.shape[0])

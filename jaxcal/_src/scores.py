@@ -1,4 +1,4 @@
-"""Proper scores and the confidence loss (SPEC §3).
+"""Proper scores and the confidence loss (Lu et al. 2025).
 
 Each score takes ``(probs, labels)`` for one data set and returns the mean
 over samples, or the ``(n,)`` per-sample losses with ``per_sample=True``.
@@ -122,7 +122,7 @@ brier = _public(
     >>> float(brier(jnp.array([[0.5, 0.5], [1.0, 0.0]]), jnp.array([0, 0])))
     0.25
 
-  Reference: SPEC §3; truthful_multiclass_calibration_errors §2.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §2.
 """,
 )
 
@@ -137,7 +137,7 @@ log_loss = _public(
     >>> round(float(log_loss(jnp.array([[0.5, 0.5]]), jnp.array([1]))), 6)
     0.693147
 
-  Reference: SPEC §3.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388.
 """,
 )
 
@@ -152,7 +152,7 @@ spherical = _public(
     >>> float(spherical(jnp.array([[1.0, 0.0]]), jnp.array([0])))
     0.0
 
-  Reference: SPEC §3.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388.
 """,
 )
 
@@ -167,7 +167,7 @@ classification_error = _public(
     >>> float(classification_error(jnp.array([[0.5, 0.5], [0.2, 0.8]]), jnp.array([1, 1])))
     0.5
 
-  Reference: SPEC §3.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388.
 """,
 )
 
@@ -186,6 +186,6 @@ confidence_loss = _public(
     >>> float(confidence_loss(jnp.array([[0.75, 0.25]]), jnp.array([0])))
     0.0625
 
-  Reference: truthful_multiclass_calibration_errors, Lemma D.1; SPEC §2-3.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, Lemma D.1.
 """,
 )

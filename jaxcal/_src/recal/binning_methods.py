@@ -1,5 +1,5 @@
 """Class-wise non-parametric recalibrators: histogram binning, isotonic
-regression and smoothed isotonic regression (SPEC §4; the score
+regression and smoothed isotonic regression (the score
 decomposition case study, §2.2 and App. B).
 
 Each class ``c`` gets a binary calibration map ``g_c`` fitted on

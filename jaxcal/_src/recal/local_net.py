@@ -1,4 +1,4 @@
-"""LoCal Nets: local recalibration by feature reshaping (SPEC §5).
+"""LoCal Nets: local recalibration by feature reshaping (Barbera et al. 2025).
 
 A LoCal Net takes the backbone features ``phi(x)`` (``(n, D)``), their PCA
 ``phi_PCA(x)`` (``(n, k)``, k = 50, fitted on the calibration split) and the
@@ -159,7 +159,7 @@ def local_net_loss(
   lam: float,
   alignment: str,
 ) -> jax.Array:
-  """LoCal Net loss on one (masked) batch, SPEC §5.
+  """LoCal Net loss on one (masked) batch.
 
   Args:
     g_ref: ``(B, C)`` refined logits ``g'``.
@@ -434,7 +434,7 @@ def fit_local_net(
   verbose: bool = True,
   checkpoint_dir: str | os.PathLike | None = None,
 ) -> LocalNet:
-  """Fits a LoCal Net on a calibration split (SPEC §5).
+  """Fits a LoCal Net on a calibration split (Barbera et al. 2025).
 
   Args:
     inputs: ``(n, C)`` backbone logits (probabilities with ``from_logits=False``;
@@ -486,7 +486,8 @@ def fit_local_net(
     >>> rc(logits, features=phi).shape
     (300, 2)
 
-  Reference: local_calibration_jensen_shannon §7 (Eq. 9) and App. D.2; SPEC §5.
+  Reference: Barbera, Perini, De Toni, Passerini & Pugnana (2025), arXiv:2510.26566, §7 (Eq. 9)
+  and App. D.2.
   """
   x = V.check_logits(inputs, "inputs") if from_logits else V.check_probs(inputs, "inputs")
   n, num_classes = x.shape

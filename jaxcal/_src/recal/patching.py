@@ -1,4 +1,4 @@
-"""Iterative patching for utility calibration (SPEC §6, Algorithm 1).
+"""Iterative patching for utility calibration (Hegazy et al. 2025, Algorithm 1).
 
 Each step audits the current predictions ``P`` over the witness class
 ``W(U) = {p -> ξ ū(p) 1[v_u(p) in I]}`` for ``U = U_comb`` (the ``C``
@@ -226,7 +226,7 @@ def fit_patching(
     tol: ``ε``, stop once the worst witness error is at most this.
     num_samples: fresh utilities added to ``U_comb`` at each step (half
       linear, half rank; the paper uses 264); 0 audits ``U_comb`` only.
-    stepsize: initial line-search step: ``"err_over_c"`` (``err/C``, SPEC),
+    stepsize: initial line-search step: ``"err_over_c"`` (``err/C``, Hegazy et al. 2025, App. A),
       ``"quadratic"`` (``err / mean ||w||²``, the minimiser of the Brier
       upper bound without projection), or a float multiplying ``err/C``.
     seed: PRNG seed of the fresh samples.
@@ -249,8 +249,8 @@ def fit_patching(
     >>> rc.num_steps, bool(jnp.all(jnp.diff(rc.briers) < 0))
     (5, True)
 
-  Reference: utility_aware_multiclass_calibration, App. A (Algorithm 1,
-  Prop. A.1) and App. C.1; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, App. A (Algorithm 1,
+  Prop. A.1) and App. C.1.
   """
   return _fit(
     inputs,

@@ -1,4 +1,4 @@
-"""Parametric recalibrators fitted by L-BFGS on the log loss (SPEC §3, §5, §6).
+"""Parametric recalibrators fitted by L-BFGS on the log loss (Guo et al. 2017 and successors).
 
 * ``"temperature"``: ``softmax(z / T)``, ``T = exp(theta)`` fitted over
   ``theta = log T`` (Guo et al. 2017).
@@ -167,7 +167,7 @@ def fit_temperature(
     >>> 2.0 < float(rc.temperature) < 4.5
     True
 
-  Reference: Guo et al. (2017), §4.2; SPEC §3 (L-BFGS over ``log T``).
+  Reference: Guo et al. (2017), §4.2; Lu et al. 2025 (L-BFGS over ``log T``).
   """
   x, y = prepare_fit(inputs, labels, from_logits=from_logits, method="temperature")
   z = to_logits(x, from_logits)

@@ -1,12 +1,12 @@
 """Index splits for the two experimental protocols run on Fashion-MNIST.
 
 * :func:`local_calibration_splits` -- the LoCal Nets paper's protocol
-  (local_calibration_jensen_shannon §8.1, as for CIFAR): the official training
-  set is split 45 % train / 10 % validation / 45 % test, the official test set
+  (Barbera, Perini, De Toni, Passerini & Pugnana (2025), arXiv:2510.26566, §8.1, as for CIFAR):
+  the official training set is split 45 % train / 10 % validation / 45 % test, the official test set
   is the calibration set, itself split 90 % (fit) / 10 % (validation, early
   stopping) by the recalibrators.
 * :func:`trace_splits` -- the truthful-calibration paper's protocol
-  (truthful_multiclass_calibration_errors App. F): the official training set is
+  (Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, App. F): the official training set is
   used for training (subsets of it), the official test set is partitioned
   deterministically into halves: validation (temperature scaling only) and test.
 

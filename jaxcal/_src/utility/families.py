@@ -1,4 +1,4 @@
-"""Utility families as vmappable pytrees (SPEC §6).
+"""Utility families as vmappable pytrees (Hegazy et al. 2025).
 
 A utility ``u(p, e_j) in [-1, 1]`` is a :class:`Utility`: a static ``kind``
 and an array ``params``. A *batch* of utilities is the same pytree with a
@@ -19,7 +19,7 @@ kind           params           ``ū(p)_j = u(p, e_j)``
 =============  ===============  ===============================================
 
 Ranks are 1-based (rank 1 = largest ``p``) with ties broken toward the lowest
-class index, as ``argmax`` does (SPEC notation), so ``top_class`` equals
+class index, as ``argmax`` does (the papers' notation), so ``top_class`` equals
 ``rank`` with ``θ = e_1``. ``argmin``/``argmax`` over actions also break ties
 toward the lowest index.
 
@@ -123,7 +123,7 @@ def top_class() -> Utility:
     >>> top_class().values(jnp.array([[0.2, 0.5, 0.3]])).tolist()
     [[0.0, 1.0, 0.0]]
 
-  Reference: utility_aware_multiclass_calibration, Example 3.4; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, Example 3.4.
   """
   return Utility(jnp.zeros((0,), jnp.float32), "top_class")
 
@@ -139,7 +139,7 @@ def linear(a: ArrayLike) -> Utility:
     >>> linear(jnp.array([1.0, -0.5])).values(jnp.array([[0.3, 0.7]])).tolist()
     [[1.0, -0.5]]
 
-  Reference: utility_aware_multiclass_calibration, Example 3.5; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, Example 3.5.
   """
   u = Utility(V.as_float(a, "a"), "linear")
   _check_params(u)
@@ -159,7 +159,7 @@ def classwise(c: ArrayLike, num_classes: int) -> Utility:
     >>> classwise([0, 2], 3).params.shape
     (2, 3)
 
-  Reference: utility_aware_multiclass_calibration, Example 3.4; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, Example 3.4.
   """
   c = jnp.asarray(c)
   if V.is_concrete(c) and c.size and (int(jnp.min(c)) < 0 or int(jnp.max(c)) >= num_classes):
@@ -179,7 +179,7 @@ def rank(theta: ArrayLike) -> Utility:
     >>> rank(jnp.array([1.0, 0.5, 0.0])).values(jnp.array([[0.2, 0.5, 0.3]])).tolist()
     [[0.0, 1.0, 0.5]]
 
-  Reference: utility_aware_multiclass_calibration, Example 3.6; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, Example 3.6.
   """
   u = Utility(V.as_float(theta, "theta"), "rank")
   _check_params(u)
@@ -197,7 +197,7 @@ def top_k(k: ArrayLike, num_classes: int) -> Utility:
     >>> top_k(2, 4).params.tolist()
     [1.0, 1.0, 0.0, 0.0]
 
-  Reference: utility_aware_multiclass_calibration, Example 3.6; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, Example 3.6.
   """
   k = jnp.asarray(k)
   if V.is_concrete(k) and k.size and (int(jnp.min(k)) < 1 or int(jnp.max(k)) > num_classes):
@@ -218,7 +218,7 @@ def dcg(gamma: ArrayLike, num_classes: int) -> Utility:
     >>> [round(t, 4) for t in dcg(1.0, 3).params.tolist()]
     [1.0, 0.6309, 0.5]
 
-  Reference: utility_aware_multiclass_calibration, App. C.3 (DCG); SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, App. C.3 (DCG).
   """
   g = V.as_float(gamma, "gamma")
   if V.is_concrete(g) and g.size and float(jnp.min(g)) < 0:
@@ -242,7 +242,7 @@ def decision(loss_matrix: ArrayLike) -> Utility:
     >>> decision(l).values(jnp.array([[0.3, 0.7]])).tolist()
     [[-1.0, -0.0]]
 
-  Reference: utility_aware_multiclass_calibration, Example 3.7; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, Example 3.7.
   """
   l = V.as_float(loss_matrix, "loss_matrix")
   if l.ndim < 2:
@@ -267,7 +267,7 @@ def gain_matrix(R: ArrayLike) -> Utility:
     >>> gain_matrix(R).values(jnp.array([[0.6, 0.4]])).tolist()  # j* = 1
     [[0.5, 1.0]]
 
-  Reference: utility_aware_multiclass_calibration, App. C.2; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, App. C.2.
   """
   R = V.as_float(R, "R")
   if R.ndim < 2 or R.shape[-1] != R.shape[-2]:
@@ -288,7 +288,7 @@ def similarity(S: ArrayLike) -> Utility:
     >>> similarity(S).values(jnp.array([[1.0, 0.0]])).tolist()
     [[1.0, 0.5]]
 
-  Reference: utility_aware_multiclass_calibration, App. C.3; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, App. C.3.
   """
   S = V.as_float(S, "S")
   if S.ndim < 2 or S.shape[-1] != S.shape[-2]:
@@ -329,7 +329,7 @@ def sample_linear(key: jax.Array, m: int, num_classes: int) -> Utility:
     >>> u.params.shape, float(abs(u.params).max(axis=1).min())
     ((4, 3), 1.0)
 
-  Reference: utility_aware_multiclass_calibration §4 (sampling D_U); SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, §4 (sampling D_U).
   """
   return Utility(_sphere_faces(key, (m,), num_classes), "linear")
 
@@ -343,7 +343,7 @@ def sample_rank(key: jax.Array, m: int, num_classes: int) -> Utility:
     >>> bool(jnp.all(th[:, :-1] >= th[:, 1:]))
     True
 
-  Reference: utility_aware_multiclass_calibration §4; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, §4.
   """
   return Utility(_sphere_faces(key, (m,), num_classes, True), "rank")
 
@@ -356,7 +356,7 @@ def sample_decision(key: jax.Array, m: int, num_classes: int, num_actions: int) 
     >>> sample_decision(jax.random.PRNGKey(0), 3, 4, 2).params.shape
     (3, 4, 2)
 
-  Reference: utility_aware_multiclass_calibration, Example 3.7; SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, Example 3.7.
   """
   flat = _sphere_faces(key, (m,), num_classes * num_actions)
   return Utility(flat.reshape(m, num_classes, num_actions), "decision")
@@ -373,7 +373,7 @@ def sample_aligned_gain(
     >>> (-u.params[0]).diagonal().tolist()
     [1.0, 1.0, 1.0]
 
-  Reference: utility_aware_multiclass_calibration, App. C.2 (aligned class).
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, App. C.2 (aligned class).
   """
   return gain_matrix(_aligned(key, m, num_classes, max_off_diagonal))
 
@@ -401,7 +401,7 @@ def sample_misaligned_gain(
     >>> sorted(set((-u.params[0]).ravel().tolist()))
     [0.0, 0.2..., 1.0]
 
-  Reference: utility_aware_multiclass_calibration, App. C.2 (misaligned class).
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, App. C.2 (misaligned class).
   """
   if not 1 <= num_groups <= num_classes:
     raise ValueError(f"num_groups must lie in [1, {num_classes}], got {num_groups}")

@@ -1,4 +1,4 @@
-"""Many utilities in one compiled call: chunked, and sharded over devices (SPEC §6).
+"""Many utilities in one compiled call: chunked, and sharded over devices (Hegazy et al. 2025).
 
 :func:`uc_sweep` evaluates ``UC(f, u_m; S)`` for a batch of ``M`` utilities of
 one kind. What depends only on the data (the rows of ``p`` sorted for rank
@@ -168,8 +168,8 @@ def uc_sweep(
     >>> [round(x, 4) for x in e.tolist()]
     [0.425, 0.425]
 
-  Reference: utility_aware_multiclass_calibration §4 (eCDF over sampled
-  utilities, M = 1500 in §5); SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, §4 (eCDF over sampled
+  utilities, M = 1500 in §5).
   """
   p, y = _prepare_data(probs, labels, from_logits)
   F.check_utility(utilities, p.shape[1], batched=True, name="utilities")
@@ -265,8 +265,8 @@ def uc_class(
     >>> round(float(uc_class(p, jnp.array([0, 1, 1, 1]), "tce")), 4)
     0.275
 
-  Reference: utility_aware_multiclass_calibration, Examples 3.4 and 3.6,
-  §5 (U_comb); SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, Examples 3.4 and 3.6,
+  §5 (U_comb).
   """
   if family not in FAMILIES:
     raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")

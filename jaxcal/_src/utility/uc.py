@@ -1,4 +1,4 @@
-"""The worst-interval utility calibration estimator UC (SPEC §6).
+"""The worst-interval utility calibration estimator UC (Hegazy et al. 2025).
 
 ``UC(f, u; S) = sup_I |(1/n) Σ_i (u(p_i, y_i) - v_i) 1[v_i in I]|`` over
 intervals ``I`` of predicted utility ``v_i = <p_i, ū(p_i)>``.
@@ -124,8 +124,7 @@ def uc(
     >>> round(float(r.value), 4), float(r.lo), float(r.hi), int(r.sign)
     (0.275, 0.6, 0.8, -1)
 
-  Reference: utility_aware_multiclass_calibration, eq. (3.2) and Lemma 3.3;
-  SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, eq. (3.2) and Lemma 3.3.
   """
   p, y = _prepare_data(probs, labels, from_logits)
   F.check_utility(utility, p.shape[1], batched=False)
@@ -149,7 +148,7 @@ def ecdf(errors: ArrayLike) -> tuple[jax.Array, jax.Array]:
     >>> e.tolist(), f.tolist()
     ([0.1..., 0.2..., 0.3..., 0.4...], [0.25, 0.5, 0.75, 1.0])
 
-  Reference: utility_aware_multiclass_calibration §4 (eCDF); SPEC §6.
+  Reference: Hegazy, Jordan & Dieuleveut (2025), arXiv:2510.25458, §4 (eCDF).
   """
   e = jnp.asarray(errors)
   if e.ndim != 1 or e.shape[0] == 0:
