@@ -10,10 +10,14 @@ Which interval. Binned ℓ1 errors such as ConfECE are biased upward and more
 so on a resample (which duplicates samples): their resamples sit *above*
 the estimate, so the symmetric ``estimate ± 1.96 sd`` (the ``"normal"``
 method, what the truthful-calibration papers report) is centred in the
-wrong place. The percentile interval follows the skewed, shifted
-resampling distribution; BCa corrects it for bias and skew.
-``experiments/bootstrap_coverage.py`` measures the coverage of each
-method on synthetic data whose true calibration errors are known.
+wrong place. The percentile interval (the default) follows the skewed,
+shifted resampling distribution; BCa corrects it for bias and skew but
+collapses when every resample lies above the estimate. An interval
+describes the spread of the estimate, not its bias: where the bias of an ℓ1
+error is larger than its spread (class-wise ECE, many bins, small ``n``) no
+method covers the population value. ``experiments/bootstrap_coverage.py``
+measures the coverage of each method on synthetic data whose true
+calibration errors are known.
 
 :func:`consistency_bands` is a different resampling (Bröcker & Smith 2007):
 labels redrawn from the predicted probabilities, giving the spread of a

@@ -27,8 +27,17 @@ samples), so ``estimate ± 1.96 sd`` is centred on the wrong place and its
 lower end is often negative. The percentile interval follows the skewed,
 shifted resampling distribution and never leaves the statistic's range; BCa
 also corrects for the shift (``z0``) and the skew (``a``) at the price of a
-jackknife. ``experiments/bootstrap_coverage.py`` measures the coverage of
-the four intervals on synthetic data with known truth; see its results.
+jackknife, but when (nearly) every resample lies above the estimate ``z0``
+is capped and the BCa interval collapses onto the smallest resamples. No
+bootstrap interval removes the estimator's own bias: an interval describes
+the sampling spread of the *estimate*, and where the upward bias of an ℓ1
+error exceeds that spread (class-wise ECE with many bins and few samples)
+none of the four covers the population value. ``basic`` reflects the shift
+and covers more often there. ``experiments/bootstrap_coverage.py`` measures
+the coverage of the four intervals on synthetic data with known truth
+(``experiments/results/bootstrap_coverage*.json``). Percentile is the
+default because it is the interval a reader can check against the
+resamples, and it is exact for statistics without bias (the Brier score).
 
 Consistency resampling (Bröcker & Smith 2007) is a different resampling: the
 confidences are redrawn with replacement and each label is drawn from the
