@@ -21,7 +21,7 @@
 # # Utility calibration
 #
 # Companion to *Utility-aware multiclass calibration*
-# (`../shared/papers/utility_aware_multiclass_calibration.txt`, SPEC §6).
+# (Hegazy, Jordan & Dieuleveut 2025, arXiv:2510.25458).
 # For a utility `u(p, y)` the predicted utility is `v(p) = <p, u(p, .)>`;
 # `UC(f, u)` is the largest average gap between realised and predicted
 # utility over intervals of `v`. Binned calibration errors are special
