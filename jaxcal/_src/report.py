@@ -241,15 +241,19 @@ def _metric_entry(lab: str, nm: str, binning: str | None, m: int | None) -> dict
   }
 
 
+def _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval):
+  """``(estimate, lo, hi)`` of ``stat`` as plain numbers; no interval (``None``) without resamples."""
+  if not resamples:
+    return _plain(jax.jit(stat)(probs, y)), None, None
+  r = bootstrap(
+    key, stat, probs, y, num_resamples=resamples, method=interval, confidence=confidence
+  )
+  return _plain(r.estimate), _plain(r.lo), _plain(r.hi)
+
+
 def _headline_section(key, probs, y, num_bins, resamples, confidence, interval) -> dict:
   stat = _Headline(num_bins)
-  if resamples:
-    r = bootstrap(
-      key, stat, probs, y, num_resamples=resamples, method=interval, confidence=confidence
-    )
-    est, lo, hi = _plain(r.estimate), _plain(r.lo), _plain(r.hi)
-  else:
-    est, lo, hi = _plain(jax.jit(stat)(probs, y)), None, None
+  est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval)
   out = {}
   for lab, (nm, b) in zip(stat.labels(), stat.names):
     entry = _with_interval(est[lab], None if lo is None else (lo[lab], hi[lab]))
@@ -275,13 +279,7 @@ def _calibrated_values(probs: jax.Array) -> dict:
 def _robustness_section(key, probs, y, resamples, confidence, interval) -> dict:
   bins = robustness_bins(probs.shape[0])
   stat = _Curves(bins)
-  if resamples:
-    r = bootstrap(
-      key, stat, probs, y, num_resamples=resamples, method=interval, confidence=confidence
-    )
-    est, lo, hi = _plain(r.estimate), _plain(r.lo), _plain(r.hi)
-  else:
-    est, lo, hi = _plain(jax.jit(stat)(probs, y)), None, None
+  est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval)
   order = [label(nm, b) for nm, b in stat.names]  # tree_map sorts dict keys: restore the order
   curves = {k: _with_interval(est[k], None if lo is None else (lo[k], hi[k])) for k in order}
   return {
