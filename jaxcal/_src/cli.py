@@ -62,7 +62,11 @@ def _cmd_report(args) -> int:
   text = report.format_markdown(rep) if args.format == "md" else report.format_summary(rep)
   _emit(args, text, {k: v for k, v in rep.items()})
   if args.format != "json":
-    print(f"  wrote {', '.join(sorted(os.path.relpath(p) for p in paths.values()))}")
+    figures = ", ".join(sorted(k for k in paths if k != "json"))
+    print(
+      f"  wrote {os.path.relpath(paths['json'])} and the figures {figures} "
+      f"({', '.join(args.figures)}) in {os.path.relpath(args.out)}"
+    )
   return 0
 
 
