@@ -92,6 +92,7 @@ fig = plots.bin_robustness_plot(
   n=rep["input"]["n"],
 )
 
+
 # %% [markdown]
 # ## 2. Reliability diagram with consistency bands
 #
@@ -104,6 +105,8 @@ fig = plots.bin_robustness_plot(
 probs_test = jax.nn.softmax(x_test, axis=-1)
 bands = bootstrap.consistency_bands(jax.random.key(0), probs_test, 15, num_resamples=300)
 fig = plots.reliability_diagram(probs_test, y_test, 15, bands=bands, model="ResNet-110")
+fig  # noqa: B018
+
 
 # %% [markdown]
 # ## 3. Compare recalibrators, with intervals
@@ -147,6 +150,8 @@ rows = {
   for i, name in enumerate(calibrated)
 }
 fig = plots.interval_plot(rows, metric=metric, model="ResNet-110", n=len(y_test))
+fig  # noqa: B018
+
 
 # %% [markdown]
 # Note how the measures disagree: histogram binning has the smallest
