@@ -7,7 +7,7 @@ evaluated on one test split), computes
   each error at the three bin counts, and between the bin counts, for
   ConfECE(fix), ConfCE(qua), ConfCE_corr(qua), LinCE_cw(qua) at
   m = 2000 / 20 / 5 ("2k/20/5"), each with ``±1.96 sd`` from a bootstrap over
-  test samples (``jaxcal.dominance.bootstrap``);
+  test samples (``jaxcal.bootstrap.bootstrap``, ``method="normal"``);
 * the maximum dominance set (longest chain of the "every loss <=" order over
   Brier, log, spherical, classification error and confidence loss,
   ``jaxcal.dominance.dominance_chain``) and the Spearman / Kendall
@@ -66,7 +66,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcal import dominance, metrics, recalibrate, scores
+from jaxcal import bootstrap, dominance, metrics, recalibrate, scores
 from jaxcal.data import dataset_dir, load_predictions
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -345,11 +345,12 @@ def analyse(cs: CheckpointSet, num_bins, resamples: int, key, batch_size: int) -
     arrays += [st.probs, st.labels]
     axes += [1, 1]
     groups += [g, g]
-  r = dominance.bootstrap(
+  r = bootstrap.bootstrap(  # the paper's estimate ± 1.96 sd: method="normal"
     key,
     stat,
     *arrays,
     num_resamples=resamples,
+    method="normal",
     sample_axis=axes,
     groups=groups,
     batch_size=batch_size,

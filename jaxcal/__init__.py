@@ -2,12 +2,12 @@
 recalibration for multiclass classifiers, as functional JAX.
 
 Submodules: ``metrics``, ``scores``, ``utility``, ``recalibrate``,
-``dominance``, ``data``, ``plots``, ``train``, ``streaming``, ``study``. They
-load on first access, so ``import jaxcal`` stays cheap (matplotlib, flax and
-optax are only imported by the parts that need them). ``jaxcal.evaluate`` is
-``jaxcal.study.evaluate``: a whole study in one call. ``jaxcal.checked(f)``
-compiles jaxcal's input checks into ``f`` (see
-:func:`jaxcal._src.validation.checked`).
+``dominance``, ``bootstrap``, ``report``, ``data``, ``plots``, ``train``,
+``streaming``, ``study``. They load on first access, so ``import jaxcal``
+stays cheap (matplotlib, flax and optax are only imported by the parts that
+need them). ``jaxcal.evaluate`` is ``jaxcal.study.evaluate``: a whole study in
+one call. ``jaxcal.checked(f)`` compiles jaxcal's input checks into ``f``
+(see :func:`jaxcal._src.validation.checked`).
 """
 
 import importlib
@@ -15,11 +15,13 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = (
+  "bootstrap",
   "data",
   "dominance",
   "metrics",
   "plots",
   "recalibrate",
+  "report",
   "scores",
   "streaming",
   "study",

@@ -1,4 +1,4 @@
-"""Calibration errors.
+"""Calibration errors (Lu et al. 2025 and Barbera et al. 2025).
 
 Truthful squared binned errors (``classwise_ce``, ``conf_ce_corr``,
 ``lin_ce``, ``binary_ce``), the usual binned errors (``conf_ece``,

@@ -20,7 +20,7 @@
 # # Making and evaluating calibrated forecasts: the four predictors
 #
 # Companion to *Making and Evaluating Calibrated Forecasts*
-# (`../shared/papers/making_and_evaluating_calibrated_forecasts.txt`, §4 and
+# (Lu, Wu, Hartline & Hu 2025, arXiv:2510.06388v1, §4 and
 # App. D). Classwise aggregation of a truthful binary error gives a
 # truthful multiclass error (`LinCE_cw`); confidence aggregation does not.
 # The paper's four predictors make the consequences concrete:

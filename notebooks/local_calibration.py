@@ -23,8 +23,8 @@
 # %% [markdown]
 # # Local calibration and LoCal Nets
 #
-# Companion to *local calibration via Jensen-Shannon* (`../shared/papers/
-# local_calibration_jensen_shannon.txt`, SPEC §5). Calibration on average
+# Companion to *local calibration via Jensen-Shannon* (Barbera, Perini,
+# De Toni, Passerini & Pugnana 2025, arXiv:2510.26566). Calibration on average
 # can hide miscalibration in regions of feature space. The local
 # calibration error LCE averages, for each anchor, the kernel-weighted
 # residual of its neighbours in the same probability bin (Nadaraya-Watson
@@ -110,7 +110,7 @@ print("test accuracy:", float((z_test.argmax(1) == y_test).mean()))
 
 # %% [markdown]
 # Features for the metric: PCA to 50 dimensions of the standardised
-# penultimate activations, fitted on the calibration split (SPEC §5).
+# penultimate activations, fitted on the calibration split (§7 of the paper).
 
 # %%
 mu, sd = phi_cal.mean(0), phi_cal.std(0) + 1e-6

@@ -23,7 +23,7 @@
 # # Score decompositions: miscalibration, discrimination, uncertainty
 #
 # Companion to the score decomposition case study
-# (`../shared/papers/score_decompositions_case_study.txt`, SPEC §4). A proper
+# (Resin 2025, arXiv:2501.19195, §2-3). A proper
 # score splits as `S = MCB - DSC + UNC`: miscalibration (what an in-sample
 # isotonic recalibration removes), discrimination (what is left over the
 # climatological forecast) and uncertainty. Here: the classwise (CW,

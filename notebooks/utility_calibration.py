@@ -21,7 +21,7 @@
 # # Utility calibration
 #
 # Companion to *Utility-aware multiclass calibration*
-# (`../shared/papers/utility_aware_multiclass_calibration.txt`, SPEC §6).
+# (Hegazy, Jordan & Dieuleveut 2025, arXiv:2510.25458).
 # For a utility `u(p, y)` the predicted utility is `v(p) = <p, u(p, .)>`;
 # `UC(f, u)` is the largest average gap between realised and predicted
 # utility over intervals of `v`. Binned calibration errors are special
@@ -39,10 +39,9 @@ import time
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
-import numpy as np
 
 T0 = time.time()
-from jaxcal import recalibrate, utility
+from jaxcal import plots, recalibrate, utility
 from jaxcal.data import default_predictions
 
 val_logits, val_labels = default_predictions("val")
@@ -97,15 +96,9 @@ families = {
   "linear": utility.sample_linear(jax.random.PRNGKey(0), 300, C),
   "rank": utility.sample_rank(jax.random.PRNGKey(1), 300, C),
 }
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
 for ax, (fam, U) in zip(axes, families.items()):
-  for name, p in preds.items():
-    e, F = utility.ecdf(utility.uc_sweep(p, test_labels, U))
-    ax.plot(np.asarray(e), np.asarray(F), label=name)
-  ax.set_xlabel("utility calibration error")
-  ax.set_ylabel("fraction of utilities")
-  ax.set_title(f"U_{fam}")
-  ax.set_xscale("log")
-axes[0].legend(fontsize=8)
+  curves = {name: utility.uc_sweep(p, test_labels, U) for name, p in preds.items()}
+  plots.ecdf_plot(curves, log_x=True, ax=ax, family=fam, model="ResNet-110", n=len(test_labels))
 plt.show()
 print(f"notebook ran in {time.time() - T0:.1f} s")

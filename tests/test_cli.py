@@ -15,25 +15,36 @@ def _no_persistent_cache(monkeypatch):
   monkeypatch.setattr(cli, "enable_compilation_cache", lambda: None)
 
 
-def test_report_on_embedded_default(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def small_file(tmp_path_factory):
+  x, y = data.default_predictions()
+  path = tmp_path_factory.mktemp("preds") / "resnet.npz"
+  np.savez(path, logits=np.asarray(x[:1500]), labels=np.asarray(y[:1500]))
+  return path
+
+
+def test_report_text_json_and_figures(small_file, tmp_path, capsys):
   out = tmp_path / "rep"
-  assert cli.main(["report", "--out", str(out), "--utilities", "64"]) == 0
+  argv = ["report", str(small_file), "--out", str(out), "--utilities", "32", "--resamples", "10"]
+  assert cli.main(argv + ["--figures", "png,svg"]) == 0
   text = capsys.readouterr().out
-  assert "CIFAR-10 ResNet-110" in text and "accuracy 94.52%" in text
+  assert "resnet.npz" in text and "accuracy" in text and "ConfECE(fix;15)" in text
   rep = json.loads((out / "report.json").read_text())
-  assert rep["data"] == {
-    "source": "embedded CIFAR-10 ResNet-110 (test)",
-    "n": 10000,
-    "num_classes": 10,
-    "input": "logits",
-  }
-  assert len(rep["robustness"]["num_bins"]) == 199
-  assert len(rep["robustness"]["conf_ce_corr_quantile"]) == 199
+  assert rep["input"]["n"] == 1500 and rep["input"]["num_classes"] == 10
+  assert rep["input"]["path"] == str(small_file) and rep["jaxcal"]["jaxcal"]
+  assert rep["settings"]["resamples"] == 10 and rep["seeds"]["seed"] == 0
+  m = rep["metrics"]["ConfECE(fix;15)"]
+  assert m["lo"] <= m["hi"] and m["estimate"] > 0
   dec = rep["decomposition"]["classwise"]
-  assert dec["score"] == pytest.approx(dec["mcb"] - dec["dsc"] + dec["unc"], abs=1e-6)
-  assert rep["utility"]["ecdf_linear"]["m"] == 64
-  for name in ("reliability.png", "bin_robustness.png", "utility_ecdf.png"):
-    assert (out / name).stat().st_size > 10_000
+  assert dec["S"] == pytest.approx(dec["MCB"] - dec["DSC"] + dec["UNC"], abs=1e-5)
+  assert rep["utility"]["linear"]["num_utilities"] == 32
+  for name in ("reliability", "bin_robustness", "utility_ecdf"):
+    assert (out / f"{name}.png").stat().st_size > 10_000
+    assert (out / f"{name}.svg").exists()
+  # --format json prints the same report (rounded) and nothing else
+  assert cli.main(argv + ["--format", "json", "--figures", "png"]) == 0
+  printed = json.loads(capsys.readouterr().out)
+  assert printed["metrics"].keys() == rep["metrics"].keys()
 
 
 def test_recalibrate_and_sweep(tmp_path, capsys):
@@ -56,7 +67,7 @@ def test_recalibrate_and_sweep(tmp_path, capsys):
     == 0
   )
   text = capsys.readouterr().out
-  assert "before:" in text and "after:" in text
+  assert "before" in text and "after" in text and "ConfECE(fix;15)" in text
   z = np.load(out)
   assert z["probs"].shape == (10000, 10)
   np.testing.assert_allclose(z["probs"].sum(1), 1, atol=1e-5)
@@ -152,3 +163,28 @@ def test_plots_render(tmp_path):
   fig = plots.bin_robustness_plot([2, 3, 4], {"a": [1e-3, 2e-3, 3e-3]})
   fig.savefig(tmp_path / "b.png")
   assert (tmp_path / "r.png").stat().st_size > 5_000
+
+
+def test_report_on_a_folder_of_models_compares_rankings(tmp_path, capsys):
+  x, y = data.default_predictions()
+  folder = tmp_path / "models"
+  folder.mkdir()
+  for t in (0.5, 1.0, 2.0):
+    np.savez(folder / f"T{t}.npz", logits=np.asarray(x[:600]) / t, labels=np.asarray(y[:600]))
+  out = tmp_path / "cmp"
+  argv = ["report", str(folder), "--out", str(out), "--resamples", "5", "--figures", "png"]
+  assert cli.main(argv + ["--format", "md"]) == 0
+  text = capsys.readouterr().out
+  assert "| model |" in text and "T0.5" in text
+  rep = json.loads((out / "report.json").read_text())
+  assert set(rep["metrics"]) == {"T0.5", "T1.0", "T2.0"}
+  assert rep["rank_stability"] and any(p.name.startswith("rank_stability") for p in out.iterdir())
+
+
+def test_sweep_markdown_and_json(capsys, tmp_path):
+  default = str(data.DEFAULT_PREDICTIONS)
+  out = str(tmp_path / "s.npz")
+  assert cli.main(["sweep", default, "--m", "8", "--out", out, "--format", "md"]) == 0
+  assert "| quantile | UC |" in capsys.readouterr().out
+  assert cli.main(["sweep", default, "--m", "8", "--out", out, "--format", "json"]) == 0
+  assert json.loads(capsys.readouterr().out)["m"] == 8

@@ -10,7 +10,6 @@ import pytest
 import scipy.stats
 
 from jaxcal import dominance as D
-from jaxcal import metrics
 
 # --------------------------------------------------------------------------
 # slow float64 references
@@ -201,110 +200,6 @@ def test_rank_correlation_jit_vmap_and_constant_under_trace():
 def test_rank_correlation_bad_input(a, b, method, msg):
   with pytest.raises(ValueError, match=msg):
     D.rank_correlation(np.asarray(a), np.asarray(b), method)
-
-
-# --------------------------------------------------------------------------
-# bootstrap
-# --------------------------------------------------------------------------
-
-
-def test_bootstrap_matches_manual_resampling_and_batching():
-  key = jax.random.PRNGKey(7)
-  x = jnp.asarray(np.random.default_rng(5).normal(size=50), jnp.float32)
-  r = D.bootstrap(key, jnp.mean, x, num_resamples=40, batch_size=7)
-  idx = np.asarray(D.resample_indices(key, 50, 40))
-  manual = np.asarray(x)[idx].mean(axis=1)
-  np.testing.assert_allclose(np.asarray(r.samples), manual, rtol=1e-5, atol=1e-6)
-  assert float(r.sd) == pytest.approx(np.std(manual, ddof=1), rel=1e-4)
-  assert float(r.estimate) == pytest.approx(float(jnp.mean(x)))
-  assert float(r.hi - r.lo) == pytest.approx(2 * 1.96 * float(r.sd), rel=1e-5)
-  r_all = D.bootstrap(key, jnp.mean, x, num_resamples=40, batch_size=None)
-  np.testing.assert_allclose(np.asarray(r_all.samples), np.asarray(r.samples), rtol=1e-6)
-
-
-def test_bootstrap_sd_of_a_mean_is_the_standard_error():
-  x = jnp.asarray(np.random.default_rng(6).exponential(size=400), jnp.float32)
-  r = D.bootstrap(jax.random.PRNGKey(0), jnp.mean, x, num_resamples=400, batch_size=None)
-  se = float(jnp.std(x)) / np.sqrt(400)
-  # sd of a bootstrap sd estimate from 400 resamples is ~3.5 %; allow 5 sd
-  assert float(r.sd) == pytest.approx(se, rel=0.18)
-
-
-def test_bootstrap_vmapped_metric_over_stacked_predictors_and_correlation():
-  rng = np.random.default_rng(8)
-  n, C, P = 300, 4, 3
-  probs = rng.dirichlet(np.ones(C), size=(P, n)).astype(np.float32)
-  labels = rng.integers(0, C, n)
-  bins = np.array(
-    [2, 5]
-  )  # a jnp array closed over inside lax.map needs max_bins (binning.resolve_max_bins)
-
-  def stat(p, y):
-    ce = jax.vmap(lambda q: metrics.conf_ce(q, y, num_bins=bins), in_axes=0)(p)  # (P, 2)
-    return {"ce": ce, "rho": D.rank_correlation(ce[:, 0], ce[:, 1])}
-
-  key = jax.random.PRNGKey(1)
-  r = D.bootstrap(key, stat, probs, labels, num_resamples=6, sample_axis=(1, 0), batch_size=4)
-  assert r.samples["ce"].shape == (6, P, 2) and r.sd["ce"].shape == (P, 2)
-  assert r.samples["rho"].shape == (6,)
-  idx = np.asarray(D.resample_indices(key, n, 6))
-  for b in (0, 5):
-    want = [
-      [float(metrics.conf_ce(probs[i][idx[b]], labels[idx[b]], num_bins=m)) for m in (2, 5)]
-      for i in range(P)
-    ]
-    np.testing.assert_allclose(np.asarray(r.samples["ce"][b]), want, rtol=1e-5, atol=1e-8)
-  est = np.asarray(r.estimate["ce"])
-  np.testing.assert_allclose(np.asarray(r.lo["ce"]), est - 1.96 * np.asarray(r.sd["ce"]), rtol=1e-5)
-
-
-@pytest.mark.parametrize(
-  "args, kwargs, msg",
-  [
-    ((), {}, "at least one"),
-    ((np.zeros(5), np.zeros(4)), {}, "same number of samples"),
-    ((np.zeros(5), np.zeros(4)), {"groups": (0, 0)}, "same number of samples"),
-    ((np.zeros(5), np.zeros(4)), {"groups": (0,)}, "groups has"),
-    ((np.zeros(5),), {"num_resamples": 1}, "num_resamples"),
-    ((np.zeros(5),), {"sample_axis": 1}, "out of range"),
-    ((np.zeros(5), np.zeros(5)), {"sample_axis": (0,)}, "entries"),
-  ],
-)
-def test_bootstrap_bad_input(args, kwargs, msg):
-  with pytest.raises(ValueError, match=msg):
-    D.bootstrap(jax.random.PRNGKey(0), jnp.mean, *args, **kwargs)
-
-
-def test_bootstrap_groups_resample_data_sets_independently():
-  key = jax.random.PRNGKey(3)
-  a = jnp.arange(6.0)
-  b = jnp.arange(4.0) * 10
-  c = jnp.arange(6.0) * 100  # same group as a: same indices
-  r = D.bootstrap(
-    key,
-    lambda x, y, z: jnp.stack([x.mean(), y.mean(), z.mean()]),
-    a,
-    b,
-    c,
-    num_resamples=5,
-    groups=(7, 3, 7),
-  )
-  k7, k3 = jax.random.split(key, 2)  # groups in order of first appearance
-  i7 = np.asarray(D.resample_indices(k7, 6, 5))
-  i3 = np.asarray(D.resample_indices(k3, 4, 5))
-  want = np.stack(
-    [np.asarray(a)[i7].mean(1), np.asarray(b)[i3].mean(1), np.asarray(c)[i7].mean(1)], axis=1
-  )
-  np.testing.assert_allclose(np.asarray(r.samples), want, rtol=1e-6)
-
-
-def test_resample_indices_bad_input_and_range():
-  idx = np.asarray(D.resample_indices(jax.random.PRNGKey(2), 7, 100))
-  assert idx.min() >= 0 and idx.max() <= 6 and len(np.unique(idx)) == 7
-  with pytest.raises(ValueError, match="n must be"):
-    D.resample_indices(jax.random.PRNGKey(0), 0, 3)
-  with pytest.raises(ValueError, match="num_resamples"):
-    D.resample_indices(jax.random.PRNGKey(0), 3, 0)
 
 
 def test_public_module_exports():

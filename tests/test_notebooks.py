@@ -136,3 +136,20 @@ def test_notebook_declares_the_data_it_reads(path):
   used |= {"fashion_mnist"} if "load_fashion_mnist()" in code else set()
   assert used <= declared, f"{path.name}: add {sorted(used - declared)} to its jaxcal.data metadata"
   assert declared <= set(DATA_FIXTURES), f"{path.name}: unknown data sets {sorted(declared)}"
+
+
+def test_start_here_uses_only_the_public_api():
+  nbformat = pytest.importorskip("nbformat")
+  nb = nbformat.read(NB_DIR / "start_here.ipynb", as_version=4)
+  code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+  assert "_src" not in code and "from jaxcal import" in code
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_outputs_are_small_and_hold_no_error(path):
+  """Outputs may be stored (they render where code is browsed); never a traceback."""
+  nbformat = pytest.importorskip("nbformat")
+  nb = nbformat.read(path, as_version=4)
+  outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+  assert not [o for o in outputs if o.output_type == "error"], f"{path.name} stores an error"
+  assert path.stat().st_size < 1_000_000, f"{path.name}: outputs too large (lower the dpi)"

@@ -148,29 +148,66 @@ def _load(path: str | None, split: str):
   return x, y, f"{os.path.basename(os.path.normpath(path))} ({split})"
 
 
+def _emit(args, text: str, data: dict) -> None:
+  """Prints ``data`` as JSON (``--format json``) or ``text`` (the other formats)."""
+  from jaxcal._src.names import round_floats
+
+  if getattr(args, "format", "text") == "json":
+    print(json.dumps(round_floats(data), indent=1))
+  else:
+    print(text)
+
+
 def _cmd_report(args) -> int:
   from jaxcal._src import report
 
   _check_out_dir(args.out)
-  x, y, source = _load(args.predictions, args.split)
-  rep = report.calibration_report(
-    x, y, num_bins=args.bins, num_utilities=args.utilities, seed=args.seed, source=source
+  models = None
+  if len(args.predictions) > 1:
+    models = {_name(p): p for p in args.predictions}
+  elif len(args.predictions) == 1:
+    models = report.find_models(args.predictions[0])
+  options = dict(
+    num_bins=args.bins,
+    resamples=args.resamples,
+    confidence=args.confidence,
+    interval=args.interval,
+    seed=args.seed,
   )
-  paths = report.write_report(rep, x, y, args.out)
-  print(report.format_summary(rep))
-  print(f"  wrote {', '.join(sorted(os.path.relpath(p) for p in paths.values()))}")
+  if models:
+    loaded = {name: _load(path, args.split)[:2] for name, path in models.items()}
+    rep = report.compare_report(loaded, paths=models, **options)
+    paths = report.write_report(rep, out_dir=args.out, formats=args.figures)
+  else:
+    path = args.predictions[0] if args.predictions else None
+    x, y, source = _load(path, args.split)
+    rep = report.calibration_report(
+      x, y, num_utilities=args.utilities, source=source, path=path, **options
+    )
+    paths = report.write_report(rep, x, y, args.out, formats=args.figures)
+  text = report.format_markdown(rep) if args.format == "md" else report.format_summary(rep)
+  _emit(args, text, {k: v for k, v in rep.items()})
+  if args.format != "json":
+    figures = ", ".join(sorted(k for k in paths if k != "json"))
+    print(
+      f"  wrote {os.path.relpath(paths['json'])} and the figures {figures} "
+      f"({', '.join(args.figures)}) in {os.path.relpath(args.out)}"
+    )
   return 0
 
 
-def _metrics_line(probs, y) -> str:
-  from jaxcal import metrics, scores
+def _name(path: str) -> str:
+  base = os.path.basename(os.path.normpath(path))
+  return base[: -len(".npz")] if base.endswith(".npz") else base
 
-  return (
-    f"acc {100 * (1 - float(scores.classification_error(probs, y))):.2f}%  "
-    f"NLL {float(scores.log_loss(probs, y)):.4f}  Brier {float(scores.brier(probs, y)):.4f}  "
-    f"ConfECE {100 * float(metrics.conf_ece(probs, y)):.3f}  "
-    f"LinCE_cw {100 * float(metrics.classwise_ce(probs, y)):.5f}"
-  )
+
+def _recal_rows(before, after, y) -> dict:
+  """label -> {"before", "after"} for the recalibration summary."""
+  from jaxcal._src import report
+
+  head = report._Headline(15, report.RECALIBRATION_METRICS)
+  b, a = head(before, y), head(after, y)
+  return {k: {"before": float(b[k]), "after": float(a[k])} for k in head.labels()}
 
 
 def _cmd_recalibrate(args) -> int:
@@ -211,16 +248,33 @@ def _cmd_recalibrate(args) -> int:
   fit_s = time.perf_counter() - t0
   before = jax.nn.softmax(xt, axis=-1) if from_logits else xt
   after = np.asarray(rc(xt))
-  print(f"{args.method}: fitted on {len(yc):,} samples in {fit_s:.2f} s")
-  print(f"  before: {_metrics_line(before, yt)}")
-  print(f"  after:  {_metrics_line(after, yt)}")
-  _mkdirs_for(args.out)
-  np.savez(args.out, probs=after.astype(np.float32), labels=np.asarray(yt))
-  print(f"  wrote recalibrated test probabilities to {args.out}")
+  from jaxcal._src.report import format_comparison
+
+  rows = _recal_rows(before, after, yt)
+  head = f"{args.method}: fitted on {len(yc):,} samples in {fit_s:.3g} s; test n = {len(yt):,}"
+  out = args.out
+  _mkdirs_for(out)
+  np.savez(out, probs=after.astype(np.float32), labels=np.asarray(yt))
   if args.save_model:
     _mkdirs_for(args.save_model)
     recalibrate.save(rc, args.save_model)
-    print(f"  wrote the fitted recalibrator to {args.save_model}")
+  text = head + "\n" + format_comparison(rows, ("before", "after"), markdown=args.format == "md")
+  data = {
+    "method": args.method,
+    "options": options,
+    "calibration_file": os.path.abspath(args.cal_file),
+    "test_file": os.path.abspath(args.test_file),
+    "fit_s": fit_s,
+    "n_calibration": len(yc),
+    "n_test": len(yt),
+    "metrics": rows,
+    "out": os.path.abspath(out),
+  }
+  _emit(args, text, data)
+  if args.format != "json":
+    print(f"  wrote recalibrated test probabilities to {out}")
+    if args.save_model:
+      print(f"  wrote the fitted recalibrator to {args.save_model}")
   return 0
 
 
@@ -242,12 +296,28 @@ def _cmd_sweep(args) -> int:
   errs = np.asarray(utility.uc_sweep(x, y, us, chunk_size=args.chunk_size, from_logits=from_logits))
   dt = time.perf_counter() - t0
   e, frac = (np.asarray(a) for a in utility.ecdf(errs))
-  print(f"UC over {args.m:,} {args.family} utilities on {source}: {dt:.2f} s")
-  for q in (0.5, 0.9, 1.0):
-    print(f"  {int(100 * q):3d}% of utilities have UC <= {np.quantile(errs, q):.5f}")
-  _mkdirs_for(args.out)
-  if args.out.endswith(".json"):
-    with open(args.out, "w") as f:
+  from jaxcal._src.names import format_number
+
+  qs = {f"{int(100 * q)}%": float(np.quantile(errs, q)) for q in (0.1, 0.5, 0.9, 1.0)}
+  if args.format == "md":
+    text = "\n".join(
+      [f"UC over {args.m:,} {args.family} utilities on {source}", "", "| quantile | UC |"]
+      + ["|---|---|"]
+      + [f"| {k} | {format_number(v)} |" for k, v in qs.items()]
+    )
+  else:
+    text = f"UC over {args.m:,} {args.family} utilities on {source}: {format_number(dt)} s\n" + (
+      "\n".join(f"  {k:>4s} of utilities have UC <= {format_number(v)}" for k, v in qs.items())
+    )
+  _emit(
+    args,
+    text,
+    {"family": args.family, "m": args.m, "seed": args.seed, "source": source, "quantiles": qs},
+  )
+  out = args.out
+  _mkdirs_for(out)
+  if out.endswith(".json"):
+    with open(out, "w") as f:
       json.dump(
         {
           "family": args.family,
@@ -259,8 +329,9 @@ def _cmd_sweep(args) -> int:
         f,
       )
   else:
-    np.savez(args.out, errors=errs, sorted_errors=e, fractions=frac)
-  print(f"  wrote {args.out}")
+    np.savez(out, errors=errs, sorted_errors=e, fractions=frac)
+  if args.format != "json":
+    print(f"  wrote {out}")
   return 0
 
 
@@ -276,6 +347,15 @@ class _Parser(argparse.ArgumentParser):
     self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _format_arg(parser) -> None:
+  parser.add_argument(
+    "--format",
+    choices=("text", "md", "json"),
+    default="text",
+    help="what is printed: a text summary, markdown tables, or JSON (text)",
+  )
+
+
 def build_parser() -> argparse.ArgumentParser:
   """The ``jaxcal`` argument parser (``report``, ``recalibrate``, ``sweep``)."""
   p = _Parser(prog="jaxcal", description="Calibration of multiclass classifiers in JAX.")
@@ -284,10 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
   r = sub.add_parser("report", help="full calibration report of a predictions file")
   r.add_argument(
     "predictions",
-    nargs="?",
-    default=None,
+    nargs="*",
+    default=[],
     help=".npz file, folder of .npy files, or 'scores.npy,labels.npy' "
-    "(default: the embedded CIFAR-10 ResNet-110 test logits)",
+    "(default: the embedded CIFAR-10 ResNet-110 test logits); several of them, or a folder "
+    "of model folders / .npz files, compare the models (rankings across bin counts)",
   )
   r.add_argument("--out", default="jaxcal-report", help="output folder (default: ./jaxcal-report)")
   r.add_argument("--split", default="test", help="split to read from multi-split files (test)")
@@ -298,7 +379,27 @@ def build_parser() -> argparse.ArgumentParser:
     default=1500,
     help="utilities sampled per family for the eCDFs (1500; 0 skips)",
   )
-  r.add_argument("--seed", type=int, default=0)
+  r.add_argument(
+    "--resamples",
+    type=_non_negative,
+    default=200,
+    help="bootstrap resamples of the intervals (200; 0: none)",
+  )
+  r.add_argument("--confidence", type=float, default=0.95, help="coverage of the intervals (0.95)")
+  r.add_argument(
+    "--interval",
+    choices=("percentile", "bca", "basic", "normal"),
+    default="percentile",
+    help="bootstrap interval (percentile)",
+  )
+  r.add_argument(
+    "--figures",
+    type=lambda t: tuple(x for x in t.split(",") if x),
+    default=("png", "pdf"),
+    help="figure formats, comma-separated (png,pdf; also svg)",
+  )
+  r.add_argument("--seed", type=int, default=0, help="the one seed of every random draw (0)")
+  _format_arg(r)
   r.set_defaults(func=_cmd_report)
 
   c = sub.add_parser("recalibrate", help="fit a recalibrator on one file, apply it to another")
@@ -319,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     "--save-model", default=None, help="also save the fitted recalibrator (.npz/.msgpack)"
   )
   c.add_argument("--force", action="store_true", help="overwrite existing output files")
+  _format_arg(c)
   c.set_defaults(func=_cmd_recalibrate)
 
   s = sub.add_parser("sweep", help="utility-calibration errors over sampled utilities")
@@ -330,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
   s.add_argument("--split", default="test")
   s.add_argument("--out", required=True, help="output .npz (errors, eCDF) or .json")
   s.add_argument("--force", action="store_true", help="overwrite an existing output file")
+  _format_arg(s)
   s.set_defaults(func=_cmd_sweep)
   return p
 

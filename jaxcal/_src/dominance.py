@@ -1,4 +1,4 @@
-"""Dominance between predictors, rank correlations and the bootstrap (SPEC §3).
+"""Dominance between predictors, rank correlations and the bootstrap (Lu et al. 2025).
 
 The truthful-calibration papers compare predictors by a family of proper
 losses: ``f`` *dominates* ``g`` when every loss of ``f`` is ``<=`` that of
@@ -15,16 +15,17 @@ from a bootstrap over test samples.
 * :func:`rank_correlation` -- Spearman (Pearson of average ranks) and Kendall
   tau-b, with tie handling identical to ``scipy.stats.spearmanr`` /
   ``scipy.stats.kendalltau``; jit- and vmap-able.
-* :func:`resample_indices`, :func:`bootstrap` -- a nonparametric bootstrap
-  that vmaps any statistic (a metric, a vector of metrics over stacked
-  predictors, a correlation between them) over resampled index sets.
+* :func:`bootstrap` -- deprecated, see :mod:`jaxcal.bootstrap` (percentile,
+  BCa, basic and normal intervals); ``resample_indices`` and
+  ``BootstrapResult`` are re-exported from there.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +33,8 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
+from jaxcal._src.bootstrap import BootstrapResult, _normal_confidence, resample_indices
+from jaxcal._src.bootstrap import bootstrap as _bootstrap
 
 __all__ = [
   "dominance_matrix",
@@ -85,8 +88,8 @@ def dominance_matrix(losses: ArrayLike) -> jax.Array:
     >>> dominance_matrix(jnp.array([[0.1, 0.2], [0.3, 0.2], [0.0, 0.9]])).astype(int).tolist()
     [[0, 1, 0], [0, 0, 0], [0, 0, 0]]
 
-  Reference: making_and_evaluating_calibrated_forecasts, Definition 2.9 and
-  §5.3 (footnote 5); SPEC §3.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388v1, Definition 2.9 and
+  §5.3 (footnote 5).
   """
   _check_loss_table(losses)
   x = V.check_values(losses, "losses", allow_inf=True)
@@ -135,10 +138,9 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
     >>> dominance_chain(L).tolist()
     [1, 2, 0]
 
-  Reference: making_and_evaluating_calibrated_forecasts §5.3 (footnote 5:
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388v1, §5.3 (footnote 5:
   "the longest path" of the dominance partial order);
-  truthful_multiclass_calibration_errors §5.2 ("maximum dominance set");
-  SPEC §3.
+  Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §5.2 ("maximum dominance set").
   """
   if not V.is_concrete(losses):
     raise ValueError(
@@ -254,7 +256,7 @@ def rank_correlation(a: ArrayLike, b: ArrayLike, method: str = "spearman") -> ja
     ...                              method="kendall")), 4)
     0.6667
 
-  Reference: SPEC §3; truthful_multiclass_calibration_errors §5.2 and Table 1.
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §5.2 and Table 1.
   """
   if method not in ("spearman", "kendall"):
     raise ValueError(f"method must be 'spearman' or 'kendall', got {method!r}")
@@ -283,44 +285,8 @@ def _constant(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 # --------------------------------------------------------------------------
-# Bootstrap over samples.
+# Bootstrap over samples: moved to jaxcal.bootstrap.
 # --------------------------------------------------------------------------
-
-
-class BootstrapResult(NamedTuple):
-  """Bootstrap summary; every field has the pytree structure of the statistic."""
-
-  estimate: Any  # the statistic on the full data
-  sd: Any  # standard deviation over resamples (ddof = 1)
-  lo: Any  # estimate - z * sd
-  hi: Any  # estimate + z * sd
-  samples: Any  # (num_resamples, ...) the statistic on each resample
-
-
-def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
-  """Index sets of a nonparametric bootstrap: ``n`` draws with replacement.
-
-  Args:
-    key: a ``jax.random`` key.
-    n: number of samples (static).
-    num_resamples: number of resamples ``B`` (static).
-
-  Returns:
-    ``(B, n)`` int32 indices, uniform on ``[0, n)``.
-
-  Raises:
-    ValueError: ``n < 1`` or ``num_resamples < 1``.
-
-  Example:
-    >>> import jax
-    >>> resample_indices(jax.random.PRNGKey(0), 5, 3).shape
-    (3, 5)
-
-  Reference: SPEC §3 (bootstrap over test samples).
-  """
-  n = V.check_int(n, "n")
-  num_resamples = V.check_int(num_resamples, "num_resamples")
-  return jax.random.randint(key, (num_resamples, n), 0, n, dtype=jnp.int32)
 
 
 def bootstrap(
@@ -333,104 +299,54 @@ def bootstrap(
   z: float = 1.96,
   batch_size: int | None = 8,
 ) -> BootstrapResult:
-  """Bootstrap interval ``estimate ± z·sd`` of a statistic over resampled samples.
+  """Deprecated: use :func:`jaxcal.bootstrap.bootstrap` (percentile, BCa, basic or normal).
 
-  Draws ``B = num_resamples`` index sets of size ``n`` with replacement (one
-  set shared by all ``arrays`` of a group: resampling *test samples*, so
-  stacked predictors evaluated on the same samples are resampled together;
-  arrays of different data sets go in different ``groups`` and are
-  resampled independently),
-  evaluates ``fn`` on each resampled data set with ``jax.lax.map`` (vmapped
-  in chunks of ``batch_size`` resamples, which bounds memory), and returns
-  ``sd = std(samples, ddof=1)`` and ``estimate ± z·sd`` where ``estimate`` is
-  ``fn`` on the full data (the paper's ``±1.96 sd``). The full data set is
-  evaluated by the same compiled function (as an extra, identity resample),
-  so ``fn`` is traced once; ``fn`` therefore never runs eagerly and input
-  values are not validated (check them before calling).
+  Kept for old code: the interval is ``estimate ± z·sd`` (the new function's
+  ``method="normal"`` with ``confidence = erf(z/√2)``), with the old
+  defaults (200 resamples, batches of 8). Resample ``b`` now uses the key
+  ``jax.random.split(key, num_resamples)[b]`` (see
+  :func:`jaxcal.bootstrap.resample_indices`), so the samples differ from
+  jaxcal 0.1.0's for the same key. Emits a ``DeprecationWarning``.
 
   Args:
     key: a ``jax.random`` key.
-    fn: ``fn(*arrays) -> pytree of arrays``, traceable (any jaxcal metric,
-      a ``jax.vmap`` of one over stacked predictors, a rank correlation of
-      two such vectors, ...).
+    fn: ``fn(*arrays) -> pytree of arrays``, traceable.
     *arrays: data; each is indexed along its ``sample_axis``.
-    num_resamples: ``B``.
-    sample_axis: the sample axis of every array (an int for all, or one per
-      array), e.g. ``(1, 0)`` for ``(P, n, C)`` stacked probabilities and
-      ``(n,)`` labels.
-    groups: one integer per array (default: all in one group). Arrays of a
-      group share the index sets and must have the same sample count; the
-      groups ``g = 0, 1, ...`` (in order of first appearance) use
-      ``resample_indices(k_g, n_g, B)`` with ``k_g = jax.random.split(key,
-      G)[g]``, or ``key`` itself when there is one group.
-    z: interval half-width in standard deviations (1.96 for ~95 %).
-    batch_size: resamples evaluated together (``None``: all at once).
+    num_resamples: ``B >= 2``.
+    sample_axis: the sample axis of every array (an int, or one per array).
+    groups: one integer per array; arrays of a group share the index sets.
+    z: interval half-width in standard deviations.
+    batch_size: resamples evaluated together (``None``: automatic).
 
   Returns:
-    :class:`BootstrapResult` ``(estimate, sd, lo, hi, samples)``.
-
-  Raises:
-    ValueError: no arrays, a bad ``sample_axis`` or ``groups``, arrays of one
-      group with different sample counts, or ``num_resamples < 2``.
+    :class:`jaxcal.bootstrap.BootstrapResult` ``(estimate, sd, lo, hi, samples)``.
 
   Example:
-    >>> import jax, jax.numpy as jnp
-    >>> x = jnp.arange(100.0)
-    >>> r = bootstrap(jax.random.PRNGKey(0), jnp.mean, x, num_resamples=50)
-    >>> float(r.estimate), bool(r.lo < 49.5 < r.hi), r.samples.shape
-    (49.5, True, (50,))
+    >>> import warnings, jax, jax.numpy as jnp
+    >>> with warnings.catch_warnings():
+    ...   warnings.simplefilter("ignore", DeprecationWarning)
+    ...   r = bootstrap(jax.random.key(0), jnp.mean, jnp.arange(100.0), num_resamples=50)
+    >>> bool(jnp.allclose(r.hi - r.estimate, 1.96 * r.sd))
+    True
 
-  Reference: SPEC §3; truthful_multiclass_calibration_errors Table 1
-  ("±1.96 standard deviations").
+  Reference: Lu, Wu, Hartline & Hu (2025), "Truthful Calibration Errors for
+  Multi-Class Prediction", arXiv:2510.06388, Table 1 ("±1.96 standard
+  deviations").
   """
-  if not arrays:
-    raise ValueError("bootstrap needs at least one data array")
-  num_resamples = V.check_int(num_resamples, "num_resamples", 2)  # a standard deviation needs 2
-  if batch_size is not None:
-    batch_size = V.check_int(batch_size, "batch_size")
-  arrs = [jnp.asarray(a) for a in arrays]
-  axes = [sample_axis] * len(arrs) if isinstance(sample_axis, int) else list(sample_axis)
-  if len(axes) != len(arrs):
-    raise ValueError(f"sample_axis has {len(axes)} entries for {len(arrs)} arrays")
-  grp = [0] * len(arrs) if groups is None else [int(g) for g in groups]
-  if len(grp) != len(arrs):
-    raise ValueError(f"groups has {len(grp)} entries for {len(arrs)} arrays")
-  names = list(dict.fromkeys(grp))  # groups in order of first appearance
-  ns: dict[int, int] = {}
-  for i, (a, ax, g) in enumerate(zip(arrs, axes, grp)):
-    if not -a.ndim <= ax < a.ndim:
-      raise ValueError(f"sample_axis {ax} out of range for array {i} of shape {tuple(a.shape)}")
-    if ns.setdefault(g, a.shape[ax]) != a.shape[ax]:
-      raise ValueError(
-        f"all arrays of a group must have the same number of samples, got "
-        f"{ns[g]} and {a.shape[ax]} in group {g}"
-      )
-  keys = [key] if len(names) == 1 else list(jax.random.split(key, len(names)))
-  idx = tuple(resample_indices(k, ns[g], num_resamples) for k, g in zip(keys, names))
-  slot = [names.index(g) for g in grp]
-
-  def one(ixs):
-    return fn(*[jnp.take(a, ixs[s_], axis=ax) for a, ax, s_ in zip(arrs, axes, slot)])
-
-  # The identity resample (the full data) rides along as row 0, so the
-  # estimate reuses the one compiled function.
-  # Rows are padded (with identity rows) to a multiple of batch_size, so
-  # lax.map compiles no separate remainder batch.
-  total = int(num_resamples) + 1
-  rows = total if batch_size is None else -(-total // int(batch_size)) * int(batch_size)
-  idx = tuple(
-    jnp.concatenate(
-      [jnp.broadcast_to(jnp.arange(ns[g], dtype=jnp.int32), (rows - total + 1, ns[g])), ix]
-    )
-    for ix, g in zip(idx, names)
+  warnings.warn(
+    "jaxcal.dominance.bootstrap is deprecated; use jaxcal.bootstrap.bootstrap "
+    "(method='normal' gives the same estimate ± z·sd interval, confidence=erf(z/√2))",
+    DeprecationWarning,
+    stacklevel=2,
   )
-  if batch_size is None:
-    both = jax.jit(jax.vmap(one))(idx)
-  else:
-    both = jax.jit(lambda ii: jax.lax.map(one, ii, batch_size=int(batch_size)))(idx)
-  estimate = jax.tree_util.tree_map(lambda a: a[0], both)
-  samples = jax.tree_util.tree_map(lambda a: a[rows - total + 1 :], both)
-  sd = jax.tree_util.tree_map(lambda s: jnp.std(s, axis=0, ddof=1), samples)
-  lo = jax.tree_util.tree_map(lambda e, s: e - z * s, estimate, sd)
-  hi = jax.tree_util.tree_map(lambda e, s: e + z * s, estimate, sd)
-  return BootstrapResult(estimate=estimate, sd=sd, lo=lo, hi=hi, samples=samples)
+  return _bootstrap(
+    key,
+    fn,
+    *arrays,
+    num_resamples=num_resamples,
+    method="normal",
+    confidence=_normal_confidence(z),
+    sample_axis=sample_axis,
+    groups=groups,
+    batch_size=batch_size,
+  )

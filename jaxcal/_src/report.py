@@ -1,155 +1,313 @@
-"""The full calibration report behind ``jaxcal report``.
+"""The calibration report behind ``jaxcal report``: one model, or several compared.
 
-One function, :func:`calibration_report`, computes every number (a plain
-JSON-able dict); :func:`write_report` adds the figures and the JSON file;
-:func:`format_summary` renders the short terminal summary. Everything goes
-through the public API.
+:func:`calibration_report` computes every number for one set of predictions
+(a plain dict, JSON-able): the headline metrics with bootstrap intervals,
+each error against the bin count with its bootstrap band, utility
+calibration eCDFs and the Brier decomposition. :func:`compare_report` does
+the same for several models and adds what the truthful-calibration papers
+call binning robustness: the rank correlation of the models' ordering
+between bin counts, with bootstrap intervals. :func:`write_report` writes
+``report.json`` and the figures (PNG and PDF); :func:`format_summary` and
+:func:`format_markdown` render a report for the terminal or a document.
+Metric names, labels and number formats come from one vocabulary
+(:mod:`jaxcal._src.names`).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import platform
 import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from jaxcal import metrics, scores
 from jaxcal._src import validation as V
-from jaxcal._src.data import looks_like_probs
+from jaxcal._src.bootstrap import bootstrap, consistency_bands
+from jaxcal._src.names import (
+  format_interval,
+  format_number,
+  label,
+  metric,
+  round_floats,
+)
 
-__all__ = ["calibration_report", "write_report", "format_summary", "ROBUSTNESS_BINS"]
+__all__ = [
+  "HEADLINE",
+  "ROBUSTNESS_CURVES",
+  "RANK_BINS",
+  "robustness_bins",
+  "calibration_report",
+  "compare_report",
+  "rank_stability",
+  "write_report",
+  "format_summary",
+  "format_markdown",
+  "format_comparison",
+  "find_models",
+]
 
-#: Bin counts of the robustness curve (issue 2: 2..200).
-ROBUSTNESS_BINS = np.arange(2, 201)
+#: Headline metrics of the report: (name, binning) in display order.
+HEADLINE: tuple[tuple[str, str | None], ...] = (
+  ("accuracy", None),
+  ("NLL", None),
+  ("Brier", None),
+  ("conf_loss", None),
+  ("ConfECE", "fixed"),
+  ("ConfECE", "quantile"),
+  ("CWE_bin", "fixed"),
+  ("ConfCE", "quantile"),
+  ("ConfCE_corr", "quantile"),
+  ("LinCE_cw", "quantile"),
+  ("ECCE", "fixed"),
+  ("UC_TCE", None),
+  ("UC_CWE", None),
+)
 
-# (key, label, function, binning) of the binned errors in the report.
-_ERRORS = (
-  ("conf_ece", "ConfECE", metrics.conf_ece),
-  ("conf_ce", "ConfCE", metrics.conf_ce),
-  ("conf_ce_corr", "ConfCE_corr", metrics.conf_ce_corr),
-  ("classwise_ce", "LinCE_cw", metrics.classwise_ce),
-  ("classwise_ece", "CWE_bin", metrics.classwise_ece),
+#: Metrics of ``jaxcal recalibrate``'s before/after table.
+RECALIBRATION_METRICS: tuple[tuple[str, str | None], ...] = (
+  ("accuracy", None),
+  ("NLL", None),
+  ("Brier", None),
+  ("ConfECE", "fixed"),
+  ("CWE_bin", "fixed"),
+  ("ConfCE_corr", "quantile"),
+  ("LinCE_cw", "quantile"),
+)
+
+#: The errors drawn against the bin count (each with the papers' binning).
+ROBUSTNESS_CURVES: tuple[tuple[str, str], ...] = (
+  ("ConfECE", "fixed"),
+  ("CWE_bin", "fixed"),
+  ("ConfCE", "quantile"),
+  ("ConfCE_corr", "quantile"),
+  ("LinCE_cw", "quantile"),
+)
+
+#: Bin counts between which model rankings are compared (the truthful paper's
+#: Table 1 uses 5, 20 and 2000).
+RANK_BINS: tuple[int, ...] = (5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+
+#: The errors whose model rankings are compared across bin counts.
+RANK_ERRORS: tuple[tuple[str, str], ...] = (
+  ("ConfECE", "fixed"),
+  ("ConfCE", "quantile"),
+  ("ConfCE_corr", "quantile"),
+  ("LinCE_cw", "quantile"),
 )
 
 
-def _f(x) -> float:
-  return float(np.asarray(x))
+def robustness_bins(n: int, lo: int = 2, hi: int = 2000, count: int = 20) -> np.ndarray:
+  """About ``count`` bin counts from ``lo`` to ``min(hi, n)``, evenly spaced on a log scale.
 
-
-def calibration_report(
-  scores_in: Any,
-  labels: Any,
-  *,
-  num_bins: int = 15,
-  num_utilities: int = 1500,
-  seed: int = 0,
-  source: str = "",
-) -> dict:
-  """Computes the report's numbers for one set of predictions.
-
-  Args:
-    scores_in: ``(n, C)`` logits or probabilities (rows on the simplex are
-      taken as probabilities, anything else as logits).
-    labels: ``(n,)`` integer labels.
-    num_bins: bin count of the headline errors (15).
-    num_utilities: utilities sampled per family for the eCDFs (0 skips).
-    seed: PRNG seed of the utility samples.
-    source: a description of where the predictions came from.
-
-  Returns:
-    A JSON-able dict with sections ``data``, ``scores``, ``errors``,
-    ``robustness``, ``utility``, ``decomposition`` and ``timing``.
+  Example:
+    >>> robustness_bins(10000, count=6).tolist()
+    [2, 8, 32, 126, 502, 2000]
   """
-  t0 = time.perf_counter()
+  top = max(lo, min(hi, int(n)))
+  grid = np.unique(np.geomspace(lo, top, count).round().astype(np.int64))
+  return grid
+
+
+def _uc(family: str) -> Callable:
+  def fn(p, y, m, b):
+    from jaxcal import utility
+
+    return utility.uc_class(p, y, family)
+
+  return fn
+
+
+#: name -> f(probs, labels, num_bins, binning): the public function behind each name.
+_FUNCTIONS: dict[str, Callable] = {
+  "accuracy": lambda p, y, m, b: 1.0 - scores.classification_error(p, y),
+  "error_rate": lambda p, y, m, b: scores.classification_error(p, y),
+  "NLL": lambda p, y, m, b: scores.log_loss(p, y),
+  "Brier": lambda p, y, m, b: scores.brier(p, y),
+  "spherical": lambda p, y, m, b: scores.spherical(p, y),
+  "conf_loss": lambda p, y, m, b: scores.confidence_loss(p, y),
+  "ConfECE": lambda p, y, m, b: metrics.conf_ece(p, y, m, b),
+  "CWE_bin": lambda p, y, m, b: metrics.classwise_ece(p, y, m, b),
+  "ConfCE": lambda p, y, m, b: metrics.conf_ce(p, y, m, b),
+  "ConfCE_corr": lambda p, y, m, b: metrics.conf_ce_corr(p, y, m, b),
+  "LinCE_cw": lambda p, y, m, b: metrics.classwise_ce(p, y, m, b),
+  "ECCE": lambda p, y, m, b: metrics.ecce(p, y, m),
+  "UC_TCE": _uc("tce"),
+  "UC_CWE": _uc("cwe"),
+  "UC_topK": _uc("topk"),
+  "UC_comb": _uc("comb"),
+}
+
+
+class _Headline:
+  """``f(probs, labels) -> {label: scalar}`` of the headline metrics (hashable by value)."""
+
+  def __init__(self, num_bins: int, names: tuple[tuple[str, str | None], ...] = HEADLINE):
+    self.num_bins = int(num_bins)
+    self.names = names
+
+  def labels(self) -> list[str]:
+    return [label(nm, b, self.num_bins if b else None) for nm, b in self.names]
+
+  def __call__(self, p, y):
+    return {
+      lab: _FUNCTIONS[nm](p, y, self.num_bins, b) for lab, (nm, b) in zip(self.labels(), self.names)
+    }
+
+  def __hash__(self):
+    return hash((type(self), self.num_bins, self.names))
+
+  def __eq__(self, other):
+    return type(other) is type(self) and (other.num_bins, other.names) == (
+      self.num_bins,
+      self.names,
+    )
+
+
+class _Curves:
+  """``f(probs, labels) -> {label: (k,)}``: each error at every bin count of a grid."""
+
+  def __init__(self, bins: Sequence[int], names=ROBUSTNESS_CURVES):
+    self.bins = tuple(int(m) for m in bins)
+    self.names = tuple(names)
+
+  def __call__(self, p, y):
+    m = np.asarray(self.bins)
+    return {label(nm, b): _FUNCTIONS[nm](p, y, m, b) for nm, b in self.names}
+
+  def __hash__(self):
+    return hash((type(self), self.bins, self.names))
+
+  def __eq__(self, other):
+    return type(other) is type(self) and (other.bins, other.names) == (self.bins, self.names)
+
+
+def _plain(tree: Any) -> Any:
+  return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64).tolist(), tree)
+
+
+def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool]:
+  from jaxcal.data import looks_like_probs
+
   x = np.asarray(scores_in)
   is_probs = looks_like_probs(x)
   if is_probs:
-    probs = V.check_probs(x)
+    probs = V.check_probs(x, name="predictions")
   else:
-    probs = jax.nn.softmax(V.check_logits(x), axis=-1)
+    probs = jax.nn.softmax(V.check_logits(x, name="predictions"), axis=-1)
   y = V.check_labels(labels, probs.shape[0], probs.shape[1])
+  return probs, y, is_probs
+
+
+def _check_settings(num_bins, resamples, confidence, interval, n):
+  from jaxcal._src.bootstrap import METHODS, _check_confidence, _check_int
+
+  num_bins = _check_int(num_bins, "num_bins")
+  resamples = _check_int(resamples, "resamples", 0)
+  if resamples == 1:
+    raise ValueError("resamples must be 0 (no intervals) or at least 2, got 1")
+  confidence = _check_confidence(confidence)
+  if interval not in METHODS:
+    raise ValueError(f"interval must be one of {METHODS}, got {interval!r}")
+  if num_bins > n:
+    raise ValueError(
+      f"num_bins = {num_bins} quantile bins need at least that many samples, got n = {n}"
+    )
+  return num_bins, resamples, confidence
+
+
+def _with_interval(est, res=None) -> dict:
+  if res is None:
+    return {"estimate": est}
+  return {"estimate": est, "lo": res[0], "hi": res[1]}
+
+
+def _metric_entry(lab: str, nm: str, binning: str | None, m: int | None) -> dict:
+  meta = metric(nm)
+  return {
+    "name": meta.name,
+    "function": meta.function,
+    "kind": meta.kind,
+    "truthful": meta.truthful,
+    "binning": binning,
+    "num_bins": m if binning else None,
+  }
+
+
+def _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval):
+  """``(estimate, lo, hi)`` of ``stat`` as plain numbers; no interval (``None``) without resamples."""
+  if not resamples:
+    return _plain(jax.jit(stat)(probs, y)), None, None
+  r = bootstrap(
+    key, stat, probs, y, num_resamples=resamples, method=interval, confidence=confidence
+  )
+  return _plain(r.estimate), _plain(r.lo), _plain(r.hi)
+
+
+def _headline_section(key, probs, y, num_bins, resamples, confidence, interval) -> dict:
+  stat = _Headline(num_bins)
+  est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval)
+  out = {}
+  for lab, (nm, b) in zip(stat.labels(), stat.names):
+    entry = _with_interval(est[lab], None if lo is None else (lo[lab], hi[lab]))
+    entry.update(_metric_entry(lab, nm, b, num_bins))
+    out[lab] = entry
+  return out
+
+
+def _calibrated_values(probs: jax.Array) -> dict:
+  """Expected truthful errors of a calibrated predictor with these probabilities (Lemma D.1).
+
+  With ``y ~ p_i``: ``E[ℓ_conf] = 1 − c_i²`` (``c_i`` the top probability)
+  and ``E[Brier] = 1 − ‖p_i‖²``, so ``E[ConfCE_corr] = mean(1 − c²)/n`` and
+  ``E[LinCE_cw] = mean(1 − ‖p‖²)/(C·n)`` at every bin count.
+  """
   n, c = probs.shape
-  rep: dict[str, Any] = {
-    "data": {
-      "source": source,
-      "n": int(n),
-      "num_classes": int(c),
-      "input": "probabilities" if is_probs else "logits",
-    },
-  }
-  rep["scores"] = {
-    "accuracy": 1.0 - _f(scores.classification_error(probs, y)),
-    "brier": _f(scores.brier(probs, y)),
-    "log_loss": _f(scores.log_loss(probs, y)),
-    "spherical": _f(scores.spherical(probs, y)),
-    "classification_error": _f(scores.classification_error(probs, y)),
-    "confidence_loss": _f(scores.confidence_loss(probs, y)),
-  }
-  errors: dict[str, Any] = {"num_bins": num_bins}
-  for key, _, fn in _ERRORS:
-    for binning in ("fixed", "quantile"):
-      errors[f"{key}_{binning}"] = _f(fn(probs, y, num_bins, binning))
-  errors["ecce"] = _f(metrics.ecce(probs, y, num_bins))
-  errors["smooth_ece"] = _f(metrics.smooth_ece(probs, y))
-  errors["smooth_ece_bandwidth"] = _f(metrics.smooth_ece_bandwidth(probs, y))
-  rep["errors"] = errors
-  t1 = time.perf_counter()
+  top = jnp.max(probs, axis=1)
+  conf = float(jnp.mean(1.0 - top**2)) / n
+  brier = float(jnp.mean(1.0 - jnp.sum(probs**2, axis=1))) / (c * n)
+  return {label("ConfCE_corr", "quantile"): conf, label("LinCE_cw", "quantile"): brier}
 
-  # Bin-count robustness: one compiled call per error and binning rule.
-  bins = ROBUSTNESS_BINS[ROBUSTNESS_BINS <= n]
-  rob: dict[str, Any] = {"num_bins": bins.tolist()}
-  for key, _, fn in _ERRORS:
-    for binning in ("fixed", "quantile"):
-      vals = np.asarray(fn(probs, y, jnp.asarray(bins), binning))
-      rob[f"{key}_{binning}"] = vals.tolist()
-  rob["spread"] = {
-    k: float(np.max(v) / max(np.min(v), 1e-300))
-    for k, v in rob.items()
-    if k not in ("num_bins", "spread")
-  }
-  rep["robustness"] = rob
-  t2 = time.perf_counter()
 
-  rep["utility"] = _utility_section(probs, y, num_utilities, seed)
-  t3 = time.perf_counter()
-  rep["decomposition"] = _decomposition_section(probs, y)
-  t4 = time.perf_counter()
-  rep["timing"] = {
-    "errors_s": t1 - t0,
-    "robustness_s": t2 - t1,
-    "utility_s": t3 - t2,
-    "decomposition_s": t4 - t3,
-    "total_s": t4 - t0,
-    "device": str(jax.devices()[0].device_kind),
+def _robustness_section(key, probs, y, resamples, confidence, interval) -> dict:
+  bins = robustness_bins(probs.shape[0])
+  stat = _Curves(bins)
+  est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval)
+  order = [label(nm, b) for nm, b in stat.names]  # tree_map sorts dict keys: restore the order
+  curves = {k: _with_interval(est[k], None if lo is None else (lo[k], hi[k])) for k in order}
+  return {
+    "num_bins": bins.tolist(),
+    "resamples": resamples,
+    "curves": curves,
+    "calibrated_value": _calibrated_values(probs),
   }
-  return rep
 
 
 def _utility_section(probs, y, num_utilities: int, seed: int) -> dict:
   from jaxcal import utility
 
   out: dict[str, Any] = {}
-  for fam in ("tce", "cwe", "topk", "comb"):
-    out[f"uc_{fam}"] = _f(utility.uc_class(probs, y, fam))
-  if num_utilities > 0:
-    key_lin, key_rank = jax.random.split(jax.random.key(seed))
-    c = probs.shape[1]
-    for name, us in (
-      ("linear", utility.sample_linear(key_lin, num_utilities, c)),
-      ("rank", utility.sample_rank(key_rank, num_utilities, c)),
-    ):
-      errs = np.asarray(utility.uc_sweep(probs, y, us))
-      out[f"ecdf_{name}"] = {
-        "m": int(num_utilities),
-        "quantiles": {
-          str(q): float(np.quantile(errs, q)) for q in (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
-        },
-        "errors": np.sort(errs).tolist(),
-      }
+  if num_utilities <= 0:
+    return out
+  key_lin, key_rank = jax.random.split(jax.random.key(seed))
+  c = probs.shape[1]
+  for name, us in (
+    ("linear", utility.sample_linear(key_lin, num_utilities, c)),
+    ("rank", utility.sample_rank(key_rank, num_utilities, c)),
+  ):
+    errs = np.sort(np.asarray(utility.uc_sweep(probs, y, us), np.float64))
+    out[name] = {
+      "num_utilities": int(num_utilities),
+      "quantiles": {str(q): float(np.quantile(errs, q)) for q in (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)},
+      "errors": errs.tolist(),
+    }
   return out
 
 
@@ -157,106 +315,775 @@ def _decomposition_section(probs, y) -> dict:
   out = {}
   for mode in ("classwise", "normalized"):
     d = scores.decompose(probs, y, score="brier", mode=mode)
-    out[mode] = {k: _f(getattr(d, k)) for k in ("score", "mcb", "dsc", "unc")}
+    out[mode] = {k.upper() if k != "score" else "S": float(getattr(d, k)) for k in d._fields}
   return out
 
 
-def write_report(rep: dict, probs_or_logits: Any, labels: Any, out_dir: str) -> dict[str, str]:
-  """Writes ``report.json`` and the figures to ``out_dir``; returns their paths."""
+def _keys(seed: int) -> jax.Array:
+  """The report's keys: bootstrap, bin-count bands, consistency bands."""
+  return jax.random.split(jax.random.key(int(seed)), 3)
+
+
+def _environment() -> dict:
+  import jaxcal
+
+  devices = jax.devices()
+  return {
+    "jaxcal": jaxcal.__version__,
+    "jax": jax.__version__,
+    "python": platform.python_version(),
+    "platform": devices[0].platform,
+    "device": str(devices[0].device_kind),
+    "device_count": len(devices),
+    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+  }
+
+
+def calibration_report(
+  scores_in: ArrayLike,
+  labels: ArrayLike,
+  *,
+  num_bins: int = 15,
+  num_utilities: int = 1500,
+  resamples: int = 200,
+  robustness_resamples: int = 50,
+  confidence: float = 0.95,
+  interval: str = "percentile",
+  seed: int = 0,
+  source: str = "",
+  path: str | None = None,
+) -> dict:
+  """Every number of the calibration report of one set of predictions.
+
+  Headline metrics (``HEADLINE``: accuracy, NLL, Brier, confidence loss,
+  ConfECE, CWE_bin, ConfCE, ConfCE_corr, LinCE_cw, ECCE at ``num_bins``
+  bins, UC over U_TCE and U_CWE) with bootstrap intervals over the test
+  samples, all in one compiled call; each error of ``ROBUSTNESS_CURVES``
+  at about 20 bin counts from 2 to ``min(2000, n)`` with its bootstrap band,
+  and the value a calibrated predictor with these probabilities would have
+  for the truthful errors (Lemma D.1 of the truthful paper); the eCDF of
+  utility calibration over sampled linear and rank utilities; the class-wise
+  and normalised Brier decompositions.
+
+  Args:
+    scores_in: ``(n, C)`` logits or probabilities (rows on the simplex are
+      taken as probabilities, anything else as logits).
+    labels: ``(n,)`` integer labels.
+    num_bins: bin count of the headline errors.
+    num_utilities: utilities sampled per family for the eCDFs (0 skips them).
+    resamples: bootstrap resamples of the headline intervals (0: no intervals).
+    robustness_resamples: bootstrap resamples of the bin-count bands (0: none).
+    confidence: nominal coverage of the intervals.
+    interval: ``"percentile"``, ``"bca"``, ``"basic"`` or ``"normal"``
+      (see :func:`jaxcal.bootstrap.bootstrap`).
+    seed: the one seed; the bootstrap, the bands and the utility samples use
+      keys split from it (recorded in ``seeds``).
+    source: a description of the predictions (for titles and the summary).
+    path: the input file or folder (recorded in ``input``).
+
+  Returns:
+    A JSON-able dict with sections ``jaxcal`` (versions, device, date),
+    ``input``, ``settings``, ``seeds``, ``metrics`` (label -> estimate, lo,
+    hi and what the metric is), ``robustness``, ``utility``,
+    ``decomposition`` and ``timing`` (seconds).
+
+  Raises:
+    ValueError: invalid predictions or labels, a bin count above ``n``, or a
+      bad setting.
+
+  Example:
+    >>> import jax
+    >>> from jaxcal import data
+    >>> x, y = data.default_predictions()
+    >>> rep = calibration_report(x[:500], y[:500], num_utilities=0, resamples=0,
+    ...                          robustness_resamples=0)
+    >>> rep["metrics"]["ConfECE(fix;15)"]["estimate"] > 0
+    True
+
+  Reference: Lu, Wu, Hartline & Hu (2025), "Truthful Calibration Errors for
+  Multi-Class Prediction", arXiv:2510.06388 (ConfCE_corr, LinCE_cw; §5
+  binning robustness; Lemma D.1); Hegazy, Jordan & Dieuleveut (2025),
+  "Scalable Utility-Aware Multiclass Calibration", arXiv:2510.25458 (UC);
+  Resin (2025), "Calibration in Context: A Case Study with Score
+  Decompositions" (MCB, DSC, UNC).
+  """
+  t0 = time.perf_counter()
+  probs, y, is_probs = _prepare(scores_in, labels)
+  n, c = probs.shape
+  num_bins, resamples, confidence = _check_settings(num_bins, resamples, confidence, interval, n)
+  rob_resamples = _check_settings(num_bins, robustness_resamples, confidence, interval, n)[1]
+  k_head, k_rob, _ = _keys(seed)
+  rep: dict[str, Any] = {
+    "jaxcal": _environment(),
+    "input": {
+      "source": source,
+      "path": None if path is None else os.path.abspath(path),
+      "n": int(n),
+      "num_classes": int(c),
+      "kind": "probabilities" if is_probs else "logits",
+    },
+    "settings": {
+      "num_bins": num_bins,
+      "num_utilities": int(num_utilities),
+      "resamples": resamples,
+      "robustness_resamples": rob_resamples,
+      "confidence": confidence,
+      "interval": interval,
+      "consistency_resamples": 1000,
+    },
+    "seeds": {
+      "seed": int(seed),
+      "keys": "jax.random.split(jax.random.key(seed), 3) -> bootstrap, bin-count bands, "
+      "consistency bands; utilities: jax.random.split(jax.random.key(seed)) -> linear, rank",
+    },
+  }
+  rep["metrics"] = _headline_section(k_head, probs, y, num_bins, resamples, confidence, interval)
+  t1 = time.perf_counter()
+  rep["robustness"] = _robustness_section(k_rob, probs, y, rob_resamples, confidence, interval)
+  t2 = time.perf_counter()
+  rep["utility"] = _utility_section(probs, y, int(num_utilities), int(seed))
+  t3 = time.perf_counter()
+  rep["decomposition"] = _decomposition_section(probs, y)
+  t4 = time.perf_counter()
+  rep["timing"] = {
+    "metrics_s": t1 - t0,
+    "robustness_s": t2 - t1,
+    "utility_s": t3 - t2,
+    "decomposition_s": t4 - t3,
+    "total_s": t4 - t0,
+  }
+  return rep
+
+
+# --------------------------------------------------------------------------
+# Several models: rankings across bin counts.
+# --------------------------------------------------------------------------
+
+
+def rank_stability(errors: ArrayLike, method: str = "spearman") -> jax.Array:
+  """Rank correlation of the models' ordering between every pair of bin counts.
+
+  ``R[i, j] = rank_correlation(errors[:, i], errors[:, j])`` over the ``P``
+  models: 1 when an error orders the models the same way at bin counts
+  ``i`` and ``j``. The truthful-calibration papers' binning-robustness claim
+  is about this quantity, not about one model's error being constant in the
+  bin count.
+
+  Args:
+    errors: ``(P, k)`` one error of ``P >= 3`` models at ``k`` bin counts
+      (e.g. ``jax.vmap(lambda p, y: metrics.conf_ece(p, y, bins))(probs, labels)``,
+      or a :class:`jaxcal.study.StudyResult` entry).
+    method: ``"spearman"`` or ``"kendall"``.
+
+  Returns:
+    ``(k, k)`` symmetric matrix with ones on the diagonal; jit- and vmap-able.
+
+  Raises:
+    ValueError: ``errors`` not 2-D or fewer than 3 models.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> e = jnp.array([[1.0, 1.0], [2.0, 3.0], [3.0, 2.0]])
+    >>> rank_stability(e).round(2).tolist()
+    [[1.0, 0.5], [0.5, 1.0]]
+
+  Reference: Lu, Wu, Hartline & Hu (2025), "Truthful Calibration Errors for
+  Multi-Class Prediction", arXiv:2510.06388, §5 and Table 1.
+  """
+  e = V.as_float(errors, "errors")
+  if e.ndim != 2:
+    raise ValueError(f"errors must be (num_models, num_bin_counts), got shape {tuple(e.shape)}")
+  if e.shape[0] < 3:
+    raise ValueError(f"ranking needs at least 3 models, got {e.shape[0]}")
+  if method not in ("spearman", "kendall"):
+    raise ValueError(f"method must be 'spearman' or 'kendall', got {method!r}")
+  return _rank_matrix(e, method)
+
+
+def _rank_matrix(e: jax.Array, method: str = "spearman") -> jax.Array:
+  from jaxcal._src.dominance import _kendall, _spearman
+
+  corr = _spearman if method == "spearman" else _kendall
+  cols = e.T
+  return jax.vmap(lambda a: jax.vmap(lambda b: corr(a, b))(cols))(cols)
+
+
+class _Compare:
+  """Statistic of one group of models: headline metrics and ranking correlations."""
+
+  def __init__(self, num_bins: int, rank_bins: Sequence[int], paired: bool):
+    self.head = _Headline(num_bins)
+    self.rank_bins = tuple(int(m) for m in rank_bins)
+    self.paired = paired
+
+  def _one(self, p, y):
+    m = np.asarray(self.rank_bins)
+    errs = jnp.stack([_FUNCTIONS[nm](p, y, m, b) for nm, b in RANK_ERRORS])
+    return self.head(p, y), errs, scores.classification_error(p, y)
+
+  def __call__(self, *arrays):
+    if self.paired:
+      probs, y = arrays
+      head, errs, cls = jax.vmap(self._one, in_axes=(0, None))(probs, y)
+    else:
+      outs = [self._one(p, yy) for p, yy in zip(arrays[0::2], arrays[1::2])]
+      head = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *[o[0] for o in outs])
+      errs = jnp.stack([o[1] for o in outs])
+      cls = jnp.stack([o[2] for o in outs])
+    ranks = {}
+    for f, (nm, b) in enumerate(RANK_ERRORS):
+      e = errs[:, f, :]
+      ranks[label(nm, b)] = {
+        "between_bins": _rank_matrix(e),
+        "with_error_rate": jax.vmap(lambda col: _rank_matrix(jnp.stack([cls, col], 1))[0, 1])(e.T),
+      }
+    return {"metrics": head, "rank": ranks}
+
+  def __hash__(self):
+    return hash((type(self), self.head, self.rank_bins, self.paired))
+
+  def __eq__(self, other):
+    return type(other) is type(self) and (other.head, other.rank_bins, other.paired) == (
+      self.head,
+      self.rank_bins,
+      self.paired,
+    )
+
+
+def compare_report(
+  models: Mapping[str, tuple[ArrayLike, ArrayLike]],
+  *,
+  num_bins: int = 15,
+  rank_bins: Sequence[int] = RANK_BINS,
+  resamples: int = 200,
+  confidence: float = 0.95,
+  interval: str = "percentile",
+  seed: int = 0,
+  paths: Mapping[str, str] | None = None,
+) -> dict:
+  """The report of several models: headline metrics and binning robustness of rankings.
+
+  Models are grouped by their test set size and class count ``(n, C)``; in a
+  group of at least three models, each error of ``RANK_ERRORS`` (ConfECE,
+  ConfCE, ConfCE_corr, LinCE_cw) is computed for every model at every bin
+  count of ``rank_bins`` (those ``<= n``), and the report gives, with
+  bootstrap intervals, the Spearman correlation of the models' ordering
+  between every two bin counts and between each bin count and the error
+  rate: the truthful paper's Table 1 for these models. Models with
+  identical labels are resampled together (a paired bootstrap: the
+  intervals reflect the sampling of one shared test set); otherwise each
+  model's test samples are resampled independently. Everything of one
+  group is one compiled call.
+
+  Args:
+    models: name -> ``(scores, labels)``, scores ``(n, C)`` logits or
+      probabilities as in :func:`calibration_report`.
+    num_bins: bin count of the headline errors.
+    rank_bins: bin counts compared.
+    resamples: bootstrap resamples (0: estimates only).
+    confidence: nominal coverage of the intervals.
+    interval: the bootstrap interval method.
+    seed: the one seed (group ``g`` uses ``jax.random.fold_in(key(seed), g)``).
+    paths: name -> input path, recorded in ``models``.
+
+  Returns:
+    A JSON-able dict with ``jaxcal``, ``settings``, ``seeds``, ``models``
+    (name, n, C, kind, group), ``metrics`` (model -> label -> estimate, lo,
+    hi) and ``rank_stability`` (one entry per group of >= 3 models).
+
+  Raises:
+    ValueError: fewer than two models, or invalid predictions of a model
+      (its name is in the message).
+
+  Example:
+    >>> from jaxcal import data
+    >>> x, y = data.default_predictions()
+    >>> ms = {f"T={t}": (x[:600] / t, y[:600]) for t in (0.5, 1.0, 2.0)}
+    >>> rep = compare_report(ms, rank_bins=(5, 20), resamples=0)
+    >>> sorted(rep["rank_stability"][0]["errors"])[0]
+    'ConfCE(qua)'
+
+  Reference: Lu, Wu, Hartline & Hu (2025), "Truthful Calibration Errors for
+  Multi-Class Prediction", arXiv:2510.06388, §5 and Table 1 (Spearman
+  correlations between bin counts with bootstrap intervals over test samples).
+  """
+  if len(models) < 2:
+    raise ValueError(f"compare_report needs at least two models, got {len(models)}")
+  prepared = {}
+  for name, (x, y) in models.items():
+    try:
+      prepared[name] = _prepare(x, y)
+    except ValueError as e:
+      raise ValueError(f"model {name!r}: {e}") from None
+  min_n = min(p.shape[0] for p, _, _ in prepared.values())
+  num_bins, resamples, confidence = _check_settings(
+    num_bins, resamples, confidence, interval, min_n
+  )
+  groups: dict[tuple[int, int], list[str]] = {}
+  for name, (p, _, _) in prepared.items():
+    groups.setdefault(tuple(p.shape), []).append(name)
+  rep: dict[str, Any] = {
+    "jaxcal": _environment(),
+    "settings": {
+      "num_bins": num_bins,
+      "rank_bins": [int(m) for m in rank_bins],
+      "resamples": resamples,
+      "confidence": confidence,
+      "interval": interval,
+    },
+    "seeds": {"seed": int(seed), "group_g": "jax.random.fold_in(key(seed), g)"},
+    "models": [],
+    "metrics": {},
+    "rank_stability": [],
+  }
+  t0 = time.perf_counter()
+  for g, (shape, names) in enumerate(groups.items()):
+    n = shape[0]
+    bins = tuple(int(m) for m in rank_bins if int(m) <= n)
+    probs = [prepared[k][0] for k in names]
+    labs = [prepared[k][1] for k in names]
+    paired = all(bool(jnp.array_equal(labs[0], lb)) for lb in labs[1:])
+    stat = _Compare(num_bins, bins, paired)
+    if paired:
+      arrays: list[Any] = [jnp.stack(probs), labs[0]]
+      axes: list[int] = [1, 0]
+      grp = [0, 0]
+    else:
+      arrays = [a for pair in zip(probs, labs) for a in pair]
+      axes = [0] * len(arrays)
+      grp = [i // 2 for i in range(len(arrays))]
+    key = jax.random.fold_in(jax.random.key(seed), g)
+    if len(names) < 3:
+      stat_fn = _HeadOnly(stat)
+    else:
+      stat_fn = stat
+    if resamples:
+      r = bootstrap(
+        key,
+        stat_fn,
+        *arrays,
+        num_resamples=resamples,
+        method=interval,
+        confidence=confidence,
+        sample_axis=axes,
+        groups=grp,
+      )
+      est, lo, hi = _plain(r.estimate), _plain(r.lo), _plain(r.hi)
+    else:
+      est, lo, hi = _plain(jax.jit(stat_fn)(*arrays)), None, None
+    for i, name in enumerate(names):
+      p_, _, is_probs = prepared[name]
+      rep["models"].append(
+        {
+          "name": name,
+          "path": None if not paths or name not in paths else os.path.abspath(paths[name]),
+          "n": int(p_.shape[0]),
+          "num_classes": int(p_.shape[1]),
+          "kind": "probabilities" if is_probs else "logits",
+          "group": g,
+        }
+      )
+      entries = {}
+      for lab, (nm, b) in zip(stat.head.labels(), stat.head.names):
+        e = est["metrics"][lab][i]
+        entry = _with_interval(
+          e, None if lo is None else (lo["metrics"][lab][i], hi["metrics"][lab][i])
+        )
+        entry.update(_metric_entry(lab, nm, b, num_bins))
+        entries[lab] = entry
+      rep["metrics"][name] = entries
+    if len(names) >= 3:
+      errors = {}
+      for lab in est["rank"]:
+        errors[lab] = {
+          part: _with_interval(
+            est["rank"][lab][part],
+            None if lo is None else (lo["rank"][lab][part], hi["rank"][lab][part]),
+          )
+          for part in ("between_bins", "with_error_rate")
+        }
+      rep["rank_stability"].append(
+        {
+          "group": g,
+          "n": int(n),
+          "num_classes": int(shape[1]),
+          "models": names,
+          "paired": paired,
+          "num_bins": list(bins),
+          "method": "spearman",
+          "errors": errors,
+        }
+      )
+  rep["timing"] = {"total_s": time.perf_counter() - t0}
+  return rep
+
+
+class _HeadOnly:
+  """The headline part of a :class:`_Compare` (groups too small to rank)."""
+
+  def __init__(self, stat: _Compare):
+    self.stat = stat
+
+  def __call__(self, *arrays):
+    if self.stat.paired:
+      probs, y = arrays
+      head = jax.vmap(self.stat.head, in_axes=(0, None))(probs, y)
+    else:
+      outs = [self.stat.head(p, yy) for p, yy in zip(arrays[0::2], arrays[1::2])]
+      head = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *outs)
+    return {"metrics": head}
+
+  def __hash__(self):
+    return hash((type(self), self.stat))
+
+  def __eq__(self, other):
+    return type(other) is type(self) and other.stat == self.stat
+
+
+def find_models(path: str) -> dict[str, str] | None:
+  """The prediction sets in a folder of models, or ``None`` for a single set.
+
+  A folder is a folder of models when it holds no ``.npy`` files itself and
+  either sub-folders or at least two ``.npz`` files; each sub-folder and
+  ``.npz`` file is one model, named after it.
+
+  Example:
+    >>> from jaxcal.data import DEFAULT_PREDICTIONS
+    >>> find_models(str(DEFAULT_PREDICTIONS)) is None
+    True
+  """
+  if not os.path.isdir(path):
+    return None
+  entries = sorted(os.listdir(path))
+  if any(e.endswith(".npy") for e in entries):
+    return None
+  subdirs = [e for e in entries if os.path.isdir(os.path.join(path, e)) and not e.startswith(".")]
+  npz = [e for e in entries if e.endswith(".npz")]
+  if not subdirs and len(npz) < 2:
+    return None
+  out = {e: os.path.join(path, e) for e in subdirs}
+  out.update({e[: -len(".npz")]: os.path.join(path, e) for e in npz})
+  return out
+
+
+# --------------------------------------------------------------------------
+# Output: JSON, figures, terminal and markdown.
+# --------------------------------------------------------------------------
+
+
+def _json_ready(rep: dict) -> dict:
+  rep = dict(rep)
+  rep["timing"] = {k: float(f"{v:.3g}") for k, v in rep.get("timing", {}).items()}
+  return round_floats(rep)
+
+
+def write_report(
+  rep: dict,
+  scores_in: ArrayLike | None = None,
+  labels: ArrayLike | None = None,
+  out_dir: str = "jaxcal-report",
+  *,
+  formats: Sequence[str] = ("png", "pdf"),
+) -> dict[str, str]:
+  """Writes ``report.json`` and the report's figures to ``out_dir``.
+
+  One model (from :func:`calibration_report`, with its ``scores_in`` and
+  ``labels``): ``reliability`` (with consistency bands),
+  ``bin_robustness`` (each error against the bin count, ℓ1 and squared
+  panels, bootstrap bands, calibrated-predictor values) and
+  ``utility_ecdf``. Several models (from :func:`compare_report`):
+  ``rank_stability_<g>`` per group and ``intervals`` (the headline
+  errors of every model with their intervals). Each figure is written once
+  per format.
+
+  Args:
+    rep: a report dict.
+    scores_in: ``(n, C)`` predictions of a one-model report (for the
+      reliability diagram).
+    labels: ``(n,)`` labels of a one-model report.
+    out_dir: output folder (created).
+    formats: figure formats (``"png"``, ``"pdf"``, ``"svg"``).
+
+  Returns:
+    name -> path of every file written (figures by their first format).
+  """
   from jaxcal import plots
 
   os.makedirs(out_dir, exist_ok=True)
-  x = np.asarray(probs_or_logits)
-  from_logits = rep["data"]["input"] == "logits"
-  paths = {}
-  title = rep["data"].get("source") or None
-  fig = plots.reliability_diagram(
-    x, labels, rep["errors"]["num_bins"], "fixed", from_logits=from_logits, title=title
-  )
-  paths["reliability"] = os.path.join(out_dir, "reliability.png")
-  fig.savefig(paths["reliability"], dpi=130)
-  rob = rep["robustness"]
-  curves = {
-    f"{label} ({b[:3]})": rob[f"{key}_{b}"]
-    for key, label, _ in _ERRORS
-    for b in ("fixed", "quantile")
-    if (key, b)
-    in {
-      ("conf_ece", "fixed"),
-      ("conf_ce", "quantile"),
-      ("conf_ce_corr", "quantile"),
-      ("classwise_ce", "quantile"),
-      ("classwise_ece", "fixed"),
-    }
-  }
-  fig = plots.bin_robustness_plot(rob["num_bins"], curves, title="bin-count robustness")
-  paths["bin_robustness"] = os.path.join(out_dir, "bin_robustness.png")
-  fig.savefig(paths["bin_robustness"], dpi=130)
-  ecdfs = {
-    k[len("ecdf_") :]: v["errors"]
-    for k, v in rep.get("utility", {}).items()
-    if k.startswith("ecdf_")
-  }
-  if ecdfs:
-    fig = plots.ecdf_plot(ecdfs, log_x=True)
-    paths["utility_ecdf"] = os.path.join(out_dir, "utility_ecdf.png")
-    fig.savefig(paths["utility_ecdf"], dpi=130)
-  try:
-    import matplotlib.pyplot as plt
+  plt = None
+  paths: dict[str, str] = {}
 
-    plt.close("all")
-  except Exception:  # pragma: no cover
-    pass
+  def save(name, fig):
+    nonlocal plt
+    written = plots.savefig(fig, os.path.join(out_dir, name), formats)
+    paths[name] = written[0]
+    from jaxcal._src.plots._mpl import pyplot
+
+    plt = pyplot()
+    plt.close(fig)
+
+  if "rank_stability" in rep:
+    _write_compare_figures(rep, save)
+  else:
+    _write_single_figures(rep, scores_in, labels, save)
   paths["json"] = os.path.join(out_dir, "report.json")
   with open(paths["json"], "w") as f:
-    json.dump(rep, f, indent=1)
+    json.dump(_json_ready(rep), f, indent=1)
+    f.write("\n")
   return paths
 
 
-def format_summary(rep: dict) -> str:
-  """A short human-readable summary of a report dict."""
-  d, s, e = rep["data"], rep["scores"], rep["errors"]
-  m = e["num_bins"]
-  lines = [
-    f"jaxcal report — {d.get('source') or 'predictions'}",
-    f"  n = {d['n']:,} samples, C = {d['num_classes']} classes ({d['input']})",
-    f"  accuracy {100 * s['accuracy']:.2f}%   Brier {s['brier']:.4f}   "
-    f"NLL {s['log_loss']:.4f}   spherical {s['spherical']:.4f}",
-    f"  binned errors at {m} bins (×100; truthful ones marked *):",
-    f"    ConfECE  fixed {100 * e['conf_ece_fixed']:.3f}   quantile {100 * e['conf_ece_quantile']:.3f}"
-    f"   smooth ECE {100 * e['smooth_ece']:.3f} (σ = {e['smooth_ece_bandwidth']:.3f})",
-    f"    ConfCE   quantile {100 * e['conf_ce_quantile']:.4f}   "
-    f"ConfCE_corr* quantile {100 * e['conf_ce_corr_quantile']:.4f}",
-    f"    LinCE_cw* quantile {100 * e['classwise_ce_quantile']:.5f}   "
-    f"CWE_bin fixed {100 * e['classwise_ece_fixed']:.3f}   ECCE {100 * e['ecce']:.3f}",
-  ]
+def _write_single_figures(rep, scores_in, labels, save):
+  from jaxcal import plots
+
+  inp = rep["input"]
+  model, n = inp.get("source") or None, inp["n"]
+  if scores_in is not None and labels is not None:
+    probs, y, _ = _prepare(scores_in, labels)
+    m = rep["settings"]["num_bins"]
+    key = _keys(rep["seeds"]["seed"])[2]
+    bands = consistency_bands(key, probs, m, "fixed")
+    save("reliability", plots.reliability_diagram(probs, y, m, bands=bands, model=model))
   rob = rep["robustness"]
-  sp = rob["spread"]
-  lines.append(
-    f"  bin-count robustness over {rob['num_bins'][0]}..{rob['num_bins'][-1]} bins (max/min): "
-    f"ConfECE(fix) {sp['conf_ece_fixed']:.1f}x, ConfCE(qua) {sp['conf_ce_quantile']:.1f}x, "
-    f"ConfCE_corr(qua) {sp['conf_ce_corr_quantile']:.2f}x, LinCE_cw(qua) {sp['classwise_ce_quantile']:.2f}x"
+  curves = {k: v["estimate"] for k, v in rob["curves"].items()}
+  bands = {k: (v["lo"], v["hi"]) for k, v in rob["curves"].items() if "lo" in v}
+  save(
+    "bin_robustness",
+    plots.bin_robustness_plot(
+      rob["num_bins"],
+      curves,
+      bands=bands or None,
+      reference=rob["calibrated_value"],
+      model=model,
+      n=n,
+    ),
   )
-  u = rep.get("utility") or {}
-  if u:
-    lines.append(
-      f"  utility calibration: U_TCE {u['uc_tce']:.4f}  U_CWE {u['uc_cwe']:.4f}  "
-      f"U_topK {u['uc_topk']:.4f}  U_comb {u['uc_comb']:.4f}"
+  ecdfs = {fam: v["errors"] for fam, v in rep.get("utility", {}).items()}
+  if ecdfs:
+    fig = plots.ecdf_plot(
+      {f"{fam} utilities": e for fam, e in ecdfs.items()},
+      log_x=True,
+      title=None,
+      model=model,
+      n=n,
     )
-    for fam in ("linear", "rank"):
-      if f"ecdf_{fam}" in u:
-        q = u[f"ecdf_{fam}"]["quantiles"]
-        lines.append(
-          f"    {fam:6s} utilities (M={u[f'ecdf_{fam}']['m']}): median UC {q['0.5']:.4f}, "
-          f"90% {q['0.9']:.4f}, worst {q['1.0']:.4f}"
-        )
-  dec = rep.get("decomposition") or {}
-  for mode, v in dec.items():
+    save("utility_ecdf", fig)
+
+
+def _write_compare_figures(rep, save):
+  from jaxcal import plots
+
+  for block in rep["rank_stability"]:
+    corr = {k: v["between_bins"]["estimate"] for k, v in block["errors"].items()}
+    save(
+      f"rank_stability_{block['group']}",
+      plots.rank_stability_plot(
+        block["num_bins"], corr, num_models=len(block["models"]), n=block["n"]
+      ),
+    )
+  m = rep["settings"]["num_bins"]
+  for nm, b in (("ConfECE", "fixed"), ("ConfCE_corr", "quantile"), ("LinCE_cw", "quantile")):
+    lab = label(nm, b, m)
+    rows = {}
+    for model, entries in rep["metrics"].items():
+      e = entries[lab]
+      rows[model] = (e["estimate"], e.get("lo", np.nan), e.get("hi", np.nan))
+    save(
+      f"intervals_{nm}",
+      plots.interval_plot(rows, metric=lab, log_x=metric(nm).kind == "squared"),
+    )
+
+
+def _interval_text(rep: dict) -> str:
+  s = rep["settings"]
+  if not s.get("resamples"):
+    return "no intervals (resamples = 0)"
+  pct = format_number(100 * s["confidence"], 3).rstrip("0").rstrip(".")
+  return f"{pct}% {s['interval']} bootstrap intervals over {s['resamples']} resamples"
+
+
+def _metric_rows(entries: Mapping[str, dict]) -> list[tuple[str, str, str]]:
+  rows = []
+  for lab, e in entries.items():
+    mark = "*" if e.get("truthful") else ""
+    rows.append((lab + mark, format_interval(e["estimate"], e.get("lo"), e.get("hi")), _desc(lab)))
+  return rows
+
+
+def _desc(lab: str) -> str:
+  return metric(lab).description
+
+
+def _robustness_lines(rob: dict) -> list[str]:
+  bins = rob["num_bins"]
+  lines = []
+  for lab, v in rob["curves"].items():
+    est = v["estimate"]
+    ref = rob["calibrated_value"].get(lab)
+    tail = f" (calibrated predictor: {format_number(ref)})" if ref is not None else ""
     lines.append(
-      f"  Brier/C decomposition ({mode}, ×100): score {100 * v['score']:.3f} = "
-      f"MCB {100 * v['mcb']:.3f} − DSC {100 * v['dsc']:.3f} + UNC {100 * v['unc']:.3f}"
+      f"    {lab:17s} {format_number(est[0])} at m = {bins[0]} → "
+      f"{format_number(est[-1])} at m = {bins[-1]}{tail}"
+    )
+  return lines
+
+
+def format_summary(rep: dict) -> str:
+  """The terminal summary of a report (one model or several).
+
+  Numbers have three significant digits; ``*`` marks the truthful errors.
+  """
+  if "rank_stability" in rep:
+    return _compare_summary(rep)
+  inp = rep["input"]
+  lines = [
+    f"jaxcal report — {inp.get('source') or 'predictions'}",
+    f"  n = {inp['n']:,} samples, C = {inp['num_classes']} classes ({inp['kind']}); "
+    f"{_interval_text(rep)}",
+  ]
+  rows = _metric_rows(rep["metrics"])
+  w = max(len(r[0]) for r in rows)
+  w2 = max(len(r[1]) for r in rows)
+  for name, val, desc in rows:
+    lines.append(f"    {name:{w}s}  {val:{w2}s}  {desc}")
+  lines.append("    (* truthful: reporting the true probabilities minimises its expectation)")
+  rob = rep.get("robustness")
+  if rob:
+    lines.append(
+      "  bin count (bin_robustness.png): one model's errors change with m; squared errors "
+      "fall toward a calibrated predictor's value"
+    )
+    lines += _robustness_lines(rob)
+  u = rep.get("utility") or {}
+  for fam, v in u.items():
+    q = v["quantiles"]
+    lines.append(
+      f"  UC over {v['num_utilities']:,} {fam} utilities: median {format_number(q['0.5'])}, "
+      f"90% {format_number(q['0.9'])}, max {format_number(q['1.0'])}"
+    )
+  for mode, d in (rep.get("decomposition") or {}).items():
+    lines.append(
+      f"  Brier/C decomposition ({mode}): S {format_number(d['S'])} = MCB "
+      f"{format_number(d['MCB'])} − DSC {format_number(d['DSC'])} + UNC {format_number(d['UNC'])}"
     )
   t = rep.get("timing", {})
   if t:
-    lines.append(f"  computed in {t['total_s']:.1f} s on {t['device']}")
+    lines.append(
+      f"  computed in {format_number(t['total_s'])} s on {rep['jaxcal']['device']} "
+      f"(jaxcal {rep['jaxcal']['jaxcal']})"
+    )
   return "\n".join(lines)
+
+
+def _compare_summary(rep: dict) -> str:
+  s = rep["settings"]
+  lines = [f"jaxcal report — {len(rep['models'])} models; {_interval_text(rep)}"]
+  m = s["num_bins"]
+  show = [label(nm, b, m) for nm, b in HEADLINE if nm in ("accuracy", "ConfECE", "LinCE_cw")]
+  show = [x for x in show if "qua" not in x or x.startswith("LinCE")]
+  names = [x["name"] for x in rep["models"]]
+  w = max(len(x) for x in names)
+  lines.append("    " + " " * w + "  " + "  ".join(f"{x:26s}" for x in show))
+  for name in names:
+    e = rep["metrics"][name]
+    vals = [format_interval(e[x]["estimate"], e[x].get("lo"), e[x].get("hi")) for x in show]
+    lines.append(f"    {name:{w}s}  " + "  ".join(f"{v:26s}" for v in vals))
+  for block in rep["rank_stability"]:
+    bins = block["num_bins"]
+    a, b = bins[0], bins[-1]
+    lines.append(
+      f"  ranking of {len(block['models'])} models (n = {block['n']:,}, C = "
+      f"{block['num_classes']}) kept between {a} and {b} bins — Spearman "
+      f"({'paired' if block['paired'] else 'unpaired'} bootstrap):"
+    )
+    for lab, v in block["errors"].items():
+      bb = v["between_bins"]
+      i, j = 0, len(bins) - 1
+      lo = bb.get("lo")
+      text = format_interval(
+        bb["estimate"][i][j],
+        None if lo is None else lo[i][j],
+        None if lo is None else bb["hi"][i][j],
+        2,
+      )
+      lines.append(f"    {lab:17s} {text}")
+  if not rep["rank_stability"]:
+    lines.append("  (no group of >= 3 models with the same n and C: no ranking comparison)")
+  return "\n".join(lines)
+
+
+def format_markdown(rep: dict) -> str:
+  """The report as markdown tables (metrics with intervals; rankings for several models)."""
+  if "rank_stability" in rep:
+    m = rep["settings"]["num_bins"]
+    labs = [label(nm, b, m if b else None) for nm, b in HEADLINE]
+    out = [f"{len(rep['models'])} models; {_interval_text(rep)}.", ""]
+    out.append("| model | " + " | ".join(labs) + " |")
+    out.append("|---" * (len(labs) + 1) + "|")
+    for model in rep["metrics"]:
+      e = rep["metrics"][model]
+      out.append(
+        f"| {model} | "
+        + " | ".join(
+          format_interval(e[x]["estimate"], e[x].get("lo"), e[x].get("hi")) for x in labs
+        )
+        + " |"
+      )
+    for block in rep["rank_stability"]:
+      bins = block["num_bins"]
+      out += ["", f"Spearman correlation of the ranking of {len(block['models'])} models:", ""]
+      pairs = [(bins[i], bins[j]) for i in range(len(bins)) for j in range(i + 1, len(bins))]
+      pairs = [p for p in pairs if p[0] in (5, 20) or p[1] == bins[-1]][:6]
+      head = [f"{a} vs {b} bins" for a, b in pairs]
+      out.append("| error | " + " | ".join(head) + " |")
+      out.append("|---" * (len(head) + 1) + "|")
+      for lab, v in block["errors"].items():
+        bb = v["between_bins"]
+        cells = []
+        for a, b in pairs:
+          i, j = bins.index(a), bins.index(b)
+          lo = bb.get("lo")
+          cells.append(
+            format_interval(
+              bb["estimate"][i][j],
+              None if lo is None else lo[i][j],
+              None if lo is None else bb["hi"][i][j],
+              2,
+            )
+          )
+        out.append(f"| {lab} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+  inp = rep["input"]
+  out = [
+    f"{inp.get('source') or 'predictions'}: n = {inp['n']:,}, C = {inp['num_classes']}; "
+    f"{_interval_text(rep)}.",
+    "",
+    "| metric | estimate [interval] | what |",
+    "|---|---|---|",
+  ]
+  for name, val, desc in _metric_rows(rep["metrics"]):
+    out.append(f"| {name} | {val} | {desc} |")
+  out.append("")
+  out.append("\\* truthful")
+  return "\n".join(out) + "\n"
+
+
+def format_comparison(
+  rows: Mapping[str, Mapping[str, float]], columns: Sequence[str], markdown: bool = False
+) -> str:
+  """A metric-by-column table (e.g. before / after recalibration), 3 significant digits.
+
+  Example:
+    >>> print(format_comparison({"NLL": {"before": 0.2041, "after": 0.1712}}, ("before", "after")))
+      metric  before  after
+      NLL     0.204   0.171
+  """
+  cells = [[lab] + [format_number(v[c]) for c in columns] for lab, v in rows.items()]
+  head = ["metric", *columns]
+  if markdown:
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in cells]
+    return "\n".join(lines)
+  widths = [max(len(r[i]) for r in [head, *cells]) for i in range(len(head))]
+  fmt = "  ".join(f"{{:{w}s}}" for w in widths)
+  return "\n".join("  " + fmt.format(*r).rstrip() for r in [head, *cells])

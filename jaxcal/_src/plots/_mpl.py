@@ -1,12 +1,83 @@
-"""Lazy matplotlib access (Agg when no display), shared by all plot modules."""
+"""The one figure style of jaxcal: lazy matplotlib, fonts, colours, ticks, legends, saving.
+
+Every plot function draws inside :func:`style` (fonts and lines sized for a
+paper column, no top/right spines, light grid), names metrics with the
+vocabulary of :mod:`jaxcal._src.names` and colours them with
+:data:`METRIC_COLORS`, titles itself with :func:`title` (what, model, n),
+puts legends outside the data (:func:`legend_outside`), and writes readable
+log ticks (:func:`log_ticks`). :func:`savefig` writes PNG beside PDF/SVG.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+  "pyplot",
+  "style",
+  "new_axes",
+  "title",
+  "legend_outside",
+  "log_ticks",
+  "savefig",
+  "METRIC_COLORS",
+  "PALETTE",
+  "color_of",
+]
+
+#: Colour of each metric family, the same in every figure.
+METRIC_COLORS = {
+  "ConfECE": "#4C72B0",
+  "CWE_bin": "#8172B2",
+  "ConfCE": "#DD8452",
+  "ConfCE_corr": "#55A868",
+  "LinCE_cw": "#C44E52",
+  "ECCE": "#937860",
+  "smECE": "#DA8BC3",
+}
+
+#: Colours of models / methods, in order (matplotlib's tab10, colour-blind safer order).
+PALETTE = (
+  "#1f77b4",
+  "#ff7f0e",
+  "#2ca02c",
+  "#d62728",
+  "#9467bd",
+  "#8c564b",
+  "#e377c2",
+  "#7f7f7f",
+  "#bcbd22",
+  "#17becf",
+)
+
+_RC = {
+  "font.size": 9,
+  "axes.titlesize": 10,
+  "axes.labelsize": 9,
+  "legend.fontsize": 8,
+  "xtick.labelsize": 8,
+  "ytick.labelsize": 8,
+  "axes.spines.top": False,
+  "axes.spines.right": False,
+  "axes.grid": True,
+  "grid.alpha": 0.3,
+  "grid.linewidth": 0.6,
+  "lines.linewidth": 1.5,
+  "legend.frameon": False,
+  "figure.dpi": 100,
+  "pdf.fonttype": 42,
+  "ps.fonttype": 42,
+  "svg.fonttype": "none",
+}
 
 
 def pyplot():
   """Imports ``matplotlib.pyplot``, selecting the Agg backend when headless."""
-  import os
-
   import matplotlib
 
   if not os.environ.get("DISPLAY") and "MPLBACKEND" not in os.environ:
@@ -19,10 +90,140 @@ def pyplot():
   return plt
 
 
+@contextlib.contextmanager
+def style() -> Iterator[None]:
+  """The jaxcal figure style (an ``rc_context``) for everything drawn inside."""
+  plt = pyplot()
+  with plt.rc_context(_RC):
+    yield
+
+
 def new_axes(ax=None, figsize=(5.0, 4.0)):
-  """Returns ``(fig, ax)``: a new figure unless ``ax`` is given."""
+  """Returns ``(fig, ax)``: a new constrained-layout figure unless ``ax`` is given."""
   if ax is not None:
     return ax.figure, ax
   plt = pyplot()
-  fig, ax = plt.subplots(figsize=figsize, constrained_layout=True)
+  fig, ax = plt.subplots(figsize=figsize, layout="constrained")
   return fig, ax
+
+
+def color_of(name: str, index: int = 0) -> str:
+  """The colour of a metric label (by its name) or, for anything else, ``PALETTE[index]``."""
+  stem = name.split("(", 1)[0]
+  return METRIC_COLORS.get(stem, PALETTE[index % len(PALETTE)])
+
+
+def title(what: str, model: str | None = None, n: int | None = None) -> str:
+  """``what — model (n = 10,000)``; parts that are ``None`` are left out."""
+  parts = [what] if what else []
+  tail = model or ""
+  if n is not None:
+    tail = f"{tail} (n = {int(n):,})" if tail else f"n = {int(n):,}"
+  if tail:
+    parts.append(tail)
+  return " — ".join(parts)
+
+
+def legend_outside(ax, where: str = "right", ncol: int | None = None, handles=None, labels=None):
+  """A legend outside the axes' data area: to the ``"right"`` or ``"below"``."""
+  kw: dict[str, Any] = {}
+  if handles is not None:
+    kw["handles"] = handles
+  if labels is not None:
+    kw["labels"] = labels
+  if where == "right":
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kw)
+  if where == "below":
+    h = handles if handles is not None else ax.get_legend_handles_labels()[0]
+    return ax.legend(
+      loc="upper center",
+      bbox_to_anchor=(0.5, -0.2),
+      ncol=ncol or min(3, max(1, len(h))),
+      borderaxespad=0.0,
+      **kw,
+    )
+  raise ValueError(f"where must be 'right' or 'below', got {where!r}")
+
+
+def log_ticks(ax, axis: str = "y", lo: float | None = None, hi: float | None = None) -> None:
+  """Readable logarithmic ticks on ``axis`` (``"x"`` or ``"y"``).
+
+  Spanning at least two decades: labelled powers of ten (``10^-3``) and
+  unlabelled minor ticks (every other decade labelled beyond eight decades).
+  Narrower: labels at 1-2-5 steps (``0.02``, ``0.05``, ``0.1``), so a narrow
+  log axis never shows a single label. ``lo``/``hi`` default to the current
+  limits.
+  """
+  from matplotlib import ticker
+
+  a = ax.xaxis if axis == "x" else ax.yaxis
+  (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+  if lo is None or hi is None:
+    lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+  lo, hi = float(lo), float(hi)
+  if not (lo > 0 and hi > lo):
+    return
+  decades = np.log10(hi) - np.log10(lo)
+  if decades >= 2:
+    a.set_major_locator(ticker.LogLocator(base=10, numticks=12))
+    a.set_major_formatter(ticker.LogFormatterSciNotation(base=10))
+    a.set_minor_locator(ticker.LogLocator(base=10, subs=np.arange(2, 10) * 0.1, numticks=12))
+    a.set_minor_formatter(ticker.NullFormatter())
+    if decades > 8:  # label every other decade
+      a.set_major_locator(
+        ticker.LogLocator(base=10, numticks=max(3, int(decades // 2) + 2), subs=(1.0,))
+      )
+    return
+  subs = (1.0, 2.0, 5.0) if decades > 0.7 else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
+  a.set_major_locator(ticker.LogLocator(base=10, subs=subs, numticks=15))
+  a.set_major_formatter(ticker.FuncFormatter(lambda v, _: _short(v)))
+  a.set_minor_formatter(ticker.NullFormatter())
+
+
+def _short(v: float) -> str:
+  from jaxcal._src.names import format_number
+
+  return format_number(v, 2) if v > 0 else ""
+
+
+def savefig(
+  fig, path: str | os.PathLike, formats: Sequence[str] = ("png", "pdf"), dpi: int = 150
+) -> list[str]:
+  """Writes ``fig`` once per format: ``path`` with each suffix (PNG raster, PDF/SVG vector).
+
+  Args:
+    fig: a matplotlib ``Figure``.
+    path: file name; its suffix, if any, is replaced by each format's.
+    formats: any of ``"png"``, ``"pdf"``, ``"svg"`` (default PNG and PDF).
+    dpi: resolution of raster formats.
+
+  Returns:
+    The paths written, in the order of ``formats``.
+
+  Raises:
+    ValueError: an unknown format.
+
+  Example:
+    >>> import tempfile, os
+    >>> from jaxcal.plots import ecdf_plot, savefig
+    >>> fig = ecdf_plot({"a": [0.01, 0.02, 0.04]})
+    >>> d = tempfile.mkdtemp()
+    >>> [os.path.basename(p) for p in savefig(fig, os.path.join(d, "ecdf"), ("png", "svg"))]
+    ['ecdf.png', 'ecdf.svg']
+  """
+  allowed = ("png", "pdf", "svg")
+  out = []
+  stem = os.fspath(path)
+  root, ext = os.path.splitext(stem)
+  if ext.lower().lstrip(".") in allowed:
+    stem = root
+  for fmt in formats:
+    if fmt not in allowed:
+      raise ValueError(f"formats must be among {allowed}, got {fmt!r}")
+  plt = pyplot()
+  with plt.rc_context(_RC):
+    for fmt in formats:
+      p = f"{stem}.{fmt}"
+      fig.savefig(p, dpi=dpi if fmt == "png" else None, bbox_inches="tight", format=fmt)
+      out.append(p)
+  return out

@@ -1,4 +1,4 @@
-"""MCB-DSC plot of score decompositions (score_decompositions_case_study, Fig. 2-3)."""
+"""MCB-DSC plot of score decompositions (Resin 2025, Fig. 2-3)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from jaxcal._src.plots import _mpl
+
 __all__ = ["mcb_dsc_plot"]
 
 
-def _nice_step(span: float) -> float:
-  raw = span / 6.0
+def _nice_step(span: float, count: int = 5) -> float:
+  raw = span / max(count, 1)
   if raw <= 0:
     return 1.0
   mag = 10 ** np.floor(np.log10(raw))
@@ -29,71 +31,93 @@ def mcb_dsc_plot(
   title: str | None = None,
   markers: Mapping[str, str] | None = None,
   colors: Mapping[str, str] | None = None,
+  model: str | None = None,
+  n: int | None = None,
 ):
   """Discrimination (DSC) against miscalibration (MCB), with iso-score lines.
 
-  Every point is one decomposition ``S = MCB - DSC + UNC``; points on the
-  same grey line ``DSC = MCB + UNC - S`` have the same mean score ``S``
-  (lines are labelled with ``S``). Better forecasts lie up and to the left.
+  Every point is one decomposition ``S = MCB − DSC + UNC``; points on the
+  same grey line ``DSC = MCB + UNC − S`` have the same mean score ``S``
+  (each line is labelled with its ``S`` where it leaves the plot). Better forecasts lie up and to the left. The legend is drawn to the
+  right of the axes.
 
   Args:
     points: label -> ``(mcb, dsc)``.
     unc: the common uncertainty component ``UNC`` (same data set).
     ax: a matplotlib ``Axes`` to draw on (default: a new figure).
     num_isolines: approximate number of iso-score lines (default about 6).
-    title: optional axes title.
+    title: the full title (default: "MCB-DSC plot — model (n = ...)").
     markers: optional label -> matplotlib marker.
     colors: optional label -> colour.
+    model: model or data set name for the default title.
+    n: number of test samples, for the default title.
 
   Returns:
     The matplotlib ``Figure``.
 
+  Raises:
+    ValueError: no points, or non-finite values.
+
   Example:
     >>> fig = mcb_dsc_plot({"base": (0.06, 8.28), "CW-HB": (0.01, 7.18)}, unc=9.0)
-    >>> len(fig.axes)
-    1
+    >>> fig.axes[0].get_xlabel()
+    'MCB (miscalibration)'
 
-  Reference: score_decompositions_case_study, §3, Fig. 2; Dimitriadis et
-  al. (2024).
+  Reference: Resin (2025), "Calibration in Context: A Case Study with Score
+  Decompositions", §3, Figures 2-3; Dimitriadis, Gneiting, Jordan & Vogel
+  (2024), "Evaluating probabilistic classifiers: The triptych",
+  International Journal of Forecasting 40.
   """
-  if ax is None:
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-  else:
-    fig = ax.figure
   if not points:
-    raise ValueError("points must contain at least one (mcb, dsc) pair")
+    raise ValueError("points must contain at least one label -> (mcb, dsc) pair")
   mcb = np.array([float(v[0]) for v in points.values()])
   dsc = np.array([float(v[1]) for v in points.values()])
   if not (np.all(np.isfinite(mcb)) and np.all(np.isfinite(dsc)) and np.isfinite(unc)):
     raise ValueError("mcb, dsc and unc must be finite")
-  pad_x = 0.08 * (np.ptp(mcb) or abs(mcb.max()) or 1.0)
-  pad_y = 0.08 * (np.ptp(dsc) or abs(dsc.max()) or 1.0)
+  pad_x = 0.1 * (np.ptp(mcb) or abs(mcb.max()) or 1.0)
+  pad_y = 0.1 * (np.ptp(dsc) or abs(dsc.max()) or 1.0)
   x0, x1 = mcb.min() - pad_x, mcb.max() + pad_x
   y0, y1 = dsc.min() - pad_y, dsc.max() + pad_y
   # score range covered by the plotted window: S = MCB - DSC + UNC
   s_lo, s_hi = x0 - y1 + unc, x1 - y0 + unc
-  step = _nice_step(s_hi - s_lo) if num_isolines is None else (s_hi - s_lo) / max(num_isolines, 1)
-  xs = np.array([x0, x1])
-  for s in np.arange(np.ceil(s_lo / step) * step, s_hi + step / 2, step):
-    ax.plot(xs, xs + unc - s, color="lightgray", lw=1, zorder=0)
-    # label where the line leaves the window on the right or the top
-    xl = min(x1, y1 - unc + s)
-    yl = xl + unc - s
-    if y0 <= yl <= y1:
-      ax.annotate(f"{s:.3g}", (xl, yl), color="gray", fontsize=7, ha="right", va="bottom")
-  for label, (m, d) in points.items():
-    kw = {"marker": markers.get(label, "o") if markers else "o"}
-    if colors and label in colors:
-      kw["color"] = colors[label]
-    ax.scatter([float(m)], [float(d)], label=label, zorder=2, **kw)
-  ax.set_xlim(x0, x1)
-  ax.set_ylim(y0, y1)
-  ax.set_xlabel("MCB (miscalibration)")
-  ax.set_ylabel("DSC (discrimination)")
-  if title:
-    ax.set_title(title)
-  if len(points) <= 20:
-    ax.legend(fontsize=7, loc="best")
+  step = _nice_step(s_hi - s_lo, num_isolines or 6)
+  with _mpl.style():
+    fig, ax = _mpl.new_axes(ax, figsize=(5.6, 4.0))
+    xs = np.array([x0, x1])
+    placed: list[tuple[float, float]] = []
+    for s in np.arange(np.ceil(s_lo / step) * step, s_hi + step / 2, step):
+      ax.plot(xs, xs + unc - s, color="0.8", lw=1, zorder=0)
+      # label the line just inside where it leaves the window (top or right edge)
+      xt = y1 - unc + s
+      if x0 <= xt <= x1:
+        at, fx, fy, ha, va = (xt, y1), (xt - x0) / (x1 - x0), 1.0, "right", "top"
+      else:
+        yr = x1 + unc - s
+        if not y0 <= yr <= y1:
+          continue
+        at, fx, fy, ha, va = (x1, yr), 1.0, (yr - y0) / (y1 - y0), "right", "bottom"
+      if any(abs(fx - a) < 0.08 and abs(fy - b) < 0.08 for a, b in placed):
+        continue
+      placed.append((fx, fy))
+      ax.annotate(
+        f"S = {s:.3g}",
+        at,
+        xytext=(-2, -2 if va == "top" else 2),
+        textcoords="offset points",
+        color="0.45",
+        fontsize=7,
+        ha=ha,
+        va=va,
+      )
+    for i, (label_, (m, d)) in enumerate(points.items()):
+      kw = {"marker": markers.get(label_, "o") if markers else "o"}
+      kw["color"] = (colors or {}).get(label_, _mpl.PALETTE[i % len(_mpl.PALETTE)])
+      ax.scatter([float(m)], [float(d)], label=label_, zorder=2, s=28, **kw)
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(y0, y1)
+    ax.set_xlabel("MCB (miscalibration)")
+    ax.set_ylabel("DSC (discrimination)")
+    ax.set_title(title or _mpl.title("MCB-DSC plot", model, n))
+    if len(points) <= 24:
+      _mpl.legend_outside(ax, "right")
   return fig

@@ -1,16 +1,20 @@
-"""Reliability diagrams and bin-count robustness curves."""
+"""Top-label reliability diagram with consistency bands and a sample-count panel."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping, Sequence
 
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._src.bootstrap import ConsistencyBands, consistency_bands
 from jaxcal._src.calibration_errors import conf_ece, reliability_stats
-from jaxcal._src.plots._mpl import new_axes
+from jaxcal._src.names import format_number, label
+from jaxcal._src.plots import _mpl
 
-__all__ = ["reliability_diagram", "bin_robustness_plot"]
+__all__ = ["reliability_diagram"]
+
+_BAR = "#4C72B0"
+_GAP = "#DD8452"
+_BAND = "0.35"
 
 
 def reliability_diagram(
@@ -20,153 +24,160 @@ def reliability_diagram(
   binning: str = "fixed",
   *,
   from_logits: bool = False,
+  bands: bool | ConsistencyBands = False,
+  seed: int = 0,
+  model: str | None = None,
   title: str | None = None,
   ax=None,
 ):
-  """Top-label reliability diagram with a sample-count histogram.
+  """Top-label reliability diagram: accuracy against confidence per bin, with counts.
 
-  Bars show the accuracy of each confidence bin against the diagonal of
-  perfect calibration; the gap to the bin's mean confidence is shaded, and
-  ConfECE at ``num_bins`` is printed in the corner. Quantile bins are drawn
-  between the smallest and largest confidence they hold.
+  Bars show the accuracy of each confidence bin; the shaded part is the gap
+  to the bin's mean confidence, and ``ConfECE = Σ_b (n_b/n) |conf_b − acc_b|``
+  is given in the legend. With ``bands`` each bin gets a *consistency band*
+  (grey bar on the diagonal at the bin's mean confidence): the 5 %-95 % range
+  of the accuracy a calibrated predictor with these confidences would show
+  (labels redrawn from the predicted probabilities, Bröcker & Smith 2007;
+  :func:`jaxcal.bootstrap.consistency_bands`). An accuracy outside its band
+  is evidence of miscalibration in that bin; inside it, the gap is within
+  sampling noise. The lower panel counts the samples per bin (log scale).
+  Quantile bins are drawn between the smallest and largest confidence they
+  hold.
 
   Args:
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
-    labels: ``(n,)`` labels.
-    num_bins: number of bins (static int).
-    binning: ``"fixed"`` or ``"quantile"``.
+    labels: ``(n,)`` integer labels.
+    num_bins: number of bins (a static int).
+    binning: ``"fixed"`` (equal width) or ``"quantile"`` (equal mass).
     from_logits: treat ``probs`` as logits.
-    title: axes title.
-    ax: matplotlib axes to draw into (default: a new figure).
+    bands: ``True`` to compute consistency bands (1000 resamples, 90 %), or
+      a :class:`jaxcal.bootstrap.ConsistencyBands` computed beforehand
+      (same ``num_bins`` and ``binning``).
+    seed: PRNG seed of the bands when ``bands=True``.
+    model: model name for the title (with ``n``).
+    title: the full title (default: "Reliability diagram — model (n = ...)").
+    ax: matplotlib axes to draw the diagram into, without the count panel
+      (default: a new figure with both panels).
 
   Returns:
     The matplotlib ``Figure``.
 
-  Reference: SPEC §2 (ConfECE); Guo et al. (2017) reliability diagrams.
+  Raises:
+    ValueError: invalid predictions, bin count or binning (from the metrics),
+      or bands computed for another bin count.
+
+  Example:
+    >>> import jax
+    >>> p = jax.nn.softmax(2 * jax.random.normal(jax.random.key(0), (400, 5)))
+    >>> y = jax.random.categorical(jax.random.key(1), jax.numpy.log(p))
+    >>> fig = reliability_diagram(p, y, 10, model="toy")
+    >>> fig.axes[0].get_title()
+    'Reliability diagram — toy (n = 400)'
+
+  Reference: DeGroot & Fienberg (1983), "The Comparison and Evaluation of
+  Forecasters"; Guo, Pleiss, Sun & Weinberger (2017), "On Calibration of
+  Modern Neural Networks", arXiv:1706.04599, §2 (reliability diagrams,
+  ECE); Bröcker & Smith (2007), "Increasing the Reliability of Reliability
+  Diagrams", Weather and Forecasting 22(3), §4 (consistency bars).
   """
   s = reliability_stats(probs, labels, num_bins, binning, from_logits=from_logits)
+  ece = float(conf_ece(probs, labels, num_bins, binning, from_logits=from_logits))
+  if bands is True:
+    import jax
+
+    bands = consistency_bands(
+      jax.random.key(seed), probs, num_bins, binning, from_logits=from_logits
+    )
+  if isinstance(bands, ConsistencyBands) and np.shape(bands.lo) != (num_bins,):
+    raise ValueError(
+      f"bands were computed for {np.shape(bands.lo)[0]} bins, the diagram has num_bins = "
+      f"{num_bins}; compute them with the same num_bins and binning"
+    )
   cnt = np.asarray(s.counts)
   conf, acc = np.asarray(s.confidence), np.asarray(s.accuracy)
   lo, hi = np.asarray(s.lower), np.asarray(s.upper)
+  n = int(cnt.sum())
   keep = cnt > 0
-  ece = float(conf_ece(probs, labels, num_bins, binning, from_logits=from_logits))
-  hist_ax = None
-  if ax is None:
-    from jaxcal._src.plots._mpl import pyplot
-
-    fig, (ax, hist_ax) = pyplot().subplots(
-      2,
-      1,
-      figsize=(4.6, 5.4),
-      sharex=True,
-      constrained_layout=True,
-      gridspec_kw={"height_ratios": [3.2, 1]},
-    )
-  else:
-    fig = ax.figure
   width = np.where(hi > lo, hi - lo, 1.0 / num_bins)
-  ax.bar(
-    lo[keep],
-    acc[keep],
-    width=width[keep],
-    align="edge",
-    color="#4C72B0",
-    edgecolor="white",
-    linewidth=0.6,
-    label="accuracy",
-  )
-  gap_lo = np.minimum(acc, conf)[keep]
-  ax.bar(
-    lo[keep],
-    np.abs(conf - acc)[keep],
-    bottom=gap_lo,
-    width=width[keep],
-    align="edge",
-    color="#DD8452",
-    alpha=0.55,
-    edgecolor="#DD8452",
-    linewidth=0.6,
-    label="gap to confidence",
-  )
-  ax.plot([0, 1], [0, 1], ls="--", color="0.3", lw=1, label="perfect calibration")
-  if hist_ax is not None:
-    hist_ax.bar(
+  if binning == "quantile":  # degenerate bins (one distinct value) get a visible sliver
+    width = np.maximum(width, 0.004)
+  with _mpl.style():
+    hist_ax = None
+    if ax is None:
+      plt = _mpl.pyplot()
+      fig, (ax, hist_ax) = plt.subplots(
+        2,
+        1,
+        figsize=(4.4, 5.6),
+        sharex=True,
+        layout="constrained",
+        gridspec_kw={"height_ratios": [3.2, 1]},
+      )
+    else:
+      fig = ax.figure
+    ax.bar(
+      lo[keep], acc[keep], width=width[keep], align="edge", color=_BAR, edgecolor="white", lw=0.6
+    )
+    ax.bar(
       lo[keep],
-      cnt[keep] / cnt.sum(),
+      np.abs(conf - acc)[keep],
+      bottom=np.minimum(acc, conf)[keep],
       width=width[keep],
       align="edge",
-      color="0.45",
-      edgecolor="white",
-      linewidth=0.6,
+      color=_GAP,
+      alpha=0.55,
+      edgecolor=_GAP,
+      lw=0.6,
     )
-    hist_ax.set_yscale("log")
-    hist_ax.set_ylabel("fraction")
-    hist_ax.set_xlabel("confidence (max probability)")
-  else:
-    ax.set_xlabel("confidence (max probability)")
-  ax.set_xlim(0, 1)
-  ax.set_ylim(0, 1)
-  ax.set_ylabel("accuracy")
-  ax.text(
-    0.04,
-    0.93,
-    f"ConfECE ({binning}, {num_bins} bins) = {100 * ece:.2f}%",
-    transform=ax.transAxes,
-    fontsize=9,
-  )
-  from matplotlib.lines import Line2D
-  from matplotlib.patches import Patch
+    ax.plot([0, 1], [0, 1], ls="--", color="0.3", lw=1)
+    band_label = None
+    if isinstance(bands, ConsistencyBands):
+      bc = np.asarray(bands.confidence)
+      blo = np.clip(np.asarray(bands.lo), 0.0, 1.0)
+      bhi = np.clip(np.asarray(bands.hi), 0.0, 1.0)
+      ok = np.isfinite(blo) & np.isfinite(bhi) & keep
+      ax.vlines(bc[ok], blo[ok], bhi[ok], color=_BAND, lw=2.2, zorder=3)
+      ax.plot(bc[ok], bc[ok], "o", ms=2.5, color=_BAND, zorder=4)
+      band_label = "consistency band (90 %)"
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("accuracy")
+    ax.set_title(title or _mpl.title("Reliability diagram", model, n))
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-  ax.legend(
-    handles=[
-      Patch(color="#4C72B0", label="accuracy"),
-      Patch(color="#DD8452", alpha=0.55, label="gap to confidence"),
+    handles = [
+      Patch(color=_BAR, label="accuracy"),
+      Patch(color=_GAP, alpha=0.55, label="gap to confidence"),
       Line2D([0], [0], ls="--", color="0.3", lw=1, label="perfect calibration"),
-    ],
-    loc="upper left",
-    bbox_to_anchor=(0.0, 0.92),
-    fontsize=8,
-    frameon=False,
-  )
-  ax.set_xlim(0, 1)
-  if title:
-    ax.set_title(title)
-  return fig
-
-
-def bin_robustness_plot(
-  num_bins: Sequence[int],
-  curves: Mapping[str, ArrayLike],
-  *,
-  logy: bool = True,
-  title: str | None = None,
-  ax=None,
-):
-  """Calibration errors as a function of the bin count, one line per error.
-
-  Truthful errors (ConfCE_corr, LinCE_cw) stay flat across bin counts while
-  ConfECE grows with them (truthful_multiclass_calibration_errors §5).
-
-  Args:
-    num_bins: ``(k,)`` bin counts on the x axis.
-    curves: name -> ``(k,)`` error values.
-    logy: logarithmic y axis (errors differ by orders of magnitude).
-    title: axes title.
-    ax: axes to draw into.
-
-  Returns:
-    The matplotlib ``Figure``.
-  """
-  fig, ax = new_axes(ax, figsize=(6.0, 4.0))
-  m = np.asarray(num_bins)
-  for name, vals in curves.items():
-    ax.plot(m, np.asarray(vals), lw=1.4, label=name)
-  ax.set_xlabel("number of bins")
-  ax.set_ylabel("calibration error")
-  if logy:
-    ax.set_yscale("log")
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=8, frameon=False, ncol=2)
-  if title:
-    ax.set_title(title)
+    ]
+    if band_label:
+      handles.append(Line2D([0], [0], color=_BAND, lw=2.2, label=band_label))
+    handles.append(
+      Line2D(
+        [],
+        [],
+        ls="none",
+        label=f"{label('ConfECE', binning, num_bins)} = {format_number(ece)}",
+      )
+    )
+    if hist_ax is not None:
+      hist_ax.bar(
+        lo[keep],
+        cnt[keep],
+        width=width[keep],
+        align="edge",
+        color="0.45",
+        edgecolor="white",
+        lw=0.6,
+      )
+      top = max(float(cnt.max()), 1.0)
+      hist_ax.set_ylim(0.7, 10 ** np.ceil(np.log10(top * 1.05)))
+      _mpl.log_ticks(hist_ax, "y", 0.7, 10 ** np.ceil(np.log10(top * 1.05)))
+      hist_ax.set_ylabel("samples")
+      hist_ax.set_xlabel("confidence (max probability)")
+      fig.legend(handles=handles, loc="outside lower center", ncol=2)
+    else:
+      ax.set_xlabel("confidence (max probability)")
+      _mpl.legend_outside(ax, "right", handles=handles)
   return fig

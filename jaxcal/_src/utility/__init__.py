@@ -1,1 +1,1 @@
-"""Utility calibration (SPEC §6): utility families, the UC estimator, sweeps."""
+"""Utility calibration (Hegazy et al. 2025): utility families, the UC estimator, sweeps."""

@@ -1,0 +1,611 @@
+"""Bootstrap intervals for any statistic, and consistency resampling.
+
+A nonparametric bootstrap over *test samples*: each resample draws ``n`` of
+the ``n`` samples with replacement (``resample_indices``), the statistic is
+evaluated on every resample by ``jax.lax.map`` over batches of ``jax.vmap``
+(one compiled program, which also evaluates the statistic on the full data),
+and an interval is read from the resampled values:
+
+* ``"percentile"`` (default): the ``α/2`` and ``1 − α/2`` quantiles of the
+  resamples (Efron & Tibshirani 1993, §13.3).
+* ``"bca"``: bias-corrected and accelerated percentile interval (Efron 1987;
+  Efron & Tibshirani 1993, §14.3). The bias correction ``z0`` is the normal
+  quantile of the fraction of resamples below the estimate; the acceleration
+  ``a`` comes from a delete-a-group jackknife (the samples of each data set
+  are split at random into ``jackknife_groups`` groups of equal size, the
+  ``n mod G`` left over are always kept; with ``G = n`` it is the ordinary
+  jackknife).
+* ``"basic"``: ``2·estimate − (upper, lower quantile)`` (Davison & Hinkley
+  1997, §5.2).
+* ``"normal"``: ``estimate ± z_{1−α/2}·sd`` (what the truthful-calibration
+  papers report as "±1.96 standard deviations").
+
+Which to use. A binned ℓ1 error such as ConfECE is the mean of absolute
+values of noisy bin sums: its resamples sit *above* the full-data value (the
+estimator is biased upward, more so on a resample, which duplicates
+samples), so ``estimate ± 1.96 sd`` is centred on the wrong place and its
+lower end is often negative. The percentile interval follows the skewed,
+shifted resampling distribution and never leaves the statistic's range; BCa
+also corrects for the shift (``z0``) and the skew (``a``) at the price of a
+jackknife, but when (nearly) every resample lies above the estimate ``z0``
+is capped and the BCa interval collapses onto the smallest resamples. No
+bootstrap interval removes the estimator's own bias: an interval describes
+the sampling spread of the *estimate*, and where the upward bias of an ℓ1
+error exceeds that spread (class-wise ECE with many bins and few samples)
+none of the four covers the population value. ``basic`` reflects the shift
+and covers more often there. ``experiments/bootstrap_coverage.py`` measures
+the coverage of the four intervals on synthetic data with known truth
+(``experiments/results/bootstrap_coverage*.json``). Percentile is the
+default because it is the interval a reader can check against the
+resamples, and it is exact for statistics without bias (the Brier score).
+
+Consistency resampling (Bröcker & Smith 2007) is a different resampling: the
+confidences are redrawn with replacement and each label is drawn from the
+sample's own predicted distribution, so the result is the spread a
+*calibrated* predictor with these confidences would show in a reliability
+diagram (:func:`consistency_bands`).
+
+Resample ``b`` of a data set uses the key ``jax.random.split(key, B)[b]``,
+so the index sets never exist as a ``(B, n)`` array during the computation
+(memory ``O(batch_size · n)``); :func:`resample_indices` materialises the
+same index sets for checks.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import ndtr, ndtri
+from jax.typing import ArrayLike
+
+from jaxcal._src import validation as V
+
+__all__ = [
+  "BootstrapResult",
+  "ConsistencyBands",
+  "METHODS",
+  "bootstrap",
+  "consistency_bands",
+  "interval",
+  "resample_indices",
+]
+
+#: Interval methods of :func:`bootstrap`.
+METHODS = ("percentile", "bca", "basic", "normal")
+
+#: Bytes of resampled inputs gathered per batch when ``batch_size`` is automatic.
+_BATCH_BYTES = 1 << 27
+
+
+class BootstrapResult(NamedTuple):
+  """Bootstrap summary; every field has the pytree structure of the statistic.
+
+  Attributes:
+    estimate: the statistic on the full data.
+    sd: standard deviation of the resampled values (``ddof = 1``).
+    lo: lower end of the interval.
+    hi: upper end of the interval.
+    samples: ``(num_resamples, ...)`` the statistic on each resample.
+  """
+
+  estimate: Any
+  sd: Any
+  lo: Any
+  hi: Any
+  samples: Any
+
+
+def _check_int(value: Any, name: str, minimum: int = 1) -> int:
+  """A static integer ``>= minimum``; floats are never truncated silently."""
+  if isinstance(value, bool | np.bool_ | str | bytes) or value is None:
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+  if isinstance(value, jax.core.Tracer):
+    raise ValueError(f"{name} must be a static Python int, got a traced value")
+  if not isinstance(value, int | np.integer):
+    a = np.asarray(value)
+    if a.ndim != 0 or not np.issubdtype(a.dtype, np.integer):
+      raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    value = a.item()
+  if int(value) < minimum:
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {int(value)}")
+  return int(value)
+
+
+def _check_confidence(confidence: Any) -> float:
+  try:
+    c = float(confidence)
+  except (TypeError, ValueError):
+    raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}") from None
+  if not 0.0 < c < 1.0:
+    raise ValueError(f"confidence must lie in (0, 1), e.g. 0.95; got {confidence!r}")
+  return c
+
+
+def _indices(key: jax.Array, n: int) -> jax.Array:
+  return jax.random.randint(key, (n,), 0, n, dtype=jnp.int32)
+
+
+def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
+  """Index sets of a nonparametric bootstrap: ``n`` draws with replacement.
+
+  Resample ``b`` is ``randint(jax.random.split(key, num_resamples)[b], (n,),
+  0, n)``: exactly the index sets :func:`bootstrap` uses for one data set
+  (it generates them one batch at a time instead of storing them).
+
+  Args:
+    key: a ``jax.random`` key.
+    n: number of samples (static).
+    num_resamples: number of resamples ``B`` (static).
+
+  Returns:
+    ``(B, n)`` int32 indices, uniform on ``[0, n)``.
+
+  Raises:
+    ValueError: ``n < 1`` or ``num_resamples < 1``.
+
+  Example:
+    >>> import jax
+    >>> resample_indices(jax.random.key(0), 5, 3).shape
+    (3, 5)
+
+  Reference: Efron & Tibshirani (1993), *An Introduction to the Bootstrap*,
+  §6.2 (Algorithm 6.1).
+  """
+  n = _check_int(n, "n")
+  num_resamples = _check_int(num_resamples, "num_resamples")
+  return jax.vmap(lambda k: _indices(k, n))(jax.random.split(key, num_resamples))
+
+
+# --------------------------------------------------------------------------
+# Intervals from resampled values.
+# --------------------------------------------------------------------------
+
+
+def _quantile(sorted_samples: jax.Array, q: jax.Array) -> jax.Array:
+  """Per-element quantile (numpy's ``linear`` rule) of samples sorted on axis 0."""
+  num = sorted_samples.shape[0]
+  h = jnp.clip(q, 0.0, 1.0) * (num - 1)
+  lo = jnp.floor(h).astype(jnp.int32)
+  hi = jnp.minimum(lo + 1, num - 1)
+  frac = (h - lo).astype(sorted_samples.dtype)
+  a = jnp.take_along_axis(sorted_samples, lo[None], axis=0)[0]
+  b = jnp.take_along_axis(sorted_samples, hi[None], axis=0)[0]
+  return a + frac * (b - a)
+
+
+def _acceleration(jack: jax.Array) -> jax.Array:
+  """BCa acceleration from ``(G, ...)`` delete-a-group jackknife values."""
+  d = jnp.mean(jack, axis=0) - jack
+  num = jnp.sum(d**3, axis=0)
+  den = jnp.sum(d**2, axis=0)
+  return jnp.where(den > 0, num / (6.0 * jnp.maximum(den, 1e-300) ** 1.5), 0.0)
+
+
+def interval(
+  estimate: ArrayLike,
+  samples: ArrayLike,
+  method: str = "percentile",
+  confidence: float = 0.95,
+  *,
+  acceleration: ArrayLike | None = None,
+) -> tuple[jax.Array, jax.Array]:
+  """A bootstrap interval from the full-data estimate and the resampled values.
+
+  With ``α = 1 − confidence``, ``q_s`` the ``s``-quantile of ``samples`` and
+  ``θ̂`` the estimate: percentile ``[q_{α/2}, q_{1−α/2}]``; basic
+  ``[2θ̂ − q_{1−α/2}, 2θ̂ − q_{α/2}]``; normal ``θ̂ ± z_{1−α/2}·sd``; BCa
+  ``[q_{α_1}, q_{α_2}]`` with ``α_i = Φ(z0 + (z0 + z_i)/(1 − a(z0 + z_i)))``,
+  ``z0 = Φ⁻¹(#{θ* < θ̂}/B + #{θ* = θ̂}/(2B))`` (capped to the quantiles
+  ``1/(2B)`` and ``1 − 1/(2B)``, so an estimate outside every resample gives
+  the extreme resample rather than NaN) and ``a`` the acceleration.
+
+  Args:
+    estimate: the statistic on the full data, shape ``S``.
+    samples: ``(B, *S)`` resampled values.
+    method: ``"percentile"``, ``"bca"``, ``"basic"`` or ``"normal"``.
+    confidence: nominal coverage in ``(0, 1)``.
+    acceleration: shape ``S`` (or scalar) acceleration ``a`` for BCa
+      (default 0: the bias-corrected percentile interval).
+
+  Returns:
+    ``(lo, hi)``, each of shape ``S``.
+
+  Raises:
+    ValueError: an unknown method, a confidence outside ``(0, 1)``, or
+      samples whose trailing shape differs from the estimate's.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> lo, hi = interval(2.0, jnp.arange(101.0), "percentile", 0.9)
+    >>> float(lo), float(hi)
+    (5.0, 95.0)
+
+  Reference: Efron & Tibshirani (1993), *An Introduction to the Bootstrap*,
+  §12.3 (basic/normal), §13.3 (percentile), §14.3 (BCa, eq. 14.9-14.15).
+  """
+  if method not in METHODS:
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+  confidence = _check_confidence(confidence)
+  est = jnp.asarray(estimate)
+  s = jnp.asarray(samples)
+  if not jnp.issubdtype(s.dtype, jnp.floating):
+    s = s.astype(jnp.result_type(float))
+  est = est.astype(s.dtype)
+  if s.ndim < 1 or s.shape[1:] != est.shape:
+    raise ValueError(
+      f"samples must have shape (B, *estimate.shape) = (B, {', '.join(map(str, est.shape))}), "
+      f"got {tuple(s.shape)}"
+    )
+  alpha = 1.0 - confidence
+  if method == "normal":
+    z = ndtri(1.0 - alpha / 2).astype(s.dtype)
+    sd = jnp.std(s, axis=0, ddof=1)
+    return est - z * sd, est + z * sd
+  srt = jnp.sort(s, axis=0)
+  q_lo = jnp.full(est.shape, alpha / 2, s.dtype)
+  q_hi = jnp.full(est.shape, 1.0 - alpha / 2, s.dtype)
+  if method == "bca":
+    num = s.shape[0]
+    below = jnp.mean((s < est).astype(s.dtype), axis=0) + 0.5 * jnp.mean(
+      (s == est).astype(s.dtype), axis=0
+    )
+    z0 = ndtri(jnp.clip(below, 0.5 / num, 1.0 - 0.5 / num))
+    a = jnp.zeros_like(est) if acceleration is None else jnp.asarray(acceleration, s.dtype)
+
+    def adjusted(q):
+      zq = ndtri(q)
+      return ndtr(z0 + (z0 + zq) / (1.0 - a * (z0 + zq)))
+
+    q_lo, q_hi = adjusted(q_lo), adjusted(q_hi)
+  lo, hi = _quantile(srt, q_lo), _quantile(srt, q_hi)
+  if method == "basic":
+    return 2 * est - hi, 2 * est - lo
+  return lo, hi
+
+
+# --------------------------------------------------------------------------
+# The bootstrap.
+# --------------------------------------------------------------------------
+
+
+def _gather(arrays, axes, slot, idx):
+  return [jnp.take(a, idx[s], axis=ax) for a, ax, s in zip(arrays, axes, slot)]
+
+
+@functools.partial(
+  jax.jit,
+  static_argnames=("fn", "axes", "slot", "sizes", "num_resamples", "batch_size", "jackknife"),
+)
+def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, batch_size, jackknife):
+  """(estimate, samples, jackknife values or None): one compiled program."""
+  estimate = fn(*arrays)
+
+  def one(ks):
+    idx = [_indices(k, n) for k, n in zip(ks, sizes)]
+    return fn(*_gather(arrays, axes, slot, idx))
+
+  per_resample = [jax.random.split(k, num_resamples) for k in keys]
+  samples = jax.lax.map(one, per_resample, batch_size=batch_size)
+  jack = None
+  if jackknife:
+    # Delete-a-group jackknife of each data set in turn (the others full).
+    parts = []
+    for g, (perm, n) in enumerate(zip(perms, sizes)):
+      num_groups = jackknife[g]
+      size = n // num_groups
+      keep = jnp.arange(n - size)
+
+      def drop(k, perm=perm, size=size, keep=keep, g=g):
+        idx = [jnp.arange(m, dtype=jnp.int32) for m in sizes]
+        idx[g] = perm[keep + (keep >= k * size) * size]
+        return fn(*_gather(arrays, axes, slot, idx))
+
+      parts.append(jax.lax.map(drop, jnp.arange(num_groups), batch_size=batch_size))
+    jack = parts
+  return estimate, samples, jack
+
+
+def bootstrap(
+  key: jax.Array,
+  fn: Callable[..., Any],
+  *arrays: ArrayLike,
+  num_resamples: int = 1000,
+  method: str = "percentile",
+  confidence: float = 0.95,
+  sample_axis: int | Sequence[int] = 0,
+  groups: Sequence[int] | None = None,
+  batch_size: int | None = None,
+  jackknife_groups: int = 100,
+) -> BootstrapResult:
+  """Bootstrap interval of any statistic over resampled test samples.
+
+  Draws ``B = num_resamples`` index sets of ``n`` samples with replacement
+  (one set shared by all ``arrays`` of a group: stacked predictors evaluated
+  on the same test samples are resampled together, a paired bootstrap;
+  arrays of different data sets go in different ``groups`` and are resampled
+  independently), evaluates ``fn`` on the full data and on every resample in
+  one compiled call (``jax.lax.map`` over batches of ``batch_size`` vmapped
+  resamples), and returns the estimate, the interval of ``method`` at level
+  ``confidence``, the standard deviation and the resampled values.
+
+  ``fn`` is traced, never run eagerly, so it must be traceable (any jaxcal
+  metric, a ``jax.vmap`` of one over stacked predictors, a dict of several,
+  a rank correlation between them) and its inputs are not value-checked:
+  check them first (for example by calling the metric once on the full
+  data). The compiled program is cached per ``fn`` object and shapes: pass
+  the same function (not a fresh ``lambda``) to reuse it across calls.
+
+  Interval choice (see the module notes and
+  ``experiments/bootstrap_coverage.py``): percentile is the default because
+  a binned ℓ1 error's resamples sit above its estimate and
+  ``estimate ± z·sd`` is misplaced there; ``"bca"`` adds a bias and skew
+  correction (costs ``jackknife_groups`` more evaluations per data set);
+  ``"normal"`` reproduces the papers' ``±1.96 sd``.
+
+  Args:
+    key: a ``jax.random`` key.
+    fn: ``fn(*arrays) -> pytree of arrays``, traceable.
+    *arrays: the data; each is resampled along its ``sample_axis``.
+    num_resamples: ``B >= 2`` (1000 by default; use 2000 or more for BCa).
+    method: ``"percentile"`` (default), ``"bca"``, ``"basic"`` or ``"normal"``.
+    confidence: nominal coverage of the interval, in ``(0, 1)``.
+    sample_axis: the sample axis of every array (an int for all, or one per
+      array), e.g. ``(1, 0)`` for ``(P, n, C)`` stacked probabilities and
+      ``(n,)`` labels.
+    groups: one integer per array (default: all in one group). Arrays of a
+      group share the index sets and must have the same sample count. Group
+      ``g`` (in order of first appearance) uses the key
+      ``jax.random.split(key, G)[g]``, or ``key`` itself when ``G = 1``.
+    batch_size: resamples evaluated together by ``jax.vmap`` (default: as
+      many as fit in about 128 MiB of gathered inputs, at most 64).
+    jackknife_groups: groups of the delete-a-group jackknife for BCa's
+      acceleration (at most ``n``; ``n`` gives the ordinary jackknife).
+
+  Returns:
+    :class:`BootstrapResult` ``(estimate, sd, lo, hi, samples)``.
+
+  Raises:
+    ValueError: no arrays, a bad ``sample_axis`` or ``groups``, arrays of one
+      group with different sample counts, ``num_resamples < 2``, an unknown
+      ``method`` or a ``confidence`` outside ``(0, 1)``.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> x = jnp.arange(100.0)
+    >>> r = bootstrap(jax.random.key(0), jnp.mean, x, num_resamples=200)
+    >>> float(r.estimate), bool(r.lo < 49.5 < r.hi), r.samples.shape
+    (49.5, True, (200,))
+
+  Reference: Efron & Tibshirani (1993), *An Introduction to the Bootstrap*,
+  §6 (the bootstrap), §13-14 (percentile and BCa intervals); Lu, Wu,
+  Hartline & Hu (2025), "Truthful Calibration Errors for Multi-Class
+  Prediction", arXiv:2510.06388, Table 1 (intervals over test samples).
+  """
+  if not arrays:
+    raise ValueError("bootstrap needs at least one data array after fn")
+  if not callable(fn):
+    raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+  num_resamples = _check_int(num_resamples, "num_resamples", 2)
+  if method not in METHODS:
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+  confidence = _check_confidence(confidence)
+  jackknife_groups = _check_int(jackknife_groups, "jackknife_groups", 2)
+  arrs = [jnp.asarray(a) for a in arrays]
+  axes = [sample_axis] * len(arrs) if isinstance(sample_axis, int) else list(sample_axis)
+  if len(axes) != len(arrs):
+    raise ValueError(f"sample_axis has {len(axes)} entries for {len(arrs)} arrays")
+  grp = [0] * len(arrs) if groups is None else [int(g) for g in groups]
+  if len(grp) != len(arrs):
+    raise ValueError(f"groups has {len(grp)} entries for {len(arrs)} arrays")
+  names = list(dict.fromkeys(grp))  # groups in order of first appearance
+  ns: dict[int, int] = {}
+  axes_norm = []
+  for i, (a, ax, g) in enumerate(zip(arrs, axes, grp)):
+    if not isinstance(ax, int | np.integer) or not -a.ndim <= ax < a.ndim:
+      raise ValueError(f"sample_axis {ax!r} out of range for array {i} of shape {tuple(a.shape)}")
+    ax = int(ax) % a.ndim
+    axes_norm.append(ax)
+    if ns.setdefault(g, a.shape[ax]) != a.shape[ax]:
+      raise ValueError(
+        f"all arrays of a group must have the same number of samples, got "
+        f"{ns[g]} and {a.shape[ax]} in group {g}"
+      )
+  sizes = tuple(ns[g] for g in names)
+  if min(sizes) < 1:
+    raise ValueError("every data array needs at least one sample")
+  if batch_size is None:
+    per_resample = sum(a.size * a.dtype.itemsize for a in arrs)
+    batch_size = int(max(1, min(64, num_resamples, _BATCH_BYTES // max(per_resample, 1))))
+  else:
+    batch_size = min(_check_int(batch_size, "batch_size"), num_resamples)
+  keys = [key] if len(names) == 1 else list(jax.random.split(key, len(names)))
+  jackknife = None
+  perms: list[jax.Array] = []
+  if method == "bca":
+    jackknife = tuple(min(jackknife_groups, n) for n in sizes)
+    perms = [
+      jax.random.permutation(jax.random.fold_in(k, 1), n).astype(jnp.int32)
+      for k, n in zip(keys, sizes)
+    ]
+  estimate, samples, jack = _resampled(
+    keys,
+    perms,
+    arrs,
+    fn=fn,
+    axes=tuple(axes_norm),
+    slot=tuple(names.index(g) for g in grp),
+    sizes=sizes,
+    num_resamples=num_resamples,
+    batch_size=batch_size,
+    jackknife=jackknife,
+  )
+  tree = jax.tree_util
+  sd = tree.tree_map(lambda s: jnp.std(s, axis=0, ddof=1), samples)
+  if jack is None:
+    bounds = tree.tree_map(lambda e, s: interval(e, s, method, confidence), estimate, samples)
+  else:
+    accel = _combined_acceleration(jack)
+    bounds = tree.tree_map(
+      lambda e, s, a: interval(e, s, method, confidence, acceleration=a), estimate, samples, accel
+    )
+  leaves, treedef = tree.tree_flatten(estimate)
+  pairs = treedef.flatten_up_to(bounds)
+  lo = tree.tree_unflatten(treedef, [p[0] for p in pairs])
+  hi = tree.tree_unflatten(treedef, [p[1] for p in pairs])
+  del leaves
+  return BootstrapResult(estimate=estimate, sd=sd, lo=lo, hi=hi, samples=samples)
+
+
+def _combined_acceleration(jack: list[Any]) -> Any:
+  """Acceleration over several independently resampled data sets.
+
+  With ``U_gk = (G_g − 1)(mean_k θ_(gk) − θ_(gk))`` for group ``k`` of data
+  set ``g``: ``a = Σ_g Σ_k U³/G_g³ / (6 (Σ_g Σ_k U²/G_g²)^{3/2})``, which is
+  the one-sample formula when there is one data set.
+  """
+  tree = jax.tree_util
+  if len(jack) == 1:
+    return tree.tree_map(_acceleration, jack[0])
+
+  def combine(*vals):
+    num = 0.0
+    den = 0.0
+    for v in vals:
+      g = v.shape[0]
+      u = (g - 1) * (jnp.mean(v, axis=0) - v)
+      num = num + jnp.sum(u**3, axis=0) / g**3
+      den = den + jnp.sum(u**2, axis=0) / g**2
+    return jnp.where(den > 0, num / (6.0 * jnp.maximum(den, 1e-300) ** 1.5), 0.0)
+
+  return tree.tree_map(combine, *jack)
+
+
+# --------------------------------------------------------------------------
+# Consistency resampling for reliability diagrams.
+# --------------------------------------------------------------------------
+
+
+class ConsistencyBands(NamedTuple):
+  """Per-bin consistency band of a top-label reliability diagram.
+
+  Attributes:
+    confidence: ``(num_bins,)`` mean confidence of each bin on the data.
+    lo: ``(num_bins,)`` lower end of the accuracy a calibrated predictor
+      would show in the bin (``confidence + `` the lower quantile of the
+      resampled accuracy − confidence).
+    hi: ``(num_bins,)`` upper end.
+    counts: ``(num_bins,)`` samples per bin on the data (bands of empty bins
+      are meaningless and set to NaN).
+  """
+
+  confidence: jax.Array
+  lo: jax.Array
+  hi: jax.Array
+  counts: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("num_bins", "binning", "num_resamples", "batch_size"))
+def _consistency(key, probs, num_bins, binning, num_resamples, batch_size, level):
+  from jaxcal._src.calibration_errors import _reliability_core
+
+  n, c = probs.shape
+  dummy = jnp.zeros((n,), jnp.int32)
+  base = _reliability_core(probs, dummy, num_bins, binning)
+  logp = jnp.log(jnp.clip(probs, 1e-30, None))
+
+  def one(k):
+    k_idx, k_lab = jax.random.split(k)
+    idx = _indices(k_idx, n)
+    p = probs[idx]
+    y = jax.random.categorical(k_lab, logp[idx], axis=-1)
+    s = _reliability_core(p, y, num_bins, binning)
+    gap = jnp.where(s.counts > 0, s.accuracy - s.confidence, jnp.nan)
+    return gap
+
+  gaps = jax.lax.map(one, jax.random.split(key, num_resamples), batch_size=batch_size)
+  lo = jnp.nanquantile(gaps, (1.0 - level) / 2, axis=0)
+  hi = jnp.nanquantile(gaps, (1.0 + level) / 2, axis=0)
+  ok = base.counts > 0
+  lo = jnp.where(ok, base.confidence + lo, jnp.nan)
+  hi = jnp.where(ok, base.confidence + hi, jnp.nan)
+  return ConsistencyBands(base.confidence, lo, hi, base.counts)
+
+
+def consistency_bands(
+  key: jax.Array,
+  probs: ArrayLike,
+  num_bins: int = 15,
+  binning: str = "fixed",
+  *,
+  num_resamples: int = 1000,
+  confidence: float = 0.9,
+  from_logits: bool = False,
+) -> ConsistencyBands:
+  """Consistency bands of a top-label reliability diagram (Bröcker & Smith 2007).
+
+  Under the hypothesis that the predictor is calibrated, the label of sample
+  ``i`` is a draw from ``p_i``. Each of ``B`` resamples draws ``n`` rows of
+  ``probs`` with replacement and a label ``y* ~ Categorical(p_i)`` for each,
+  bins the resampled confidences and records each bin's accuracy minus mean
+  confidence. The band of bin ``b`` is its mean confidence on the data plus
+  the ``(1 ± confidence)/2`` quantiles of that gap: an accuracy outside the
+  band is unlikely for a calibrated predictor (a test of calibration bin by
+  bin, not a confidence interval for the accuracy). The labels are not used.
+
+  Args:
+    key: a ``jax.random`` key.
+    probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
+    num_bins: static bin count.
+    binning: ``"fixed"`` or ``"quantile"``.
+    num_resamples: number of consistency resamples ``B >= 2``.
+    confidence: probability mass inside the band, in ``(0, 1)`` (0.9: the
+      5 %-95 % range of Bröcker & Smith).
+    from_logits: treat ``probs`` as logits.
+
+  Returns:
+    :class:`ConsistencyBands` of ``(num_bins,)`` arrays.
+
+  Raises:
+    ValueError: invalid probabilities, bin count, binning, resample count or
+      confidence.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> p = jax.nn.softmax(jax.random.normal(jax.random.key(0), (500, 4)) * 2)
+    >>> b = consistency_bands(jax.random.key(1), p, 5, num_resamples=100)
+    >>> bool(jnp.all((b.lo <= b.confidence) | (b.counts == 0)))
+    True
+
+  Reference: Bröcker & Smith (2007), "Increasing the Reliability of
+  Reliability Diagrams", Weather and Forecasting 22(3), §4 (consistency
+  resampling); Dimitriadis, Gneiting & Jordan (2021), "Stable reliability
+  diagrams for probabilistic classifiers", PNAS 118(8), §3 (consistency bands).
+  """
+  if from_logits:
+    p = jax.nn.softmax(V.check_logits(probs, name="logits"), axis=-1)
+  else:
+    p = V.check_probs(probs)
+  m = V.check_num_bins(num_bins)
+  if not isinstance(m, int):
+    raise ValueError(f"num_bins must be a Python int for consistency_bands, got {num_bins!r}")
+  binning = V.check_binning(binning)
+  if binning == "quantile" and m > p.shape[0]:
+    raise ValueError(
+      f"quantile binning with num_bins = {m} needs at least that many samples, got n = {p.shape[0]}"
+    )
+  num_resamples = _check_int(num_resamples, "num_resamples", 2)
+  level = _check_confidence(confidence)
+  per = p.size * p.dtype.itemsize
+  batch = int(max(1, min(64, num_resamples, _BATCH_BYTES // max(per, 1))))
+  return _consistency(key, p, m, binning, num_resamples, batch, level)
+
+
+def _normal_confidence(z: float) -> float:
+  """Coverage of ``± z`` standard deviations of a normal distribution."""
+  return math.erf(float(z) / math.sqrt(2.0))

@@ -1,0 +1,239 @@
+"""One vocabulary: the display name of every metric, and how numbers are written.
+
+The terminal summary, ``report.json``, the markdown tables, the figures and
+the API docs all name a metric by the ``name`` below (the papers' notation),
+qualified by its binning and bin count as in the truthful-calibration paper's
+Table 1: ``ConfECE(fix;15)``, ``LinCE_cw(qua;2000)``. Numbers are written
+with three significant digits, in scientific notation below ``1e-3`` and from
+``1e4`` (:func:`format_number`); ``report.json`` keeps six significant digits
+(:func:`round_floats`), which removes float32 round-off noise such as
+``0.9451999999582767`` without losing anything a float32 computation knows.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, NamedTuple
+
+__all__ = [
+  "Metric",
+  "METRICS",
+  "BINNING_ABBREV",
+  "metric",
+  "label",
+  "parse_label",
+  "format_number",
+  "format_interval",
+  "round_floats",
+  "KIND_AXIS_LABEL",
+]
+
+
+class Metric(NamedTuple):
+  """A metric as the report, the figures and the docs name it.
+
+  Attributes:
+    name: display name (the papers' notation), also the key in ``report.json``.
+    function: the public function that computes it.
+    kind: ``"l1"`` (binned ℓ1 error), ``"squared"`` (binned squared error),
+      ``"cumulative"``, ``"utility"``, ``"score"`` (a proper score or a
+      classification loss, lower is better) or ``"accuracy"`` (higher is better).
+    truthful: whether the papers prove it truthful (reporting the true
+      probabilities minimises its expectation).
+    binning: the binning rule it uses by default (``None`` when not binned).
+    description: one line for tables.
+  """
+
+  name: str
+  function: str
+  kind: str
+  truthful: bool
+  binning: str | None
+  description: str
+
+
+#: Every metric the report, the CLI and the figures show, in display order.
+METRICS: tuple[Metric, ...] = (
+  Metric("accuracy", "1 - scores.classification_error", "accuracy", False, None, "top-1 accuracy"),
+  Metric("error_rate", "scores.classification_error", "score", False, None, "top-1 error rate"),
+  Metric("NLL", "scores.log_loss", "score", False, None, "negative log-likelihood (log score)"),
+  Metric(
+    "Brier", "scores.brier", "score", False, None, "multiclass Brier score (sum over classes)"
+  ),
+  Metric("spherical", "scores.spherical", "score", False, None, "spherical score loss"),
+  Metric(
+    "conf_loss",
+    "scores.confidence_loss",
+    "score",
+    False,
+    None,
+    "confidence loss 1 - z + (c - z)^2 (top label)",
+  ),
+  Metric("ConfECE", "metrics.conf_ece", "l1", False, "fixed", "top-label ℓ1 binned ECE"),
+  Metric("CWE_bin", "metrics.classwise_ece", "l1", False, "fixed", "class-wise ℓ1 binned ECE"),
+  Metric(
+    "ConfCE", "metrics.conf_ce", "squared", False, "quantile", "top-label squared binned error"
+  ),
+  Metric(
+    "ConfCE_corr",
+    "metrics.conf_ce_corr",
+    "squared",
+    True,
+    "quantile",
+    "top-label squared error with the truthful correction",
+  ),
+  Metric(
+    "LinCE_cw",
+    "metrics.classwise_ce",
+    "squared",
+    True,
+    "quantile",
+    "class-wise squared binned error (truthful)",
+  ),
+  Metric("ECCE", "metrics.ecce", "cumulative", False, "fixed", "class-wise cumulative error"),
+  Metric("UC_TCE", 'utility.uc_class(..., "tce")', "utility", False, None, "UC over U_TCE"),
+  Metric("UC_CWE", 'utility.uc_class(..., "cwe")', "utility", False, None, "UC over U_CWE"),
+  Metric("UC_topK", 'utility.uc_class(..., "topk")', "utility", False, None, "UC over U_topK"),
+  Metric("UC_comb", 'utility.uc_class(..., "comb")', "utility", False, None, "UC over U_comb"),
+)
+
+_BY_NAME = {m.name: m for m in METRICS}
+
+#: Binning rule -> the abbreviation of the papers' tables.
+BINNING_ABBREV = {"fixed": "fix", "quantile": "qua"}
+_ABBREV_BINNING = {v: k for k, v in BINNING_ABBREV.items()}
+
+#: Axis label of a figure panel holding metrics of one ``kind``.
+KIND_AXIS_LABEL = {
+  "l1": "ℓ1 calibration error",
+  "squared": "squared calibration error",
+  "cumulative": "cumulative calibration error",
+  "utility": "utility calibration error",
+  "score": "loss",
+  "accuracy": "accuracy",
+}
+
+
+def metric(name: str) -> Metric:
+  """The :class:`Metric` of a display name (``"ConfECE"``) or label (``"ConfECE(fix;15)"``)."""
+  stem = name.split("(", 1)[0]
+  if stem not in _BY_NAME:
+    raise ValueError(f"unknown metric name {name!r}; known names: {', '.join(_BY_NAME)}")
+  return _BY_NAME[stem]
+
+
+def label(name: str, binning: str | None = None, num_bins: int | None = None) -> str:
+  """The display label of a metric: ``ConfECE(fix;15)``, ``LinCE_cw(qua)``, ``Brier``.
+
+  Args:
+    name: a name of :data:`METRICS`.
+    binning: ``"fixed"`` / ``"quantile"`` (binned metrics; default: the
+      metric's own rule).
+    num_bins: bin count (omitted from the label when ``None``).
+
+  Returns:
+    The label, as the truthful-calibration paper's Table 1 writes it.
+
+  Example:
+    >>> label("ConfECE", num_bins=15), label("LinCE_cw"), label("Brier")
+    ('ConfECE(fix;15)', 'LinCE_cw(qua)', 'Brier')
+  """
+  m = metric(name)
+  if m.binning is None:
+    return m.name
+  rule = binning or m.binning
+  if rule not in BINNING_ABBREV:
+    raise ValueError(f"binning must be 'fixed' or 'quantile', got {rule!r}")
+  if m.name == "ECCE":  # always equal-width bins: the count is the only qualifier
+    return m.name if num_bins is None else f"ECCE({num_bins})"
+  inner = BINNING_ABBREV[rule] if num_bins is None else f"{BINNING_ABBREV[rule]};{num_bins}"
+  return f"{m.name}({inner})"
+
+
+_LABEL = re.compile(r"^(?P<name>[A-Za-z_]+)(?:\((?:(?P<rule>fix|qua))?;?(?P<m>\d+)?\))?$")
+
+
+def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
+  """``(metric, binning, num_bins)`` of a label written by :func:`label`.
+
+  Example:
+    >>> m, rule, bins = parse_label("ConfCE_corr(qua;2000)")
+    >>> m.name, rule, bins
+    ('ConfCE_corr', 'quantile', 2000)
+  """
+  match = _LABEL.match(text)
+  if not match:
+    raise ValueError(f"{text!r} is not a metric label such as 'ConfECE(fix;15)'")
+  m = metric(match["name"])
+  rule = _ABBREV_BINNING.get(match["rule"] or "", m.binning if m.binning else None)
+  return m, rule, int(match["m"]) if match["m"] else None
+
+
+def format_number(x: Any, digits: int = 3) -> str:
+  """A number with ``digits`` significant digits; scientific below 1e-3 and from 1e4.
+
+  Integers (Python or numpy) are written in full with thousands separators.
+
+  Example:
+    >>> [format_number(v) for v in (0.945199, 0.02564, 8.312e-05, 0.5, 12.0, 123456.0, 10000)]
+    ['0.945', '0.0256', '8.31e-5', '0.500', '12.0', '1.23e5', '10,000']
+  """
+  if isinstance(x, bool):
+    return str(x)
+  if isinstance(x, int) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") in "iu"):
+    return f"{int(x):,}"
+  v = float(x)
+  if math.isnan(v):
+    return "nan"
+  if math.isinf(v):
+    return "inf" if v > 0 else "-inf"
+  if v == 0.0:
+    return "0"
+  a = abs(v)
+  if 1e-3 <= a < 1e4:
+    text = f"{v:#.{digits}g}"
+    if "e" not in text:
+      return text.rstrip(".")
+  mant, exp = f"{v:.{digits - 1}e}".split("e")
+  return f"{mant}e{int(exp)}"
+
+
+def format_interval(estimate: Any, lo: Any = None, hi: Any = None, digits: int = 3) -> str:
+  """``estimate [lo, hi]`` with :func:`format_number` (just the estimate without bounds).
+
+  Example:
+    >>> format_interval(0.02564, 0.02304, 0.02986)
+    '0.0256 [0.0230, 0.0299]'
+  """
+  text = format_number(estimate, digits)
+  if lo is None or hi is None:
+    return text
+  return f"{text} [{format_number(lo, digits)}, {format_number(hi, digits)}]"
+
+
+def round_floats(obj: Any, digits: int = 6) -> Any:
+  """Rounds every float in a nested dict/list to ``digits`` significant digits.
+
+  Numpy scalars and arrays become Python numbers and lists; NaN and inf
+  become ``None`` (JSON has neither).
+
+  Example:
+    >>> round_floats({"acc": 0.9451999999582767, "bins": [2, 3], "x": float("nan")})
+    {'acc': 0.9452, 'bins': [2, 3], 'x': None}
+  """
+  if isinstance(obj, dict):
+    return {k: round_floats(v, digits) for k, v in obj.items()}
+  if isinstance(obj, list | tuple):
+    return [round_floats(v, digits) for v in obj]
+  if hasattr(obj, "tolist") and not isinstance(obj, str):
+    return round_floats(obj.tolist(), digits)
+  if isinstance(obj, bool) or obj is None or isinstance(obj, int | str):
+    return obj
+  if isinstance(obj, float):
+    if not math.isfinite(obj):
+      return None
+    if obj == 0.0:
+      return 0.0
+    return float(f"{obj:.{digits - 1}e}")
+  return obj

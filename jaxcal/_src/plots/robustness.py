@@ -1,0 +1,233 @@
+"""Bin-count robustness: one model's errors against the bin count, and model rankings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxcal._src.names import KIND_AXIS_LABEL, parse_label
+from jaxcal._src.plots import _mpl
+
+__all__ = ["bin_robustness_plot", "rank_stability_plot"]
+
+_KIND_ORDER = ("l1", "squared", "cumulative", "utility", "score", "accuracy", "other")
+
+
+def _kind(name: str) -> str:
+  try:
+    return parse_label(name)[0].kind
+  except ValueError:
+    return "other"
+
+
+def bin_robustness_plot(
+  num_bins: Sequence[int] | ArrayLike,
+  curves: Mapping[str, ArrayLike],
+  *,
+  bands: Mapping[str, tuple[ArrayLike, ArrayLike]] | None = None,
+  reference: Mapping[str, float] | None = None,
+  model: str | None = None,
+  n: int | None = None,
+  title: str | None = None,
+):
+  """One model's calibration errors against the bin count, ℓ1 and squared errors apart.
+
+  Each curve is drawn in the panel of its kind (the ℓ1 errors ConfECE and
+  CWE_bin; the squared errors ConfCE, ConfCE_corr and LinCE_cw; names that
+  are not metric labels share an "other" panel), with its bootstrap band
+  when given, on logarithmic axes.
+
+  What to expect. A single model's binned errors are *not* constant in the
+  bin count ``m``: for a miscalibrated model the squared errors fall roughly
+  like ``1/m`` (the squared bias of ``m`` equal-mass bins is divided among
+  them) until they reach the value a calibrated predictor would have
+  (``E[ℓ_conf]/n`` for ConfCE_corr, ``E[Brier]/(C·n)`` for LinCE_cw, Lemma
+  D.1 of the truthful paper; give it as ``reference``), while the ℓ1 ECE
+  picks up more sampling noise as the bins get smaller and rises. What the
+  truthful-calibration papers find stable across bin counts is the
+  *ranking of models* by a truthful error, shown by
+  :func:`rank_stability_plot`.
+
+  Args:
+    num_bins: ``(k,)`` bin counts (the x axis).
+    curves: label -> ``(k,)`` values, e.g. ``{"ConfECE(fix)": ...,
+      "LinCE_cw(qua)": ...}`` (labels of :mod:`jaxcal.report`'s vocabulary).
+    bands: label -> ``(lo, hi)``, each ``(k,)``: an interval per bin count
+      (e.g. from :func:`jaxcal.bootstrap.bootstrap`).
+    reference: label -> value, drawn as a dashed line in the curve's colour
+      (e.g. the calibrated-predictor value of a truthful error).
+    model: model name for the title.
+    n: number of test samples, for the title.
+    title: the full title (default: "Calibration error against the bin count
+      — model (n = ...)").
+
+  Returns:
+    The matplotlib ``Figure`` (one panel per kind of error).
+
+  Raises:
+    ValueError: no curves, or a curve or band whose length differs from
+      ``num_bins``.
+
+  Example:
+    >>> import numpy as np
+    >>> m = np.array([5, 20, 100, 500])
+    >>> fig = bin_robustness_plot(m, {"ConfECE(fix)": 0.02 + 0.01 * np.log(m) / 6,
+    ...                               "LinCE_cw(qua)": 1e-3 / m + 1e-5})
+    >>> [ax.get_ylabel() for ax in fig.axes]
+    ['ℓ1 calibration error', 'squared calibration error']
+
+  Reference: Lu, Wu, Hartline & Hu (2025), "Truthful Calibration Errors for
+  Multi-Class Prediction", arXiv:2510.06388, §5 (binning robustness: Fig. 3,
+  Table 1) and Lemma D.1; Nixon et al. (2019), "Measuring Calibration in
+  Deep Learning", arXiv:1904.01685.
+  """
+  m = np.asarray(num_bins, np.float64).ravel()
+  if not curves:
+    raise ValueError("curves must hold at least one label -> values entry")
+  data = {}
+  for name, vals in curves.items():
+    v = np.asarray(vals, np.float64).ravel()
+    if v.shape != m.shape:
+      raise ValueError(
+        f"curve {name!r} has {v.size} values for {m.size} bin counts; give one value per bin count"
+      )
+    data[name] = v
+  bands = dict(bands or {})
+  for name, (lo, hi) in bands.items():
+    if np.size(lo) != m.size or np.size(hi) != m.size:
+      raise ValueError(f"band {name!r} must have {m.size} lower and upper values")
+  kinds = sorted({_kind(k) for k in data}, key=_KIND_ORDER.index)
+  with _mpl.style():
+    plt = _mpl.pyplot()
+    fig, axes = plt.subplots(
+      1, len(kinds), figsize=(3.9 * len(kinds) + 0.4, 3.9), squeeze=False, layout="constrained"
+    )
+    axes = list(axes[0])
+    for ax, kind in zip(axes, kinds):
+      names = [k for k in data if _kind(k) == kind]
+      ys = []
+      for i, name in enumerate(names):
+        color = _mpl.color_of(name, i)
+        ax.plot(m, data[name], color=color, label=name)
+        ys.append(data[name])
+        if name in bands:
+          lo, hi = (np.asarray(b, np.float64).ravel() for b in bands[name])
+          ax.fill_between(m, lo, hi, color=color, alpha=0.18, lw=0)
+          ys += [lo, hi]
+        if reference and name in reference:
+          ax.axhline(float(reference[name]), color=color, ls="--", lw=1)
+          ys.append(np.array([float(reference[name])]))
+      if reference and any(k in reference for k in names):
+        ax.plot([], [], ls="--", color="0.4", lw=1, label="value of a calibrated predictor")
+      ax.set_xlabel("number of bins m")
+      ax.set_ylabel(KIND_AXIS_LABEL.get(kind, "calibration error"))
+      allv = np.concatenate(ys)
+      pos = allv[np.isfinite(allv) & (allv > 0)]
+      if m.min() > 0 and m.max() / m.min() >= 10:
+        _mpl.log_ticks(ax, "x", m.min(), m.max())
+      ax.set_xlim(m.min(), m.max())
+      if pos.size and pos.max() / pos.min() > 3:
+        lo_y, hi_y = pos.min() / 1.3, pos.max() * 1.3
+        ax.set_ylim(lo_y, hi_y)
+        _mpl.log_ticks(ax, "y", lo_y, hi_y)
+      _mpl.legend_outside(ax, "below", ncol=1)
+    fig.suptitle(title or _mpl.title("Calibration error against the bin count", model, n))
+  return fig
+
+
+def rank_stability_plot(
+  num_bins: Sequence[int] | ArrayLike,
+  correlations: Mapping[str, ArrayLike],
+  *,
+  num_models: int | None = None,
+  n: int | None = None,
+  title: str | None = None,
+  method: str = "Spearman",
+):
+  """How stable each error's ranking of several models is across bin counts.
+
+  One heat map per error: entry ``(i, j)`` is the rank correlation, over the
+  models, between the error at ``num_bins[i]`` and at ``num_bins[j]`` (1 =
+  the same ordering of the models at both bin counts). This is the quantity
+  of the truthful-calibration paper's Table 1 (there at 2000, 20 and 5 bins),
+  where the truthful errors keep high correlations between bin counts and
+  the non-truthful ConfECE / ConfCE do not.
+
+  Args:
+    num_bins: ``(k,)`` bin counts (rows and columns).
+    correlations: label -> ``(k, k)`` correlation matrix (e.g.
+      :func:`jaxcal.report.rank_stability`).
+    num_models: number of models ranked, for the title.
+    n: number of test samples, for the title.
+    title: the full title.
+    method: name of the rank correlation, for the colour bar.
+
+  Returns:
+    The matplotlib ``Figure``.
+
+  Raises:
+    ValueError: no matrices, or a matrix that is not ``(k, k)``.
+
+  Example:
+    >>> import numpy as np
+    >>> r = np.array([[1.0, 0.9], [0.9, 1.0]])
+    >>> fig = rank_stability_plot([5, 2000], {"ConfECE(fix)": r, "LinCE_cw(qua)": r})
+    >>> fig.axes[0].get_xlabel()
+    'number of bins'
+
+  Reference: Lu, Wu, Hartline & Hu (2025), "Truthful Calibration Errors for
+  Multi-Class Prediction", arXiv:2510.06388, §5 and Table 1.
+  """
+  m = [int(v) for v in np.asarray(num_bins).ravel()]
+  k = len(m)
+  if not correlations:
+    raise ValueError("correlations must hold at least one label -> (k, k) matrix")
+  mats = {}
+  for name, r in correlations.items():
+    a = np.asarray(r, np.float64)
+    if a.shape != (k, k):
+      raise ValueError(f"correlations[{name!r}] must be ({k}, {k}), got {a.shape}")
+    mats[name] = a
+  what = f"{method} correlation of model rankings between bin counts"
+  sub = f"{num_models} models" if num_models else None
+  with _mpl.style():
+    plt = _mpl.pyplot()
+    cols = min(len(mats), 3)
+    rows = -(-len(mats) // cols)
+    size = 1.0 + 0.42 * k
+    fig, axes = plt.subplots(
+      rows,
+      cols,
+      figsize=(size * cols + 1.0, size * rows + 0.6),
+      squeeze=False,
+      layout="constrained",
+    )
+    image: Any = None
+    for ax, (name, a) in zip(axes.ravel(), mats.items()):
+      image = ax.imshow(a, vmin=-1, vmax=1, cmap="RdBu_r", origin="lower")
+      ax.set_xticks(range(k), [str(v) for v in m], rotation=45 if k > 5 else 0)
+      ax.set_yticks(range(k), [str(v) for v in m])
+      ax.grid(False)
+      for i in range(k):
+        for j in range(k):
+          if np.isfinite(a[i, j]):
+            ax.text(
+              j,
+              i,
+              f"{a[i, j]:.2f}",
+              ha="center",
+              va="center",
+              fontsize=6.5 if k > 5 else 8,
+              color="white" if abs(a[i, j]) > 0.6 else "black",
+            )
+      ax.set_title(name)
+      ax.set_xlabel("number of bins")
+      ax.set_ylabel("number of bins")
+    for ax in axes.ravel()[len(mats) :]:
+      ax.set_visible(False)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label=method)
+    fig.suptitle(title or _mpl.title(what, sub, n))
+  return fig
