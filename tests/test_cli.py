@@ -186,5 +186,5 @@ def test_sweep_markdown_and_json(capsys, tmp_path):
   out = str(tmp_path / "s.npz")
   assert cli.main(["sweep", default, "--m", "8", "--out", out, "--format", "md"]) == 0
   assert "| quantile | UC |" in capsys.readouterr().out
-  assert cli.main(["sweep", default, "--m", "8", "--out", out, "--format", "json"]) == 0
+  assert cli.main(["sweep", default, "--m", "8", "--out", out, "--format", "json", "--force"]) == 0
   assert json.loads(capsys.readouterr().out)["m"] == 8

@@ -293,7 +293,9 @@ class FixedBins(_Streaming):
     (top label), ``conf_ce_corr = conf_ce + (1/n)(1 - (1/n) sum_i z_i)``;
   * ``classwise_ece = sum_r w_r (1/n) sum_b |S_rb|``,
     ``classwise_ce = (1/C) sum_r (1/n^2) sum_b S_rb^2`` (LinCE_cw);
-  * ``ecce = sum_r w_r (1/n) sum_{b non-empty} |sum_{b' <= b} S_rb'|``;
+  * ``ecce = sum_r w_r (1/K_r) (1/n) sum_{b non-empty} |sum_{b' <= b} S_rb'|``
+    with ``K_r`` class ``r``'s number of non-empty bins (the one-shot
+    ``ecce``'s default ``reduction="mean"``);
 
   each equal to the one-shot function with ``binning="fixed"``. LinCE is
   truthful for every outcome-independent binning, fixed bins included, so
@@ -465,7 +467,8 @@ class FixedBins(_Streaming):
       out["classwise_ce"] = (jnp.sum(cs**2, axis=-1).mean(axis=-1) / n / n).reshape(shape)
       cum = jnp.cumsum(-cs, axis=-1)
       per = jnp.sum(jnp.where(cn > 0, jnp.abs(cum), 0.0), axis=-1) / n
-      out["ecce"] = jnp.sum(per * w, axis=-1).reshape(shape)
+      nonempty = jnp.maximum(jnp.sum(cn > 0, axis=-1), 1).astype(per.dtype)  # K_c
+      out["ecce"] = jnp.sum(per / nonempty * w, axis=-1).reshape(shape)
     return out
 
   def reliability(self, num_bins: int) -> ReliabilityStats:
