@@ -130,7 +130,9 @@ def np_ecce(p, y, ms):
   out = np.empty(len(ms))
   for k, m in enumerate(ms):
     _, at, counts = _cw_sums(s_sorted, prefix, m, "fixed")
-    out[k] = np.where(counts > 0, np.abs(at[1:]), 0.0).sum() / (n * num_classes)
+    per = np.where(counts > 0, np.abs(at[1:]), 0.0).sum(axis=0) / n  # (C,)
+    nonempty = np.maximum((counts > 0).sum(axis=0), 1)  # K_c: the paper's mean over bins
+    out[k] = (per / nonempty).mean()
   return out
 
 

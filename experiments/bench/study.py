@@ -175,12 +175,9 @@ def worker(args) -> dict:
 
 
 def _spawn(side, layout, devices, args) -> dict:
-  env = dict(
-    os.environ,
-    JAX_PLATFORMS="cpu",
-    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-  )
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+  if devices != "gpu":  # forced host devices; "gpu": the default backend as it is
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
   cmd = [sys.executable, str(HERE / "study.py"), "--worker", "--side", side, "--layout", layout]
   for k in ("models", "n", "step", "bins", "utilities", "repeat"):
     cmd += [f"--{k}", str(getattr(args, k))]
@@ -201,7 +198,9 @@ def main(argv=None) -> dict:
   p.add_argument("--bins", type=int, default=200)
   p.add_argument("--utilities", type=int, default=1500, help="per family")
   p.add_argument("--repeat", type=int, default=2)
-  p.add_argument("--devices", default="1,4,8")
+  p.add_argument(
+    "--devices", default="1,4,8", help="forced CPU device counts, and/or 'gpu' (default backend)"
+  )
   p.add_argument("--layouts", default="same_n,different_n")
   p.add_argument("--timeout", type=int, default=3600)
   p.add_argument("--quick", action="store_true", help="12 models, n=600, 20 bins, 50 utilities")
@@ -217,7 +216,7 @@ def main(argv=None) -> dict:
     args.models, args.n, args.step, args.bins, args.utilities, args.repeat = 12, 600, 20, 20, 50, 1
   runs = []
   for layout in args.layouts.split(","):
-    for d in (int(x) for x in args.devices.split(",")):
+    for d in (x if x == "gpu" else int(x) for x in args.devices.split(",")):
       pair = {}
       for side in ("loop", "study"):
         t0 = time.perf_counter()
@@ -260,7 +259,7 @@ def main(argv=None) -> dict:
       "metrics": METRICS,
       "utilities_per_family": args.utilities,
       "repeat": args.repeat,
-      "gpu": "none lent to this work: CPU only",
+      "devices": args.devices,
     },
     "runs": runs,
     "machine_note": machine_note(info.get("load_avg_at_start")),
