@@ -497,8 +497,8 @@ class ConsistencyBands(NamedTuple):
   Attributes:
     confidence: ``(num_bins,)`` mean confidence of each bin on the data.
     lo: ``(num_bins,)`` lower end of the accuracy a calibrated predictor
-      would show in the bin (``confidence + `` the lower quantile of the
-      resampled accuracy − confidence).
+      would show in the bin: ``confidence`` plus the lower quantile of the
+      resampled accuracy minus confidence.
     hi: ``(num_bins,)`` upper end.
     counts: ``(num_bins,)`` samples per bin on the data (bands of empty bins
       are meaningless and set to NaN).
