@@ -101,22 +101,6 @@ class BootstrapResult(NamedTuple):
   samples: Any
 
 
-def _check_int(value: Any, name: str, minimum: int = 1) -> int:
-  """A static integer ``>= minimum``; floats are never truncated silently."""
-  if isinstance(value, bool | np.bool_ | str | bytes) or value is None:
-    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-  if isinstance(value, jax.core.Tracer):
-    raise ValueError(f"{name} must be a static Python int, got a traced value")
-  if not isinstance(value, int | np.integer):
-    a = np.asarray(value)
-    if a.ndim != 0 or not np.issubdtype(a.dtype, np.integer):
-      raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    value = a.item()
-  if int(value) < minimum:
-    raise ValueError(f"{name} must be an integer >= {minimum}, got {int(value)}")
-  return int(value)
-
-
 def _check_confidence(confidence: Any) -> float:
   try:
     c = float(confidence)
@@ -157,8 +141,8 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
   Reference: Efron & Tibshirani (1993), *An Introduction to the Bootstrap*,
   §6.2 (Algorithm 6.1).
   """
-  n = _check_int(n, "n")
-  num_resamples = _check_int(num_resamples, "num_resamples")
+  n = V.check_int(n, "n")
+  num_resamples = V.check_int(num_resamples, "num_resamples")
   return jax.vmap(lambda k: _indices(k, n))(jax.random.split(key, num_resamples))
 
 
@@ -391,11 +375,11 @@ def bootstrap(
     raise ValueError("bootstrap needs at least one data array after fn")
   if not callable(fn):
     raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-  num_resamples = _check_int(num_resamples, "num_resamples", 2)
+  num_resamples = V.check_int(num_resamples, "num_resamples", 2)
   if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
   confidence = _check_confidence(confidence)
-  jackknife_groups = _check_int(jackknife_groups, "jackknife_groups", 2)
+  jackknife_groups = V.check_int(jackknife_groups, "jackknife_groups", 2)
   arrs = [jnp.asarray(a) for a in arrays]
   axes = [sample_axis] * len(arrs) if isinstance(sample_axis, int) else list(sample_axis)
   if len(axes) != len(arrs):
@@ -423,7 +407,7 @@ def bootstrap(
     per_resample = sum(a.size * a.dtype.itemsize for a in arrs)
     batch_size = int(max(1, min(64, num_resamples, _BATCH_BYTES // max(per_resample, 1))))
   else:
-    batch_size = min(_check_int(batch_size, "batch_size"), num_resamples)
+    batch_size = min(V.check_int(batch_size, "batch_size"), num_resamples)
   keys = [key] if len(names) == 1 else list(jax.random.split(key, len(names)))
   jackknife = None
   perms: list[jax.Array] = []
@@ -599,7 +583,7 @@ def consistency_bands(
     raise ValueError(
       f"quantile binning with num_bins = {m} needs at least that many samples, got n = {p.shape[0]}"
     )
-  num_resamples = _check_int(num_resamples, "num_resamples", 2)
+  num_resamples = V.check_int(num_resamples, "num_resamples", 2)
   level = _check_confidence(confidence)
   per = p.size * p.dtype.itemsize
   batch = int(max(1, min(64, num_resamples, _BATCH_BYTES // max(per, 1))))

@@ -23,7 +23,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
-from jaxcal._src.calibration_errors import _binary_rows
+from jaxcal._src.calibration_errors import _binary_rows, _weights_or_uniform
 from jaxcal._src.sorting import sort_with_payload
 
 __all__ = ["ks_ce"]
@@ -102,5 +102,5 @@ def ks_ce(
     probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
   )
   p, y = d.neutral()
-  w = jnp.full((p.shape[1],), 1.0 / p.shape[1], p.dtype) if d.weights is None else d.weights
+  w = _weights_or_uniform(d)
   return V.fold(_ks_core(p, y, w, d.where, mode=mode), d.ok)

@@ -48,7 +48,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.calibration_errors import _binary_rows
+from jaxcal._src.calibration_errors import _binary_rows, _weights_or_uniform
 from jaxcal._src.scores import prepare
 
 __all__ = [
@@ -305,7 +305,7 @@ def smooth_ece(
   p, y = d.neutral()
   w = None
   if mode == "classwise":
-    w = jnp.full((p.shape[1],), 1.0 / p.shape[1], p.dtype) if d.weights is None else d.weights
+    w = _weights_or_uniform(d)
   if bandwidth is None:
     vals, _ = _auto_core(p, y, d.where, mode=mode, sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH))
     return V.fold(vals[0] if w is None else jnp.sum(w * vals), d.ok)
