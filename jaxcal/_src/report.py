@@ -207,10 +207,10 @@ def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool]:
 
 
 def _check_settings(num_bins, resamples, confidence, interval, n):
-  from jaxcal._src.bootstrap import METHODS, _check_confidence, _check_int
+  from jaxcal._src.bootstrap import METHODS, _check_confidence
 
-  num_bins = _check_int(num_bins, "num_bins")
-  resamples = _check_int(resamples, "resamples", 0)
+  num_bins = V.check_int(num_bins, "num_bins")
+  resamples = V.check_int(resamples, "resamples", 0)
   if resamples == 1:
     raise ValueError("resamples must be 0 (no intervals) or at least 2, got 1")
   confidence = _check_confidence(confidence)
