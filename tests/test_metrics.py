@@ -473,7 +473,13 @@ def test_where_reliability_core(binning):
   got = CE._reliability_core(pp, yp, 12, binning, where=keep)
   want = CE._reliability_core(p, y, 12, binning)
   for g, w in zip(got, want):
-    np.testing.assert_array_equal(g, w)
+    g, w = np.asarray(g), np.asarray(w)
+    assert not np.isnan(g).any()  # the NaN rows masked out never reach a bin
+    if np.issubdtype(w.dtype, np.integer):
+      np.testing.assert_array_equal(g, w)  # counts are exact everywhere
+    else:
+      # bit-equal on CPU; a GPU's scatter-add accumulates in a different order
+      np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-7)
 
 
 def test_top_label_without_n_by_c_temporary():
