@@ -378,3 +378,73 @@ def test_score_signature_shows_real_parameters():
     "from_logits",
     "where",
   ]
+
+
+# ---------------------------------------------------------------- host arrays and fused checks
+
+
+def _aligned(a: np.ndarray, align: int = 64) -> np.ndarray:
+  """A copy of ``a`` whose buffer starts on an ``align``-byte boundary."""
+  buf = np.empty(a.nbytes + align, np.uint8)
+  off = (-buf.ctypes.data) % align
+  out = buf[off : off + a.nbytes].view(a.dtype).reshape(a.shape)
+  out[...] = a
+  return out
+
+
+@pytest.mark.parametrize("align", [64, 16])
+def test_device_never_aliases_the_callers_numpy_buffer(align):
+  # XLA:CPU adopts a 64-byte-aligned host buffer (jax.device_put does so
+  # even with may_alias=False): a later write by the caller would show through.
+  from jaxcal._src import validation as V
+
+  a = _aligned(np.ones((64, 3), np.float32), align)
+  if align == 16 and a.ctypes.data % 64 == 0:  # make it 16- but not 64-aligned
+    a = _aligned(np.ones((64, 3), np.float32), 64)
+  x = V._device(a)
+  a[...] = 2.0
+  assert float(x.sum()) == 64 * 3
+
+
+def test_fused_checks_raise_and_leave_the_input_alone():
+  # conf_ece runs its value checks inside the metric's own program
+  # (check_predictions(defer=True) + run_checked); bad input still raises
+  # the same message, and the caller's aligned array is read, never written.
+  p = _aligned(np.full((50, 4), 0.25, np.float32))
+  y = _aligned(np.arange(50, dtype=np.int32) % 4)
+  before = p.copy()
+  # top label 0 (ties go to the lowest class), correct for 13 of 50: |0.25 - 0.26|
+  assert float(metrics.conf_ece(p, y)) == pytest.approx(0.01, abs=1e-6)
+  np.testing.assert_array_equal(p, before)
+  bad = p.copy()
+  bad[7, 1] = 0.5
+  with pytest.raises(ValueError, match="rows of probs must sum to 1.*row 7"):
+    metrics.conf_ece(_aligned(bad), y)
+  with pytest.raises(ValueError, match=r"labels must lie in \[0, 4\).*labels\[3\] = 9"):
+    metrics.classwise_ece(p, _aligned(np.where(np.arange(50) == 3, 9, y).astype(np.int32)))
+  with pytest.raises(ValueError, match="rows of probs must sum to 1"):
+    scores.brier(_aligned(bad), y)
+
+
+def test_fused_checks_count_the_mask_for_quantile_bins():
+  p = np.full((50, 4), 0.25, np.float32)
+  y = np.arange(50) % 4
+  where = np.arange(50) < 5
+  with pytest.raises(ValueError, match="num_bins = 6 needs at least.*got n = 5 selected by where"):
+    metrics.conf_ce(p, y, 6, where=where)
+  assert np.isfinite(float(metrics.conf_ce(p, y, 5, where=where)))
+
+
+def test_fused_checks_on_closed_over_numpy_inside_jit():
+  # Concrete data closed over in a user's jit is checked like traced data
+  # (bad input: NaN) and never adopted in place: its later mutation changes
+  # nothing.
+  p = _aligned(np.full((50, 4), 0.25, np.float32))
+  y = np.arange(50) % 4
+  bad = p.copy()
+  bad[0] = 0.5
+  assert np.isnan(float(jax.jit(lambda: metrics.conf_ece(bad, y))()))
+  f = jax.jit(lambda: metrics.conf_ece(p, y))
+  want = float(f())
+  p[...] = np.eye(4, dtype=np.float32)[y]  # perfect predictions now
+  assert float(f()) == want

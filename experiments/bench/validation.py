@@ -109,7 +109,7 @@ def main(argv=None) -> dict:
   from jaxcal import metrics, scores
   from jaxcal._src import calibration_errors as CE
   from jaxcal._src import validation as V
-  from jaxcal._src.scores import _score, brier_per_sample
+  from jaxcal._src.scores import _scorer, brier_per_sample
 
   info = device_info()
   p, y, source = make_data(args.n, args.classes)
@@ -154,7 +154,7 @@ def main(argv=None) -> dict:
     ),
     "brier": (
       jax.jit(lambda a, b: scores.brier(a, b)),
-      lambda: _score(brier_per_sample, pd, yd, None, False, False),
+      lambda: _scorer(brier_per_sample, False, False)(pd, yd, None),
     ),
   }
   for name, (public, bare) in pairs.items():

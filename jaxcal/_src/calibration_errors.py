@@ -268,29 +268,36 @@ def _compiled(core: Callable, batched: bool, n_extra: int, from_logits: bool, **
 def _run(core: Callable, d: V.Checked, bins: V.BinCounts, *extra: jax.Array, **static) -> jax.Array:
   """``core(probs, labels, m, *extra)`` for a scalar or an array of bin counts ``m``.
 
-  ``d`` holds the validated data (and, under a transformation, its validity
-  flag, folded into the result); ``bins`` the validated bin counts.
+  ``d`` holds the validated data (its value checks possibly pending: they then
+  run in the same compiled program as ``core``; under a transformation its
+  validity flag is folded into the result); ``bins`` the validated bin counts.
   """
   if bins.binning is not None:
     static["binning"] = bins.binning
-  if bins.binning == "quantile" and bins.largest is not None and isinstance(d.count, int):
-    if bins.largest > d.count:
+  m = bins.m
+  if not isinstance(m, int) and np.size(m) == 0:
+    V.run_checked(d, _nothing, d.scores)  # the value checks still run
+    return jnp.zeros(np.shape(m), d.scores.dtype)
+  batched = not (isinstance(m, int) or np.ndim(m) == 0)
+  f = _compiled(core, batched, len(extra), d.from_logits, max_bins=bins.max_bins, **static)
+  xp = np if isinstance(m, int | np.integer | np.ndarray) else jnp  # host: no dispatch
+  m_arr = xp.reshape(xp.asarray(m), (-1,)) if batched else xp.asarray(m, xp.int32)
+  out, count = V.run_checked(d, f, d.scores, d.labels, d.where, m_arr, *extra)
+  if bins.binning == "quantile" and bins.largest is not None and isinstance(count, int):
+    if bins.largest > count:
       raise ValueError(
         f"too few samples for the bins: quantile binning with num_bins = {bins.largest} "
-        f"needs at least that many samples, got n = {d.count}"
+        f"needs at least that many samples, got n = {count}"
         + (" selected by where" if d.where is not None else "")
       )
-  m = bins.m
-  args = (d.scores, d.labels, d.where)
-  if not isinstance(m, int) and np.size(m) == 0:
-    return jnp.zeros(np.shape(m), d.scores.dtype)
-  if isinstance(m, int) or np.ndim(m) == 0:
-    f = _compiled(core, False, len(extra), d.from_logits, max_bins=bins.max_bins, **static)
-    out = f(*args, jnp.asarray(m, jnp.int32), *extra)
-  else:
-    f = _compiled(core, True, len(extra), d.from_logits, max_bins=bins.max_bins, **static)
-    out = f(*args, jnp.reshape(jnp.asarray(m), (-1,)), *extra).reshape(np.shape(m))
+  if batched:
+    out = out.reshape(np.shape(m))
   return V.fold(out, d.ok)
+
+
+@jax.jit
+def _nothing(x: jax.Array) -> jax.Array:
+  return jnp.zeros((), x.dtype)
 
 
 def _class_weights(class_weights: ArrayLike | None, num_classes: int, dtype) -> jax.Array:
@@ -373,7 +380,7 @@ def conf_ece(
   """
   norm = _check_norm(norm)
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
   return _run(_conf_core, d, bins, kind="ece", norm=norm)
 
 
@@ -424,7 +431,7 @@ def conf_ce(
   not truthful).
   """
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
   return _run(_conf_core, d, bins, kind="ce")
 
 
@@ -476,7 +483,7 @@ def conf_ce_corr(
   Theorem 3.3; the expectation is Lemma D.1.
   """
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
   return _run(_conf_core, d, bins, kind="ce_corr")
 
 
@@ -527,7 +534,7 @@ def classwise_ce(
   linear property, Theorem 3.1); the expectation is Lemma D.1.
   """
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
   return _run(_classwise_core, d, bins, _weights_or_uniform(d), kind="ce")
 
 
@@ -593,7 +600,12 @@ def classwise_ece(
   norm = _check_norm(norm)
   bins = V.check_bins(num_bins, binning, max_bins)
   d = V.check_predictions(
-    probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
+    probs,
+    labels,
+    from_logits=from_logits,
+    where=where,
+    class_weights=class_weights,
+    defer=True,
   )
   return _run(_classwise_core, d, bins, _weights_or_uniform(d), kind="ece", norm=norm)
 
@@ -712,7 +724,12 @@ def ecce(
     raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
   bins = V.check_bins(num_bins, "fixed", max_bins)._replace(binning=None)  # ECCE bins are fixed
   d = V.check_predictions(
-    probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
+    probs,
+    labels,
+    from_logits=from_logits,
+    where=where,
+    class_weights=class_weights,
+    defer=True,
   )
   return _run(_ecce_core, d, bins, _weights_or_uniform(d), reduction=reduction)
 

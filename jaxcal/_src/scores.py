@@ -113,24 +113,30 @@ def confidence_loss_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
   return 1.0 - z + (c - z) ** 2
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4, 5))
-def _score(per_sample_fn, x, y, where, per_sample, from_logits):
-  p = jax.nn.softmax(x, axis=-1) if from_logits else x
-  losses = per_sample_fn(p, y)
-  if where is not None:
-    losses = jnp.where(where, losses, 0.0)
-  if per_sample:
-    return losses
-  if where is None:
-    return jnp.mean(losses)
-  return jnp.sum(losses) / jnp.sum(where, dtype=jnp.int32).astype(losses.dtype)
+@functools.cache
+def _scorer(per_sample_fn: Callable, per_sample: bool, from_logits: bool) -> Callable:
+  """The jitted mean (or per-sample) score ``(x, y, where) -> loss`` (one per rule and mode)."""
+
+  def score(x, y, where):
+    p = jax.nn.softmax(x, axis=-1) if from_logits else x
+    losses = per_sample_fn(p, y)
+    if where is not None:
+      losses = jnp.where(where, losses, 0.0)
+    if per_sample:
+      return losses
+    if where is None:
+      return jnp.mean(losses)
+    return jnp.sum(losses) / jnp.sum(where, dtype=jnp.int32).astype(losses.dtype)
+
+  return jax.jit(score)
 
 
 def _evaluate(
   per_sample_fn: Callable, probs, labels, per_sample: bool, from_logits: bool, where
 ) -> jax.Array:
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
-  out = _score(per_sample_fn, d.scores, d.labels, d.where, bool(per_sample), bool(from_logits))
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
+  f = _scorer(per_sample_fn, bool(per_sample), bool(from_logits))
+  out, _ = V.run_checked(d, f, d.scores, d.labels, d.where)
   return V.fold(out, d.ok)
 
 
