@@ -106,10 +106,25 @@ def lin_ce(u, phi, b, m: int) -> float:
   return float(sum(float(np.sum(sums[j] ** 2)) for j in range(m)) / n**2)
 
 
-def lin_ece(u, phi, b, m: int) -> float:
+def lin_ece(u, phi, b, m: int, norm: str = "l1") -> float:
+  """Binned error of vector reports: per bin the ℓ1 norm of the mean gap vector,
+  then (torchmetrics' names) the bin-mass-weighted mean ("l1"), RMS ("l2") or
+  the maximum over non-empty bins ("max")."""
   n = np.asarray(u).shape[0]
   sums = lin_sums(u, phi, b, m)
-  return float(sum(float(np.sum(np.abs(sums[j]))) for j in range(m)) / n)
+  b = np.asarray(b)
+  gaps, mass = [], []
+  for j in range(m):
+    nb = int(np.sum(b == j))
+    if nb:
+      gaps.append(float(np.sum(np.abs(sums[j]))) / nb)
+      mass.append(nb / n)
+  gaps, mass = np.array(gaps), np.array(mass)
+  if norm == "l1":
+    return float(np.sum(mass * gaps))
+  if norm == "l2":
+    return float(np.sqrt(np.sum(mass * gaps**2)))
+  return float(np.max(gaps))
 
 
 def _bin_residual_sums(scores, resid, m, binning):

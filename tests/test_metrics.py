@@ -157,6 +157,26 @@ def test_lin_ce_lin_ece_match_reference():
   np.testing.assert_allclose(v, [R.lin_ece(u, onehot, bins, 5) for u in stack], atol=ATOL)
 
 
+@pytest.mark.parametrize("norm", ["l1", "l2", "max"])
+def test_lin_ece_norms_match_reference(norm):
+  p, y = DATA["n60_c3_ties"]
+  onehot = np.eye(3)[y]
+  bins = np.random.default_rng(1).integers(0, 7, 60)  # some bins empty or nearly so
+  bins[bins == 6] = 5
+  got = metrics.lin_ece(p, onehot, bins, 7, norm=norm)
+  np.testing.assert_allclose(got, R.lin_ece(p, onehot, bins, 7, norm), atol=ATOL)
+  # one column of a top-label report: the norms of conf_ece on the same bins
+  c, z = p.max(axis=1), (p.argmax(axis=1) == y).astype(np.float64)
+  fixed = np.clip(np.ceil(c * 7).astype(int), 1, 7) - 1
+  np.testing.assert_allclose(
+    metrics.lin_ece(c, z, fixed, 7, norm=norm),
+    metrics.conf_ece(p, y, 7, norm=norm),
+    atol=1e-6,
+  )
+  with pytest.raises(ValueError, match="norm must be one of"):
+    metrics.lin_ece(p, onehot, bins, 7, norm="l3")
+
+
 def test_lin_ce_generalises_classwise_and_confidence():
   # LinCE with per-class bins == classwise_ce; with d = 1 confidence residuals == conf_ce.
   p, y = DATA["n300_c10"]

@@ -766,8 +766,10 @@ def _lin_sums(reports, signals, bin_ids, num_bins, where):
   if wh is not None:
     r = jnp.where(wh[:, None], r, 0.0)
   sums = jax.ops.segment_sum(r, b, num_segments=int(num_bins))
+  ones = jnp.ones(b.shape, jnp.int32) if wh is None else wh.astype(jnp.int32)
+  counts = jax.ops.segment_sum(ones, b, num_segments=int(num_bins))
   n = float(count) if isinstance(count, int) else count.astype(sums.dtype)  # traced with where
-  return sums, n, ok
+  return sums, counts, n, ok
 
 
 def lin_ce(
@@ -806,7 +808,7 @@ def lin_ce(
   Reference: Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
   Multi-Class Prediction*, arXiv:2510.06388, §3.1, Theorem 3.1.
   """
-  sums, n, ok = _lin_sums(reports, signals, bin_ids, num_bins, where)
+  sums, _, n, ok = _lin_sums(reports, signals, bin_ids, num_bins, where)
   return V.fold(jnp.sum(sums**2) / n / n, ok)
 
 
@@ -816,17 +818,24 @@ def lin_ece(
   bin_ids: ArrayLike,
   num_bins: int,
   *,
+  norm: str = "l1",
   where: ArrayLike | None = None,
 ) -> jax.Array:
-  """Generic binned ℓ1 error LinECE for vector reports (not truthful).
+  """Generic binned ℓ1 error LinECE for vector reports (not truthful; also RMS and max norms).
 
-  ``LinECE = (1/n) sum_B ||sum_{i in B} (u_i - phi(y_i))||_1``.
+  ``LinECE = (1/n) sum_B ||S_B||_1`` with ``S_B = sum_{i in B} (u_i - phi(y_i))``.
+  With ``n_B = |B|``, the norms across bins are those of :func:`conf_ece`
+  applied to the per-bin gaps ``||S_B||_1 / n_B``: ``"l1"``
+  ``sum_B (n_B/n) ||S_B||_1/n_B`` (LinECE), ``"l2"``
+  ``sqrt(sum_B (n_B/n) (||S_B||_1/n_B)^2)`` and ``"max"``
+  ``max_B ||S_B||_1/n_B`` over non-empty bins.
 
   Args:
     reports: ``(n, d)`` (or ``(n,)``) reports.
     signals: same shape, the signals.
     bin_ids: ``(n,)`` integer bins in ``[0, num_bins)``.
     num_bins: static number of bins.
+    norm: ``"l1"`` (default), ``"l2"`` or ``"max"``.
     where: optional ``(n,)`` bool mask; masked-out samples are treated as
       absent (``n`` is the number of ``True`` entries).
 
@@ -835,19 +844,24 @@ def lin_ece(
 
   Raises:
     ValueError: mismatched shapes, non-finite reports or signals, bin ids
-      outside ``[0, num_bins)``, a bad mask (eager calls).
+      outside ``[0, num_bins)``, a bad mask, an unknown norm (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
-    >>> float(lin_ece(jnp.array([0.5, 0.5]), jnp.array([1.0, 0.0]), jnp.array([0, 1]), 2))
+    >>> u, s = jnp.array([0.5, 0.5, 0.9]), jnp.array([1.0, 0.0, 1.0])
+    >>> float(lin_ece(u[:2], s[:2], jnp.array([0, 1]), 2))
     0.5
+    >>> round(float(lin_ece(u, s, jnp.array([0, 0, 1]), 2, norm="max")), 4)
+    0.1
 
   Reference: Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
   Multi-Class Prediction*, arXiv:2510.06388, §2 (the binned ℓ1 error) and
   §3.1.
   """
-  sums, n, ok = _lin_sums(reports, signals, bin_ids, num_bins, where)
-  return V.fold(jnp.sum(jnp.abs(sums)) / n, ok)
+  norm = _check_norm(norm)
+  sums, counts, n, ok = _lin_sums(reports, signals, bin_ids, num_bins, where)
+  per_bin = jnp.sum(jnp.abs(sums), axis=-1)  # ||S_B||_1, (num_bins,)
+  return V.fold(_binned_norm(per_bin, counts, n, norm), ok)
 
 
 # --------------------------------------------------------------------------
