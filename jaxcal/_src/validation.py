@@ -640,7 +640,8 @@ class _Pending(NamedTuple):
 @functools.cache
 def _fused(fn: Callable, spec: _Spec) -> Callable:
   def g(args, xs, y, where, w):
-    return fn(*args), _ok(spec, xs, y, where, w)
+    ok, count = _ok(spec, xs, y, where, w)
+    return fn(*args), jnp.stack([ok.astype(jnp.int32), count])  # one transfer back
 
   return jax.jit(g)
 
@@ -666,8 +667,8 @@ def run_checked(d: Checked, fn: Callable, *args: Any) -> tuple[Any, Any]:
   pend = d.pending
   if pend is None:
     return fn(*args), d.count
-  out, (ok, count) = _fused(fn, _anonymous(pend.spec))(args, pend.xs, pend.y, pend.where, pend.w)
-  ok, count = jax.device_get((ok, count))  # also waits until fn has read the inputs
+  out, flags = _fused(fn, _anonymous(pend.spec))(args, pend.xs, pend.y, pend.where, pend.w)
+  ok, count = np.asarray(flags).tolist()  # two scalars; waits until fn has read the inputs
   if not ok:
     _raise_first_problem(pend.spec, pend.xs, pend.y, pend.where, pend.w)
   return out, (d.count if pend.where is None else int(count))
