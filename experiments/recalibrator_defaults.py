@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 from jaxcal import recalibrate, scores
+from jaxcal._src.recal.base import METHODS as TABLE
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments" / "bench"))
@@ -50,16 +51,8 @@ SETTINGS = [
   for prefix in ("cifar10_", "focal_cifar10_", "cifar100_")
   for arch in ("densenet121", "resnet110", "resnet50", "wide_resnet")
 ]
-METHODS = (
-  "temperature",
-  "vector",
-  "matrix",
-  "dirichlet",
-  "platt",
-  "histogram",
-  "isotonic",
-  "smooth_isotonic",
-)
+#: The scaling and class-wise methods, in the order of the library's method table.
+METHODS = tuple(m for m, row in TABLE.items() if row.module in ("scaling", "binning_methods"))
 #: The methods the check applies to: those whose default regularisation is
 #: chosen by the library (cross-validation). Temperature scaling has nothing
 #: to choose (one parameter); Platt scaling fits each class one-vs-rest and then

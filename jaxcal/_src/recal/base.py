@@ -40,7 +40,7 @@ import math
 import os
 import zipfile
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +62,10 @@ __all__ = [
   "to_probs",
   "to_logits",
   "prepare_fit",
+  "check_inputs",
+  "fit_arrays",
+  "normalize_rows",
+  "finish_rows",
 ]
 
 
@@ -133,7 +137,7 @@ class Recalibrator:
     Validates the inputs (logits: finite; probabilities: on the simplex) and
     that ``C`` equals the ``num_classes`` seen at fit time.
     """
-    x = V.check_logits(inputs, "inputs") if self.from_logits else V.check_probs(inputs, "inputs")
+    x = check_inputs(inputs, self.from_logits)
     check_num_classes(self, x.shape[1])
     return self.apply(x)
 
@@ -290,9 +294,7 @@ def prepare_fit(
     ValueError: naming the problem (non-finite logits, rows off the simplex,
       labels out of range, classes missing from the calibration split).
   """
-  if not isinstance(from_logits, (bool, np.bool_)):
-    raise ValueError(f"from_logits must be True or False, got {from_logits!r}")
-  x = V.check_logits(inputs, "inputs") if from_logits else V.check_probs(inputs, "inputs")
+  x = check_inputs(inputs, from_logits)
   n, c = x.shape
   y = V.check_labels(labels, n, c)
   if require_all_classes and V.is_concrete(y):
@@ -307,9 +309,70 @@ def prepare_fit(
   return x, y
 
 
+def check_inputs(inputs: ArrayLike, from_logits: bool, name: str = "inputs") -> jax.Array:
+  """Validates ``(n, C)`` logits (``from_logits=True``: finite) or probabilities (on the simplex).
+
+  Raises:
+    ValueError: ``from_logits`` is not a bool, or ``inputs`` (called ``name``)
+      are not finite logits / probabilities on the simplex.
+  """
+  if not isinstance(from_logits, (bool, np.bool_)):
+    raise ValueError(f"from_logits must be True or False, got {from_logits!r}")
+  return V.check_logits(inputs, name) if from_logits else V.check_probs(inputs, name)
+
+
 @functools.partial(jax.jit, static_argnums=1)
 def _class_counts(y: jax.Array, c: int) -> jax.Array:
   return jnp.zeros((c,), jnp.int32).at[y].add(1)
+
+
+def fit_arrays(
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  from_logits: bool,
+  method: str,
+  on: Literal["probs", "logits"],
+  require_all_classes: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+  """The arrays a fit works on: ``(x, onehot)`` for a validated calibration split.
+
+  :func:`prepare_fit`, then ``x`` = the probabilities (``on="probs"``:
+  :func:`to_probs`) or the logits (``on="logits"``: :func:`to_logits`) and
+  ``onehot`` = the ``(n, C)`` one-hot labels in ``x``'s dtype.
+
+  Args:
+    inputs: ``(n, C)`` logits or probabilities (``from_logits``).
+    labels: ``(n,)`` integers in ``[0, C)``.
+    from_logits: how to read and check ``inputs``.
+    method: the method name, for error messages.
+    on: ``"probs"`` or ``"logits"``, what the method's map acts on.
+    require_all_classes: see :func:`prepare_fit`.
+
+  Returns:
+    ``(x, onehot)``, both ``(n, C)``.
+  """
+  x, y = prepare_fit(
+    inputs,
+    labels,
+    from_logits=from_logits,
+    method=method,
+    require_all_classes=require_all_classes,
+  )
+  x = to_probs(x, from_logits) if on == "probs" else to_logits(x, from_logits)
+  return x, jax.nn.one_hot(y, x.shape[1], dtype=x.dtype)
+
+
+def normalize_rows(q: jax.Array) -> jax.Array:
+  """Divides each row by its sum; rows summing to 0 become uniform."""
+  s = jnp.sum(q, axis=-1, keepdims=True)
+  c = q.shape[-1]
+  return jnp.where(s > 0, q / jnp.where(s > 0, s, 1), 1.0 / c)
+
+
+def finish_rows(q: jax.Array, normalize: bool) -> jax.Array:
+  """The rows of a one-vs-rest map: :func:`normalize_rows` when ``normalize``, else ``q``."""
+  return normalize_rows(q) if normalize else q
 
 
 def to_probs(x: jax.Array, from_logits: bool) -> jax.Array:

@@ -37,7 +37,8 @@ from jaxcal._src import isotonic as iso
 from jaxcal._src import validation as V
 from jaxcal._src.recal.base import (
   Recalibrator,
-  prepare_fit,
+  finish_rows,
+  fit_arrays,
   pytree_dataclass,
   static_field,
   to_probs,
@@ -51,19 +52,7 @@ __all__ = [
   "fit_histogram",
   "fit_isotonic",
   "fit_smooth_isotonic",
-  "normalize_rows",
 ]
-
-
-def normalize_rows(q: jax.Array) -> jax.Array:
-  """Divides each row by its sum; rows summing to 0 become uniform."""
-  s = jnp.sum(q, axis=-1, keepdims=True)
-  c = q.shape[-1]
-  return jnp.where(s > 0, q / jnp.where(s > 0, s, 1), 1.0 / c)
-
-
-def _finish(q: jax.Array, normalize: bool) -> jax.Array:
-  return normalize_rows(q) if normalize else q
 
 
 # ---------------------------------------------------------------------------
@@ -96,7 +85,7 @@ class HistogramBinning(Recalibrator):
       lambda t, col: jnp.searchsorted(t, col, side="right"), in_axes=(0, 1), out_axes=1
     )(th, p)
     q = jax.vmap(lambda v, i: v[i], in_axes=(0, 1), out_axes=1)(self.values.astype(p.dtype), idx)
-    return _finish(q, self.normalize)
+    return finish_rows(q, self.normalize)
 
 
 def _hb_one(p: jax.Array, t: jax.Array, m: int):
@@ -159,12 +148,15 @@ def fit_histogram(
   context: a case study with score decompositions", §3 (15 equal-mass bins,
   CW-HB / N-HB).
   """
-  x, y = prepare_fit(
-    inputs, labels, from_logits=from_logits, method="histogram", require_all_classes=True
+  p, onehot = fit_arrays(
+    inputs,
+    labels,
+    from_logits=from_logits,
+    method="histogram",
+    on="probs",
+    require_all_classes=True,
   )
-  m = V.check_int_option(num_bins, "num_bins", minimum=1, maximum=x.shape[0])
-  p = to_probs(x, from_logits)
-  onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
+  m = V.check_int_option(num_bins, "num_bins", minimum=1, maximum=p.shape[0])
   th, vals = _fit_hb(p, onehot, m)
   return HistogramBinning(
     thresholds=th,
@@ -216,7 +208,7 @@ class IsotonicRecalibrator(Recalibrator):
         in_axes=(0, 0, 1),
         out_axes=1,
       )(xs, ys, p)
-    return _finish(q, self.normalize)
+    return finish_rows(q, self.normalize)
 
 
 @functools.partial(jax.jit, static_argnames=("shared",))
@@ -269,11 +261,9 @@ def fit_isotonic(
   methods for uncertainty calibration in deep learning", ICML,
   arXiv:2003.07329, §3.3 (one shared map, IRM).
   """
-  x, y = prepare_fit(
-    inputs, labels, from_logits=from_logits, method="isotonic", require_all_classes=True
+  p, onehot = fit_arrays(
+    inputs, labels, from_logits=from_logits, method="isotonic", on="probs", require_all_classes=True
   )
-  p = to_probs(x, from_logits)
-  onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
   xs, ys = _fit_ir(p, onehot, bool(shared))
   return IsotonicRecalibrator(
     x=xs,
@@ -312,7 +302,7 @@ class SmoothIsotonicRecalibrator(Recalibrator):
     q = jax.vmap(jnp.interp, in_axes=(1, 0, 0), out_axes=1)(
       p, self.knots_x.astype(p.dtype), self.knots_y.astype(p.dtype)
     )
-    return _finish(q, self.normalize)
+    return finish_rows(q, self.normalize)
 
 
 def _sir_knots(sorted_x: jax.Array, sorted_fit: jax.Array):
@@ -371,11 +361,14 @@ def fit_smooth_isotonic(
   "Smooth isotonic regression: a new method to calibrate predictive
   models", for the smooth (cubic) variant.
   """
-  x, y = prepare_fit(
-    inputs, labels, from_logits=from_logits, method="smooth_isotonic", require_all_classes=True
+  p, onehot = fit_arrays(
+    inputs,
+    labels,
+    from_logits=from_logits,
+    method="smooth_isotonic",
+    on="probs",
+    require_all_classes=True,
   )
-  p = to_probs(x, from_logits)
-  onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
   kx, ky = _fit_sir(p, onehot)
   return SmoothIsotonicRecalibrator(
     knots_x=kx,
