@@ -51,6 +51,7 @@ from jaxcal._src import validation as V
 
 __all__ = [
   "Recalibrator",
+  "ClasswiseRecalibrator",
   "METHODS",
   "fit",
   "fit_function",
@@ -140,6 +141,31 @@ class Recalibrator:
     x = check_inputs(inputs, self.from_logits)
     check_num_classes(self, x.shape[1])
     return self.apply(x)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClasswiseRecalibrator(Recalibrator):
+  """Base class of the one-vs-rest maps ``q_i[c] = g_c(p_i[c])`` on ``p = softmax(logits)``.
+
+  Subclasses implement :meth:`classwise`; :meth:`apply` takes the
+  probabilities (:func:`to_probs`), applies it, and divides each row by its
+  sum when ``normalize`` (:func:`finish_rows`).
+
+  Attributes:
+    num_classes: ``C`` seen at fit time (static).
+    normalize: divide rows by their sums (static, default True).
+  """
+
+  num_classes: int = static_field()
+  normalize: bool = static_field(default=True)
+
+  def classwise(self, p: jax.Array) -> jax.Array:  # pragma: no cover - abstract
+    """``(n, C)`` values ``g_c(p[:, c])`` of the fitted class-wise maps (traceable)."""
+    raise NotImplementedError
+
+  def apply(self, inputs: jax.Array) -> jax.Array:
+    """``finish_rows(classwise(to_probs(inputs)), normalize)``."""
+    return finish_rows(self.classwise(to_probs(inputs, self.from_logits)), self.normalize)
 
 
 def check_num_classes(rc: Any, c: int) -> None:

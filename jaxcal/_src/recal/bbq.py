@@ -39,12 +39,9 @@ from jax.typing import ArrayLike
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
 from jaxcal._src.recal.base import (
-  Recalibrator,
-  finish_rows,
+  ClasswiseRecalibrator,
   fit_arrays,
   pytree_dataclass,
-  static_field,
-  to_probs,
 )
 from jaxcal._src.sorting import stable_argsort
 
@@ -60,7 +57,7 @@ def bbq_bin_range(n: int, factor: float = 10.0) -> tuple[int, int]:
 
 
 @pytree_dataclass
-class BBQ(Recalibrator):
+class BBQ(ClasswiseRecalibrator):
   """One-vs-rest BBQ ensembles as step functions.
 
   Attributes:
@@ -75,16 +72,12 @@ class BBQ(Recalibrator):
   shapes = {"thresholds": ("C", "K"), "values": ("C", "K1")}
   thresholds: jax.Array
   values: jax.Array
-  normalize: bool = static_field(default=True)
-  num_classes: int = static_field()
 
-  def apply(self, inputs: jax.Array) -> jax.Array:
-    p = to_probs(inputs, self.from_logits)
+  def classwise(self, p: jax.Array) -> jax.Array:
     th = self.thresholds.astype(p.dtype)
-    q = jax.vmap(
+    return jax.vmap(
       lambda t, v, col: v[jnp.searchsorted(t, col, side="left")], in_axes=(0, 0, 1), out_axes=1
     )(th, self.values.astype(p.dtype), p)
-    return finish_rows(q, self.normalize)
 
 
 def _one_model(ss, ts, m, max_bins, prior):

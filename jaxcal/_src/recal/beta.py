@@ -28,12 +28,9 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src.recal.base import (
-  Recalibrator,
-  finish_rows,
+  ClasswiseRecalibrator,
   fit_arrays,
   pytree_dataclass,
-  static_field,
-  to_probs,
   warn_if_not_converged,
 )
 from jaxcal._src.recal.scaling import check_solver_options, lbfgs_minimize
@@ -48,7 +45,7 @@ def _features(p: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 @pytree_dataclass
-class BetaCalibration(Recalibrator):
+class BetaCalibration(ClasswiseRecalibrator):
   """One-vs-rest beta calibration maps ``sigmoid(a log p - b log(1 - p) + d)`` per class.
 
   Attributes:
@@ -66,15 +63,11 @@ class BetaCalibration(Recalibrator):
   d: jax.Array
   num_iter: jax.Array
   converged: jax.Array
-  normalize: bool = static_field(default=True)
-  num_classes: int = static_field()
 
-  def apply(self, inputs: jax.Array) -> jax.Array:
-    p = to_probs(inputs, self.from_logits)
+  def classwise(self, p: jax.Array) -> jax.Array:
     la, lb = _features(p)
     dt = p.dtype
-    q = jax.nn.sigmoid(self.a.astype(dt) * la + self.b.astype(dt) * lb + self.d.astype(dt))
-    return finish_rows(q, self.normalize)
+    return jax.nn.sigmoid(self.a.astype(dt) * la + self.b.astype(dt) * lb + self.d.astype(dt))
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter",))

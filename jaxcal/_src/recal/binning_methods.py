@@ -36,12 +36,10 @@ from jax.typing import ArrayLike
 from jaxcal._src import isotonic as iso
 from jaxcal._src import validation as V
 from jaxcal._src.recal.base import (
-  Recalibrator,
-  finish_rows,
+  ClasswiseRecalibrator,
   fit_arrays,
   pytree_dataclass,
   static_field,
-  to_probs,
 )
 from jaxcal._src.sorting import float_to_key
 
@@ -60,7 +58,7 @@ __all__ = [
 
 
 @pytree_dataclass
-class HistogramBinning(Recalibrator):
+class HistogramBinning(ClasswiseRecalibrator):
   """Class-wise histogram binning (right-continuous step maps).
 
   Attributes:
@@ -75,17 +73,13 @@ class HistogramBinning(Recalibrator):
   shapes = {"thresholds": ("C", "m1"), "values": ("C", "m")}
   thresholds: jax.Array
   values: jax.Array
-  num_classes: int = static_field()
-  normalize: bool = static_field(default=True)
 
-  def apply(self, inputs: jax.Array) -> jax.Array:
-    p = to_probs(inputs, self.from_logits)
+  def classwise(self, p: jax.Array) -> jax.Array:
     th = self.thresholds.astype(p.dtype)
     idx = jax.vmap(
       lambda t, col: jnp.searchsorted(t, col, side="right"), in_axes=(0, 1), out_axes=1
     )(th, p)
-    q = jax.vmap(lambda v, i: v[i], in_axes=(0, 1), out_axes=1)(self.values.astype(p.dtype), idx)
-    return finish_rows(q, self.normalize)
+    return jax.vmap(lambda v, i: v[i], in_axes=(0, 1), out_axes=1)(self.values.astype(p.dtype), idx)
 
 
 def _hb_one(p: jax.Array, t: jax.Array, m: int):
@@ -172,7 +166,7 @@ def fit_histogram(
 
 
 @pytree_dataclass
-class IsotonicRecalibrator(Recalibrator):
+class IsotonicRecalibrator(ClasswiseRecalibrator):
   """Isotonic step maps (left-continuous, constant outside the data).
 
   Attributes:
@@ -188,8 +182,6 @@ class IsotonicRecalibrator(Recalibrator):
   shapes = {"x": ("K", "m"), "y": ("K", "m")}
   x: jax.Array
   y: jax.Array
-  num_classes: int = static_field()
-  normalize: bool = static_field(default=True)
   shared: bool = static_field(default=False)
 
   @classmethod
@@ -197,18 +189,15 @@ class IsotonicRecalibrator(Recalibrator):
     k = 1 if static.get("shared") else "C"
     return {"x": (k, "m"), "y": (k, "m")}
 
-  def apply(self, inputs: jax.Array) -> jax.Array:
-    p = to_probs(inputs, self.from_logits)
+  def classwise(self, p: jax.Array) -> jax.Array:
     xs, ys = self.x.astype(p.dtype), self.y.astype(p.dtype)
     if self.shared:
-      q = iso.isotonic_predict(iso.IsotonicFit(xs[0], ys[0]), p)
-    else:
-      q = jax.vmap(
-        lambda xc, yc, col: iso.isotonic_predict(iso.IsotonicFit(xc, yc), col),
-        in_axes=(0, 0, 1),
-        out_axes=1,
-      )(xs, ys, p)
-    return finish_rows(q, self.normalize)
+      return iso.isotonic_predict(iso.IsotonicFit(xs[0], ys[0]), p)
+    return jax.vmap(
+      lambda xc, yc, col: iso.isotonic_predict(iso.IsotonicFit(xc, yc), col),
+      in_axes=(0, 0, 1),
+      out_axes=1,
+    )(xs, ys, p)
 
 
 @functools.partial(jax.jit, static_argnames=("shared",))
@@ -280,7 +269,7 @@ def fit_isotonic(
 
 
 @pytree_dataclass
-class SmoothIsotonicRecalibrator(Recalibrator):
+class SmoothIsotonicRecalibrator(ClasswiseRecalibrator):
   """Class-wise piecewise-linear maps through pool medians (App. B of the case study).
 
   Attributes:
@@ -294,15 +283,11 @@ class SmoothIsotonicRecalibrator(Recalibrator):
   shapes = {"knots_x": ("C", "k"), "knots_y": ("C", "k")}
   knots_x: jax.Array
   knots_y: jax.Array
-  num_classes: int = static_field()
-  normalize: bool = static_field(default=True)
 
-  def apply(self, inputs: jax.Array) -> jax.Array:
-    p = to_probs(inputs, self.from_logits)
-    q = jax.vmap(jnp.interp, in_axes=(1, 0, 0), out_axes=1)(
+  def classwise(self, p: jax.Array) -> jax.Array:
+    return jax.vmap(jnp.interp, in_axes=(1, 0, 0), out_axes=1)(
       p, self.knots_x.astype(p.dtype), self.knots_y.astype(p.dtype)
     )
-    return finish_rows(q, self.normalize)
 
 
 def _sir_knots(sorted_x: jax.Array, sorted_fit: jax.Array):
