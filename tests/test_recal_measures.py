@@ -2,7 +2,7 @@
 
 Each against an independent float64 reference written from its paper
 (scipy optimisers, explicit loops over models and bins), plus the
-recalibrator contract: ``fit`` by name, save/load (npz and msgpack), the
+recalibrator contract: ``fit`` by name, save/load (one npz format, any suffix), the
 class-count check at apply, probability inputs, bad options. betacal's own
 numbers are compared in tests/test_peers.py.
 """
