@@ -140,10 +140,11 @@ def test_ets_matches_the_authors_procedure(loss):
   np.testing.assert_allclose(q, want, atol=1e-5)
 
 
-def test_ets_probability_inputs_equal_logit_inputs():
+@pytest.mark.parametrize("method", ["ensemble_temperature", "beta", "bbq"])
+def test_probability_inputs_equal_logit_inputs(method):
   p = np.asarray(jax.nn.softmax(jnp.asarray(Z)))
-  a = recalibrate.fit_ensemble_temperature(Z, Y)
-  b = recalibrate.fit_ensemble_temperature(p, Y, from_logits=False)
+  a = recalibrate.fit(method, Z, Y)
+  b = recalibrate.fit(method, p, Y, from_logits=False)
   np.testing.assert_allclose(np.asarray(a(Z)), np.asarray(b(p)), atol=2e-4)
 
 
