@@ -18,7 +18,9 @@ same flags; the step functions can put probability 0 on the true class
 (infinite NLL), and histogram binning is known to cost accuracy (the
 score-decomposition case study).
 
-Only public API. Writes experiments/results/recalibrator_defaults/
+Only public API, except the list of methods: the scaling and class-wise rows of
+the library's method table (``jaxcal._src.recal.base.METHODS``), in its order.
+Writes experiments/results/recalibrator_defaults/
 (``--quick``: recalibrator_defaults_quick/): results.json (every number,
 machine load, versions, dates) and table.md.
 
