@@ -17,7 +17,9 @@ such as ``normalize``) are static. So a fit can run inside ``jax.jit`` and
 ``apply(self, inputs) -> probs`` for ``(n, C)`` inputs: logits by default
 (``from_logits=True`` at fit time), probabilities otherwise. Methods that work
 on probabilities take ``softmax(logits)``; methods that work on logits take
-``log(probs)`` (``softmax(log p) = p``).
+``log(probs)`` (``softmax(log p) = p``). The one-vs-rest maps subclass
+:class:`ClasswiseRecalibrator` and implement ``classwise(p)`` instead; a fit
+function starts from :func:`fit_arrays` (validated ``(x, onehot)``).
 
 **Files.** :func:`save` writes one format for every method: an uncompressed
 ``.npz`` archive (``numpy.savez``) holding the array fields and a JSON header
