@@ -18,7 +18,9 @@ same flags; the step functions can put probability 0 on the true class
 (infinite NLL), and histogram binning is known to cost accuracy (the
 score-decomposition case study).
 
-Only public API. Writes experiments/results/recalibrator_defaults/
+Only public API, except the list of methods: the scaling and class-wise rows of
+the library's method table (``jaxcal._src.recal.base.METHODS``), in its order.
+Writes experiments/results/recalibrator_defaults/
 (``--quick``: recalibrator_defaults_quick/): results.json (every number,
 machine load, versions, dates) and table.md.
 
@@ -39,6 +41,7 @@ import jax
 import numpy as np
 
 from jaxcal import recalibrate, scores
+from jaxcal._src.recal.base import METHODS as TABLE
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments" / "bench"))
@@ -50,16 +53,8 @@ SETTINGS = [
   for prefix in ("cifar10_", "focal_cifar10_", "cifar100_")
   for arch in ("densenet121", "resnet110", "resnet50", "wide_resnet")
 ]
-METHODS = (
-  "temperature",
-  "vector",
-  "matrix",
-  "dirichlet",
-  "platt",
-  "histogram",
-  "isotonic",
-  "smooth_isotonic",
-)
+#: The scaling and class-wise methods, in the order of the library's method table.
+METHODS = tuple(m for m, row in TABLE.items() if row.module in ("scaling", "binning_methods"))
 #: The methods the check applies to: those whose default regularisation is
 #: chosen by the library (cross-validation). Temperature scaling has nothing
 #: to choose (one parameter); Platt scaling fits each class one-vs-rest and then

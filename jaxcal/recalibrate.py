@@ -12,10 +12,11 @@ without pickle by ``save``/``load``. Inputs are logits by default
 (``from_logits=True``). Also the pure-JAX isotonic regression behind the
 class-wise methods and the score decomposition.
 
-Importing this module imports neither flax, optax, jaxopt nor the training
-code: patching (jaxopt) and the LoCal Net names (``LocalNet``,
-``KernelCalibrator``, ``fit_local_net``, ``fit_kcal``, ``kernel_calibrator``;
-flax nnx and optax) load on first use.
+Importing this module imports neither flax, jaxopt nor the training code
+(it does import optax, whose L-BFGS fits the scaling maps): patching
+(jaxopt) and the LoCal Net names (``LocalNet``, ``KernelCalibrator``,
+``fit_local_net``, ``fit_kcal``, ``kernel_calibrator``; flax nnx) load on
+first use.
 """
 
 from typing import TYPE_CHECKING

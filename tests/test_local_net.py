@@ -243,6 +243,8 @@ def test_apply_value_errors(setup):
     ("pca_dim", "pca_dim = 11 exceeds"),
     ("lam", "lam must be"),
     ("patience", "patience must be"),
+    ("from_logits", "from_logits must be True or False"),
+    ("bandwidth_str", "bandwidth must be a number"),
   ],
 )
 def test_fit_value_errors(bad, match):
@@ -274,6 +276,10 @@ def test_fit_value_errors(bad, match):
     kw["lam"] = -1.0
   elif bad == "patience":
     kw["patience"] = 0
+  elif bad == "from_logits":
+    kw["from_logits"] = "yes"
+  elif bad == "bandwidth_str":
+    kw["bandwidth"] = "10"
   for method in ("local_net", "kcal"):
     with pytest.raises(ValueError, match=match):
       base.fit(method, logits, y, **kw)

@@ -2,7 +2,7 @@
 
 Each against an independent float64 reference written from its paper
 (scipy optimisers, explicit loops over models and bins), plus the
-recalibrator contract: ``fit`` by name, save/load (npz and msgpack), the
+recalibrator contract: ``fit`` by name, save/load (one npz format, any suffix), the
 class-count check at apply, probability inputs, bad options. betacal's own
 numbers are compared in tests/test_peers.py.
 """
@@ -140,10 +140,11 @@ def test_ets_matches_the_authors_procedure(loss):
   np.testing.assert_allclose(q, want, atol=1e-5)
 
 
-def test_ets_probability_inputs_equal_logit_inputs():
+@pytest.mark.parametrize("method", ["ensemble_temperature", "beta", "bbq"])
+def test_probability_inputs_equal_logit_inputs(method):
   p = np.asarray(jax.nn.softmax(jnp.asarray(Z)))
-  a = recalibrate.fit_ensemble_temperature(Z, Y)
-  b = recalibrate.fit_ensemble_temperature(p, Y, from_logits=False)
+  a = recalibrate.fit(method, Z, Y)
+  b = recalibrate.fit(method, p, Y, from_logits=False)
   np.testing.assert_allclose(np.asarray(a(Z)), np.asarray(b(p)), atol=2e-4)
 
 
@@ -244,3 +245,44 @@ def test_contract_save_load_and_class_check(method, tmp_path):
 def test_bad_options(call, fragment):
   with pytest.raises(ValueError, match=fragment):
     call()
+
+
+@pytest.mark.parametrize(
+  "method, options, match",
+  [
+    ("beta", {"max_iter": 10.5}, "max_iter must be an int"),
+    ("beta", {"tol": float("nan")}, "tol must be a finite number"),
+    ("ensemble_temperature", {"max_iter": 0}, "max_iter must be >= 1"),
+    ("ensemble_temperature", {"tol": -1.0}, "tol must be > 0"),
+    ("ensemble_temperature", {"loss": ["mse"]}, "loss must be one of"),
+    ("bbq", {"prior_strength": "big"}, "prior_strength must be a number"),
+    ("bbq", {"range_factor": float("inf")}, "range_factor must be a finite number"),
+    ("beta", {"from_logits": "yes"}, "from_logits must be True or False"),
+  ],
+)
+def test_bad_option_values_are_named_like_the_other_fits(method, options, match):
+  with pytest.raises(ValueError, match=match):
+    recalibrate.fit(method, Z[:60], Y[:60], **options)
+
+
+@pytest.mark.parametrize("method", ["beta", "ensemble_temperature"])
+def test_solver_status_is_reported_and_an_unconverged_fit_warns(method):
+  rc = recalibrate.fit(method, Z, Y)
+  assert bool(rc.converged) and 1 <= int(rc.num_iter) < 200
+  with pytest.warns(RuntimeWarning, match="did not converge in 1 iterations"):
+    short = recalibrate.fit(method, Z, Y, max_iter=1)
+  assert not bool(short.converged)
+
+
+@pytest.mark.parametrize("method", ["beta", "bbq", "ensemble_temperature"])
+def test_jit_of_vmapped_fit_equals_a_loop_of_eager_fits(method):
+  """One compiled call fits three data sets; each equals its own eager fit."""
+  fn = recalibrate.fit_function(method)
+  zs, ys = zip(*(_logits(s, 150, 3) for s in range(3)))
+  z, y = np.stack(zs), np.stack(ys)
+  batched = jax.jit(jax.vmap(fn))(z, y)
+  assert type(batched) is type(fn(z[0], y[0]))
+  for i in range(3):
+    eager = fn(z[i], y[i])
+    one = jax.tree.map(lambda leaf: leaf[i], batched)
+    np.testing.assert_allclose(np.asarray(one(z[i])), np.asarray(eager(z[i])), atol=2e-4)

@@ -24,19 +24,12 @@ import pytest
 
 import jaxcal.recalibrate as R
 from jaxcal import data
+from jaxcal._src.recal.base import METHODS
 from jaxcal.scores import brier, classification_error, decompose, log_loss
 
-MINE = (
-  "temperature",
-  "vector",
-  "matrix",
-  "dirichlet",
-  "platt",
-  "histogram",
-  "isotonic",
-  "smooth_isotonic",
-)
-PARAMETRIC = ("temperature", "vector", "matrix", "dirichlet", "platt")
+#: The methods of this file: the scaling and class-wise families of the method table.
+MINE = tuple(m for m, row in METHODS.items() if row.module in ("scaling", "binning_methods"))
+PARAMETRIC = tuple(m for m in MINE if METHODS[m].module == "scaling")
 
 
 @pytest.fixture(scope="module")

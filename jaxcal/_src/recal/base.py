@@ -17,7 +17,9 @@ such as ``normalize``) are static. So a fit can run inside ``jax.jit`` and
 ``apply(self, inputs) -> probs`` for ``(n, C)`` inputs: logits by default
 (``from_logits=True`` at fit time), probabilities otherwise. Methods that work
 on probabilities take ``softmax(logits)``; methods that work on logits take
-``log(probs)`` (``softmax(log p) = p``).
+``log(probs)`` (``softmax(log p) = p``). The one-vs-rest maps subclass
+:class:`ClasswiseRecalibrator` and implement ``classwise(p)`` instead; a fit
+function starts from :func:`fit_arrays` (validated ``(x, onehot)``).
 
 **Files.** :func:`save` writes one format for every method: an uncompressed
 ``.npz`` archive (``numpy.savez``) holding the array fields and a JSON header
@@ -40,7 +42,7 @@ import math
 import os
 import zipfile
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +53,7 @@ from jaxcal._src import validation as V
 
 __all__ = [
   "Recalibrator",
+  "ClasswiseRecalibrator",
   "METHODS",
   "fit",
   "fit_function",
@@ -62,6 +65,10 @@ __all__ = [
   "to_probs",
   "to_logits",
   "prepare_fit",
+  "check_inputs",
+  "fit_arrays",
+  "normalize_rows",
+  "finish_rows",
 ]
 
 
@@ -133,9 +140,34 @@ class Recalibrator:
     Validates the inputs (logits: finite; probabilities: on the simplex) and
     that ``C`` equals the ``num_classes`` seen at fit time.
     """
-    x = V.check_logits(inputs, "inputs") if self.from_logits else V.check_probs(inputs, "inputs")
+    x = check_inputs(inputs, self.from_logits)
     check_num_classes(self, x.shape[1])
     return self.apply(x)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClasswiseRecalibrator(Recalibrator):
+  """Base class of the one-vs-rest maps ``q_i[c] = g_c(p_i[c])`` on ``p = softmax(logits)``.
+
+  Subclasses implement :meth:`classwise`; :meth:`apply` takes the
+  probabilities (:func:`to_probs`), applies it, and divides each row by its
+  sum when ``normalize`` (:func:`finish_rows`).
+
+  Attributes:
+    num_classes: ``C`` seen at fit time (static).
+    normalize: divide rows by their sums (static, default True).
+  """
+
+  num_classes: int = static_field()
+  normalize: bool = static_field(default=True)
+
+  def classwise(self, p: jax.Array) -> jax.Array:  # pragma: no cover - abstract
+    """``(n, C)`` values ``g_c(p[:, c])`` of the fitted class-wise maps (traceable)."""
+    raise NotImplementedError
+
+  def apply(self, inputs: jax.Array) -> jax.Array:
+    """``finish_rows(classwise(to_probs(inputs)), normalize)``."""
+    return finish_rows(self.classwise(to_probs(inputs, self.from_logits)), self.normalize)
 
 
 def check_num_classes(rc: Any, c: int) -> None:
@@ -290,9 +322,7 @@ def prepare_fit(
     ValueError: naming the problem (non-finite logits, rows off the simplex,
       labels out of range, classes missing from the calibration split).
   """
-  if not isinstance(from_logits, (bool, np.bool_)):
-    raise ValueError(f"from_logits must be True or False, got {from_logits!r}")
-  x = V.check_logits(inputs, "inputs") if from_logits else V.check_probs(inputs, "inputs")
+  x = check_inputs(inputs, from_logits)
   n, c = x.shape
   y = V.check_labels(labels, n, c)
   if require_all_classes and V.is_concrete(y):
@@ -307,9 +337,70 @@ def prepare_fit(
   return x, y
 
 
+def check_inputs(inputs: ArrayLike, from_logits: bool, name: str = "inputs") -> jax.Array:
+  """Validates ``(n, C)`` logits (``from_logits=True``: finite) or probabilities (on the simplex).
+
+  Raises:
+    ValueError: ``from_logits`` is not a bool, or ``inputs`` (called ``name``)
+      are not finite logits / probabilities on the simplex.
+  """
+  if not isinstance(from_logits, (bool, np.bool_)):
+    raise ValueError(f"from_logits must be True or False, got {from_logits!r}")
+  return V.check_logits(inputs, name) if from_logits else V.check_probs(inputs, name)
+
+
 @functools.partial(jax.jit, static_argnums=1)
 def _class_counts(y: jax.Array, c: int) -> jax.Array:
   return jnp.zeros((c,), jnp.int32).at[y].add(1)
+
+
+def fit_arrays(
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  *,
+  from_logits: bool,
+  method: str,
+  on: Literal["probs", "logits"],
+  require_all_classes: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+  """The arrays a fit works on: ``(x, onehot)`` for a validated calibration split.
+
+  :func:`prepare_fit`, then ``x`` = the probabilities (``on="probs"``:
+  :func:`to_probs`) or the logits (``on="logits"``: :func:`to_logits`) and
+  ``onehot`` = the ``(n, C)`` one-hot labels in ``x``'s dtype.
+
+  Args:
+    inputs: ``(n, C)`` logits or probabilities (``from_logits``).
+    labels: ``(n,)`` integers in ``[0, C)``.
+    from_logits: how to read and check ``inputs``.
+    method: the method name, for error messages.
+    on: ``"probs"`` or ``"logits"``, what the method's map acts on.
+    require_all_classes: see :func:`prepare_fit`.
+
+  Returns:
+    ``(x, onehot)``, both ``(n, C)``.
+  """
+  x, y = prepare_fit(
+    inputs,
+    labels,
+    from_logits=from_logits,
+    method=method,
+    require_all_classes=require_all_classes,
+  )
+  x = to_probs(x, from_logits) if on == "probs" else to_logits(x, from_logits)
+  return x, jax.nn.one_hot(y, x.shape[1], dtype=x.dtype)
+
+
+def normalize_rows(q: jax.Array) -> jax.Array:
+  """Divides each row by its sum; rows summing to 0 become uniform."""
+  s = jnp.sum(q, axis=-1, keepdims=True)
+  c = q.shape[-1]
+  return jnp.where(s > 0, q / jnp.where(s > 0, s, 1), 1.0 / c)
+
+
+def finish_rows(q: jax.Array, normalize: bool) -> jax.Array:
+  """The rows of a one-vs-rest map: :func:`normalize_rows` when ``normalize``, else ``q``."""
+  return normalize_rows(q) if normalize else q
 
 
 def to_probs(x: jax.Array, from_logits: bool) -> jax.Array:

@@ -37,14 +37,12 @@ from jax.scipy.special import gammaln
 from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
+from jaxcal._src import validation as V
 from jaxcal._src.recal.base import (
-  Recalibrator,
-  prepare_fit,
+  ClasswiseRecalibrator,
+  fit_arrays,
   pytree_dataclass,
-  static_field,
-  to_probs,
 )
-from jaxcal._src.recal.binning_methods import normalize_rows
 from jaxcal._src.sorting import stable_argsort
 
 __all__ = ["BBQ", "fit_bbq", "bbq_bin_range"]
@@ -59,7 +57,7 @@ def bbq_bin_range(n: int, factor: float = 10.0) -> tuple[int, int]:
 
 
 @pytree_dataclass
-class BBQ(Recalibrator):
+class BBQ(ClasswiseRecalibrator):
   """One-vs-rest BBQ ensembles as step functions.
 
   Attributes:
@@ -72,18 +70,14 @@ class BBQ(Recalibrator):
 
   method = "bbq"
   shapes = {"thresholds": ("C", "K"), "values": ("C", "K1")}
-  thresholds: jax.Array = None
-  values: jax.Array = None
-  normalize: bool = static_field(default=True)
-  num_classes: int = static_field(default=0)
+  thresholds: jax.Array
+  values: jax.Array
 
-  def apply(self, inputs: jax.Array) -> jax.Array:
-    p = to_probs(inputs, self.from_logits)
+  def classwise(self, p: jax.Array) -> jax.Array:
     th = self.thresholds.astype(p.dtype)
-    q = jax.vmap(
+    return jax.vmap(
       lambda t, v, col: v[jnp.searchsorted(t, col, side="left")], in_axes=(0, 0, 1), out_axes=1
     )(th, self.values.astype(p.dtype), p)
-    return normalize_rows(q) if self.normalize else q
 
 
 def _one_model(ss, ts, m, max_bins, prior):
@@ -182,14 +176,10 @@ def fit_bbq(
   and model averaging; equal-frequency models with ``B`` in
   ``[N^{1/3}/C, C N^{1/3}]``).
   """
-  x, y = prepare_fit(inputs, labels, from_logits=from_logits, method="bbq")
-  if not prior_strength > 0:
-    raise ValueError(f"prior_strength must be > 0, got {prior_strength!r}")
-  if not range_factor >= 1:
-    raise ValueError(f"range_factor must be >= 1, got {range_factor!r}")
-  p = to_probs(x, from_logits)
-  lo, hi = bbq_bin_range(int(p.shape[0]), float(range_factor))
-  onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
+  p, onehot = fit_arrays(inputs, labels, from_logits=from_logits, method="bbq", on="probs")
+  prior_strength = V.check_float_option(prior_strength, "prior_strength", positive=True)
+  range_factor = V.check_float_option(range_factor, "range_factor", minimum=1.0)
+  lo, hi = bbq_bin_range(int(p.shape[0]), range_factor)
   th, vals = _fit_bbq(p, onehot, jnp.asarray(prior_strength, p.dtype), lo=lo, hi=hi)
   return BBQ(
     thresholds=th,

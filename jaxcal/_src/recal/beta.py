@@ -28,14 +28,12 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src.recal.base import (
-  Recalibrator,
-  prepare_fit,
+  ClasswiseRecalibrator,
+  fit_arrays,
   pytree_dataclass,
-  static_field,
-  to_probs,
+  warn_if_not_converged,
 )
-from jaxcal._src.recal.binning_methods import normalize_rows
-from jaxcal._src.recal.scaling import lbfgs_minimize
+from jaxcal._src.recal.scaling import check_solver_options, lbfgs_minimize
 
 __all__ = ["BetaCalibration", "fit_beta"]
 
@@ -47,29 +45,29 @@ def _features(p: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 @pytree_dataclass
-class BetaCalibration(Recalibrator):
+class BetaCalibration(ClasswiseRecalibrator):
   """One-vs-rest beta calibration maps ``sigmoid(a log p - b log(1 - p) + d)`` per class.
 
   Attributes:
     a, b, d: ``(C,)`` parameters.
+    num_iter: L-BFGS iterations.
+    converged: whether the gradient norm reached ``tol``.
     normalize: divide rows by their sums (static, default True).
     num_classes: ``C`` (static).
   """
 
   method = "beta"
-  shapes = {"a": ("C",), "b": ("C",), "d": ("C",)}
-  a: jax.Array = None
-  b: jax.Array = None
-  d: jax.Array = None
-  normalize: bool = static_field(default=True)
-  num_classes: int = static_field(default=0)
+  shapes = {"a": ("C",), "b": ("C",), "d": ("C",), "num_iter": (), "converged": ()}
+  a: jax.Array
+  b: jax.Array
+  d: jax.Array
+  num_iter: jax.Array
+  converged: jax.Array
 
-  def apply(self, inputs: jax.Array) -> jax.Array:
-    p = to_probs(inputs, self.from_logits)
+  def classwise(self, p: jax.Array) -> jax.Array:
     la, lb = _features(p)
     dt = p.dtype
-    q = jax.nn.sigmoid(self.a.astype(dt) * la + self.b.astype(dt) * lb + self.d.astype(dt))
-    return normalize_rows(q) if self.normalize else q
+    return jax.nn.sigmoid(self.a.astype(dt) * la + self.b.astype(dt) * lb + self.d.astype(dt))
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter",))
@@ -88,13 +86,14 @@ def _fit_beta(p, onehot, max_iter, tol):
 
   init = (jnp.ones((3, c), p.dtype), jnp.ones((3, c), p.dtype), jnp.zeros((3, c), p.dtype))
   # ftol=0: stop on the gradient only (a stalled float32 step is not the optimum here)
-  (a, b, d) = lbfgs_minimize(loss, init, max_iter=max_iter, tol=tol, ftol=0.0).params
+  res = lbfgs_minimize(loss, init, max_iter=max_iter, tol=tol, ftol=0.0)
+  a, b, d = res.params
   a, b = a * mask_a, b * mask_b
   use_no_a = a[0] < 0
   use_no_b = ~use_no_a & (b[0] < 0)
   row = jnp.where(use_no_a, 1, jnp.where(use_no_b, 2, 0))
   pick = lambda v: jnp.take_along_axis(v, row[None, :], axis=0)[0]
-  return pick(a), pick(b), pick(d)
+  return pick(a), pick(b), pick(d), res.num_iter, res.converged
 
 
 def fit_beta(
@@ -122,11 +121,11 @@ def fit_beta(
     from_logits: whether ``inputs`` are logits.
     normalize: divide rows by their sums (default True); ``False`` keeps the
       C independent binary maps.
-    max_iter: L-BFGS iteration limit.
-    tol: gradient-norm tolerance.
+    max_iter: L-BFGS iteration limit (default 500).
+    tol: gradient-norm tolerance (default 1e-6).
 
   Returns:
-    :class:`BetaCalibration`.
+    :class:`BetaCalibration` with ``num_iter`` and ``converged``.
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -140,17 +139,20 @@ def fit_beta(
   binary classifiers", AISTATS, §3 (Eq. 4-5, the abm model and its fit by
   logistic regression on ``log s`` and ``-log(1 - s)``).
   """
-  x, y = prepare_fit(
-    inputs, labels, from_logits=from_logits, method="beta", require_all_classes=True
+  p, onehot = fit_arrays(
+    inputs, labels, from_logits=from_logits, method="beta", on="probs", require_all_classes=True
   )
-  p = to_probs(x, from_logits)
-  onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
-  a, b, d = _fit_beta(p, onehot, int(max_iter), jnp.asarray(tol, p.dtype))
-  return BetaCalibration(
+  max_iter, tol = check_solver_options(max_iter, tol, p.dtype)
+  a, b, d, k, conv = _fit_beta(p, onehot, max_iter, tol)
+  rc = BetaCalibration(
     a=a,
     b=b,
     d=d,
+    num_iter=k,
+    converged=conv,
     normalize=bool(normalize),
     num_classes=int(p.shape[1]),
     from_logits=from_logits,
   )
+  warn_if_not_converged(rc, "beta calibration")
+  return rc

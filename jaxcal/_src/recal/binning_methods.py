@@ -36,11 +36,10 @@ from jax.typing import ArrayLike
 from jaxcal._src import isotonic as iso
 from jaxcal._src import validation as V
 from jaxcal._src.recal.base import (
-  Recalibrator,
-  prepare_fit,
+  ClasswiseRecalibrator,
+  fit_arrays,
   pytree_dataclass,
   static_field,
-  to_probs,
 )
 from jaxcal._src.sorting import float_to_key
 
@@ -51,19 +50,7 @@ __all__ = [
   "fit_histogram",
   "fit_isotonic",
   "fit_smooth_isotonic",
-  "normalize_rows",
 ]
-
-
-def normalize_rows(q: jax.Array) -> jax.Array:
-  """Divides each row by its sum; rows summing to 0 become uniform."""
-  s = jnp.sum(q, axis=-1, keepdims=True)
-  c = q.shape[-1]
-  return jnp.where(s > 0, q / jnp.where(s > 0, s, 1), 1.0 / c)
-
-
-def _finish(q: jax.Array, normalize: bool) -> jax.Array:
-  return normalize_rows(q) if normalize else q
 
 
 # ---------------------------------------------------------------------------
@@ -71,7 +58,7 @@ def _finish(q: jax.Array, normalize: bool) -> jax.Array:
 
 
 @pytree_dataclass
-class HistogramBinning(Recalibrator):
+class HistogramBinning(ClasswiseRecalibrator):
   """Class-wise histogram binning (right-continuous step maps).
 
   Attributes:
@@ -86,17 +73,13 @@ class HistogramBinning(Recalibrator):
   shapes = {"thresholds": ("C", "m1"), "values": ("C", "m")}
   thresholds: jax.Array
   values: jax.Array
-  num_classes: int = static_field()
-  normalize: bool = static_field(default=True)
 
-  def apply(self, inputs: jax.Array) -> jax.Array:
-    p = to_probs(inputs, self.from_logits)
+  def classwise(self, p: jax.Array) -> jax.Array:
     th = self.thresholds.astype(p.dtype)
     idx = jax.vmap(
       lambda t, col: jnp.searchsorted(t, col, side="right"), in_axes=(0, 1), out_axes=1
     )(th, p)
-    q = jax.vmap(lambda v, i: v[i], in_axes=(0, 1), out_axes=1)(self.values.astype(p.dtype), idx)
-    return _finish(q, self.normalize)
+    return jax.vmap(lambda v, i: v[i], in_axes=(0, 1), out_axes=1)(self.values.astype(p.dtype), idx)
 
 
 def _hb_one(p: jax.Array, t: jax.Array, m: int):
@@ -159,12 +142,15 @@ def fit_histogram(
   context: a case study with score decompositions", §3 (15 equal-mass bins,
   CW-HB / N-HB).
   """
-  x, y = prepare_fit(
-    inputs, labels, from_logits=from_logits, method="histogram", require_all_classes=True
+  p, onehot = fit_arrays(
+    inputs,
+    labels,
+    from_logits=from_logits,
+    method="histogram",
+    on="probs",
+    require_all_classes=True,
   )
-  m = V.check_int_option(num_bins, "num_bins", minimum=1, maximum=x.shape[0])
-  p = to_probs(x, from_logits)
-  onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
+  m = V.check_int_option(num_bins, "num_bins", minimum=1, maximum=p.shape[0])
   th, vals = _fit_hb(p, onehot, m)
   return HistogramBinning(
     thresholds=th,
@@ -180,7 +166,7 @@ def fit_histogram(
 
 
 @pytree_dataclass
-class IsotonicRecalibrator(Recalibrator):
+class IsotonicRecalibrator(ClasswiseRecalibrator):
   """Isotonic step maps (left-continuous, constant outside the data).
 
   Attributes:
@@ -196,8 +182,6 @@ class IsotonicRecalibrator(Recalibrator):
   shapes = {"x": ("K", "m"), "y": ("K", "m")}
   x: jax.Array
   y: jax.Array
-  num_classes: int = static_field()
-  normalize: bool = static_field(default=True)
   shared: bool = static_field(default=False)
 
   @classmethod
@@ -205,18 +189,15 @@ class IsotonicRecalibrator(Recalibrator):
     k = 1 if static.get("shared") else "C"
     return {"x": (k, "m"), "y": (k, "m")}
 
-  def apply(self, inputs: jax.Array) -> jax.Array:
-    p = to_probs(inputs, self.from_logits)
+  def classwise(self, p: jax.Array) -> jax.Array:
     xs, ys = self.x.astype(p.dtype), self.y.astype(p.dtype)
     if self.shared:
-      q = iso.isotonic_predict(iso.IsotonicFit(xs[0], ys[0]), p)
-    else:
-      q = jax.vmap(
-        lambda xc, yc, col: iso.isotonic_predict(iso.IsotonicFit(xc, yc), col),
-        in_axes=(0, 0, 1),
-        out_axes=1,
-      )(xs, ys, p)
-    return _finish(q, self.normalize)
+      return iso.isotonic_predict(iso.IsotonicFit(xs[0], ys[0]), p)
+    return jax.vmap(
+      lambda xc, yc, col: iso.isotonic_predict(iso.IsotonicFit(xc, yc), col),
+      in_axes=(0, 0, 1),
+      out_axes=1,
+    )(xs, ys, p)
 
 
 @functools.partial(jax.jit, static_argnames=("shared",))
@@ -269,11 +250,9 @@ def fit_isotonic(
   methods for uncertainty calibration in deep learning", ICML,
   arXiv:2003.07329, §3.3 (one shared map, IRM).
   """
-  x, y = prepare_fit(
-    inputs, labels, from_logits=from_logits, method="isotonic", require_all_classes=True
+  p, onehot = fit_arrays(
+    inputs, labels, from_logits=from_logits, method="isotonic", on="probs", require_all_classes=True
   )
-  p = to_probs(x, from_logits)
-  onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
   xs, ys = _fit_ir(p, onehot, bool(shared))
   return IsotonicRecalibrator(
     x=xs,
@@ -290,7 +269,7 @@ def fit_isotonic(
 
 
 @pytree_dataclass
-class SmoothIsotonicRecalibrator(Recalibrator):
+class SmoothIsotonicRecalibrator(ClasswiseRecalibrator):
   """Class-wise piecewise-linear maps through pool medians (App. B of the case study).
 
   Attributes:
@@ -304,15 +283,11 @@ class SmoothIsotonicRecalibrator(Recalibrator):
   shapes = {"knots_x": ("C", "k"), "knots_y": ("C", "k")}
   knots_x: jax.Array
   knots_y: jax.Array
-  num_classes: int = static_field()
-  normalize: bool = static_field(default=True)
 
-  def apply(self, inputs: jax.Array) -> jax.Array:
-    p = to_probs(inputs, self.from_logits)
-    q = jax.vmap(jnp.interp, in_axes=(1, 0, 0), out_axes=1)(
+  def classwise(self, p: jax.Array) -> jax.Array:
+    return jax.vmap(jnp.interp, in_axes=(1, 0, 0), out_axes=1)(
       p, self.knots_x.astype(p.dtype), self.knots_y.astype(p.dtype)
     )
-    return _finish(q, self.normalize)
 
 
 def _sir_knots(sorted_x: jax.Array, sorted_fit: jax.Array):
@@ -371,11 +346,14 @@ def fit_smooth_isotonic(
   "Smooth isotonic regression: a new method to calibrate predictive
   models", for the smooth (cubic) variant.
   """
-  x, y = prepare_fit(
-    inputs, labels, from_logits=from_logits, method="smooth_isotonic", require_all_classes=True
+  p, onehot = fit_arrays(
+    inputs,
+    labels,
+    from_logits=from_logits,
+    method="smooth_isotonic",
+    on="probs",
+    require_all_classes=True,
   )
-  p = to_probs(x, from_logits)
-  onehot = jax.nn.one_hot(y, p.shape[1], dtype=p.dtype)
   kx, ky = _fit_sir(p, onehot)
   return SmoothIsotonicRecalibrator(
     knots_x=kx,

@@ -30,12 +30,13 @@ from jax.typing import ArrayLike
 from jaxcal._src.numerics import PRECISION
 from jaxcal._src.recal.base import (
   Recalibrator,
-  prepare_fit,
+  fit_arrays,
   pytree_dataclass,
   static_field,
   to_logits,
+  warn_if_not_converged,
 )
-from jaxcal._src.recal.scaling import lbfgs_minimize
+from jaxcal._src.recal.scaling import check_solver_options, lbfgs_minimize
 
 __all__ = ["EnsembleTemperatureScaling", "fit_ensemble_temperature"]
 
@@ -62,14 +63,19 @@ class EnsembleTemperatureScaling(Recalibrator):
   Attributes:
     temperature: scalar ``T``.
     weights: ``(3,)`` simplex weights ``w``.
+    num_iter: L-BFGS iterations (of the temperature fit, plus those of the
+      weights' fit for ``loss="nll"``).
+    converged: whether every L-BFGS fit's gradient norm reached ``tol``.
     num_classes: ``C`` (static).
   """
 
   method = "ensemble_temperature"
-  shapes = {"temperature": (), "weights": (3,)}
-  temperature: jax.Array = None
-  weights: jax.Array = None
-  num_classes: int = static_field(default=0)
+  shapes = {"temperature": (), "weights": (3,), "num_iter": (), "converged": ()}
+  temperature: jax.Array
+  weights: jax.Array
+  num_iter: jax.Array
+  converged: jax.Array
+  num_classes: int = static_field()
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     z = to_logits(inputs, self.from_logits)
@@ -105,20 +111,21 @@ def _simplex_qp(a: jax.Array, b: jax.Array) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("loss", "max_iter"))
 def _fit_ets(z, onehot, *, loss, max_iter, tol):
-  theta = lbfgs_minimize(
+  res = lbfgs_minimize(
     lambda th: _loss_of(jax.nn.softmax(z * jnp.exp(-th), axis=-1), onehot, loss),
     jnp.zeros((), z.dtype),
     max_iter=max_iter,
     tol=tol,
     ftol=0.0,  # stop on the gradient only, as the authors' scipy fit does
-  ).params
-  t = jnp.exp(theta)
+  )
+  t = jnp.exp(res.params)
+  num_iter, converged = res.num_iter, res.converged
   comp = _components(z, t).reshape(3, -1)  # (3, n C)
   y = onehot.reshape(-1)
   if loss == "mse":
     a = jnp.matmul(comp, comp.T, precision=PRECISION)
     b = jnp.matmul(comp, y, precision=PRECISION)
-    w = _simplex_qp(a, b)
+    w = _simplex_qp(a, b)  # exact: no iterations
   else:
     comp3 = comp.reshape((3,) + z.shape)
 
@@ -126,11 +133,12 @@ def _fit_ets(z, onehot, *, loss, max_iter, tol):
       q = jnp.tensordot(jax.nn.softmax(omega), comp3, axes=1, precision=PRECISION)
       return _loss_of(q, onehot, "nll")
 
-    omega = lbfgs_minimize(
+    wres = lbfgs_minimize(
       wloss, jnp.array([4.0, 0.0, 0.0], z.dtype), max_iter=max_iter, tol=tol, ftol=0.0
-    ).params
-    w = jax.nn.softmax(omega)
-  return t, w
+    )
+    w = jax.nn.softmax(wres.params)
+    num_iter, converged = num_iter + wres.num_iter, converged & wres.converged
+  return t, w, num_iter, converged
 
 
 def fit_ensemble_temperature(
@@ -157,11 +165,11 @@ def fit_ensemble_temperature(
     from_logits: whether ``inputs`` are logits.
     loss: ``"mse"`` (default, the authors' code: mean squared error over
       all entries) or ``"nll"`` (log loss).
-    max_iter: L-BFGS iteration limit.
-    tol: gradient-norm tolerance.
+    max_iter: L-BFGS iteration limit of each fit (default 200).
+    tol: gradient-norm tolerance (default 1e-7).
 
   Returns:
-    :class:`EnsembleTemperatureScaling`.
+    :class:`EnsembleTemperatureScaling` with ``num_iter`` and ``converged``.
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -174,12 +182,20 @@ def fit_ensemble_temperature(
   Compositional Methods for Uncertainty Calibration in Deep Learning", ICML,
   arXiv:2003.07329, §3.1 (Eq. 4, ETS).
   """
-  if loss not in _LOSSES:
+  if not isinstance(loss, str) or loss not in _LOSSES:
     raise ValueError(f"loss must be one of {_LOSSES}, got {loss!r}")
-  x, y = prepare_fit(inputs, labels, from_logits=from_logits, method="ensemble_temperature")
-  z = to_logits(x, from_logits)
-  onehot = jax.nn.one_hot(y, z.shape[1], dtype=z.dtype)
-  t, w = _fit_ets(z, onehot, loss=loss, max_iter=int(max_iter), tol=jnp.asarray(tol, z.dtype))
-  return EnsembleTemperatureScaling(
-    temperature=t, weights=w, num_classes=int(z.shape[1]), from_logits=from_logits
+  z, onehot = fit_arrays(
+    inputs, labels, from_logits=from_logits, method="ensemble_temperature", on="logits"
   )
+  max_iter, tol = check_solver_options(max_iter, tol, z.dtype)
+  t, w, k, conv = _fit_ets(z, onehot, loss=loss, max_iter=max_iter, tol=tol)
+  rc = EnsembleTemperatureScaling(
+    temperature=t,
+    weights=w,
+    num_iter=k,
+    converged=conv,
+    num_classes=int(z.shape[1]),
+    from_logits=from_logits,
+  )
+  warn_if_not_converged(rc, "ensemble temperature scaling")
+  return rc

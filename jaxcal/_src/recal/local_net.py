@@ -68,7 +68,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.local import _nw_core, gaussian_log_kernel
 from jaxcal._src.numerics import PRECISION
-from jaxcal._src.recal.base import Recalibrator, to_logits
+from jaxcal._src.recal.base import Recalibrator, check_inputs, check_num_classes, to_logits
 from jaxcal._src.train.loop import evaluate, train_epoch
 from jaxcal._src.train.pca import PCA, _fit_pca, pca_transform, standardize
 from jaxcal._src.train.splits import calibration_fit_val
@@ -413,12 +413,8 @@ class LocalNet(Recalibrator):
     return jax.nn.softmax(self._forward(z, features)[1], axis=-1)
 
   def _check(self, inputs: ArrayLike, features: ArrayLike | None):
-    x = V.check_logits(inputs, "inputs") if self.from_logits else V.check_probs(inputs, "inputs")
-    if x.shape[1] != self.num_classes:
-      raise ValueError(
-        f"inputs have {x.shape[1]} classes but the {type(self).__name__} was fitted with "
-        f"{self.num_classes}"
-      )
+    x = check_inputs(inputs, self.from_logits)
+    check_num_classes(self, x.shape[1])
     if features is None:
       raise ValueError(
         f"a {type(self).__name__} needs the backbone features: rc(logits, features=phi)"
@@ -589,15 +585,6 @@ def _adam(learning_rate: float) -> optax.GradientTransformation:
   return optax.adam(learning_rate)
 
 
-def _positive_int(name, v):
-  if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
-    raise ValueError(f"{name} must be a positive int, got {v!r}")
-
-
-def _check_inputs(inputs, from_logits, name="inputs"):
-  return V.check_logits(inputs, name) if from_logits else V.check_probs(inputs, name)
-
-
 def _train(
   inputs,
   labels,
@@ -635,38 +622,32 @@ def _train(
       f"fit({method!r}) needs the backbone features of the calibration split: "
       f"fit({method!r}, logits, labels, features=phi) with phi of shape (n, D)"
     )
-  x = _check_inputs(inputs, from_logits)
+  x = check_inputs(inputs, from_logits)
   n, num_classes = x.shape
   y = V.check_labels(labels, n, num_classes)
   f = V.check_features(features, n)
-  try:
-    bandwidth = float(bandwidth)
-  except (TypeError, ValueError):
-    raise ValueError(f"bandwidth must be a finite number > 0, got {bandwidth!r}") from None
-  if not (np.isfinite(bandwidth) and bandwidth > 0):
-    raise ValueError(f"bandwidth must be a finite number > 0, got {bandwidth!r}")
+  bandwidth = V.check_float_option(bandwidth, "bandwidth", positive=True)
   if alignment not in ALIGNMENTS:
     raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
   if monitor not in MONITORS:
     raise ValueError(f"monitor must be one of {MONITORS}, got {monitor!r}")
   for name, v in (("lam", lam), ("alignment_weight", alignment_weight)):
-    if not (isinstance(v, (int, float, np.floating)) and np.isfinite(v) and v >= 0):
-      raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-  if init_scale is not None and not (np.isfinite(init_scale) and init_scale > 0):
-    raise ValueError(f"init_scale must be a finite number > 0 or None, got {init_scale!r}")
+    V.check_float_option(v, name, minimum=0.0)
+  if init_scale is not None:
+    V.check_float_option(init_scale, "init_scale", positive=True)
   if not 0 <= val_fraction < 1:
     raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
   for name, v in (("pca_dim", pca_dim), ("hidden", hidden), ("batch_size", batch_size)):
-    _positive_int(name, v)
-  _positive_int("epochs", epochs)
+    V.check_int_option(v, name, minimum=1)
+  V.check_int_option(epochs, "epochs", minimum=1)
   if patience is not None:
-    _positive_int("patience", patience)
+    V.check_int_option(patience, "patience", minimum=1)
   if not 0 <= dropout < 1:
     raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
   if validation_data is not None:
     if len(validation_data) != 3:
       raise ValueError("validation_data must be a tuple (inputs, labels, features)")
-    xv = _check_inputs(validation_data[0], from_logits, "validation inputs")
+    xv = check_inputs(validation_data[0], from_logits, "validation inputs")
     if xv.shape[1] != num_classes:
       raise ValueError(f"validation inputs have {xv.shape[1]} classes, inputs {num_classes}")
     yv = V.check_labels(validation_data[1], xv.shape[0], num_classes, "validation labels")

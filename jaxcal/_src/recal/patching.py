@@ -40,7 +40,13 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.numerics import PRECISION
 from jaxcal._src.progress import Progress
-from jaxcal._src.recal.base import Recalibrator, pytree_dataclass, static_field, to_probs
+from jaxcal._src.recal.base import (
+  Recalibrator,
+  check_inputs,
+  pytree_dataclass,
+  static_field,
+  to_probs,
+)
 from jaxcal._src.recal.linesearch import armijo_stepsize
 from jaxcal._src.scores import brier_per_sample
 from jaxcal._src.sorting import sort_descending
@@ -226,8 +232,7 @@ class Patching(Recalibrator):
       >>> rc.trajectory(z).shape
       (4, 300, 4)
     """
-    x = V.check_logits(inputs, "inputs") if self.from_logits else V.check_probs(inputs, "inputs")
-    p = to_probs(x, self.from_logits)
+    p = to_probs(check_inputs(inputs, self.from_logits), self.from_logits)
 
     def step(q, pt):
       q = apply_patch(q, pt)
@@ -542,10 +547,7 @@ def _fit(
   progress=True,
 ) -> tuple[Patching, jax.Array]:
   """:func:`fit_patching`, also returning the final calibration predictions."""
-  if from_logits:
-    p = jax.nn.softmax(V.check_logits(inputs, "inputs"), axis=-1)
-  else:
-    p = V.check_probs(inputs, "inputs")
+  p = to_probs(check_inputs(inputs, from_logits), from_logits)
   n, c = p.shape
   p = p.astype(jnp.promote_types(p.dtype, jnp.float32))
   y = V.check_labels(labels, n, c)

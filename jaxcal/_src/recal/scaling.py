@@ -54,7 +54,8 @@ from jaxcal._src import validation as V
 from jaxcal._src.numerics import PRECISION
 from jaxcal._src.recal.base import (
   Recalibrator,
-  prepare_fit,
+  finish_rows,
+  fit_arrays,
   pytree_dataclass,
   static_field,
   to_logits,
@@ -64,6 +65,7 @@ from jaxcal._src.recal.base import (
 __all__ = [
   "OptimResult",
   "lbfgs_minimize",
+  "check_solver_options",
   "ODIR_GRID",
   "TemperatureScaling",
   "LinearScaling",
@@ -168,8 +170,14 @@ def _nll_per_sample(logits: jax.Array, onehot: jax.Array) -> jax.Array:
   return -jnp.sum(onehot * jax.nn.log_softmax(logits, axis=-1), axis=-1)
 
 
-def _tol(tol: Any, dtype) -> jax.Array:
-  return jnp.asarray(V.check_float_option(tol, "tol", positive=True), dtype)
+def check_solver_options(max_iter: Any, tol: Any, dtype: Any) -> tuple[int, jax.Array]:
+  """Validates the L-BFGS options of a fit: ``(max_iter, tol)`` as an int and a scalar array.
+
+  Raises:
+    ValueError: ``max_iter`` is not an int ``>= 1`` or ``tol`` not a finite number ``> 0``.
+  """
+  max_iter = V.check_int_option(max_iter, "max_iter", minimum=1)
+  return max_iter, jnp.asarray(V.check_float_option(tol, "tol", positive=True), dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -252,11 +260,9 @@ def fit_temperature(
   Reference: Guo, Pleiss, Sun & Weinberger (2017), "On calibration of modern
   neural networks", ICML, arXiv:1706.04599, §4.2.
   """
-  x, y = prepare_fit(inputs, labels, from_logits=from_logits, method="temperature")
-  max_iter = V.check_int_option(max_iter, "max_iter", minimum=1)
-  z = to_logits(x, from_logits)
-  onehot = jax.nn.one_hot(y, z.shape[1], dtype=z.dtype)
-  t, k, conv = _fit_temperature(z, onehot, max_iter, _tol(tol, z.dtype))
+  z, onehot = fit_arrays(inputs, labels, from_logits=from_logits, method="temperature", on="logits")
+  max_iter, tol = check_solver_options(max_iter, tol, z.dtype)
+  t, k, conv = _fit_temperature(z, onehot, max_iter, tol)
   rc = TemperatureScaling(
     temperature=t, num_iter=k, converged=conv, num_classes=int(z.shape[1]), from_logits=from_logits
   )
@@ -334,6 +340,11 @@ class DirichletCalibration(LinearScaling):
   method = "dirichlet"
 
 
+def _linear_logits(z: jax.Array, w: jax.Array, b: jax.Array, diagonal: bool) -> jax.Array:
+  """``z W^T + b``, or ``z * a + b`` when ``diagonal`` (``w`` is then the ``(C,)`` scales)."""
+  return (z * w if diagonal else jnp.matmul(z, w.T, precision=PRECISION)) + b
+
+
 def _solve_linear(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol) -> OptimResult:
   """``argmin`` of the weighted mean log loss + ODIR penalties (traceable).
 
@@ -351,11 +362,8 @@ def _solve_linear(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol) ->
   mu_n = mu / c
   total = jnp.sum(weights)
 
-  def logits_of(w, b):
-    return (z * w if diagonal else jnp.matmul(z, w.T, precision=PRECISION)) + b
-
   # Jacobi preconditioner: d2/dw_kj^2 of the mean log loss is E[p_k (1 - p_k) z_j^2].
-  p0 = jax.nn.softmax(logits_of(*init), axis=-1)
+  p0 = jax.nn.softmax(_linear_logits(z, *init, diagonal), axis=-1)
   v = weights[:, None] * p0 * (1.0 - p0) / total  # (n, C)
   if diagonal:
     hw = jnp.sum(v * z * z, axis=0) + 2.0 * lam_n
@@ -367,7 +375,7 @@ def _solve_linear(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol) ->
 
   def loss(u):
     w, b = u[0] / sw, u[1] / sb
-    val = jnp.sum(weights * _nll_per_sample(logits_of(w, b), onehot)) / total
+    val = jnp.sum(weights * _nll_per_sample(_linear_logits(z, w, b, diagonal), onehot)) / total
     if diagonal:
       val = val + lam_n * jnp.sum((w - jnp.mean(w)) ** 2)
     else:
@@ -418,8 +426,7 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
 
     def fold_fit(lam, mu, h, start):
       res = _solve_linear(z, onehot, 1.0 - h, lam, mu, start, diagonal, cv_max_iter, tol)
-      w, b = res.params
-      logits = (z * w if diagonal else jnp.matmul(z, w.T, precision=PRECISION)) + b
+      logits = _linear_logits(z, *res.params, diagonal)
       return jnp.sum(h * _nll_per_sample(logits, onehot)), res.params, res.converged
 
     def body(carry):
@@ -450,47 +457,58 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
   return (jnp.diag(w) if diagonal else w), b, lam, mu, cv_nll, res.num_iter, res.converged
 
 
+class _LinearOptions(NamedTuple):
+  """The options shared by :func:`fit_vector`, :func:`fit_matrix` and :func:`fit_dirichlet`."""
+
+  from_logits: bool
+  reg_lambda: float | None
+  reg_mu: float | None
+  reg_grid: Sequence[float]
+  num_folds: int
+  seed: int
+  max_iter: int
+  tol: float
+  cv_max_iter: int
+
+
 def _fit_linear_public(
-  cls,
-  inputs,
-  labels,
+  cls: type[LinearScaling],
+  inputs: ArrayLike,
+  labels: ArrayLike,
+  opts: _LinearOptions,
   *,
-  from_logits,
-  on_log_probs,
-  reg_lambda,
-  reg_mu,
-  reg_grid,
-  num_folds,
-  seed,
-  max_iter,
-  tol,
-  cv_max_iter,
-  diagonal,
-):
-  x, y = prepare_fit(
-    inputs, labels, from_logits=from_logits, method=cls.method, require_all_classes=True
+  diagonal: bool,
+  on_log_probs: bool,
+) -> LinearScaling:
+  """Checks the options, cross-validates and fits ``cls`` (the body of the three fits)."""
+  z, onehot = fit_arrays(
+    inputs,
+    labels,
+    from_logits=opts.from_logits,
+    method=cls.method,
+    on="logits",
+    require_all_classes=True,
   )
-  max_iter = V.check_int_option(max_iter, "max_iter", minimum=1)
-  cv_max_iter = V.check_int_option(cv_max_iter, "cv_max_iter", minimum=1)
-  seed = V.check_int_option(seed, "seed")
+  max_iter, tol = check_solver_options(opts.max_iter, opts.tol, z.dtype)
+  cv_max_iter = V.check_int_option(opts.cv_max_iter, "cv_max_iter", minimum=1)
+  seed = V.check_int_option(opts.seed, "seed")
+  reg_mu, reg_grid = opts.reg_mu, opts.reg_grid
   if reg_mu is not None:
     reg_mu = V.check_float_option(reg_mu, "reg_mu", minimum=0.0)
-  if reg_lambda is not None:
-    grid = (V.check_float_option(reg_lambda, "reg_lambda", minimum=0.0),)
+  if opts.reg_lambda is not None:
+    grid = (V.check_float_option(opts.reg_lambda, "reg_lambda", minimum=0.0),)
   else:
     if isinstance(reg_grid, (str, bytes)) or not isinstance(reg_grid, Sequence) or not reg_grid:
       raise ValueError(f"reg_grid must be a non-empty sequence of numbers >= 0, got {reg_grid!r}")
     grid = tuple(
       sorted((V.check_float_option(g, "reg_grid", minimum=0.0) for g in reg_grid), reverse=True)
     )
-  n = x.shape[0]
+  num_folds = opts.num_folds
   if len(grid) > 1:
-    num_folds = V.check_int_option(num_folds, "num_folds", minimum=2, maximum=n)
+    num_folds = V.check_int_option(num_folds, "num_folds", minimum=2, maximum=z.shape[0])
   mus = grid if reg_mu is None else (reg_mu,) * len(grid)
-  z = to_logits(x, from_logits)
   if on_log_probs:
     z = jax.nn.log_softmax(z, axis=-1)
-  onehot = jax.nn.one_hot(y, z.shape[1], dtype=z.dtype)
   w, b, lam, mu, cv_nll, k, conv = _fit_linear(
     z,
     onehot,
@@ -498,7 +516,7 @@ def _fit_linear_public(
     jnp.asarray(mus, z.dtype),
     diagonal,
     max_iter,
-    _tol(tol, z.dtype),
+    tol,
     cv_max_iter,
     int(num_folds),
     seed,
@@ -513,7 +531,7 @@ def _fit_linear_public(
     converged=conv,
     on_log_probs=on_log_probs,
     num_classes=int(z.shape[1]),
-    from_logits=from_logits,
+    from_logits=opts.from_logits,
   )
   warn_if_not_converged(rc, f"{cls.method} scaling")
   return rc
@@ -586,22 +604,10 @@ def fit_vector(
   arXiv:1910.12656, §3.2 (ODIR: penalise the parameters beyond the
   simpler map; 5-fold cross-validation).
   """
-  return _fit_linear_public(
-    VectorScaling,
-    inputs,
-    labels,
-    from_logits=from_logits,
-    on_log_probs=False,
-    reg_lambda=reg_lambda,
-    reg_mu=reg_mu,
-    reg_grid=reg_grid,
-    num_folds=num_folds,
-    seed=seed,
-    max_iter=max_iter,
-    tol=tol,
-    cv_max_iter=cv_max_iter,
-    diagonal=True,
+  opts = _LinearOptions(
+    from_logits, reg_lambda, reg_mu, reg_grid, num_folds, seed, max_iter, tol, cv_max_iter
   )
+  return _fit_linear_public(VectorScaling, inputs, labels, opts, diagonal=True, on_log_probs=False)
 
 
 def fit_matrix(
@@ -665,22 +671,10 @@ def fit_matrix(
   with Dirichlet calibration", NeurIPS, arXiv:1910.12656, §3.2 (ODIR) and
   §5 (MS-ODIR; 5-fold cross-validation of the log loss).
   """
-  return _fit_linear_public(
-    LinearScaling,
-    inputs,
-    labels,
-    from_logits=from_logits,
-    on_log_probs=False,
-    reg_lambda=reg_lambda,
-    reg_mu=reg_mu,
-    reg_grid=reg_grid,
-    num_folds=num_folds,
-    seed=seed,
-    max_iter=max_iter,
-    tol=tol,
-    cv_max_iter=cv_max_iter,
-    diagonal=False,
+  opts = _LinearOptions(
+    from_logits, reg_lambda, reg_mu, reg_grid, num_folds, seed, max_iter, tol, cv_max_iter
   )
+  return _fit_linear_public(LinearScaling, inputs, labels, opts, diagonal=False, on_log_probs=False)
 
 
 def fit_dirichlet(
@@ -743,21 +737,11 @@ def fit_dirichlet(
   probabilities with Dirichlet calibration", NeurIPS, arXiv:1910.12656, §3
   (Dirichlet calibration), §3.2 (ODIR) and §5 (5-fold cross-validation).
   """
+  opts = _LinearOptions(
+    from_logits, reg_lambda, reg_mu, reg_grid, num_folds, seed, max_iter, tol, cv_max_iter
+  )
   return _fit_linear_public(
-    DirichletCalibration,
-    inputs,
-    labels,
-    from_logits=from_logits,
-    on_log_probs=True,
-    reg_lambda=reg_lambda,
-    reg_mu=reg_mu,
-    reg_grid=reg_grid,
-    num_folds=num_folds,
-    seed=seed,
-    max_iter=max_iter,
-    tol=tol,
-    cv_max_iter=cv_max_iter,
-    diagonal=False,
+    DirichletCalibration, inputs, labels, opts, diagonal=False, on_log_probs=True
   )
 
 
@@ -798,7 +782,7 @@ class PlattScaling(Recalibrator):
   def apply(self, inputs: jax.Array) -> jax.Array:
     s = _log_odds(inputs, self.from_logits)
     q = jax.nn.sigmoid(s * self.scale.astype(s.dtype) + self.bias.astype(s.dtype))
-    return q / jnp.sum(q, axis=-1, keepdims=True) if self.normalize else q
+    return finish_rows(q, self.normalize)
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter",))
@@ -860,13 +844,12 @@ def fit_platt(
   accurate multiclass probability estimates", KDD (one-vs-rest and
   normalisation).
   """
-  x, y = prepare_fit(
-    inputs, labels, from_logits=from_logits, method="platt", require_all_classes=True
+  z, onehot = fit_arrays(
+    inputs, labels, from_logits=from_logits, method="platt", on="logits", require_all_classes=True
   )
-  max_iter = V.check_int_option(max_iter, "max_iter", minimum=1)
-  s = _log_odds(x, from_logits)
-  onehot = jax.nn.one_hot(y, s.shape[1], dtype=s.dtype)
-  (a, b), k, conv = _fit_platt(s, onehot, max_iter, _tol(tol, s.dtype))
+  max_iter, tol = check_solver_options(max_iter, tol, z.dtype)
+  s = _log_odds(z, True)
+  (a, b), k, conv = _fit_platt(s, onehot, max_iter, tol)
   rc = PlattScaling(
     scale=a,
     bias=b,
