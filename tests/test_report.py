@@ -54,6 +54,22 @@ def test_headline_estimates_are_the_public_metrics(rep, small):
   assert m["accuracy"]["estimate"] == pytest.approx(acc, abs=1e-6)
 
 
+def test_smooth_ece_sits_beside_the_binned_ece_with_its_interval(rep, small):
+  """smECE (Błasiok & Nakkiran 2023) is a headline metric: the public value, an interval."""
+  x, y = small
+  labs = list(rep["metrics"])
+  assert labs.index("smECE") == labs.index("ConfECE(qua;15)") + 1
+  e = rep["metrics"]["smECE"]
+  want = float(metrics.smooth_ece(jax.nn.softmax(x, axis=-1), y))
+  assert e["estimate"] == pytest.approx(want, rel=1e-4)
+  assert e["name"] == "smECE" and e["function"] == "metrics.smooth_ece"
+  assert e["binning"] is None and e["num_bins"] is None and e["kind"] == "l1"
+  assert 0 < e["lo"] < e["hi"] and e["lo"] != e["hi"]
+  assert "smECE" in report.format_summary(rep) and "| smECE |" in report.format_markdown(rep)
+  assert report.format_number(e["estimate"]) in report.format_summary(rep)
+  assert report.label("smECE") == "smECE" and report.parse_label("smECE")[0].name == "smECE"
+
+
 def test_robustness_section_has_bands_and_calibrated_values(rep):
   rob = rep["robustness"]
   bins = rob["num_bins"]
