@@ -183,3 +183,17 @@ def test_lce_bandwidth_plot_with_bands_floor_and_flat_kernel_limit():
     plots.lce_bandwidth_plot([0.0, 1.0], {"a": [0.1, 0.2]})
   with pytest.raises(ValueError, match="at least one method"):
     plots.lce_bandwidth_plot(g, {})
+
+
+def test_one_metric_with_two_binnings_is_told_apart_and_whole_ticks_are_plain():
+  m = np.array([5, 10, 20, 50, 100])  # under two decades: 1-2-5 tick labels
+  fig = plots.bin_robustness_plot(
+    m, {"ConfECE(qua)": 0.02 + 2e-4 * m, "ConfECE(fix)": 0.02 + 1e-4 * m}
+  )
+  (ax,) = fig.axes
+  a, b = (ln for ln in ax.get_lines() if ln.get_label().startswith("ConfECE"))
+  assert a.get_color() == b.get_color() and a.get_linestyle() != b.get_linestyle()
+  fig.canvas.draw()
+  labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+  assert "100" in labels and not [t for t in labels if "e2" in t or "e1" in t], labels
+  _check(fig)

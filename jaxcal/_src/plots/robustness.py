@@ -133,10 +133,12 @@ def bin_robustness_plot(
     for ax, names in zip(axes, panels):
       panel_kinds = {_kind(k) for k in names}
       kind = panel_kinds.pop() if len(panel_kinds) == 1 else "other"
-      ys = []
+      ys, used = [], set()
       for i, name in enumerate(names):
         color = _mpl.color_of(name, i)
-        ax.plot(m, data[name], color=color, label=name)
+        # the same metric with another binning: same colour, another line style
+        ax.plot(m, data[name], color=color, label=name, ls="-." if color in used else "-")
+        used.add(color)
         ys.append(data[name])
         if name in bands:
           lo, hi = (np.asarray(b, np.float64).ravel() for b in bands[name])
