@@ -176,7 +176,7 @@ def test_lce_bandwidth_plot_with_bands_floor_and_flat_kernel_limit():
   ax = fig.axes[0]
   assert ax.get_xscale() == "log" and ax.get_ylabel() == "local calibration error LCE"
   texts = [t.get_text() for t in ax.get_legend().get_texts()]
-  assert texts[:2] == list(curves) and "class-wise ECE (flat kernel)" in texts
+  assert texts[:2] == list(curves) and "class-wise ECE" in texts
   with pytest.raises(ValueError, match="floor has 2 values for 5 bandwidths"):
     plots.lce_bandwidth_plot(g, curves, floor=[0.1, 0.2])
   with pytest.raises(ValueError, match="bandwidths must be positive"):

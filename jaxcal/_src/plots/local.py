@@ -20,7 +20,7 @@ def lce_bandwidth_plot(
   floor: ArrayLike | None = None,
   floor_label: str = "calibrated predictor (labels drawn from its p)",
   reference: Mapping[str, float] | None = None,
-  reference_label: str = "class-wise ECE (flat kernel)",
+  reference_label: str = "class-wise ECE",
   features: str | None = None,
   model: str | None = None,
   n: int | None = None,
@@ -32,8 +32,9 @@ def lce_bandwidth_plot(
   ``LCE_γ = Σ_c π_c mean_i |Σ_{j∈b(i)} w_ij(γ) (p_jc − 1[y_j = c])|`` with
   Gaussian weights ``w_ij ∝ exp(−‖φ_i − φ_j‖² / (2γ²))`` inside each
   probability bin (:func:`jaxcal.metrics.lce`). The bandwidth sets how local
-  "local" is: as ``γ`` grows the kernel flattens over a bin and LCE falls to
-  the class-wise binned ECE (give it as ``reference``, a dotted line); as
+  "local" is: as ``γ`` grows the kernel flattens over a bin and LCE falls
+  toward the class-wise binned ECE (give it as ``reference``, a dotted line;
+  not exactly to it, since LCE skips bins of ``<= min_bin_size`` samples); as
   ``γ`` shrinks each anchor sees only its nearest neighbours and LCE rises
   toward per-sample noise. The ``floor`` curve (dashed, black) is the LCE of
   a predictor calibrated by construction on the same points and features —
@@ -48,7 +49,7 @@ def lce_bandwidth_plot(
     floor: ``(k,)`` LCE of a calibrated predictor (optional).
     floor_label: legend entry of ``floor``.
     reference: method -> a value drawn as a dotted line in its colour (e.g.
-      its class-wise ECE, the flat-kernel limit).
+      its class-wise ECE, which LCE approaches as the kernel flattens).
     reference_label: legend entry of the dotted lines.
     features: name of the feature space ``φ`` (for the title).
     model: model or data set name, for the title.
