@@ -32,9 +32,10 @@ def lce_bandwidth_plot(
   ``LCE_γ = Σ_c π_c mean_i |Σ_{j∈b(i)} w_ij(γ) (p_jc − 1[y_j = c])|`` with
   Gaussian weights ``w_ij ∝ exp(−‖φ_i − φ_j‖² / (2γ²))`` inside each
   probability bin (:func:`jaxcal.metrics.lce`). The bandwidth sets how local
-  "local" is: as ``γ`` grows the kernel flattens over a bin and LCE falls
-  toward the class-wise binned ECE (give it as ``reference``, a dotted line;
-  not exactly to it, since LCE skips bins of ``<= min_bin_size`` samples); as
+  "local" is: as ``γ`` grows the kernel flattens over a bin and LCE levels
+  off at a value close to, but not equal to, the class-wise binned ECE (give
+  it as ``reference``, a dotted line; LCE skips bins of ``<= min_bin_size``
+  samples and averages over the anchors it keeps); as
   ``γ`` shrinks each anchor sees only its nearest neighbours and LCE rises
   toward per-sample noise. The ``floor`` curve (dashed, black) is the LCE of
   a predictor calibrated by construction on the same points and features —
@@ -99,7 +100,7 @@ def lce_bandwidth_plot(
   fl = None if floor is None else _vals("floor", floor)
   what = "LCE against the kernel bandwidth γ" + (f" on {features}" if features else "")
   with _mpl.style():
-    fig, ax = _mpl.new_axes(ax, figsize=(5.6, 3.8))
+    fig, ax = _mpl.new_axes(ax, figsize=(6.4, 4.6))
     ys = []
     for i, (name, v) in enumerate(data.items()):
       color = _mpl.PALETTE[i % len(_mpl.PALETTE)]
@@ -128,6 +129,6 @@ def lce_bandwidth_plot(
       lo_y, hi_y = pos.min() / 1.3, pos.max() * 1.3
       ax.set_ylim(lo_y, hi_y)
       _mpl.log_ticks(ax, "y", lo_y, hi_y)
-    _mpl.legend_outside(ax, "right")
+    _mpl.legend_outside(ax, "below", ncol=2)
     ax.set_title(title or _mpl.title(what, model, n))
   return fig
