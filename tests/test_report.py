@@ -157,6 +157,8 @@ def test_compare_report_of_tempered_models(small, tmp_path):
   assert set(rep["metrics"]) == set(ms)
   (group,) = rep["rank_stability"]
   assert "ConfCE(qua)" in group["errors"]
+  assert all("lo" in rep["metrics"][m]["smECE"] for m in ms)  # smECE with intervals per model
+  assert "smECE" in report.format_summary(rep) and "smECE" in report.format_markdown(rep)
   report.write_report(rep, out_dir=str(tmp_path), formats=("png",))
   assert any(p.name.startswith("rank_stability") for p in tmp_path.iterdir())
   with pytest.raises(ValueError, match="two models"):
