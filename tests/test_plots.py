@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from jaxcal import bootstrap, plots
+from jaxcal import bootstrap, metrics, plots, report
 
 
 def _overlaps(fig) -> list[tuple[str, str]]:
@@ -197,3 +197,13 @@ def test_one_metric_with_two_binnings_is_told_apart_and_whole_ticks_are_plain():
   labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
   assert "100" in labels and not [t for t in labels if "e2" in t or "e1" in t], labels
   _check(fig)
+
+
+def test_smooth_reliability_diagram_names_the_model_and_writes_smece_like_the_report(toy):
+  p, y = toy
+  fig = plots.smooth_reliability_diagram(p, y, model="toy")
+  _check(fig, title_fragment="Smooth reliability diagram — toy (n = 400)")
+  ax = fig.axes[0]
+  want = report.format_number(float(metrics.smooth_ece(p, y)))
+  assert f"smECE = {want} " in ax.texts[0].get_text()
+  assert ax.get_legend() is not None

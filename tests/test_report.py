@@ -97,7 +97,7 @@ def test_written_json_is_rounded_and_figures_exist(rep, small, tmp_path):
       continue
     digits = t.lstrip("-").split("e")[0].replace(".", "").lstrip("0")
     assert len(digits) <= 6, (t, v)
-  for stem in ("reliability", "bin_robustness", "utility_ecdf"):
+  for stem in ("reliability", "smooth_reliability", "bin_robustness", "utility_ecdf"):
     assert (tmp_path / f"{stem}.png").stat().st_size > 5_000
     assert (tmp_path / f"{stem}.svg").exists()
   assert all(str(tmp_path) in p for p in paths.values())

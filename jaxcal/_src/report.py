@@ -795,6 +795,7 @@ def write_report(
 
   One model (from :func:`calibration_report`, with its ``scores_in`` and
   ``labels``): ``reliability`` (with consistency bands),
+  ``smooth_reliability`` (the kernel-smoothed diagram behind smECE),
   ``bin_robustness`` (each error against the bin count, ℓ1 and squared
   panels, bootstrap bands, calibrated-predictor values) and
   ``utility_ecdf``. Several models (from :func:`compare_report`):
@@ -850,6 +851,7 @@ def _write_single_figures(rep, scores_in, labels, save):
     key = _keys(rep["seeds"]["seed"])[2]
     bands = consistency_bands(key, probs, m, "fixed")
     save("reliability", plots.reliability_diagram(probs, y, m, bands=bands, model=model))
+    save("smooth_reliability", plots.smooth_reliability_diagram(probs, y, model=model))
   rob = rep["robustness"]
   curves = {k: v["estimate"] for k, v in rob["curves"].items()}
   bands = {k: (v["lo"], v["hi"]) for k, v in rob["curves"].items() if "lo" in v}
