@@ -22,6 +22,7 @@ Brier        scores.brier                     score       no        -
 spherical    scores.spherical                 score       no        -
 conf_loss    scores.confidence_loss           score       no        -
 ConfECE      metrics.conf_ece                 l1          no        fixed
+smECE        metrics.smooth_ece               l1          no        -
 CWE_bin      metrics.classwise_ece            l1          no        fixed
 ConfCE       metrics.conf_ce                  squared     no        quantile
 ConfCE_corr  metrics.conf_ce_corr             squared     yes       quantile

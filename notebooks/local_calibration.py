@@ -7,6 +7,7 @@
 #     - jaxcal.metrics.lce
 #     - jaxcal.recalibrate.fit
 #     - jaxcal.data.load_fashion_mnist
+#     - jaxcal.plots.lce_bandwidth_plot
 #   jupytext:
 #     cell_metadata_filter: -all
 #     notebook_metadata_filter: kernelspec,jaxcal,-jupytext.text_representation.jupytext_version
@@ -23,33 +24,51 @@
 # %% [markdown]
 # # Local calibration and LoCal Nets
 #
-# Companion to *local calibration via Jensen-Shannon* (Barbera, Perini,
-# De Toni, Passerini & Pugnana 2025, arXiv:2510.26566). Calibration on average
-# can hide miscalibration in regions of feature space. The local
-# calibration error LCE averages, for each anchor, the kernel-weighted
-# residual of its neighbours in the same probability bin (Nadaraya-Watson
-# in feature space); MLCE is the worst anchor. A LoCal Net recalibrates
-# using the features.
+# Companion to *Multiclass Local Calibration with the Jensen-Shannon
+# Distance* (Barbera, Perini, De Toni, Passerini & Pugnana 2025,
+# arXiv:2510.26566). Calibration on average can hide miscalibration in
+# regions of feature space. jaxcal computes the paper's three numbers as its
+# authors' code does (which is what the paper's tables report):
+#
+# * **LCE** (`metrics.lce`): for each class `c`, `p[:, c]` is cut into 15
+#   equal-width bins (bins with 20 or fewer samples skipped); every anchor
+#   `i` gets `e_ic = |sum_j w_ij (p_jc - 1[y_j = c])|`, a Nadaraya-Watson
+#   average over the anchor's bin with Gaussian weights
+#   `w_ij ∝ exp(-|phi_i - phi_j|^2 / (2 gamma^2))` in feature space;
+#   `LCE = sum_c pi_c mean_i e_ic`.
+# * **MLCE** (`lce(...).mlce`): `sum_c pi_c max_i e_ic`, the class-prior
+#   weighted mean of each class's *worst* anchor. (`mlce="global"` gives the
+#   single largest `e_ic` over all classes instead: a different, much
+#   noisier statistic.)
+# * **ECCE** (`metrics.ecce`): class-wise cumulative error, each class's
+#   sum over bins of `|cumulative residual| / n` divided by its number of
+#   non-empty bins, so it stays below the class-wise ECE.
+#   (`reduction="sum"` gives the undivided sum of the paper's appendix
+#   formula, up to 15x larger.)
+#
+# A LoCal Net (`recalibrate.fit("local_net", ...)`) recalibrates the logits
+# using the features; every default is the paper's (strong initialisation,
+# the class-wise Bernoulli JS alignment term, early stopping on the
+# validation JS term with patience 10, best weights restored).
 #
 # Here: a small MLP trained for a few seconds on Fashion-MNIST (pure
-# JAX + optax), its penultimate activations as features `phi(x)` (PCA to
-# 50 dims of the standardised features, fitted on the calibration split),
-# and LCE / MLCE, ECCE and class-wise ECE before and after temperature
-# scaling and a LoCal Net. Test anchors are subsampled to keep it to about
-# a minute on a CPU.
+# JAX + optax), its penultimate activations as features `phi(x)`, and the
+# numbers before and after temperature scaling, Dirichlet calibration and a
+# LoCal Net. The paper's 5-seed experiment is
+# `experiments/local_calibration.py`; this notebook is one seed of a
+# smaller setting, to show the library. About two minutes on a CPU.
 
 # %%
 import time
 
 import jax
 import jax.numpy as jnp
-import matplotlib.pyplot as plt
 import numpy as np
 
 T0 = time.time()
 import optax
 
-from jaxcal import metrics, recalibrate
+from jaxcal import metrics, plots, recalibrate
 from jaxcal.data import load_fashion_mnist
 
 data = load_fashion_mnist()
@@ -110,7 +129,10 @@ print("test accuracy:", float((z_test.argmax(1) == y_test).mean()))
 
 # %% [markdown]
 # Features for the metric: PCA to 50 dimensions of the standardised
-# penultimate activations, fitted on the calibration split (§7 of the paper).
+# penultimate activations, fitted on the calibration split (App. D.3 of the
+# paper), the same for every method. A LoCal Net also has its own refined
+# features `phi'` (`refined_features`), where the authors' code measures
+# its LCE; we report both.
 
 # %%
 mu, sd = phi_cal.mean(0), phi_cal.std(0) + 1e-6
@@ -120,36 +142,96 @@ feat_test = proj(phi_test)
 
 preds = {"uncalibrated": jax.nn.softmax(z_test, axis=-1)}
 preds["temperature"] = recalibrate.fit("temperature", z_cal, y_cal)(z_test)
-ln = recalibrate.fit("local_net", z_cal, y_cal, features=phi_cal, epochs=30, verbose=False)
+preds["Dirichlet"] = recalibrate.fit("dirichlet", z_cal, y_cal)(z_test)
+ln = recalibrate.fit("local_net", z_cal, y_cal, features=phi_cal, verbose=False)
 preds["LoCal Net"] = ln(z_test, features=phi_test)
+ln_own = np.asarray(ln.refined_features(z_test, phi_test))
+print(
+  f"LoCal Net: {ln.epochs_run} epochs, best epoch {ln.best_epoch}, "
+  f"stopped early: {ln.stopped_early}"
+)
 
-print(f"{'':14s} {'LCE':>8s} {'MLCE':>8s} {'ECCE':>8s} {'CW-ECE':>8s} {'ConfECE':>8s}")
+table = {}
 for name, p in preds.items():
   loc = metrics.lce(p, y_test, feat_test, num_bins=15, min_bin_size=20, bandwidth=10.0)
-  print(
-    f"{name:14s} {float(loc.lce):8.4f} {float(loc.mlce):8.4f} {float(metrics.ecce(p, y_test)):8.4f} "
-    f"{float(metrics.classwise_ece(p, y_test)):8.4f} {float(metrics.conf_ece(p, y_test)):8.4f}"
-  )
+  table[name] = {
+    "LCE": float(loc.lce),
+    "MLCE": float(loc.mlce),
+    "ECCE": float(metrics.ecce(p, y_test)),
+    "CW-ECE": float(metrics.classwise_ece(p, y_test)),
+    "ConfECE": float(metrics.conf_ece(p, y_test)),
+    "accuracy": float((p.argmax(-1) == y_test).mean()),
+    "mean conf.": float(p.max(-1).mean()),
+  }
+own = metrics.lce(preds["LoCal Net"], y_test, ln_own, bandwidth=10.0)
+table["LoCal Net"] |= {"LCE on phi'": float(own.lce), "MLCE on phi'": float(own.mlce)}
+cols = ["LCE", "MLCE", "ECCE", "CW-ECE", "ConfECE", "accuracy", "mean conf."]
+cols += ["LCE on phi'", "MLCE on phi'"]
+print(f"{'':14s}" + "".join(f"{c:>13s}" for c in cols))
+for name, row in table.items():
+  print(f"{name:14s}" + "".join(f"{row[c]:13.4f}" if c in row else f"{'-':>13s}" for c in cols))
+best = min(table, key=lambda k: table[k]["LCE"])
+print(f"lowest LCE on the PCA features (gamma = 10): {best}")
 
 # %% [markdown]
-# The kernel bandwidth sets how local "local" is: a large bandwidth averages
-# over a whole bin and LCE approaches the class-wise binned error; a small
-# one looks at a few neighbours and grows towards the per-sample noise.
+# Reading the table (one seed; the numbers are those printed above).
+#
+# * ECCE is below the class-wise ECE for every method, as in the paper's
+#   tables: it is a mean over bins, not a sum.
+# * At `gamma = 10` on these PCA features the kernel is nearly flat within a
+#   bin (the sweep below: LCE barely changes from `gamma = 10` to `20`), so
+#   LCE ranks the methods as the class-wise ECE does. Dirichlet calibration
+#   has the lowest LCE.
+# * The LoCal Net, at the paper's defaults, does not lower LCE here: its LCE
+#   is above the uncalibrated model's, and it is underconfident (mean
+#   confidence about 5 points below its accuracy, hence its large ConfECE),
+#   although it has the lowest MLCE and a higher accuracy than the backbone. Its
+#   validation JS term was still falling at epoch 100 (no early stop), with
+#   4,500 training points from a small 8-epoch MLP. Its LCE on its own
+#   features `phi'` is not comparable with the others: LCE depends on the
+#   features it is measured on.
+#
+# The paper's Q1 claim, that LoCal Nets have the lowest LCE, is *not* what
+# jaxcal's full 5-seed run finds on the PCA features either
+# (`experiments/results/local_calibration`: Dirichlet 0.0029 vs LoCal Net
+# 0.0073); on each method's own refined features, as the authors' code
+# measures it, the LoCal Net is lowest (0.0097, against 0.0100 for K-Cal).
+#
+# ## How local is "local": LCE against the bandwidth
+#
+# A large bandwidth averages over a whole bin and LCE levels off at a value
+# close to, but not equal to, the class-wise binned ECE (dotted lines; LCE
+# skips bins of 20 or fewer samples and averages over the anchors it keeps);
+# a small one looks at a few neighbours and grows towards per-sample noise.
+# The dashed line is the LCE of a predictor calibrated by construction (the
+# temperature-scaled probabilities, with labels drawn from them): sampling
+# noise alone. A method is locally miscalibrated at a bandwidth only where
+# it lies clearly above that floor. In this run every method is within 20 %
+# of the floor at `gamma <= 2.5`, where sampling noise dominates; from
+# `gamma = 5` on, the uncalibrated model and the LoCal Net lie clearly above
+# it and Dirichlet calibration below it.
 
 # %%
-gammas = [1.0, 3.0, 10.0, 30.0]
-fig, ax = plt.subplots(figsize=(5.5, 3.6), constrained_layout=True)
-for name in ("uncalibrated", "LoCal Net"):
-  p = preds[name]
-  ax.plot(
-    gammas,
-    [float(metrics.lce(p, y_test, feat_test, bandwidth=g).lce) for g in gammas],
-    "o-",
-    label=name,
-  )
-ax.set_xscale("log")
-ax.set_xlabel("bandwidth gamma")
-ax.set_ylabel("LCE")
-ax.legend()
-plt.show()
+gammas = np.array([1.0, 2.5, 5.0, 10.0, 20.0])
+sweep = {
+  name: [float(metrics.lce(preds[name], y_test, feat_test, bandwidth=g).lce) for g in gammas]
+  for name in ("uncalibrated", "Dirichlet", "LoCal Net")
+}
+p_ts = preds["temperature"]
+y_star = jax.random.categorical(jax.random.PRNGKey(7), jnp.log(p_ts))  # labels drawn from p_ts
+floor = [float(metrics.lce(p_ts, y_star, feat_test, bandwidth=g).lce) for g in gammas]
+fig = plots.lce_bandwidth_plot(
+  gammas,
+  sweep,
+  floor=floor,
+  reference={name: table[name]["CW-ECE"] for name in sweep},
+  features="PCA-50 of phi(x)",
+  model="Fashion-MNIST MLP",
+  n=len(y_test),
+)
+
+# %%
+for name, v in sweep.items():
+  print(f"{name:14s} " + "  ".join(f"g={g:g}: {x:.4f}" for g, x in zip(gammas, v)))
+print("calibrated     " + "  ".join(f"g={g:g}: {x:.4f}" for g, x in zip(gammas, floor)))
 print(f"notebook ran in {time.time() - T0:.1f} s")

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from jaxcal import bootstrap, plots
+from jaxcal import bootstrap, metrics, plots, report
 
 
 def _overlaps(fig) -> list[tuple[str, str]]:
@@ -135,3 +135,75 @@ def test_the_overlap_check_catches_crowded_tick_labels():
   ax.set_xticks(np.arange(30), [f"label{i}" for i in range(30)])
   assert _overlaps(fig)
   plt.close(fig)
+
+
+def test_bin_robustness_plot_on_given_axes_with_closed_form_curves():
+  """Several one-panel figures in one grid: curves by predictor, dashed closed forms."""
+  plt = pytest.importorskip("matplotlib.pyplot")
+  m = np.array([1, 2, 5, 10, 20, 50])
+  fig, axes = plt.subplots(1, 2, figsize=(8, 3.5), layout="constrained")
+  curves = {"f1": 0.5 + 0.1 / m, "f2": 0.4 + 0.3 / m}
+  closed = {"f1": 0.5 + 0.1 / m, "f2": np.full(m.size, np.nan)}
+  out = plots.bin_robustness_plot(
+    m, curves, reference=closed, reference_label="closed form", title="a", ax=axes[0]
+  )
+  plots.bin_robustness_plot(m, curves, title="b", ax=axes[1], legend=False)
+  assert out is fig and [a.get_title() for a in axes] == ["a", "b"]
+  assert axes[0].get_legend() is not None and axes[1].get_legend() is None
+  dashed = [ln for ln in axes[0].get_lines() if ln.get_linestyle() == "--" and ln.get_xdata().size]
+  np.testing.assert_allclose(dashed[0].get_ydata(), closed["f1"])
+  assert "closed form" in [t.get_text() for t in axes[0].get_legend().get_texts()]
+  _check(fig)
+  with pytest.raises(ValueError, match="reference 'f1' has 3 values"):
+    plots.bin_robustness_plot(m, curves, reference={"f1": [1, 2, 3]})
+
+
+def test_lce_bandwidth_plot_with_bands_floor_and_flat_kernel_limit():
+  g = np.array([1.0, 2.5, 5.0, 10.0, 20.0])
+  curves = {"uncalibrated": 0.01 + 0.02 / g, "LoCal Net": 0.007 + 0.03 / g}
+  bands = {k: (0.9 * v, 1.1 * v) for k, v in curves.items()}
+  fig = plots.lce_bandwidth_plot(
+    g,
+    curves,
+    bands=bands,
+    floor=0.003 + 0.027 / g,
+    reference={"uncalibrated": 0.0101},
+    features="PCA-50",
+    model="MLP",
+    n=3000,
+  )
+  _check(fig, title_fragment="on PCA-50 — MLP (n = 3,000)")
+  ax = fig.axes[0]
+  assert ax.get_xscale() == "log" and ax.get_ylabel() == "local calibration error LCE"
+  texts = [t.get_text() for t in ax.get_legend().get_texts()]
+  assert texts[:2] == list(curves) and "class-wise ECE" in texts
+  with pytest.raises(ValueError, match="floor has 2 values for 5 bandwidths"):
+    plots.lce_bandwidth_plot(g, curves, floor=[0.1, 0.2])
+  with pytest.raises(ValueError, match="bandwidths must be positive"):
+    plots.lce_bandwidth_plot([0.0, 1.0], {"a": [0.1, 0.2]})
+  with pytest.raises(ValueError, match="at least one method"):
+    plots.lce_bandwidth_plot(g, {})
+
+
+def test_one_metric_with_two_binnings_is_told_apart_and_whole_ticks_are_plain():
+  m = np.array([5, 10, 20, 50, 100])  # under two decades: 1-2-5 tick labels
+  fig = plots.bin_robustness_plot(
+    m, {"ConfECE(qua)": 0.02 + 2e-4 * m, "ConfECE(fix)": 0.02 + 1e-4 * m}
+  )
+  (ax,) = fig.axes
+  a, b = (ln for ln in ax.get_lines() if ln.get_label().startswith("ConfECE"))
+  assert a.get_color() == b.get_color() and a.get_linestyle() != b.get_linestyle()
+  fig.canvas.draw()
+  labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+  assert "100" in labels and not [t for t in labels if "e2" in t or "e1" in t], labels
+  _check(fig)
+
+
+def test_smooth_reliability_diagram_names_the_model_and_writes_smece_like_the_report(toy):
+  p, y = toy
+  fig = plots.smooth_reliability_diagram(p, y, model="toy")
+  _check(fig, title_fragment="Smooth reliability diagram — toy (n = 400)")
+  ax = fig.axes[0]
+  want = report.format_number(float(metrics.smooth_ece(p, y)))
+  assert f"smECE = {want} " in ax.texts[0].get_text()
+  assert ax.get_legend() is not None

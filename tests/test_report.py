@@ -54,6 +54,22 @@ def test_headline_estimates_are_the_public_metrics(rep, small):
   assert m["accuracy"]["estimate"] == pytest.approx(acc, abs=1e-6)
 
 
+def test_smooth_ece_sits_beside_the_binned_ece_with_its_interval(rep, small):
+  """smECE (Błasiok & Nakkiran 2023) is a headline metric: the public value, an interval."""
+  x, y = small
+  labs = list(rep["metrics"])
+  assert labs.index("smECE") == labs.index("ConfECE(qua;15)") + 1
+  e = rep["metrics"]["smECE"]
+  want = float(metrics.smooth_ece(jax.nn.softmax(x, axis=-1), y))
+  assert e["estimate"] == pytest.approx(want, rel=1e-4)
+  assert e["name"] == "smECE" and e["function"] == "metrics.smooth_ece"
+  assert e["binning"] is None and e["num_bins"] is None and e["kind"] == "l1"
+  assert 0 < e["lo"] < e["hi"] and e["lo"] != e["hi"]
+  assert "smECE" in report.format_summary(rep) and "| smECE |" in report.format_markdown(rep)
+  assert report.format_number(e["estimate"]) in report.format_summary(rep)
+  assert report.label("smECE") == "smECE" and report.parse_label("smECE")[0].name == "smECE"
+
+
 def test_robustness_section_has_bands_and_calibrated_values(rep):
   rob = rep["robustness"]
   bins = rob["num_bins"]
@@ -81,7 +97,7 @@ def test_written_json_is_rounded_and_figures_exist(rep, small, tmp_path):
       continue
     digits = t.lstrip("-").split("e")[0].replace(".", "").lstrip("0")
     assert len(digits) <= 6, (t, v)
-  for stem in ("reliability", "bin_robustness", "utility_ecdf"):
+  for stem in ("reliability", "smooth_reliability", "bin_robustness", "utility_ecdf"):
     assert (tmp_path / f"{stem}.png").stat().st_size > 5_000
     assert (tmp_path / f"{stem}.svg").exists()
   assert all(str(tmp_path) in p for p in paths.values())
@@ -141,6 +157,8 @@ def test_compare_report_of_tempered_models(small, tmp_path):
   assert set(rep["metrics"]) == set(ms)
   (group,) = rep["rank_stability"]
   assert "ConfCE(qua)" in group["errors"]
+  assert all("lo" in rep["metrics"][m]["smECE"] for m in ms)  # smECE with intervals per model
+  assert "smECE" in report.format_summary(rep) and "smECE" in report.format_markdown(rep)
   report.write_report(rep, out_dir=str(tmp_path), formats=("png",))
   assert any(p.name.startswith("rank_stability") for p in tmp_path.iterdir())
   with pytest.raises(ValueError, match="two models"):

@@ -36,7 +36,7 @@ class Metric(NamedTuple):
   Attributes:
     name: display name (the papers' notation), also the key in ``report.json``.
     function: the public function that computes it.
-    kind: ``"l1"`` (binned ℓ1 error), ``"squared"`` (binned squared error),
+    kind: ``"l1"`` (ℓ1 error, binned or kernel-smoothed), ``"squared"`` (binned squared error),
       ``"cumulative"``, ``"utility"``, ``"score"`` (a proper score or a
       classification loss, lower is better) or ``"accuracy"`` (higher is better).
     truthful: whether the papers prove it truthful (reporting the true
@@ -72,6 +72,14 @@ METRICS: tuple[Metric, ...] = (
   ),
   Metric("ConfECE", "metrics.conf_ece", "l1", False, "fixed", "top-label ℓ1 binned ECE"),
   Metric("CWE_bin", "metrics.classwise_ece", "l1", False, "fixed", "class-wise ℓ1 binned ECE"),
+  Metric(
+    "smECE",
+    "metrics.smooth_ece",
+    "l1",
+    False,
+    None,
+    "top-label smooth ECE (kernel-smoothed, automatic bandwidth)",
+  ),
   Metric(
     "ConfCE", "metrics.conf_ce", "squared", False, "quantile", "top-label squared binned error"
   ),

@@ -62,6 +62,7 @@ HEADLINE: tuple[tuple[str, str | None], ...] = (
   ("conf_loss", None),
   ("ConfECE", "fixed"),
   ("ConfECE", "quantile"),
+  ("smECE", None),
   ("CWE_bin", "fixed"),
   ("ConfCE", "quantile"),
   ("ConfCE_corr", "quantile"),
@@ -77,6 +78,7 @@ RECALIBRATION_METRICS: tuple[tuple[str, str | None], ...] = (
   ("NLL", None),
   ("Brier", None),
   ("ConfECE", "fixed"),
+  ("smECE", None),
   ("CWE_bin", "fixed"),
   ("ConfCE_corr", "quantile"),
   ("LinCE_cw", "quantile"),
@@ -134,6 +136,7 @@ _FUNCTIONS: dict[str, Callable] = {
   "spherical": lambda p, y, m, b: scores.spherical(p, y),
   "conf_loss": lambda p, y, m, b: scores.confidence_loss(p, y),
   "ConfECE": lambda p, y, m, b: metrics.conf_ece(p, y, m, b),
+  "smECE": lambda p, y, m, b: metrics.smooth_ece(p, y),
   "CWE_bin": lambda p, y, m, b: metrics.classwise_ece(p, y, m, b),
   "ConfCE": lambda p, y, m, b: metrics.conf_ce(p, y, m, b),
   "ConfCE_corr": lambda p, y, m, b: metrics.conf_ce_corr(p, y, m, b),
@@ -357,7 +360,8 @@ def calibration_report(
 
   Headline metrics (``HEADLINE``: accuracy, NLL, Brier, confidence loss,
   ConfECE, CWE_bin, ConfCE, ConfCE_corr, LinCE_cw, ECCE at ``num_bins``
-  bins, UC over U_TCE and U_CWE) with bootstrap intervals over the test
+  bins, the smooth ECE smECE beside the binned ECE, UC over U_TCE and
+  U_CWE) with bootstrap intervals over the test
   samples, all in one compiled call; each error of ``ROBUSTNESS_CURVES``
   at about 20 bin counts from 2 to ``min(2000, n)`` with its bootstrap band,
   and the value a calibrated predictor with these probabilities would have
@@ -405,7 +409,9 @@ def calibration_report(
   binning robustness; Lemma D.1); Hegazy, Jordan & Dieuleveut (2025),
   "Scalable Utility-Aware Multiclass Calibration", arXiv:2510.25458 (UC);
   Resin (2025), "Calibration in Context: A Case Study with Score
-  Decompositions" (MCB, DSC, UNC).
+  Decompositions" (MCB, DSC, UNC); Błasiok & Nakkiran (2023), "Smooth ECE:
+  Principled Reliability Diagrams via Kernel Smoothing", arXiv:2309.12236,
+  §4-5 (smECE with its automatic bandwidth).
   """
   t0 = time.perf_counter()
   probs, y, is_probs = _prepare(scores_in, labels)
@@ -789,6 +795,7 @@ def write_report(
 
   One model (from :func:`calibration_report`, with its ``scores_in`` and
   ``labels``): ``reliability`` (with consistency bands),
+  ``smooth_reliability`` (the kernel-smoothed diagram behind smECE),
   ``bin_robustness`` (each error against the bin count, ℓ1 and squared
   panels, bootstrap bands, calibrated-predictor values) and
   ``utility_ecdf``. Several models (from :func:`compare_report`):
@@ -844,6 +851,7 @@ def _write_single_figures(rep, scores_in, labels, save):
     key = _keys(rep["seeds"]["seed"])[2]
     bands = consistency_bands(key, probs, m, "fixed")
     save("reliability", plots.reliability_diagram(probs, y, m, bands=bands, model=model))
+    save("smooth_reliability", plots.smooth_reliability_diagram(probs, y, model=model))
   rob = rep["robustness"]
   curves = {k: v["estimate"] for k, v in rob["curves"].items()}
   bands = {k: (v["lo"], v["hi"]) for k, v in rob["curves"].items() if "lo" in v}
@@ -979,7 +987,9 @@ def _compare_summary(rep: dict) -> str:
   s = rep["settings"]
   lines = [f"jaxcal report — {len(rep['models'])} models; {_interval_text(rep)}"]
   m = s["num_bins"]
-  show = [label(nm, b, m) for nm, b in HEADLINE if nm in ("accuracy", "ConfECE", "LinCE_cw")]
+  show = [
+    label(nm, b, m) for nm, b in HEADLINE if nm in ("accuracy", "ConfECE", "smECE", "LinCE_cw")
+  ]
   show = [x for x in show if "qua" not in x or x.startswith("LinCE")]
   names = [x["name"] for x in rep["models"]]
   w = max(len(x) for x in names)

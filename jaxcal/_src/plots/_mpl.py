@@ -183,6 +183,8 @@ def log_ticks(ax, axis: str = "y", lo: float | None = None, hi: float | None = N
 def _short(v: float) -> str:
   from jaxcal._src.names import format_number
 
+  if 1 <= v < 1e4 and v == round(v):  # whole tick values: "100", not "1.0e2"; "2", not "2.0"
+    return f"{int(round(v))}"
   return format_number(v, 2) if v > 0 else ""
 
 

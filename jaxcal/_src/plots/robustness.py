@@ -28,10 +28,13 @@ def bin_robustness_plot(
   curves: Mapping[str, ArrayLike],
   *,
   bands: Mapping[str, tuple[ArrayLike, ArrayLike]] | None = None,
-  reference: Mapping[str, float] | None = None,
+  reference: Mapping[str, float | ArrayLike] | None = None,
+  reference_label: str = "value of a calibrated predictor",
   model: str | None = None,
   n: int | None = None,
   title: str | None = None,
+  ax=None,
+  legend: bool = True,
 ):
   """One model's calibration errors against the bin count, ℓ1 and squared errors apart.
 
@@ -57,19 +60,27 @@ def bin_robustness_plot(
       "LinCE_cw(qua)": ...}`` (labels of :mod:`jaxcal.report`'s vocabulary).
     bands: label -> ``(lo, hi)``, each ``(k,)``: an interval per bin count
       (e.g. from :func:`jaxcal.bootstrap.bootstrap`).
-    reference: label -> value, drawn as a dashed line in the curve's colour
-      (e.g. the calibrated-predictor value of a truthful error).
+    reference: label -> a value (a dashed horizontal line in the curve's
+      colour, e.g. the calibrated-predictor value of a truthful error) or
+      ``(k,)`` values (a dashed curve, e.g. a closed-form expectation).
+    reference_label: legend entry of the dashed lines.
     model: model name for the title.
     n: number of test samples, for the title.
     title: the full title (default: "Calibration error against the bin count
       — model (n = ...)").
+    ax: a matplotlib ``Axes``: draw every curve there, in one panel, titled
+      with ``title`` (to place several such panels in one figure); default:
+      a new figure with one panel per kind of error.
+    legend: draw the legend below each panel (``False`` to draw one
+      yourself, e.g. once for a grid of panels).
 
   Returns:
-    The matplotlib ``Figure`` (one panel per kind of error).
+    The matplotlib ``Figure`` (one panel per kind of error, or the figure of
+    ``ax``).
 
   Raises:
-    ValueError: no curves, or a curve or band whose length differs from
-      ``num_bins``.
+    ValueError: no curves, or a curve, band or reference curve whose length
+      differs from ``num_bins``.
 
   Example:
     >>> import numpy as np
@@ -99,29 +110,49 @@ def bin_robustness_plot(
   for name, (lo, hi) in bands.items():
     if np.size(lo) != m.size or np.size(hi) != m.size:
       raise ValueError(f"band {name!r} must have {m.size} lower and upper values")
+  refs = {}
+  for name, r in (reference or {}).items():
+    r = np.asarray(r, np.float64).ravel()
+    if r.size not in (1, m.size):
+      raise ValueError(
+        f"reference {name!r} has {r.size} values; give one value or one per bin count ({m.size})"
+      )
+    refs[name] = r
   kinds = sorted({_kind(k) for k in data}, key=_KIND_ORDER.index)
   with _mpl.style():
     plt = _mpl.pyplot()
-    fig, axes = plt.subplots(
-      1, len(kinds), figsize=(3.9 * len(kinds) + 0.4, 3.9), squeeze=False, layout="constrained"
-    )
-    axes = list(axes[0])
-    for ax, kind in zip(axes, kinds):
-      names = [k for k in data if _kind(k) == kind]
-      ys = []
+    one_panel = ax is not None
+    if one_panel:
+      fig, axes, panels = ax.figure, [ax], [list(data)]
+    else:
+      fig, grid = plt.subplots(
+        1, len(kinds), figsize=(3.9 * len(kinds) + 0.4, 3.9), squeeze=False, layout="constrained"
+      )
+      axes = list(grid[0])
+      panels = [[k for k in data if _kind(k) == kind] for kind in kinds]
+    for ax, names in zip(axes, panels):
+      panel_kinds = {_kind(k) for k in names}
+      kind = panel_kinds.pop() if len(panel_kinds) == 1 else "other"
+      ys, used = [], set()
       for i, name in enumerate(names):
         color = _mpl.color_of(name, i)
-        ax.plot(m, data[name], color=color, label=name)
+        # the same metric with another binning: same colour, another line style
+        ax.plot(m, data[name], color=color, label=name, ls="-." if color in used else "-")
+        used.add(color)
         ys.append(data[name])
         if name in bands:
           lo, hi = (np.asarray(b, np.float64).ravel() for b in bands[name])
           ax.fill_between(m, lo, hi, color=color, alpha=0.18, lw=0)
           ys += [lo, hi]
-        if reference and name in reference:
-          ax.axhline(float(reference[name]), color=color, ls="--", lw=1)
-          ys.append(np.array([float(reference[name])]))
-      if reference and any(k in reference for k in names):
-        ax.plot([], [], ls="--", color="0.4", lw=1, label="value of a calibrated predictor")
+        if name in refs:
+          r = refs[name]
+          if r.size == 1:
+            ax.axhline(float(r[0]), color=color, ls="--", lw=1)
+          else:
+            ax.plot(m, r, color=color, ls="--", lw=1)
+          ys.append(r)
+      if any(k in refs for k in names):
+        ax.plot([], [], ls="--", color="0.4", lw=1, label=reference_label)
       ax.set_xlabel("number of bins m")
       ax.set_ylabel(KIND_AXIS_LABEL.get(kind, "calibration error"))
       allv = np.concatenate(ys)
@@ -133,8 +164,13 @@ def bin_robustness_plot(
         lo_y, hi_y = pos.min() / 1.3, pos.max() * 1.3
         ax.set_ylim(lo_y, hi_y)
         _mpl.log_ticks(ax, "y", lo_y, hi_y)
-      _mpl.legend_outside(ax, "below", ncol=1)
-    fig.suptitle(title or _mpl.title("Calibration error against the bin count", model, n))
+      if legend:
+        _mpl.legend_outside(ax, "below", ncol=1)
+    text = title or _mpl.title("Calibration error against the bin count", model, n)
+    if one_panel:
+      axes[0].set_title(text)
+    else:
+      fig.suptitle(text)
   return fig
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal._src.plots._mpl import new_axes
+from jaxcal._src.names import format_number
+from jaxcal._src.plots import _mpl
 from jaxcal._src.smooth_ece import smooth_reliability
 
 __all__ = ["smooth_reliability_diagram"]
@@ -19,6 +20,7 @@ def smooth_reliability_diagram(
   num_points: int = 200,
   from_logits: bool = False,
   title: str | None = None,
+  model: str | None = None,
   ax=None,
 ):
   """Top-label reliability curve smoothed with the smooth-ECE kernel.
@@ -26,9 +28,10 @@ def smooth_reliability_diagram(
   The red curve is the kernel-smoothed accuracy ``E[y | f = t]`` at the
   automatic smooth-ECE bandwidth, drawn thicker where the confidences are
   dense and left out where the density is below 1e-3 of its peak; the grey
-  area is the kernel density of the confidences, and the
-  smooth ECE is printed in the corner — the layout of relplot's
-  ``rel_diagram`` (without its bootstrap band).
+  area is the kernel density of the confidences, and the smooth ECE
+  (``smECE``, :func:`jaxcal.metrics.smooth_ece`) is printed in the corner
+  with three significant digits, as ``jaxcal report`` prints it — the layout
+  of relplot's ``rel_diagram`` (without its bootstrap band).
 
   Args:
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
@@ -36,18 +39,34 @@ def smooth_reliability_diagram(
     bandwidth: kernel width (default: the automatic smooth-ECE bandwidth).
     num_points: points of the curve.
     from_logits: treat ``probs`` as logits.
-    title: axes title.
+    title: the full title (default: "Smooth reliability diagram — model
+      (n = ...)").
+    model: model name for the default title.
     ax: matplotlib axes to draw into (default: a new figure).
 
   Returns:
     The matplotlib ``Figure``.
 
+  Example:
+    >>> import jax
+    >>> p = jax.nn.softmax(2 * jax.random.normal(jax.random.key(0), (500, 4)))
+    >>> y = jax.random.categorical(jax.random.key(1), jax.numpy.log(p))
+    >>> fig = smooth_reliability_diagram(p, y, model="toy")
+    >>> fig.axes[0].get_title()
+    'Smooth reliability diagram — toy (n = 500)'
+
   Reference: Błasiok & Nakkiran (2023), "Smooth ECE: Principled Reliability
   Diagrams via Kernel Smoothing", arXiv:2309.12236, §6.
   """
   s = smooth_reliability(probs, labels, bandwidth, num_points=num_points, from_logits=from_logits)
+  text = title or _mpl.title("Smooth reliability diagram", model, int(np.shape(labels)[0]))
+  with _mpl.style():
+    return _draw(s, text, ax)
+
+
+def _draw(s, title: str, ax):
   t, acc, dens = np.asarray(s.mesh), np.asarray(s.accuracy), np.asarray(s.density)
-  fig, ax = new_axes(ax, figsize=(4.6, 4.6))
+  fig, ax = _mpl.new_axes(ax, figsize=(4.6, 5.0))
   from matplotlib.collections import LineCollection
 
   scale = np.clip(dens / max(float(dens.max()), 1e-12), 0.0, 1.0)  # FFT round-off can dip below 0
@@ -72,11 +91,10 @@ def smooth_reliability_diagram(
   ax.text(
     0.04,
     0.93,
-    f"smECE = {100 * float(s.smooth_ece):.2f}%  (σ = {float(s.bandwidth):.3f})",
+    f"smECE = {format_number(float(s.smooth_ece))}  (σ = {format_number(float(s.bandwidth))})",
     transform=ax.transAxes,
     fontsize=9,
   )
-  ax.legend(loc="lower right", fontsize=8, frameon=False)
-  if title:
-    ax.set_title(title)
+  _mpl.legend_outside(ax, "below", ncol=2)
+  ax.set_title(title)
   return fig
