@@ -447,7 +447,10 @@ def _binned_all(p, y, w, bins, specs, max_bins, weights):
   is summed once (:func:`~jaxcal._src.binning.binned_residual_sums`, exact
   integer engine), under one ``vmap`` over the bin counts (what does not
   depend on the bin count, the sort or the edge histogram, is computed once),
-  and every requested error is a reduction of those sums. ECCE's cumulative
+  and every requested error is a reduction of those sums. When both kinds of
+  rows use one binning, they go through one engine call as ``C + 1`` rows
+  (``[p, c]`` against ``[onehot(y), z]``): the compiled program holds at
+  most two engines (fixed and quantile), whatever the metrics. ECCE's cumulative
   sums are taken with ``sign=+1``: the engine is exact, so ``|S|`` equals
   ``|-S|`` bit for bit.
 
@@ -473,9 +476,25 @@ def _binned_all(p, y, w, bins, specs, max_bins, weights):
     c = jnp.max(p, axis=-1)
     z = CE._correct(p, y, c)
 
+  num_classes = p.shape[-1]
+  both = {b for r, b in need if r == "conf" and ("classwise", b) in need}
+  if both:  # the C class-wise rows and the top-label row, binned by one engine call
+    rows_s = jnp.concatenate([p, c[:, None]], axis=1)
+    rows_b = jnp.concatenate([y[:, None] == jnp.arange(num_classes)[None, :], z[:, None]], axis=1)
+    rows_w = None if w is None else w[:, None]
+
   def at(m):
     sums = {}
+    for binning in both:
+      counts = need["conf", binning] or need["classwise", binning]
+      bs = B.binned_residual_sums(
+        rows_s, rows_b, m, binning, max_bins, where=rows_w, axis=0, counts=counts
+      )
+      sums["classwise", binning] = jax.tree.map(lambda a: a[:num_classes], bs)
+      sums["conf", binning] = jax.tree.map(lambda a: a[num_classes], bs)
     for (rows, binning), counts in need.items():
+      if binning in both:
+        continue
       if rows == "conf":
         bs = B.binned_residual_sums(c, z, m, binning, max_bins, where=w, counts=counts)
       else:
