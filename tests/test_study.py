@@ -21,6 +21,7 @@ from conftest import load_cifar
 
 import jaxcal
 from jaxcal import metrics, scores, study, utility
+from jaxcal._src import study as study_src
 
 ATOL = 1e-6
 BINS = np.array([2, 5, 15, 40])
@@ -297,3 +298,17 @@ def test_bad_utility_values_raise_after_the_fused_check(logits):
   nan = utility.Utility(u.params.at[0, 0].set(jnp.nan), "linear")
   with pytest.raises(ValueError, match=r"utilities\['lin'\]"):
     jaxcal.evaluate(z[:2, :60], y[:2, :60], ["brier"], utilities={"lin": nan}, from_logits=True)
+
+
+def test_shared_buckets_pad_a_class_count_group_to_one_size_while_padding_is_bounded():
+  sizes = [600 - 20 * i for i in range(8)]  # 600 .. 460: size buckets 640 and 512
+  assert set(study_src._shared_buckets(sizes)) == {640}  # one program, 16 % padding
+  assert study_src._shared_buckets([100, 10000]) == [112, 10240]  # 100 -> 10240 would double
+  assert study_src._shared_buckets([300, 1000, 990, 310, 7]) == [1024] * 5  # 5120 rows for 2607
+  assert study_src._shared_buckets([300, 1000, 310, 290]) == [1024, 1024, 1024, 320]
+  for sizes in ([5, 9, 17, 33, 65, 129], [1000] * 4 + [600] * 3, list(range(50, 900, 50))):
+    nb = study_src._shared_buckets(sizes)
+    assert all(b >= k for b, k in zip(nb, sizes))
+    for b in set(nb):
+      real = sum(k for k, g in zip(sizes, nb) if g == b)
+      assert nb.count(b) * b <= study_src.MAX_PADDING * real

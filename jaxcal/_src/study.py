@@ -7,15 +7,20 @@ utilities, and returns a :class:`StudyResult` of named arrays
 (model × metric × bin count / utility / component).
 
 How it compiles. Within a class-count group, the models' sample counts are
-rounded up to a *size bucket* (a ladder ``2^k · {1, 1.25, 1.5, 1.75}``, so
-at most 25 % padding); models of one bucket are padded to it, stacked, and
-run by one compiled program, the padding rows masked out with the metric
-cores' ``where=`` (a masked sample is exactly absent: quantile positions,
-``n`` and every sum count only real samples). The bin counts and utility
-parameters are arguments of that program, not constants: a new array of the
-same length reuses it. The inputs are validated once per stack (one fused
-reduction), then placed; so a study costs one compilation per
-(``C``, bucket) plus its validation.
+rounded up to a *size bucket* (a ladder ``2^k · {1, 1.25, 1.5, 1.75}``), and
+models share the bucket of a larger one while the group's padded rows stay
+within :data:`MAX_PADDING` times its real rows (usually: one size per class
+count); models of one size are padded to it, stacked, and run by one
+compiled program, the padding rows masked out with the metric cores'
+``where=`` (a masked sample is exactly absent: quantile positions, ``n`` and
+every sum count only real samples). Inside the program every binned error
+comes from at most two binning engines (fixed and quantile), each run once
+over the ``C`` class-wise rows and the top-label row, under one ``vmap`` over
+the bin counts. The bin counts and utility parameters are arguments of that
+program, not constants: a new array of the same length reuses it, and the
+utility values are checked inside it. The data are validated once per stack
+(one fused reduction); so a study compiles two programs per (``C``, size),
+and a second call with the same shapes compiles nothing.
 
 How it shards. The program runs under ``jax.shard_map`` on a
 ``Mesh(("models", "utilities"))`` (default: every device; the ``"models"``
@@ -722,17 +727,44 @@ def _labels_array(y, n: int, name: str):
   return ya
 
 
+#: Models of one class count share one padded size while the group's padded
+#: rows stay within this factor of its real rows (at most half padding).
+MAX_PADDING = 2.0
+
+
+def _shared_buckets(sizes: Sequence[int]) -> list[int]:
+  """The padded size of each model of one class count: as few distinct sizes as padding allows.
+
+  Largest first: a model joins the current group (padded to the group's
+  bucket, :func:`size_bucket` of its largest model) while the group's padded
+  rows stay within :data:`MAX_PADDING` times its real rows; otherwise it
+  opens a group of its own. Each distinct size is one compiled program.
+  """
+  out = [0] * len(sizes)
+  nb, count, real = 0, 0, 0
+  for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+    k = int(sizes[i])
+    if count and (count + 1) * nb <= MAX_PADDING * (real + k):
+      count, real = count + 1, real + k
+    else:
+      nb, count, real = size_bucket(k), 1, k
+    out[i] = nb
+  return out
+
+
 def _list_stacks(entries, from_logits: bool) -> dict[int, list[_Stack]]:
-  """Groups models by ``C``, then by size bucket; pads and stacks each bucket."""
-  by_c: dict[int, dict[int, list]] = {}
+  """Groups models by ``C``, then by shared padded size; pads and stacks each group."""
+  models: dict[int, list] = {}
   for i, (name, x, y) in enumerate(entries):
     xa = x if isinstance(x, jax.Array) else np.asarray(x)
     if xa.ndim != 2 or xa.shape[0] == 0:
       raise ValueError(f"model {name!r}: predictions must be (n, C) with n >= 1, got {xa.shape}")
     ya = _labels_array(y, xa.shape[0], name)
-    by_c.setdefault(int(xa.shape[1]), {}).setdefault(size_bucket(xa.shape[0]), []).append(
-      (i, xa, ya)
-    )
+    models.setdefault(int(xa.shape[1]), []).append((i, xa, ya))
+  by_c: dict[int, dict[int, list]] = {}
+  for c, mem in models.items():
+    for entry, nb in zip(mem, _shared_buckets([xa.shape[0] for _, xa, _ in mem])):
+      by_c.setdefault(c, {}).setdefault(nb, []).append(entry)
   out: dict[int, list[_Stack]] = {}
   for c, buckets in by_c.items():
     for nb, mem in sorted(buckets.items()):
