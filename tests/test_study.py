@@ -21,6 +21,7 @@ from conftest import load_cifar
 
 import jaxcal
 from jaxcal import metrics, scores, study, utility
+from jaxcal._src import study as study_src
 
 ATOL = 1e-6
 BINS = np.array([2, 5, 15, 40])
@@ -234,3 +235,80 @@ def test_size_bucket():
   assert study.size_bucket(10241) == 12288
   assert all(study.size_bucket(n) >= n for n in range(1, 3000))
   assert max(study.size_bucket(n) / n for n in range(9, 100000, 37)) <= 1.25
+
+
+def test_one_call_compiles_two_programs_per_class_count(logits):
+  """Per class count: the fused validation pass and the study program; a repeat compiles nothing.
+
+  Shapes no other test uses (n = 77 -> bucket 80, 3 models), so nothing is cached yet.
+  """
+  import logging
+
+  z, y = logits
+  z100, y100 = load_cifar("cifar100_resnet110")
+  xs = {"a": z[0, :77], "b": z[1, :71], "c": z[2, :75], "d": z100[:77]}
+  ys = {"a": y[0, :77], "b": y[1, :71], "c": y[2, :75], "d": y100[:77]}
+  us = {
+    "lin": lambda c: utility.sample_linear(jax.random.key(3), 6, c),
+    "rank": lambda c: utility.sample_rank(jax.random.key(4), 6, c),
+  }
+  jax.block_until_ready([us[k](c) for k in us for c in (10, 100)])  # the samplers' own programs
+  mets = BINNED + ["brier", "uc_tce"]
+
+  class Grab(logging.Handler):
+    def __init__(self):
+      super().__init__(logging.DEBUG)
+      self.names = []
+
+    def emit(self, record):
+      msg = record.getMessage()
+      if msg.startswith("Compiling "):
+        self.names.append(msg.split()[1].split("(")[-1].rstrip(")"))
+
+  grab = Grab()
+  loggers = [logging.getLogger(n) for n in ("jax._src.interpreters.pxla", "jax._src.dispatch")]
+  for lg in loggers:
+    lg.addHandler(grab)
+  try:
+    with jax.log_compiles(True):
+      first = jaxcal.evaluate(xs, ys, mets, num_bins=BINS, utilities=us, from_logits=True)
+      names_first = list(grab.names)
+      jaxcal.evaluate(xs, ys, mets, num_bins=BINS, utilities=us, from_logits=True)
+  finally:
+    for lg in loggers:
+      lg.removeHandler(grab)
+  assert len(first.info["programs"]) == 2
+  major = [n for n in names_first if n not in ("convert_element_type", "broadcast_in_dim")]
+  assert sorted(major) == ["_ok_jit", "_ok_jit", "run", "run"], names_first
+  assert grab.names == names_first  # the second call compiled nothing
+  np.testing.assert_allclose(
+    first["uc:rank"][3],
+    utility.uc_sweep(z100[:77], y100[:77], us["rank"](100), from_logits=True),
+    atol=ATOL,
+  )
+
+
+def test_bad_utility_values_raise_after_the_fused_check(logits):
+  """Utility values are checked inside the study program; a bad one raises the eager message."""
+  z, y = logits
+  u = utility.sample_linear(jax.random.key(0), 5, 10)
+  bad = utility.Utility(u.params.at[3, 1].set(2.0), "linear")
+  with pytest.raises(ValueError, match=r"utilities\['lin'\] parameters \(linear\) must lie in"):
+    jaxcal.evaluate(z[:2, :60], y[:2, :60], ["brier"], utilities={"lin": bad}, from_logits=True)
+  nan = utility.Utility(u.params.at[0, 0].set(jnp.nan), "linear")
+  with pytest.raises(ValueError, match=r"utilities\['lin'\]"):
+    jaxcal.evaluate(z[:2, :60], y[:2, :60], ["brier"], utilities={"lin": nan}, from_logits=True)
+
+
+def test_shared_buckets_pad_a_class_count_group_to_one_size_while_padding_is_bounded():
+  sizes = [600 - 20 * i for i in range(8)]  # 600 .. 460: size buckets 640 and 512
+  assert set(study_src._shared_buckets(sizes)) == {640}  # one program, 16 % padding
+  assert study_src._shared_buckets([100, 10000]) == [112, 10240]  # 100 -> 10240 would double
+  assert study_src._shared_buckets([300, 1000, 990, 310, 7]) == [1024] * 5  # 5120 rows for 2607
+  assert study_src._shared_buckets([300, 1000, 310, 290]) == [1024, 1024, 1024, 320]
+  for sizes in ([5, 9, 17, 33, 65, 129], [1000] * 4 + [600] * 3, list(range(50, 900, 50))):
+    nb = study_src._shared_buckets(sizes)
+    assert all(b >= k for b, k in zip(nb, sizes))
+    for b in set(nb):
+      real = sum(k for k, g in zip(sizes, nb) if g == b)
+      assert nb.count(b) * b <= study_src.MAX_PADDING * real

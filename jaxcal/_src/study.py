@@ -7,15 +7,20 @@ utilities, and returns a :class:`StudyResult` of named arrays
 (model × metric × bin count / utility / component).
 
 How it compiles. Within a class-count group, the models' sample counts are
-rounded up to a *size bucket* (a ladder ``2^k · {1, 1.25, 1.5, 1.75}``, so
-at most 25 % padding); models of one bucket are padded to it, stacked, and
-run by one compiled program, the padding rows masked out with the metric
-cores' ``where=`` (a masked sample is exactly absent: quantile positions,
-``n`` and every sum count only real samples). The bin counts and utility
-parameters are arguments of that program, not constants: a new array of the
-same length reuses it. The inputs are validated once per stack (one fused
-reduction), then placed; so a study costs one compilation per
-(``C``, bucket) plus its validation.
+rounded up to a *size bucket* (a ladder ``2^k · {1, 1.25, 1.5, 1.75}``), and
+models share the bucket of a larger one while the group's padded rows stay
+within :data:`MAX_PADDING` times its real rows (usually: one size per class
+count); models of one size are padded to it, stacked, and run by one
+compiled program, the padding rows masked out with the metric cores'
+``where=`` (a masked sample is exactly absent: quantile positions, ``n`` and
+every sum count only real samples). Inside the program every binned error
+comes from at most two binning engines (fixed and quantile), each run once
+over the ``C`` class-wise rows and the top-label row, under one ``vmap`` over
+the bin counts. The bin counts and utility parameters are arguments of that
+program, not constants: a new array of the same length reuses it, and the
+utility values are checked inside it. The data are validated once per stack
+(one fused reduction); so a study compiles two programs per (``C``, size),
+and a second call with the same shapes compiles nothing.
 
 How it shards. The program runs under ``jax.shard_map`` on a
 ``Mesh(("models", "utilities"))`` (default: every device; the ``"models"``
@@ -366,11 +371,36 @@ def _utility_batches(utilities: Any) -> dict[str, Any]:
   )
 
 
+def _checked_params(u: F.Utility, num_classes: int, name: str) -> jax.Array:
+  """``u``'s parameters through :func:`~jaxcal._src.utility.families.check_utility`.
+
+  Concrete parameters: the shape and value checks (a bad value raises).
+  Traced ones (inside the study program): bad values come back as NaN.
+  """
+  return F.check_utility(u, num_classes, batched=True, name=name).params
+
+
 def _utilities_for(batches: dict[str, Any], num_classes: int) -> dict[str, F.Utility]:
+  """The utility batches for ``C`` classes, shape-checked only.
+
+  The value checks (finite, in ``[-1, 1]``) run inside the study program
+  (:func:`_program`), which reports a flag; :func:`evaluate` re-checks
+  eagerly (and raises) only when the flag is down, so a call compiles no
+  validation program per utility batch.
+  """
   out = {}
   for name, u in batches.items():
     v = u(num_classes) if callable(u) and not isinstance(u, F.Utility) else u
-    out[name] = F.check_utility(v, num_classes, batched=True, name=f"utilities[{name!r}]")
+    label = f"utilities[{name!r}]"
+    if not isinstance(v, F.Utility):
+      F.check_utility(v, num_classes, batched=True, name=label)  # raises: not a Utility
+    jax.eval_shape(
+      lambda prm, kind=v.kind, label=label: _checked_params(
+        F.Utility(prm, kind), num_classes, label
+      ),
+      v.params,
+    )
+    out[name] = v
     if out[name].batch_shape[0] == 0:
       raise ValueError(f"utilities[{name!r}] is an empty batch")
   return out
@@ -412,26 +442,96 @@ def _mesh_sizes(mesh: Mesh) -> tuple[int, int]:
 # --------------------------------------------------------------------------
 
 
-def _call_core(core, p, y, m, *rest, w, **static):
-  if w is None:
-    return core(p, y, m, *rest, **static)
-  return core(p, y, m, *rest, where=w, **static)
+def _binned_all(p, y, w, bins, specs, max_bins, weights):
+  """Binned errors ``specs`` of one model at every bin count, sharing the per-bin sums.
 
+  The errors are functions of the per-bin residual sums of two kinds of
+  binary rows: the top-label row (confidence ``c = max p`` against ``z =
+  [argmax p = y]``) and the ``C`` class-wise rows (``p_r`` against ``[y =
+  r]``), each on fixed or quantile bins. Each (rows, binning) pair needed
+  is summed once (:func:`~jaxcal._src.binning.binned_residual_sums`, exact
+  integer engine), under one ``vmap`` over the bin counts (what does not
+  depend on the bin count, the sort or the edge histogram, is computed once),
+  and every requested error is a reduction of those sums. When both kinds of
+  rows use one binning, they go through one engine call as ``C + 1`` rows
+  (``[p, c]`` against ``[onehot(y), z]``): the compiled program holds at
+  most two engines (fixed and quantile), whatever the metrics. ECCE's cumulative
+  sums are taken with ``sign=+1``: the engine is exact, so ``|S|`` equals
+  ``|-S|`` bit for bit.
 
-def _binned(p, y, w, bins, spec, max_bins, weights):
-  """One binned error of one model at every bin count (a ``vmap`` over ``bins``)."""
-  fam, kind, binning = spec
-  if fam == "conf":
-    core, rest, static = CE._conf_core, (), {"binning": binning, "kind": kind}
-  elif fam == "classwise":
-    core, rest, static = CE._classwise_core, (weights,), {"binning": binning, "kind": kind}
-  else:
-    core, rest, static = CE._ecce_core, (weights,), {}
+  Args:
+    p: ``(n, C)`` probabilities.
+    y: ``(n,)`` labels.
+    w: ``(n,)`` bool sample mask or ``None``.
+    bins: ``(K,)`` int32 bin counts in ``[1, max_bins]``.
+    specs: ``{name: (family, kind, binning)}`` (family ``conf``,
+      ``classwise`` or ``ecce``).
+    max_bins: static bound.
+    weights: ``(C,)`` class weights.
 
-  def one(m):
-    return _call_core(core, p, y, m, *rest, w=w, max_bins=max_bins, **static)
+  Returns:
+    dict name -> ``(K,)``.
+  """
+  need: dict[tuple[str, str], bool] = {}  # (rows, binning) -> counts needed
+  for fam, _, binning in specs.values():
+    key = ("conf" if fam == "conf" else "classwise", binning)
+    need[key] = need.get(key, False) or fam == "ecce"
+  n = CE._count(w, p.shape[0], p.dtype)
+  if any(rows == "conf" for rows, _ in need):
+    c = jnp.max(p, axis=-1)
+    z = CE._correct(p, y, c)
 
-  return jax.vmap(one)(bins)
+  num_classes = p.shape[-1]
+  both = {b for r, b in need if r == "conf" and ("classwise", b) in need}
+  if both:  # the C class-wise rows and the top-label row, binned by one engine call
+    rows_s = jnp.concatenate([p, c[:, None]], axis=1)
+    rows_b = jnp.concatenate([y[:, None] == jnp.arange(num_classes)[None, :], z[:, None]], axis=1)
+    rows_w = None if w is None else w[:, None]
+
+  def at(m):
+    sums = {}
+    for binning in both:
+      counts = need["conf", binning] or need["classwise", binning]
+      bs = B.binned_residual_sums(
+        rows_s, rows_b, m, binning, max_bins, where=rows_w, axis=0, counts=counts
+      )
+      sums["classwise", binning] = jax.tree.map(lambda a: a[:num_classes], bs)
+      sums["conf", binning] = jax.tree.map(lambda a: a[num_classes], bs)
+    for (rows, binning), counts in need.items():
+      if binning in both:
+        continue
+      if rows == "conf":
+        bs = B.binned_residual_sums(c, z, m, binning, max_bins, where=w, counts=counts)
+      else:
+        bs = CE._per_class_sums(p, y, m, binning=binning, max_bins=max_bins, where=w, counts=counts)
+      sums[rows, binning] = bs
+    out = {}
+    for name, (fam, kind, binning) in specs.items():
+      if fam == "conf":
+        s = sums["conf", binning].sums
+        if kind == "ece":
+          out[name] = CE._binned_norm(s[:, 0], None, n, "l1")
+        else:
+          out[name] = CE._sq(s, n)
+          if kind == "ce_corr":  # as CE._conf_from_scores
+            wrong = ~z if w is None else w & ~z
+            out[name] = out[name] + jnp.sum(wrong, dtype=jnp.int32).astype(p.dtype) / n / n
+      elif fam == "classwise":
+        s = sums["classwise", binning].sums[..., 0]  # (C, max_bins)
+        if kind == "ece":
+          per = CE._binned_norm(s, None, n, "l1")
+        else:
+          per = jnp.sum(s**2, axis=1) / n / n
+        out[name] = jnp.sum(weights * per)
+      else:  # ecce, as CE._ecce_core (reduction "mean")
+        bs = sums["classwise", "fixed"]
+        nonempty = bs.counts > 0
+        per = jnp.sum(jnp.where(nonempty, jnp.abs(bs.cumsums[..., 0]), 0.0), axis=1) / n
+        per = per / jnp.maximum(jnp.sum(nonempty, axis=1), 1).astype(per.dtype)
+        out[name] = jnp.sum(weights * per)
+    return out
+
+  return jax.vmap(at)(bins)
 
 
 def binned_errors(
@@ -458,22 +558,21 @@ def binned_errors(
     dict name -> ``(K,)``.
   """
   weights = CE._class_weights(None, p.shape[-1], p.dtype)
-  out = {}
+  specs = {}
   for name in names:
     fam, kind, default = _BINNED[name]
-    out[name] = _binned(p, y, where, bins, (fam, kind, binning or default), max_bins, weights)
-  return out
+    specs[name] = (fam, kind, binning or default)
+  return _binned_all(p, y, where, bins, specs, max_bins, weights)
 
 
 def _scalar_metrics(p, y, w, bins, metrics, max_bins):
   """Every metric without a utility axis, for one model: dict name -> array."""
   c = p.shape[-1]
   weights = CE._class_weights(None, c, p.dtype)
-  out = {}
+  specs = {mt.name: mt.spec for mt in metrics if mt.family == "binned"}
+  out = _binned_all(p, y, w, bins, specs, max_bins, weights) if specs else {}
   for mt in metrics:
-    if mt.family == "binned":
-      out[mt.name] = _binned(p, y, w, bins, mt.spec, max_bins, weights)
-    elif mt.family == "score":
+    if mt.family == "score":
       losses = _SCORES[mt.name](p, y)
       if w is None:
         out[mt.name] = jnp.mean(losses)
@@ -486,6 +585,10 @@ def _scalar_metrics(p, y, w, bins, metrics, max_bins):
       chunk = SW.default_chunk_size("linear", p.shape[0], c)
       out[mt.name] = SW.uc_class_core(p, y, mt.spec[0], chunk, w)
   return out
+
+
+#: Key of the program's flag "every utility passed the value checks".
+_UTILITIES_OK = "__utilities_ok"
 
 
 @functools.cache
@@ -525,17 +628,24 @@ def _program(
     if du > 1:
       res = jax.lax.all_gather(res, "utilities", axis=0, tiled=True)
     if kinds:
+      res = dict(res)
+      c = x.shape[-1]
+      checked = [
+        _checked_params(F.Utility(prm, kind), c, f"utilities[{name!r}]")
+        for (name, kind, _, _), prm in zip(kinds, params)
+      ]
+      # this device's utilities all passed the value checks (bad ones are NaN now)
+      res[_UTILITIES_OK] = jnp.all(jnp.stack([jnp.all(jnp.isfinite(u)) for u in checked]))[None]
 
       def one_uc(args):
         xi, yi, wi = args
         pi = probs(xi)
         return tuple(
           SW.sweep_results(kind, pi, yi, prm, chunk, wi).value
-          for (_, kind, _, chunk), prm in zip(kinds, params)
+          for (_, kind, _, chunk), prm in zip(kinds, checked)
         )
 
       ucs = jax.lax.map(one_uc, (x, y, w if masked else None))
-      res = dict(res)
       for (name, _, _, _), v in zip(kinds, ucs):
         res["uc:" + name] = v
     return res
@@ -544,6 +654,8 @@ def _program(
   out_specs = {mt.name: rows for mt in scalar}
   for name, _, _, _ in kinds:
     out_specs["uc:" + name] = P("models", "utilities") if has_u else rows
+  if kinds:
+    out_specs[_UTILITIES_OK] = P(("models", "utilities")) if has_u else rows
   in_specs = (rows, rows, rows if masked else P(), P()) + tuple(
     (P("utilities") if has_u else P()) for _ in kinds
   )
@@ -551,7 +663,9 @@ def _program(
 
   def run(x, y, w, bins, *params):
     out = sharded(x, y, w, bins, *params)
+    ok = jnp.all(out.pop(_UTILITIES_OK)) if kinds else jnp.bool_(True)
     out = {k: v[:m_real] for k, v in out.items()}
+    out[_UTILITIES_OK] = ok
     for name, _, m, _ in kinds:
       out["uc:" + name] = out["uc:" + name][:, :m]
     return out
@@ -565,17 +679,16 @@ def _program(
 
 
 def _check(x2, y1, from_logits: bool) -> None:
-  if from_logits:
-    V.check_logits(x2, name="logits")
-    V.check_labels(y1, x2.shape[0], x2.shape[1])
-  else:
-    S.prepare(x2, y1)
+  """Predictions and labels of one ``(n, C)`` data set, in one fused device pass."""
+  V.check_predictions(x2, y1, from_logits=from_logits)
 
 
 def _validate_stack(x, y, sizes: list[int], names: list[str], from_logits: bool) -> None:
   """One validation of a padded ``(M, n, C)`` stack (its 2-D view) through the validation layer.
 
-  On failure, the models are checked one by one to name the first bad one.
+  One compiled reduction per stack shape (the padding rows are valid by
+  construction: uniform probabilities or zero logits, label 0). On failure,
+  the models are checked one by one to name the first bad one.
   """
   try:
     _check(x.reshape((-1, x.shape[-1])), y.reshape((-1,)), from_logits)
@@ -614,17 +727,44 @@ def _labels_array(y, n: int, name: str):
   return ya
 
 
+#: Models of one class count share one padded size while the group's padded
+#: rows stay within this factor of its real rows (at most half padding).
+MAX_PADDING = 2.0
+
+
+def _shared_buckets(sizes: Sequence[int]) -> list[int]:
+  """The padded size of each model of one class count: as few distinct sizes as padding allows.
+
+  Largest first: a model joins the current group (padded to the group's
+  bucket, :func:`size_bucket` of its largest model) while the group's padded
+  rows stay within :data:`MAX_PADDING` times its real rows; otherwise it
+  opens a group of its own. Each distinct size is one compiled program.
+  """
+  out = [0] * len(sizes)
+  nb, count, real = 0, 0, 0
+  for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+    k = int(sizes[i])
+    if count and (count + 1) * nb <= MAX_PADDING * (real + k):
+      count, real = count + 1, real + k
+    else:
+      nb, count, real = size_bucket(k), 1, k
+    out[i] = nb
+  return out
+
+
 def _list_stacks(entries, from_logits: bool) -> dict[int, list[_Stack]]:
-  """Groups models by ``C``, then by size bucket; pads and stacks each bucket."""
-  by_c: dict[int, dict[int, list]] = {}
+  """Groups models by ``C``, then by shared padded size; pads and stacks each group."""
+  models: dict[int, list] = {}
   for i, (name, x, y) in enumerate(entries):
     xa = x if isinstance(x, jax.Array) else np.asarray(x)
     if xa.ndim != 2 or xa.shape[0] == 0:
       raise ValueError(f"model {name!r}: predictions must be (n, C) with n >= 1, got {xa.shape}")
     ya = _labels_array(y, xa.shape[0], name)
-    by_c.setdefault(int(xa.shape[1]), {}).setdefault(size_bucket(xa.shape[0]), []).append(
-      (i, xa, ya)
-    )
+    models.setdefault(int(xa.shape[1]), []).append((i, xa, ya))
+  by_c: dict[int, dict[int, list]] = {}
+  for c, mem in models.items():
+    for entry, nb in zip(mem, _shared_buckets([xa.shape[0] for _, xa, _ in mem])):
+      by_c.setdefault(c, {}).setdefault(nb, []).append(entry)
   out: dict[int, list[_Stack]] = {}
   for c, buckets in by_c.items():
     for nb, mem in sorted(buckets.items()):
@@ -852,9 +992,13 @@ def evaluate(
       max_bins = _max_bins_bucket(B.resolve_max_bins(bins_np, n_rows, None))
       masked = st.where is not None
       prog = _program(tuple(mets), max_bins, kinds, mesh, masked, bool(from_logits), mreal)
-      w = _put(st.where, rows) if masked else jnp.zeros((), bool)
+      w = _put(st.where, rows) if masked else np.zeros((), bool)
       bins_d = _put(bins_np, NamedSharding(mesh, P()))
       out = jax.device_get(prog(_put(st.x, rows), _put(st.y, rows), w, bins_d, *params))
+      if not out.pop(_UTILITIES_OK):  # the eager checks name the bad batch and value
+        for name, u in us.items():
+          _checked_params(u, c, f"utilities[{name!r}]")
+        raise ValueError("utilities: a parameter is not finite or lies outside [-1, 1]")
       info["programs"].append(
         {
           "num_classes": c,
