@@ -371,7 +371,7 @@ def _row_problem(bad: jax.Array, values: jax.Array) -> _Problem:
 
 
 def _label_bad(spec: _Spec, y: jax.Array) -> jax.Array:
-  bad = jnp.zeros(y.shape, bool)
+  bad = np.zeros(y.shape, bool)  # numpy: no program of its own under compile-time eval
   if spec.num_classes is not None:
     bad = (y < 0) | (y >= spec.num_classes)
   if spec.y_kind == "float":
@@ -421,7 +421,7 @@ def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
 
 def _ok(spec: _Spec, xs, y, where, w, complete: bool = True) -> tuple[jax.Array, jax.Array]:
   """``(all good?, number of selected samples)`` in one fused program (see :func:`_array_ok`)."""
-  ok = jnp.bool_(True)
+  ok = np.bool_(True)  # numpy constants: no tiny programs
   for a, x in zip(spec.xs, xs):
     ok = ok & _array_ok(a, x, where, complete)
   if spec.y_kind is not None:
@@ -429,7 +429,7 @@ def _ok(spec: _Spec, xs, y, where, w, complete: bool = True) -> tuple[jax.Array,
   if spec.w_name is not None:
     ok = ok & jnp.all(jnp.isfinite(w)) & jnp.all(w >= 0) & (jnp.sum(w) > 0)
   if where is None:
-    return ok, jnp.int32(0)  # unused: the count is the static n
+    return ok, np.int32(0)  # unused: the count is the static n
   count = jnp.sum(where, dtype=jnp.int32)
   return ok & (count > 0), count
 
