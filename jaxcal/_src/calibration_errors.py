@@ -173,13 +173,21 @@ def _conf_from_scores(c, z, m, *, binning, max_bins, kind, norm="l1", where=None
   n = _count(where, c.shape[0], c.dtype)
   need_counts = kind == "ece" and norm != "l1"
   bs = B.binned_residual_sums(c, z, m, binning, max_bins, where=where, counts=need_counts)
-  sums = bs.sums
+  return _conf_from_sums(bs, z, n, kind=kind, norm=norm, where=where)
+
+
+def _conf_from_sums(bs: B.BinnedSums, z, n, *, kind, norm="l1", where=None) -> jax.Array:
+  """ConfECE (``norm``), ConfCE or ConfCE_corr from the top-label per-bin sums ``bs``.
+
+  ``z``: ``(n,)`` bool correctness (ConfCE_corr adds the misclassification
+  rate over ``n``); the study call reduces the same sums.
+  """
   if kind == "ece":
-    return _binned_norm(sums[:, 0], bs.counts, n, norm)
-  ce = _sq(sums, n)
+    return _binned_norm(bs.sums[:, 0], bs.counts, n, norm)
+  ce = _sq(bs.sums, n)
   if kind == "ce_corr":
     wrong = ~z if where is None else where & ~z
-    ce = ce + jnp.sum(wrong, dtype=jnp.int32).astype(c.dtype) / n / n
+    ce = ce + jnp.sum(wrong, dtype=jnp.int32).astype(ce.dtype) / n / n
   return ce
 
 
@@ -201,6 +209,11 @@ def _classwise_core(p, y, m, weights, *, binning, max_bins, kind, norm="l1", whe
   n = _count(where, p.shape[0], p.dtype)
   need_counts = kind == "ece" and norm != "l1"
   bs = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins, where=where, counts=need_counts)
+  return _classwise_from_sums(bs, n, weights, kind=kind, norm=norm)
+
+
+def _classwise_from_sums(bs: B.BinnedSums, n, weights, *, kind, norm="l1") -> jax.Array:
+  """``sum_r weights[r] * err_r`` from the per-class per-bin sums ``bs`` (rows ``(C, max_bins)``)."""
   sums = bs.sums[..., 0]  # (C, max_bins)
   if kind == "ece":
     per = _binned_norm(sums, bs.counts, n, norm)
@@ -223,6 +236,11 @@ def _ecce_core(p, y, m, weights, *, max_bins, reduction="mean", where=None):
   bs = _per_class_sums(
     p, y, m, binning="fixed", max_bins=max_bins, sign=-1.0, where=where, counts=True
   )
+  return _ecce_from_sums(bs, n, weights, reduction=reduction)
+
+
+def _ecce_from_sums(bs: B.BinnedSums, n, weights, *, reduction="mean") -> jax.Array:
+  """ECCE from per-class fixed-bin sums with counts (the sign of the residual is immaterial)."""
   nonempty = bs.counts > 0  # (C, max_bins)
   per = jnp.sum(jnp.where(nonempty, jnp.abs(bs.cumsums[..., 0]), 0.0), axis=1) / n
   if reduction == "mean":  # mean over the K_c non-empty bins of each class

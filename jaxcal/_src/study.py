@@ -508,27 +508,11 @@ def _binned_all(p, y, w, bins, specs, max_bins, weights):
     out = {}
     for name, (fam, kind, binning) in specs.items():
       if fam == "conf":
-        s = sums["conf", binning].sums
-        if kind == "ece":
-          out[name] = CE._binned_norm(s[:, 0], None, n, "l1")
-        else:
-          out[name] = CE._sq(s, n)
-          if kind == "ce_corr":  # as CE._conf_from_scores
-            wrong = ~z if w is None else w & ~z
-            out[name] = out[name] + jnp.sum(wrong, dtype=jnp.int32).astype(p.dtype) / n / n
+        out[name] = CE._conf_from_sums(sums["conf", binning], z, n, kind=kind, where=w)
       elif fam == "classwise":
-        s = sums["classwise", binning].sums[..., 0]  # (C, max_bins)
-        if kind == "ece":
-          per = CE._binned_norm(s, None, n, "l1")
-        else:
-          per = jnp.sum(s**2, axis=1) / n / n
-        out[name] = jnp.sum(weights * per)
-      else:  # ecce, as CE._ecce_core (reduction "mean")
-        bs = sums["classwise", "fixed"]
-        nonempty = bs.counts > 0
-        per = jnp.sum(jnp.where(nonempty, jnp.abs(bs.cumsums[..., 0]), 0.0), axis=1) / n
-        per = per / jnp.maximum(jnp.sum(nonempty, axis=1), 1).astype(per.dtype)
-        out[name] = jnp.sum(weights * per)
+        out[name] = CE._classwise_from_sums(sums["classwise", binning], n, weights, kind=kind)
+      else:  # ecce (reduction "mean")
+        out[name] = CE._ecce_from_sums(sums["classwise", "fixed"], n, weights)
     return out
 
   return jax.vmap(at)(bins)
