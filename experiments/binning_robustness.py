@@ -31,9 +31,11 @@ Checkpoint sets:
   ``experiments/cache/fmnist_traces/`` (written by
   ``experiments/fashion_mnist/traces.py``), when present.
 
-Protocol (SPEC §3): every checkpoint is temperature-scaled on its validation
-split with ``jaxcal.recalibrate.fit("temperature")`` (``T = argmin NLL``,
-L-BFGS over log T) and evaluated on the test split.
+Protocol (Lu, Wu, Hartline & Hu 2025, *Truthful Calibration Errors for
+Multi-Class Prediction*, arXiv:2510.06388, §5.1 and App. F): every checkpoint
+is temperature-scaled on its validation split with
+``jaxcal.recalibrate.fit("temperature")`` (``T = argmin NLL``, L-BFGS over
+log T) and evaluated on the test split.
 
 Everything is computed with the public API (jaxcal.metrics, jaxcal.scores,
 jaxcal.dominance, jaxcal.recalibrate, jaxcal.data); all metric sweeps of one checkpoint set are

@@ -24,8 +24,9 @@ otherwise ("two active coordinates"). The four predictors:
 3. uniform, calibrated:  ``f3(x) = (1/k, ..., 1/k)`` (argmax tie -> class 0);
 4. uniform, biased:      ``f4(x) = (1/k+delta) e_0 + (1/k - delta/(k-1)) sum_{r>0} e_r``.
 
-Errors (jaxcal.metrics, SPEC §2): ConfECE with fixed and with quantile bins,
-ConfCE(qua), ConfCE_corr(qua), LinCE_cw(qua). The bias sizes scale like the
+Errors (jaxcal.metrics; Lu, Wu, Hartline & Hu 2025, arXiv:2510.06388, §2-3:
+Definition 2.1, Definition 3.2, Theorem 3.1): ConfECE with fixed and with
+quantile bins, ConfCE(qua), ConfCE_corr(qua), LinCE_cw(qua). The bias sizes scale like the
 sampling error, ``eps = delta = kappa / sqrt(n)``: the paper's regime "eps of
 the order of the sampling error".
 
