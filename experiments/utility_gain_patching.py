@@ -48,9 +48,10 @@ from jaxcal import recalibrate, utility
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments" / "bench"))
+sys.path.insert(0, str(ROOT / "experiments"))
 from _common import device_info  # versions, device, load, date
+from utility_table import load  # pooled val + test logits of one CIFAR model
 
-DATA = ROOT.parent / "shared" / "data" / "cifar_logits"
 BASELINES = {
   "Uncalibrated": None,
   "Temp. Scaling": ("temperature", {}),
@@ -74,14 +75,6 @@ def aligned(key: jax.Array, m: int, num_classes: int) -> utility.Utility:
 
 
 FAMILIES = {"aligned": aligned, "misaligned": misaligned}
-
-
-def load(setting: str, limit: int | None):
-  d = DATA / setting
-  z = np.concatenate([np.load(d / "val_logits.npy"), np.load(d / "test_logits.npy")])
-  y = np.concatenate([np.load(d / "val_labels.npy"), np.load(d / "test_labels.npy")])
-  z, y = z.astype(np.float32), y.astype(np.int32)
-  return (z[:limit], y[:limit]) if limit else (z, y)
 
 
 def summary(errors: np.ndarray) -> dict[str, float]:
@@ -155,6 +148,8 @@ def run_model(setting, steps, m_fit, m_eval, limit, seed, out_dir) -> dict:
       "baselines": {k: summary(e) for k, e in base.items()},
       "baseline_errors": {k: e.tolist() for k, e in base.items()},
     }
+    # checkpoint: a run stopped later keeps the families already done
+    (out_dir / f"{setting}.json").write_text(json.dumps(result) + "\n")
     first, last = summary(per_iter[0]), summary(per_iter[-1])
     print(
       f"{setting} {fam}: {rc.num_steps} patches in {fit_s:.0f}s ({rc.stop_reason}); held-out "
