@@ -120,6 +120,21 @@ def test_utility_table_row_and_tables(tmp_path):
   assert "| Patching | " in table and "U_dcg (×10³)" in table and "| 1.5 |" in table
   assert "Dirichlet lambda chosen per split: [1.0, 10.0]" in table
   assert out["paper"]["cifar10"]["ResNet-56 (Table 3)"]["Patching"][-1] == 6.0
+  # README: every printed number beside ours, with the difference
+  readme = (tmp_path / "README.md").read_text()
+  acc = row["accuracy"] * 100
+  assert f"| Uncalibrated | 93.9 / {acc:.2f} ({acc - 93.9:+.2f}) |" in readme
+  assert "ResNet-56 (Table 3) ↔ ours: ResNet-110 (CIFAR10)" in readme
+  assert "Not run here (no `cifar10_densenet121.json`" in readme
+  assert "rank agreement (Spearman)" in readme and "IR (global), listed by the paper" in readme
+  (tmp_path / "notes.md").write_text("## Findings\n\nhand-written")
+  mod.write_tables(tmp_path)
+  assert (tmp_path / "README.md").read_text().endswith("hand-written\n")
+
+
+def test_utility_table_ranks():
+  mod = load_script("utility_table")
+  assert mod._ranks([3.0, 1.0, 2.0, 1.0]).tolist() == [4.0, 1.5, 3.0, 1.5]
 
 
 def test_gain_classes_and_figures(tmp_path):
