@@ -161,3 +161,25 @@ def test_gain_classes_and_figures(tmp_path):
   )
   assert (tmp_path / "fig2_s.png").stat().st_size > 10_000
   assert (tmp_path / "fig3_s.png").stat().st_size > 10_000
+  fam.update(num_patches=3, fit_s=12.0, stop_reason="max_steps")
+  meta = {"device": "cpu", "cpu_count": 2, "date": "2026-11-23T12:00:00"}
+  mod.write_readme(
+    {
+      "setting": "s",
+      "n_cal": 7,
+      "n_test": 3,
+      "C": 8,
+      "steps": 3,
+      "witnesses_per_step": 8,
+      "eval_utilities": 8,
+      "runtime_s": 60.0,
+      "load_avg_at_end": [1.0, 1.0, 1.0],
+      "meta": meta,
+      "families": {"aligned": fam},
+    },
+    tmp_path,
+  )
+  readme = (tmp_path / "README_s.md").read_text()
+  worst = errs[3].max() * 1e3
+  assert f"| aligned | patching, iteration 3 | {worst:.2f} |" in readme
+  assert "| aligned | Dirichlet |" in readme and "3 patches in 12 s" in readme
