@@ -308,6 +308,11 @@ def main(argv=None) -> dict:
   return results
 
 
+def _header(headers: list[str]) -> list[str]:
+  """The two header lines of a markdown table whose first column is the method."""
+  return ["| Method | " + " | ".join(headers) + " |", "|---" * (len(headers) + 1) + "|"]
+
+
 def write_tables(out_dir: pathlib.Path) -> dict:
   """table.md and results.json from every <model>.json in ``out_dir``."""
   results = {}
@@ -340,8 +345,7 @@ def write_tables(out_dir: pathlib.Path) -> dict:
       f"## {r['model']} ({r['splits']} splits, n_cal = {r['n_cal']}, n_test = {r['n_test']}; "
       f"run {r['runtime_s'] / 60:.1f} min, 1-minute load {r['load_avg_at_end'][0]:.1f} at the end)",
       "",
-      "| Method | " + " | ".join(h for _, h, _ in COLUMNS) + " | fit (s) |",
-      "|---" * (len(COLUMNS) + 2) + "|",
+      *_header([h for _, h, _ in COLUMNS] + ["fit (s)"]),
     ]
     for m, vals in r["metrics"].items():
       secs = np.mean(r["fit_and_apply_seconds"][m])
@@ -357,8 +361,7 @@ def write_tables(out_dir: pathlib.Path) -> dict:
       lines += [
         f"### {ds.upper()} {title}",
         "",
-        "| Method | " + " | ".join(h for _, h, _ in COLUMNS[:-1]) + " |",
-        "|---" * len(COLUMNS) + "|",
+        *_header([h for _, h, _ in COLUMNS[:-1]]),
       ]
       for m, vals in rows.items():
         lines.append(f"| {m} | " + " | ".join("-" if v is None else f"{v:g}" for v in vals) + " |")
@@ -425,8 +428,7 @@ def write_comparison(out_dir: pathlib.Path, results: dict) -> None:
         f"Ours: {r['splits']} splits, n_cal = {r['n_cal']}, n_test = {r['n_test']}, "
         f"patching ≤ {r['patch_steps']} steps.",
         "",
-        "| Method | " + " | ".join(h for _, h, _ in cols) + " |",
-        "|---" * (len(cols) + 1) + "|",
+        *_header([h for _, h, _ in cols]),
       ]
       ours = {
         m: [float(np.mean(r["metrics"][m][k])) * sc for k, _, sc in cols]
