@@ -24,7 +24,8 @@ horizontal lines and whose distributions sit beside the snapshots.
 
 Only public API. Writes experiments/results/utility_gain_patching/
 (``--quick``: utility_gain_patching_quick/): <setting>.json,
-fig2_<setting>.png, fig3_<setting>.png.
+fig2_<setting>.png, fig3_<setting>.png,
+README_<setting>.md (the JSON is also written after each family).
 
   python experiments/utility_gain_patching.py                 # CIFAR-100 ResNet-110, 40 steps
   python experiments/utility_gain_patching.py --models cifar100_densenet121

@@ -40,7 +40,9 @@ Only public API: ``jaxcal.recalibrate``, ``jaxcal.metrics``,
 
 Writes experiments/results/utility_table/ (``--quick``: utility_table_quick/):
 <model>.json and ecdf_<model>.png per model, and table.md / results.json
-rebuilt from every <model>.json present (so models can be run separately).
+rebuilt from every <model>.json present (so models can be run separately),
+and README.md: each printed number of the paper beside ours (see
+:func:`write_comparison`; hand-written findings in notes.md are appended).
 """
 
 from __future__ import annotations
