@@ -31,9 +31,11 @@ Checkpoint sets:
   ``experiments/cache/fmnist_traces/`` (written by
   ``experiments/fashion_mnist/traces.py``), when present.
 
-Protocol (SPEC §3): every checkpoint is temperature-scaled on its validation
-split with ``jaxcal.recalibrate.fit("temperature")`` (``T = argmin NLL``,
-L-BFGS over log T) and evaluated on the test split.
+Protocol (Lu, Wu, Hartline & Hu 2025, *Truthful Calibration Errors for
+Multi-Class Prediction*, arXiv:2510.06388, §5.1 and App. F): every checkpoint
+is temperature-scaled on its validation split with
+``jaxcal.recalibrate.fit("temperature")`` (``T = argmin NLL``, L-BFGS over
+log T) and evaluated on the test split.
 
 Everything is computed with the public API (jaxcal.metrics, jaxcal.scores,
 jaxcal.dominance, jaxcal.recalibrate, jaxcal.data); all metric sweeps of one checkpoint set are
@@ -59,7 +61,7 @@ import dataclasses
 import itertools
 import json
 import pathlib
-import platform
+import sys
 import time
 
 import jax
@@ -71,6 +73,9 @@ from jaxcal.data import dataset_dir, load_predictions
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE / "bench"))
+from _common import device_info  # versions, device, load, date
+
 OUT = HERE / "results" / "binning_robustness"
 TRACES = HERE / "cache" / "fmnist_traces"
 
@@ -428,94 +433,97 @@ def _colors(res):
   return [cmap[g] for g in groups], cmap
 
 
+def _family_grid(num_bins, xlabel: str, draw):
+  """One panel per (error family, bin count): ``draw(ax, fi, fam, j, m)`` fills it."""
+  plt = _plt()
+  fig, axes = plt.subplots(
+    len(FAMILIES),
+    len(num_bins),
+    figsize=(3.3 * len(num_bins), 2.7 * len(FAMILIES)),
+    constrained_layout=True,
+    squeeze=False,
+  )
+  for fi, fam in enumerate(FAMILIES):
+    for j, m in enumerate(num_bins):
+      ax = axes[fi, j]
+      draw(ax, fi, fam, j, m)
+      ax.yaxis.get_offset_text().set_fontsize(6)
+      if fi == len(FAMILIES) - 1:
+        ax.set_xlabel(xlabel)
+  return fig, axes
+
+
+def _save(fig, title: str, path: pathlib.Path) -> None:
+  fig.suptitle(title, fontsize=10)
+  fig.savefig(path, dpi=100)
+  _plt().close(fig)
+
+
 def trend_figure(res: dict, num_bins, path: pathlib.Path) -> None:
   plt = _plt()
   errs = np.asarray(res["errors"])  # (P, 4, M)
   cls = np.asarray(res["losses"])[:, CLS]
   colors, cmap = _colors(res)
-  fig, axes = plt.subplots(
-    len(FAMILIES),
-    len(num_bins),
-    figsize=(3.3 * len(num_bins), 2.7 * len(FAMILIES)),
-    constrained_layout=True,
-    squeeze=False,
-  )
   grid = np.linspace(cls.min(), cls.max(), 200)
   bw = max(1e-6, 0.1 * (cls.max() - cls.min()))
-  for fi, fam in enumerate(FAMILIES):
-    for j, m in enumerate(num_bins):
-      ax = axes[fi, j]
-      y = errs[:, fi, j]
-      ax.scatter(cls, y, c=colors, s=12)
-      ax.plot(grid, _kernel_trend(cls, y, grid, bw), "k-", lw=1)
-      rho = next(
-        t
-        for t in res["table"]
-        if t["family"] == fam
-        and t["item1"] == "classification_error"
-        and t["item2"] == f"{fam}({m})"
-      )
-      ax.set_title(
-        f"{fam}({FAMILIES[fam][1][:3]};{m}){' *' if fam in TRUTHFUL else ''}  "
-        f"ρ={rho['spearman']:.2f}±{rho['ci95']:.2f}",
-        fontsize=8,
-      )
-      ax.yaxis.get_offset_text().set_fontsize(6)
-      if fi == len(FAMILIES) - 1:
-        ax.set_xlabel("classification error")
+
+  def draw(ax, fi, fam, j, m):
+    y = errs[:, fi, j]
+    ax.scatter(cls, y, c=colors, s=12)
+    ax.plot(grid, _kernel_trend(cls, y, grid, bw), "k-", lw=1)
+    rho = next(
+      t
+      for t in res["table"]
+      if t["family"] == fam and t["item1"] == "classification_error" and t["item2"] == f"{fam}({m})"
+    )
+    ax.set_title(
+      f"{fam}({FAMILIES[fam][1][:3]};{m}){' *' if fam in TRUTHFUL else ''}  "
+      f"ρ={rho['spearman']:.2f}±{rho['ci95']:.2f}",
+      fontsize=8,
+    )
+
+  fig, axes = _family_grid(num_bins, "classification error", draw)
   items = list(cmap.items())
   if len(items) > 12:  # first, middle and last trace only
     items = [items[0], items[len(items) // 2], items[-1]]
   handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=g) for g, c in items]
   axes[0, 0].legend(handles=handles, fontsize=6)
-  fig.suptitle(
+  _save(
+    fig,
     f"{res['name']}: calibration error vs classification error "
     "(kernel trend; * truthful; ρ = Spearman ± 1.96 sd)",
-    fontsize=10,
+    path,
   )
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
 
 
 def dominance_figure(res: dict, num_bins, path: pathlib.Path) -> None:
-  plt = _plt()
   errs = np.asarray(res["errors"])
   logl = np.asarray(res["losses"])[:, list(LOSSES).index("log_loss")]
   chain = np.asarray(res["chain"])
-  fig, axes = plt.subplots(
-    len(FAMILIES),
-    len(num_bins),
-    figsize=(3.3 * len(num_bins), 2.7 * len(FAMILIES)),
-    constrained_layout=True,
-    squeeze=False,
-  )
   others = np.setdiff1d(np.arange(len(logl)), chain)
-  for fi, fam in enumerate(FAMILIES):
-    for j, m in enumerate(num_bins):
-      ax = axes[fi, j]
-      y = errs[:, fi, j]
-      ax.scatter(logl[others], y[others], c="0.75", s=10)
-      ax.plot(logl[chain], y[chain], "-", color="0.4", lw=0.8)
-      ax.scatter(logl[chain], y[chain], c=np.arange(len(chain)), cmap="viridis", s=18, zorder=3)
-      cc = [c for c in res["chain_correlations"] if c["family"] == fam and c["num_bins"] == m]
-      if cc:
-        c = cc[0]
-        ax.set_title(
-          f"{fam}({m}){' *' if fam in TRUTHFUL else ''} ρ={c['spearman']:.2f} τ={c['kendall']:.2f}",
-          fontsize=8,
-        )
-      else:
-        ax.set_title(f"{fam}({m})", fontsize=8)
-      ax.yaxis.get_offset_text().set_fontsize(6)
-      if fi == len(FAMILIES) - 1:
-        ax.set_xlabel("log loss")
-  fig.suptitle(
+
+  def draw(ax, fi, fam, j, m):
+    y = errs[:, fi, j]
+    ax.scatter(logl[others], y[others], c="0.75", s=10)
+    ax.plot(logl[chain], y[chain], "-", color="0.4", lw=0.8)
+    ax.scatter(logl[chain], y[chain], c=np.arange(len(chain)), cmap="viridis", s=18, zorder=3)
+    cc = [c for c in res["chain_correlations"] if c["family"] == fam and c["num_bins"] == m]
+    if cc:
+      c = cc[0]
+      ax.set_title(
+        f"{fam}({m}){' *' if fam in TRUTHFUL else ''} ρ={c['spearman']:.2f} τ={c['kendall']:.2f}",
+        fontsize=8,
+      )
+    else:
+      ax.set_title(f"{fam}({m})", fontsize=8)
+
+  fig, _ = _family_grid(num_bins, "log loss", draw)
+  _save(
+    fig,
     f"{res['name']}: maximum dominance set ({len(chain)} of {len(logl)} predictors, "
     "colored by chain position; gray: others)",
-    fontsize=10,
+    path,
   )
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
 
 
 def assumption_figure(res: dict, num_bins, path: pathlib.Path) -> None:
@@ -535,9 +543,7 @@ def assumption_figure(res: dict, num_bins, path: pathlib.Path) -> None:
     ax.set_xlabel("confidence loss / n" if fam == "ConfCE_corr" else "Brier / (C n)")
     ax.set_ylabel(fam)
     ax.legend(fontsize=7)
-  fig.suptitle(f"{res['name']}: truthful errors vs their calibrated-predictor value", fontsize=10)
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
+  _save(fig, f"{res['name']}: truthful errors vs their calibrated-predictor value", path)
 
 
 def _calibrated_values(res: dict) -> dict:
@@ -584,7 +590,7 @@ def markdown(result: dict) -> str:
     "",
     f"Produced by `python experiments/binning_robustness.py{' --quick' if result['quick'] else ''}` "
     f"in {result['runtime_s']} s on {result['device']} ({result['platform']}), {result['date']}, "
-    f"jax {result['jax_version']}. Bins m = {bins}; ± = 1.96 sd over {result['config']['resamples']} "
+    f"jax {result['jax']}. Bins m = {bins}; ± = 1.96 sd over {result['config']['resamples']} "
     "bootstrap resamples of the test samples. Temperature scaling: "
     f"{sorted(set(m['temperature_source'] for s in sets for m in s['predictors']))}.",
     "",
@@ -731,10 +737,7 @@ def run(
     ),
     sets=results,
     runtime_s=round(time.time() - t0, 1),
-    device=str(jax.devices()[0]),
-    platform=platform.platform(),
-    jax_version=jax.__version__,
-    date=time.strftime("%Y-%m-%d"),
+    **device_info(),  # date, device, platform, versions, load
   )
   out_dir.mkdir(parents=True, exist_ok=True)
   (out_dir / "results.json").write_text(json.dumps(result, indent=1))

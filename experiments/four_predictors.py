@@ -24,8 +24,9 @@ otherwise ("two active coordinates"). The four predictors:
 3. uniform, calibrated:  ``f3(x) = (1/k, ..., 1/k)`` (argmax tie -> class 0);
 4. uniform, biased:      ``f4(x) = (1/k+delta) e_0 + (1/k - delta/(k-1)) sum_{r>0} e_r``.
 
-Errors (jaxcal.metrics, SPEC §2): ConfECE with fixed and with quantile bins,
-ConfCE(qua), ConfCE_corr(qua), LinCE_cw(qua). The bias sizes scale like the
+Errors (jaxcal.metrics; Lu, Wu, Hartline & Hu 2025, arXiv:2510.06388, §2-3:
+Definition 2.1, Definition 3.2, Theorem 3.1): ConfECE with fixed and with
+quantile bins, ConfCE(qua), ConfCE_corr(qua), LinCE_cw(qua). The bias sizes scale like the
 sampling error, ``eps = delta = kappa / sqrt(n)``: the paper's regime "eps of
 the order of the sampling error".
 
@@ -107,7 +108,7 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import platform
+import sys
 import time
 
 import jax
@@ -116,6 +117,9 @@ import numpy as np
 from scipy import special, stats
 
 from jaxcal import metrics
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "bench"))
+from _common import device_info  # versions, device, load, date
 
 PREDICTORS = (
   "informative_calibrated",
@@ -383,10 +387,7 @@ def run(quick: bool, out_dir: pathlib.Path, seed: int = 0) -> dict:
     rows=rows,
     rankings=flips,
     runtime_s=round(time.time() - t0, 1),
-    device=str(jax.devices()[0]),
-    platform=platform.platform(),
-    jax_version=jax.__version__,
-    date=time.strftime("%Y-%m-%d"),
+    **device_info(),  # date, device, platform, versions, load
   )
   out_dir.mkdir(parents=True, exist_ok=True)
   (out_dir / "results.json").write_text(json.dumps(result, indent=1))
@@ -420,7 +421,7 @@ def markdown(res: dict) -> str:
     "",
     f"Produced by `python experiments/four_predictors.py{' --quick' if res['quick'] else ''}` "
     f"in {res['runtime_s']} s on {res['device']} ({res['platform']}), {res['date']}, "
-    f"jax {res['jax_version']}. Setup, closed forms and their derivations: the script's "
+    f"jax {res['jax']}. Setup, closed forms and their derivations: the script's "
     "docstring.",
     "",
     f"Monte Carlo: {cfg['replicates']} replicate data sets per (scenario, n); n in "

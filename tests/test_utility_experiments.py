@@ -120,6 +120,21 @@ def test_utility_table_row_and_tables(tmp_path):
   assert "| Patching | " in table and "U_dcg (×10³)" in table and "| 1.5 |" in table
   assert "Dirichlet lambda chosen per split: [1.0, 10.0]" in table
   assert out["paper"]["cifar10"]["ResNet-56 (Table 3)"]["Patching"][-1] == 6.0
+  # README: every printed number beside ours, with the difference
+  readme = (tmp_path / "README.md").read_text()
+  acc = row["accuracy"] * 100
+  assert f"| Uncalibrated | 93.9 / {acc:.2f} ({acc - 93.9:+.2f}) |" in readme
+  assert "ResNet-56 (Table 3) ↔ ours: ResNet-110 (CIFAR10)" in readme
+  assert "Not run here (no `cifar10_densenet121.json`" in readme
+  assert "rank agreement (Spearman)" in readme and "IR (global), listed by the paper" in readme
+  (tmp_path / "notes.md").write_text("## Findings\n\nhand-written")
+  mod.write_tables(tmp_path)
+  assert (tmp_path / "README.md").read_text().endswith("hand-written\n")
+
+
+def test_utility_table_ranks():
+  mod = load_script("utility_table")
+  assert mod._ranks([3.0, 1.0, 2.0, 1.0]).tolist() == [4.0, 1.5, 3.0, 1.5]
 
 
 def test_gain_classes_and_figures(tmp_path):
@@ -146,3 +161,25 @@ def test_gain_classes_and_figures(tmp_path):
   )
   assert (tmp_path / "fig2_s.png").stat().st_size > 10_000
   assert (tmp_path / "fig3_s.png").stat().st_size > 10_000
+  fam.update(num_patches=3, fit_s=12.0, stop_reason="max_steps")
+  meta = {"device": "cpu", "cpu_count": 2, "date": "2026-11-23T12:00:00"}
+  mod.write_readme(
+    {
+      "setting": "s",
+      "n_cal": 7,
+      "n_test": 3,
+      "C": 8,
+      "steps": 3,
+      "witnesses_per_step": 8,
+      "eval_utilities": 8,
+      "runtime_s": 60.0,
+      "load_avg_at_end": [1.0, 1.0, 1.0],
+      "meta": meta,
+      "families": {"aligned": fam},
+    },
+    tmp_path,
+  )
+  readme = (tmp_path / "README_s.md").read_text()
+  worst = errs[3].max() * 1e3
+  assert f"| aligned | patching, iteration 3 | {worst:.2f} |" in readme
+  assert "| aligned | Dirichlet |" in readme and "3 patches in 12 s" in readme
