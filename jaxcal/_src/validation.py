@@ -697,49 +697,29 @@ def _array(x: Any, name: str) -> jax.Array | np.ndarray:
   )
 
 
-_ALIGN = 64  # XLA:CPU adopts a host buffer with this alignment instead of copying it
-
-
 def _trace_clean() -> bool:
   """True when no JAX transformation is tracing (an eager call)."""
   try:
     from jax._src import core as jax_core
 
     return bool(jax_core.trace_state_clean())
-  except Exception:  # pragma: no cover - other JAX versions: never borrow
+  except Exception:  # pragma: no cover - other JAX versions
     return False
 
 
-def _private_copy(a: np.ndarray) -> np.ndarray:
-  """A C-contiguous copy of ``a`` in a fresh buffer aligned for XLA:CPU."""
-  buf = np.empty(a.nbytes + _ALIGN, np.uint8)
-  off = (-buf.ctypes.data) % _ALIGN
-  out = buf[off : off + a.nbytes].view(a.dtype).reshape(a.shape)
-  np.copyto(out, a)
-  return out
+def _device(x: Any) -> jax.Array:
+  """A JAX array of ``x``: host arrays are copied to the default device once
+  (``jax.device_put``, faster than ``jnp.asarray`` for large arrays).
 
-
-def _device(x: Any, *, borrow: bool = False) -> jax.Array:
-  """A JAX array of ``x`` (a JAX array is returned as it is).
-
-  On the CPU, ``jax.device_put`` adopts a 64-byte-aligned numpy buffer
-  without copying it, even with ``may_alias=False`` (jax 0.10), so the
-  caller's later writes to that numpy array would show through any result
-  still being computed from it. Host arrays are therefore copied into a
-  private aligned buffer (which XLA then adopts: one ``memcpy``, half the time
-  of ``device_put``'s own copy of an unaligned array), except with
-  ``borrow=True``, which adopts an already aligned buffer as it is: only for
-  an eager caller that blocks until the one program reading it has finished
-  (:func:`run_checked`). On other backends ``device_put`` copies to the device.
+  On the CPU, ``jax.device_put`` adopts a 64-byte-aligned numpy buffer without
+  copying it (even with ``may_alias=False``, jax 0.10): the eager entry points
+  that defer their checks (:func:`run_checked`) wait until their one program
+  has finished reading it, so nothing computed later depends on the caller's
+  buffer.
   """
   if isinstance(x, jax.Array | jax.core.Tracer):
     return x
-  a = np.asarray(x)
-  if jax.default_backend() != "cpu":
-    return jax.device_put(a)
-  if not (borrow and a.flags.c_contiguous and a.ctypes.data % _ALIGN == 0):
-    a = _private_copy(a)
-  return jax.device_put(a)
+  return jax.device_put(np.asarray(x))
 
 
 def as_float(x: Any, name: str = "input") -> jax.Array:
@@ -962,8 +942,8 @@ def check_predictions(
     weights_name: the weights' name in messages.
     defer: on an eager call, leave the value checks pending: the caller
       must pass the result to :func:`run_checked`, which runs them in the
-      same program as its computation (and may then read aligned host
-      arrays in place). Under a transformation it has no effect.
+      same program as its computation. Under a transformation it has no
+      effect.
 
   Returns:
     :class:`Checked`.
@@ -984,7 +964,7 @@ def check_predictions(
     if tuple(w.shape) != (c,):
       raise ValueError(f"{weights_name} must have shape ({c},), got {tuple(w.shape)}")
   defer = defer and _trace_clean() and is_concrete(x, y, wh, w)
-  x, y = _device(x, borrow=defer), _device(y, borrow=defer)
+  x, y = _device(x), _device(y)
   kind = "finite" if from_logits else ("probs" if simplex else "unit")
   spec = _Spec(
     xs=(_Arr(kind, name, 2, simplex_atol(x.dtype)),),
