@@ -398,7 +398,7 @@ def conf_ece(
   """
   norm = _check_norm(norm)
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   return _run(_conf_core, d, bins, kind="ece", norm=norm)
 
 
@@ -449,7 +449,7 @@ def conf_ce(
   not truthful).
   """
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   return _run(_conf_core, d, bins, kind="ce")
 
 
@@ -501,7 +501,7 @@ def conf_ce_corr(
   Theorem 3.3; the expectation is Lemma D.1.
   """
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   return _run(_conf_core, d, bins, kind="ce_corr")
 
 
@@ -552,7 +552,7 @@ def classwise_ce(
   linear property, Theorem 3.1); the expectation is Lemma D.1.
   """
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   return _run(_classwise_core, d, bins, _weights_or_uniform(d), kind="ce")
 
 
@@ -623,7 +623,6 @@ def classwise_ece(
     from_logits=from_logits,
     where=where,
     class_weights=class_weights,
-    defer=True,
   )
   return _run(_classwise_core, d, bins, _weights_or_uniform(d), kind="ece", norm=norm)
 
@@ -747,7 +746,6 @@ def ecce(
     from_logits=from_logits,
     where=where,
     class_weights=class_weights,
-    defer=True,
   )
   return _run(_ecce_core, d, bins, _weights_or_uniform(d), reduction=reduction)
 

@@ -134,7 +134,7 @@ def _scorer(per_sample_fn: Callable, per_sample: bool, from_logits: bool) -> Cal
 def _evaluate(
   per_sample_fn: Callable, probs, labels, per_sample: bool, from_logits: bool, where
 ) -> jax.Array:
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   f = _scorer(per_sample_fn, bool(per_sample), bool(from_logits))
   out, _ = V.run_checked(d, f, d.scores, d.labels, d.where)
   return V.fold(out, d.ok)

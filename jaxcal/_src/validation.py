@@ -8,9 +8,9 @@ Two tiers, as in chex/optax, plus an opt-in third:
 * **value** checks (finite, in ``[0, 1]``, rows summing to one, labels in
   ``[0, C)``, integral float labels, class weights, an empty mask) are one fused
   jitted reduction per call that returns two scalars (all good? how many
-  samples?); the hot entry points (binned errors, scores) compile it into the
-  metric's own program (``check_predictions(..., defer=True)`` and
-  :func:`run_checked`: one pass, one dispatch). On an eager call the entry
+  samples?); ``check_predictions(..., defer=True)`` and :func:`run_checked`
+  can compile it into a metric's own program instead (one pass, one
+  dispatch; not used by the public metrics yet). On an eager call the entry
   point reads those scalars and, only
   when something is wrong, runs a second jitted reduction that finds the
   number of bad rows, the first bad index and an example value, and raises a
