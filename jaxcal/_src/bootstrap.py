@@ -82,6 +82,36 @@ METHODS = ("percentile", "bca", "basic", "normal")
 #: Bytes of resampled inputs gathered per batch when ``batch_size`` is automatic.
 _BATCH_BYTES = 1 << 27
 
+#: Most resamples vmapped together when ``batch_size`` is automatic, per backend.
+#: On XLA:CPU a batch of 8 compiles 1.5-2x faster than 64 and runs no slower
+#: (bootstrap of ConfECE, Brier and CWE_bin, 200 resamples, n = 10,000, C = 100
+#: on 2 cores: steady 1.55 s at 8 vs 2.05 s at 64, first call 3.9 s vs 5.7 s);
+#: accelerators keep 64 resamples in flight.
+_MAX_BATCH = {"cpu": 8}
+
+
+def _auto_batch(per_resample_bytes: int, num_resamples: int) -> int:
+  """Resamples per ``jax.lax.map`` batch when the caller gives none."""
+  cap = _MAX_BATCH.get(jax.default_backend(), 64)
+  return int(max(1, min(cap, num_resamples, _BATCH_BYTES // max(per_resample_bytes, 1))))
+
+
+def _map_batches(f: Callable, xs: Any, batch_size: int) -> Any:
+  """``jax.lax.map(f, xs, batch_size=batch_size)`` with one compiled body.
+
+  ``lax.map`` traces and compiles ``f`` a second time for the last
+  ``len % batch_size`` elements; here the leading axis is padded to a
+  multiple of the batch with copies of its first elements, whose results
+  are dropped (the same values, one compilation).
+  """
+  size = jax.tree.leaves(xs)[0].shape[0]
+  pad = -size % batch_size
+  if pad:
+    fill = np.arange(pad) % size
+    xs = jax.tree.map(lambda a: jnp.concatenate([a, a[fill]]), xs)
+  out = jax.lax.map(f, xs, batch_size=batch_size)
+  return jax.tree.map(lambda a: a[:size], out) if pad else out
+
 
 class BootstrapResult(NamedTuple):
   """Bootstrap summary; every field has the pytree structure of the statistic.
@@ -275,7 +305,7 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
     return fn(*_gather(arrays, axes, slot, idx))
 
   per_resample = [jax.random.split(k, num_resamples) for k in keys]
-  samples = jax.lax.map(one, per_resample, batch_size=batch_size)
+  samples = _map_batches(one, per_resample, batch_size)
   jack = None
   if jackknife:
     # Delete-a-group jackknife of each data set in turn (the others full).
@@ -290,7 +320,7 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
         idx[g] = perm[keep + (keep >= k * size) * size]
         return fn(*_gather(arrays, axes, slot, idx))
 
-      parts.append(jax.lax.map(drop, jnp.arange(num_groups), batch_size=batch_size))
+      parts.append(_map_batches(drop, jnp.arange(num_groups), batch_size))
     jack = parts
   return estimate, samples, jack
 
@@ -347,7 +377,8 @@ def bootstrap(
       ``g`` (in order of first appearance) uses the key
       ``jax.random.split(key, G)[g]``, or ``key`` itself when ``G = 1``.
     batch_size: resamples evaluated together by ``jax.vmap`` (default: as
-      many as fit in about 128 MiB of gathered inputs, at most 64).
+      many as fit in about 128 MiB of gathered inputs, at most 8 on CPU and
+      64 on accelerators).
     jackknife_groups: groups of the delete-a-group jackknife for BCa's
       acceleration (at most ``n``; ``n`` gives the ordinary jackknife).
 
@@ -404,8 +435,7 @@ def bootstrap(
   if min(sizes) < 1:
     raise ValueError("every data array needs at least one sample")
   if batch_size is None:
-    per_resample = sum(a.size * a.dtype.itemsize for a in arrs)
-    batch_size = int(max(1, min(64, num_resamples, _BATCH_BYTES // max(per_resample, 1))))
+    batch_size = _auto_batch(sum(a.size * a.dtype.itemsize for a in arrs), num_resamples)
   else:
     batch_size = min(V.check_int(batch_size, "batch_size"), num_resamples)
   keys = [key] if len(names) == 1 else list(jax.random.split(key, len(names)))
@@ -512,7 +542,7 @@ def _consistency(key, probs, num_bins, binning, num_resamples, batch_size, level
     gap = jnp.where(s.counts > 0, s.accuracy - s.confidence, jnp.nan)
     return gap
 
-  gaps = jax.lax.map(one, jax.random.split(key, num_resamples), batch_size=batch_size)
+  gaps = _map_batches(one, jax.random.split(key, num_resamples), batch_size)
   lo = jnp.nanquantile(gaps, (1.0 - level) / 2, axis=0)
   hi = jnp.nanquantile(gaps, (1.0 + level) / 2, axis=0)
   ok = base.counts > 0
@@ -585,8 +615,7 @@ def consistency_bands(
     )
   num_resamples = V.check_int(num_resamples, "num_resamples", 2)
   level = _check_confidence(confidence)
-  per = p.size * p.dtype.itemsize
-  batch = int(max(1, min(64, num_resamples, _BATCH_BYTES // max(per, 1))))
+  batch = _auto_batch(p.size * p.dtype.itemsize, num_resamples)
   return _consistency(key, p, m, binning, num_resamples, batch, level)
 
 
