@@ -12,10 +12,12 @@ import functools
 import pathlib
 import sys
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl.testing import parameterized
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 import _reference as R
@@ -207,17 +209,24 @@ CORE = [
 ]
 
 
-@pytest.mark.parametrize("name,binning", CORE)
-def test_jit_equals_eager(name, binning):
-  p, y = DATA["n300_c10"]
-  eager = call(name, binning, p, y, 15)
-  jitted = jax.jit(lambda p, y: call(name, binning, p, y, 15))(p, y)
-  np.testing.assert_allclose(jitted, eager, rtol=0, atol=1e-7)
-  if name == "classwise_ce":  # binary_ce shares the engine; check its jit too
+class TestJitAndEager(chex.TestCase):
+  """``chex.variants`` runs each body twice: under ``jax.jit`` and eagerly."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*CORE)
+  def test_equals_the_float64_reference_and_the_eager_call(self, name, binning):
+    p, y = DATA["n300_c10"]
+    got = self.variant(lambda p, y: call(name, binning, p, y, 15))(p, y)
+    np.testing.assert_allclose(got, ref(name, binning, p, y, 15), atol=ATOL)
+    np.testing.assert_allclose(got, call(name, binning, p, y, 15), rtol=0, atol=1e-7)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_binary_ce_shares_the_engine(self):
+    p, y = DATA["n300_c10"]
     s, yy = p[:, 0], (y == 0).astype(np.int32)
-    np.testing.assert_allclose(
-      jax.jit(metrics.binary_ce)(s, yy), metrics.binary_ce(s, yy), atol=1e-7
-    )
+    got = self.variant(metrics.binary_ce)(s, yy)
+    np.testing.assert_allclose(got, metrics.binary_ce(s, yy), rtol=0, atol=1e-7)
+    assert np.isfinite(got) and got >= 0
 
 
 @pytest.mark.parametrize("name,binning", CORE)
