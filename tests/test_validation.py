@@ -392,6 +392,20 @@ def _aligned(a: np.ndarray, align: int = 64) -> np.ndarray:
   return out
 
 
+@pytest.mark.parametrize("align", [64, 16])
+def test_device_never_aliases_the_callers_numpy_buffer(align):
+  # XLA:CPU adopts a 64-byte-aligned host buffer (jax.device_put does so
+  # even with may_alias=False): a later write by the caller would show through.
+  from jaxcal._src import validation as V
+
+  a = _aligned(np.ones((64, 3), np.float32), align)
+  if align == 16 and a.ctypes.data % 64 == 0:  # make it 16- but not 64-aligned
+    a = _aligned(np.ones((64, 3), np.float32), 64)
+  x = V._device(a)
+  a[...] = 2.0
+  assert float(x.sum()) == 64 * 3
+
+
 def test_fused_checks_raise_and_leave_the_input_alone():
   # conf_ece runs its value checks inside the metric's own program
   # (check_predictions(defer=True) + run_checked); bad input still raises
@@ -423,10 +437,15 @@ def test_fused_checks_count_the_mask_for_quantile_bins():
 
 def test_fused_checks_on_closed_over_numpy_inside_jit():
   # Concrete data closed over in a user's jit is checked like traced data
-  # (bad input: NaN, never a plausible number).
+  # (bad input: NaN) and never adopted in place: its later mutation changes
+  # nothing.
   p = _aligned(np.full((50, 4), 0.25, np.float32))
   y = np.arange(50) % 4
   bad = p.copy()
   bad[0] = 0.5
   assert np.isnan(float(jax.jit(lambda: metrics.conf_ece(bad, y))()))
-  assert np.isfinite(float(jax.jit(lambda: metrics.conf_ece(p, y))()))
+  f = jax.jit(lambda: metrics.conf_ece(p, y))
+  want = float(f())
+  assert np.isfinite(want)
+  p[...] = np.eye(4, dtype=np.float32)[y]  # perfect predictions now
+  assert float(f()) == want

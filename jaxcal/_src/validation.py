@@ -707,19 +707,26 @@ def _trace_clean() -> bool:
     return False
 
 
-def _device(x: Any) -> jax.Array:
-  """A JAX array of ``x``: host arrays are copied to the default device once
-  (``jax.device_put``, faster than ``jnp.asarray`` for large arrays).
+_ALIGN = 64  # XLA:CPU adopts a host buffer with this alignment instead of copying it
 
-  On the CPU, ``jax.device_put`` adopts a 64-byte-aligned numpy buffer without
-  copying it (even with ``may_alias=False``, jax 0.10): the eager entry points
-  that defer their checks (:func:`run_checked`) wait until their one program
-  has finished reading it, so nothing computed later depends on the caller's
-  buffer.
+
+def _device(x: Any) -> jax.Array:
+  """A JAX array of ``x`` that shares no memory with the caller's host array.
+
+  Host arrays go to the default device with one ``jax.device_put`` (faster
+  than ``jnp.asarray`` for large arrays). On the CPU, ``device_put`` adopts a
+  64-byte-aligned numpy buffer instead of copying it, even with
+  ``may_alias=False`` (jax 0.10): the caller's later writes would then show
+  through a result still being computed, or a fitted recalibrator holding the
+  array. Such a buffer is copied first; an unaligned one is copied by
+  ``device_put`` itself. A JAX array is returned as it is.
   """
   if isinstance(x, jax.Array | jax.core.Tracer):
     return x
-  return jax.device_put(np.asarray(x))
+  a = np.asarray(x)
+  if a.ctypes.data % _ALIGN == 0 and jax.default_backend() == "cpu":
+    a = a.copy()
+  return jax.device_put(a)
 
 
 def as_float(x: Any, name: str = "input") -> jax.Array:
