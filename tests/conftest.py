@@ -7,11 +7,31 @@ and is skipped, with the reason in pytest's ``-ra`` summary, when it is absent.
 """
 
 import os
+import shutil
+import tempfile
+
+# One persistent compilation cache for the whole test run, shared by the xdist
+# workers and the processes the tests start (CLI, notebooks, multi-process),
+# so a program that several of them compile (the report's bootstrap programs,
+# above all) is compiled once. It must be set before JAX is imported; a cache
+# the user points JAX at already is used as it is, and one made here is
+# removed at the end of the run.
+if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxcal-test-jit-")
+  os.environ["JAXCAL_TEST_OWN_CACHE"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 import numpy as np
 import pytest
 
 from jaxcal.data import dataset_dir
+
+
+def pytest_unconfigure(config):
+  """Removes the run's compilation cache (in the process that made it)."""
+  own = os.environ.get("JAXCAL_TEST_OWN_CACHE")
+  if own and not hasattr(config, "workerinput"):
+    shutil.rmtree(own, ignore_errors=True)
 
 
 def _dataset_or_skip(name):

@@ -406,6 +406,20 @@ def test_device_never_aliases_the_callers_numpy_buffer(align):
   assert float(x.sum()) == 64 * 3
 
 
+def test_device_copies_strided_and_fortran_inputs_into_an_aligned_buffer():
+  # the private copy is C-contiguous and 64-byte aligned whatever the caller's
+  # layout, keeps the dtype, and holds the caller's values
+  from jaxcal._src import validation as V
+
+  base = np.arange(2 * 40 * 6, dtype=np.float32).reshape(80, 6)
+  for a in (base[::2], np.asfortranarray(base), base[:, ::3], base.astype(np.float64)[1:]):
+    c = V._aligned_copy(a)
+    assert c.ctypes.data % 64 == 0 and c.flags.c_contiguous and c.dtype == a.dtype
+    np.testing.assert_array_equal(c, a)
+    np.testing.assert_array_equal(np.asarray(V._device(a)), a.astype(np.float32))
+  assert V._aligned_copy(np.zeros((0, 3), np.float32)).shape == (0, 3)
+
+
 def test_fused_checks_raise_and_leave_the_input_alone():
   # conf_ece runs its value checks inside the metric's own program
   # (check_predictions(defer=True) + run_checked); bad input still raises
