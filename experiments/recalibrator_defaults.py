@@ -13,8 +13,9 @@ library chooses by cross-validation (vector, matrix, Dirichlet) must not raise
 the test NLL above the uncalibrated model's nor lose more than one accuracy
 point. Temperature scaling (nothing to choose), Platt scaling (one-vs-rest,
 then normalised: not an NLL fit of the multiclass map) and the class-wise maps
-(histogram, isotonic, smoothed isotonic) are reported beside them with the
-same flags; the step functions can put probability 0 on the true class
+(histogram, isotonic, smoothed isotonic) and the cited baselines (beta
+calibration, BBQ, ensemble temperature scaling) are reported beside them with
+the same flags; the step functions can put probability 0 on the true class
 (infinite NLL), and histogram binning is known to cost accuracy (the
 score-decomposition case study).
 
@@ -24,7 +25,7 @@ Writes experiments/results/recalibrator_defaults/
 (``--quick``: recalibrator_defaults_quick/): results.json (every number,
 machine load, versions, dates) and table.md.
 
-  python experiments/recalibrator_defaults.py          # 12 models x 8 methods
+  python experiments/recalibrator_defaults.py          # 12 models x 11 methods
   python experiments/recalibrator_defaults.py --quick  # 1 model, 3 methods, 1,500 samples
 """
 
@@ -53,13 +54,21 @@ SETTINGS = [
   for prefix in ("cifar10_", "focal_cifar10_", "cifar100_")
   for arch in ("densenet121", "resnet110", "resnet50", "wide_resnet")
 ]
-#: The scaling and class-wise methods, in the order of the library's method table.
-METHODS = tuple(m for m, row in TABLE.items() if row.module in ("scaling", "binning_methods"))
+#: The scaling and class-wise methods and the cited baselines (beta, BBQ,
+#: ensemble temperature scaling), in the order of the library's method table.
+METHODS = tuple(
+  m
+  for m, row in TABLE.items()
+  if row.module in ("scaling", "binning_methods", "beta", "bbq", "ensemble_temperature")
+)
 #: The methods the check applies to: those whose default regularisation is
 #: chosen by the library (cross-validation). Temperature scaling has nothing
 #: to choose (one parameter); Platt scaling fits each class one-vs-rest and then
 #: normalises the rows, which is not an NLL fit of the multiclass map. Both
-#: are reported with the same flags, not checked.
+#: are reported with the same flags, not checked; so are beta calibration and
+#: BBQ (one-vs-rest maps of the probabilities, normalised, like Platt) and
+#: ensemble temperature scaling (a temperature and three mixture weights
+#: fitted by NLL, nothing chosen by cross-validation).
 CHECKED = ("vector", "matrix", "dirichlet")
 
 

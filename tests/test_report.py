@@ -13,15 +13,17 @@ from jaxcal._src.names import round_floats
 
 @pytest.fixture(scope="module")
 def small():
+  # n and the report settings below are those of tests/test_cli.py's report
+  # test, so the two share their compiled programs (the test run's cache)
   x, y = data.default_predictions()
-  return np.asarray(x[:800]), np.asarray(y[:800])
+  return np.asarray(x[:1500]), np.asarray(y[:1500])
 
 
 @pytest.fixture(scope="module")
 def rep(small):
   x, y = small
   return report.calibration_report(
-    x, y, num_utilities=16, resamples=20, robustness_resamples=5, seed=3, source="toy", path="p"
+    x, y, num_utilities=32, resamples=10, robustness_resamples=50, seed=3, source="toy", path="p"
   )
 
 
@@ -29,9 +31,9 @@ def test_json_schema_settings_and_provenance(rep):
   assert set(rep) >= {"jaxcal", "input", "settings", "seeds", "metrics", "robustness", "utility"}
   assert set(rep) >= {"decomposition", "timing"}
   assert rep["jaxcal"]["jaxcal"] and rep["jaxcal"]["jax"] and rep["jaxcal"]["device"]
-  assert rep["input"]["n"] == 800 and rep["input"]["num_classes"] == 10
+  assert rep["input"]["n"] == 1500 and rep["input"]["num_classes"] == 10
   assert rep["input"]["kind"] == "logits" and rep["input"]["path"].endswith("p")
-  assert rep["settings"]["resamples"] == 20 and rep["settings"]["interval"] == "percentile"
+  assert rep["settings"]["resamples"] == 10 and rep["settings"]["interval"] == "percentile"
   assert rep["seeds"]["seed"] == 3
   for lab, entry in rep["metrics"].items():
     name, _, m = report.parse_label(lab)
@@ -73,7 +75,7 @@ def test_smooth_ece_sits_beside_the_binned_ece_with_its_interval(rep, small):
 def test_robustness_section_has_bands_and_calibrated_values(rep):
   rob = rep["robustness"]
   bins = rob["num_bins"]
-  assert bins[0] == 2 and bins[-1] == 800 and bins == sorted(set(bins))
+  assert bins[0] == 2 and bins[-1] == 1500 and bins == sorted(set(bins))
   for name, curve in rob["curves"].items():
     report.parse_label(name)
     assert len(curve["estimate"]) == len(bins)

@@ -708,6 +708,7 @@ def _trace_clean() -> bool:
 
 
 _ALIGN = 64  # XLA:CPU adopts a host buffer with this alignment instead of copying it
+_OWN_COPY = 1 << 20  # bytes from which our aligned copy beats device_put's own (unaligned) one
 
 
 def _aligned_copy(a: np.ndarray) -> np.ndarray:
@@ -729,13 +730,14 @@ def _device(x: Any) -> jax.Array:
   unaligned copy (about twice numpy's). So a host array is first copied into
   a private 64-byte-aligned buffer, which ``device_put`` then adopts: one
   fast copy, and the caller's later writes never show through a result
-  still being computed or a fitted recalibrator holding the array. A JAX
-  array is returned as it is.
+  still being computed or a fitted recalibrator holding the array (an
+  unaligned array under 1 MiB is left to ``device_put``'s copy, cheaper
+  there). A JAX array is returned as it is.
   """
   if isinstance(x, jax.Array | jax.core.Tracer):
     return x
   a = np.asarray(x)
-  if jax.default_backend() == "cpu":
+  if jax.default_backend() == "cpu" and (a.nbytes >= _OWN_COPY or a.ctypes.data % _ALIGN == 0):
     a = _aligned_copy(a)
   return jax.device_put(a)
 
