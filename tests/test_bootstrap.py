@@ -327,3 +327,24 @@ def test_public_names():
   )
   for name in BS.__all__:
     assert getattr(BS, name).__doc__ or name == "METHODS"
+
+
+def test_map_batches_traces_the_body_once_and_equals_lax_map():
+  # the shared lax.map in batches (bootstrap, rank correlations, kernel
+  # predictions): a partial last batch is padded, not traced a second time
+  from jaxcal._src.numerics import map_batches
+
+  traces = []
+
+  def f(x):
+    traces.append(1)
+    return {"s": jnp.sum(x[0]) * x[1], "m": x[0] * 2.0}
+
+  xs = (jnp.arange(21.0).reshape(7, 3), jnp.arange(7.0) - 3.0)
+  out = jax.jit(lambda xs: map_batches(f, xs, 3))(xs)
+  assert len(traces) == 1
+  want = jax.lax.map(f, xs, batch_size=3)
+  assert len(traces) > 2  # lax.map traces the full batches and the remainder apart
+  for k in want:
+    np.testing.assert_array_equal(out[k], want[k])
+  assert out["s"].shape == (7,) and out["m"].shape == (7, 3)

@@ -65,6 +65,7 @@ from jax.scipy.special import ndtr, ndtri
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
+from jaxcal._src.numerics import map_batches
 
 __all__ = [
   "BootstrapResult",
@@ -94,23 +95,6 @@ def _auto_batch(per_resample_bytes: int, num_resamples: int) -> int:
   """Resamples per ``jax.lax.map`` batch when the caller gives none."""
   cap = _MAX_BATCH.get(jax.default_backend(), 64)
   return int(max(1, min(cap, num_resamples, _BATCH_BYTES // max(per_resample_bytes, 1))))
-
-
-def _map_batches(f: Callable, xs: Any, batch_size: int) -> Any:
-  """``jax.lax.map(f, xs, batch_size=batch_size)`` with one compiled body.
-
-  ``lax.map`` traces and compiles ``f`` a second time for the last
-  ``len % batch_size`` elements; here the leading axis is padded to a
-  multiple of the batch with copies of its first elements, whose results
-  are dropped (the same values, one compilation).
-  """
-  size = jax.tree.leaves(xs)[0].shape[0]
-  pad = -size % batch_size
-  if pad:
-    fill = np.arange(pad) % size
-    xs = jax.tree.map(lambda a: jnp.concatenate([a, a[fill]]), xs)
-  out = jax.lax.map(f, xs, batch_size=batch_size)
-  return jax.tree.map(lambda a: a[:size], out) if pad else out
 
 
 class BootstrapResult(NamedTuple):
@@ -305,7 +289,7 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
     return fn(*_gather(arrays, axes, slot, idx))
 
   per_resample = [jax.random.split(k, num_resamples) for k in keys]
-  samples = _map_batches(one, per_resample, batch_size)
+  samples = map_batches(one, per_resample, batch_size)
   jack = None
   if jackknife:
     # Delete-a-group jackknife of each data set in turn (the others full).
@@ -320,7 +304,7 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
         idx[g] = perm[keep + (keep >= k * size) * size]
         return fn(*_gather(arrays, axes, slot, idx))
 
-      parts.append(_map_batches(drop, jnp.arange(num_groups), batch_size))
+      parts.append(map_batches(drop, jnp.arange(num_groups), batch_size))
     jack = parts
   return estimate, samples, jack
 
@@ -542,7 +526,7 @@ def _consistency(key, probs, num_bins, binning, num_resamples, batch_size, level
     gap = jnp.where(s.counts > 0, s.accuracy - s.confidence, jnp.nan)
     return gap
 
-  gaps = _map_batches(one, jax.random.split(key, num_resamples), batch_size)
+  gaps = map_batches(one, jax.random.split(key, num_resamples), batch_size)
   lo = jnp.nanquantile(gaps, (1.0 - level) / 2, axis=0)
   hi = jnp.nanquantile(gaps, (1.0 + level) / 2, axis=0)
   ok = base.counts > 0

@@ -35,6 +35,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.bootstrap import BootstrapResult, _normal_confidence, resample_indices
 from jaxcal._src.bootstrap import bootstrap as _bootstrap
+from jaxcal._src.numerics import map_batches
 
 __all__ = [
   "dominance_matrix",
@@ -211,7 +212,7 @@ def _kendall(a: jax.Array, b: jax.Array) -> jax.Array:
     sb = (bi > b).astype(jnp.int32) - (bi < b).astype(jnp.int32)
     return jnp.stack([jnp.sum(sa * sb), jnp.sum(jnp.abs(sa)), jnp.sum(jnp.abs(sb))])
 
-  t = jnp.sum(jax.lax.map(row, (a, b), batch_size=256), axis=0).astype(a.dtype)
+  t = jnp.sum(map_batches(row, (a, b), 256), axis=0).astype(a.dtype)
   return t[0] / jnp.sqrt(t[1] * t[2])
 
 

@@ -7,15 +7,19 @@ move a kernel-based LCE by 1 % and to break agreement with float64
 references. ``tests/test_precision.py`` checks the source for it.
 
 :func:`row_reduce` is how a reduction over classes of a computed ``(n, C)``
-quantity is written without an ``(n, C)`` temporary.
+quantity is written without an ``(n, C)`` temporary. :func:`map_batches` is
+``jax.lax.map`` in batches with one compiled body (bootstrap resamples, rank
+correlations, kernel predictions).
 """
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-__all__ = ["PRECISION", "ROW_CHUNK", "row_reduce"]
+__all__ = ["PRECISION", "ROW_CHUNK", "map_batches", "row_reduce"]
 
 #: Full float32 products on every backend (no TF32 on GPU, no bf16 passes on TPU).
 PRECISION = jax.lax.Precision.HIGHEST
@@ -57,3 +61,33 @@ def row_reduce(fn: Callable, x: jax.Array, op: str = "sum") -> jax.Array:
     part = reduce(fn(x[..., a : a + ROW_CHUNK], cols), axis=-1)
     out = part if out is None else combine(out, part)
   return out
+
+
+def map_batches(f: Callable, xs: Any, batch_size: int) -> Any:
+  """``jax.lax.map(f, xs, batch_size=batch_size)`` with one compiled body.
+
+  ``lax.map`` traces and compiles ``f`` a second time for the last
+  ``len % batch_size`` elements; here the leading axis is padded to a
+  multiple of the batch with copies of its first elements, whose results
+  are dropped (the same values, one compilation).
+
+  Args:
+    f: function of one element of ``xs`` (a pytree slice along axis 0).
+    xs: pytree of arrays with a common leading axis of length ``L``.
+    batch_size: elements evaluated together by ``jax.vmap`` (static).
+
+  Returns:
+    ``f`` stacked over the ``L`` elements, as ``jax.lax.map`` returns it.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> map_batches(lambda v: v * 2, jnp.arange(5.0), 2).tolist()
+    [0.0, 2.0, 4.0, 6.0, 8.0]
+  """
+  size = jax.tree.leaves(xs)[0].shape[0]
+  pad = -size % batch_size
+  if pad:
+    fill = np.arange(pad) % size
+    xs = jax.tree.map(lambda a: jnp.concatenate([a, a[fill]]), xs)
+  out = jax.lax.map(f, xs, batch_size=batch_size)
+  return jax.tree.map(lambda a: a[:size], out) if pad else out

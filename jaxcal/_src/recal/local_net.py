@@ -67,7 +67,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
 from jaxcal._src.local import _nw_core, gaussian_log_kernel
-from jaxcal._src.numerics import PRECISION
+from jaxcal._src.numerics import PRECISION, map_batches
 from jaxcal._src.recal.base import Recalibrator, check_inputs, check_num_classes, to_logits
 from jaxcal._src.train.loop import evaluate, train_epoch
 from jaxcal._src.train.pca import PCA, _fit_pca, pca_transform, standardize
@@ -501,7 +501,7 @@ def _kernel_predict(q, mem, onehot, bandwidth, floor, chunk=2048):
     w = jnp.maximum(jax.nn.softmax(logk, axis=1), floor)
     return (jnp.matmul(w, onehot, precision=PRECISION) / jnp.sum(w, axis=1, keepdims=True))[0]
 
-  return jax.lax.map(one, q, batch_size=chunk)
+  return map_batches(one, q, chunk)
 
 
 @jax.jit
