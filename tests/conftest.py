@@ -16,22 +16,22 @@ import tempfile
 # above all) is compiled once. It must be set before JAX is imported; a cache
 # the user points JAX at already is used as it is, and one made here is
 # removed at the end of the run.
+_OWN_CACHE = None  # the folder this process made (only the first pytest process makes one)
 if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxcal-test-jit-")
-  os.environ["JAXCAL_TEST_OWN_CACHE"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
+  _OWN_CACHE = tempfile.mkdtemp(prefix="jaxcal-test-jit-")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
-import numpy as np
-import pytest
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
-from jaxcal.data import dataset_dir
+from jaxcal.data import dataset_dir  # noqa: E402
 
 
 def pytest_unconfigure(config):
   """Removes the run's compilation cache (in the process that made it)."""
-  own = os.environ.get("JAXCAL_TEST_OWN_CACHE")
-  if own and not hasattr(config, "workerinput"):
-    shutil.rmtree(own, ignore_errors=True)
+  if _OWN_CACHE:
+    shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 def _dataset_or_skip(name):
