@@ -68,7 +68,8 @@ METHODS = tuple(
 #: are reported with the same flags, not checked; so are beta calibration and
 #: BBQ (one-vs-rest maps of the probabilities, normalised, like Platt) and
 #: ensemble temperature scaling (a temperature and three mixture weights
-#: fitted by NLL, nothing chosen by cross-validation).
+#: fitted by the authors' mean squared error, nothing chosen by
+#: cross-validation).
 CHECKED = ("vector", "matrix", "dirichlet")
 
 

@@ -348,3 +348,18 @@ def test_map_batches_traces_the_body_once_and_equals_lax_map():
   for k in want:
     np.testing.assert_array_equal(out[k], want[k])
   assert out["s"].shape == (7,) and out["m"].shape == (7, 3)
+  # batches are evened out: 300 elements at most 256 at a time run as 2 x 150
+  # (nothing padded), 10 at most 256 at a time as 1 x 10, 7 at most 3 at a
+  # time as 3 x 3 (2 padded)
+  for size, batch, num_batches, padded in (
+    (300, 256, 2, False),
+    (10, 256, 1, False),
+    (7, 3, 3, True),
+  ):
+    jaxpr = jax.make_jaxpr(lambda v, b=batch: map_batches(lambda e: e * 2, v, b))(
+      jnp.arange(float(size))
+    )
+    prims = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+    (scan,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    assert scan.params["length"] == num_batches, (size, scan.params["length"])
+    assert ("concatenate" in prims) == padded, (size, prims)

@@ -67,14 +67,16 @@ def map_batches(f: Callable, xs: Any, batch_size: int) -> Any:
   """``jax.lax.map(f, xs, batch_size=batch_size)`` with one compiled body.
 
   ``lax.map`` traces and compiles ``f`` a second time for the last
-  ``len % batch_size`` elements; here the leading axis is padded to a
-  multiple of the batch with copies of its first elements, whose results
-  are dropped (the same values, one compilation).
+  ``len % batch_size`` elements. Here the ``L`` elements are split into
+  ``k = ceil(L / batch_size)`` batches of equal size ``ceil(L / k)`` (at most
+  ``batch_size``), and the leading axis is padded to ``k`` batches with
+  copies of its first elements, whose results are dropped: one compilation,
+  the same values, and fewer than ``k`` padded elements.
 
   Args:
     f: function of one element of ``xs`` (a pytree slice along axis 0).
     xs: pytree of arrays with a common leading axis of length ``L``.
-    batch_size: elements evaluated together by ``jax.vmap`` (static).
+    batch_size: most elements evaluated together by ``jax.vmap`` (static).
 
   Returns:
     ``f`` stacked over the ``L`` elements, as ``jax.lax.map`` returns it.
@@ -85,9 +87,11 @@ def map_batches(f: Callable, xs: Any, batch_size: int) -> Any:
     [0.0, 2.0, 4.0, 6.0, 8.0]
   """
   size = jax.tree.leaves(xs)[0].shape[0]
-  pad = -size % batch_size
+  num_batches = -(-size // max(int(batch_size), 1))
+  batch = -(-size // num_batches)
+  pad = num_batches * batch - size
   if pad:
     fill = np.arange(pad) % size
     xs = jax.tree.map(lambda a: jnp.concatenate([a, a[fill]]), xs)
-  out = jax.lax.map(f, xs, batch_size=batch_size)
+  out = jax.lax.map(f, xs, batch_size=batch)
   return jax.tree.map(lambda a: a[:size], out) if pad else out
