@@ -214,6 +214,7 @@ def main(argv=None) -> dict:
 
   if args.quick:
     args.models, args.n, args.step, args.bins, args.utilities, args.repeat = 12, 600, 20, 20, 50, 1
+  info = device_info()  # before the runs: the load of the machine, not of the benchmark's own workers
   runs = []
   for layout in args.layouts.split(","):
     for d in (x if x == "gpu" else int(x) for x in args.devices.split(",")):
@@ -248,7 +249,6 @@ def main(argv=None) -> dict:
           "max_abs_diff_of_mean_values": agree,
         }
       )
-  info = device_info()
   out = {
     "benchmark": "study",
     "setup": {
@@ -262,7 +262,8 @@ def main(argv=None) -> dict:
       "devices": args.devices,
     },
     "runs": runs,
-    "machine_note": machine_note(info.get("load_avg_at_start")),
+    "machine_note": machine_note(info.get("load_avg_at_start"))
+    + "; each worker's own 1-minute load is in its 'load_avg' (forced devices add threads)",
     "load_avg_at_end": list(os.getloadavg()),
     **info,
   }
