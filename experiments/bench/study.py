@@ -214,9 +214,8 @@ def main(argv=None) -> dict:
 
   if args.quick:
     args.models, args.n, args.step, args.bins, args.utilities, args.repeat = 12, 600, 20, 20, 50, 1
-  info = (
-    device_info()
-  )  # before the runs: the load of the machine, not of the benchmark's own workers
+  # read before the runs: the load of the machine, not that of the benchmark's own workers
+  info = device_info()
   runs = []
   for layout in args.layouts.split(","):
     for d in (x if x == "gpu" else int(x) for x in args.devices.split(",")):
