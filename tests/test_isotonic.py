@@ -270,3 +270,29 @@ def test_float32_close_to_float64_at_large_n():
 def pav_reference_fast(x, y):
   """Stack PAV in float64 (sklearn's algorithm), for large n."""
   return sklearn_isotonic.IsotonicRegression().fit(x, y).predict(x)
+
+
+@pytest.mark.parametrize("targets", ["binary", "general", "weighted"])
+def test_row_groups_of_the_sorts_equal_one_group(monkeypatch, targets):
+  """The per-core row groups of the sort step (CPU) give the one-group fit, bit for bit."""
+  from jaxcal._src import sorting as S
+
+  rng = np.random.default_rng(11)
+  x = np.round(rng.random((5, 70_000)), 3).astype(np.float32)  # ties, 2-pass keys
+  y = (rng.random(x.shape) < x).astype(np.float32)
+  if targets != "binary":
+    y = y + rng.random(x.shape).astype(np.float32)
+  w = rng.random(x.shape).astype(np.float32) if targets == "weighted" else None
+  args = [jnp.asarray(a) for a in (x, y, w) if a is not None]
+
+  def fit(groups):
+    monkeypatch.setattr(I, "cpu_groups", lambda rows, n: groups)
+    monkeypatch.setattr(S, "cpu_groups", lambda rows, n: groups)
+    return jax.jit(lambda *a: I._fit_groups(*a))(*args)  # a fresh trace per group count
+
+  one = fit(1)
+  for got in (fit(2), fit(3)):
+    for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(got)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  want = pav_reference(x[0].astype(np.float64), y[0].astype(np.float64), None if w is None else w[0])
+  np.testing.assert_allclose(np.asarray(one.fitted[0]), want, atol=1e-5)

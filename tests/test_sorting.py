@@ -68,15 +68,36 @@ def test_vmap_keeps_the_pass_choice_a_cond():
   np.testing.assert_array_equal(got, _np_stable(rows))
 
 
-def test_row_groups_equal_one_group():
-  key = S.float_to_key(jnp.asarray(_scores(np.random.default_rng(6), (5, 3000))))
+@pytest.mark.parametrize("wide", [False, True])
+def test_row_groups_equal_one_group(wide):
+  """Groups of rows (one per core) give the one-group result on both pass branches."""
+  x = np.abs(_scores(np.random.default_rng(6), (5, 70_000)))
+  x /= x.max()  # scores in [0, 1]: the 2-pass branch
+  if wide:
+    x[2, ::13] = -1e30  # one wide row: every group takes the 3-pass branch
+  key = S.float_to_key(jnp.asarray(x))
   one = S._radix_argsort(key)
+  np.testing.assert_array_equal(np.asarray(one[1]), _np_stable(x))
   for groups in (2, 3, 5):
-    split = S.in_groups(S._radix_argsort, groups, key)
+    split = S._radix_argsort(key, groups)
     for a, b in zip(one, split):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert S.cpu_groups(1, 10**6) == 1 and S.cpu_groups(100, 10) == 1
   assert 1 <= S.cpu_groups(100, 10**5) <= S.MAX_CPU_GROUPS
+
+
+def test_row_groups_share_one_pass_choice(monkeypatch):
+  """The 2-or-3-pass cond is taken once around the row groups, not once inside each.
+
+  XLA:CPU ran groups that each held their own cond one after another (no
+  gain from the split); with one cond outside, the groups run concurrently.
+  """
+  monkeypatch.setattr(S, "cpu_groups", lambda rows, n: 2)
+  key = jnp.zeros((4, 70_000), jnp.uint32)
+  jaxpr = str(jax.make_jaxpr(lambda k: S._argsort_rows(k, True))(key))
+  # one cond for the backend choice (platform_dependent), one for the passes
+  assert jaxpr.count("cond[") == 2
+  assert jaxpr.count(" sort[") >= 2 * 2  # two groups of at least two passes
 
 
 def test_key_roundtrip_and_order_every_width():

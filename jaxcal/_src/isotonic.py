@@ -36,9 +36,11 @@ data) and in four steps, every one batched over rows:
 
 ``jax.vmap`` over classes (or data sets) is routed by a ``custom_vmap`` rule
 to one call on the stacked rows (:func:`~jaxcal._src.sorting.rowwise_vmap`),
-so the data-dependent loops run once for all rows, and the rows are split
-into one group per CPU core (:func:`~jaxcal._src.sorting.cpu_groups`), which
-XLA:CPU runs concurrently. Block sums are accumulated in order in the input
+so the data-dependent loops run once for all rows. The sorts of step 1 split
+the rows into one group per CPU core
+(:func:`~jaxcal._src.sorting.cpu_groups`), which XLA:CPU runs concurrently;
+the PAV loops do not (XLA:CPU ran loops of separate groups one after another,
+so they run once over all rows). Block sums are accumulated in order in the input
 dtype, as PAV does: float32 inputs give float32 fits (for 0/1 targets with
 unit weights the sums are exact integers); enable x64 (``with
 jax.enable_x64(True):``) for agreement with scikit-learn's float64 fit to
@@ -102,23 +104,38 @@ def _float_dtype(*xs) -> jnp.dtype:
 _JOIN, _NEXT_JOINS = 1, 2
 
 
+def _sort_rows(a):
+  """``jnp.sort`` along the last axis; on CPU one group of rows per core (:func:`cpu_groups`)."""
+  groups = cpu_groups(a.shape[0], a.shape[-1])
+  return lax.platform_dependent(
+    a,
+    cpu=lambda b: in_groups(lambda c: jnp.sort(c, axis=-1), groups, b),
+    default=lambda b: jnp.sort(b, axis=-1),
+  )
+
+
 def _sorted_binary(key, y):
   """One sort of ``(key - min) * 2 + y``: sorted keys and 0/1 targets together."""
   lo = jnp.min(key)
   one = key.dtype.type(1)
-  packed = jnp.sort(((key - lo) << one) | (y > 0).astype(key.dtype), axis=-1)
+  packed = _sort_rows(((key - lo) << one) | (y > 0).astype(key.dtype))
   return (packed >> one) + lo, (packed & one).astype(y.dtype)
 
 
 def _sorted_general(key, y):
-  skey, perm = argsort_keys(key, split=False)
+  skey, perm = argsort_keys(key)
   return skey, jnp.take_along_axis(y, perm, axis=-1)
 
 
 def _sorted_data(key, y, w):
-  """``(sorted keys, sorted y, sorted w or None)`` of ``(rows, n)`` arrays."""
+  """``(sorted keys, sorted y, sorted w or None)`` of ``(rows, n)`` arrays.
+
+  The sorts run as one group of rows per CPU core, the only part of the fit
+  that XLA:CPU runs concurrently (the groups hold no loop or ``cond`` of
+  their own: the choice of sort is made once, around them).
+  """
   if w is not None:
-    skey, perm = argsort_keys(key, split=False)
+    skey, perm = argsort_keys(key)
     take = lambda a: jnp.take_along_axis(a, perm, axis=-1)
     return skey, take(y), take(w)
   half = key.dtype.type(1 << (8 * key.dtype.itemsize - 1))
@@ -411,15 +428,9 @@ def _fit_rows(x: jax.Array, y: jax.Array, w: jax.Array | None) -> _Core:
 
 
 def _fit_groups(x, y, w=None):
-  """:func:`_fit_rows` over any leading axes; on CPU one group of rows per core."""
+  """:func:`_fit_rows` over any leading axes (its sorts split the rows per CPU core)."""
   lead, n = x.shape[:-1], x.shape[-1]
-  args = [a.reshape((-1, n)) for a in (x, y, w) if a is not None]
-  groups = cpu_groups(args[0].shape[0], n)
-
-  def fit(*a):
-    return _fit_rows(a[0], a[1], a[2] if len(a) > 2 else None)
-
-  out = lax.platform_dependent(*args, cpu=lambda *a: in_groups(fit, groups, *a), default=fit)
+  out = _fit_rows(*(a.reshape((-1, n)) if a is not None else None for a in (x, y, w)))
   return jax.tree.map(lambda o: o.reshape(lead + (n,)), out)
 
 

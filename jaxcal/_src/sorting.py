@@ -244,7 +244,7 @@ def _radix_passes(key: jax.Array, k: int, d: int, passes: int) -> tuple[jax.Arra
   return key, perm
 
 
-def _radix_argsort(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _radix_argsort(key: jax.Array, groups: int = 1) -> tuple[jax.Array, jax.Array]:
   """Stable argsort of ``(rows, n)`` unsigned keys from single-operand sorts.
 
   Each pass sorts one unsigned integer that packs a ``d``-bit digit of the
@@ -253,23 +253,30 @@ def _radix_argsort(key: jax.Array) -> tuple[jax.Array, jax.Array]:
   previous order, so the result is the stable order: ``ceil(w / d)`` passes
   for ``w``-bit keys, or 2 when all keys less their minimum span fewer than
   ``2^(2d)`` values (scores in ``[0, 2)`` do, up to ``n = 2^17``): one
-  ``lax.cond`` on a reduction over every row.
+  ``lax.cond`` on a reduction over every row. The rows are sorted in
+  ``groups`` independent groups (:func:`in_groups`) inside each branch: XLA:CPU
+  ran groups that each held a ``lax.cond`` one after another, so the choice
+  is made once, outside them (1.8x on 2 cores for 8 rows of 10^5 or 10^6).
   """
   n = key.shape[-1]
   w = 8 * key.dtype.itemsize
   k = max(1, int(n - 1).bit_length())
   d = w - k
   passes = -(-w // d)
+
+  def run(key, passes):
+    return in_groups(lambda kk: _radix_passes(kk, k, d, passes), groups, key)
+
   if passes <= 2:
-    return _radix_passes(key, k, d, passes)
+    return run(key, passes)
   lo = jnp.min(key)
   span_ok = (jnp.max(key) - lo) < key.dtype.type(min(2 ** (2 * d), 2**w - 1))
 
   def two(key):
-    skey, perm = _radix_passes(key - lo, k, d, 2)
+    skey, perm = run(key - lo, 2)
     return skey + lo, perm
 
-  return jax.lax.cond(span_ok, two, lambda key: _radix_passes(key, k, d, passes), key)
+  return jax.lax.cond(span_ok, two, lambda key: run(key, passes), key)
 
 
 def _pair_argsort(key: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -290,7 +297,7 @@ def _argsort_rows(key: jax.Array, split: bool) -> tuple[jax.Array, jax.Array]:
   if 8 * k2.dtype.itemsize - int(n - 1).bit_length() < MIN_DIGIT_BITS:
     out = _pair_argsort(k2)
   else:
-    cpu = lambda k: in_groups(_radix_argsort, groups, k)
+    cpu = lambda k: _radix_argsort(k, groups)
     out = jax.lax.platform_dependent(k2, cpu=cpu, default=_pair_argsort)
   return jax.tree.map(lambda a: a.reshape(lead + (n,)), out)
 
