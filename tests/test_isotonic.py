@@ -294,5 +294,7 @@ def test_row_groups_of_the_sorts_equal_one_group(monkeypatch, targets):
   for got in (fit(2), fit(3)):
     for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(got)):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  want = pav_reference(x[0].astype(np.float64), y[0].astype(np.float64), None if w is None else w[0])
+  want = pav_reference(
+    x[0].astype(np.float64), y[0].astype(np.float64), None if w is None else w[0]
+  )
   np.testing.assert_allclose(np.asarray(one.fitted[0]), want, atol=1e-5)

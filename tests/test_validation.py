@@ -420,6 +420,67 @@ def test_device_copies_strided_and_fortran_inputs_into_an_aligned_buffer():
   assert V._aligned_copy(np.zeros((0, 3), np.float32)).shape == (0, 3)
 
 
+def test_staging_buffers_are_reused_only_when_nothing_holds_them(monkeypatch):
+  # numpy inputs of 1 MiB or more are staged in a private aligned buffer that
+  # device_put adopts; the buffer is handed out again only once the JAX
+  # array adopted from it is gone, so a held array never changes.
+  import gc
+  import time
+
+  from jaxcal._src import validation as V
+
+  monkeypatch.setattr(V, "_staging_pool", [])
+  a = np.arange(512 * 1024, dtype=np.float32).reshape(1024, 512)  # 2 MiB
+  held = [V._device(a + k) for k in range(4)]  # all held: four distinct buffers
+  ptrs = {x.unsafe_buffer_pointer() for x in held}
+  assert len(ptrs) == 4
+  for k, x in enumerate(held):
+    np.testing.assert_array_equal(np.asarray(x), a + k)
+  assert len(V._staging_pool) == V.STAGING_BUFFERS  # the pool forgets the oldest
+
+  last = held[-1].unsafe_buffer_pointer()
+  del held, x
+  for _ in range(200):  # XLA:CPU drops its reference to an adopted buffer asynchronously
+    gc.collect()  # np.asarray of a JAX array leaves a reference cycle
+    if V._pool_refs(len(V._staging_pool) - 1) == V._staging_free_refs:
+      break
+    time.sleep(0.01)
+  again = V._device(a - 1)
+  assert again.unsafe_buffer_pointer() in ptrs  # a pooled buffer, reused
+  assert again.unsafe_buffer_pointer() == last or len(V._staging_pool) == V.STAGING_BUFFERS
+  np.testing.assert_array_equal(np.asarray(again), a - 1)
+
+  # a view of the adopted array (np.asarray) keeps the buffer busy too
+  view = np.asarray(again)
+  del again
+  gc.collect()
+  time.sleep(0.05)
+  other = [V._device(a * 3) for _ in range(3)]
+  np.testing.assert_array_equal(view, a - 1)
+  for x in other:
+    np.testing.assert_array_equal(np.asarray(x), a * 3)
+
+
+def test_staging_is_thread_safe_and_large_inputs_are_not_kept(monkeypatch):
+  from concurrent.futures import ThreadPoolExecutor
+
+  from jaxcal._src import validation as V
+
+  monkeypatch.setattr(V, "_staging_pool", [])
+  a = np.arange(300_000, dtype=np.float32)  # 1.2 MB
+
+  def roundtrip(k):
+    x = V._device(a + k)
+    return bool(np.array_equal(np.asarray(x), a + k))
+
+  with ThreadPoolExecutor(4) as ex:
+    assert all(ex.map(roundtrip, range(40)))
+  monkeypatch.setattr(V, "STAGING_MAX_BYTES", 1 << 20)
+  monkeypatch.setattr(V, "_staging_pool", [])
+  np.testing.assert_array_equal(np.asarray(V._device(a)), a)
+  assert V._staging_pool == []  # above the size kept: a fresh buffer, not pooled
+
+
 def test_fused_checks_raise_and_leave_the_input_alone():
   # conf_ece runs its value checks inside the metric's own program
   # (check_predictions(defer=True) + run_checked); bad input still raises
