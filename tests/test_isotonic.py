@@ -288,7 +288,7 @@ def test_row_groups_of_the_sorts_equal_one_group(monkeypatch, targets):
   def fit(groups):
     monkeypatch.setattr(I, "cpu_groups", lambda rows, n: groups)
     monkeypatch.setattr(S, "cpu_groups", lambda rows, n: groups)
-    return jax.jit(lambda *a: I._fit_groups(*a))(*args)  # a fresh trace per group count
+    return jax.jit(lambda *a: I._fit_batched(*a))(*args)  # a fresh trace per group count
 
   one = fit(1)
   for got in (fit(2), fit(3)):

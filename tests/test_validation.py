@@ -479,6 +479,9 @@ def test_staging_is_thread_safe_and_large_inputs_are_not_kept(monkeypatch):
   monkeypatch.setattr(V, "_staging_pool", [])
   np.testing.assert_array_equal(np.asarray(V._device(a)), a)
   assert V._staging_pool == []  # above the size kept: a fresh buffer, not pooled
+  monkeypatch.setattr(V, "STAGING_MAX_BYTES", 256 << 20)
+  small = V._aligned_copy(np.ones((100, 10), np.float32))  # under 1 MiB: not pooled either
+  assert small.ctypes.data % V._ALIGN == 0 and V._staging_pool == []
 
 
 def test_fused_checks_raise_and_leave_the_input_alone():

@@ -427,15 +427,15 @@ def _fit_rows(x: jax.Array, y: jax.Array, w: jax.Array | None) -> _Core:
   return _Core(value_at(float_to_key(x)), sorted_x, value_at(skey))
 
 
-def _fit_groups(x, y, w=None):
+def _fit_batched(x, y, w=None):
   """:func:`_fit_rows` over any leading axes (its sorts split the rows per CPU core)."""
   lead, n = x.shape[:-1], x.shape[-1]
   out = _fit_rows(*(a.reshape((-1, n)) if a is not None else None for a in (x, y, w)))
   return jax.tree.map(lambda o: o.reshape(lead + (n,)), out)
 
 
-_rows_unweighted = rowwise_vmap(lambda x, y: _fit_groups(x, y))
-_rows_weighted = rowwise_vmap(_fit_groups)
+_rows_unweighted = rowwise_vmap(lambda x, y: _fit_batched(x, y))
+_rows_weighted = rowwise_vmap(_fit_batched)
 
 
 def _core(x: jax.Array, y: jax.Array, w: jax.Array | None) -> _Core:
