@@ -286,7 +286,6 @@ def test_row_groups_of_the_sorts_equal_one_group(monkeypatch, targets):
   args = [jnp.asarray(a) for a in (x, y, w) if a is not None]
 
   def fit(groups):
-    monkeypatch.setattr(I, "cpu_groups", lambda rows, n: groups)
     monkeypatch.setattr(S, "cpu_groups", lambda rows, n: groups)
     return jax.jit(lambda *a: I._fit_batched(*a))(*args)  # a fresh trace per group count
 

@@ -58,11 +58,10 @@ from jax.typing import ArrayLike
 
 from jaxcal._src.sorting import (
   argsort_keys,
-  cpu_groups,
   float_to_key,
-  in_groups,
   key_to_float,
   rowwise_vmap,
+  sort_rows,
 )
 
 __all__ = [
@@ -104,21 +103,11 @@ def _float_dtype(*xs) -> jnp.dtype:
 _JOIN, _NEXT_JOINS = 1, 2
 
 
-def _sort_rows(a):
-  """``jnp.sort`` along the last axis; on CPU one group of rows per core (:func:`cpu_groups`)."""
-  groups = cpu_groups(a.shape[0], a.shape[-1])
-  return lax.platform_dependent(
-    a,
-    cpu=lambda b: in_groups(lambda c: jnp.sort(c, axis=-1), groups, b),
-    default=lambda b: jnp.sort(b, axis=-1),
-  )
-
-
 def _sorted_binary(key, y):
   """One sort of ``(key - min) * 2 + y``: sorted keys and 0/1 targets together."""
   lo = jnp.min(key)
   one = key.dtype.type(1)
-  packed = _sort_rows(((key - lo) << one) | (y > 0).astype(key.dtype))
+  packed = sort_rows(((key - lo) << one) | (y > 0).astype(key.dtype))
   return (packed >> one) + lo, (packed & one).astype(y.dtype)
 
 
