@@ -982,7 +982,7 @@ def evaluate(
       w = _put(st.where, rows) if masked else np.zeros((), bool)
       bins_d = _put(bins_np, NamedSharding(mesh, P()))
       args = (_put(st.x, rows), _put(st.y, rows), w, bins_d, *params)
-      calls.append((c, us, st, prog, args))
+      calls.append((c, st, prog, args))
       info["programs"].append(
         {
           "num_classes": c,
@@ -995,10 +995,10 @@ def evaluate(
   # asynchronously, so the next one's tracing and compilation overlap its run
   outs = [prog(*args) for *_, prog, args in calls]
   # 3. results to the host
-  for (c, us, st, _, _), out in zip(calls, outs):
+  for (c, st, _, _), out in zip(calls, outs):
     out = jax.device_get(out)
     if not out.pop(_UTILITIES_OK):  # the eager checks name the bad batch and value
-      for name, u in us.items():
+      for name, u in us_by_c[c].items():
         _checked_params(u, c, f"utilities[{name!r}]")
       raise ValueError("utilities: a parameter is not finite or lies outside [-1, 1]")
     for k, v in out.items():
