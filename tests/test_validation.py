@@ -483,8 +483,8 @@ def test_staging_is_thread_safe_and_large_inputs_are_not_kept(monkeypatch):
   assert small.ctypes.data % V._ALIGN == 0 and V._staging_pool == []
 
 
-def test_fused_checks_raise_and_leave_the_input_alone():
-  # conf_ece runs its value checks inside the metric's own program
+def test_deferred_checks_raise_and_leave_the_input_alone():
+  # conf_ece dispatches its program before reading its value checks back
   # (check_predictions(defer=True) + run_checked); bad input still raises
   # the same message, and the caller's aligned array is read, never written.
   p = _aligned(np.full((50, 4), 0.25, np.float32))
@@ -503,7 +503,7 @@ def test_fused_checks_raise_and_leave_the_input_alone():
     scores.brier(_aligned(bad), y)
 
 
-def test_fused_checks_count_the_mask_for_quantile_bins():
+def test_deferred_checks_count_the_mask_for_quantile_bins():
   p = np.full((50, 4), 0.25, np.float32)
   y = np.arange(50) % 4
   where = np.arange(50) < 5
@@ -512,7 +512,7 @@ def test_fused_checks_count_the_mask_for_quantile_bins():
   assert np.isfinite(float(metrics.conf_ce(p, y, 5, where=where)))
 
 
-def test_fused_checks_on_closed_over_numpy_inside_jit():
+def test_deferred_checks_on_closed_over_numpy_inside_jit():
   # Concrete data closed over in a user's jit is checked like traced data
   # (bad input: NaN) and never adopted in place: its later mutation changes
   # nothing.
@@ -526,3 +526,170 @@ def test_fused_checks_on_closed_over_numpy_inside_jit():
   assert np.isfinite(want)
   p[...] = np.eye(4, dtype=np.float32)[y]  # perfect predictions now
   assert float(f()) == want
+
+
+# ----------------------------------------------------------------------------
+# Borrowed host buffers: the public call reads a large numpy matrix in place
+# ----------------------------------------------------------------------------
+
+_BIG = (4099, 100)  # 1.6 MB of float32 (over the 1 MiB floor); 4099 rows: head, body and tail
+
+
+def _at(a: np.ndarray, offset: int) -> np.ndarray:
+  """A copy of ``a`` whose buffer starts ``offset`` bytes past a 64-byte boundary."""
+  buf = np.empty(a.nbytes + 128, np.uint8)
+  start = (-buf.ctypes.data) % 64 + offset
+  out = buf[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+  out[...] = a
+  return out
+
+
+def _big_probs(seed: int = 0, offset: int = 16) -> tuple[np.ndarray, np.ndarray]:
+  rng = np.random.default_rng(seed)
+  z = rng.standard_normal(_BIG).astype(np.float32) * 3
+  p = np.exp(z - z.max(1, keepdims=True))
+  p /= p.sum(1, keepdims=True)
+  return _at(p.astype(np.float32), offset), rng.integers(0, _BIG[1], _BIG[0]).astype(np.int32)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="host buffers are adopted on the CPU")
+@pytest.mark.parametrize("offset", [0, 16, 48])
+def test_borrowed_rows_read_the_callers_buffer_in_place(offset):
+  # numpy's large buffers start 16 bytes past a 64-byte boundary: the block
+  # from the first aligned row is adopted (same address), the few rows
+  # before it and after the last multiple of 8 are copied.
+  p, _ = _big_probs(offset=offset)
+  blocks = V._borrowed_rows(p)
+  rows = [b.shape[0] for b in blocks.parts]
+  assert sum(rows) == p.shape[0] and blocks.shape == p.shape and blocks.dtype == p.dtype
+  np.testing.assert_array_equal(np.concatenate([np.asarray(b) for b in blocks.parts]), p)
+  k = rows[0] if len(rows) > 1 and rows[0] < 64 and offset else 0
+  body = blocks.parts[1 if k else 0]
+  assert body.unsafe_buffer_pointer() == p.ctypes.data + k * p.strides[0]
+  assert body.shape[0] % V._BORROW_ROWS == 0
+  assert (p.ctypes.data + k * p.strides[0]) % V._ALIGN == 0 and k < 64
+  if offset == 0:
+    assert rows[0] % V._BORROW_ROWS == 0  # aligned already: no head
+
+
+@pytest.mark.parametrize(
+  "make",
+  [
+    lambda p: _at(p, 4),  # 4 + 400 k is never a multiple of 64: no aligned row
+    lambda p: p.astype(np.float16),  # not the compute dtype
+    lambda p: np.asfortranarray(p),
+    lambda p: p[:, ::2],  # not contiguous
+    lambda p: np.ascontiguousarray(p[:1000]),  # under 1 MiB: the ordinary copy is cheap
+  ],
+  ids=["no aligned row", "float16", "fortran", "strided", "small"],
+)
+def test_borrowed_rows_decline_what_they_cannot_read_in_place(make):
+  p, _ = _big_probs()
+  assert V._borrowed_rows(make(p)) is None
+
+
+def _copied(fn, p, y, **kw):
+  """``fn`` on a private device copy (no borrowing) of the same values."""
+  return fn(jnp.asarray(np.array(p)), jnp.asarray(y), **kw)
+
+
+_BORROWING = {
+  "conf_ece": (metrics.conf_ece, {}),
+  "conf_ece quantile l2": (metrics.conf_ece, {"binning": "quantile", "norm": "l2"}),
+  "conf_ce 5 bin counts": (metrics.conf_ce, {"num_bins": np.array([2, 5, 15, 40, 100])}),
+  "conf_ce_corr": (metrics.conf_ce_corr, {"binning": "quantile"}),
+  "brier": (scores.brier, {}),
+  "brier per sample": (scores.brier, {"per_sample": True}),
+  "log_loss": (scores.log_loss, {}),
+}
+
+
+@pytest.mark.parametrize("offset", [0, 16, 4])
+@pytest.mark.parametrize("name", list(_BORROWING))
+def test_borrowed_input_gives_the_value_of_a_copy(name, offset, monkeypatch):
+  fn, kw = _BORROWING[name]
+  p, y = _big_probs(offset=offset)
+  before = p.copy()
+  lent = []
+  borrow = V._borrowed_rows
+  monkeypatch.setattr(V, "_borrowed_rows", lambda a: lent.append(borrow(a)) or lent[-1])
+  got = fn(p, y, **kw)
+  on_cpu = jax.default_backend() == "cpu"
+  assert [b is not None for b in lent] == [on_cpu and offset != 4]  # borrowed where it can be
+  np.testing.assert_allclose(np.asarray(got), np.asarray(_copied(fn, p, y, **kw)), rtol=2e-6)
+  np.testing.assert_array_equal(p, before)  # read, never written
+
+
+def test_borrowed_logits_give_the_value_of_a_copy():
+  p, y = _big_probs()
+  z = _at(np.log(p) + 1.5, 16)  # logits whose softmax is p
+  for fn in (metrics.conf_ece, scores.brier):
+    got = fn(z, y, from_logits=True)
+    want = _copied(fn, z, y, from_logits=True)
+    np.testing.assert_allclose(float(got), float(want), rtol=2e-6)
+    np.testing.assert_allclose(float(got), float(fn(p, y)), rtol=1e-4)
+
+
+@pytest.mark.parametrize("row", [0, 2, 3, 1000, 4095, 4098])
+def test_borrowed_bad_row_is_named_by_its_row_in_the_whole_matrix(row):
+  # The blocks are checked separately; a problem is located on the whole
+  # matrix, so the message gives the caller's row, not the block's.
+  p, y = _big_probs()
+  p[row, 1] += 0.5
+  with pytest.raises(ValueError, match=rf"rows of probs must sum to 1.*the first is row {row},"):
+    metrics.conf_ece(p, y)
+  with pytest.raises(ValueError, match=rf"rows of probs must sum to 1.*the first is row {row},"):
+    scores.brier(p, y)
+  p[row, 1] = np.nan
+  with pytest.raises(ValueError, match=rf"non-finite.*the first is row {row}, column 1"):
+    metrics.conf_ce(p, y)
+
+
+def test_borrowed_bad_labels_and_logits_raise():
+  p, y = _big_probs()
+  bad = y.copy()
+  bad[4097] = 100
+  with pytest.raises(ValueError, match=r"labels must lie in \[0, 100\).*labels\[4097\] = 100"):
+    metrics.conf_ece(p, bad)
+  z = _at(np.log(p), 16)
+  z[5, 7] = np.inf
+  with pytest.raises(ValueError, match="logits contains non-finite.*row 5, column 7"):
+    scores.brier(z, y, from_logits=True)
+
+
+def test_by_rows_on_blocks_equals_the_whole():
+  from jaxcal._src.numerics import RowBlocks, by_rows, join_rows
+  from jaxcal._src.scores import brier_per_sample
+
+  rng = np.random.default_rng(3)
+  x = jnp.asarray(rng.dirichlet(np.ones(6), 11).astype(np.float32))
+  y = jnp.asarray(rng.integers(0, 6, 11).astype(np.int32))
+  x = x.at[4, :].set(1 / 6)  # a row of ties: the top label goes to class 0
+  for cuts in [(3, 8), (1,), (10,)]:
+    parts = tuple(jnp.split(x, cuts))
+    blocks = RowBlocks(parts)
+    assert blocks.shape == x.shape and blocks.ndim == 2
+    for fn in (CE._top_label, brier_per_sample):
+      for got, want in zip(jax.tree.leaves(by_rows(fn, blocks, y)), jax.tree.leaves(fn(x, y))):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    sm = by_rows(jax.nn.softmax, blocks, join=False)
+    assert isinstance(sm, RowBlocks) and len(sm.parts) == len(parts)
+    np.testing.assert_allclose(np.concatenate(sm.parts), jax.nn.softmax(x), rtol=1e-6)
+    np.testing.assert_array_equal(
+      join_rows(by_rows(lambda b: b[:, 0], blocks, join=False)), x[:, 0]
+    )
+  assert by_rows(brier_per_sample, x, y) is not None  # a plain array: the plain call
+
+
+def test_run_checked_waits_for_a_computation_on_borrowed_scores():
+  # Without the wait a slow program would still be running (and reading the
+  # caller's buffer) when run_checked returns.
+  x = jnp.ones((512, 512), jnp.float32)
+  slow = jax.jit(lambda a: jax.lax.fori_loop(0, 40, lambda i, b: jnp.tanh(b @ a), a))
+  slow(x).block_until_ready()  # compiled
+  d = V.Checked(x, jnp.zeros(512, jnp.int32), None, None, None, 512, False, borrowed=True)
+  out, count = V.run_checked(d, slow, x)
+  assert out.is_ready() and count == 512
+  lent = d._replace(borrowed=False)
+  out, _ = V.run_checked(lent, slow, x)
+  assert not out.is_ready()  # the check can fail: a plain call returns at once

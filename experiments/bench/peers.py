@@ -27,6 +27,15 @@ recorded too, so the table shows they computed the same number.
    temperature scaling vs the authors' scipy procedure, BBQ vs netcal's BBQ
    (a different method under the same name: BIC scores, equal-width bins).
 
+Every timed call follows one untimed call of the same contestant
+(``--settle``, default 1): torch's worker threads keep spinning for a few
+ms after a call, and on a 2-core machine the next contestant shares the
+cores with them (jaxcal's ``conf_ece`` at n = 100,000 took 11.1 ms right
+after torchmetrics and 7.8 ms right after numpy; numpy, single-threaded,
+8.2 ms either way). A pause instead would time every threaded contestant
+waking its parked threads (torchmetrics at n = 10,000, C = 10: 12 ms after a
+10 ms pause, 0.6 ms otherwise).
+
 Ratios are ``peer median / jaxcal public-call median`` (> 1: jaxcal faster).
 Peers that are not installed are listed as skipped. Install them with
 ``pip install -e '.[bench]'`` (CPU torch wheel first on a CPU machine).
@@ -79,8 +88,16 @@ def load(name, split="test"):
   return np.load(d / f"{split}_logits.npy"), np.load(d / f"{split}_labels.npy")
 
 
+SETTLE = 1  # untimed calls of a contestant before each timed one (``--settle``)
+
+
 def interleaved(contestants: dict[str, Callable], repeat: int) -> dict:
-  """Warm-up call each (timed: first call), then ``repeat`` round-robin rounds."""
+  """Warm-up call each (timed: first call), then ``repeat`` round-robin rounds.
+
+  In each round a contestant makes :data:`SETTLE` untimed calls before its
+  timed one (see the module docstring: the previous contestant's spinning
+  threads must not slow it).
+  """
   out = {}
   for name, fn in contestants.items():
     t0 = time.perf_counter()
@@ -88,6 +105,8 @@ def interleaved(contestants: dict[str, Callable], repeat: int) -> dict:
     out[name] = {"first_s": time.perf_counter() - t0, "times_s": [], "value": _value(val)}
   for _ in range(repeat):
     for name, fn in contestants.items():
+      for _ in range(SETTLE):
+        _block(fn())
       t0 = time.perf_counter()
       _block(fn())
       out[name]["times_s"].append(time.perf_counter() - t0)
@@ -362,12 +381,15 @@ def ets_scipy(z, y):
 
 
 def main(argv=None) -> dict:
+  global SETTLE
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--repeat", type=int, default=5)
   ap.add_argument("--quick", action="store_true", help="small sizes (the test suite)")
+  ap.add_argument("--settle", type=int, default=SETTLE, help="untimed calls before each timed call")
   ap.add_argument("--part", choices=["all", "single", "measures"], default="all")
   args = ap.parse_args(argv)
   repeat = 2 if args.quick else args.repeat
+  SETTLE = 0 if args.quick else args.settle
   info = device_info()
   versions = {}
   for mod in ("sklearn", "relplot", "netcal", "torchmetrics", "torch", "betacal", "calibration"):
@@ -377,7 +399,7 @@ def main(argv=None) -> dict:
     else:
       versions[mod] = None
   print(f"load at start {info.get('load_avg_at_start')}; peers {versions}", flush=True)
-  result = {"peers": versions, "repeat": repeat, **info}
+  result = {"peers": versions, "repeat": repeat, "settle_calls": SETTLE, **info}
   if args.part in ("all", "single"):
     result["single_call"] = part_single(args, repeat)
   if args.part in ("all", "measures"):

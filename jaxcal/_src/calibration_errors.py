@@ -32,7 +32,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
-from jaxcal._src.numerics import row_reduce
+from jaxcal._src.numerics import by_rows, join_rows, row_reduce
 from jaxcal._src.sorting import stable_argsort
 
 __all__ = [
@@ -134,8 +134,8 @@ def _correct(p: jax.Array, y: jax.Array, c: jax.Array) -> jax.Array:
 
 def _confidence(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Confidence ``c = max_r p_r`` and correctness ``z = [argmax p == y]`` (in ``p``'s dtype)."""
-  c = jnp.max(p, axis=-1)
-  return c, _correct(p, y, c).astype(p.dtype)
+  c, z = _top_label(p, y)
+  return c, z.astype(p.dtype)
 
 
 def _binary_rows(p: jax.Array, y: jax.Array, mode: str) -> tuple[jax.Array, jax.Array]:
@@ -152,15 +152,23 @@ def _binary_rows(p: jax.Array, y: jax.Array, mode: str) -> tuple[jax.Array, jax.
   return p.T, hits
 
 
+def _top_label(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Confidence ``c = max_r p_r`` and correctness ``[argmax p == y]`` (bool), per row."""
+  c = jnp.max(p, axis=-1)
+  return c, _correct(p, y, c)
+
+
 def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1", where=None):
   """Top-label error of one data set: ConfECE (``kind="ece"``, with ``norm``), ConfCE or ConfCE_corr.
 
-  ``where``: optional ``(n,)`` bool sample mask; masked-out samples are
-  treated exactly as if absent (``n`` becomes the number of True entries).
+  ``p``: ``(n, C)``, or :class:`~jaxcal._src.numerics.RowBlocks` (the top
+  label is found block by block). ``where``: optional ``(n,)`` bool sample
+  mask; masked-out samples are treated exactly as if absent (``n`` becomes
+  the number of True entries).
   """
-  c = jnp.max(p, axis=-1)
+  c, z = by_rows(_top_label, p, y)
   return _conf_from_scores(
-    c, _correct(p, y, c), m, binning=binning, max_bins=max_bins, kind=kind, norm=norm, where=where
+    c, z, m, binning=binning, max_bins=max_bins, kind=kind, norm=norm, where=where
   )
 
 
@@ -271,11 +279,26 @@ def _guarded(core: Callable, max_bins: int, **static) -> Callable:
 
 
 @functools.cache
-def _compiled(core: Callable, batched: bool, n_extra: int, from_logits: bool, **static) -> Callable:
+def _row_stage(rows: Callable, from_logits: bool) -> Callable:
+  """Jitted ``rows(probs, labels)`` on each block of rows of the scores (see :func:`_run`)."""
+
+  def g(x, y):
+    fn = (lambda b, yb: rows(jax.nn.softmax(b, axis=-1), yb)) if from_logits else rows
+    return by_rows(fn, x, y, join=False)
+
+  return jax.jit(g)
+
+
+@functools.cache
+def _compiled(
+  core: Callable, batched: bool, n_extra: int, from_logits: bool, staged: bool, **static
+) -> Callable:
   f = _guarded(core, **static)
 
   def g(x, y, where, m, *rest):
-    p = jax.nn.softmax(x, axis=-1) if from_logits else x
+    if staged:  # x: the row stage's per-row outputs, whole or in blocks
+      return f(*join_rows(x), where, m, *rest)
+    p = by_rows(jax.nn.softmax, x, join=False) if from_logits else x
     return f(p, y, where, m, *rest)
 
   if batched:  # vmap over the bin-count argument (position 3)
@@ -283,12 +306,31 @@ def _compiled(core: Callable, batched: bool, n_extra: int, from_logits: bool, **
   return jax.jit(g)
 
 
-def _run(core: Callable, d: V.Checked, bins: V.BinCounts, *extra: jax.Array, **static) -> jax.Array:
+def _run(
+  core: Callable,
+  d: V.Checked,
+  bins: V.BinCounts,
+  *extra: jax.Array,
+  rows: Callable | None = None,
+  **static,
+) -> jax.Array:
   """``core(probs, labels, m, *extra)`` for a scalar or an array of bin counts ``m``.
 
-  ``d`` holds the validated data (its value checks possibly pending: they then
-  run in the same compiled program as ``core``; under a transformation its
-  validity flag is folded into the result); ``bins`` the validated bin counts.
+  ``d`` holds the validated data (its value checks possibly pending: they are
+  then read back after ``core``'s program is dispatched; under a
+  transformation its validity flag is folded into the result); ``bins`` the
+  validated bin counts.
+
+  With ``rows`` (a function of ``(probs, labels)`` returning a pair of
+  per-row ``(n,)`` arrays, such as :func:`_top_label`) the computation has
+  two stages, ``core(*rows(probs, labels), m, *extra)``: the row stage is a
+  program of its own, run block by block on
+  :class:`~jaxcal._src.numerics.RowBlocks` scores (a borrowed host buffer).
+  XLA:CPU fuses the top label's tie test into one pass over ``probs`` in a
+  program of its own, but splits it into one pass per column chunk when the
+  binning shares the program (4.7 against 3.8 ms for the eager ConfECE at
+  ``n = 10^5``, ``C = 100``). Under a transformation both stages trace into
+  the caller's program.
   """
   if bins.binning is not None:
     static["binning"] = bins.binning
@@ -297,10 +339,15 @@ def _run(core: Callable, d: V.Checked, bins: V.BinCounts, *extra: jax.Array, **s
     V.run_checked(d, _nothing, d.scores)  # the value checks still run
     return jnp.zeros(np.shape(m), d.scores.dtype)
   batched = not (isinstance(m, int) or np.ndim(m) == 0)
-  f = _compiled(core, batched, len(extra), d.from_logits, max_bins=bins.max_bins, **static)
+  staged = rows is not None
+  from_logits = d.from_logits and not staged
+  f = _compiled(core, batched, len(extra), from_logits, staged, max_bins=bins.max_bins, **static)
   xp = np if isinstance(m, int | np.integer | np.ndarray) else jnp  # host: no dispatch
   m_arr = xp.reshape(xp.asarray(m), (-1,)) if batched else xp.asarray(m, xp.int32)
-  out, count = V.run_checked(d, f, d.scores, d.labels, d.where, m_arr, *extra)
+  x, y = d.scores, d.labels
+  if staged:
+    x, y = _row_stage(rows, d.from_logits)(x, y), None
+  out, count = V.run_checked(d, f, x, y, d.where, m_arr, *extra)
   if bins.binning == "quantile" and bins.largest is not None and isinstance(count, int):
     if bins.largest > count:
       raise ValueError(
@@ -398,8 +445,10 @@ def conf_ece(
   """
   norm = _check_norm(norm)
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
-  return _run(_conf_core, d, bins, kind="ece", norm=norm)
+  d = V.check_predictions(
+    probs, labels, from_logits=from_logits, where=where, defer=True, borrow=True
+  )
+  return _run(_conf_from_scores, d, bins, rows=_top_label, kind="ece", norm=norm)
 
 
 def conf_ce(
@@ -449,8 +498,10 @@ def conf_ce(
   not truthful).
   """
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
-  return _run(_conf_core, d, bins, kind="ce")
+  d = V.check_predictions(
+    probs, labels, from_logits=from_logits, where=where, defer=True, borrow=True
+  )
+  return _run(_conf_from_scores, d, bins, rows=_top_label, kind="ce")
 
 
 def conf_ce_corr(
@@ -501,8 +552,10 @@ def conf_ce_corr(
   Theorem 3.3; the expectation is Lemma D.1.
   """
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
-  return _run(_conf_core, d, bins, kind="ce_corr")
+  d = V.check_predictions(
+    probs, labels, from_logits=from_logits, where=where, defer=True, borrow=True
+  )
+  return _run(_conf_from_scores, d, bins, rows=_top_label, kind="ce_corr")
 
 
 def classwise_ce(

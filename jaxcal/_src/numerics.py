@@ -9,17 +9,28 @@ references. ``tests/test_precision.py`` checks the source for it.
 :func:`row_reduce` is how a reduction over classes of a computed ``(n, C)``
 quantity is written without an ``(n, C)`` temporary. :func:`map_batches` is
 ``jax.lax.map`` in batches with one compiled body (bootstrap resamples, rank
-correlations, kernel predictions).
+correlations, kernel predictions). :class:`RowBlocks` and :func:`by_rows` let a
+computation that works row by row (a softmax, the top label, a per-sample
+score) run on a matrix held as two consecutive blocks of rows (a caller's host
+buffer read in place, see ``validation.check_predictions(..., borrow=True)``).
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["PRECISION", "ROW_CHUNK", "map_batches", "row_reduce"]
+__all__ = [
+  "PRECISION",
+  "ROW_CHUNK",
+  "RowBlocks",
+  "by_rows",
+  "join_rows",
+  "map_batches",
+  "row_reduce",
+]
 
 #: Full float32 products on every backend (no TF32 on GPU, no bf16 passes on TPU).
 PRECISION = jax.lax.Precision.HIGHEST
@@ -95,3 +106,92 @@ def map_batches(f: Callable, xs: Any, batch_size: int) -> Any:
     xs = jax.tree.map(lambda a: jnp.concatenate([a, a[fill]]), xs)
   out = jax.lax.map(f, xs, batch_size=batch)
   return jax.tree.map(lambda a: a[:size], out) if pad else out
+
+
+class RowBlocks(NamedTuple):
+  """The rows of one ``(n, ...)`` array held as consecutive blocks.
+
+  Concatenating the blocks would copy the whole array; a computation that
+  works row by row runs on each block instead (:func:`by_rows`). A pytree (a
+  jit argument like any tuple of arrays).
+
+  Attributes:
+    parts: the blocks in order, ``(n_i, ...)`` each with ``n_i >= 1`` and
+      ``sum n_i = n``.
+  """
+
+  parts: tuple[jax.Array, ...]
+
+  @property
+  def shape(self) -> tuple[int, ...]:
+    """The shape of the whole array, ``(n, ...)``."""
+    return (sum(b.shape[0] for b in self.parts), *self.parts[0].shape[1:])
+
+  @property
+  def dtype(self) -> Any:
+    """The (common) dtype of the blocks."""
+    return self.parts[0].dtype
+
+  @property
+  def ndim(self) -> int:
+    """The number of dimensions of the whole array."""
+    return self.parts[0].ndim
+
+
+def by_rows(fn: Callable, x: Any, *row_args: Any, join: bool = True) -> Any:
+  """``fn(x, *row_args)`` for a function that acts on each row separately.
+
+  For an array it is the plain call. For :class:`RowBlocks` ``fn`` runs on
+  each block with the matching rows of ``row_args`` (arrays with the same
+  leading axis, or ``None``): ``join=True`` concatenates the results (a
+  pytree of arrays with the rows along axis 0: cheap for per-row reductions),
+  ``join=False`` keeps them as :class:`RowBlocks` (for an ``(n, C)`` result,
+  which a concatenation would copy).
+
+  Args:
+    fn: ``fn(rows (k, ...), *args (k, ...)) -> pytree of (k, ...)`` arrays, the
+      value of each row depending on that row only.
+    x: ``(n, ...)`` array, or :class:`RowBlocks`.
+    *row_args: ``(n, ...)`` arrays (or ``None``) cut like ``x``.
+    join: concatenate the blocks' results (else return :class:`RowBlocks`).
+
+  Returns:
+    ``fn(x, *row_args)``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> x = RowBlocks((jnp.array([[0.2, 0.8]]), jnp.array([[0.6, 0.4], [0.5, 0.5]])))
+    >>> by_rows(lambda p, y: p[jnp.arange(p.shape[0]), y], x, jnp.array([1, 0, 1])).tolist()
+    [0.800000011920929, 0.6000000238418579, 0.5]
+  """
+  if not isinstance(x, RowBlocks):
+    return fn(x, *row_args)
+  outs, start = [], 0
+  for b in x.parts:
+    stop = start + b.shape[0]
+    outs.append(fn(b, *(None if a is None else a[start:stop] for a in row_args)))
+    start = stop
+  out = RowBlocks(tuple(outs))
+  return join_rows(out) if join else out
+
+
+def join_rows(x: Any) -> Any:
+  """The whole of :class:`RowBlocks` whose blocks are pytrees of arrays (anything else as it is).
+
+  Concatenates each leaf's blocks along axis 0: meant for per-row results
+  (``(n,)``), not for the ``(n, C)`` blocks themselves.
+
+  Args:
+    x: :class:`RowBlocks` of pytrees of ``(n_i, ...)`` arrays, or any pytree.
+
+  Returns:
+    The pytree of ``(n, ...)`` arrays.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> join_rows(RowBlocks((jnp.array([1, 2]), jnp.array([3])))).tolist()
+    [1, 2, 3]
+  """
+  if not isinstance(x, RowBlocks):
+    return x
+  return jax.tree.map(lambda *bs: jnp.concatenate(bs), *x.parts)

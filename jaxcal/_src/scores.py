@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
+from jaxcal._src.numerics import by_rows
 
 __all__ = [
   "prepare",
@@ -117,9 +118,11 @@ def confidence_loss_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
 def _scorer(per_sample_fn: Callable, per_sample: bool, from_logits: bool) -> Callable:
   """The jitted mean (or per-sample) score ``(x, y, where) -> loss`` (one per rule and mode)."""
 
+  def rows(x, y):
+    return per_sample_fn(jax.nn.softmax(x, axis=-1) if from_logits else x, y)
+
   def score(x, y, where):
-    p = jax.nn.softmax(x, axis=-1) if from_logits else x
-    losses = per_sample_fn(p, y)
+    losses = by_rows(rows, x, y)  # x: (n, C) or RowBlocks (a borrowed host buffer)
     if where is not None:
       losses = jnp.where(where, losses, 0.0)
     if per_sample:
@@ -134,7 +137,9 @@ def _scorer(per_sample_fn: Callable, per_sample: bool, from_logits: bool) -> Cal
 def _evaluate(
   per_sample_fn: Callable, probs, labels, per_sample: bool, from_logits: bool, where
 ) -> jax.Array:
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  d = V.check_predictions(
+    probs, labels, from_logits=from_logits, where=where, defer=True, borrow=True
+  )
   f = _scorer(per_sample_fn, bool(per_sample), bool(from_logits))
   out, _ = V.run_checked(d, f, d.scores, d.labels, d.where)
   return V.fold(out, d.ok)
