@@ -652,13 +652,13 @@ def run_checked(d: Checked, fn: Callable, *args: Any) -> tuple[Any, Any]:
   """``fn(*args)`` and the number of selected samples, ``d``'s pending value checks included.
 
   For a :class:`Checked` from ``check_predictions(..., defer=True)`` on an
-  eager call, ``fn`` is dispatched first and the value checks after it (two
-  programs, read back together): the one wait for the checks' flags
-  overlaps ``fn``'s work instead of preceding it. If the input was bad the
-  result is dropped and the usual ``ValueError`` raised (``fn`` must be
-  safe to run on bad values: it only computes). For scores that read the
-  caller's host buffer in place (:attr:`Checked.borrowed`) it waits for
-  ``fn``'s result too. Otherwise it is ``fn(*args)``.
+  eager call, ``fn`` and then the value checks are dispatched back to back
+  (two programs, no round trip between them) and the checks' two scalars
+  are read with one wait. If the input was bad the result is dropped and
+  the usual ``ValueError`` raised (``fn`` must be safe to run on bad values:
+  it only computes). For scores that read the caller's host buffer in place
+  (:attr:`Checked.borrowed`) it first waits for ``fn``'s result, on either
+  outcome. Otherwise it is ``fn(*args)``.
 
   Args:
     d: the validated (or pending) data set.
@@ -669,8 +669,12 @@ def run_checked(d: Checked, fn: Callable, *args: Any) -> tuple[Any, Any]:
     ``(fn(*args), count)``, ``count`` as in :attr:`Checked.count`.
   """
   out, pend, count = fn(*args), d.pending, d.count
+  flags = (
+    None if pend is None else _ok_jit(_anonymous(pend.spec), pend.xs, pend.y, pend.where, pend.w)
+  )
+  if d.borrowed:  # the program reads the caller's buffer: done before we return or raise
+    jax.block_until_ready(out)
   if pend is not None:
-    flags = _ok_jit(_anonymous(pend.spec), pend.xs, pend.y, pend.where, pend.w)
     ok, selected = jax.device_get(flags)
     if not ok:
       spec, xs = (pend.spec, pend.xs) if pend.locate is None else pend.locate
@@ -679,8 +683,6 @@ def run_checked(d: Checked, fn: Callable, *args: Any) -> tuple[Any, Any]:
       _raise_first_problem(spec, xs, pend.y, pend.where, pend.w)
     if pend.where is not None:
       count = int(selected)
-  if d.borrowed:  # the program reads the caller's buffer: done before we return
-    jax.block_until_ready(out)
   return out, count
 
 
