@@ -161,12 +161,12 @@ def _top_label(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1", where=None):
   """Top-label error of one data set: ConfECE (``kind="ece"``, with ``norm``), ConfCE or ConfCE_corr.
 
-  ``p``: ``(n, C)``, or :class:`~jaxcal._src.numerics.RowBlocks` (the top
-  label is found block by block). ``where``: optional ``(n,)`` bool sample
-  mask; masked-out samples are treated exactly as if absent (``n`` becomes
-  the number of True entries).
+  ``where``: optional ``(n,)`` bool sample mask; masked-out samples are
+  treated exactly as if absent (``n`` becomes the number of True entries).
+  The public calls run the same two steps as two programs (:func:`_run`
+  with ``rows=_top_label``).
   """
-  c, z = by_rows(_top_label, p, y)
+  c, z = _top_label(p, y)
   return _conf_from_scores(
     c, z, m, binning=binning, max_bins=max_bins, kind=kind, norm=norm, where=where
   )
@@ -298,7 +298,7 @@ def _compiled(
   def g(x, y, where, m, *rest):
     if staged:  # x: the row stage's per-row outputs, whole or in blocks
       return f(*join_rows(x), where, m, *rest)
-    p = by_rows(jax.nn.softmax, x, join=False) if from_logits else x
+    p = jax.nn.softmax(x, axis=-1) if from_logits else x
     return f(p, y, where, m, *rest)
 
   if batched:  # vmap over the bin-count argument (position 3)

@@ -677,9 +677,11 @@ def run_checked(d: Checked, fn: Callable, *args: Any) -> tuple[Any, Any]:
   if pend is not None:
     ok, selected = jax.device_get(flags)
     if not ok:
-      spec, xs = (pend.spec, pend.xs) if pend.locate is None else pend.locate
-      if pend.locate is not None:
-        xs = (_device(xs),)
+      if pend.locate is None:
+        spec, xs = pend.spec, pend.xs
+      else:  # blocks: the rows are numbered on a copy of the whole matrix
+        spec, host = pend.locate
+        xs = (_device(host),)
       _raise_first_problem(spec, xs, pend.y, pend.where, pend.w)
     if pend.where is not None:
       count = int(selected)
@@ -830,7 +832,7 @@ def _borrowed_rows(a: np.ndarray) -> RowBlocks | None:
     or jax.default_backend() != "cpu"
   ):
     return None
-  n, (addr, stride) = a.shape[0], (a.ctypes.data, a.strides[0])
+  n, addr, stride = a.shape[0], a.ctypes.data, a.strides[0]
   k = next((k for k in range(_ALIGN) if (addr + k * stride) % _ALIGN == 0), None)
   if k is None or (k + _BORROW_ROWS) * stride > a.nbytes // 16:  # the copies would not be small
     return None  # (else n >= 16 (k + 8): the adopted block has rows)
@@ -995,10 +997,10 @@ class Checked(NamedTuple):
     from_logits: whether ``scores`` are logits.
     pending: value checks not run yet (``check_predictions(..., defer=True)``):
       :func:`run_checked` runs them after dispatching the first computation.
-    borrowed: ``scores`` read the caller's host buffer in place
-      (``check_predictions(..., borrow=True)``; then possibly
-      :class:`~jaxcal._src.numerics.RowBlocks`): :func:`run_checked` waits
-      for its result.
+
+  Scores that are :class:`~jaxcal._src.numerics.RowBlocks` read the
+  caller's host buffer in place (``check_predictions(..., borrow=True)``):
+  see :attr:`borrowed`.
   """
 
   scores: jax.Array | RowBlocks
@@ -1009,7 +1011,11 @@ class Checked(NamedTuple):
   count: Any
   from_logits: bool
   pending: Any = None
-  borrowed: bool = False
+
+  @property
+  def borrowed(self) -> bool:
+    """Whether ``scores`` read the caller's host buffer (:func:`run_checked` waits for its result)."""
+    return isinstance(self.scores, RowBlocks)
 
   def probs(self) -> jax.Array:
     """The probabilities (a softmax of the logits with ``from_logits=True``)."""
@@ -1097,10 +1103,10 @@ def check_predictions(
     if tuple(w.shape) != (c,):
       raise ValueError(f"{weights_name} must have shape ({c},), got {tuple(w.shape)}")
   defer = defer and _trace_clean() and is_concrete(x, y, wh, w)
-  borrowed = None
+  lent = None
   if borrow and defer and wh is None and isinstance(x, np.ndarray):
-    borrowed = _borrowed_rows(x)
-  host, x, y = x, (_device(x) if borrowed is None else borrowed), _device(y)
+    lent = _borrowed_rows(x)
+  host, x, y = x, (_device(x) if lent is None else lent), _device(y)
   kind = "finite" if from_logits else ("probs" if simplex else "unit")
   spec = _Spec(
     xs=(_Arr(kind, name, 2, simplex_atol(x.dtype)),),
@@ -1113,7 +1119,7 @@ def check_predictions(
   if isinstance(x, RowBlocks):  # each block checked; a problem is located on a whole copy
     blocks = spec._replace(xs=spec.xs * len(x.parts))
     pending = _Pending(blocks, x.parts, y, None, w, locate=(spec, host))
-    return Checked(x, _to_int32(y), None, w, None, n, from_logits, pending, borrowed=True)
+    return Checked(x, _to_int32(y), None, w, None, n, from_logits, pending)
   if defer:
     pending = _Pending(spec, (x,), y, wh, w)
     return Checked(_upcast(x), _to_int32(y), wh, w, None, n, from_logits, pending)
