@@ -671,6 +671,13 @@ def test_by_rows_on_blocks_equals_the_whole():
       join_rows(by_rows(lambda b: b[:, 0], blocks, join=False)), x[:, 0]
     )
   assert by_rows(brier_per_sample, x, y) is not None  # a plain array: the plain call
+  # Checked.probs() of blocked logits: the softmax of each block, still blocks
+  z = jnp.log(x)
+  d = V.Checked(RowBlocks(tuple(jnp.split(z, (3, 8)))), y, None, None, None, 11, True)
+  p = d.probs()
+  assert isinstance(p, RowBlocks) and len(p.parts) == 3
+  np.testing.assert_allclose(np.concatenate(p.parts), x, rtol=1e-6)
+  assert d._replace(from_logits=False).probs() is d.scores
 
 
 def test_run_checked_waits_for_a_computation_on_borrowed_scores():

@@ -24,7 +24,9 @@ rotating order for ``--rounds`` rounds (interleaved, so a busy machine slows
 them alike) and the median is reported; the first call of each jaxcal
 contender after ``jax.clear_caches()`` (tracing and compilation included) is
 reported beside it. Results are checked against each other (relative
-difference).
+difference). At the small size the ``conf_ece`` call is also split into its
+phases (:func:`phases`): Python checks and placement, and each of its three
+programs alone.
 
   python experiments/bench/single_call.py           # writes results/single_call.json
   python experiments/bench/single_call.py --quick   # 5 rounds, single_call_quick.json
@@ -176,6 +178,49 @@ def bench_metric(name: str, p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
   return {"timings": timing, "values": values, "rel_diff_vs_numpy": rel, "numpy_over_jaxcal": ratio}
 
 
+def phases(p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
+  """Where the time of one ``conf_ece`` call goes (medians of ``rounds`` calls each).
+
+  * ``public call``: the whole call on numpy input, read back with ``float``;
+  * ``python checks + placement``: ``check_predictions`` on the numpy
+    arrays (shape/dtype checks, the private copy, ``jax.device_put``);
+  * ``python checks only``: the same on device arrays;
+  * ``value checks``, ``top label`` and ``binning``: each of the call's
+    three jitted programs alone on device arrays (dispatch and compute);
+  * ``numpy by hand``: the reference.
+
+  What the phases do not add up to is the rest of the Python around them
+  (bin-count checks, dispatch bookkeeping, the read-back).
+  """
+  from jaxcal._src import calibration_errors as CE
+  from jaxcal._src import validation as V
+
+  d = V.check_predictions(p, y, defer=True, borrow=True)
+  assert not d.borrowed  # below the borrowing size: the three-program path
+  pend = d.pending
+  spec = V._anonymous(pend.spec)
+  rows = CE._row_stage(CE._top_label, False)
+  top = rows(d.scores, d.labels)
+  agg = CE._compiled(
+    CE._conf_from_scores, False, 0, False, True, max_bins=M, binning="fixed", kind="ece", norm="l1"
+  )
+  m = np.asarray(M, np.int32)
+  pd, yd = jax.device_put(p), jax.device_put(y)
+  contenders = {
+    "public call": lambda: float(metrics.conf_ece(p, y, M)),
+    "python checks + placement": lambda: V.check_predictions(p, y, defer=True, borrow=True).scores,
+    "python checks only": lambda: V.check_predictions(pd, yd, defer=True, borrow=True).scores,
+    "value checks (program)": lambda: V._ok_jit(spec, pend.xs, pend.y, pend.where, pend.w),
+    "top label (program)": lambda: rows(d.scores, d.labels),
+    "binning (program)": lambda: agg(top, None, None, m),
+    "numpy by hand": lambda: np_conf_ece(p, y),
+  }
+  timing = interleaved(contenders, rounds)
+  out = {k: v["median_ms"] for k, v in timing.items()}
+  print("  phases of conf_ece: " + ", ".join(f"{k} {v:.3f} ms" for k, v in out.items()), flush=True)
+  return {"median_ms": out, "rounds": rounds}
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument(
@@ -200,6 +245,9 @@ def main(argv=None) -> int:
     results[key] = {"data": src}
     for name in ("conf_ece", "classwise_ece", "brier"):
       results[key][name] = bench_metric(name, p, y, rounds)
+  results[f"n={p_small.shape[0]},C={p_small.shape[1]}"]["conf_ece_phases"] = phases(
+    p_small, y_small, max(rounds, 200)
+  )
   result = {
     "benchmark": "single_call",
     "description": "one public call with numpy input (validation included) vs numpy by hand; "

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-from jaxcal._src.numerics import RowBlocks
+from jaxcal._src.numerics import RowBlocks, by_rows
 
 __all__ = [
   "SIMPLEX_ATOL",
@@ -608,10 +608,9 @@ def _validate(spec: _Spec, xs=(), y=None, where=None, w=None) -> tuple[jax.Array
     # Concrete inputs (also ones closed over inside a user's jit) are checked
     # now: compile-time evaluation keeps the check from being staged out.
     with jax.ensure_compile_time_eval():
-      ok, count = jax.device_get(_ok_jit(_anonymous(spec), xs, y, where, w))
-      if not ok:
-        _raise_first_problem(spec, xs, y, where, w)
-    return None, (n if where is None else int(count))
+      flags = _ok_jit(_anonymous(spec), xs, y, where, w)
+      count = _read_checks(flags, lambda: (spec, xs, y, where, w))
+    return None, (n if where is None else count)
   # Under a transformation the flag is folded into the result (NaN): the
   # one-pass test, which costs a row sum; checked mode adds every check.
   ok, count = _ok(spec, xs, y, where, w, complete=checking())
@@ -619,6 +618,18 @@ def _validate(spec: _Spec, xs=(), y=None, where=None, w=None) -> tuple[jax.Array
     for (template, _), pr in zip(_checks(spec), _problems(spec, xs, y, where, w)):
       checkify.check(pr.count == 0, template, **pr._asdict())
   return ok, (n if where is None else count)
+
+
+def _read_checks(flags, inputs: Callable[[], tuple]) -> int:
+  """Reads :func:`_ok_jit`'s ``(ok, count)`` back: the count of selected samples.
+
+  On a failed check, raises the first problem of ``inputs()`` (``(spec, xs,
+  y, where, w)``, built only then) as a ``ValueError``.
+  """
+  ok, count = jax.device_get(flags)
+  if not ok:
+    _raise_first_problem(*inputs())
+  return int(count)
 
 
 def _raise_first_problem(spec: _Spec, xs, y, where, w) -> None:
@@ -675,16 +686,16 @@ def run_checked(d: Checked, fn: Callable, *args: Any) -> tuple[Any, Any]:
   if d.borrowed:  # the program reads the caller's buffer: done before we return or raise
     jax.block_until_ready(out)
   if pend is not None:
-    ok, selected = jax.device_get(flags)
-    if not ok:
+
+    def inputs():
       if pend.locate is None:
-        spec, xs = pend.spec, pend.xs
-      else:  # blocks: the rows are numbered on a copy of the whole matrix
-        spec, host = pend.locate
-        xs = (_device(host),)
-      _raise_first_problem(spec, xs, pend.y, pend.where, pend.w)
+        return pend.spec, pend.xs, pend.y, pend.where, pend.w
+      spec, host = pend.locate  # blocks: the rows are numbered on a copy of the whole matrix
+      return spec, (_device(host),), pend.y, pend.where, pend.w
+
+    selected = _read_checks(flags, inputs)
     if pend.where is not None:
-      count = int(selected)
+      count = selected
   return out, count
 
 
@@ -1017,9 +1028,11 @@ class Checked(NamedTuple):
     """Whether ``scores`` read the caller's host buffer (:func:`run_checked` waits for its result)."""
     return isinstance(self.scores, RowBlocks)
 
-  def probs(self) -> jax.Array:
-    """The probabilities (a softmax of the logits with ``from_logits=True``)."""
-    return jax.nn.softmax(self.scores, axis=-1) if self.from_logits else self.scores
+  def probs(self) -> jax.Array | RowBlocks:
+    """The probabilities (a softmax of the logits with ``from_logits=True``), blocks as blocks."""
+    if not self.from_logits:
+      return self.scores
+    return by_rows(lambda b: jax.nn.softmax(b, axis=-1), self.scores, join=False)
 
   def neutral(self) -> tuple[jax.Array, jax.Array]:
     """``(probs, labels)`` with masked-out rows replaced by uniform rows and label 0.
