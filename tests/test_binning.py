@@ -460,3 +460,18 @@ def test_blocked_prefix_sums_above_2_16_samples():
         out.sums[k, :m, 0], ref, rtol=1e-6, atol=2e-5, err_msg=f"{binning} {m}"
       )
       np.testing.assert_array_equal(out.counts[k, :m], np.bincount(bins, minlength=m))
+
+
+@pytest.mark.parametrize("binning", ["quantile", "fixed"])
+def test_rows_in_chunks_equal_rows_in_one_batch(binning, monkeypatch):
+  # Rows beyond ROW_CHUNK_ELEMENTS samples go through map_batches: 7 rows in
+  # chunks of 3 are 3 batches, the last padded with copies of the first rows.
+  rng = np.random.default_rng(5)
+  s = jnp.asarray(rng.random((7, 50)).astype(np.float32))
+  b = jnp.asarray(rng.random((7, 50)) < np.asarray(s))
+  want = B.binned_residual_sums(s, b, 5, binning, 8, method="sort")
+  monkeypatch.setattr(B, "ROW_CHUNK_ELEMENTS", 150)  # 3 rows of 50 samples per chunk
+  got = B.binned_residual_sums(s, b, 5, binning, 8, method="sort")
+  for g, w in zip(got, want):
+    assert g.shape == w.shape
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

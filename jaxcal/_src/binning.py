@@ -81,7 +81,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal._src.numerics import PRECISION
+from jaxcal._src.numerics import PRECISION, map_batches
 from jaxcal._src.sorting import float_to_key, key_to_float, stable_argsort
 
 __all__ = [
@@ -1302,7 +1302,7 @@ def binned_residual_sums(
   if not lead:
     return f(tuple(x[0] for x in xs))
   chunk = max(1, min(rows, ROW_CHUNK_ELEMENTS // max(n, 1)))
-  out = jax.vmap(f)(xs) if chunk >= rows else jax.lax.map(f, xs, batch_size=chunk)
+  out = jax.vmap(f)(xs) if chunk >= rows else map_batches(f, xs, chunk)
   return unflatten(out)
 
 
