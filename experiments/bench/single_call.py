@@ -187,6 +187,9 @@ def phases(p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
   * ``python checks only``: the same on device arrays;
   * ``value checks``, ``top label`` and ``binning``: each of the call's
     three jitted programs alone on device arrays (dispatch and compute);
+  * ``three programs`` against ``one program``: the three dispatched back to
+    back and read back once (as the call does), against one program built
+    here that computes all three (what merging them would save);
   * ``numpy by hand``: the reference.
 
   What the phases do not add up to is the rest of the Python around them
@@ -206,6 +209,22 @@ def phases(p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
   )
   m = np.asarray(M, np.int32)
   pd, yd = jax.device_put(p), jax.device_put(y)
+
+  @jax.jit
+  def merged(x, labels, m):
+    ok, _ = V._ok(spec, (x,), labels, None, None)
+    c, z = CE._top_label(x, labels)
+    return CE._conf_from_scores(c, z, m, binning="fixed", max_bins=M, kind="ece", norm="l1"), ok
+
+  def three():
+    out = agg(rows(d.scores, d.labels), None, None, m)
+    jax.device_get(V._ok_jit(spec, pend.xs, pend.y, pend.where, pend.w))
+    return float(out)
+
+  def one():
+    out, ok = jax.device_get(merged(d.scores, d.labels, m))
+    return float(out)
+
   contenders = {
     "public call": lambda: float(metrics.conf_ece(p, y, M)),
     "python checks + placement": lambda: V.check_predictions(p, y, defer=True, borrow=True).scores,
@@ -213,6 +232,8 @@ def phases(p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
     "value checks (program)": lambda: V._ok_jit(spec, pend.xs, pend.y, pend.where, pend.w),
     "top label (program)": lambda: rows(d.scores, d.labels),
     "binning (program)": lambda: agg(top, None, None, m),
+    "three programs": three,
+    "one program": one,
     "numpy by hand": lambda: np_conf_ece(p, y),
   }
   timing = interleaved(contenders, rounds)

@@ -376,10 +376,11 @@ def _class_weights(class_weights: ArrayLike | None, num_classes: int, dtype) -> 
   return V.fold(w.astype(dtype), ok)
 
 
-def _weights_or_uniform(d: V.Checked) -> jax.Array:
+def _weights_or_uniform(d: V.Checked) -> jax.Array | np.ndarray:
+  """The class weights in the scores' dtype; uniform ``1/C`` (a host constant) by default."""
   c = d.scores.shape[1]
   if d.weights is None:
-    return jnp.full((c,), 1.0 / c, d.scores.dtype)
+    return np.full((c,), 1.0 / c, d.scores.dtype)
   return d.weights.astype(d.scores.dtype)
 
 
@@ -605,7 +606,7 @@ def classwise_ce(
   linear property, Theorem 3.1); the expectation is Lemma D.1.
   """
   bins = V.check_bins(num_bins, binning, max_bins)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
   return _run(_classwise_core, d, bins, _weights_or_uniform(d), kind="ce")
 
 
@@ -676,6 +677,7 @@ def classwise_ece(
     from_logits=from_logits,
     where=where,
     class_weights=class_weights,
+    defer=True,
   )
   return _run(_classwise_core, d, bins, _weights_or_uniform(d), kind="ece", norm=norm)
 
@@ -799,6 +801,7 @@ def ecce(
     from_logits=from_logits,
     where=where,
     class_weights=class_weights,
+    defer=True,
   )
   return _run(_ecce_core, d, bins, _weights_or_uniform(d), reduction=reduction)
 
