@@ -572,13 +572,33 @@ def test_borrowed_rows_read_the_callers_buffer_in_place(offset):
     lambda p: p.astype(np.float16),  # not the compute dtype
     lambda p: np.asfortranarray(p),
     lambda p: p[:, ::2],  # not contiguous
-    lambda p: np.ascontiguousarray(p[:1000]),  # under 1 MiB: the ordinary copy is cheap
+    lambda p: np.ascontiguousarray(p[:1000])[:, ::2],  # small and strided
   ],
-  ids=["no aligned row", "float16", "fortran", "strided", "small"],
+  ids=["no aligned row", "float16", "fortran", "strided", "small strided"],
 )
 def test_borrowed_rows_decline_what_they_cannot_read_in_place(make):
   p, _ = _big_probs()
   assert V._borrowed_rows(make(p)) is None
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="host buffers are lent on the CPU")
+@pytest.mark.parametrize("offset", [0, 16, 4])
+def test_small_matrix_is_lent_whole_as_the_host_array(offset):
+  # Under 1 MiB the programs take the caller's array as their argument
+  # (their own transfer), aligned or not: no private copy, no device_put.
+  p, y = _big_probs(offset=offset)
+  small = _at(p[:1000], offset)
+  blocks = V._borrowed_rows(small)
+  assert isinstance(blocks, RowBlocks) and len(blocks.parts) == 1 and blocks.parts[0] is small
+  before = small.copy()
+  for fn in (metrics.conf_ece, scores.brier):
+    want = _copied(fn, small, y[:1000])
+    np.testing.assert_allclose(float(fn(small, y[:1000])), float(want), rtol=2e-6)
+  np.testing.assert_array_equal(small, before)
+  bad = small.copy()
+  bad[7, 3] = np.nan
+  with pytest.raises(ValueError, match=r"non-finite.*the first is row 7, column 3"):
+    metrics.conf_ece(bad, y[:1000])
 
 
 def _copied(fn, p, y, **kw):

@@ -183,10 +183,12 @@ def phases(p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
 
   * ``public call``: the whole call on numpy input, read back with ``float``;
   * ``python checks + placement``: ``check_predictions`` on the numpy
-    arrays (shape/dtype checks, the private copy, ``jax.device_put``);
+    arrays (shape/dtype checks, the labels' ``jax.device_put``; the
+    probabilities, under 1 MiB, are lent to the programs as they are);
   * ``python checks only``: the same on device arrays;
   * ``value checks``, ``top label`` and ``binning``: each of the call's
-    three jitted programs alone on device arrays (dispatch and compute);
+    three jitted programs alone, on the arguments the call gives them
+    (dispatch, the transfer of a lent host array, and compute);
   * ``three programs`` against ``one program``: the three dispatched back to
     back and read back once (as the call does), against one program built
     here that computes all three (what merging them would save);
@@ -199,7 +201,6 @@ def phases(p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
   from jaxcal._src import validation as V
 
   d = V.check_predictions(p, y, defer=True, borrow=True)
-  assert not d.borrowed  # below the borrowing size: the three-program path
   pend = d.pending
   spec = V._anonymous(pend.spec)
   rows = CE._row_stage(CE._top_label, False)
@@ -221,8 +222,10 @@ def phases(p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
     jax.device_get(V._ok_jit(spec, pend.xs, pend.y, pend.where, pend.w))
     return float(out)
 
+  whole = d.scores.parts[0] if d.borrowed else d.scores  # lent whole on the CPU
+
   def one():
-    out, ok = jax.device_get(merged(d.scores, d.labels, m))
+    out, ok = jax.device_get(merged(whole, d.labels, m))
     return float(out)
 
   contenders = {

@@ -117,10 +117,11 @@ class RowBlocks(NamedTuple):
 
   Attributes:
     parts: the blocks in order, ``(n_i, ...)`` each with ``n_i >= 1`` and
-      ``sum n_i = n``.
+      ``sum n_i = n``: JAX arrays, or host (numpy) arrays that each jitted
+      program taking them transfers with its arguments.
   """
 
-  parts: tuple[jax.Array, ...]
+  parts: tuple[jax.Array | np.ndarray, ...]
 
   @property
   def shape(self) -> tuple[int, ...]:

@@ -816,7 +816,7 @@ _BORROW_ROWS = 8
 
 
 def _borrowed_rows(a: np.ndarray) -> RowBlocks | None:
-  """A large host matrix on the CPU as device arrays that read the caller's memory in place.
+  """A host matrix on the CPU as blocks that read the caller's memory in place.
 
   XLA:CPU adopts a 64-byte-aligned host buffer without copying it, and
   numpy's large buffers start 16 bytes past such a boundary; but from the
@@ -828,21 +828,28 @@ def _borrowed_rows(a: np.ndarray) -> RowBlocks | None:
   wait for the result before returning to the caller (:func:`run_checked`
   does), and must not keep them.
 
+  A matrix under 1 MiB is lent whole, as the host array itself: each program
+  that takes it transfers it with its own arguments (for ``conf_ece`` at
+  ``n = 10^4``, ``C = 10``: 0.62 against 0.71 ms with the private copy and
+  ``jax.device_put``, whose Python path costs more than the copy).
+
   Returns:
-    :class:`~jaxcal._src.numerics.RowBlocks` on the device (one to three
-    blocks), or ``None`` where this does not apply (another backend, a small,
-    non-float, non-contiguous or non-compute-dtype array, or no aligned row)
-    and the caller makes its usual private copy.
+    :class:`~jaxcal._src.numerics.RowBlocks`: one to three blocks on the
+    device, or the small host matrix as its one block; ``None`` where this
+    does not apply (another backend, a non-float, non-contiguous or
+    non-compute-dtype array, or no aligned row) and the caller makes its
+    usual private copy.
   """
   if (
     a.ndim != 2
-    or a.nbytes < _OWN_COPY
     or not a.flags.c_contiguous
     or not np.issubdtype(a.dtype, np.floating)
     or compute_dtype(a.dtype) != a.dtype
     or jax.default_backend() != "cpu"
   ):
     return None
+  if a.nbytes < _OWN_COPY:
+    return RowBlocks((a,)) if a.size else None
   n, addr, stride = a.shape[0], a.ctypes.data, a.strides[0]
   k = next((k for k in range(_ALIGN) if (addr + k * stride) % _ALIGN == 0), None)
   if k is None or (k + _BORROW_ROWS) * stride > a.nbytes // 16:  # the copies would not be small
