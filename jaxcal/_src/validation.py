@@ -1098,8 +1098,9 @@ def check_predictions(
       after dispatching its computation. Under a transformation it has no
       effect.
     borrow: with ``defer`` and without ``where``, let the scores read a
-      large host float matrix on the CPU in place instead of copying it
-      (:func:`_borrowed_rows`): they may come as
+      host float matrix on the CPU in place instead of copying it
+      (:func:`_borrowed_rows`; a small one is handed to the programs as
+      it is): they may come as
       :class:`~jaxcal._src.numerics.RowBlocks` (for computations written
       with :func:`~jaxcal._src.numerics.by_rows`); :func:`run_checked`
       waits for the computation, and the caller keeps nothing.
