@@ -128,7 +128,9 @@ def main(argv=None) -> dict:
   t["transfer"] = timeit(lambda: (V._device(p), V._device(y.astype(np.int32))), r)
   t["validation_device"] = timeit(lambda: V.check_predictions(pd, yd).scores, r)
   t["validation_numpy"] = timeit(lambda: V.check_predictions(p, y).scores, r)
-  core = CE._compiled(CE._conf_core, False, 0, False, max_bins=16, binning="fixed", kind="ece")
+  core = CE._compiled(
+    CE._conf_core, False, 0, False, False, max_bins=16, binning="fixed", kind="ece"
+  )
   m = jnp.int32(15)
   t["compute"] = timeit(lambda: core(pd, yd, None, m), r)
   # ---- references
@@ -146,7 +148,7 @@ def main(argv=None) -> dict:
   jit_cost = {}
   w = jnp.full((c,), 1.0 / c, jnp.float32)
   cw_core = CE._compiled(
-    CE._classwise_core, False, 1, False, max_bins=16, binning="fixed", kind="ece"
+    CE._classwise_core, False, 1, False, False, max_bins=16, binning="fixed", kind="ece"
   )
   pairs = {
     "conf_ece": (jax.jit(lambda a, b: metrics.conf_ece(a, b)), lambda: core(pd, yd, None, m)),
