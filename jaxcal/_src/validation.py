@@ -9,10 +9,10 @@ Two tiers, as in chex/optax, plus an opt-in third:
   ``[0, C)``, integral float labels, class weights, an empty mask) are one fused
   jitted reduction per call that returns two scalars (all good? how many
   samples?). With ``check_predictions(..., defer=True)`` and
-  :func:`run_checked` (the top-label errors and the scores) the metric's
-  program is dispatched first and both are read back with one wait; the
-  top-label errors and the scores also read a large host float matrix on
-  the CPU in place (``borrow=True``) instead of copying it. On an eager call
+  :func:`run_checked` (the top-label, class-wise and ECCE errors and the
+  scores) the metric's program is dispatched first and both are read back
+  with one wait; the top-label errors and the scores also read a host float
+  matrix on the CPU in place (``borrow=True``) instead of copying it. On an eager call
   the entry point reads those scalars and, only
   when something is wrong, runs a second jitted reduction that finds the
   number of bad rows, the first bad index and an example value, and raises a
@@ -849,7 +849,7 @@ def _borrowed_rows(a: np.ndarray) -> RowBlocks | None:
   ):
     return None
   if a.nbytes < _OWN_COPY:
-    return RowBlocks((a,)) if a.size else None
+    return RowBlocks((a,))  # (n >= 1: _matrix rejects an empty one)
   n, addr, stride = a.shape[0], a.ctypes.data, a.strides[0]
   k = next((k for k in range(_ALIGN) if (addr + k * stride) % _ALIGN == 0), None)
   if k is None or (k + _BORROW_ROWS) * stride > a.nbytes // 16:  # the copies would not be small
