@@ -5,6 +5,7 @@ from jaxcal._src.data import (
   Synthetic,
   default_predictions,
   load_predictions,
+  load_split,
   looks_like_probs,
   synthetic,
 )
@@ -18,6 +19,7 @@ __all__ = [
   "default_predictions",
   "load_fashion_mnist",
   "load_predictions",
+  "load_split",
   "looks_like_probs",
   "synthetic",
 ]

@@ -188,3 +188,41 @@ def test_sweep_markdown_and_json(capsys, tmp_path):
   assert "| quantile | UC |" in capsys.readouterr().out
   assert cli.main(["sweep", default, "--m", "8", "--out", out, "--format", "json", "--force"]) == 0
   assert json.loads(capsys.readouterr().out)["m"] == 8
+
+
+def test_recalibrate_refuses_to_fit_and_score_on_the_same_samples(small_file, tmp_path, capsys):
+  out = str(tmp_path / "x.npz")
+  assert (
+    cli.main(["recalibrate", "temperature", str(small_file), str(small_file), "--out", out]) == 2
+  )
+  err = capsys.readouterr().err
+  assert "are the same 1,500 samples" in err and "no 'val' split" in err
+  assert not (tmp_path / "x.npz").exists()
+
+
+def test_a_missing_split_is_named_not_claimed(small_file, tmp_path, capsys):
+  out = tmp_path / "rep"
+  argv = ["report", str(small_file), "--out", str(out), "--utilities", "0", "--resamples", "0"]
+  assert cli.main(argv + ["--split", "val", "--figures", "png"]) == 0
+  text = capsys.readouterr().out
+  assert "resnet.npz (no 'val' split: the file's one data set)" in text
+  assert "resnet.npz (val)" not in text
+
+
+def test_markdown_report_has_every_section(small_file, tmp_path, capsys):
+  out = tmp_path / "rep"
+  argv = ["report", str(small_file), "--out", str(out), "--utilities", "16", "--resamples", "10"]
+  assert cli.main(argv + ["--format", "md", "--figures", "png"]) == 0
+  text = capsys.readouterr().out
+  for heading in ("| metric |", "Errors across the bin count", "Utility calibration UC", "Brier"):
+    assert heading in text
+  assert "| classwise |" in text and "| linear | 16 |" in text
+
+
+def test_version_and_the_method_list_of_the_help(capsys):
+  from jaxcal import __version__, recalibrate
+
+  assert cli.RECALIBRATION_METHODS == recalibrate.methods()
+  with pytest.raises(SystemExit) as e:
+    cli.main(["--version"])
+  assert e.value.code == 0 and capsys.readouterr().out.strip() == f"jaxcal {__version__}"

@@ -40,6 +40,15 @@ def test_load_layouts(tmp_path):
     np.testing.assert_array_equal(yy, y)
   xx, _ = data.load_predictions(tmp_path / "b.npz", split="val")
   np.testing.assert_array_equal(xx, z)
+  # which split was read: a file of one data set gives it for any split, and says so
+  assert data.load_split(tmp_path / "b.npz", "val")[2]
+  assert not data.load_split(tmp_path / "a.npz", "val")[2]
+  # scores of a split never pair with unsplit labels
+  np.savez(tmp_path / "mixed.npz", test_logits=z, labels=y)
+  with pytest.raises(
+    ValueError, match="found 'test_logits' but no labels array \\('test_labels'\\)"
+  ):
+    data.load_predictions(tmp_path / "mixed.npz")
   p = jax.nn.softmax(z)
   assert data.looks_like_probs(np.asarray(p)) and not data.looks_like_probs(z)
 

@@ -10,8 +10,10 @@ every run, with or without ../shared, checks every recalibrator's quality.
 The other CIFAR models are checked by experiments/recalibrator_defaults.py.
 """
 
+import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -19,6 +21,7 @@ import zipfile
 
 import jax
 import jax.numpy as jnp
+import msgpack
 import numpy as np
 import pytest
 
@@ -400,16 +403,59 @@ def test_not_converged_warns_eagerly_and_flags_under_jit():
 def test_save_load_round_trip_every_method(c10, fitted, tmp_path):
   _, _, zt, _ = c10
   z = zt[:64]
-  for m, rc in fitted.items():
-    path = tmp_path / f"{m}.rc"  # any suffix: the file is always an .npz archive
+  for (m, rc), ext in itertools.product(fitted.items(), ("rc", "msgpack")):
+    path = tmp_path / f"{m}.{ext}"  # .msgpack: MessagePack; any other suffix: .npz
     R.save(rc, path)
-    assert zipfile.is_zipfile(path)
+    assert zipfile.is_zipfile(path) == (ext != "msgpack")
+    if ext == "msgpack":
+      doc = msgpack.unpackb(path.read_bytes())
+      assert json.loads(doc["header"])["method"] == m
     back = R.load(path)
     assert type(back) is type(rc) and back.method == m
     assert back.from_logits == rc.from_logits and back.num_classes == 10
     for a, b in zip(jax.tree.leaves(rc), jax.tree.leaves(back)):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=m)
     np.testing.assert_array_equal(np.asarray(back(z)), np.asarray(rc(z)), err_msg=m)
+
+
+def test_load_reads_an_npz_archive_saved_under_a_msgpack_name(fitted, tmp_path):
+  path = tmp_path / "old.msgpack"  # jaxcal 0.1.0 wrote .npz whatever the suffix
+  R.save(fitted["temperature"], tmp_path / "old.npz")
+  path.write_bytes((tmp_path / "old.npz").read_bytes())
+  assert float(R.load(path).temperature) == float(fitted["temperature"].temperature)
+
+
+def _msgpack_variant(good, dst, edit):
+  doc = msgpack.unpackb(good.read_bytes())
+  edit(doc)
+  dst.write_bytes(msgpack.packb(doc, use_bin_type=True))
+
+
+def test_load_rejects_bad_msgpack_files_with_the_problem(fitted, tmp_path):
+  good = tmp_path / "ts.msgpack"
+  R.save(fitted["temperature"], good)
+  key = "temperature"
+
+  def entry(**kw):
+    return lambda d: d["arrays"][key].update(kw)
+
+  cases = {
+    "short": (entry(data=b"\0" * 3), "claims shape () (4 bytes), holds 3"),
+    "object": (entry(dtype="|O"), "the header says"),
+    "nodtype": (entry(dtype=None), "bad dtype"),
+    "negshape": (entry(shape=[-1]), "bad shape [-1]"),
+    "noheader": (lambda d: d.pop("header"), "no jaxcal header"),
+    "noarray": (lambda d: d["arrays"].pop(key), "lacks it"),
+  }
+  for name, (edit, msg) in cases.items():
+    dst = tmp_path / f"{name}.msgpack"
+    _msgpack_variant(good, dst, edit)
+    with pytest.raises(ValueError, match=re.escape(msg)):
+      R.load(dst)
+  cut = tmp_path / "cut.msgpack"
+  cut.write_bytes(good.read_bytes()[:20])
+  with pytest.raises(ValueError, match="not a MessagePack document, or truncated"):
+    R.load(cut)
 
 
 def _header(path):
@@ -437,7 +483,7 @@ def test_load_rejects_bad_files_with_the_file_and_the_problem(fitted, tmp_path):
   (tmp_path / "cut.npz").write_bytes(raw[: len(raw) // 2])
   cases["cut.npz"] = "not an .npz"
   (tmp_path / "junk.msgpack").write_bytes(b"\x2a")  # msgpack of a bare int
-  cases["junk.msgpack"] = "not an .npz"
+  cases["junk.msgpack"] = "no jaxcal header"
   with open(tmp_path / "plain.npz", "wb") as fh:
     np.savez(fh, x=np.zeros(3))
   cases["plain.npz"] = "no jaxcal header"

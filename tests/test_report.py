@@ -173,3 +173,14 @@ def test_bad_settings(small):
     report.calibration_report(x, y, num_bins=10_000, num_utilities=0, resamples=0)
   with pytest.raises(ValueError, match="interval"):
     report.calibration_report(x, y, interval="wald", num_utilities=0, resamples=0)
+
+
+def test_an_estimate_outside_its_interval_is_flagged_and_explained():
+  from jaxcal._src import report as R
+
+  assert R._with_interval(0.5, (0.6, 0.7))["estimate_outside_interval"]
+  assert not R._with_interval(0.65, (0.6, 0.7))["estimate_outside_interval"]
+  assert "estimate_outside_interval" not in R._with_interval(np.zeros(3), (np.zeros(3),) * 2)
+  entries = {"ConfECE(fix;15)": dict(R._with_interval(0.5, (0.6, 0.7)), truthful=False)}
+  rows = R._metric_rows(entries)
+  assert rows[0][1].endswith(" †") and R._any_outside(entries)

@@ -129,6 +129,35 @@ def _parse_options(text: str | None) -> dict:
   return options
 
 
+#: ``jaxcal.recalibrate.methods()``, spelt out so that ``--help`` needs no JAX
+#: import (a test keeps the two equal).
+RECALIBRATION_METHODS = (
+  "bbq",
+  "beta",
+  "dirichlet",
+  "ensemble_temperature",
+  "histogram",
+  "isotonic",
+  "kcal",
+  "local_net",
+  "matrix",
+  "patching",
+  "platt",
+  "smooth_isotonic",
+  "temperature",
+  "vector",
+)
+
+
+def _version() -> str:
+  from importlib.metadata import PackageNotFoundError, version
+
+  try:
+    return version("jaxcal")
+  except PackageNotFoundError:  # pragma: no cover - a source tree without metadata
+    return "unknown"
+
+
 def _mkdirs_for(path: str) -> None:
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
@@ -144,8 +173,16 @@ def _load(path: str | None, split: str):
   if path is None:
     x, y = data.default_predictions(split)
     return x, y, f"embedded CIFAR-10 ResNet-110 ({split})"
-  x, y = data.load_predictions(path, split=split)
-  return x, y, f"{os.path.basename(os.path.normpath(path))} ({split})"
+  x, y, found = data.load_split(path, split=split)
+  name = os.path.basename(os.path.normpath(path))
+  if found:
+    return x, y, f"{name} ({split})"
+  return x, y, f"{name} (no '{split}' split: the file's one data set)"
+
+
+def _same_data(xc, yc, xt, yt) -> bool:
+  """Whether the calibration and test data are the same samples."""
+  return xc.shape == xt.shape and np.array_equal(yc, yt) and np.array_equal(xc, xt)
 
 
 def _emit(args, text: str, data: dict) -> None:
@@ -214,8 +251,10 @@ def _cmd_recalibrate(args) -> int:
   import jax
 
   from jaxcal import recalibrate
+  from jaxcal._src.recal.base import _lookup
   from jaxcal._src.validation import looks_like_probs
 
+  _lookup(args.method)  # an unknown method is named before any file is read
   options = _parse_options(args.options)
   if not args.out.endswith(".npz"):
     raise UserError(f"--out {args.out}: use a .npz file name")
@@ -224,8 +263,14 @@ def _cmd_recalibrate(args) -> int:
     if not args.save_model.endswith((".npz", ".msgpack")):
       raise UserError(f"--save-model {args.save_model}: use a .npz or .msgpack file name")
     _check_out_file(args.save_model, "--save-model", args.force)
-  xc, yc, _ = _load(args.cal_file, args.cal_split)
-  xt, yt, _ = _load(args.test_file, args.test_split)
+  xc, yc, cal_source = _load(args.cal_file, args.cal_split)
+  xt, yt, test_source = _load(args.test_file, args.test_split)
+  if _same_data(xc, yc, xt, yt):
+    raise UserError(
+      f"the calibration data ({cal_source}) and the test data ({test_source}) are the same "
+      f"{len(yc):,} samples: a recalibrator scored on the samples it was fitted on looks "
+      "better than it is; give a file with val_* and test_* arrays, or two different files"
+    )
   cal_probs, test_probs = looks_like_probs(xc), looks_like_probs(xt)
   if cal_probs != test_probs:
     kinds = {True: "probabilities", False: "logits"}
@@ -251,7 +296,10 @@ def _cmd_recalibrate(args) -> int:
   from jaxcal._src.report import format_comparison
 
   rows = _recal_rows(before, after, yt)
-  head = f"{args.method}: fitted on {len(yc):,} samples in {fit_s:.3g} s; test n = {len(yt):,}"
+  head = (
+    f"{args.method}: fitted on {len(yc):,} samples of {cal_source} in {fit_s:.3g} s; "
+    f"tested on {len(yt):,} samples of {test_source}"
+  )
   out = args.out
   _mkdirs_for(out)
   np.savez(out, probs=after.astype(np.float32), labels=np.asarray(yt))
@@ -263,7 +311,9 @@ def _cmd_recalibrate(args) -> int:
     "method": args.method,
     "options": options,
     "calibration_file": os.path.abspath(args.cal_file),
+    "calibration_data": cal_source,
     "test_file": os.path.abspath(args.test_file),
+    "test_data": test_source,
     "fit_s": fit_s,
     "n_calibration": len(yc),
     "n_test": len(yt),
@@ -359,6 +409,7 @@ def _format_arg(parser) -> None:
 def build_parser() -> argparse.ArgumentParser:
   """The ``jaxcal`` argument parser (``report``, ``recalibrate``, ``sweep``)."""
   p = _Parser(prog="jaxcal", description="Calibration of multiclass classifiers in JAX.")
+  p.add_argument("--version", action="version", version=f"jaxcal {_version()}")
   sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
   r = sub.add_parser("report", help="full calibration report of a predictions file")
@@ -405,14 +456,18 @@ def build_parser() -> argparse.ArgumentParser:
   c = sub.add_parser("recalibrate", help="fit a recalibrator on one file, apply it to another")
   c.add_argument(
     "method",
-    help="temperature, vector, matrix, dirichlet, platt, histogram, "
-    "isotonic, smooth_isotonic, patching",
+    help="one of " + ", ".join(RECALIBRATION_METHODS) + " (local_net and kcal also need "
+    "features, so only from Python)",
   )
-  c.add_argument("cal_file")
-  c.add_argument("test_file")
+  c.add_argument("cal_file", help="predictions to fit on (.npz, folder or 'scores.npy,labels.npy')")
+  c.add_argument("test_file", help="predictions to recalibrate and score (same forms)")
   c.add_argument("--out", required=True, help="output .npz with recalibrated test probs and labels")
-  c.add_argument("--cal-split", default="val")
-  c.add_argument("--test-split", default="test")
+  c.add_argument(
+    "--cal-split", default="val", help="split of CAL_FILE to fit on, in multi-split files (val)"
+  )
+  c.add_argument(
+    "--test-split", default="test", help="split of TEST_FILE to score, in multi-split files (test)"
+  )
   c.add_argument(
     "--options", default=None, help="method options as JSON, e.g. '{\"normalize\": false}'"
   )
@@ -424,12 +479,25 @@ def build_parser() -> argparse.ArgumentParser:
   c.set_defaults(func=_cmd_recalibrate)
 
   s = sub.add_parser("sweep", help="utility-calibration errors over sampled utilities")
-  s.add_argument("predictions", nargs="?", default=None)
-  s.add_argument("--family", choices=("linear", "rank"), default="linear")
+  s.add_argument(
+    "predictions",
+    nargs="?",
+    default=None,
+    help=".npz file, folder of .npy files, or 'scores.npy,labels.npy' (default: the embedded "
+    "CIFAR-10 ResNet-110 test logits)",
+  )
+  s.add_argument(
+    "--family", choices=("linear", "rank"), default="linear", help="utility family (linear)"
+  )
   s.add_argument("--m", type=_positive, default=1500, help="number of utilities (1500)")
-  s.add_argument("--chunk-size", type=_positive, default=None)
-  s.add_argument("--seed", type=int, default=0)
-  s.add_argument("--split", default="test")
+  s.add_argument(
+    "--chunk-size",
+    type=_positive,
+    default=None,
+    help="utilities per compiled chunk (default: sized to the memory)",
+  )
+  s.add_argument("--seed", type=int, default=0, help="seed of the sampled utilities (0)")
+  s.add_argument("--split", default="test", help="split to read from multi-split files (test)")
   s.add_argument("--out", required=True, help="output .npz (errors, eCDF) or .json")
   s.add_argument("--force", action="store_true", help="overwrite an existing output file")
   _format_arg(s)

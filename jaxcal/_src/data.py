@@ -20,6 +20,7 @@ from jaxcal._src.validation import looks_like_probs
 
 __all__ = [
   "load_predictions",
+  "load_split",
   "default_predictions",
   "DEFAULT_PREDICTIONS",
   "synthetic",
@@ -94,25 +95,35 @@ def _npz_members(zf: zipfile.ZipFile, path: str) -> dict[str, Callable[[], np.nd
 
 def _pick(
   mapping: dict[str, Callable[[], np.ndarray]], split: str, path: str
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, bool]:
+  """``(scores, labels, whether they are the split's own arrays)``.
+
+  ``{split}_<scores>`` with ``{split}_labels`` first; else the unsplit
+  ``<scores>`` with ``labels``/``y`` (a file of one data set). The scores and
+  the labels always come from the same kind of name, never one of each.
+  """
   keys = list(mapping.keys())
   for stem in _SCORE_KEYS:
-    for k in (f"{split}_{stem}", stem):
+    for k, label_keys, own in (
+      (f"{split}_{stem}", (f"{split}_labels",), True),
+      (stem, ("labels", "y"), False),
+    ):
       if k in keys:
-        for lk in (f"{split}_labels", "labels", "y"):
+        for lk in label_keys:
           if lk in keys:
-            return mapping[k](), mapping[lk]()
-        raise ValueError(f"{path}: found {k!r} but no labels array ('{split}_labels' or 'labels')")
+            return mapping[k](), mapping[lk](), own
+        want = " or ".join(repr(x) for x in label_keys)
+        raise ValueError(f"{path}: found {k!r} but no labels array ({want})")
   raise ValueError(
     f"{path}: no predictions found; expected arrays named e.g. '{split}_logits' and "
     f"'{split}_labels', or 'logits'/'probs' and 'labels'; found {sorted(keys)}"
   )
 
 
-def _load_raw(p: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+def _load_raw(p: str, split: str) -> tuple[np.ndarray, np.ndarray, bool]:
   if "," in p and not os.path.exists(p):
     a, b = p.split(",", 1)
-    return _npy_file(a), _npy_file(b)
+    return _npy_file(a), _npy_file(b), False
   if os.path.isdir(p):
     names = sorted(os.listdir(p))
     files = {f[:-4]: os.path.join(p, f) for f in names if f.endswith(".npy")}
@@ -178,9 +189,21 @@ def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.n
     >>> x.shape, y.shape
     ((10000, 10), (10000,))
   """
+  return load_split(path, split)[:2]
+
+
+def load_split(path: str | os.PathLike, split: str = "test") -> tuple[np.ndarray, np.ndarray, bool]:
+  """:func:`load_predictions`, and whether ``split`` was found.
+
+  Returns:
+    ``(scores, labels, found)``: ``found`` is False when the file holds one
+    unsplit data set (``logits``/``probs`` and ``labels``) and so gave it
+    for any ``split`` (the command line says so, and refuses to fit and test
+    a recalibrator on the same samples).
+  """
   p = os.fsdecode(os.fspath(path))
   try:
-    scores, labels = _load_raw(p, split)
+    scores, labels, found = _load_raw(p, split)
   except FileNotFoundError as e:
     raise ValueError(f"predictions not found: {e.filename or p}") from None
   except IsADirectoryError as e:
@@ -204,7 +227,7 @@ def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.n
     labels = V._host_labels(wide, scores.shape[1], "labels", None)
   except ValueError as e:
     raise ValueError(f"{p}: {e}") from None
-  return scores.astype(np.float32), np.asarray(labels, np.int32)
+  return scores.astype(np.float32), np.asarray(labels, np.int32), found
 
 
 def default_predictions(split: str = "test") -> tuple[np.ndarray, np.ndarray]:

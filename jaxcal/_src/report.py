@@ -227,9 +227,19 @@ def _check_settings(num_bins, resamples, confidence, interval, n):
 
 
 def _with_interval(est, res=None) -> dict:
+  """``{"estimate", "lo", "hi"}``; a scalar estimate outside ``[lo, hi]`` is flagged.
+
+  A bootstrap interval of a biased estimator (binned ℓ1 errors grow under
+  resampling) can miss its own estimate; ``estimate_outside_interval``
+  records it so that the summaries can say so.
+  """
   if res is None:
     return {"estimate": est}
-  return {"estimate": est, "lo": res[0], "hi": res[1]}
+  out = {"estimate": est, "lo": res[0], "hi": res[1]}
+  if np.ndim(est) == 0:
+    e, lo, hi = (float(v) for v in (est, res[0], res[1]))
+    out["estimate_outside_interval"] = bool(e < lo or e > hi)
+  return out
 
 
 def _metric_entry(lab: str, nm: str, binning: str | None, m: int | None) -> dict:
@@ -910,12 +920,27 @@ def _interval_text(rep: dict) -> str:
   return f"{pct}% {s['interval']} bootstrap intervals over {s['resamples']} resamples"
 
 
+#: Footnote of the rows whose estimate lies outside its own interval.
+OUTSIDE_NOTE = (
+  "† the estimate lies outside its bootstrap interval: the resampled errors of a biased "
+  "estimator (binned ℓ1 errors grow under resampling) are shifted; --interval basic or "
+  "bca corrects for such a shift"
+)
+
+
 def _metric_rows(entries: Mapping[str, dict]) -> list[tuple[str, str, str]]:
   rows = []
   for lab, e in entries.items():
     mark = "*" if e.get("truthful") else ""
-    rows.append((lab + mark, format_interval(e["estimate"], e.get("lo"), e.get("hi")), _desc(lab)))
+    val = format_interval(e["estimate"], e.get("lo"), e.get("hi"))
+    if e.get("estimate_outside_interval"):
+      val += " †"
+    rows.append((lab + mark, val, _desc(lab)))
   return rows
+
+
+def _any_outside(entries: Mapping[str, dict]) -> bool:
+  return any(e.get("estimate_outside_interval") for e in entries.values())
 
 
 def _desc(lab: str) -> str:
@@ -955,6 +980,8 @@ def format_summary(rep: dict) -> str:
   for name, val, desc in rows:
     lines.append(f"    {name:{w}s}  {val:{w2}s}  {desc}")
   lines.append("    (* truthful: reporting the true probabilities minimises its expectation)")
+  if _any_outside(rep["metrics"]):
+    lines.append(f"    ({OUTSIDE_NOTE})")
   rob = rep.get("robustness")
   if rob:
     lines.append(
@@ -1035,10 +1062,14 @@ def format_markdown(rep: dict) -> str:
       out.append(
         f"| {model} | "
         + " | ".join(
-          format_interval(e[x]["estimate"], e[x].get("lo"), e[x].get("hi")) for x in labs
+          format_interval(e[x]["estimate"], e[x].get("lo"), e[x].get("hi"))
+          + (" †" if e[x].get("estimate_outside_interval") else "")
+          for x in labs
         )
         + " |"
       )
+    if any(_any_outside(e) for e in rep["metrics"].values()):
+      out += ["", OUTSIDE_NOTE + "."]
     for block in rep["rank_stability"]:
       bins = block["num_bins"]
       out += ["", f"Spearman correlation of the ranking of {len(block['models'])} models:", ""]
@@ -1074,7 +1105,53 @@ def format_markdown(rep: dict) -> str:
   for name, val, desc in _metric_rows(rep["metrics"]):
     out.append(f"| {name} | {val} | {desc} |")
   out.append("")
-  out.append("\\* truthful")
+  out.append("\\* truthful: reporting the true probabilities minimises its expectation.")
+  if _any_outside(rep["metrics"]):
+    out += ["", OUTSIDE_NOTE + "."]
+  rob = rep.get("robustness")
+  if rob:
+    bins = rob["num_bins"]
+    cols = sorted({bins[0], bins[len(bins) // 2], bins[-1]})
+    out += ["", "Errors across the bin count m (bin_robustness.png):", ""]
+    out.append("| error | " + " | ".join(f"m = {b}" for b in cols) + " | calibrated predictor |")
+    out.append("|---" * (len(cols) + 2) + "|")
+    outside = False
+    for lab, v in rob["curves"].items():
+      lo, hi = v.get("lo"), v.get("hi")
+      cells = []
+      for b in cols:
+        i = bins.index(b)
+        e = float(v["estimate"][i])
+        if lo is None:
+          cells.append(format_number(e))
+          continue
+        miss = e < float(lo[i]) or e > float(hi[i])
+        outside |= miss
+        cells.append(format_interval(e, lo[i], hi[i]) + (" †" if miss else ""))
+      ref = rob["calibrated_value"].get(lab)
+      cells.append("—" if ref is None else format_number(ref))
+      out.append(f"| {lab} | " + " | ".join(cells) + " |")
+    if outside and not _any_outside(rep["metrics"]):
+      out += ["", OUTSIDE_NOTE + "."]
+  u = rep.get("utility") or {}
+  if u:
+    out += ["", "Utility calibration UC over sampled utilities (utility_ecdf.png):", ""]
+    out += ["| family | utilities | median | 90% | max |", "|---|---|---|---|---|"]
+    for fam, v in u.items():
+      q = v["quantiles"]
+      out.append(
+        f"| {fam} | {v['num_utilities']:,} | {format_number(q['0.5'])} | "
+        f"{format_number(q['0.9'])} | {format_number(q['1.0'])} |"
+      )
+  dec = rep.get("decomposition") or {}
+  if dec:
+    out += ["", "Brier score decompositions (multiclass Brier / C), S = MCB − DSC + UNC:", ""]
+    out += ["| mode | S | MCB | DSC | UNC |", "|---|---|---|---|---|"]
+    for mode, d in dec.items():
+      out.append(
+        f"| {mode} | {format_number(d['S'])} | {format_number(d['MCB'])} | "
+        f"{format_number(d['DSC'])} | {format_number(d['UNC'])} |"
+      )
   return "\n".join(out) + "\n"
 
 

@@ -267,7 +267,7 @@ def fit(method: str, inputs: ArrayLike, labels: ArrayLike, **options: Any) -> Re
     method: one of :func:`methods` (``"temperature"``, ``"vector"``,
       ``"matrix"``, ``"dirichlet"``, ``"platt"``, ``"histogram"``,
       ``"isotonic"``, ``"smooth_isotonic"``, ``"patching"``, ``"local_net"``,
-      ``"beta"``, ``"bbq"``, ``"ensemble_temperature"``).
+      ``"kcal"``, ``"beta"``, ``"bbq"``, ``"ensemble_temperature"``).
     inputs: ``(n, C)`` logits (default) or probabilities with
       ``from_logits=False``.
     labels: ``(n,)`` integer labels.
@@ -466,12 +466,15 @@ def _flatten_fields(rc: Recalibrator) -> tuple[dict[str, np.ndarray], dict[str, 
 
 
 def save(rc: Recalibrator, path: str | os.PathLike) -> None:
-  """Saves a fitted recalibrator to ``path`` (an ``.npz`` archive, no pickle).
+  """Saves a fitted recalibrator to ``path``: ``.npz`` or ``.msgpack``, no pickle.
 
-  The file is written at exactly ``path`` whatever its suffix, and is an
-  uncompressed ``.npz`` archive: one ``.npy`` file per array field (nested
-  dicts of arrays are flattened with ``/``-joined keys) plus a JSON header
-  with the method, the static fields and every array's dtype and shape.
+  The file is written at exactly ``path``. Both formats hold a JSON header
+  with the method, the static fields and every array's dtype and shape, and
+  the array fields (nested dicts of arrays are flattened with ``/``-joined
+  keys). A path ending in ``.msgpack`` gets a MessagePack map
+  ``{"header": <JSON text>, "arrays": {key: {"dtype", "shape", "data"}}}``
+  (raw little/big-endian bytes as numpy writes them, no extension types);
+  any other path an uncompressed ``.npz`` archive (one ``.npy`` per array).
 
   Args:
     rc: a fitted recalibrator (concrete, not traced).
@@ -515,6 +518,19 @@ def save(rc: Recalibrator, path: str | os.PathLike) -> None:
     raise ValueError(
       f"cannot save {type(rc).__name__}: a static field is not JSON data ({e})"
     ) from None
+  if os.fspath(path).endswith(".msgpack"):
+    import msgpack
+
+    doc = {
+      "header": header,
+      "arrays": {
+        k: {"dtype": a.dtype.str, "shape": list(a.shape), "data": np.ascontiguousarray(a).tobytes()}
+        for k, a in arrays.items()
+      },
+    }
+    with open(path, "wb") as f:
+      f.write(msgpack.packb(doc, use_bin_type=True))
+    return
   with open(path, "wb") as f:  # a file object: numpy adds no ".npz" suffix
     np.savez(f, __header__=np.array(header), **{f"a:{k}": a for k, a in arrays.items()})
 
@@ -587,9 +603,11 @@ def _check_shapes(cls: type, shapes: dict[str, tuple[int, ...]], static: dict, p
 def load(path: str | os.PathLike) -> Recalibrator:
   """Loads a recalibrator written by :func:`save` (never unpickles).
 
-  Every array's dtype and shape is read from its ``.npy`` header and checked
-  against the JSON header and the method's declared shapes before any array
-  data is read; the data of a stored member cannot exceed the file's size.
+  Every array's dtype and shape (from its ``.npy`` header, or its
+  ``.msgpack`` entry) is checked against the JSON header and the method's
+  declared shapes before any array is built; the data cannot exceed the
+  file's size. A ``.msgpack`` path holding a zip archive is read as ``.npz``
+  (files written by jaxcal 0.1.0, which wrote ``.npz`` whatever the suffix).
 
   Args:
     path: a file written by :func:`save`.
@@ -599,7 +617,8 @@ def load(path: str | os.PathLike) -> Recalibrator:
 
   Raises:
     ValueError: naming the file and the problem: missing, empty, truncated
-      or not an ``.npz`` archive, no jaxcal header, an unknown method,
+      or not an ``.npz`` archive / MessagePack document, no jaxcal header,
+      an unknown method,
       missing or misshapen arrays, an unsupported dtype.
 
   Example:
@@ -615,6 +634,85 @@ def load(path: str | os.PathLike) -> Recalibrator:
     raise ValueError(f"{os.fspath(path)}: no such file")
   if os.path.getsize(path) == 0:
     raise _bad(path, "the file is empty")
+  with open(path, "rb") as fh:
+    zipped = fh.read(4) == b"PK\x03\x04"
+  if os.fspath(path).endswith(".msgpack") and not zipped:
+    method, cls, static, arrays = _read_msgpack(path)
+  else:
+    method, cls, static, arrays = _read_npz(path)
+  return _rebuild(path, method, cls, static, arrays)
+
+
+def _check_header(path: Any, header: Any) -> tuple[str, type, dict, dict]:
+  """``(method, class, static fields, array table)`` of a parsed JSON header."""
+  if not isinstance(header, dict) or header.get("format") != _FORMAT:
+    raise _bad(path, "the header is not a jaxcal recalibrator header")
+  if header.get("version") != _VERSION:
+    raise _bad(path, f"format version {header.get('version')!r}; this jaxcal reads {_VERSION}")
+  method, static, meta = header.get("method"), header.get("static"), header.get("arrays")
+  if not isinstance(static, dict) or not isinstance(meta, dict):
+    raise _bad(path, "the header lacks its 'static' or 'arrays' table")
+  if not isinstance(method, str) or method not in METHODS:
+    raise _bad(path, f"unknown recalibration method {method!r}")
+  _, cls = _resolve(method)
+  return method, cls, static, meta
+
+
+def _check_array(path: Any, key: str, m: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
+  if not isinstance(m, dict) or list(shape) != m.get("shape") or dtype.str != m.get("dtype"):
+    raise _bad(path, f"array {key!r} is {dtype.str}{list(shape)}, the header says {m}")
+  if dtype.kind not in _ARRAY_KINDS:
+    raise _bad(path, f"array {key!r} has unsupported dtype {dtype}")
+
+
+def _read_msgpack(path: Any) -> tuple[str, type, dict, dict]:
+  """Reads and checks a ``.msgpack`` file of :func:`save` (dtypes and sizes before any array)."""
+  import msgpack
+
+  with open(path, "rb") as fh:
+    blob = fh.read()
+  try:
+    doc = msgpack.unpackb(blob, raw=False, strict_map_key=True, max_bin_len=len(blob))
+  except (ValueError, TypeError, msgpack.ExtraData, msgpack.UnpackException) as e:
+    raise _bad(path, f"not a MessagePack document, or truncated ({e})") from None
+  if not isinstance(doc, dict) or not isinstance(doc.get("header"), str):
+    raise _bad(path, "no jaxcal header (a .msgpack written by something else?)")
+  if not isinstance(doc.get("arrays"), dict):
+    raise _bad(path, "the file lacks its 'arrays' map")
+  try:
+    header = json.loads(doc["header"])
+  except json.JSONDecodeError as e:
+    raise _bad(path, f"the header is not JSON ({e})") from None
+  method, cls, static, meta = _check_header(path, header)
+  stored = doc["arrays"]
+  shapes: dict[str, tuple[int, ...]] = {}
+  arrays: dict[str, np.ndarray] = {}
+  for key, m in meta.items():
+    e = stored.get(key)
+    if not isinstance(e, dict):
+      raise _bad(path, f"the header lists array {key!r} but the file lacks it")
+    shape, data = e.get("shape"), e.get("data")
+    if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+      raise _bad(path, f"array {key!r} has a bad shape {shape!r}")
+    try:
+      if not isinstance(e.get("dtype"), str):
+        raise TypeError(f"{e.get('dtype')!r} is not a dtype string")
+      dtype = np.dtype(e["dtype"])
+    except (TypeError, ValueError) as err:
+      raise _bad(path, f"array {key!r} has a bad dtype ({err})") from None
+    _check_array(path, key, m, tuple(shape), dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if not isinstance(data, bytes) or len(data) != nbytes:
+      got = len(data) if isinstance(data, bytes) else type(data).__name__
+      raise _bad(path, f"array {key!r} claims shape {tuple(shape)} ({nbytes:,} bytes), holds {got}")
+    shapes[key] = tuple(shape)
+    arrays[key] = np.frombuffer(data, dtype).reshape(shape)
+  _check_shapes(cls, shapes, static, path)
+  return method, cls, static, arrays
+
+
+def _read_npz(path: Any) -> tuple[str, type, dict, dict]:
+  """Reads and checks an ``.npz`` file of :func:`save` (headers before any array data)."""
   try:
     zf = zipfile.ZipFile(path)
   except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
@@ -631,29 +729,22 @@ def load(path: str | os.PathLike) -> Recalibrator:
       header = json.loads(str(_read_member(zf, hinfo, path)[()]))
     except (json.JSONDecodeError, TypeError, IndexError) as e:
       raise _bad(path, f"the header is not JSON ({e})") from None
-    if not isinstance(header, dict) or header.get("format") != _FORMAT:
-      raise _bad(path, "the header is not a jaxcal recalibrator header")
-    if header.get("version") != _VERSION:
-      raise _bad(path, f"format version {header.get('version')!r}; this jaxcal reads {_VERSION}")
-    method, static, meta = header.get("method"), header.get("static"), header.get("arrays")
-    if not isinstance(static, dict) or not isinstance(meta, dict):
-      raise _bad(path, "the header lacks its 'static' or 'arrays' table")
-    if not isinstance(method, str) or method not in METHODS:
-      raise _bad(path, f"unknown recalibration method {method!r}")
-    _, cls = _resolve(method)
+    method, cls, static, meta = _check_header(path, header)
     shapes: dict[str, tuple[int, ...]] = {}
     for key, m in meta.items():
       member = f"a:{key}.npy"
       if member not in infos:
         raise _bad(path, f"the header lists array {key!r} but the archive lacks it")
       shape, dtype = _member_header(zf, infos[member], path)
-      if not isinstance(m, dict) or list(shape) != m.get("shape") or dtype.str != m.get("dtype"):
-        raise _bad(path, f"array {key!r} is {dtype.str}{list(shape)}, the header says {m}")
-      if dtype.kind not in _ARRAY_KINDS:
-        raise _bad(path, f"array {key!r} has unsupported dtype {dtype}")
+      _check_array(path, key, m, shape, dtype)
       shapes[key] = shape
     _check_shapes(cls, shapes, static, path)
     arrays = {k: _read_member(zf, infos[f"a:{k}.npy"], path) for k in meta}
+  return method, cls, static, arrays
+
+
+def _rebuild(path: Any, method: str, cls: type, static: dict, arrays: dict) -> Recalibrator:
+  """The recalibrator from its checked static fields and arrays."""
 
   def get(prefix: str) -> Any:
     if prefix in arrays:
