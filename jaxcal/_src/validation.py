@@ -1113,6 +1113,7 @@ def check_predictions(
       one and its value) and the fix. Value problems raise on eager calls;
       under a transformation :attr:`Checked.ok` carries them.
   """
+  from_logits = check_flag(from_logits, "from_logits")
   name = name or ("logits" if from_logits else "probs")
   x = _matrix(scores, name)
   n, c = x.shape
@@ -1372,6 +1373,25 @@ def check_num_bins(num_bins: Any, name: str = "num_bins") -> jax.Array | int:
   if not jnp.issubdtype(m.dtype, jnp.integer):
     raise ValueError(f"{name} must have an integer dtype when traced, got {m.dtype}")
   return m.astype(jnp.int32)
+
+
+def check_flag(value: Any, name: str) -> bool:
+  """A boolean option as a Python bool: ``True``/``False`` (or numpy bools) only.
+
+  A string such as ``"no"`` is truthy: accepting it would silently flip the
+  option, so anything but a bool raises.
+
+  Example:
+    >>> check_flag(False, "from_logits")
+    False
+    >>> check_flag("no", "from_logits")
+    Traceback (most recent call last):
+    ...
+    ValueError: from_logits must be True or False, got 'no'
+  """
+  if not isinstance(value, bool | np.bool_):
+    raise ValueError(f"{name} must be True or False, got {value!r}")
+  return bool(value)
 
 
 def check_int(value: Any, name: str, minimum: int = 1) -> int:

@@ -344,9 +344,9 @@ def check_inputs(inputs: ArrayLike, from_logits: bool, name: str = "inputs") -> 
     ValueError: ``from_logits`` is not a bool, or ``inputs`` (called ``name``)
       are not finite logits / probabilities on the simplex.
   """
-  if not isinstance(from_logits, (bool, np.bool_)):
-    raise ValueError(f"from_logits must be True or False, got {from_logits!r}")
-  return V.check_logits(inputs, name) if from_logits else V.check_probs(inputs, name)
+  if V.check_flag(from_logits, "from_logits"):
+    return V.check_logits(inputs, name)
+  return V.check_probs(inputs, name)
 
 
 @functools.partial(jax.jit, static_argnums=1)
