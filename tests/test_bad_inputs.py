@@ -116,6 +116,9 @@ CASES = [
   C("num_bins bool", metrics.conf_ece, (P, Y), {"num_bins": True}, ValueError, r"num_bins must be an integer"),
   C("num_bins None", metrics.classwise_ece, (P, Y), {"num_bins": None}, ValueError, r"num_bins must be an integer"),
   C("num_bins huge", metrics.conf_ece, (P, Y), {"num_bins": 2**25}, ValueError, r"num_bins must be <="),
+  C("num_bins inf", metrics.conf_ece, (P, Y), {"num_bins": float("inf")}, ValueError, r"num_bins must be finite and integer-valued, got \[inf\]"),
+  C("from_logits string", metrics.conf_ece, (P, Y), {"from_logits": "no"}, ValueError, r"from_logits must be True or False, got 'no'"),
+  C("from_logits int", scores.brier, (P, Y), {"from_logits": 1}, ValueError, r"from_logits must be True or False, got 1"),
   C("binning unknown", metrics.conf_ece, (P, Y), {"binning": "equal"}, ValueError, r"binning must be one of"),
   C("binning None", metrics.classwise_ce, (P, Y), {"binning": None}, ValueError, r"binning must be one of"),
   C("quantile m > n", metrics.classwise_ce, (P, Y), {"num_bins": 5}, ValueError, r"quantile binning with num_bins = 5"),
@@ -350,6 +353,8 @@ BAD_UNDER_JIT = {
   "label": (P, np.array([0, 2, 1, 0])),
   "rows 0.9": (P * 0.9, Y),
   "negative label": (P, np.array([0, -1, 1, 0])),
+  # rows still summing to one, with an entry outside [0, 1]: the traced minimum catches it
+  "negative entry": (np.array([[1.1, -0.1], *P[1:]], np.float32), Y),
 }
 JIT_METRICS = {
   "conf_ece": lambda p, y: metrics.conf_ece(p, y, 2),

@@ -53,6 +53,26 @@ def test_load_layouts(tmp_path):
   assert data.looks_like_probs(np.asarray(p)) and not data.looks_like_probs(z)
 
 
+def test_load_refuses_what_it_would_have_to_guess_or_distort(tmp_path):
+  z = np.arange(12.0).reshape(6, 2)
+  y = np.array([0, 1, 0, 1, 0, 1])
+  np.savez(tmp_path / "both.npz", logits=z, probs=z, labels=y)
+  with pytest.raises(ValueError, match=r"several score arrays \['logits', 'probs'\]"):
+    data.load_predictions(tmp_path / "both.npz")
+  wide = y.astype(np.uint64)
+  wide[3] = 2**63  # would wrap to a negative int64
+  np.savez(tmp_path / "u64.npz", logits=z, labels=wide)
+  with pytest.raises(ValueError, match=r"labels\[3\] = 9223372036854775808"):
+    data.load_predictions(tmp_path / "u64.npz")
+  big = z.copy()
+  big[4, 1] = 1e300  # inf after the float32 cast
+  np.savez(tmp_path / "big.npz", logits=big, labels=y)
+  with pytest.raises(ValueError, match=r"scores\[4, 1\] = 1e\+300 exceeds the float32 range"):
+    data.load_predictions(tmp_path / "big.npz")
+  with pytest.raises(ValueError, match="path must be a file or folder path, got None"):
+    data.load_predictions(None)
+
+
 def test_load_rejects_pickle_and_bad_files(tmp_path):
   obj = np.empty(3, dtype=object)
   np.savez(tmp_path / "pickled.npz", logits=obj, labels=np.arange(3))

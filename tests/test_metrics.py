@@ -395,7 +395,10 @@ def test_real_cifar_logits_match_reference(cifar_dir, setting):
   for name, binning in SWEEP:  # every metric with its default binning
     got = np.asarray(call(name, binning, p, y, np.array([15, 50])))
     want = [ref(name, binning, p, y, m) for m in (15, 50)]
-    np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"{setting} {name} {binning}")
+    # relative too: the squared errors are ~1e-6 on CIFAR-100, below ATOL alone
+    np.testing.assert_allclose(
+      got, want, rtol=2e-5, atol=1e-9, err_msg=f"{setting} {name} {binning}"
+    )
 
 
 # ------------------------------------------------------------ sample masks

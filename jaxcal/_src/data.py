@@ -103,6 +103,12 @@ def _pick(
   the labels always come from the same kind of name, never one of each.
   """
   keys = list(mapping.keys())
+  for prefix in (f"{split}_", ""):
+    found = [prefix + stem for stem in _SCORE_KEYS if prefix + stem in keys]
+    if len(found) > 1:
+      raise ValueError(
+        f"{path}: holds several score arrays {found}; keep one (jaxcal would not guess which)"
+      )
   for stem in _SCORE_KEYS:
     for k, label_keys, own in (
       (f"{split}_{stem}", (f"{split}_labels",), True),
@@ -201,6 +207,8 @@ def load_split(path: str | os.PathLike, split: str = "test") -> tuple[np.ndarray
     for any ``split`` (the command line says so, and refuses to fit and test
     a recalibrator on the same samples).
   """
+  if not isinstance(path, str | bytes | os.PathLike):
+    raise ValueError(f"path must be a file or folder path, got {path!r}")
   p = os.fsdecode(os.fspath(path))
   try:
     scores, labels, found = _load_raw(p, split)
@@ -222,11 +230,24 @@ def load_split(path: str | os.PathLike, split: str = "test") -> tuple[np.ndarray
   if not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)):
     raise ValueError(f"{p}: labels must be integers, got dtype {labels.dtype}")
   # integral and in [0, C), checked before the narrowing cast (2**32 + 1 must not become 1)
+  if labels.dtype.kind == "u" and labels.size and labels.max() >= scores.shape[1]:
+    i = int(np.argmax(labels >= scores.shape[1]))  # unsigned: named before any signed cast
+    raise ValueError(
+      f"{p}: labels must lie in [0, {scores.shape[1]}), got labels[{i}] = {labels[i]}"
+    )
   wide = labels if labels.dtype.kind == "f" else labels.astype(np.int64)
   try:
     labels = V._host_labels(wide, scores.shape[1], "labels", None)
   except ValueError as e:
     raise ValueError(f"{p}: {e}") from None
+  if scores.dtype.kind == "f" and scores.dtype.itemsize > 4:
+    big = np.abs(scores) > np.finfo(np.float32).max  # float64 beyond float32: inf after the cast
+    if big.any():
+      i = tuple(int(v) for v in np.unravel_index(int(np.argmax(big)), scores.shape))
+      raise ValueError(
+        f"{p}: scores{list(i)} = {scores[i]:g} exceeds the float32 range (jaxcal computes "
+        "in float32); rescale the scores"
+      )
   return scores.astype(np.float32), np.asarray(labels, np.int32), found
 
 

@@ -22,9 +22,10 @@ Two tiers, as in chex/optax, plus an opt-in third:
   scalars come back). Under a transformation a one-pass version (row sums,
   labels, weights, mask: it catches NaN/inf, rows off the simplex, labels out
   of range) is traced into the user's program and its flag folded into the
-  result: such input gives NaN, never a plausible number. (Entries outside
-  ``[0, 1]`` in rows that still sum to one need a second pass; eager calls and
-  checked mode catch them.)
+  result: such input gives NaN, never a plausible number. (It also takes the
+  minimum, so a row summing to one with a negative entry gives NaN too; only an
+  entry in ``(1 + tol, 1 + C·tol]`` of a row that still sums to one within
+  ``tol`` is left to eager calls and checked mode.)
 * **checked mode**: :func:`checked` wraps a function (typically a user's jitted
   one) with ``jax.experimental.checkify``; the value checks are then compiled
   in and raise a ``ValueError`` with the same message from compiled code.
@@ -391,17 +392,20 @@ def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
   imply every entry lies in ``[0, 1 + tol]``, so a valid input costs one row
   sum and one minimum; the exact bounds (``lax.cond``) run only when an entry
   is negative. With ``complete=False`` (the NaN folded into a result under
-  ``jit``) only the row sums are checked: non-finite values and rows off the
-  simplex, not negative entries in rows that still sum to one.
+  ``jit``) the row sums and the minimum are checked, without the branch:
+  non-finite values, rows off the simplex and entries below ``-tol`` (so
+  every entry is at most ``1 + C·tol``); an entry in ``(1 + tol, 1 + C·tol]``
+  whose row still sums to one within ``tol`` is caught only eagerly and in
+  checked mode.
   """
   acc = compute_dtype(x.dtype)
   if a.kind == "probs":
     s = jnp.sum(x, axis=_rows(x), dtype=acc)
     ok = jnp.all(_ignore(jnp.abs(s - 1) <= a.tol, where))  # False for NaN/inf rows
-    if not complete:
-      return ok
     xm = _masked(x, where, 1)
     lo = jnp.min(xm).astype(acc)
+    if not complete:
+      return ok & (lo >= -a.tol)
     return ok & jax.lax.cond(
       lo >= 0,
       lambda: jnp.bool_(True),
@@ -612,7 +616,7 @@ def _validate(spec: _Spec, xs=(), y=None, where=None, w=None) -> tuple[jax.Array
       count = _read_checks(flags, lambda: (spec, xs, y, where, w))
     return None, (n if where is None else count)
   # Under a transformation the flag is folded into the result (NaN): the
-  # one-pass test, which costs a row sum; checked mode adds every check.
+  # branch-free test (row sums and the minimum); checked mode adds every check.
   ok, count = _ok(spec, xs, y, where, w, complete=checking())
   if checking():
     for (template, _), pr in zip(_checks(spec), _problems(spec, xs, y, where, w)):
@@ -1364,7 +1368,8 @@ def check_num_bins(num_bins: Any, name: str = "num_bins") -> jax.Array | int:
     a = np.asarray(jax.device_get(m))
     if jnp.issubdtype(a.dtype, jnp.floating) and not np.all(np.isfinite(a) & (a == np.round(a))):
       flat = a.ravel()
-      raise ValueError(f"{name} must be integer-valued, got {flat[flat != np.round(flat)][:3]}")
+      bad = flat[~(np.isfinite(flat) & (flat == np.round(flat)))][:3]  # inf == round(inf)
+      raise ValueError(f"{name} must be finite and integer-valued, got {bad}")
     if a.size and a.min() < 1:
       raise ValueError(f"{name} must be >= 1, got minimum {a.min():g}")
     if a.size and a.max() > MAX_NUM_BINS:
