@@ -178,7 +178,7 @@ def test_report_on_a_folder_of_models_compares_rankings(tmp_path, capsys):
   assert "| model |" in text and "T0.5" in text
   rep = json.loads((out / "report.json").read_text())
   assert set(rep["metrics"]) == {"T0.5", "T1.0", "T2.0"}
-  assert rep["rank_stability"] and any(p.name.startswith("rank_stability") for p in out.iterdir())
+  assert rep["rank_stability"] and (out / "rank_stability_C10_n600.png").exists()
 
 
 def test_sweep_markdown_and_json(capsys, tmp_path):

@@ -76,6 +76,8 @@ def test_robustness_section_has_bands_and_calibrated_values(rep):
   rob = rep["robustness"]
   bins = rob["num_bins"]
   assert bins[0] == 2 and bins[-1] == 1500 and bins == sorted(set(bins))
+  assert rep["settings"]["num_bins"] in bins  # the headline bin count is on the grid
+  assert rep["settings"]["consistency_confidence"] == rep["settings"]["confidence"]
   for name, curve in rob["curves"].items():
     report.parse_label(name)
     assert len(curve["estimate"]) == len(bins)

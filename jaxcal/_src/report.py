@@ -289,8 +289,8 @@ def _calibrated_values(probs: jax.Array) -> dict:
   return {label("ConfCE_corr", "quantile"): conf, label("LinCE_cw", "quantile"): brier}
 
 
-def _robustness_section(key, probs, y, resamples, confidence, interval) -> dict:
-  bins = robustness_bins(probs.shape[0])
+def _robustness_section(key, probs, y, num_bins, resamples, confidence, interval) -> dict:
+  bins = np.union1d(robustness_bins(probs.shape[0]), [num_bins])  # the headline m on the grid
   stat = _Curves(bins)
   est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval)
   order = [label(nm, b) for nm, b in stat.names]  # tree_map sorts dict keys: restore the order
@@ -446,6 +446,7 @@ def calibration_report(
       "confidence": confidence,
       "interval": interval,
       "consistency_resamples": 1000,
+      "consistency_confidence": confidence,
     },
     "seeds": {
       "seed": int(seed),
@@ -455,7 +456,9 @@ def calibration_report(
   }
   rep["metrics"] = _headline_section(k_head, probs, y, num_bins, resamples, confidence, interval)
   t1 = time.perf_counter()
-  rep["robustness"] = _robustness_section(k_rob, probs, y, rob_resamples, confidence, interval)
+  rep["robustness"] = _robustness_section(
+    k_rob, probs, y, num_bins, rob_resamples, confidence, interval
+  )
   t2 = time.perf_counter()
   rep["utility"] = _utility_section(probs, y, int(num_utilities), int(seed))
   t3 = time.perf_counter()
@@ -809,7 +812,8 @@ def write_report(
   ``bin_robustness`` (each error against the bin count, ℓ1 and squared
   panels, bootstrap bands, calibrated-predictor values) and
   ``utility_ecdf``. Several models (from :func:`compare_report`):
-  ``rank_stability_<g>`` per group and ``intervals`` (the headline
+  ``rank_stability_C<C>_n<n>`` per group of models with the same class and
+  sample counts, and ``intervals_<error>`` (the headline
   errors of every model with their intervals). Each figure is written once
   per format.
 
@@ -859,7 +863,7 @@ def _write_single_figures(rep, scores_in, labels, save):
     probs, y, _ = _prepare(scores_in, labels)
     m = rep["settings"]["num_bins"]
     key = _keys(rep["seeds"]["seed"])[2]
-    bands = consistency_bands(key, probs, m, "fixed")
+    bands = consistency_bands(key, probs, m, "fixed", confidence=rep["settings"]["confidence"])
     save("reliability", plots.reliability_diagram(probs, y, m, bands=bands, model=model))
     save("smooth_reliability", plots.smooth_reliability_diagram(probs, y, model=model))
   rob = rep["robustness"]
@@ -894,7 +898,7 @@ def _write_compare_figures(rep, save):
   for block in rep["rank_stability"]:
     corr = {k: v["between_bins"]["estimate"] for k, v in block["errors"].items()}
     save(
-      f"rank_stability_{block['group']}",
+      f"rank_stability_C{block['num_classes']}_n{block['n']}",
       plots.rank_stability_plot(
         block["num_bins"], corr, num_models=len(block["models"]), n=block["n"]
       ),
@@ -908,7 +912,12 @@ def _write_compare_figures(rep, save):
       rows[model] = (e["estimate"], e.get("lo", np.nan), e.get("hi", np.nan))
     save(
       f"intervals_{nm}",
-      plots.interval_plot(rows, metric=lab, log_x=metric(nm).kind == "squared"),
+      plots.interval_plot(
+        rows,
+        metric=lab,
+        log_x=metric(nm).kind == "squared",
+        title=f"{lab}: {_interval_text(rep)}",
+      ),
     )
 
 

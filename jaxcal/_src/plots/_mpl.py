@@ -180,6 +180,16 @@ def log_ticks(ax, axis: str = "y", lo: float | None = None, hi: float | None = N
   a.set_minor_formatter(ticker.NullFormatter())
 
 
+def tick_label(v: float) -> str:
+  """A linear-axis tick label: at most three significant digits, no trailing zeros.
+
+  Example:
+    >>> [tick_label(v) for v in (0.0, 0.01, 0.0125, 0.00025)]
+    ['0', '0.01', '0.0125', '0.00025']
+  """
+  return "0" if v == 0 else f"{v:.3g}"
+
+
 def _short(v: float) -> str:
   from jaxcal._src.names import format_number
 

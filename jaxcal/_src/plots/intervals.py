@@ -91,5 +91,10 @@ def interval_plot(
         lo, hi = finite.min() / 1.2, finite.max() * 1.2
         ax.set_xlim(lo, hi)
         _mpl.log_ticks(ax, "x", lo, hi)
+    else:  # at most five short labels: long decimals such as 0.0125 ran into each other
+      from matplotlib import ticker
+
+      ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]))
+      ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda x, _: _mpl.tick_label(x)))
     ax.set_title(title or _mpl.title(metric, model, n))
   return fig
