@@ -642,7 +642,8 @@ def classwise_ece(
     binning: ``"fixed"`` (default) or ``"quantile"`` (the utility paper's
       ``CWE_bin`` uses 15 equal-mass bins).
     class_weights: ``(C,)`` finite non-negative weights with a positive sum
-      (default ``1/C``).
+      (default ``1/C``), used as given: weights summing to ``s`` scale the
+      error by ``s`` (pass ``w / w.sum()`` for a weighted mean).
     norm: ``"l1"`` (default), ``"l2"`` or ``"max"``.
     max_bins: static bound on the bin count; it sizes the per-bin arrays
       (default: the bin count, or the largest of an array, rounded up to a
@@ -763,7 +764,7 @@ def ecce(
       bin count (under a user's ``vmap``/``jit``) needs ``max_bins``.
     class_weights: ``(C,)`` class weights ``pi`` (default uniform ``1/C``;
       the paper uses the training-label priors): finite, non-negative, with a
-      positive sum.
+      positive sum, used as given (not normalised: priors sum to one).
     reduction: ``"mean"`` or ``"sum"`` over the non-empty bins (see above).
     max_bins: static bound on the bin count; it sizes the per-bin arrays
       (default: the bin count, or the largest of an array, rounded up to a

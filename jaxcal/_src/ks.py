@@ -75,7 +75,8 @@ def ks_ce(
     mode: ``"top_label"`` (default: confidence against correctness) or
       ``"classwise"`` (each class column against ``1[y = c]``, averaged with
       ``class_weights``).
-    class_weights: ``(C,)`` weights of the class-wise mean (default ``1/C``).
+    class_weights: ``(C,)`` weights of the class-wise sum (default ``1/C``), used as
+      given (not normalised).
     from_logits: treat ``probs`` as logits.
     where: optional ``(n,)`` bool mask; masked-out samples are treated as
       absent (``n`` is the number of ``True`` entries).
