@@ -72,7 +72,7 @@ for name, p in preds.items():
 # against it. A few steps here to keep the notebook fast.
 
 # %%
-patch = recalibrate.fit("patching", val_logits, val_labels, max_steps=15)
+patch = recalibrate.fit("patching", val_logits, val_labels, max_steps=15, progress=False)
 preds["patching (15 steps)"] = patch(test_logits)
 print(f"{'':22s}" + "".join(f"{fam:>9s}" for fam in ("tce", "cwe", "topk", "comb")))
 for name, p in preds.items():
@@ -83,6 +83,13 @@ for name, p in preds.items():
       for fam in ("tce", "cwe", "topk", "comb")
     )
   )
+
+# %% [markdown]
+# Fifteen steps from the uncalibrated logits lower every worst-case error
+# but stop above temperature scaling: patching had not converged (its
+# worst-witness error was still falling step by step). Run to 40 steps in
+# `experiments/utility_gain_patching.py`, it ends below every baseline on
+# CIFAR-100 (worst UC 0.074 → 0.010 against Dirichlet calibration's 0.033).
 
 # %% [markdown]
 # ## eCDF over sampled utilities
