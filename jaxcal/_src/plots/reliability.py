@@ -143,12 +143,16 @@ def reliability_diagram(
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
     ax.set_title(title or _mpl.title("Reliability diagram", model, n))
+    from matplotlib.colors import to_rgb
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
+    over = tuple(0.55 * g + 0.45 for g in to_rgb(_GAP))  # the gap over the white background
+    under = tuple(0.55 * g + 0.45 * b for g, b in zip(to_rgb(_GAP), to_rgb(_BAR)))  # over a bar
     handles = [
       Patch(color=_BAR, label="accuracy"),
-      Patch(color=_GAP, alpha=0.55, label="gap to confidence"),
+      Patch(color=over, label="gap: confidence above accuracy"),
+      Patch(color=under, label="gap: accuracy above confidence"),
       Line2D([0], [0], ls="--", color="0.3", lw=1, label="perfect calibration"),
     ]
     if band_label:
