@@ -111,7 +111,7 @@ CASES = [
   # ---- bin counts and binning
   C("num_bins 0", metrics.conf_ece, (P, Y), {"num_bins": 0}, ValueError, r"num_bins must be >= 1"),
   C("num_bins array 0", metrics.conf_ce, (P, Y), {"num_bins": np.array([0, 2])}, ValueError, r"num_bins must be >= 1"),
-  C("num_bins 2.5", metrics.conf_ece, (P, Y), {"num_bins": 2.5}, ValueError, r"num_bins must be integer"),
+  C("num_bins 2.5", metrics.conf_ece, (P, Y), {"num_bins": 2.5}, ValueError, r"num_bins must be finite and integer-valued, got \[2.5\]"),
   C("num_bins string", metrics.conf_ece, (P, Y), {"num_bins": "15"}, ValueError, r"num_bins must be an integer"),
   C("num_bins bool", metrics.conf_ece, (P, Y), {"num_bins": True}, ValueError, r"num_bins must be an integer"),
   C("num_bins None", metrics.classwise_ece, (P, Y), {"num_bins": None}, ValueError, r"num_bins must be an integer"),

@@ -89,17 +89,45 @@ def test_grouped_jackknife_uses_equal_groups_and_keeps_the_remainder():
   assert np.isfinite(float(r.lo)) and float(r.lo) < float(r.estimate) < float(r.hi)
 
 
-def test_interval_function_and_its_bad_inputs():
+def test_interval_function():
   lo, hi = BS.interval(2.0, jnp.arange(101.0), "percentile", 0.9)
   assert (float(lo), float(hi)) == (5.0, 95.0)
   lo, hi = BS.interval(jnp.zeros(2), jnp.ones((10, 2)), "normal")
   assert lo.shape == (2,)
-  with pytest.raises(ValueError, match="method must be one of"):
-    BS.interval(0.0, jnp.ones(5), "student")
-  with pytest.raises(ValueError, match="confidence must lie in"):
-    BS.interval(0.0, jnp.ones(5), confidence=95)
-  with pytest.raises(ValueError, match="samples must have shape"):
-    BS.interval(jnp.zeros(3), jnp.ones((5, 2)))
+  # float16 resamples are computed in float32 (ndtri has no float16 kernel)
+  s16 = np.array([0.1, 0.5, 0.9], np.float16)
+  got = BS.interval(0.5, s16, "bca", acceleration=0.1)
+  want = BS.interval(0.5, s16.astype(np.float32), "bca", acceleration=0.1)
+  assert got[0].dtype == jnp.float32 and (float(got[0]), float(got[1])) == tuple(map(float, want))
+
+
+_NAN3 = np.array([1.0, np.nan, 2.0])
+
+
+@pytest.mark.parametrize(
+  "args, kwargs, msg",
+  [
+    ((0.0, jnp.ones(5), "student"), {}, "method must be one of"),
+    ((0.0, jnp.ones(5)), {"confidence": 95}, "confidence must lie in"),
+    ((jnp.zeros(3), jnp.ones((5, 2))), {}, "samples must have shape"),
+    ((1.0, _NAN3), {}, r"samples contains non-finite values .* samples\[1\]: nan"),
+    ((1.0, np.array([1.0, np.inf, 2.0]), "normal"), {}, r"samples contains non-finite"),
+    ((1.0, np.zeros(0)), {}, r"at least 2 resampled values .* got B = 0"),
+    ((1.0, np.ones(1)), {}, r"at least 2 resampled values .* got B = 1"),
+    ((np.nan, np.array([1.0, 2.0, 3.0]), "bca"), {}, r"estimate contains non-finite"),
+    ((1.0, np.array([1.0, 2.0]), "bca"), {"acceleration": np.inf}, "acceleration contains"),
+    ((1.0, np.array(["a", "b"])), {}, "samples must be a real numeric array"),
+  ],
+)
+def test_interval_bad_input(args, kwargs, msg):
+  with pytest.raises(ValueError, match=msg):
+    BS.interval(*args, **kwargs)
+
+
+def test_interval_of_bad_traced_values_is_nan():
+  f = jax.jit(BS.interval, static_argnums=2)
+  assert np.isnan(f(1.0, jnp.asarray(_NAN3), "percentile")).all()  # not (1.05, nan)
+  assert np.isnan(f(jnp.nan, jnp.array([1.0, 2.0, 3.0]), "bca")).all()  # not (1.0001, 2.02)
 
 
 def test_bca_caps_the_bias_correction_when_every_resample_is_above():
@@ -172,6 +200,8 @@ def test_the_estimate_is_the_eager_statistic_and_the_program_is_reused(small_pre
     ((np.zeros(5),), {"method": "t"}, ValueError, "method must be one of"),
     ((np.zeros(5),), {"confidence": 1.0}, ValueError, "confidence must lie in"),
     ((np.zeros(5),), {"batch_size": 0}, ValueError, "batch_size must be an integer >= 1"),
+    ((np.array([3.0]),), {}, ValueError, "needs at least 2 samples per data array, got n = 1"),
+    ((np.zeros(4), np.zeros(1)), {"groups": (0, 1)}, ValueError, "needs at least 2 samples"),
   ],
 )
 def test_bad_input(args, kwargs, exc, msg):
@@ -186,6 +216,25 @@ def test_fn_must_be_callable_and_inputs_are_not_modified():
   keep = x.copy()
   BS.bootstrap(jax.random.key(0), jnp.mean, x, num_resamples=4)
   np.testing.assert_array_equal(x, keep)
+  # a statistic that is NaN (here from NaN data) gets NaN ends, not a finite
+  # lower end read from the finite resamples (same program as above)
+  x[1] = np.nan
+  r = BS.bootstrap(jax.random.key(0), jnp.mean, x, num_resamples=4)
+  assert np.isnan(float(r.lo)) and np.isnan(float(r.hi))
+
+
+@pytest.mark.parametrize(
+  "call",
+  [
+    lambda k: BS.resample_indices(k, 5, 3),
+    lambda k: BS.bootstrap(k, jnp.mean, np.zeros(3)),
+    lambda k: BS.consistency_bands(k, np.full((4, 2), 0.5)),
+  ],
+  ids=["resample_indices", "bootstrap", "consistency_bands"],
+)
+def test_an_int_seed_is_not_a_key(call):
+  with pytest.raises(ValueError, match=r"key must be a JAX PRNG key .*got int"):
+    call(0)
 
 
 def test_resample_indices_range_and_bad_input():

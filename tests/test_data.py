@@ -189,10 +189,28 @@ def test_synthetic_is_calibrated_at_temperature_one():
   assert metrics.classwise_ce(hot.probs, hot.labels) > metrics.classwise_ce(d.probs, d.labels)
 
 
-def test_synthetic_bad_arguments():
-  with pytest.raises(ValueError):
-    data.synthetic(jax.random.key(0), 0, 3)
-  with pytest.raises(ValueError):
-    data.synthetic(jax.random.key(0), 10, 1)
-  with pytest.raises(ValueError):
-    data.synthetic(jax.random.key(0), 10, 3, temperature=0.0)
+@pytest.mark.parametrize(
+  "args, kwargs, msg",
+  [
+    ((0, 3), {}, r"need n >= 1 and num_classes >= 2, got n=0"),
+    ((10, 1), {}, r"need n >= 1 and num_classes >= 2, got n=10, num_classes=1"),
+    ((True, 3), {}, r"n must be an int, got True"),
+    ((2.5, 3), {}, r"n must be an int, got 2.5"),
+    ((10, 3.0), {}, r"num_classes must be an int, got 3.0"),
+    ((10, 3), {"temperature": 0.0}, r"temperature must be > 0"),
+    ((10, 3), {"temperature": float("nan")}, r"temperature must be a finite number, got nan"),
+    ((10, 3), {"concentration": float("nan")}, r"concentration must be a finite number"),
+    ((10, 3), {"concentration": -1.0}, r"concentration must be > 0"),
+    ((10, 3), {"scale": float("nan")}, r"scale must be a finite number, got nan"),
+    ((10, 3), {"scale": float("inf")}, r"scale must be a finite number, got inf"),
+    ((10, 3), {"scale": "2"}, r"scale must be a number, got '2'"),
+  ],
+)
+def test_synthetic_bad_arguments(args, kwargs, msg):
+  with pytest.raises(ValueError, match=msg):
+    data.synthetic(jax.random.key(0), *args, **kwargs)
+
+
+def test_synthetic_needs_a_prng_key():
+  with pytest.raises(ValueError, match=r"key must be a JAX PRNG key .*got int"):
+    data.synthetic(0, 5, 3)

@@ -108,6 +108,12 @@ def test_dominance_chain_ties_and_edge_cases():
     (np.zeros((2, 0)), "at least one"),
     (np.array([[0.0, np.nan], [1.0, 1.0]]), "NaN"),
     (np.array([["a", "b"]]), "numeric"),
+    (
+      np.array([[0.0, -np.inf], [1.0, 1.0]]),
+      r"1 infinite \(±inf\) value\(s\); the first is row 0, column 1: -inf",
+    ),
+    (np.array([[0.0, 1.0], [np.inf, 1.0]]), r"infinite .* row 1, column 0: inf"),
+    (np.array([[0.0, 1j], [1.0, 1.0]]), "losses must be real numeric, got dtype complex128"),
   ],
 )
 def test_dominance_chain_bad_input(bad, msg):
@@ -120,8 +126,17 @@ def test_dominance_errors_under_trace_and_nan_matrix():
     jax.jit(D.dominance_chain)(jnp.zeros((3, 2)))
   with pytest.raises(ValueError, match="NaN"):
     D.dominance_matrix(np.array([[np.nan], [1.0]]))
+  with pytest.raises(
+    ValueError, match=r"losses contains non-finite values .*row 0, column 1: -inf"
+  ):
+    D.dominance_matrix(np.array([[0.0, -np.inf], [1.0, 1.0]]))
+  with pytest.raises(ValueError, match="losses must be a real numeric array, got dtype complex"):
+    D.dominance_matrix(np.array([[0.0, 1j], [1.0, 1.0]]))
   with pytest.raises(ValueError, match="2-D"):
     D.dominance_matrix(np.zeros((2, 2, 2)))
+  # traced: a boolean matrix holds no NaN; bad losses give "nothing dominates" (documented)
+  got = jax.jit(D.dominance_matrix)(jnp.array([[0.0, -jnp.inf], [1.0, 1.0]]))
+  assert got.dtype == jnp.bool_ and not got.any()
 
 
 # --------------------------------------------------------------------------

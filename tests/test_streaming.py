@@ -265,11 +265,43 @@ def test_interval_thresholds_reproduce_the_fixed_rule():
       assert len(np.unique(b[k == kk])) == 1
 
 
-def test_empty_state_gives_nan_and_records_raise():
-  out = streaming.FixedBins.empty(3, 5).compute()
-  assert np.isnan(out["conf_ece"])
-  with pytest.raises(ValueError, match="empty"):
-    streaming.Records.empty(4, 3).compute()
+def test_empty_state_raises_eagerly_and_gives_nan_under_jit():
+  p, y = np.full((4, 3), 1 / 3, np.float32), np.zeros(4, np.int32)
+  masked = streaming.Scores.empty(3).update(p, y, np.zeros(4, bool))  # every sample masked
+  for st, what in (
+    (streaming.FixedBins.empty(3, 5), "FixedBins is empty"),
+    (masked, "Scores is empty"),
+    (streaming.Records.empty(4, 3), "Records is empty"),
+  ):
+    with pytest.raises(ValueError, match=what):
+      st.compute()
+  # no host read inside jit: NaN (the fixed-bin program is the eager one's)
+  assert np.isnan(jax.jit(lambda s: s.compute()["conf_ece"])(streaming.FixedBins.empty(3, 5)))
+  assert np.isnan(jax.jit(lambda s: s.compute()["accuracy"])(masked))
+
+
+def test_invalid_batches_under_jit_poison_every_output():
+  """A batch that fails the traced check is counted; every output is NaN (counts -1)."""
+  p, y = np.full((4, 3), 1 / 3, np.float32), np.zeros(4, np.int32)
+  nanp = p.copy()
+  nanp[1, 0] = np.nan
+  update = jax.jit(streaming.Calibration.update)
+  empty = streaming.Calibration.empty(3, 5, confusion=True)
+  good = update(empty, p, y)
+  assert int(good.scores.invalid) == int(good.bins.invalid) == 0
+  # NaN probabilities; a label out of range (it was silently dropped from the counts)
+  for pp, yy in ((nanp, y), (p, np.array([0, 0, 0, 5]))):
+    st = update(empty, pp, yy)
+    assert int(st.scores.invalid) == int(st.bins.invalid) == 1
+    out = st.merge(good).compute()  # a valid batch after it does not clear it
+    assert out["confusion"].dtype == jnp.int32 and (out["confusion"] == -1).all()
+    del out["confusion"]
+    for k, v in out.items():
+      assert np.isnan(v).all(), k
+    assert (st.bins.reliability(5).counts == -1).all()
+  rec = jax.jit(streaming.Records.update)(streaming.Records.empty(4, 3), nanp, y)
+  with pytest.raises(ValueError, match="Records holds 1 batch"):
+    rec.data()
 
 
 def test_bad_inputs():
@@ -292,6 +324,23 @@ def test_bad_inputs():
     streaming.Scores.empty(1)
   with pytest.raises(ValueError, match="capacity"):
     streaming.Records.empty(0, 3)
+  with pytest.raises(
+    ValueError, match=r"capacity \(samples to keep\) must be an integer >= 1, got True"
+  ):
+    streaming.Records.empty(True, 3)
+  with pytest.raises(ValueError, match="num_classes must be an integer >= 2, got True"):
+    streaming.Scores.empty(True)
+  with pytest.raises(ValueError, match="classwise must be True or False"):
+    streaming.FixedBins.empty(3, 5, classwise="no")
+  with pytest.raises(ValueError, match="dtype_name must be 'float32' or 'float64', got 'int8'"):
+    streaming.interval_thresholds((4,), "int8")
+  with pytest.raises(ValueError, match="bin_counts must be >= 1"):
+    streaming.interval_thresholds((0, 3))
+  for a, b in ((None, 100), (100, None)):  # records kept by one state only: either order
+    with pytest.raises(ValueError, match="keeps records .* with one that does not"):
+      streaming.Calibration.empty(3, 4, capacity=a).merge(
+        streaming.Calibration.empty(3, 4, capacity=b)
+      )
   with pytest.raises(ValueError, match="kind"):
     streaming.Records.empty(4, 3, kind="topk")
   with pytest.raises(ValueError, match="float64 needs 64-bit JAX"):

@@ -217,6 +217,10 @@ def test_bad_inputs(logits):
   with pytest.raises(ValueError, match="'models' axis"):
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
     jaxcal.evaluate(x, yy, ["brier"], mesh=mesh, from_logits=True)
+  with pytest.raises(ValueError, match="mesh must be a jax.sharding.Mesh .*got str 'x'"):
+    jaxcal.evaluate(x, yy, ["brier"], mesh="x", from_logits=True)
+  with pytest.raises(ValueError, match="from_logits must be True or False, got 'yes'"):
+    jaxcal.evaluate(x, yy, ["brier"], from_logits="yes")
   with pytest.raises(ValueError, match="unique and one per model"):
     jaxcal.evaluate(x, yy, ["brier"], names=["a"], from_logits=True)
   with pytest.raises(ValueError, match="model 'a': predictions must be"):
@@ -230,7 +234,14 @@ def test_bad_inputs(logits):
   np.testing.assert_array_equal(x, z[:2, :50])  # inputs untouched
 
 
+@pytest.mark.parametrize("n", [0, -5, 2.5, True, "8", None])
+def test_size_bucket_bad_input(n):
+  with pytest.raises(ValueError, match="n must be an integer >= 1"):
+    study.size_bucket(n)
+
+
 def test_size_bucket():
+  assert study.size_bucket(np.int64(9)) == 10
   assert study.size_bucket(10000) == 10240
   assert study.size_bucket(10241) == 12288
   assert all(study.size_bucket(n) >= n for n in range(1, 3000))

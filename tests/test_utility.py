@@ -450,8 +450,20 @@ def test_bad_inputs_raise():
     U.uc_sweep(p, y, U.sample_linear(jax.random.PRNGKey(0), 23, 5), chunk_size=0)
   with pytest.raises(ValueError, match="Utility"):
     U.uc(p, y, jnp.zeros(5))
-  with pytest.raises(ValueError, match="kind"):
+  with pytest.raises(ValueError, match="unknown utility kind 'nonsense'"):
     U.uc(p, y, U.Utility(jnp.zeros(5), "nonsense"))
+  with pytest.raises(ValueError, match="unknown utility kind 'bogus'"):
+    U.Utility(jnp.zeros(5), kind="bogus")  # at construction
+  with pytest.raises(
+    ValueError, match=r"utility.params must be a real numeric array, got dtype <U3"
+  ):
+    U.uc(p, y, U.Utility("abc"))
+  with pytest.raises(ValueError, match="devices is empty"):
+    U.uc_sweep(p, y, U.sample_linear(jax.random.PRNGKey(0), 3, 5), devices=[])
+  with pytest.raises(ValueError, match="devices must hold jax.Device objects, got str"):
+    U.uc_sweep(p, y, U.sample_linear(jax.random.PRNGKey(0), 3, 5), devices=["cpu"])
+  with pytest.raises(ValueError, match=r"key must be a JAX PRNG key .*got int"):
+    U.sample_linear(0, 3, 5)
   with pytest.raises(ValueError, match="NaN"):
     U.uc(p, y, U.Utility(jnp.array([np.nan, 0, 0, 0, 0]), "rank"))
   with pytest.raises(ValueError, match="family"):

@@ -145,7 +145,8 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
     ``(B, n)`` int32 indices, uniform on ``[0, n)``.
 
   Raises:
-    ValueError: ``n < 1`` or ``num_resamples < 1``.
+    ValueError: ``key`` is not a PRNG key (e.g. an int seed), ``n < 1`` or
+      ``num_resamples < 1``.
 
   Example:
     >>> import jax
@@ -155,6 +156,7 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
   Reference: Efron & Tibshirani (1993), *An Introduction to the Bootstrap*,
   §6.2 (Algorithm 6.1).
   """
+  key = V.check_key(key)
   n = V.check_int(n, "n")
   num_resamples = V.check_int(num_resamples, "num_resamples")
   return jax.vmap(lambda k: _indices(k, n))(jax.random.split(key, num_resamples))
@@ -185,6 +187,56 @@ def _acceleration(jack: jax.Array) -> jax.Array:
   return jnp.where(den > 0, num / (6.0 * jnp.maximum(den, 1e-300) ** 1.5), 0.0)
 
 
+def _interval(
+  est: jax.Array, s: jax.Array, method: str, confidence: float, a: jax.Array | None
+) -> tuple[jax.Array, jax.Array]:
+  """:func:`interval` without checks: NaN ends for every element with a non-finite input.
+
+  ``est`` (shape ``S``) and ``s`` (``(B, *S)``, ``B >= 1``) are float arrays
+  of one dtype (at least float32); ``a`` is ``None`` or broadcasts to ``S``.
+  An element whose estimate, resampled values (or acceleration) are not all
+  finite gets NaN at both ends, never a plausible number: sorting would put
+  NaN last and read a finite lower quantile from the others.
+  """
+  ok = jnp.isfinite(est) & jnp.all(jnp.isfinite(s), axis=0)
+  if a is not None:
+    ok = ok & jnp.isfinite(a)
+  alpha = 1.0 - confidence
+  if method == "normal":
+    z = ndtri(1.0 - alpha / 2).astype(s.dtype)
+    sd = jnp.std(s, axis=0, ddof=1)
+    lo, hi = est - z * sd, est + z * sd
+  else:
+    srt = jnp.sort(s, axis=0)
+    q_lo = jnp.full(est.shape, alpha / 2, s.dtype)
+    q_hi = jnp.full(est.shape, 1.0 - alpha / 2, s.dtype)
+    if method == "bca":
+      num = s.shape[0]
+      below = jnp.mean((s < est).astype(s.dtype), axis=0) + 0.5 * jnp.mean(
+        (s == est).astype(s.dtype), axis=0
+      )
+      z0 = ndtri(jnp.clip(below, 0.5 / num, 1.0 - 0.5 / num))
+      acc = jnp.zeros_like(est) if a is None else a
+
+      def adjusted(q):
+        zq = ndtri(q)
+        return ndtr(z0 + (z0 + zq) / (1.0 - acc * (z0 + zq)))
+
+      q_lo, q_hi = adjusted(q_lo), adjusted(q_hi)
+    lo, hi = _quantile(srt, q_lo), _quantile(srt, q_hi)
+    if method == "basic":
+      lo, hi = 2 * est - hi, 2 * est - lo
+  nan = jnp.asarray(jnp.nan, s.dtype)
+  return jnp.where(ok, lo, nan), jnp.where(ok, hi, nan)
+
+
+def _float_pair(estimate: Any, samples: Any) -> tuple[jax.Array, jax.Array]:
+  """``(estimate, samples)`` as JAX floats of one dtype, at least float32 (float16 upcast)."""
+  s = jnp.asarray(samples)
+  s = s.astype(V.compute_dtype(s.dtype))
+  return jnp.asarray(estimate).astype(s.dtype), s
+
+
 def interval(
   estimate: ArrayLike,
   samples: ArrayLike,
@@ -204,19 +256,24 @@ def interval(
   the extreme resample rather than NaN) and ``a`` the acceleration.
 
   Args:
-    estimate: the statistic on the full data, shape ``S``.
-    samples: ``(B, *S)`` resampled values.
+    estimate: the statistic on the full data, shape ``S``; finite.
+    samples: ``(B, *S)`` resampled values, ``B >= 2``; finite. Integer and
+      half-precision values are computed in float32 (float64 stays).
     method: ``"percentile"``, ``"bca"``, ``"basic"`` or ``"normal"``.
     confidence: nominal coverage in ``(0, 1)``.
-    acceleration: shape ``S`` (or scalar) acceleration ``a`` for BCa
+    acceleration: shape ``S`` (or scalar) finite acceleration ``a`` for BCa
       (default 0: the bias-corrected percentile interval).
 
   Returns:
-    ``(lo, hi)``, each of shape ``S``.
+    ``(lo, hi)``, each of shape ``S``, in the samples' compute dtype. Under
+    ``jax.jit`` / ``jax.vmap`` (traced values, which cannot be checked)
+    non-finite inputs give NaN ends instead of an error.
 
   Raises:
-    ValueError: an unknown method, a confidence outside ``(0, 1)``, or
-      samples whose trailing shape differs from the estimate's.
+    ValueError: an unknown method, a confidence outside ``(0, 1)``, samples
+      whose trailing shape differs from the estimate's, fewer than 2
+      resampled values (``B < 2``: an empty or one-point "interval"), or a
+      NaN or infinite estimate, sample or acceleration (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -230,41 +287,30 @@ def interval(
   if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
   confidence = _check_confidence(confidence)
-  est = jnp.asarray(estimate)
-  s = jnp.asarray(samples)
-  if not jnp.issubdtype(s.dtype, jnp.floating):
-    s = s.astype(jnp.result_type(float))
-  est = est.astype(s.dtype)
+  s = V.as_float(samples, "samples")
+  est = V.as_float(estimate, "estimate").astype(s.dtype)
   if s.ndim < 1 or s.shape[1:] != est.shape:
     raise ValueError(
       f"samples must have shape (B, *estimate.shape) = (B, {', '.join(map(str, est.shape))}), "
       f"got {tuple(s.shape)}"
     )
-  alpha = 1.0 - confidence
-  if method == "normal":
-    z = ndtri(1.0 - alpha / 2).astype(s.dtype)
-    sd = jnp.std(s, axis=0, ddof=1)
-    return est - z * sd, est + z * sd
-  srt = jnp.sort(s, axis=0)
-  q_lo = jnp.full(est.shape, alpha / 2, s.dtype)
-  q_hi = jnp.full(est.shape, 1.0 - alpha / 2, s.dtype)
-  if method == "bca":
-    num = s.shape[0]
-    below = jnp.mean((s < est).astype(s.dtype), axis=0) + 0.5 * jnp.mean(
-      (s == est).astype(s.dtype), axis=0
+  if s.shape[0] < 2:
+    raise ValueError(
+      f"samples needs at least 2 resampled values along its first axis (B >= 2), got "
+      f"B = {s.shape[0]}: an interval from {'no' if s.shape[0] == 0 else 'one'} resample "
+      "would be degenerate"
     )
-    z0 = ndtri(jnp.clip(below, 0.5 / num, 1.0 - 0.5 / num))
-    a = jnp.zeros_like(est) if acceleration is None else jnp.asarray(acceleration, s.dtype)
-
-    def adjusted(q):
-      zq = ndtri(q)
-      return ndtr(z0 + (z0 + zq) / (1.0 - a * (z0 + zq)))
-
-    q_lo, q_hi = adjusted(q_lo), adjusted(q_hi)
-  lo, hi = _quantile(srt, q_lo), _quantile(srt, q_hi)
-  if method == "basic":
-    return 2 * est - hi, 2 * est - lo
-  return lo, hi
+  # one fused reduction each; traced inputs with bad values come back as NaN
+  est = V.check_values(est, "estimate")
+  s = V.check_values(s, "samples")
+  a = None
+  if method == "bca" and acceleration is not None:
+    a = V.check_values(V.as_float(acceleration, "acceleration").astype(s.dtype), "acceleration")
+    if jnp.broadcast_shapes(a.shape, est.shape) != est.shape:
+      raise ValueError(
+        f"acceleration must be a scalar or have the estimate's shape {est.shape}, got {a.shape}"
+      )
+  return _interval(est, s, method, confidence, a)
 
 
 # --------------------------------------------------------------------------
@@ -367,12 +413,19 @@ def bootstrap(
       acceleration (at most ``n``; ``n`` gives the ordinary jackknife).
 
   Returns:
-    :class:`BootstrapResult` ``(estimate, sd, lo, hi, samples)``.
+    :class:`BootstrapResult` ``(estimate, sd, lo, hi, samples)``. ``lo`` and
+    ``hi`` are NaN for every element of the statistic whose estimate or
+    resampled values (or BCa acceleration) are not all finite, for example
+    NaN in the data or a rank correlation of a constant resample: a finite
+    end read from the finite resamples only would be a plausible wrong
+    number.
 
   Raises:
-    ValueError: no arrays, a bad ``sample_axis`` or ``groups``, arrays of one
-      group with different sample counts, ``num_resamples < 2``, an unknown
-      ``method`` or a ``confidence`` outside ``(0, 1)``.
+    ValueError: ``key`` is not a PRNG key, no arrays, a bad ``sample_axis``
+      or ``groups``, arrays of one group with different sample counts, a
+      data set with fewer than 2 samples (every resample of one sample is
+      that sample: sd 0 and a zero-width interval), ``num_resamples < 2``,
+      an unknown ``method`` or a ``confidence`` outside ``(0, 1)``.
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -390,6 +443,7 @@ def bootstrap(
     raise ValueError("bootstrap needs at least one data array after fn")
   if not callable(fn):
     raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+  key = V.check_key(key)
   num_resamples = V.check_int(num_resamples, "num_resamples", 2)
   if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -416,8 +470,11 @@ def bootstrap(
         f"{ns[g]} and {a.shape[ax]} in group {g}"
       )
   sizes = tuple(ns[g] for g in names)
-  if min(sizes) < 1:
-    raise ValueError("every data array needs at least one sample")
+  if min(sizes) < 2:
+    raise ValueError(
+      f"bootstrap needs at least 2 samples per data array, got n = {min(sizes)} along the "
+      "sample axis: every resample of one sample is that sample (sd 0, a zero-width interval)"
+    )
   if batch_size is None:
     batch_size = _auto_batch(sum(a.size * a.dtype.itemsize for a in arrs), num_resamples)
   else:
@@ -445,13 +502,15 @@ def bootstrap(
   )
   tree = jax.tree_util
   sd = tree.tree_map(lambda s: jnp.std(s, axis=0, ddof=1), samples)
+
+  def ends(e, s, a=None):
+    e, s = _float_pair(e, s)
+    return _interval(e, s, method, confidence, None if a is None else a.astype(s.dtype))
+
   if jack is None:
-    bounds = tree.tree_map(lambda e, s: interval(e, s, method, confidence), estimate, samples)
+    bounds = tree.tree_map(ends, estimate, samples)
   else:
-    accel = _combined_acceleration(jack)
-    bounds = tree.tree_map(
-      lambda e, s, a: interval(e, s, method, confidence, acceleration=a), estimate, samples, accel
-    )
+    bounds = tree.tree_map(ends, estimate, samples, _combined_acceleration(jack))
   leaves, treedef = tree.tree_flatten(estimate)
   pairs = treedef.flatten_up_to(bounds)
   lo = tree.tree_unflatten(treedef, [p[0] for p in pairs])
@@ -570,8 +629,8 @@ def consistency_bands(
     :class:`ConsistencyBands` of ``(num_bins,)`` arrays.
 
   Raises:
-    ValueError: invalid probabilities, bin count, binning, resample count or
-      confidence.
+    ValueError: ``key`` is not a PRNG key; invalid probabilities, bin count,
+      binning, resample count or confidence.
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -585,7 +644,8 @@ def consistency_bands(
   resampling); Dimitriadis, Gneiting & Jordan (2021), "Stable reliability
   diagrams for probabilistic classifiers", PNAS 118(8), §3 (consistency bands).
   """
-  if from_logits:
+  key = V.check_key(key)
+  if V.check_flag(from_logits, "from_logits"):
     p = jax.nn.softmax(V.check_logits(probs, name="logits"), axis=-1)
   else:
     p = V.check_probs(probs)

@@ -290,15 +290,23 @@ def synthetic(
   ``temperature = 1``, over-confident for ``< 1``, under-confident for ``> 1``.
 
   Args:
-    key: PRNG key.
-    n: number of samples (static).
-    num_classes: C (static).
-    concentration: larger values give less peaked true probabilities.
-    scale: spread of the true logits.
-    temperature: miscalibration of the predictions.
+    key: a JAX PRNG key (``jax.random.key(seed)`` or ``jax.random.PRNGKey(seed)``).
+    n: number of samples, a Python int ``>= 1`` (static).
+    num_classes: C, a Python int ``>= 2`` (static).
+    concentration: larger values give less peaked true probabilities; a
+      finite number ``> 0``.
+    scale: spread of the true logits; a finite number (0 gives uniform
+      true probabilities).
+    temperature: miscalibration of the predictions; a finite number ``> 0``.
 
   Returns:
     :class:`Synthetic` ``(probs, labels, true_probs)``.
+
+  Raises:
+    ValueError: ``key`` is not a PRNG key (e.g. an int seed); ``n`` or
+      ``num_classes`` not an int (a bool, ``2.5``) or too small;
+      ``concentration``, ``scale`` or ``temperature`` not a finite number
+      (NaN, inf, a string), or ``concentration``/``temperature <= 0``.
 
   Example:
     >>> import jax
@@ -306,10 +314,14 @@ def synthetic(
     >>> d.probs.shape, d.labels.shape
     ((5, 3), (5,))
   """
+  key = V.check_key(key)
+  n = V.check_int_option(n, "n")
+  num_classes = V.check_int_option(num_classes, "num_classes")
   if n < 1 or num_classes < 2:
     raise ValueError(f"need n >= 1 and num_classes >= 2, got n={n}, num_classes={num_classes}")
-  if temperature <= 0 or concentration <= 0:
-    raise ValueError("temperature and concentration must be > 0")
+  temperature = V.check_float_option(temperature, "temperature", positive=True)
+  concentration = V.check_float_option(concentration, "concentration", positive=True)
+  scale = V.check_float_option(scale, "scale")
   kg, ky = jax.random.split(key)
   g = jax.random.normal(kg, (n, num_classes))
   logits = scale * g / jnp.sqrt(concentration)

@@ -79,10 +79,16 @@ def dominance_matrix(losses: ArrayLike) -> jax.Array:
       (lower is better), e.g. mean Brier, log, spherical, classification error.
 
   Returns:
-    ``(p, p)`` boolean array; works under ``jax.jit`` / ``jax.vmap``.
+    ``(p, p)`` boolean array; works under ``jax.jit`` / ``jax.vmap``. A
+    boolean matrix cannot hold NaN: under a transformation (traced losses,
+    which cannot be checked) a table with a NaN or ±inf entry gives the
+    all-``False`` matrix (NaN compares false), i.e. "no predictor dominates
+    another", so check the losses before tracing (or wrap the call in
+    :func:`jaxcal.checked`, which raises).
 
   Raises:
-    ValueError: the table is not 2-D or is empty, or holds NaN (eager calls).
+    ValueError: the table is not 2-D or is empty, is not real-valued
+      (complex, strings), or holds NaN or ±inf (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -93,7 +99,9 @@ def dominance_matrix(losses: ArrayLike) -> jax.Array:
   §5.3 (footnote 5).
   """
   _check_loss_table(losses)
-  x = V.check_values(losses, "losses", allow_inf=True)
+  # NaN first (its own message), then ±inf; both fused reductions of a small
+  # table. Traced bad values come back as NaN: every comparison is False.
+  x = V.check_values(V.check_values(losses, "losses", allow_inf=True), "losses")
   le = jnp.all(x[:, None, :] <= x[None, :, :], axis=-1)
   lt = jnp.any(x[:, None, :] < x[None, :, :], axis=-1)
   return le & lt
@@ -128,7 +136,8 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
     predictor to the most dominated (worst); ``K >= 1``.
 
   Raises:
-    ValueError: the table is not 2-D, is empty, holds NaN, or is traced.
+    ValueError: the table is not 2-D, is empty, is not real-valued (complex,
+      strings), holds NaN or ±inf, or is traced.
 
   Example:
     >>> import numpy as np
@@ -150,11 +159,18 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
     )
   _check_loss_table(losses)
   x = np.asarray(jax.device_get(losses))
-  if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
-    raise ValueError(f"losses must be numeric, got dtype {x.dtype}")
+  if not (
+    np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating) or x.dtype == np.bool_
+  ):
+    raise ValueError(f"losses must be real numeric, got dtype {x.dtype}")
   x = x.astype(np.float64)
-  if np.isnan(x).any():
-    raise ValueError(f"losses contains {int(np.isnan(x).sum())} NaN value(s)")
+  for bad, what in ((np.isnan(x), "NaN"), (np.isinf(x), "infinite (±inf)")):
+    if bad.any():
+      i, j = np.argwhere(bad)[0]
+      raise ValueError(
+        f"losses contains {int(bad.sum())} {what} value(s); the first is row {i}, "
+        f"column {j}: {x[i, j]}"
+      )
   p = x.shape[0]
   # Lexicographic order of the rows (first column most significant), ties by
   # index: every dominator of g sorts strictly before g.

@@ -51,6 +51,21 @@ only by the rounding of the final sums.
 Masked samples (``where=False``, e.g. the padding of a last partial batch)
 add nothing to any sum or count and are not recorded.
 
+Bad input and empty states, as everywhere in jaxcal: an eager ``update``
+validates the whole batch (masked rows included) and raises a
+``ValueError``. Under ``jax.jit`` / ``jax.vmap`` the values cannot be
+checked, so every state counts the batches that failed the traced check
+(NaN or inf, rows off the simplex, labels out of range) in ``invalid``, an
+int32 leaf summed by ``merge`` and ``psum`` like the counts; once it is
+non-zero every number ``compute`` returns is NaN (integer outputs, the
+confusion counts and the reliability counts, are -1), eagerly or traced,
+however many valid batches follow: a count-based output (accuracy, label
+frequencies) would otherwise silently skip the bad batch. A state that has
+seen no sample (never updated, or every sample masked) has no defined
+metric: an eager ``compute`` raises a ``ValueError`` for every state
+(:class:`Records` as :class:`FixedBins` and :class:`Scores`), a traced one
+returns NaN (no host round trip inside ``jit``).
+
 Devices and hosts: :class:`FixedBins` and :class:`Scores` are sums of their
 leaves, so ``jax.lax.psum(state, axis)`` inside ``shard_map`` merges the
 devices' states (the compensation terms are summed as they are: one extra
@@ -124,14 +139,43 @@ def _check_dtype(dtype: Any) -> str:
 
 
 def _prepare(probs, labels, where, from_logits, num_classes):
-  """Validated ``(p, y, where)`` of one batch for a state made for ``num_classes``."""
-  p, y = S.prepare(probs, labels, from_logits)
+  """Validated ``(p, y, where, bad)`` of one batch for a state made for ``num_classes``.
+
+  As :func:`jaxcal._src.scores.prepare` (eager bad input raises; traced bad
+  input gives NaN probabilities), plus ``bad``: int32 1 when the traced
+  check failed, else 0 (always 0 eagerly). The NaN probabilities poison the
+  float sums; ``bad`` is what poisons the integer counts.
+  """
+  d = V.check_predictions(probs, labels, from_logits=from_logits)
+  p, y = V.fold(d.probs(), d.ok), d.labels
   if p.shape[1] != num_classes:
     raise ValueError(
       f"probs has C = {p.shape[1]} classes but the state was made for C = {num_classes}; "
       "make the state with the predictions' class count"
     )
-  return p, y, _check_where(where, p.shape[0])
+  bad = np.int32(0) if d.ok is None else (~d.ok).astype(jnp.int32)
+  return p, y, _check_where(where, p.shape[0]), bad
+
+
+def _num_classes(num_classes: Any) -> int:
+  return V.check_int(num_classes, "num_classes", 2)
+
+
+def _checked_state(count: jax.Array, invalid: jax.Array, what: str) -> None:
+  """Eager ``compute`` of a concrete state: raises when it has seen no sample.
+
+  One read of two scalars. A poisoned state (``invalid > 0``) does not
+  raise: its results are NaN, whatever the count. A traced state (inside
+  ``jit``) is not read: its results are NaN when empty or poisoned.
+  """
+  if not V.is_concrete(count, invalid):
+    return
+  count, invalid = jax.device_get((count, invalid))
+  if int(invalid) == 0 and int(count) == 0:
+    raise ValueError(
+      f"{what} is empty: it has seen no sample (never updated, or every sample was masked "
+      "by where); update it with at least one batch before compute()"
+    )
 
 
 def _check_where(where: Any, n: int) -> jax.Array:
@@ -146,24 +190,23 @@ def _check_where(where: Any, n: int) -> jax.Array:
   return w
 
 
-def _bin_counts(num_bins: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _bin_counts(num_bins: Any, name: str = "num_bins") -> tuple[tuple[int, ...], tuple[int, ...]]:
   """Static ``(flat tuple of bin counts, shape)`` from an int or a concrete int array."""
   if isinstance(num_bins, jax.core.Tracer):
     raise ValueError(
-      "num_bins of a streaming state must be concrete (a Python int or an array of ints "
+      f"{name} of a streaming state must be concrete (a Python int or an array of ints "
       "known when the state is created), not a traced value"
     )
-  m = V.check_num_bins(num_bins)
+  m = V.check_num_bins(num_bins, name)
   if isinstance(m, int):
     return (m,), ()
   a = np.asarray(num_bins)  # concrete (checked above); not the traced copy made under jit
   if a.size == 0:
-    raise ValueError("num_bins is an empty array; give at least one bin count")
+    raise ValueError(f"{name} is an empty array; give at least one bin count")
   return tuple(int(v) for v in a.ravel()), tuple(a.shape)
 
 
-@functools.lru_cache(maxsize=32)
-def interval_thresholds(bin_counts: tuple[int, ...], dtype_name: str = "float32") -> np.ndarray:
+def interval_thresholds(bin_counts: Any, dtype_name: str = "float32") -> np.ndarray:
   """Sorted thresholds ``T(m, j)``, ``j < m``, of the fixed rule for a set of bin counts.
 
   ``clip(ceil(fl(s m)), 1, m) <= j`` exactly when ``s <= T(m, j)``, so the
@@ -172,16 +215,33 @@ def interval_thresholds(bin_counts: tuple[int, ...], dtype_name: str = "float32"
   ``bin_counts`` is constant. ``#{k: T_k < s}`` is the interval of ``s``.
 
   Args:
-    bin_counts: the bin counts (any order, repeats allowed).
+    bin_counts: the bin counts, ints ``>= 1`` (a tuple, list, int array or
+      one int; any order, repeats allowed).
     dtype_name: the scores' float dtype, ``"float32"`` or ``"float64"``.
 
   Returns:
     ``(K,)`` sorted unique thresholds in that dtype.
 
+  Raises:
+    ValueError: no bin count, a bin count that is not an int ``>= 1``, or
+      another dtype (e.g. ``"int8"``).
+
   Example:
     >>> interval_thresholds((2, 4)).tolist()
     [0.25, 0.5, 0.75]
+
+  Reference: Lu, Wu, Hartline & Hu (2025), Truthful Calibration Errors for
+  Multi-Class Prediction, §3 (fixed, outcome-independent binning).
   """
+  counts, _ = _bin_counts(bin_counts, "bin_counts")
+  if not isinstance(dtype_name, str) or dtype_name not in ("float32", "float64"):
+    raise ValueError(f"dtype_name must be 'float32' or 'float64', got {dtype_name!r}")
+  return _interval_thresholds(counts, dtype_name)
+
+
+@functools.lru_cache(maxsize=32)
+def _interval_thresholds(bin_counts: tuple[int, ...], dtype_name: str) -> np.ndarray:
+  """:func:`interval_thresholds` of validated arguments (cached)."""
   mb = max(bin_counts)
   table = B.edge_table(mb, dtype_name)
   # index[m, j - 1] is 1 + the position of T(m, j) in table.thresholds (j < m).
@@ -208,7 +268,7 @@ def _interval_ends(bin_counts: tuple[int, ...], dtype_name: str) -> np.ndarray:
   """
   mb = max(bin_counts)
   table = B.edge_table(mb, dtype_name)
-  sub = interval_thresholds(bin_counts, dtype_name)
+  sub = _interval_thresholds(bin_counts, dtype_name)
   ends = np.full((len(bin_counts), mb + 1), sub.shape[0] + 1, np.int32)
   ends[:, 0] = 0
   for i, m in enumerate(bin_counts):
@@ -251,6 +311,12 @@ class _Streaming:
 
     Returns:
       The updated state (validated once, however many parts it has).
+
+    Raises:
+      ValueError: a wrong shape, class count or ``where`` mask; on eager
+        calls also bad values (NaN or inf, rows off the simplex, labels out
+        of range), masked rows included. Traced bad values raise nothing:
+        the batch is counted in ``invalid`` and ``compute`` gives NaN.
     """
     return self._ingest(*_prepare(probs, labels, where, from_logits, self.num_classes))
 
@@ -268,6 +334,7 @@ class _Streaming:
   jax.tree_util.register_dataclass,
   data_fields=[
     "count",
+    "invalid",
     "correct",
     "conf_hi",
     "conf_lo",
@@ -304,6 +371,8 @@ class FixedBins(_Streaming):
 
   Attributes:
     count: ``()`` int32, samples seen.
+    invalid: ``()`` int32, batches that failed the traced value check
+      (see the module notes: ``compute`` is then NaN).
     correct: ``()`` int32, samples with ``z = 1``.
     conf_hi, conf_lo: ``(K + 1,)`` compensated top-label residual sums.
     conf_n, conf_z: ``(K + 1,)`` int32 sample and ``z = 1`` counts per interval.
@@ -329,6 +398,7 @@ class FixedBins(_Streaming):
   """
 
   count: jax.Array
+  invalid: jax.Array
   correct: jax.Array
   conf_hi: jax.Array
   conf_lo: jax.Array
@@ -362,19 +432,24 @@ class FixedBins(_Streaming):
 
     Returns:
       A :class:`FixedBins` with zero counts.
+
+    Raises:
+      ValueError: ``num_classes`` not an int ``>= 2``, bad or traced bin
+        counts, ``classwise`` not a bool, or a dtype other than float32 /
+        float64 (float64 needs 64-bit JAX).
     """
     counts, shape = _bin_counts(num_bins)
-    if not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
-      raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
+    num_classes = _num_classes(num_classes)
+    classwise = V.check_flag(classwise, "classwise")
     name = _check_dtype(dtype)
-    k = interval_thresholds(counts, name).shape[0] + 1
+    k = _interval_thresholds(counts, name).shape[0] + 1
     dt = jnp.dtype(dtype)
     zf = jnp.zeros((k,), dt)
     zi = jnp.zeros((k,), jnp.int32)
     cwf = jnp.zeros((int(num_classes), k), dt) if classwise else None
     cwi = jnp.zeros((int(num_classes), k), jnp.int32) if classwise else None
     return cls(
-      jnp.int32(0), jnp.int32(0), zf, zf, zi, zi, cwf, cwf, cwi,
+      jnp.int32(0), jnp.int32(0), jnp.int32(0), zf, zf, zi, zi, cwf, cwf, cwi,
       counts, shape, int(num_classes), name,
     )  # fmt: skip
 
@@ -388,10 +463,10 @@ class FixedBins(_Streaming):
   @property
   def thresholds(self) -> np.ndarray:
     """The ``(K,)`` interval thresholds (static, numpy)."""
-    return interval_thresholds(self.bin_counts, self.dtype_name)
+    return _interval_thresholds(self.bin_counts, self.dtype_name)
 
   @jax.jit
-  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> FixedBins:
+  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array) -> FixedBins:
     p = p.astype(self.dtype_name)
     thr = jnp.asarray(self.thresholds)
     k = thr.shape[0] + 1
@@ -418,6 +493,7 @@ class FixedBins(_Streaming):
     return dataclasses.replace(
       self,
       count=self.count + jnp.sum(w, dtype=jnp.int32),
+      invalid=self.invalid + bad,
       correct=self.correct + jnp.sum(z, dtype=jnp.int32),
       conf_hi=conf_hi,
       conf_lo=conf_lo,
@@ -442,11 +518,16 @@ class FixedBins(_Streaming):
     Returns:
       dict with ``conf_ece``, ``conf_ce``, ``conf_ce_corr`` and, with
       class-wise statistics, ``classwise_ece``, ``classwise_ce``, ``ecce``.
-      NaN when no sample was seen.
+      All NaN when a batch updated under ``jit`` was invalid, and, inside
+      ``jit``, when no sample was seen.
+
+    Raises:
+      ValueError: eagerly, a state that has seen no sample; bad
+        ``class_weights``.
     """
-    return _fixed_compute(
-      self, CE._class_weights(class_weights, self.num_classes, self.conf_hi.dtype)
-    )
+    w = CE._class_weights(class_weights, self.num_classes, self.conf_hi.dtype)
+    _checked_state(self.count, self.invalid, "FixedBins")
+    return _fixed_compute(self, w)
 
   def _compute(self, w: jax.Array) -> dict[str, jax.Array]:
     ends = _interval_ends(self.bin_counts, self.dtype_name)
@@ -469,7 +550,8 @@ class FixedBins(_Streaming):
       per = jnp.sum(jnp.where(cn > 0, jnp.abs(cum), 0.0), axis=-1) / n
       nonempty = jnp.maximum(jnp.sum(cn > 0, axis=-1), 1).astype(per.dtype)  # K_c
       out["ecce"] = jnp.sum(per / nonempty * w, axis=-1).reshape(shape)
-    return out
+    ok = self.invalid == 0
+    return {k: V.fold(v, ok) for k, v in out.items()}
 
   def reliability(self, num_bins: int) -> ReliabilityStats:
     """Per-bin counts, mean confidence and accuracy of the top label for one bin count.
@@ -479,12 +561,20 @@ class FixedBins(_Streaming):
 
     Returns:
       :class:`~jaxcal.metrics.ReliabilityStats` of ``(num_bins,)`` arrays, as
-      ``metrics.reliability_stats(probs, labels, num_bins, "fixed")``.
+      ``metrics.reliability_stats(probs, labels, num_bins, "fixed")``; when
+      a batch updated under ``jit`` was invalid, NaN confidences and
+      accuracies and counts of -1.
+
+    Raises:
+      ValueError: ``num_bins`` is not one of the state's bin counts.
     """
     if num_bins not in self.bin_counts:
       raise ValueError(
         f"num_bins = {num_bins!r} is not one of the state's bin counts {sorted(set(self.bin_counts))}"
       )
+    return _fixed_reliability(self, int(num_bins))
+
+  def _reliability(self, num_bins: int) -> ReliabilityStats:
     thr = jnp.asarray(self.thresholds)
     b = _interval_bins(thr, jnp.int32(num_bins))
     cnt = jax.ops.segment_sum(self.conf_n, b, num_bins)
@@ -496,13 +586,20 @@ class FixedBins(_Streaming):
     safe = jnp.maximum(cnt, 1).astype(dt)
     acc = jnp.where(cnt > 0, hits.astype(dt) / safe, 0.0)
     conf = jnp.where(cnt > 0, (resid + hits.astype(dt)) / safe, 0.0)
+    ok = self.invalid == 0
+    conf, acc = V.fold((conf, acc), ok)
     edges = jnp.arange(num_bins + 1, dtype=dt) / num_bins
-    return ReliabilityStats(cnt, conf, acc, edges[:-1], edges[1:])
+    return ReliabilityStats(jnp.where(ok, cnt, -1), conf, acc, edges[:-1], edges[1:])
 
 
 @jax.jit
 def _fixed_compute(state: FixedBins, w: jax.Array) -> dict[str, jax.Array]:
   return state._compute(w)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _fixed_reliability(state: FixedBins, num_bins: int) -> ReliabilityStats:
+  return state._reliability(num_bins)
 
 
 def _check_same(a: Any, b: Any) -> None:
@@ -551,7 +648,7 @@ _PER_SAMPLE = (
 
 @functools.partial(
   jax.tree_util.register_dataclass,
-  data_fields=["count", "correct", "hi", "lo", "label_counts", "confusion"],
+  data_fields=["count", "invalid", "correct", "hi", "lo", "label_counts", "confusion"],
   meta_fields=["num_classes"],
 )
 @dataclasses.dataclass(frozen=True)
@@ -567,6 +664,8 @@ class Scores(_Streaming):
 
   Attributes:
     count: ``()`` int32 samples seen.
+    invalid: ``()`` int32, batches that failed the traced value check
+      (see the module notes: ``compute`` is then NaN).
     correct: ``()`` int32 samples with ``argmax p = y``.
     hi, lo: ``(4,)`` compensated sums of the four losses.
     label_counts: ``(C,)`` int32.
@@ -584,6 +683,7 @@ class Scores(_Streaming):
   """
 
   count: jax.Array
+  invalid: jax.Array
   correct: jax.Array
   hi: jax.Array
   lo: jax.Array
@@ -593,16 +693,21 @@ class Scores(_Streaming):
 
   @classmethod
   def empty(cls, num_classes: int, *, confusion: bool = False, dtype: Any = jnp.float32) -> Scores:
-    """An empty state (``confusion=True`` also keeps the ``(C, C)`` confusion counts)."""
-    if not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
-      raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
-    c = int(num_classes)
+    """An empty state (``confusion=True`` also keeps the ``(C, C)`` confusion counts).
+
+    Raises:
+      ValueError: ``num_classes`` not an int ``>= 2``, ``confusion`` not a
+        bool, or a dtype other than float32 / float64.
+    """
+    c = _num_classes(num_classes)
+    confusion = V.check_flag(confusion, "confusion")
     z = jnp.zeros((len(_SCORE_NAMES),), _check_dtype(dtype))
     conf = jnp.zeros((c, c), jnp.int32) if confusion else None
-    return cls(jnp.int32(0), jnp.int32(0), z, z, jnp.zeros((c,), jnp.int32), conf, c)
+    zero = jnp.int32(0)
+    return cls(zero, zero, zero, z, z, jnp.zeros((c,), jnp.int32), conf, c)
 
   @jax.jit
-  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> Scores:
+  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array) -> Scores:
     p = p.astype(self.hi.dtype)
     losses = jnp.stack([f(p, y) for f in _PER_SAMPLE], axis=0)  # (4, B)
     batch = jnp.sum(jnp.where(w[None, :], losses, 0.0), axis=1)
@@ -618,6 +723,7 @@ class Scores(_Streaming):
     return dataclasses.replace(
       self,
       count=self.count + jnp.sum(wi),
+      invalid=self.invalid + bad,
       correct=self.correct + jnp.sum(hit, dtype=jnp.int32),
       hi=hi,
       lo=lo,
@@ -630,7 +736,19 @@ class Scores(_Streaming):
     return _merge_sums(self, other, (("hi", "lo"),))
 
   def compute(self) -> dict[str, jax.Array]:
-    """Means of the scores, accuracy, classification error, label frequencies (and confusion)."""
+    """Means of the scores, accuracy, classification error, label frequencies (and confusion).
+
+    Returns:
+      dict with ``brier``, ``log_loss``, ``spherical``, ``confidence_loss``,
+      ``accuracy``, ``classification_error``, ``label_frequencies`` ``(C,)``
+      and, when kept, the int32 ``confusion`` counts ``(C, C)``. When a
+      batch updated under ``jit`` was invalid every float is NaN and the
+      confusion counts are -1; inside ``jit``, an empty state gives NaN.
+
+    Raises:
+      ValueError: eagerly, a state that has seen no sample.
+    """
+    _checked_state(self.count, self.invalid, "Scores")
     n = self.count.astype(self.hi.dtype)
     means = (self.hi + self.lo) / n
     out = {name: means[i] for i, name in enumerate(_SCORE_NAMES)}
@@ -638,8 +756,10 @@ class Scores(_Streaming):
     out["accuracy"] = acc
     out["classification_error"] = 1.0 - acc
     out["label_frequencies"] = self.label_counts.astype(n.dtype) / n
+    ok = self.invalid == 0
+    out = {k: V.fold(v, ok) for k, v in out.items()}
     if self.confusion is not None:
-      out["confusion"] = self.confusion
+      out["confusion"] = jnp.where(ok, self.confusion, -1)  # int counts: no NaN
     return out
 
 
@@ -652,7 +772,7 @@ _KINDS = ("top_label", "full")
 
 @functools.partial(
   jax.tree_util.register_dataclass,
-  data_fields=["count", "overflow", "conf", "hit", "probs", "labels"],
+  data_fields=["count", "overflow", "invalid", "conf", "hit", "probs", "labels"],
   meta_fields=["kind", "capacity", "num_classes"],
 )
 @dataclasses.dataclass(frozen=True)
@@ -668,6 +788,8 @@ class Records(_Streaming):
   Attributes:
     count: ``()`` int32 samples recorded (or offered, when overflowing).
     overflow: ``()`` bool, more samples than ``capacity`` were offered.
+    invalid: ``()`` int32, batches that failed the traced value check
+      (see the module notes: ``compute`` is then NaN).
     conf, hit: ``(capacity,)`` confidence and correctness (``top_label``).
     probs, labels: ``(capacity, C)`` and ``(capacity,)`` (``full``).
     kind, capacity, num_classes: static configuration.
@@ -687,6 +809,7 @@ class Records(_Streaming):
 
   count: jax.Array
   overflow: jax.Array
+  invalid: jax.Array
   conf: jax.Array | None
   hit: jax.Array | None
   probs: jax.Array | None
@@ -699,19 +822,23 @@ class Records(_Streaming):
   def empty(
     cls, capacity: int, num_classes: int, kind: str = "top_label", *, dtype: Any = jnp.float32
   ) -> Records:
-    """An empty buffer for ``capacity`` samples of ``kind`` ``"top_label"`` or ``"full"``."""
+    """An empty buffer for ``capacity`` samples of ``kind`` ``"top_label"`` or ``"full"``.
+
+    Raises:
+      ValueError: an unknown ``kind``, ``capacity`` not an int ``>= 1`` (a
+        bool such as ``True`` is not a capacity), ``num_classes`` not an int
+        ``>= 2``, or a dtype other than float32 / float64.
+    """
     if kind not in _KINDS:
       raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
-    if not isinstance(capacity, (int, np.integer)) or capacity < 1:
-      raise ValueError(f"capacity must be a positive int (samples to keep), got {capacity!r}")
-    if not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
-      raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
-    cap, c = int(capacity), int(num_classes)
+    cap = V.check_int(capacity, "capacity (samples to keep)")
+    c = _num_classes(num_classes)
     dtype = _check_dtype(dtype)
     top = kind == "top_label"
     return cls(
       count=jnp.int32(0),
       overflow=jnp.bool_(False),
+      invalid=jnp.int32(0),
       conf=jnp.zeros((cap,), dtype) if top else None,
       hit=jnp.zeros((cap,), bool) if top else None,
       probs=None if top else jnp.zeros((cap, c), dtype),
@@ -722,13 +849,14 @@ class Records(_Streaming):
     )
 
   @jax.jit
-  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> Records:
+  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array) -> Records:
     pos = self.count + jnp.cumsum(w.astype(jnp.int32)) - 1
     idx = jnp.where(w & (pos < self.capacity), pos, self.capacity)  # out of range: dropped
     new_count = self.count + jnp.sum(w, dtype=jnp.int32)
     fields: dict[str, Any] = {
       "count": new_count,
       "overflow": self.overflow | (new_count > self.capacity),
+      "invalid": self.invalid + bad,
     }
     if self.kind == "top_label":
       r, c = _confidence_parts(p)
@@ -758,6 +886,7 @@ class Records(_Streaming):
     return Records(
       count=self.count + other.count,
       overflow=self.overflow | other.overflow,
+      invalid=self.invalid + other.invalid,
       conf=cat(self.conf, other.conf),
       hit=cat(self.hit, other.hit),
       probs=cat(self.probs, other.probs),
@@ -783,8 +912,22 @@ class Records(_Streaming):
       capacity=capacity,
     )
 
-  def _checked_count(self) -> int:
-    count, overflow = jax.device_get((self.count, self.overflow))
+  def _checked_count(self, poisoned_ok: bool = False) -> int | None:
+    """Eager checks (one read of three scalars): the record count.
+
+    Raises on an overflowed or empty buffer, and on a batch that failed the
+    traced value check, unless ``poisoned_ok`` (then ``None``: the results
+    are NaN anyway).
+    """
+    count, overflow, invalid = jax.device_get((self.count, self.overflow, self.invalid))
+    if int(invalid) > 0:
+      if poisoned_ok:
+        return None
+      raise ValueError(
+        f"Records holds {int(invalid)} batch(es) that failed the value check when updated "
+        "under jax.jit / vmap (NaN or inf, rows off the simplex, or labels out of range): "
+        "its records are not the data's"
+      )
     if bool(overflow):
       raise ValueError(
         f"Records overflowed: {int(count)} samples were offered to a buffer of capacity "
@@ -800,6 +943,10 @@ class Records(_Streaming):
     Returns:
       ``(probs, labels)`` for ``kind="full"``; ``(conf, hit)`` for
       ``kind="top_label"``. Shapes ``(count, ...)``.
+
+    Raises:
+      ValueError: the state is empty, overflowed, or holds a batch that
+        failed the value check under ``jit``.
     """
     n = self._checked_count()
     if self.kind == "full":
@@ -811,7 +958,8 @@ class Records(_Streaming):
 
     One compiled program per capacity (the buffer is masked beyond
     ``count``), so it also runs inside ``jax.jit``; there an overflowed
-    buffer gives NaN, eagerly it raises.
+    or empty buffer gives NaN, eagerly it raises. A batch that failed the
+    value check under ``jit`` makes every result NaN (eagerly too).
 
     Args:
       num_bins: a bin count, or a concrete int array of them.
@@ -822,11 +970,15 @@ class Records(_Streaming):
       ``kind="full"``, ``classwise_ce``, ``classwise_ece``), each equal to
       the one-shot function of :mod:`jaxcal.metrics` with this ``binning``
       on the recorded samples, shaped like ``num_bins``.
+
+    Raises:
+      ValueError: bad ``num_bins`` or ``binning``; eagerly, an empty or
+        overflowed buffer, or quantile bins more than the records.
     """
     binning = V.check_binning(binning)
     counts, shape = _bin_counts(num_bins)
-    if V.is_concrete(self.count):
-      n = self._checked_count()
+    n = self._checked_count(poisoned_ok=True) if V.is_concrete(self.count) else None
+    if n is not None:
       if binning == "quantile" and max(counts) > n:
         raise ValueError(
           f"too few samples for the bins: quantile binning with num_bins = {max(counts)} "
@@ -856,7 +1008,8 @@ def _records_compute(state: Records, bins: jax.Array, binning: str, max_bins: in
       return jax.vmap(f)(bins)
 
     out = {"conf_ece": one("ece"), "conf_ce": one("ce"), "conf_ce_corr": one("ce_corr")}
-  return {k: jnp.where(state.overflow, jnp.nan, v) for k, v in out.items()}
+  bad = state.overflow | (state.invalid > 0) | (state.count == 0)
+  return {k: jnp.where(bad, jnp.nan, v) for k, v in out.items()}
 
 
 # --------------------------------------------------------------------------
@@ -922,6 +1075,10 @@ class Calibration(_Streaming):
       classwise: keep the class-wise fixed-bin statistics.
       confusion: keep the confusion matrix.
       dtype: float dtype of the sums.
+
+    Raises:
+      ValueError: as :meth:`FixedBins.empty`, :meth:`Scores.empty` and
+        :meth:`Records.empty` (e.g. ``capacity=True``).
     """
     bins = FixedBins.empty(num_classes, num_bins, classwise=classwise, dtype=dtype)
     recs = None if capacity is None else Records.empty(capacity, num_classes, records, dtype=dtype)
@@ -932,21 +1089,47 @@ class Calibration(_Streaming):
     """``C``."""
     return self.bins.num_classes
 
-  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array) -> Calibration:
-    recs = None if self.records is None else self.records._ingest(p, y, w)
+  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array) -> Calibration:
+    recs = None if self.records is None else self.records._ingest(p, y, w, bad)
     return dataclasses.replace(
-      self, bins=self.bins._ingest(p, y, w), scores=self.scores._ingest(p, y, w), records=recs
+      self,
+      bins=self.bins._ingest(p, y, w, bad),
+      scores=self.scores._ingest(p, y, w, bad),
+      records=recs,
     )
 
   def merge(self, other: Calibration) -> Calibration:
-    """Merges every part (records: ``other``'s after ``self``'s)."""
+    """Merges every part (records: ``other``'s after ``self``'s).
+
+    Raises:
+      ValueError: ``other`` is not a :class:`Calibration`, or differs in
+        configuration: bin counts, classes, dtype, parts kept, or records
+        kept by one state only (their union would miss the other state's
+        samples), in either order.
+    """
+    if type(other) is not Calibration:
+      raise ValueError(f"cannot merge a Calibration with a {type(other).__name__}")
+    if (self.records is None) != (other.records is None):
+      raise ValueError(
+        "cannot merge a Calibration that keeps records (capacity=...) with one that does "
+        "not (capacity=None): the merged records would miss the other state's samples; "
+        "make both states with a capacity, or both without"
+      )
     recs = None if self.records is None else self.records.merge(other.records)
     return dataclasses.replace(
       self, bins=self.bins.merge(other.bins), scores=self.scores.merge(other.scores), records=recs
     )
 
   def compute(self) -> dict[str, jax.Array]:
-    """One flat dict of every number this state can give (see the class docstring)."""
+    """One flat dict of every number this state can give (see the class docstring).
+
+    Every number is NaN (the confusion counts -1) when a batch updated under
+    ``jit`` was invalid (see the module notes).
+
+    Raises:
+      ValueError: eagerly, a state that has seen no sample, or overflowed
+        records.
+    """
     fixed = self.bins.compute()
     out = {k: fixed[k] for k in ("conf_ece", "classwise_ece", "ecce") if k in fixed}
     for k in ("conf_ce", "conf_ce_corr", "classwise_ce"):

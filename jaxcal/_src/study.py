@@ -118,12 +118,29 @@ _COMPONENTS = ("score", "mcb", "dsc", "unc")
 def size_bucket(n: int) -> int:
   """The padded sample count of ``n``: the smallest ``2^k · {1, 1.25, 1.5, 1.75}`` ``>= n``.
 
+  ``n <= 8`` is its own bucket; above, ``b(n) = min{f 2^k >= n : f in {1,
+  1.25, 1.5, 1.75}, k = floor(log2 n)}`` (or ``2^(k+1)``), so padding adds
+  less than 25 % and a sweep of sizes compiles ``O(log n)`` programs.
+
+  Args:
+    n: a sample count, a Python or NumPy int ``>= 1``.
+
+  Returns:
+    The bucket, a Python int ``>= n``.
+
+  Raises:
+    ValueError: ``n`` is not an integer ``>= 1`` (``0``, negative, ``2.5``,
+      a bool, a string or a traced value).
+
   Example:
     >>> [size_bucket(n) for n in (5, 9, 10000, 10240, 10241)]
     [5, 10, 10240, 10240, 12288]
+
+  Reference: the module notes, "How it compiles" (size buckets, masked padding).
   """
+  n = V.check_int(n, "n")
   if n <= 8:
-    return max(int(n), 1)
+    return n
   k = int(math.floor(math.log2(n)))
   for f in (1.0, 1.25, 1.5, 1.75, 2.0):
     b = int(f * 2**k)
@@ -427,6 +444,11 @@ def _default_mesh(num_devices: int, group_sizes: list[int], util_sizes: list[int
 
 
 def _mesh_sizes(mesh: Mesh) -> tuple[int, int]:
+  if not isinstance(mesh, Mesh):
+    raise ValueError(
+      "mesh must be a jax.sharding.Mesh with a 'models' axis (and optionally 'utilities'), "
+      f"or None for every device; got {type(mesh).__name__} {mesh!r}"
+    )
   names = mesh.axis_names
   if "models" not in names:
     raise ValueError(f"mesh must have a 'models' axis (and optionally 'utilities'); got {names}")
@@ -862,8 +884,9 @@ def evaluate(
   Raises:
     ValueError: bad predictions or labels (naming the model), an unknown
       metric, bad bin counts (or a quantile bin count above a model's ``n``),
-      utilities whose ``C`` does not match, or a mesh without a ``models``
-      axis.
+      utilities whose ``C`` does not match, ``from_logits`` other than
+      ``True``/``False``, or a ``mesh`` that is not a
+      ``jax.sharding.Mesh`` with a ``models`` axis.
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -883,6 +906,9 @@ def evaluate(
   Context: A Case Study with Score Decompositions, §2.4 (decompositions).
   """
   mets = _parse_metrics(metrics)
+  from_logits = V.check_flag(from_logits, "from_logits")
+  if mesh is not None:
+    _mesh_sizes(mesh)  # a bad mesh fails before any data is read
   m = V.check_num_bins(num_bins)
   if not V.is_concrete(m):
     raise ValueError("num_bins must be concrete (an int or an int array), not a traced value")

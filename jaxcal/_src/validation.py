@@ -1399,6 +1399,48 @@ def check_flag(value: Any, name: str) -> bool:
   return bool(value)
 
 
+def check_key(key: Any, name: str = "key") -> jax.Array:
+  """Validates one JAX PRNG key (trace-time: dtype and shape only, no value is read).
+
+  Accepts a typed key (``jax.random.key(seed)``, shape ``()``) or a raw
+  1-d ``uint32`` key (``jax.random.PRNGKey(seed)``: shape ``(2,)``, ``(4,)``
+  for the ``rbg`` implementation), concrete or traced. An int seed, a batch
+  of typed keys or any other array is rejected (JAX would raise a raw
+  ``TypeError`` deep inside ``jax.random``).
+
+  Args:
+    key: the key.
+    name: the argument's name in messages.
+
+  Returns:
+    ``key`` unchanged.
+
+  Raises:
+    ValueError: ``key`` is not a single PRNG key.
+
+  Example:
+    >>> import jax
+    >>> check_key(jax.random.key(0)).shape
+    ()
+    >>> check_key(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: key must be a JAX PRNG key (jax.random.key(seed) or ...), got int
+  """
+  k = key if isinstance(key, jax.Array | jax.core.Tracer | np.ndarray) else None
+  ok = k is not None and (
+    (jnp.issubdtype(k.dtype, jax.dtypes.prng_key) and k.ndim == 0)
+    or (k.dtype == jnp.uint32 and k.ndim == 1 and k.shape[0] >= 2)
+  )
+  if not ok:
+    raise ValueError(
+      f"{name} must be a JAX PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), "
+      f"got {type(key).__name__}"
+      + (f" of dtype {key.dtype} and shape {tuple(key.shape)}" if hasattr(key, "dtype") else "")
+    )
+  return key
+
+
 def check_int(value: Any, name: str, minimum: int = 1) -> int:
   """A static integer argument ``>= minimum`` as a Python int.
 

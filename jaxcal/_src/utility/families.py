@@ -81,12 +81,32 @@ class Utility:
 
   Attributes:
     params: the parameter array (see the module table); a batch has extra
-      leading axes.
+      leading axes. Its values are checked where the utility is used
+      (:func:`check_utility`).
     kind: static kind name, one of :data:`KINDS`.
+
+  Raises:
+    ValueError: ``kind`` is not one of :data:`KINDS` (at construction).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> Utility(jnp.array([1.0, 0.0]), "linear").batch_shape
+    ()
+    >>> Utility(jnp.zeros(2), "bogus")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown utility kind 'bogus'; expected one of [...]
   """
 
   params: jax.Array
   kind: str = "linear"
+
+  def __post_init__(self) -> None:
+    # kind is static metadata (it picks the code path), so a typo is caught
+    # here; params may be any pytree leaf (JAX rebuilds the dataclass with
+    # tracers or sentinels), so they are checked by :func:`check_utility`.
+    if not isinstance(self.kind, str) or self.kind not in KINDS:
+      raise ValueError(f"unknown utility kind {self.kind!r}; expected one of {sorted(KINDS)}")
 
   @property
   def batch_shape(self) -> tuple[int, ...]:
@@ -326,18 +346,7 @@ def _sphere_faces(
 
 def _sampler_args(key: Any, m: Any, num_classes: Any) -> tuple[jax.Array, int, int]:
   """Validates a sampler's ``(key, m, num_classes)``: a PRNG key, ``m >= 1``, ``C >= 2``."""
-  k = key if isinstance(key, jax.Array | jax.core.Tracer) else None
-  ok = k is not None and (
-    jnp.issubdtype(k.dtype, jax.dtypes.prng_key)
-    or (k.dtype == jnp.uint32 and k.shape[-1:] == (2,) and k.ndim == 1)
-  )
-  if not ok:
-    raise ValueError(
-      f"key must be a JAX PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), "
-      f"got {type(key).__name__}"
-      + (f" of dtype {key.dtype} and shape {tuple(key.shape)}" if hasattr(key, "dtype") else "")
-    )
-  return key, V.check_int(m, "m", 1), V.check_int(num_classes, "num_classes", 2)
+  return V.check_key(key), V.check_int(m, "m", 1), V.check_int(num_classes, "num_classes", 2)
 
 
 def _int_params(x: Any, name: str, lo: int, hi: int) -> jax.Array:
@@ -569,10 +578,27 @@ def check_utility(
     name: the argument's name in messages.
 
   Returns:
-    The utility, to be used in place of the argument.
+    The utility, to be used in place of the argument (``params`` given as
+    a list or a numpy array come back as a JAX array).
 
   Raises:
-    ValueError: naming the problem.
+    ValueError: naming the problem: not a :class:`Utility`, ``params`` that
+      are not a real numeric array (e.g. ``Utility("abc")``), an unknown
+      kind, the wrong batch axes or ``C``, or values that are not finite or
+      lie outside ``[-1, 1]``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> check_utility(linear(jnp.array([1.0, -0.5])), 2).kind
+    'linear'
+    >>> check_utility(Utility("abc"), 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: utility.params must be a real numeric array, got dtype <U3
+
+  Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
+  Multiclass Calibration*, arXiv:2510.25458, §3 (utilities with values in
+  ``[-1, 1]``).
   """
   if not isinstance(utility, Utility):
     raise ValueError(
@@ -582,6 +608,9 @@ def check_utility(
     raise ValueError(
       f"{name}: unknown utility kind {utility.kind!r}; expected one of {sorted(KINDS)}"
     )
+  if not isinstance(utility.params, jax.Array | jax.core.Tracer | np.ndarray):
+    # e.g. Utility("abc") or a list: convert (a string or object array raises here)
+    utility = Utility(V.as_float(utility.params, f"{name}.params"), utility.kind)
   nb = len(utility.batch_shape)
   if batched is True and nb != 1:
     raise ValueError(

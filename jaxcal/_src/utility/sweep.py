@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -274,6 +275,26 @@ def _placed(x: jax.Array, sharding: NamedSharding) -> jax.Array:
   return jax.device_put(x, sharding)
 
 
+def _check_devices(devices: Any) -> list[jax.Device]:
+  """``devices`` as a non-empty list of ``jax.Device`` (``ValueError`` otherwise)."""
+  if isinstance(devices, str | bytes | jax.Device):
+    raise ValueError(f"devices must be a sequence of jax.Device, got {type(devices).__name__}")
+  try:
+    devs = list(devices)
+  except TypeError:
+    raise ValueError(
+      f"devices must be a sequence of jax.Device, got {type(devices).__name__}"
+    ) from None
+  if not devs:
+    raise ValueError("devices is empty: give at least one device, or devices=None for all")
+  bad = [d for d in devs if not isinstance(d, jax.Device)]
+  if bad:
+    raise ValueError(f"devices must hold jax.Device objects, got {type(bad[0]).__name__}")
+  if len(set(devs)) != len(devs):
+    raise ValueError("devices holds the same device more than once")
+  return devs
+
+
 def uc_sweep(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -309,8 +330,9 @@ def uc_sweep(
   Raises:
     ValueError: bad probabilities/labels, utility values outside ``[-1, 1]``,
       mismatched ``C``, a single utility instead of a batch,
-      ``chunk_size < 1``, or ``devices`` that leave out some of another
-      process's devices in a multi-process run.
+      ``chunk_size < 1``, ``devices`` that are empty, repeat a device or
+      hold something other than ``jax.Device`` objects, or ``devices`` that
+      leave out some of another process's devices in a multi-process run.
 
   Example:
     >>> import jax.numpy as jnp
@@ -333,7 +355,7 @@ def uc_sweep(
     isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
   ):
     raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-  devs = list(jax.devices() if devices is None else devices)
+  devs = list(jax.devices() if devices is None else _check_devices(devices))
   d = len(devs)
   traced = isinstance(p, jax.core.Tracer) or isinstance(y, jax.core.Tracer)
   mesh = Mesh(np.array(devs), ("u",)) if d > 1 else None

@@ -142,9 +142,11 @@ def uc(
     ``[lo, hi]`` of predicted utility, and the sign of ``Σ_I (u - v)``.
 
   Raises:
-    ValueError: bad probabilities or labels, a utility with values outside
-      ``[-1, 1]``, or a utility built for a different number of classes
-      (eager calls; under ``jit`` invalid values give NaN).
+    ValueError: bad probabilities or labels; ``utility`` not a
+      :class:`~jaxcal.utility.Utility`, with ``params`` that are not a real
+      numeric array (e.g. ``Utility("abc")``), a batch, values outside
+      ``[-1, 1]``, or built for a different number of classes (eager calls;
+      under ``jit`` invalid values give NaN).
 
   Example:
     >>> import jax.numpy as jnp
