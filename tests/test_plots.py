@@ -50,9 +50,11 @@ def toy():
 
 def test_reliability_diagram_with_consistency_bands(toy):
   p, y = toy
-  bands = bootstrap.consistency_bands(jax.random.key(2), p, 10, num_resamples=50)
+  bands = bootstrap.consistency_bands(jax.random.key(2), p, 10, num_resamples=50, confidence=0.95)
   fig = plots.reliability_diagram(p, y, 10, bands=bands, model="toy")
   _check(fig, title_fragment="toy (n = 400)")
+  legend = fig.legends[0] if fig.legends else fig.axes[0].get_legend()
+  assert "consistency band (95 %)" in [t.get_text() for t in legend.get_texts()]  # its own level
   # the count panel is log-scaled with more than two ticks
   counts = fig.axes[1]
   assert counts.get_yscale() == "log"

@@ -559,12 +559,15 @@ class ConsistencyBands(NamedTuple):
     hi: ``(num_bins,)`` upper end.
     counts: ``(num_bins,)`` samples per bin on the data (bands of empty bins
       are meaningless and set to NaN).
+    level: the bands' nominal coverage (the ``confidence`` argument of
+      :func:`consistency_bands`; a scalar), for labels.
   """
 
   confidence: jax.Array
   lo: jax.Array
   hi: jax.Array
   counts: jax.Array
+  level: jax.Array | float = 0.9
 
 
 @functools.partial(jax.jit, static_argnames=("num_bins", "binning", "num_resamples", "batch_size"))
@@ -591,7 +594,7 @@ def _consistency(key, probs, num_bins, binning, num_resamples, batch_size, level
   ok = base.counts > 0
   lo = jnp.where(ok, base.confidence + lo, jnp.nan)
   hi = jnp.where(ok, base.confidence + hi, jnp.nan)
-  return ConsistencyBands(base.confidence, lo, hi, base.counts)
+  return ConsistencyBands(base.confidence, lo, hi, base.counts, level)
 
 
 def consistency_bands(

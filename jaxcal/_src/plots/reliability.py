@@ -138,7 +138,8 @@ def reliability_diagram(
       ok = np.isfinite(blo) & np.isfinite(bhi) & keep
       ax.vlines(bc[ok], blo[ok], bhi[ok], color=_BAND, lw=2.2, zorder=3)
       ax.plot(bc[ok], bc[ok], "o", ms=2.5, color=_BAND, zorder=4)
-      band_label = "consistency band (90 %)"
+      pct = f"{100 * float(bands.level):.3g}"
+      band_label = f"consistency band ({pct} %)"
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
