@@ -184,7 +184,7 @@ def test_result_conversions(logits):
   assert d["models"] == ["model_0", "model_1"]
   np.testing.assert_allclose(d["values"]["conf_ece"], res["conf_ece"])
   text = res.summary(15)
-  assert "conf_ece@15" in text and "model_1" in text and "decompose mcb" in text
+  assert "conf_ece@15" in text and "model_1" in text and "decompose mcb (Brier/C)" in text
   scalar = jaxcal.evaluate(z[:1, :100], y[:1, :100], ["conf_ece"], num_bins=15, from_logits=True)
   assert scalar["conf_ece"].shape == (1,) and scalar.axes["conf_ece"] == ("model",)
 

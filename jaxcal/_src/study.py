@@ -226,7 +226,8 @@ class StudyResult:
 
     Binned errors at ``num_bins`` (default: the first bin count), UC
     over sampled utilities as its median and maximum, decompositions as
-    their MCB and DSC.
+    their MCB and DSC (a Brier decomposition's terms are of the multiclass
+    Brier score divided by ``C``, and their columns say so).
     """
     cols: list[tuple[str, np.ndarray]] = []
     bins = self.coords.get("num_bins")
@@ -245,9 +246,10 @@ class StudyResult:
       elif axes[1] == "utility":
         cols.append((f"{metric} median", np.median(a, axis=1)))
         cols.append((f"{metric} max", np.max(a, axis=1)))
-      else:
-        cols.append((f"{metric} mcb", a[:, 1]))
-        cols.append((f"{metric} dsc", a[:, 2]))
+      else:  # a Brier decomposition is of the multiclass Brier / C (a log one of the log loss)
+        scale = " (Brier/C)" if _DECOMPOSITIONS.get(metric, ("log",))[0] == "brier" else ""
+        cols.append((f"{metric} mcb{scale}", a[:, 1]))
+        cols.append((f"{metric} dsc{scale}", a[:, 2]))
     head = "| model | " + " | ".join(c for c, _ in cols) + " |"
     sep = "|---" * (len(cols) + 1) + "|"
     lines = [head, sep]
