@@ -140,6 +140,9 @@ def top_class() -> Utility:
   Its predicted utility is the top confidence ``max p`` and its realised
   utility the top-label hit ``1[y = argmax p]``.
 
+  Returns:
+    The single :class:`Utility` of kind ``"top_class"`` (no parameters).
+
   Example:
     >>> import jax.numpy as jnp
     >>> top_class().values(jnp.array([[0.2, 0.5, 0.3]])).tolist()
@@ -156,6 +159,10 @@ def linear(a: ArrayLike) -> Utility:
 
   Args:
     a: ``(C,)`` payoff vector, or ``(..., C)`` for a batch.
+
+  Returns:
+    A :class:`Utility` of kind ``"linear"`` (a batch when the
+    parameters have leading axes).
 
   Example:
     >>> import jax.numpy as jnp
@@ -176,6 +183,10 @@ def classwise(c: ArrayLike, num_classes: int) -> Utility:
   Args:
     c: class index, or an int array of indices (a batch).
     num_classes: ``C`` (static).
+
+  Returns:
+    A :class:`Utility` of kind ``"linear"`` (a batch when the
+    parameters have leading axes).
 
   Example:
     >>> classwise(1, 3).params.tolist()
@@ -198,6 +209,10 @@ def rank(theta: ArrayLike) -> Utility:
     theta: ``(C,)`` valuation of ranks 1..C (``theta[0]`` for the top class),
       in ``[-1, 1]``; ``(..., C)`` for a batch.
 
+  Returns:
+    A :class:`Utility` of kind ``"rank"`` (a batch when the
+    parameters have leading axes).
+
   Example:
     >>> import jax.numpy as jnp
     >>> rank(jnp.array([1.0, 0.5, 0.0])).values(jnp.array([[0.2, 0.5, 0.3]])).tolist()
@@ -217,6 +232,10 @@ def top_k(k: ArrayLike, num_classes: int) -> Utility:
   Args:
     k: ``K`` in ``1..C``, or an int array of them (a batch).
     num_classes: ``C`` (static).
+
+  Returns:
+    A :class:`Utility` of kind ``"rank"`` (a batch when the
+    parameters have leading axes).
 
   Example:
     >>> top_k(2, 4).params.tolist()
@@ -239,6 +258,10 @@ def dcg(gamma: ArrayLike, num_classes: int) -> Utility:
       ``(0.5, 0.75, 1, 1.25, 1.5, 2)``.
     num_classes: ``C`` (static).
 
+  Returns:
+    A :class:`Utility` of kind ``"rank"`` (a batch when the
+    parameters have leading axes).
+
   Example:
     >>> [round(t, 4) for t in dcg(1.0, 3).params.tolist()]
     [1.0, 0.6309, 0.5]
@@ -260,6 +283,10 @@ def decision(loss_matrix: ArrayLike) -> Utility:
 
   Args:
     loss_matrix: ``(C, K)`` losses ``l(y, a)``; ``(..., C, K)`` for a batch.
+
+  Returns:
+    A :class:`Utility` of kind ``"decision"`` (a batch when the
+    parameters have leading axes).
 
   Example:
     >>> import jax.numpy as jnp
@@ -287,6 +314,10 @@ def gain_matrix(R: ArrayLike) -> Utility:
     R: ``(C, C)`` gains in ``[0, 1]`` (``R_ii = 1`` in the paper; any values
       in ``[-1, 1]`` are accepted); ``(..., C, C)`` for a batch.
 
+  Returns:
+    A :class:`Utility` of kind ``"decision"`` with loss matrix ``-R`` (a batch
+    when ``R`` has leading axes).
+
   Example:
     >>> import jax.numpy as jnp
     >>> R = jnp.array([[1.0, 0.5], [0.0, 1.0]])
@@ -308,6 +339,10 @@ def similarity(S: ArrayLike) -> Utility:
   Args:
     S: ``(C, C)`` similarities in ``[-1, 1]`` (``S_ii = 1`` in the paper);
       ``(..., C, C)`` for a batch.
+
+  Returns:
+    A :class:`Utility` of kind ``"similarity"`` (a batch when the
+    parameters have leading axes).
 
   Example:
     >>> import jax.numpy as jnp
