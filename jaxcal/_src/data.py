@@ -313,6 +313,10 @@ def synthetic(
     >>> d = synthetic(jax.random.key(0), 5, 3)
     >>> d.probs.shape, d.labels.shape
     ((5, 3), (5,))
+
+  Reference: the tempered predictions are temperature scaling run backwards,
+  Guo, Pleiss, Sun & Weinberger (2017), "On Calibration of Modern Neural
+  Networks", ICML, §4.2 (``softmax(z / T)``).
   """
   key = V.check_key(key)
   n = V.check_int_option(n, "n")
