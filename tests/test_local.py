@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxcal import metrics
-from jaxcal._src.local import _lce_core, lce, nadaraya_watson
+from jaxcal._src.local import _lce_core, _raise_if_nothing_kept, lce, nadaraya_watson
 
 BLOCKS = dict(block_size=32, candidate_block=64)  # several blocks at n = 300
 
@@ -184,12 +184,15 @@ def test_bin_of_exactly_min_bin_size_is_skipped():
   y = rng.integers(0, 2, 50)
   phi = rng.normal(size=(50, 3))
   with jax.enable_x64(True):
-    for mbs in (19, 20, 29, 30):
+    for mbs in (19, 20, 29):
       got = lce(p, y, phi, num_bins=15, min_bin_size=mbs, bandwidth=1.0, **BLOCKS)
       want = lce_ref(p, y, phi, 15, mbs, 1.0)
       np.testing.assert_allclose([float(got.lce), float(got.mlce)], want, atol=1e-6)
-    # min_bin_size = 30: every bin has <= 30 samples, nothing is kept
-    assert float(got.lce) == 0.0 and float(got.mlce) == 0.0
+    # min_bin_size = 30: every bin has <= 30 samples, nothing is kept: LCE is
+    # undefined (not 0, "perfectly calibrated"): an error, NaN under jit
+    with pytest.raises(ValueError, match=r"num_bins = 15, no bin .* min_bin_size = 30"):
+      lce(p, y, phi, num_bins=15, min_bin_size=30, bandwidth=1.0, **BLOCKS)
+    # (traced: NaN, see test_jit_vmap_and_num_bins_array)
 
 
 def test_float32_and_block_sizes(data):
@@ -204,8 +207,14 @@ def test_jit_vmap_and_num_bins_array(data):
   p, y, phi = (a.astype(np.float32) if a.dtype == np.float64 else a for a in data)
   p2, y2, phi2 = (a.astype(np.float32) if a.dtype == np.float64 else a for a in _data(seed=5))
   eager = lce(p, y, phi, bandwidth=2.0, **BLOCKS)
-  jitted = jax.jit(lambda a, b, c: lce(a, b, c, bandwidth=2.0, **BLOCKS))(p, y, phi)
+  f = jax.jit(lambda a, b, c, g, k: lce(a, b, c, min_bin_size=k, bandwidth=g, **BLOCKS))
+  jitted = f(p, y, phi, 2.0, 20)
   np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), rtol=1e-6, atol=1e-7)
+  # traced bad values give NaN: a bandwidth that is not finite and >= 1.1e-19,
+  # min_bin_size < 0, no kept anchor at all (n = 300: no bin holds more than 300)
+  for g, k in ((-1.0, 20), (np.inf, 20), (np.nan, 20), (1e-30, 20), (2.0, -1), (2.0, 300)):
+    out = f(p, y, phi, g, k)
+    assert np.isnan(float(out.lce)) and np.isnan(float(out.mlce)), (g, k)
   batched = jax.vmap(lambda a, b, c: lce(a, b, c, bandwidth=2.0, **BLOCKS))(
     np.stack([p, p2]), np.stack([y, y2]), np.stack([phi, phi2])
   )
@@ -239,21 +248,29 @@ def test_calibrated_far_apart_clusters_have_small_lce():
 
 
 @pytest.mark.parametrize(
-  "bad",
+  "bad, fragment",
   [
-    "nan_features",
-    "inf_features",
-    "bandwidth0",
-    "bandwidth_neg",
-    "bandwidth_nan",
-    "rows",
-    "features_1d",
-    "min_bin_size",
-    "blocks",
-    "probs",
+    ("nan_features", "features contains non-finite"),
+    ("inf_features", "features contains non-finite"),
+    ("zero_columns", r"at least one column .* got \(300, 0\)"),
+    ("bandwidth0", "bandwidth must be > 0"),
+    ("bandwidth_neg", "bandwidth must be > 0"),
+    ("bandwidth_nan", "bandwidth must be a finite number"),
+    ("bandwidth_inf", "bandwidth must be a finite number"),
+    ("bandwidth_bool", "bandwidth must be a finite number > 0, got True"),
+    ("bandwidth_str", "bandwidth must be a finite number > 0, got 'a'"),
+    ("bandwidth_array", r"bandwidth must be a scalar, got shape \(2,\)"),
+    ("bandwidth_tiny", r"bandwidth = 1e-30 is below the smallest supported bandwidth 1.08e-19"),
+    ("rows", "features has 299 rows"),
+    ("features_1d", r"features must have shape \(n, D\)"),
+    ("min_bin_size", "min_bin_size must be an integer >= 0"),
+    ("min_bin_size_str", "min_bin_size must be an integer >= 0"),
+    ("nothing_kept", "no bin of any class holds more than min_bin_size = 300 .* Lower"),
+    ("blocks", "must be a multiple of block_size"),
+    ("probs", r"probs must lie in \[0, 1\]"),
   ],
 )
-def test_lce_value_errors(data, bad):
+def test_lce_value_errors(data, bad, fragment):
   p, y, phi = data
   kw = dict(bandwidth=2.0)
   if bad == "nan_features":
@@ -262,24 +279,45 @@ def test_lce_value_errors(data, bad):
   elif bad == "inf_features":
     phi = phi.copy()
     phi[0, 0] = np.inf
-  elif bad == "bandwidth0":
-    kw["bandwidth"] = 0.0
-  elif bad == "bandwidth_neg":
-    kw["bandwidth"] = -1.0
-  elif bad == "bandwidth_nan":
-    kw["bandwidth"] = float("nan")
+  elif bad == "zero_columns":
+    phi = phi[:, :0]
+  elif bad.startswith("bandwidth"):
+    values = {"0": 0.0, "_neg": -1.0, "_nan": float("nan"), "_inf": float("inf")}
+    values.update(_bool=True, _str="a", _array=np.ones(2), _tiny=1e-30)
+    kw["bandwidth"] = values[bad[len("bandwidth") :]]
   elif bad == "rows":
     phi = phi[:-1]
   elif bad == "features_1d":
     phi = phi[:, 0]
   elif bad == "min_bin_size":
     kw["min_bin_size"] = -1
+  elif bad == "min_bin_size_str":
+    kw["min_bin_size"] = "20"
+  elif bad == "nothing_kept":  # n = 300: no bin can hold more than 300 samples
+    kw["min_bin_size"] = 300
   elif bad == "blocks":
     kw.update(block_size=48, candidate_block=64)
   elif bad == "probs":
     p = p * 2
-  with pytest.raises(ValueError):
+  with pytest.raises(ValueError, match=fragment):
     lce(p, y, phi, **kw)
+
+
+def test_lce_small_bandwidth_limit_and_empty_num_bins(data):
+  # gamma -> 0: each anchor keeps only itself, e_ic = |p_ic - 1[y = c]|. Its
+  # own distance is float32 rounding noise (~1e-6 here), which used to make
+  # every kernel of the anchor underflow and its error 0.
+  p, y, _ = data
+  phi = np.random.default_rng(7).normal(size=(300, 5)).astype(np.float32)  # no duplicates
+  got = lce(p.astype(np.float32), y, phi, bandwidth=1e-6, **BLOCKS)
+  want = lce_ref(p, y, phi, 15, 20, 1e-6)
+  np.testing.assert_allclose([float(got.lce), float(got.mlce)], want, rtol=1e-5)
+  # an empty array of bin counts: empty results, as every binned metric
+  empty = lce(p, y, phi, np.array([], int), bandwidth=2.0)
+  assert empty.lce.shape == empty.mlce.shape == (0,)
+  # the message names the bin counts that keep nothing
+  with pytest.raises(ValueError, match=r"num_bins in \[15\], no bin .* min_bin_size = 30 "):
+    _raise_if_nothing_kept(np.array([4, 0]), np.array([2, 15]), 30, 50)
 
 
 def test_inputs_not_modified(data):
@@ -346,23 +384,48 @@ def test_nadaraya_watson_matches_reference():
       ]
     )
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-10)
+    # masked-out targets are never read (NaN there is fine)
+    t_pad = t.copy()
+    t_pad[35] = np.nan
+    np.testing.assert_array_equal(np.asarray(nadaraya_watson(phi, t_pad, 1.5, mask=mask)), got)
 
 
 def test_nadaraya_watson_isolated_points_and_gradient():
   # kernels underflow in float32 (distances ~ 1e3 * gamma): weights stay exact
   phi = jnp.array([[0.0], [1.0], [1e4]], jnp.float32)
   t = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
-  out = jax.jit(lambda f: nadaraya_watson(f, t, 1.0))(phi)
+  jitted = jax.jit(lambda f, b, m: nadaraya_watson(f, t, b, mask=m))
+  out = jitted(phi, 1.0, np.ones(3, bool))
   assert np.all(np.isfinite(np.asarray(out)))
   np.testing.assert_allclose(np.asarray(out), [[0, 1], [1, 0], [0, 1]], atol=1e-6)
+  # traced bad values give NaN: the bandwidth, an all-False mask
+  for b, m in ((-1.0, True), (np.inf, True), (1e-30, True), (1.0, False)):
+    assert np.all(np.isnan(np.asarray(jitted(phi, b, np.full(3, m))))), (b, m)
   g = jax.jit(jax.grad(lambda f: jnp.sum(nadaraya_watson(f, t, 1.0) ** 2)))(phi)
   assert np.all(np.isfinite(np.asarray(g)))
 
 
-def test_nadaraya_watson_value_errors():
-  with pytest.raises(ValueError):
-    nadaraya_watson(np.ones((3, 2)), np.ones((3, 2)), 0.0)
-  with pytest.raises(ValueError):
-    nadaraya_watson(np.ones((3, 2)), np.ones((4, 2)), 1.0)
-  with pytest.raises(ValueError):
-    nadaraya_watson(np.full((3, 2), np.nan), np.ones((3, 2)), 1.0)
+PHI3, T3 = np.arange(6.0).reshape(3, 2), np.eye(3)[[0, 1, 1]]
+
+
+@pytest.mark.parametrize(
+  "kw, fragment",
+  [
+    (dict(bandwidth=0.0), "bandwidth must be > 0"),
+    (dict(bandwidth=True), "bandwidth must be a finite number > 0, got True"),
+    (dict(bandwidth=1e-30), "below the smallest supported bandwidth"),
+    (dict(targets=np.ones((4, 2))), "must share n"),
+    (dict(features=np.full((3, 2), np.nan)), "features contains non-finite"),
+    (dict(features=np.ones((3, 0))), r"D >= 1"),
+    (dict(targets=np.where(np.eye(3, dtype=bool), np.nan, T3)), "targets contains non-finite"),
+    (dict(mask=np.zeros(3, bool)), "mask selects no neighbours"),
+    (dict(mask=np.ones(3, int)), "mask must be a boolean mask"),
+    (dict(mask=np.ones(3)), "mask must be a boolean mask"),
+    (dict(mask=np.ones(2, bool)), r"mask must have shape \(3,\)"),
+    (dict(features=PHI3[:1], targets=T3[:1]), "single point has no neighbour"),
+  ],
+)
+def test_nadaraya_watson_value_errors(kw, fragment):
+  args = dict(features=PHI3, targets=T3, bandwidth=1.0) | kw
+  with pytest.raises(ValueError, match=fragment):
+    nadaraya_watson(**args)

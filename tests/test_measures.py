@@ -64,14 +64,22 @@ def test_smooth_ece_vmap_over_bandwidths_and_data_sets():
   np.testing.assert_allclose(arr, loop, rtol=1e-5)
   traced = jax.vmap(lambda s: metrics.smooth_ece(P_SMALL, Y_SMALL, s, min_bandwidth=0.02))(sig)
   np.testing.assert_allclose(traced, loop, rtol=1e-5)
-  # below the static bound: NaN, never a wrong number
-  assert np.isnan(
-    jax.jit(lambda s: metrics.smooth_ece(P_SMALL, Y_SMALL, s, min_bandwidth=0.05))(0.02)
-  )
+  # below the static bound, or not finite: NaN, never a wrong number
+  bounded = jax.jit(lambda s: metrics.smooth_ece(P_SMALL, Y_SMALL, s, min_bandwidth=0.05))
+  for s in (0.02, np.inf, np.nan):
+    assert np.isnan(bounded(s)), s
   pb = np.stack([P_SMALL, P_SMALL[::-1]])
   yb = np.stack([Y_SMALL, Y_SMALL[::-1]])
   out = jax.vmap(metrics.smooth_ece)(pb, yb)
   np.testing.assert_allclose(out, [float(metrics.smooth_ece(a, b)) for a, b in zip(pb, yb)], 1e-5)
+  # the automatic bandwidth of invalid data (traced): NaN, not the search's floor 2/1024
+  bad = pb.copy()
+  bad[1, 1, 0] = np.nan
+  for probs, labels in ((bad, yb), (pb, np.stack([Y_SMALL, np.r_[Y_SMALL[:-1], 7]]))):
+    sig = jax.vmap(metrics.smooth_ece_bandwidth)(probs, labels)
+    assert sig[0] * 1024 == round(float(sig[0]) * 1024) and np.isnan(sig[1])
+  rel = jax.vmap(lambda a, b: metrics.smooth_reliability(a, b).bandwidth)(bad, yb)
+  assert rel[0] == sig[0] and np.isnan(rel[1])
 
 
 def test_smooth_ece_jit_equals_eager_and_classwise():
@@ -139,10 +147,11 @@ def test_skce_block_sizes_gaussian_kernel_and_float64():
 
 
 def test_skce_jit_vmap_and_custom_kernel():
-  bws = jnp.array([0.3, 1.0])
+  bws = jnp.array([0.3, 1.0, 0.0, -1.0, jnp.inf, 1e-30])  # traced bad bandwidths: NaN
   out = jax.vmap(lambda b: metrics.skce(P_SMALL, Y_SMALL, metrics.LaplacianKernel(b)))(bws)
-  loop = [float(metrics.skce(P_SMALL, Y_SMALL, metrics.LaplacianKernel(float(b)))) for b in bws]
-  np.testing.assert_allclose(out, loop, rtol=1e-6, atol=1e-9)
+  loop = [float(metrics.skce(P_SMALL, Y_SMALL, metrics.LaplacianKernel(float(b)))) for b in bws[:2]]
+  np.testing.assert_allclose(out[:2], loop, rtol=1e-6, atol=1e-9)
+  assert np.all(np.isnan(out[2:5])) and out[5] == 0.0  # 1e-30: the limit 1[p = p'], no ties
   jitted = jax.jit(lambda p, y: metrics.skce(p, y))(P_SMALL, Y_SMALL)
   assert float(jitted) == pytest.approx(loop[1], rel=1e-6)
 
@@ -190,13 +199,31 @@ def test_mmce_matches_double_loop_with_ties():
     assert got == pytest.approx(R.mmce(p, Y_MID, w), rel=1e-5)
 
 
+def _mmce_definition(p, y, width):
+  """Kumar et al. (2018), Eq. 2, in float64: all n^2 pairs at once."""
+  p = np.asarray(p, np.float64)
+  c = p.max(1)
+  r = (p.argmax(1) == y) - c
+  k = np.exp(-np.abs(c[:, None] - c[None, :]) / width)
+  return np.sqrt(max(r @ k @ r / len(c) ** 2, 0.0))
+
+
+def test_mmce_small_bandwidths_match_all_pairs():
+  # 0.001 used to give NaN (the first block's carry term: exp(+big) * 0); 1e-30
+  # is the limit kernel 1[c_i = c_j] (ties only), reached exactly
+  for w in (0.005, 0.001, 1e-30):
+    got = float(metrics.mmce(P_MID, Y_MID, w))
+    assert got == pytest.approx(_mmce_definition(P_MID, Y_MID, w), rel=1e-5), w
+
+
 def test_mmce_jit_vmap():
   pb, yb = np.stack([P_SMALL, P_SMALL[::-1]]), np.stack([Y_SMALL, Y_SMALL])
   out = jax.vmap(metrics.mmce)(pb, yb)
   np.testing.assert_allclose(out, [R.mmce(a, b) for a, b in zip(pb, yb)], rtol=1e-5)
-  ws = jnp.array([0.2, 0.4])
+  ws = jnp.array([0.2, 0.4, 0.0, -1.0, jnp.inf, jnp.nan])  # traced bad widths: NaN
   out = jax.jit(jax.vmap(lambda w: metrics.mmce(P_SMALL, Y_SMALL, w)))(ws)
-  np.testing.assert_allclose(out, [R.mmce(P_SMALL, Y_SMALL, float(w)) for w in ws], rtol=1e-5)
+  np.testing.assert_allclose(out[:2], [R.mmce(P_SMALL, Y_SMALL, float(w)) for w in ws[:2]], 1e-5)
+  assert np.all(np.isnan(out[2:]))
 
 
 # ---------------------------------------------------------------- debiased CE
@@ -294,8 +321,78 @@ def test_binned_norms_match_loop(norm, binning):
     (lambda: metrics.skce(P_SMALL, Y_SMALL, estimator="fast"), ValueError, "estimator"),
     (lambda: metrics.skce(P_SMALL, Y_SMALL, estimator="block", block_size=1), ValueError, "block"),
     (lambda: metrics.skce(P_SMALL[:1], Y_SMALL[:1]), ValueError, "at least 2"),
+    (lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, True), ValueError, "got True"),
+    (lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, "a"), ValueError, "bandwidth must be None or"),
+    (lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, 1e-30), ValueError, "smallest supported"),
+    (lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, 5e-5), ValueError, "exceed 100,001 points"),
+    (
+      lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, min_bandwidth=np.nan),
+      ValueError,
+      "min_bandwidth must be a finite number",
+    ),
+    (
+      lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, min_bandwidth=-1.0),
+      ValueError,
+      "min_bandwidth must be > 0",
+    ),
+    (
+      lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, 0.1, min_bandwidth=1e-5),
+      ValueError,
+      "min_bandwidth = 1e-05 is below the smallest supported",
+    ),
+    (lambda: metrics.smooth_reliability(P_SMALL, Y_SMALL, True), ValueError, "got True"),
+    (lambda: metrics.smooth_reliability(P_SMALL, Y_SMALL, 1e-7), ValueError, "smallest"),
     (lambda: metrics.skce(P_SMALL, Y_SMALL, kernel="rbf"), TypeError, "kernel"),
-    (lambda: metrics.mmce(P_SMALL, Y_SMALL, 0.0), ValueError, "bandwidth"),
+    (
+      lambda: metrics.skce(P_SMALL, Y_SMALL, metrics.LaplacianKernel(0.0)),
+      ValueError,
+      r"LaplacianKernel.bandwidth must be > 0, got 0.0",
+    ),
+    (
+      lambda: metrics.skce(P_SMALL, Y_SMALL, metrics.GaussianKernel(-1.0)),
+      ValueError,
+      r"GaussianKernel.bandwidth must be > 0",
+    ),
+    (
+      lambda: metrics.skce(P_SMALL, Y_SMALL, metrics.LaplacianKernel(np.inf)),
+      ValueError,
+      "LaplacianKernel.bandwidth must be a finite number",
+    ),
+    (
+      lambda: metrics.skce(P_SMALL, Y_SMALL, metrics.GaussianKernel(np.nan)),
+      ValueError,
+      "GaussianKernel.bandwidth must be a finite number",
+    ),
+    (
+      lambda: metrics.skce(P_SMALL, Y_SMALL, metrics.LaplacianKernel(True)),
+      ValueError,
+      "LaplacianKernel.bandwidth must be a finite number > 0, got True",
+    ),
+    (
+      lambda: metrics.skce(P_SMALL, Y_SMALL, metrics.GaussianKernel("a")),
+      ValueError,
+      "GaussianKernel.bandwidth must be a finite number > 0, got 'a'",
+    ),
+    (
+      lambda: metrics.skce(P_SMALL, Y_SMALL, metrics.GaussianKernel(None)),
+      ValueError,
+      "GaussianKernel.bandwidth must be a finite number > 0, got None",
+    ),
+    (
+      lambda: metrics.skce(P_SMALL, Y_SMALL, metrics.GaussianKernel(np.ones((2, 2)))),
+      ValueError,
+      r"GaussianKernel.bandwidth must be a scalar, got shape \(2, 2\)",
+    ),
+    (
+      lambda: metrics.skce(P_SMALL, Y_SMALL, metrics.GaussianKernel(1e-30)),
+      ValueError,
+      "below the smallest supported bandwidth 1.08e-19",
+    ),
+    (lambda: metrics.mmce(P_SMALL, Y_SMALL, 0.0), ValueError, "bandwidth must be > 0"),
+    (lambda: metrics.mmce(P_SMALL, Y_SMALL, np.inf), ValueError, "bandwidth must be a finite"),
+    (lambda: metrics.mmce(P_SMALL, Y_SMALL, True), ValueError, "got True"),
+    (lambda: metrics.mmce(P_SMALL, Y_SMALL, 1e-40), ValueError, "smallest supported bandwidth"),
+    (lambda: metrics.mmce(P_SMALL, Y_SMALL, np.ones(2)), ValueError, "must be a scalar"),
     (lambda: metrics.debiased_ce(P_SMALL, Y_SMALL, 0), ValueError, "num_bins"),
     (lambda: metrics.debiased_ce(P_SMALL, Y_SMALL, mode="top"), ValueError, "mode"),
     (lambda: metrics.ks_ce(P_SMALL, Y_SMALL, "marginal"), ValueError, "mode"),

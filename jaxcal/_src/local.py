@@ -19,7 +19,11 @@ the kernel between anchors and candidates is masked to equal bins. Memory is
 ``O(block_size * candidate_block + n * D)``; work is ``O(sum_b |b|^2 D)`` plus
 the block rounding, never ``n^2`` beyond one bin. Squared distances use
 ``|a|^2 + |b|^2 - 2 a.b`` on mean-centred features (one matmul per block),
-clamped at 0.
+clamped at 0. The anchor's own distance is rounding noise in that form
+(about ``eps ||phi||^2``), which a small bandwidth would turn into a kernel
+of 0 and an error of 0: its kernel is set to exactly 1, in the candidate
+block that holds the anchors (computed first, outside the loop, so that the
+other blocks pay nothing for it).
 
 This module never imports training code or recalibrators.
 """
@@ -37,6 +41,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _class_weights
+from jaxcal._src.kernel_ce import both_ok, scalar_bandwidth
 from jaxcal._src.numerics import PRECISION
 from jaxcal._src.scores import prepare
 
@@ -147,21 +152,37 @@ def nadaraya_watson(
   with the Gaussian kernel ``k(a, b) = exp(-||a - b||^2 / (2 gamma^2))``
   (``j = i`` included when ``include_self``). The weights are a masked
   softmax of the log-kernel, so isolated points (all kernels underflowing in
-  float32) still get exact weights; a row with no admissible neighbour gets 0.
-  Differentiable in ``features`` (the LoCal Net loss uses it on a batch of
-  refined features ``phi'`` with one-hot labels as targets).
+  float32) still get exact weights, down to the ``gamma -> 0`` limit (the
+  nearest neighbours' mean); a row with no admissible neighbour (the one
+  selected point of a mask without ``include_self``) gets 0. Differentiable
+  in ``features`` (the LoCal Net loss uses it on a batch of refined features
+  ``phi'`` with one-hot labels as targets).
 
   Args:
-    features: ``(n, D)`` features ``phi``.
-    targets: ``(n, d)`` values to smooth (e.g. one-hot labels ``Y``).
-    bandwidth: kernel bandwidth ``gamma > 0``.
+    features: ``(n, D)`` features ``phi`` (finite, ``D >= 1``).
+    targets: ``(n, d)`` values to smooth (e.g. one-hot labels ``Y``); only
+      the rows selected by ``mask`` are read (and must be finite).
+    bandwidth: kernel bandwidth ``gamma > 0``, at least ``sqrt`` of the
+      smallest normal float (1.1e-19 in float32, so that ``gamma**2`` does not
+      underflow).
     include_self: include ``j = i`` (the LCE metric's convention) or not
       (the paper's estimator, default).
     mask: optional ``(n,)`` bool; only points with ``mask[j]`` act as
-      neighbours (e.g. padding rows of a batch are masked out).
+      neighbours (e.g. padding rows of a batch are masked out). Every row
+      still gets an estimate.
 
   Returns:
-    ``(n, d)`` estimates ``theta``.
+    ``(n, d)`` estimates ``theta``. Under ``jit`` / ``vmap``, bad values
+    (non-finite features or selected targets, a bad bandwidth, an all-False
+    mask) give NaN; a row whose kernels all overflow (``||phi_i - phi_j||^2 /
+    (2 gamma^2)`` beyond the float range for every neighbour) gives NaN too.
+
+  Raises:
+    ValueError: features or targets of the wrong shape or with NaN/inf (in
+      selected rows), a bad ``bandwidth`` (not a finite scalar ``> 0``, a
+      bool, or too small), a ``mask`` that is not an ``(n,)`` bool array or
+      selects nothing, or a single point without ``include_self`` (no row
+      would have a neighbour).
 
   Example:
     >>> import jax.numpy as jnp
@@ -179,9 +200,26 @@ def nadaraya_watson(
     raise ValueError(
       f"features (n, D) and targets (n, d) must share n; got {tuple(f.shape)} and {tuple(t.shape)}"
     )
-  V.check_finite(f, "features")
-  _check_bandwidth(bandwidth)
-  return _nw_core(f, t, bandwidth, include_self=include_self, mask=mask)
+  n = f.shape[0]
+  if n == 0 or f.shape[1] == 0:
+    raise ValueError(f"features must have shape (n, D) with n >= 1 and D >= 1, got {f.shape}")
+  if n == 1 and not include_self:
+    raise ValueError(
+      "nadaraya_watson of a single point has no neighbour: pass include_self=True or more points"
+    )
+  wh = V.check_where(mask, n, "mask")
+  g, g_ok = _check_bandwidth(bandwidth, f.dtype)
+  ok = g_ok
+  if wh is not None:
+    t = jnp.where(wh[:, None], t, 0.0)  # unselected rows are never read (0 * NaN is NaN)
+    if V.is_concrete(wh):
+      if not bool(jax.device_get(jnp.any(wh))):  # a scalar
+        raise ValueError("mask selects no neighbours: at least one entry must be True")
+    else:
+      ok = both_ok(ok, jnp.any(wh))
+  (f, t), _, _, vals_ok, _ = V.check_arrays({"features": f, "targets": t})
+  out = _nw_core(f, t, g, include_self=include_self, mask=wh)
+  return V.fold(out, both_ok(ok, vals_ok))
 
 
 def _nw_core(f, t, bandwidth, *, include_self=False, mask=None, queries=None):
@@ -189,7 +227,9 @@ def _nw_core(f, t, bandwidth, *, include_self=False, mask=None, queries=None):
 
   ``queries`` ``(nq, D)`` (default: ``f`` itself) are the points where the
   estimate is taken; ``f`` / ``t`` are the neighbours. ``include_self``
-  only applies when ``queries`` is None.
+  only applies when ``queries`` is None. A row without admissible
+  neighbours gets 0; one whose admissible kernels all overflow to
+  ``log k = -inf`` gets NaN.
   """
   centre = jnp.mean(f, axis=0, keepdims=True)
   f = f - centre
@@ -200,20 +240,28 @@ def _nw_core(f, t, bandwidth, *, include_self=False, mask=None, queries=None):
     ok = ok & ~jnp.eye(f.shape[0], dtype=bool)
   if mask is not None:
     ok = ok & jnp.asarray(mask, bool)[None, :]
-  logk = jnp.where(ok, logk, jnp.asarray(-1e30, logk.dtype))
+  logk = jnp.where(ok, logk, -jnp.inf)
   m = jax.lax.stop_gradient(jnp.max(logk, axis=1, keepdims=True))
+  m = jnp.where(jnp.isfinite(m), m, 0.0)  # no admissible neighbour, or all overflowed
   w = jnp.where(ok, jnp.exp(logk - m), 0.0)
   den = jnp.sum(w, axis=1, keepdims=True)
-  return jnp.matmul(w, t.astype(w.dtype), precision=PRECISION) / jnp.where(den > 0, den, 1.0)
+  out = jnp.matmul(w, t.astype(w.dtype), precision=PRECISION) / jnp.where(den > 0, den, 1.0)
+  # Rows with admissible neighbours (O(n), from the mask) but zero total weight.
+  count = f.shape[0] if mask is None else jnp.sum(jnp.asarray(mask, bool))
+  if queries is None and not include_self:
+    count = count - (1 if mask is None else jnp.asarray(mask, bool))
+  has = jnp.reshape(jnp.asarray(count) > 0, (-1, 1))
+  return jnp.where(has & (den <= 0), jnp.asarray(jnp.nan, out.dtype), out)
 
 
-def _check_bandwidth(bandwidth: ArrayLike) -> None:
-  if V.is_concrete(bandwidth):
-    g = np.asarray(jax.device_get(bandwidth), np.float64)
-    if g.ndim != 0:
-      raise ValueError(f"bandwidth must be a scalar, got shape {g.shape}")
-    if not np.isfinite(g) or g <= 0:
-      raise ValueError(f"bandwidth must be a finite number > 0, got {float(g)!r}")
+def _check_bandwidth(bandwidth: ArrayLike, dtype) -> tuple[jax.Array, jax.Array | None]:
+  """The Gaussian bandwidth ``gamma`` in ``dtype`` and its traced validity flag.
+
+  A finite scalar ``> 0`` (not a bool) with ``gamma**2`` a normal float
+  (``gamma >= 1.1e-19`` in float32); raises on concrete values, returns the
+  flag ``isfinite(gamma) & (gamma >= smallest)`` for traced ones.
+  """
+  return scalar_bandwidth(bandwidth, dtype, squared=True)
 
 
 # --------------------------------------------------------------------------
@@ -230,7 +278,9 @@ def _lce_one_class(
   ``keep``: (n,) bool, the samples present (``where``); ``feats``: (n, D)
   centred features; ``sq``: (n,) their squared norms. Absent samples go to a
   sentinel bin ``max_bins`` after the real ones: they are neither anchors nor
-  neighbours and do not count towards bin sizes.
+  neighbours and do not count towards bin sizes. The anchor's own kernel is
+  exactly 1 (its distance from ``|a|^2 + |b|^2 - 2 a.b`` is rounding noise,
+  which a small bandwidth would turn into a kernel of 0 and an error of 0).
   """
   n = s.shape[0]
   A, Bc = block_size, candidate_block
@@ -259,9 +309,10 @@ def _lce_one_class(
     last = bs[jnp.minimum(a0 + A - 1, n - 1)]
     lo = starts[first] // Bc
     hi = (ends[last] + Bc - 1) // Bc
-    hi = jnp.where(jnp.any(va), hi, lo)  # no kept anchor: skip the block
+    hi = jnp.where(jnp.any(va), hi, lo + 1)  # no kept anchor: skip the loop
+    jd = a0 // Bc  # the candidate block holding the anchors themselves, in [lo, hi)
 
-    def body(j, carry):
+    def body(j, carry, itself=False):
       num, den = carry
       c0 = j * Bc
       fc = jax.lax.dynamic_slice_in_dim(fs, c0, Bc)
@@ -269,11 +320,16 @@ def _lce_one_class(
       bc = jax.lax.dynamic_slice_in_dim(bs, c0, Bc)
       rc = jax.lax.dynamic_slice_in_dim(rs, c0, Bc)
       logk = gaussian_log_kernel(fa, fc, bandwidth, qa, qc)
+      if itself:  # the anchor's own kernel is exactly 1
+        same = (a0 + jnp.arange(A))[:, None] == (c0 + jnp.arange(Bc))[None, :]
+        logk = jnp.where(same, 0.0, logk)
       kk = jnp.where(ba[:, None] == bc[None, :], jnp.exp(logk), 0.0)
       return num + jnp.matmul(kk, rc, precision=PRECISION), den + jnp.sum(kk, axis=1)
 
     zero = jnp.zeros((A,), fs.dtype)
-    num, den = jax.lax.fori_loop(lo, hi, body, (zero, zero))
+    carry = body(jd, (zero, zero), itself=True)
+    # the other candidate blocks, jd skipped (the mask above costs nothing there)
+    num, den = jax.lax.fori_loop(lo, hi - 1, lambda t, c: body(t + (t >= jd), c), carry)
     return jnp.abs(num / jnp.where(den > 0, den, 1.0))
 
   e = jax.lax.map(anchor_block, jnp.arange(num_anchor_blocks)).reshape(-1)
@@ -295,8 +351,14 @@ def _lce_core(
   candidate_block,
   where=None,
 ):
-  """``(LCE, weighted MLCE, global MLCE)`` of one data set; ``where`` ``(n,)``
-  bool drops samples (an absent sample is treated as if it were not there)."""
+  """``(LCE, weighted MLCE, global MLCE, kept anchors)`` of one data set.
+
+  ``where`` ``(n,)`` bool drops samples (an absent sample is treated as if it
+  were not there). The errors are NaN when no class has a kept anchor (the
+  count, int32, is 0), ``min_bin_size < 0`` or ``m`` outside ``[1,
+  max_bins]`` (traced: the public function checks concrete values and folds
+  the bandwidth's flag).
+  """
   n, num_classes = p.shape
   dtype = p.dtype
   keep = jnp.ones((n,), bool) if where is None else jnp.asarray(where, bool)
@@ -313,12 +375,15 @@ def _lce_core(
 
   def per_class(c):
     e, valid = one(p[:, c], resid[:, c], keep, feats, sq, m, min_bin_size, bandwidth)
-    cnt = jnp.sum(valid)
+    cnt = jnp.sum(valid, dtype=jnp.int32)
     mean = jnp.sum(e) / jnp.maximum(cnt, 1).astype(dtype)
-    return mean, jnp.max(e)
+    return mean, jnp.max(e), cnt  # a class without kept anchors: 0, 0 (see lce)
 
-  means, maxes = jax.lax.map(per_class, jnp.arange(num_classes))
-  return jnp.sum(weights * means), jnp.sum(weights * maxes), jnp.max(maxes)
+  means, maxes, counts = jax.lax.map(per_class, jnp.arange(num_classes))
+  kept = jnp.sum(counts)
+  good = (kept > 0) & (min_bin_size >= 0) & (m >= 1) & (m <= max_bins)
+  out = (jnp.sum(weights * means), jnp.sum(weights * maxes), jnp.max(maxes))
+  return (*V.fold(out, good), kept)
 
 
 @functools.cache
@@ -361,11 +426,21 @@ def lce(
       MLCE = sum_c pi_c max_i e_ic    (``mlce="weighted"``, default),
       MLCE = max_{c, i} e_ic          (``mlce="global"``),
 
-  with ``LCE_c = max_i e_ic = 0`` for a class without kept anchors. The
-  default MLCE is the quantity behind every MLCE the paper reports (its
+  The default MLCE is the quantity behind every MLCE the paper reports (its
   authors' code: per-class maxima, averaged with the class priors); the
   global maximum is a single order statistic over ``n C`` anchors, much
   noisier from one sample to the next.
+
+  **Classes without kept bins.** A class none of whose bins holds more than
+  ``min_bin_size`` samples has no anchors; it counts as ``LCE_c = max_i e_ic
+  = 0`` and keeps its weight ``pi_c`` (the weights are not renormalised over
+  the other classes). The paper does not say what to do (App. D.3 only says
+  small bins are discarded); its §3 formula sums over the used bins with a
+  fixed ``1/n``, where such a class is an empty sum, 0. On small data this
+  pulls LCE towards 0: check that every class has bins of more than
+  ``min_bin_size`` samples (e.g. with ``num_bins`` lower) before comparing.
+  When *no* class has a kept anchor the errors are undefined: an eager call
+  raises, and under ``jit`` / ``vmap`` the result is NaN.
 
   **Bin size rule.** A bin is kept only if it holds *more than*
   ``min_bin_size`` samples: bins with ``<= min_bin_size`` points are skipped,
@@ -392,7 +467,11 @@ def lce(
       compiled call; the results then have its shape); under a user's
       ``jit``/``vmap`` it may be traced, bounded by ``max_bins``.
     min_bin_size: bins with ``<= min_bin_size`` samples are skipped (paper: 20).
-    bandwidth: Gaussian kernel bandwidth ``gamma > 0`` (paper: 10).
+    bandwidth: Gaussian kernel bandwidth ``gamma > 0`` (paper: 10), a finite
+      scalar at least ``sqrt`` of the smallest normal float (1.1e-19 in
+      float32, so that ``gamma**2`` does not underflow; below about
+      ``sqrt(eps) * ||phi||`` only the anchor itself and neighbours at
+      distance 0 after rounding keep weight: the ``gamma -> 0`` limit).
     class_weights: ``(C,)`` weights ``pi`` (default uniform ``1/C``; the paper
       uses training-label priors, uniform on balanced data).
     mlce: ``"weighted"`` (default, the paper's MLCE) or ``"global"`` (the
@@ -404,12 +483,18 @@ def lce(
 
   Returns:
     :class:`LocalCalibration` ``(lce, mlce)``: scalars, or arrays shaped like
-    ``num_bins``.
+    ``num_bins`` (empty for an empty array). Under ``jit`` / ``vmap``, bad
+    values (probabilities, labels, features, a bandwidth that is not finite
+    and ``>= 1.1e-19``, ``min_bin_size < 0``, a bin count outside ``[1,
+    max_bins]``) and a bin count leaving no kept anchor give NaN.
 
   Raises:
     ValueError: bad probabilities/labels, features that are not ``(n, D)``
-      with the same ``n`` or hold NaN/inf, ``bandwidth <= 0``, negative
-      ``min_bin_size``, unknown ``mlce``.
+      with the same ``n`` and ``D >= 1`` or hold NaN/inf, a ``bandwidth``
+      that is not a finite scalar ``> 0`` (or a bool, or below 1.1e-19 in
+      float32), a ``min_bin_size`` that is not an integer ``>= 0``, unknown
+      ``mlce``, or no bin of any class holding more than ``min_bin_size``
+      samples (nothing to average: lower ``min_bin_size`` or ``num_bins``).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -427,15 +512,15 @@ def lce(
   al. (2022), "Local calibration: metrics and recalibration", UAI, §3.
   """
   p, y = prepare(probs, labels, from_logits)
-  f = V.check_features(features, p.shape[0])
-  _check_bandwidth(bandwidth)
+  f = V.check_features(features, p.shape[0])  # finite, D >= 1
+  g, g_ok = _check_bandwidth(bandwidth, p.dtype)
   if mlce not in MLCE_MODES:
     raise ValueError(f"mlce must be one of {MLCE_MODES}, got {mlce!r}")
-  if isinstance(min_bin_size, (bool, np.bool_)):
+  if min_bin_size is None or isinstance(min_bin_size, (bool, np.bool_, str, bytes)):
     raise ValueError(f"min_bin_size must be an integer >= 0, got {min_bin_size!r}")
   if V.is_concrete(min_bin_size):
     mbs = np.asarray(min_bin_size)
-    if mbs.ndim != 0 or mbs != np.round(mbs) or mbs < 0:
+    if mbs.ndim != 0 or not np.issubdtype(mbs.dtype, np.number) or mbs != np.round(mbs) or mbs < 0:
       raise ValueError(f"min_bin_size must be an integer >= 0, got {min_bin_size!r}")
   for name, v in (("block_size", block_size), ("candidate_block", candidate_block)):
     if not isinstance(v, int) or v < 1:
@@ -447,15 +532,35 @@ def lce(
   w = _class_weights(class_weights, p.shape[1], p.dtype)
   m = V.check_num_bins(num_bins)
   mb = B.resolve_max_bins(m, p.shape[0], max_bins)
+  if isinstance(m, np.ndarray) and m.size == 0:  # as every binned metric: an empty result
+    empty = jnp.zeros(m.shape, p.dtype)
+    return LocalCalibration(empty, empty)
   if V.is_concrete(m):
     mmax = m if isinstance(m, int) else int(np.max(np.asarray(m)))
     if mmax > mb:
       raise ValueError(f"num_bins = {mmax} exceeds max_bins = {mb}")
-  args = (f, w, jnp.asarray(min_bin_size, jnp.int32), jnp.asarray(bandwidth, p.dtype))
+  args = (f, w, jnp.asarray(min_bin_size, jnp.int32), g)
   static = dict(max_bins=mb, block_size=block_size, candidate_block=candidate_block)
   pick = 1 if mlce == "weighted" else 2
-  if isinstance(m, int) or jnp.ndim(m) == 0:
-    out = _compiled(False, **static)(p, y, jnp.asarray(m, jnp.int32), *args)
-    return LocalCalibration(out[0], out[pick])
-  out = _compiled(True, **static)(p, y, jnp.reshape(m, (-1,)), *args)
-  return LocalCalibration(out[0].reshape(jnp.shape(m)), out[pick].reshape(jnp.shape(m)))
+  batched = not (isinstance(m, int) or jnp.ndim(m) == 0)
+  mm = jnp.reshape(m, (-1,)) if batched else jnp.asarray(m, jnp.int32)
+  out = _compiled(batched, **static)(p, y, mm, *args)
+  if V.is_concrete(out[3]):
+    _raise_if_nothing_kept(out[3], m, min_bin_size, p.shape[0])
+  shape = jnp.shape(m)
+  return V.fold(LocalCalibration(out[0].reshape(shape), out[pick].reshape(shape)), g_ok)
+
+
+def _raise_if_nothing_kept(kept: jax.Array, m, min_bin_size, n: int) -> None:
+  """Raises when some bin count leaves no class a kept anchor (one small read)."""
+  kept = np.asarray(jax.device_get(kept)).reshape(-1)  # one int per bin count
+  if kept.min() > 0:
+    return
+  bins = np.asarray(m).reshape(-1)[kept == 0]
+  which = f"num_bins = {int(bins[0])}" if np.ndim(m) == 0 else f"num_bins in {bins.tolist()}"
+  raise ValueError(
+    f"lce: with {which}, no bin of any class holds more than min_bin_size = "
+    f"{int(np.asarray(min_bin_size))} of the n = {n} samples, so there is no anchor and "
+    "LCE / MLCE are undefined. Lower min_bin_size, use fewer bins (num_bins), or pass "
+    "more samples."
+  )

@@ -33,7 +33,10 @@ Grid sizes depend on ``sigma``; here they are traced values under static
 bounds (``G <= 5121`` for the automatic bandwidth, whose smallest possible
 result is ``2/1024``), and the correlation runs as one FFT of static length,
 so the whole search is one compiled function that also works under
-``vmap``.
+``vmap``. Bandwidths below ``SMOOTH_ECE_MIN_BANDWIDTH`` (``1e-4``) are
+refused: the grid would exceed ``G = 100,001`` points (an FFT of ``2**19``
+points and ``10**5`` evaluation points per column; ``1e-7`` would need
+``5.4e8``).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _binary_rows, _weights_or_uniform
-from jaxcal._src.scores import prepare
+from jaxcal._src.kernel_ce import both_ok
 
 __all__ = [
   "smooth_ece",
@@ -57,11 +60,17 @@ __all__ = [
   "smooth_reliability",
   "SmoothReliability",
   "SMOOTH_ECE_MIN_AUTO_BANDWIDTH",
+  "SMOOTH_ECE_MIN_BANDWIDTH",
 ]
 
 #: Smallest bandwidth the automatic search can return (``relplot``: 10
 #: halvings of ``[0, 1]``, with ``sigma < 0.001`` never evaluated).
 SMOOTH_ECE_MIN_AUTO_BANDWIDTH = 2.0 / 1024.0
+
+#: Smallest accepted bandwidth (and ``min_bandwidth``): the smoothing grid has
+#: ``G = max(2000, round(20 / sigma)) // 2 + 1`` points, 100,001 at ``1e-4``
+#: (an FFT of ``2**19`` points and ``10**5`` evaluation points per column).
+SMOOTH_ECE_MIN_BANDWIDTH = 1e-4
 
 _DENSITY_EPS = 1e-4  # relplot's BaseKernelMixin.smooth
 _SEARCH_EPS = 1e-3  # relplot's smECE(eps=0.001)
@@ -219,24 +228,55 @@ def _check_mode(mode: str) -> str:
   return mode
 
 
+def _check_min_bandwidth(min_bandwidth):
+  """``None`` or a validated static bound in ``[SMOOTH_ECE_MIN_BANDWIDTH, inf)``."""
+  if min_bandwidth is None:
+    return None
+  if isinstance(min_bandwidth, jax.core.Tracer):
+    raise ValueError("min_bandwidth must be a static Python float (it sizes the grid)")
+  v = V.check_float_option(min_bandwidth, "min_bandwidth", positive=True)
+  if v < SMOOTH_ECE_MIN_BANDWIDTH:
+    raise ValueError(
+      f"min_bandwidth = {v:g} is below the smallest supported bandwidth "
+      f"{SMOOTH_ECE_MIN_BANDWIDTH:g} (the smoothing grid would exceed 100,001 points)"
+    )
+  return v
+
+
 def _bandwidths(bandwidth, min_bandwidth):
-  """Validated bandwidths as a flat array plus the static grid bound."""
+  """Validated bandwidths as a flat array, the static grid bound, and a traced flag.
+
+  Concrete bandwidths must be finite and ``>= max(min_bandwidth,
+  SMOOTH_ECE_MIN_BANDWIDTH)``; traced ones come back with the flag
+  ``isfinite(sigma) & (sigma >= bound)`` (per entry) to fold into the result.
+  """
+  if (
+    bandwidth is None
+    or isinstance(bandwidth, (bool, np.bool_, str, bytes))
+    or getattr(bandwidth, "dtype", None) == np.bool_
+  ):
+    raise ValueError(f"bandwidth must be None or a finite number > 0, got {bandwidth!r}")
+  min_bandwidth = _check_min_bandwidth(min_bandwidth)
   sig = V.as_float(bandwidth, "bandwidth")
   if V.is_concrete(sig):
-    a = np.asarray(jax.device_get(sig), np.float64)
-    if a.size and not (np.all(np.isfinite(a)) and np.all(a > 0)):
+    a = np.asarray(jax.device_get(sig)).ravel()  # bandwidths: a few numbers
+    bad = a[~(np.isfinite(a) & (a > 0))]
+    if bad.size:
+      raise ValueError(f"bandwidth must be positive and finite, got {bad[:3]}")
+    low = a.min() if a.size else a.dtype.type(1.0)
+    # compared in the bandwidths' dtype: 1e-4 as float32 is 9.99999974e-05
+    if low < a.dtype.type(SMOOTH_ECE_MIN_BANDWIDTH):
       raise ValueError(
-        f"bandwidth must be positive and finite, got {a.ravel()[~(np.isfinite(a.ravel()) & (a.ravel() > 0))][:3]}"
+        f"bandwidth {low:g} is below the smallest supported bandwidth "
+        f"{SMOOTH_ECE_MIN_BANDWIDTH:g}: the smoothing grid would exceed 100,001 points"
       )
-    low = float(a.min()) if a.size else 1.0
-    if min_bandwidth is not None and low < min_bandwidth:
+    if min_bandwidth is not None and low < a.dtype.type(min_bandwidth):
       raise ValueError(f"bandwidth {low:g} is below min_bandwidth = {min_bandwidth:g}")
-    bound = low if min_bandwidth is None else float(min_bandwidth)
-  else:
-    bound = SMOOTH_ECE_MIN_AUTO_BANDWIDTH if min_bandwidth is None else float(min_bandwidth)
-  if not bound > 0:
-    raise ValueError(f"min_bandwidth must be > 0, got {min_bandwidth!r}")
-  return sig, bound
+    low = float(low)
+    bound = low if min_bandwidth is None else min_bandwidth
+    return sig, bound, None
+  bound = SMOOTH_ECE_MIN_AUTO_BANDWIDTH if min_bandwidth is None else min_bandwidth
+  return sig, bound, jnp.isfinite(sig) & (sig >= bound)
 
 
 def smooth_ece(
@@ -268,14 +308,18 @@ def smooth_ece(
   Args:
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
     labels: ``(n,)`` integer labels.
-    bandwidth: ``None`` (automatic), a positive float, or an array of them
-      (one compiled call; the result has its shape). May be traced under a
-      user's ``vmap``/``jit``, bounded below by ``min_bandwidth``.
+    bandwidth: ``None`` (automatic), a finite float ``>= 1e-4``
+      (``SMOOTH_ECE_MIN_BANDWIDTH``: smaller ones would need a smoothing
+      grid of more than 100,001 points), or an array of them (one compiled
+      call; the result has its shape). May be traced under a user's
+      ``vmap``/``jit``, bounded below by ``min_bandwidth``.
     mode: ``"top_label"`` (default) or ``"classwise"``.
     class_weights: ``(C,)`` weights of the class-wise mean (default ``1/C``).
     min_bandwidth: static lower bound on a traced ``bandwidth`` (sizes the
       smoothing grid; default: the smallest given bandwidth, or ``2/1024``
-      when traced). A traced bandwidth below it gives NaN.
+      when traced), a finite float ``>= 1e-4``; validated even with
+      ``bandwidth=None`` (where it is unused). A traced bandwidth below it,
+      or not finite, gives NaN.
     from_logits: treat ``probs`` as logits and apply a softmax first.
     where: optional ``(n,)`` bool mask; masked-out samples are treated as
       absent (``n`` is the number of ``True`` entries).
@@ -284,8 +328,10 @@ def smooth_ece(
     Scalar, or an array shaped like ``bandwidth``.
 
   Raises:
-    ValueError: bad probabilities or labels, a bandwidth that is not positive
-      and finite, or an unknown ``mode``.
+    ValueError: bad probabilities or labels, a bandwidth that is not a
+      finite number ``> 0`` (a bool, a string) or lies below ``1e-4`` or
+      ``min_bandwidth``, a ``min_bandwidth`` that is not a finite number
+      ``>= 1e-4``, or an unknown ``mode``.
 
   Example:
     >>> import jax.numpy as jnp
@@ -299,6 +345,7 @@ def smooth_ece(
   kernel) and §5 (automatic bandwidth).
   """
   mode = _check_mode(mode)
+  _check_min_bandwidth(min_bandwidth)  # also with bandwidth=None: never silently ignored
   d = V.check_predictions(
     probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
   )
@@ -309,15 +356,14 @@ def smooth_ece(
   if bandwidth is None:
     vals, _ = _auto_core(p, y, d.where, mode=mode, sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH))
     return V.fold(vals[0] if w is None else jnp.sum(w * vals), d.ok)
-  sig, bound = _bandwidths(bandwidth, min_bandwidth)
+  sig, bound, sig_ok = _bandwidths(bandwidth, min_bandwidth)
   shape = sig.shape
   flat = jnp.reshape(sig, (-1,)).astype(p.dtype)
   if flat.size == 0:
     return jnp.zeros(shape, p.dtype)
   vals = _fixed_core(p, y, jnp.maximum(flat, bound), d.where, mode=mode, sizes=_sizes(bound))
   out = vals[:, 0] if w is None else jnp.sum(vals * w, axis=1)
-  out = jnp.where(flat >= bound, out, jnp.nan)
-  return V.fold(out.reshape(shape), d.ok)
+  return V.fold(out.reshape(shape), both_ok(sig_ok, d.ok))
 
 
 def smooth_ece_bandwidth(
@@ -339,7 +385,11 @@ def smooth_ece_bandwidth(
     from_logits: treat ``probs`` as logits.
 
   Returns:
-    Scalar (top label) or ``(C,)`` bandwidths, multiples of ``1/1024``.
+    Scalar (top label) or ``(C,)`` bandwidths, multiples of ``1/1024``; NaN
+    under ``jit`` / ``vmap`` for invalid probabilities or labels.
+
+  Raises:
+    ValueError: bad probabilities or labels, or an unknown ``mode``.
 
   Example:
     >>> import jax.numpy as jnp
@@ -350,9 +400,13 @@ def smooth_ece_bandwidth(
   Reference: Błasiok & Nakkiran (2023), arXiv:2309.12236, §5.
   """
   mode = _check_mode(mode)
-  p, y = prepare(probs, labels, from_logits)
-  _, sig = _auto_core(p, y, mode=mode, sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH))
-  return sig[0] if mode == "top_label" else sig
+  d = V.check_predictions(probs, labels, from_logits=from_logits)
+  # (``where`` passed as smooth_ece passes it: one compiled search serves both)
+  _, sig = _auto_core(
+    d.probs(), d.labels, None, mode=mode, sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH)
+  )
+  # the bisection's comparisons swallow NaN: the validity flag is folded in
+  return V.fold(sig[0] if mode == "top_label" else sig, d.ok)
 
 
 class SmoothReliability(NamedTuple):
@@ -401,12 +455,19 @@ def smooth_reliability(
   Args:
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
     labels: ``(n,)`` integer labels.
-    bandwidth: kernel width (default: :func:`smooth_ece_bandwidth`).
+    bandwidth: kernel width, a finite float ``>= 1e-4`` (default:
+      :func:`smooth_ece_bandwidth`).
     num_points: mesh size (static).
     from_logits: treat ``probs`` as logits.
 
   Returns:
-    :class:`SmoothReliability`.
+    :class:`SmoothReliability`. Under ``jit`` / ``vmap``, invalid
+    probabilities or labels (or a bad traced bandwidth) make every field but
+    the mesh NaN, the automatic bandwidth included.
+
+  Raises:
+    ValueError: bad probabilities or labels, a bandwidth that is not a
+      finite scalar ``>= 1e-4``, or ``num_points`` not an int ``>= 2``.
 
   Example:
     >>> import jax.numpy as jnp
@@ -418,17 +479,21 @@ def smooth_reliability(
   Reference: Błasiok & Nakkiran (2023), arXiv:2309.12236, §6 (reliability
   diagrams).
   """
-  p, y = prepare(probs, labels, from_logits)
-  if not isinstance(num_points, int) or num_points < 2:
+  d = V.check_predictions(probs, labels, from_logits=from_logits)
+  p, y = d.probs(), d.labels
+  if isinstance(num_points, bool) or not isinstance(num_points, int) or num_points < 2:
     raise ValueError(f"num_points must be an int >= 2, got {num_points!r}")
+  ok = None
   if bandwidth is None:
-    _, sig = _auto_core(p, y, mode="top_label", sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH))
+    _, sig = _auto_core(p, y, None, mode="top_label", sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH))
     sigma = sig[0]
     sizes = _sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH)
   else:
-    s, bound = _bandwidths(bandwidth, None)
+    s, bound, ok = _bandwidths(bandwidth, None)
     if s.ndim != 0:
       raise ValueError(f"bandwidth must be a scalar here, got shape {tuple(s.shape)}")
     sigma, sizes = s.astype(p.dtype), _sizes(bound)
   t, acc, dens, ce = _reliability_core(p, y, sigma, num_points=num_points, sizes=sizes)
-  return SmoothReliability(t, acc, dens, sigma, ce)
+  # the mesh does not depend on the data; everything else is NaN for bad input
+  curves = V.fold((acc, dens, sigma, ce), both_ok(ok, d.ok))
+  return SmoothReliability(t, *curves)

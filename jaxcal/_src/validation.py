@@ -1292,14 +1292,16 @@ def check_finite(x: Any, name: str) -> None:
 
 
 def check_features(features: Any, n: int, name: str = "features") -> jax.Array:
-  """Validates an ``(n, D)`` feature matrix (finite)."""
+  """Validates an ``(n, D)`` feature matrix: ``D >= 1`` columns, finite values."""
   f = as_float(features, name)
   if f.ndim != 2:
     raise ValueError(f"{name} must have shape (n, D), got shape {tuple(f.shape)}")
   if f.shape[0] != n:
     raise ValueError(f"{name} has {f.shape[0]} rows but the predictions have n = {n} rows")
-  if f.size == 0:
-    return f
+  if f.shape[1] == 0:
+    raise ValueError(
+      f"{name} must have at least one column (shape (n, D) with D >= 1), got {tuple(f.shape)}"
+    )
   ok, _ = _validate(_Spec(xs=(_Arr("finite", name, 2, 0.0),)), (f,))
   return fold(f, ok)
 
