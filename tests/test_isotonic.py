@@ -157,12 +157,16 @@ def test_float32_binary_agrees_with_float64():
 
 def test_jit_and_vmap_equal_eager_loop():
   rng = np.random.default_rng(3)
-  xs = rng.integers(0, 10, (5, N)).astype(np.float32) / 10
-  ys = rng.random((5, N)).astype(np.float32)
-  ws = (rng.random((5, N)) + 0.5).astype(np.float32)
-  loop = np.stack([np.asarray(isotonic_regression(a, b, c)) for a, b, c in zip(xs, ys, ws)])
+  xs = rng.integers(0, 10, (8, N)).astype(np.float32) / 10
+  ys = rng.random((8, N)).astype(np.float32)
+  ws = (rng.random((8, N)) + 0.5).astype(np.float32)
+  # bad members (eager calls raise): NaN in x, a negative weight, all-zero weights
+  xs[5, 3], ws[6, 2], ws[7] = np.nan, -1.0, 0.0
+  loop = np.stack([np.asarray(isotonic_regression(a, b, c)) for a, b, c in zip(xs, ys, ws[:5])])
   vm = np.asarray(jax.jit(jax.vmap(isotonic_regression))(xs, ys, ws))
-  np.testing.assert_array_equal(vm, loop)
+  np.testing.assert_array_equal(vm[:5], loop)
+  assert np.isnan(vm[5:]).all()  # NaN, never a plausible fit
+  xs, ys, ws = xs[:5], ys[:5], ws[:5]
   # nested vmap (data sets x classes) with an unbatched argument
   nested = jax.jit(
     jax.vmap(jax.vmap(isotonic_regression, in_axes=(0, 0, None)), in_axes=(None, 0, None))
@@ -227,6 +231,31 @@ def test_single_point_and_constant_x():
 def test_bad_input(args, msg):
   with pytest.raises(ValueError, match=msg):
     isotonic_regression(*args)
+
+
+_FIT = (np.array([0.2, 0.4, 0.6], np.float32), np.array([0.0, 1.0, 1.0], np.float32))
+
+
+@pytest.mark.parametrize(
+  "fit, x_new, msg",
+  [
+    (IsotonicFit(*_FIT), [0.3, np.nan], r"x_new contains non-finite values.*x_new\[1\]: nan"),
+    (IsotonicFit(*_FIT), [np.inf], "x_new contains non-finite values"),
+    (IsotonicFit(*_FIT), ["a"], "x_new must be a real numeric array"),
+    (_FIT, [0.3], "fit must be an IsotonicFit .*got tuple"),
+    (IsotonicFit(_FIT[0], _FIT[1][:2]), [0.3], r"fit must hold two \(n,\) arrays"),
+  ],
+)
+def test_predict_bad_input(fit, x_new, msg):
+  with pytest.raises(ValueError, match=msg):
+    isotonic_predict(fit, np.asarray(x_new))
+
+
+def test_predict_under_jit_gives_nan_for_non_finite_queries():
+  """A NaN query used to return the last fitted value."""
+  f = IsotonicFit(*(jnp.asarray(a) for a in _FIT))
+  got = jax.jit(isotonic_predict)(f, jnp.array([np.nan, 0.3, -np.inf]))
+  np.testing.assert_array_equal(np.asarray(got), [np.nan, 1.0, np.nan])
 
 
 def test_fit_matches_regression_and_sorted_fit_is_the_step_function():

@@ -199,10 +199,15 @@ def test_save_load_roundtrip(setup, tmp_path, ext):
 
 def test_pytree_jit(setup):
   rc, phi, logits, te = (setup[k] for k in ("rc", "phi", "logits", "te"))
-  out = jax.jit(lambda r, z, f: r.apply(z, f))(rc, logits[te], phi[te])
-  np.testing.assert_allclose(
-    np.asarray(out), np.asarray(rc(logits[te], features=phi[te])), atol=1e-6
-  )
+  run = jax.jit(lambda r, z, f: (r.apply(z, f), r(z, features=f)))
+  out, called = run(rc, logits[te], phi[te])
+  eager = np.asarray(rc(logits[te], features=phi[te]))
+  np.testing.assert_allclose(np.asarray(out), eager, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(called), eager, atol=1e-6)
+  # under jit bad features or logits give NaN, never plausible probabilities
+  bad = phi[te].copy()
+  bad[3, 0] = np.nan
+  assert np.isnan(np.asarray(run(rc, logits[te], bad)[1])).all()
 
 
 def test_checkpoint_holds_best_params(setup):
@@ -245,6 +250,12 @@ def test_apply_value_errors(setup):
     ("patience", "patience must be"),
     ("from_logits", "from_logits must be True or False"),
     ("bandwidth_str", "bandwidth must be a number"),
+    ("learning_rate_neg", "learning_rate must be >= 0"),
+    ("learning_rate_nan", "learning_rate must be a finite number, got nan"),
+    ("dropout_str", "dropout must be a number"),
+    ("verbose", "verbose must be True or False, got 'no'"),
+    ("residual_vectors", "residual_vectors must be True or False"),
+    ("seed", "seed must be an int, got 2.5"),
   ],
 )
 def test_fit_value_errors(bad, match):
@@ -280,6 +291,18 @@ def test_fit_value_errors(bad, match):
     kw["from_logits"] = "yes"
   elif bad == "bandwidth_str":
     kw["bandwidth"] = "10"
+  elif bad == "learning_rate_neg":
+    kw["learning_rate"] = -1.0  # gradient ascent
+  elif bad == "learning_rate_nan":
+    kw["learning_rate"] = float("nan")  # used to fail with "try a larger bandwidth"
+  elif bad == "dropout_str":
+    kw["dropout"] = "0.3"
+  elif bad == "verbose":
+    kw["verbose"] = "no"
+  elif bad == "residual_vectors":
+    kw["residual_vectors"] = 1
+  elif bad == "seed":
+    kw["seed"] = 2.5
   for method in ("local_net", "kcal"):
     with pytest.raises(ValueError, match=match):
       base.fit(method, logits, y, **kw)

@@ -98,7 +98,11 @@ def test_brier_never_increases_and_replay_reproduces():
     b[-1], abs=1e-6
   )
   np.testing.assert_allclose(np.asarray(replayed).sum(1), 1, atol=1e-5)
-  np.testing.assert_allclose(jax.jit(lambda r, x: r(x))(rc, z), replayed, atol=1e-6)  # a pytree
+  run = jax.jit(lambda r, x: r(x))
+  np.testing.assert_allclose(run(rc, z), replayed, atol=1e-6)  # a pytree
+  bad = z.copy()
+  bad[3, 1] = np.nan
+  assert np.isnan(np.asarray(run(rc, bad))).all()  # under jit: NaN, never plausible rows
   assert set(np.unique(np.asarray(rc.xi))) <= {-1.0, 1.0} and np.all(np.asarray(rc.eta) > 0)
   np.testing.assert_allclose(
     _replay_np(jax.nn.softmax(jnp.asarray(z)), rc), np.asarray(replayed), atol=1e-5
@@ -233,6 +237,7 @@ def test_bad_options_raise():
     ({"witnesses": U.sample_linear(jax.random.key(0), 3, 4)}, "C = 4 classes"),
     ({"sample_witnesses": 3}, "sample_witnesses must be a function"),
     ({"max_step": 3}, "did you mean 'max_steps'"),
+    ({"progress": "no"}, "progress must be True or False, got 'no'"),
   ]:
     with pytest.raises(ValueError, match=match):
       R.fit("patching", z, y, **kw)

@@ -258,6 +258,8 @@ def test_bad_options(call, fragment):
     ("bbq", {"prior_strength": "big"}, "prior_strength must be a number"),
     ("bbq", {"range_factor": float("inf")}, "range_factor must be a finite number"),
     ("beta", {"from_logits": "yes"}, "from_logits must be True or False"),
+    ("beta", {"normalize": "no"}, "normalize must be True or False, got 'no'"),
+    ("bbq", {"normalize": 0}, "normalize must be True or False, got 0"),
   ],
 )
 def test_bad_option_values_are_named_like_the_other_fits(method, options, match):
@@ -276,11 +278,19 @@ def test_solver_status_is_reported_and_an_unconverged_fit_warns(method):
 
 @pytest.mark.parametrize("method", ["beta", "bbq", "ensemble_temperature"])
 def test_jit_of_vmapped_fit_equals_a_loop_of_eager_fits(method):
-  """One compiled call fits three data sets; each equals its own eager fit."""
+  """One compiled call fits three data sets; each equals its own eager fit. Two
+  more members hold bad data (a NaN logit, a label out of range): NaN arrays."""
   fn = recalibrate.fit_function(method)
   zs, ys = zip(*(_logits(s, 150, 3) for s in range(3)))
-  z, y = np.stack(zs), np.stack(ys)
+  z, y = np.stack(zs + zs[:2]), np.stack(ys + ys[:2])
+  z[3, 7, 1] = np.nan
+  y[4, 9] = 3  # C = 3
   batched = jax.jit(jax.vmap(fn))(z, y)
+  for i in (3, 4):
+    bad = jax.tree.map(lambda leaf: leaf[i], batched)
+    floats = [a for a in jax.tree.leaves(bad) if jnp.issubdtype(a.dtype, jnp.floating)]
+    assert floats and all(np.isnan(np.asarray(a)).all() for a in floats), (method, i)
+    assert np.isnan(np.asarray(bad(z[0]))).all()
   assert type(batched) is type(fn(z[0], y[0]))
   for i in range(3):
     eager = fn(z[i], y[i])

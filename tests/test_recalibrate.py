@@ -145,6 +145,11 @@ def test_options_passed_on_through_kwargs_are_checked_against_the_target():
     ("matrix", {"num_folds": 1}, "num_folds must be >= 2"),
     ("vector", {"reg_mu": "big"}, "reg_mu must be a number"),
     ("temperature", {"from_logits": "yes"}, "from_logits must be True or False"),
+    ("isotonic", {"normalize": "no"}, "normalize must be True or False, got 'no'"),
+    ("isotonic", {"shared": 1}, "shared must be True or False, got 1"),
+    ("histogram", {"normalize": None}, "normalize must be True or False"),
+    ("smooth_isotonic", {"normalize": "no"}, "normalize must be True or False"),
+    ("platt", {"normalize": "false"}, "normalize must be True or False"),
   ],
 )
 def test_bad_option_values(method, options, match):
@@ -355,12 +360,23 @@ TRACEABLE = {
   [pytest.param(m, marks=pytest.mark.slow) if m == "matrix" else m for m in TRACEABLE],
 )
 def test_jit_of_vmapped_fit_equals_a_loop_of_eager_fits(method):
-  """One compiled call fits three data sets; each equals its own eager fit."""
+  """One compiled call fits three data sets; each equals its own eager fit. Two
+  more members hold bad data (a NaN logit, a label out of range): their fitted
+  arrays are NaN and they predict NaN, never plausible parameters."""
   opts = TRACEABLE[method]
   fn = R.fit_function(method)
   zs, ys = zip(*(_synthetic(n=150, c=4, seed=s) for s in range(3)))
-  z, y = np.stack(zs), np.stack(ys)
+  z, y = np.stack(zs + zs[:2]), np.stack(ys + ys[:2])
+  z[3, 7, 1] = np.nan
+  y[4, 9] = 4  # C = 4
   batched = jax.jit(jax.vmap(lambda a, b: fn(a, b, **opts)))(z, y)
+  for i in (3, 4):
+    bad = jax.tree.map(lambda leaf: leaf[i], batched)
+    for leaf in jax.tree.leaves(bad):
+      if jnp.issubdtype(leaf.dtype, jnp.floating):
+        assert np.isnan(np.asarray(leaf)).all(), (method, i)
+    assert not bool(getattr(bad, "converged", False))
+    assert np.isnan(np.asarray(bad(z[0]))).all()
   assert type(batched) is type(fn(z[0], y[0], **opts))
   for i in range(3):
     eager = fn(z[i], y[i], **opts)
@@ -562,6 +578,32 @@ def test_fitted_objects_are_pytrees_usable_under_jit(c10, fitted):
     np.testing.assert_allclose(
       np.asarray(apply(fitted[m], z)), np.asarray(fitted[m](z)), rtol=1e-5, atol=atol, err_msg=m
     )
+
+
+def test_bad_rows_give_nan_rows_under_jit(c10, fitted):
+  """Under jit, bad inputs give NaN rows, never plausible probabilities (eager calls raise).
+
+  ``rc(x)`` checks its input (a bad value makes the traced input NaN); ``rc.apply``
+  on a row holding NaN returns NaN in that row only: the step and clipped maps
+  (isotonic, histogram, smooth isotonic) and ``normalize_rows`` (Platt) used to
+  turn it into a grid value or the uniform row.
+  """
+  _, _, zt, _ = c10
+  z = zt[:64].copy()
+  bad = z.copy()
+  bad[5, 2] = np.nan
+  run = jax.jit(
+    lambda rcs, x: ({m: r(x) for m, r in rcs.items()}, {m: r.apply(x) for m, r in rcs.items()})
+  )
+  good, _ = run(fitted, z)
+  called, applied = run(fitted, bad)
+  for m in fitted:
+    np.testing.assert_allclose(np.asarray(good[m]).sum(1), 1.0, atol=1e-5, err_msg=m)
+    assert np.isnan(np.asarray(called[m])).all(), m
+    a = np.asarray(applied[m])
+    assert np.isnan(a[5]).all() and np.isfinite(np.delete(a, 5, axis=0)).all(), m
+  with pytest.raises(ValueError, match="NaN"):
+    fitted["isotonic"](bad)
 
 
 def test_probability_inputs(c10):

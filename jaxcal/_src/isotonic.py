@@ -70,6 +70,7 @@ __all__ = [
   "isotonic_fit",
   "isotonic_predict",
   "isotonic_fit_sorted",
+  "predict_unchecked",
   "pools",
 ]
 
@@ -441,6 +442,13 @@ def _weight_stats(w: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def _prepare(x, y, weights):
+  """Validated ``(x, y, weights or None, ok)`` in their common float dtype.
+
+  Shapes always; values (finite; weights non-negative with a positive
+  entry) in one fused reduction that raises on concrete inputs. Under a
+  transformation ``ok`` is the traced validity flag to fold into the result
+  (``None`` after an eager check).
+  """
   from jaxcal._src import validation as V
 
   xa = V.as_float(x, "x")
@@ -455,18 +463,20 @@ def _prepare(x, y, weights):
     raise ValueError(f"y must have the shape of x {tuple(xa.shape)}, got {tuple(ya.shape)}")
   if wa is not None and wa.shape != xa.shape:
     raise ValueError(f"weights must have the shape of x {tuple(xa.shape)}, got {tuple(wa.shape)}")
-  V.check_finite(xa, "x")
-  V.check_finite(ya, "y")
+  arrays = {"x": xa, "y": ya} if wa is None else {"x": xa, "y": ya, "weights": wa}
+  _, _, _, ok, _ = V.check_arrays(arrays)  # finite: raises eagerly, a traced flag otherwise
   if wa is not None:
-    V.check_finite(wa, "weights")
+    low, positive = _weight_stats(wa)
     if V.is_concrete(wa):
-      low, positive = _weight_stats(wa)
       if float(low) < 0:
         raise ValueError(f"weights must be >= 0; found minimum {float(low):.4g}")
       if not bool(positive):
         raise ValueError("weights must have at least one positive entry (all are 0)")
+    else:
+      good = (low >= 0) & positive
+      ok = good if ok is None else ok & good
   dt = _float_dtype(xa, ya, wa)
-  return xa.astype(dt), ya.astype(dt), None if wa is None else wa.astype(dt)
+  return xa.astype(dt), ya.astype(dt), None if wa is None else wa.astype(dt), ok
 
 
 @jax.jit
@@ -493,7 +503,9 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
   :func:`isotonic_predict`). Works under ``jax.jit`` and ``jax.vmap`` (e.g.
   over the classes of a ``(C, n)`` array, which runs as one batched call);
   no host callbacks; the output shape never depends on the data. Exact:
-  the same fit as a sequential PAV in the input dtype.
+  the same fit as a sequential PAV in the input dtype. Under a
+  transformation, bad values (NaN or inf, negative or all-zero weights) make
+  the whole output NaN instead of raising.
 
   Args:
     x: ``(n,)`` finite inputs.
@@ -507,7 +519,7 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
 
   Raises:
     ValueError: wrong shapes, non-finite values, negative or all-zero weights
-      (value checks on concrete inputs only).
+      (values: on concrete inputs; traced ones give NaN).
 
   Example:
     >>> import jax.numpy as jnp
@@ -523,8 +535,10 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
   violators); Resin (2025), *Calibration in Context: A Case Study with Score
   Decompositions*, §2.2 (class-wise isotonic recalibration, pooled ties).
   """
-  xa, ya, wa = _prepare(x, y, weights)
-  return _jit_fitted(xa, ya, wa)
+  from jaxcal._src import validation as V
+
+  xa, ya, wa, ok = _prepare(x, y, weights)
+  return V.fold(_jit_fitted(xa, ya, wa), ok)
 
 
 def isotonic_fit_sorted(x: jax.Array, y: jax.Array, weights: jax.Array | None = None) -> _Core:
@@ -563,7 +577,11 @@ def isotonic_fit(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -
     weights: optional ``(n,)`` non-negative weights.
 
   Returns:
-    :class:`IsotonicFit` ``(x_sorted, fitted_sorted)``, both ``(n,)``.
+    :class:`IsotonicFit` ``(x_sorted, fitted_sorted)``, both ``(n,)`` (both
+    NaN for bad values under a transformation).
+
+  Raises:
+    ValueError: as :func:`isotonic_regression`.
 
   Example:
     >>> import jax.numpy as jnp
@@ -575,8 +593,35 @@ def isotonic_fit(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -
   Inference under Order Restrictions*, Thm 1.1; Resin (2025), *Calibration
   in Context: A Case Study with Score Decompositions*, §2.2.
   """
-  xa, ya, wa = _prepare(x, y, weights)
-  return _jit_step(xa, ya, wa)
+  from jaxcal._src import validation as V
+
+  xa, ya, wa, ok = _prepare(x, y, weights)
+  return V.fold(_jit_step(xa, ya, wa), ok)
+
+
+def predict_unchecked(fit: IsotonicFit, t: jax.Array) -> jax.Array:
+  """:func:`isotonic_predict` without validation, for internal callers (jit and vmap friendly).
+
+  Args:
+    fit: an :class:`IsotonicFit` with ``(n,)`` arrays.
+    t: queries of any shape, in ``fit.x``'s dtype.
+
+  Returns:
+    Fitted values with the shape of ``t``; NaN where ``t`` is not finite.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> f = IsotonicFit(jnp.array([0.2, 0.4]), jnp.array([0.0, 1.0]))
+    >>> predict_unchecked(f, jnp.array([0.3, jnp.nan])).tolist()
+    [1.0, nan]
+
+  Reference: Resin (2025), *Calibration in Context: A Case Study with Score
+  Decompositions*, §2.2.
+  """
+  n = fit.x.shape[-1]
+  idx = jnp.searchsorted(fit.x, t.reshape(-1), side="left")
+  out = fit.y[jnp.clip(idx, 0, n - 1)].reshape(t.shape)
+  return jnp.where(jnp.isfinite(t), out, jnp.asarray(jnp.nan, out.dtype))
 
 
 def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
@@ -591,11 +636,17 @@ def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
   ``as.stepfun(isoreg(x, y))``.
 
   Args:
-    fit: an :class:`IsotonicFit` with ``(n,)`` arrays.
-    x_new: array of any shape.
+    fit: an :class:`IsotonicFit` with ``(n,)`` arrays (from :func:`isotonic_fit`).
+    x_new: finite queries, an array of any shape.
 
   Returns:
-    Fitted values with the shape of ``x_new``.
+    Fitted values with the shape of ``x_new``. Under a transformation a
+    non-finite query gives NaN (eager calls raise).
+
+  Raises:
+    ValueError: ``fit`` is not an :class:`IsotonicFit` of two ``(n,)``
+      arrays (a plain ``(x, y)`` tuple included), or ``x_new`` holds NaN or
+      inf (on concrete queries).
 
   Example:
     >>> import jax.numpy as jnp
@@ -607,10 +658,23 @@ def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
   Decompositions*, §2.2 (its reference code evaluates R's
   ``as.stepfun(isoreg(x, y))``).
   """
-  t = jnp.asarray(x_new, fit.x.dtype)
-  n = fit.x.shape[-1]
-  idx = jnp.searchsorted(fit.x, t.reshape(-1), side="left")
-  return fit.y[jnp.clip(idx, 0, n - 1)].reshape(t.shape)
+  from jaxcal._src import validation as V
+
+  if not isinstance(fit, IsotonicFit):
+    raise ValueError(
+      f"fit must be an IsotonicFit (the result of isotonic_fit), got {type(fit).__name__}; "
+      "build one with isotonic_fit(x, y) or IsotonicFit(x_sorted, y_fitted)"
+    )
+  fx, fy = V.as_float(fit.x, "fit.x"), V.as_float(fit.y, "fit.y")
+  if fx.ndim != 1 or fx.shape[0] == 0 or fy.shape != fx.shape:
+    raise ValueError(
+      "fit must hold two (n,) arrays with n >= 1, got fit.x of shape "
+      f"{tuple(fx.shape)} and fit.y of shape {tuple(fy.shape)}"
+    )
+  t = V.as_float(x_new, "x_new")
+  if V.is_concrete(t):
+    V.check_values(t, "x_new")  # raises on NaN / inf (one fused reduction)
+  return predict_unchecked(IsotonicFit(fx, fy), t.astype(fx.dtype))
 
 
 def pools(sorted_fit: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

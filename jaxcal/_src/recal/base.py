@@ -19,7 +19,8 @@ such as ``normalize``) are static. So a fit can run inside ``jax.jit`` and
 on probabilities take ``softmax(logits)``; methods that work on logits take
 ``log(probs)`` (``softmax(log p) = p``). The one-vs-rest maps subclass
 :class:`ClasswiseRecalibrator` and implement ``classwise(p)`` instead; a fit
-function starts from :func:`fit_arrays` (validated ``(x, onehot)``).
+function starts from :func:`fit_arrays` (validated ``(x, onehot, ok)``) and
+ends with :func:`fold_fit` (under ``jax.jit`` a fit on bad data gives NaN parameters).
 
 **Files.** :func:`save` writes one format for every method: an uncompressed
 ``.npz`` archive (``numpy.savez``) holding the array fields and a JSON header
@@ -69,6 +70,8 @@ __all__ = [
   "fit_arrays",
   "normalize_rows",
   "finish_rows",
+  "nan_rows",
+  "fold_fit",
 ]
 
 
@@ -138,11 +141,17 @@ class Recalibrator:
     """Recalibrated ``(n, C)`` probabilities for ``(n, C)`` inputs.
 
     Validates the inputs (logits: finite; probabilities: on the simplex) and
-    that ``C`` equals the ``num_classes`` seen at fit time.
+    that ``C`` equals the ``num_classes`` seen at fit time. Bad values raise
+    on an eager call; under ``jax.jit`` / ``jax.vmap`` the rows of bad inputs
+    come back as NaN (:func:`nan_rows`), never as plausible probabilities.
+
+    Raises:
+      ValueError: bad inputs (eager calls), or ``C`` differs from the fit's.
     """
     x = check_inputs(inputs, self.from_logits)
     check_num_classes(self, x.shape[1])
-    return self.apply(x)
+    q = self.apply(x)
+    return q if V.is_concrete(x) else nan_rows(q, x)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -166,8 +175,14 @@ class ClasswiseRecalibrator(Recalibrator):
     raise NotImplementedError
 
   def apply(self, inputs: jax.Array) -> jax.Array:
-    """``finish_rows(classwise(to_probs(inputs)), normalize)``."""
-    return finish_rows(self.classwise(to_probs(inputs, self.from_logits)), self.normalize)
+    """``finish_rows(classwise(to_probs(inputs)), normalize)``; NaN rows for non-finite input rows.
+
+    The class-wise maps (``searchsorted`` steps, clipped interpolation) would
+    turn a NaN score into a grid value, so rows with a non-finite entry are
+    set to NaN (:func:`nan_rows`) before the rows are finished.
+    """
+    p = to_probs(inputs, self.from_logits)
+    return finish_rows(nan_rows(self.classwise(p), p), self.normalize)
 
 
 def check_num_classes(rc: Any, c: int) -> None:
@@ -303,11 +318,17 @@ def prepare_fit(
   from_logits: bool,
   method: str,
   require_all_classes: bool = False,
-) -> tuple[jax.Array, jax.Array]:
-  """Validates a calibration split for a fit; returns ``(inputs, labels)`` as arrays.
+) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+  """Validates a calibration split for a fit; returns ``(inputs, labels, ok)``.
 
-  Shape checks always run; value checks only on concrete inputs (a fit traced
-  under ``jax.jit``/``jax.vmap`` checks shapes only).
+  One fused value check of inputs and labels
+  (:func:`~jaxcal._src.validation.check_predictions`). On concrete inputs
+  bad values raise and ``ok`` is ``None``; under ``jax.jit`` / ``jax.vmap``
+  ``ok`` is the traced validity flag (finite logits / rows on the simplex,
+  labels in ``[0, C)`` and, with ``require_all_classes``, every class
+  present); when it is False the arrays come back as zeros (a data set the
+  solvers finish on at once) and the fit folds the flag into its result
+  with :func:`fold_fit` (NaN parameters, never plausible ones).
 
   Args:
     inputs: ``(n, C)`` logits (``from_logits=True``: finite) or probabilities
@@ -318,23 +339,69 @@ def prepare_fit(
     require_all_classes: raise when some class has no sample (methods with
       per-class parameters that diverge without one).
 
+  Returns:
+    ``(x, y, ok)``: ``(n, C)`` inputs in the compute dtype, ``(n,)`` int32
+    labels, and ``None`` (eager) or the traced bool flag.
+
   Raises:
-    ValueError: naming the problem (non-finite logits, rows off the simplex,
-      labels out of range, classes missing from the calibration split).
+    ValueError: naming the problem (``from_logits`` not a bool, non-finite
+      logits, rows off the simplex, labels out of range, classes missing
+      from the calibration split); eager calls only.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> x, y, ok = prepare_fit(jnp.zeros((2, 3)), jnp.array([0, 2]), from_logits=True,
+    ...                        method="temperature")
+    >>> x.shape, y.tolist(), ok is None
+    ((2, 3), [0, 2], True)
   """
-  x = check_inputs(inputs, from_logits)
-  n, c = x.shape
-  y = V.check_labels(labels, n, c)
-  if require_all_classes and V.is_concrete(y):
-    counts = np.asarray(jax.device_get(_class_counts(y, c)))
-    missing = np.flatnonzero(counts == 0)
-    if missing.size:
-      shown = ", ".join(str(int(k)) for k in missing[:10]) + (" ..." if missing.size > 10 else "")
-      raise ValueError(
-        f"recalibration method {method!r} needs every class in the calibration labels; "
-        f"{missing.size} of C = {c} classes have no sample (classes {shown})"
-      )
-  return x, y
+  from_logits = V.check_flag(from_logits, "from_logits")
+  d = V.check_predictions(inputs, labels, from_logits=from_logits, name="inputs")
+  x, y, ok = d.scores, d.labels, d.ok
+  c = x.shape[1]
+  if require_all_classes:
+    if V.is_concrete(y):
+      counts = np.asarray(jax.device_get(_class_counts(y, c)))
+      missing = np.flatnonzero(counts == 0)
+      if missing.size:
+        shown = ", ".join(str(int(k)) for k in missing[:10]) + (" ..." if missing.size > 10 else "")
+        raise ValueError(
+          f"recalibration method {method!r} needs every class in the calibration labels; "
+          f"{missing.size} of C = {c} classes have no sample (classes {shown})"
+        )
+    else:
+      present = jnp.all(_class_counts(y, c) > 0)
+      ok = present if ok is None else ok & present
+  if ok is not None:
+    # A bad data set is fitted as zeros with label 0 (then folded to NaN by
+    # fold_fit): NaN data would keep an iterative fit running to max_iter,
+    # and under vmap every member of the batch with it.
+    x, y = jnp.where(ok, x, jnp.zeros_like(x)), jnp.where(ok, y, jnp.zeros_like(y))
+  return x, y, ok
+
+
+def fold_fit(rc: Any, ok: jax.Array | None) -> Any:
+  """A fitted recalibrator with NaN in every floating array when ``ok`` is False.
+
+  ``ok`` is :func:`prepare_fit`'s flag: ``None`` after an eager check
+  (``rc`` is returned as it is), a traced bool under ``jax.jit`` /
+  ``jax.vmap``. A ``converged`` field becomes ``converged & ok``. Applying
+  the folded recalibrator gives NaN.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxcal._src.recal.scaling import fit_temperature
+    >>> z = jnp.array([[2.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    >>> t = jax.jit(lambda y: fit_temperature(z, y).temperature)
+    >>> bool(jnp.isnan(t(jnp.array([0, 1, 2]))))   # label 2 of C = 2: NaN, not a number
+    True
+  """
+  if ok is None:
+    return rc
+  rc = V.fold(rc, ok)
+  if any(f.name == "converged" for f in dataclasses.fields(rc)):
+    rc = dataclasses.replace(rc, converged=rc.converged & ok)
+  return rc
 
 
 def check_inputs(inputs: ArrayLike, from_logits: bool, name: str = "inputs") -> jax.Array:
@@ -363,11 +430,12 @@ def fit_arrays(
   on: Literal["probs", "logits"],
   require_all_classes: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
-  """The arrays a fit works on: ``(x, onehot)`` for a validated calibration split.
+  """The arrays a fit works on: ``(x, onehot, ok)`` for a validated calibration split.
 
   :func:`prepare_fit`, then ``x`` = the probabilities (``on="probs"``:
   :func:`to_probs`) or the logits (``on="logits"``: :func:`to_logits`) and
-  ``onehot`` = the ``(n, C)`` one-hot labels in ``x``'s dtype.
+  ``onehot`` = the ``(n, C)`` one-hot labels in ``x``'s dtype; ``ok`` is the
+  validity flag to fold into the fitted recalibrator (:func:`fold_fit`).
 
   Args:
     inputs: ``(n, C)`` logits or probabilities (``from_logits``).
@@ -378,9 +446,13 @@ def fit_arrays(
     require_all_classes: see :func:`prepare_fit`.
 
   Returns:
-    ``(x, onehot)``, both ``(n, C)``.
+    ``(x, onehot, ok)``: both ``(n, C)``, and ``None`` (eager) or the traced
+    validity flag.
+
+  Raises:
+    ValueError: as :func:`prepare_fit`.
   """
-  x, y = prepare_fit(
+  x, y, ok = prepare_fit(
     inputs,
     labels,
     from_logits=from_logits,
@@ -388,14 +460,58 @@ def fit_arrays(
     require_all_classes=require_all_classes,
   )
   x = to_probs(x, from_logits) if on == "probs" else to_logits(x, from_logits)
-  return x, jax.nn.one_hot(y, x.shape[1], dtype=x.dtype)
+  return x, jax.nn.one_hot(y, x.shape[1], dtype=x.dtype), ok
 
 
+@jax.jit
 def normalize_rows(q: jax.Array) -> jax.Array:
-  """Divides each row by its sum; rows summing to 0 become uniform."""
+  """Divides each row by its sum; rows summing to 0 become uniform, NaN rows stay NaN.
+
+  .. math:: \\hat q_{ic} = q_{ic} / \\textstyle\\sum_k q_{ik}
+
+  Args:
+    q: ``(..., C)`` non-negative rows.
+
+  Returns:
+    ``(..., C)`` rows summing to one (NaN where a row holds NaN).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> normalize_rows(jnp.array([[1.0, 3.0], [0.0, 0.0], [jnp.nan, 1.0]])).tolist()
+    [[0.25, 0.75], [0.5, 0.5], [nan, nan]]
+  """
   s = jnp.sum(q, axis=-1, keepdims=True)
   c = q.shape[-1]
-  return jnp.where(s > 0, q / jnp.where(s > 0, s, 1), 1.0 / c)
+  empty = jnp.where(jnp.isnan(s), jnp.nan, 1.0 / c).astype(q.dtype)
+  return jnp.where(s > 0, q / jnp.where(s > 0, s, 1), empty)
+
+
+@jax.jit
+def nan_rows(q: jax.Array, *inputs: jax.Array) -> jax.Array:
+  """``q`` with NaN rows where a row of any of ``inputs`` holds a non-finite value.
+
+  The inputs of an apply are checked eagerly; under ``jax.jit`` their check
+  makes them NaN, and this carries that into the output rows that
+  ``searchsorted`` / clipped maps would otherwise fill with grid values.
+  One elementwise ``where`` (fused into the surrounding program).
+
+  Args:
+    q: ``(n, C)`` outputs.
+    *inputs: ``(n, ...)`` arrays whose rows ``q`` was computed from.
+
+  Returns:
+    ``q`` with NaN in rows ``i`` where some ``inputs[k][i]`` is not finite.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> nan_rows(jnp.ones((2, 2)), jnp.array([[0.0, 1.0], [jnp.nan, 0.0]])).tolist()
+    [[1.0, 1.0], [nan, nan]]
+  """
+  ok = jnp.ones(q.shape[:1], bool)
+  for x in inputs:
+    ok = ok & jnp.all(jnp.isfinite(x).reshape(x.shape[0], -1), axis=1)
+  ok = ok.reshape(ok.shape + (1,) * (q.ndim - 1))
+  return jnp.where(ok, q, jnp.asarray(jnp.nan, q.dtype))
 
 
 def finish_rows(q: jax.Array, normalize: bool) -> jax.Array:

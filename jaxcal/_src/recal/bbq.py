@@ -41,6 +41,7 @@ from jaxcal._src import validation as V
 from jaxcal._src.recal.base import (
   ClasswiseRecalibrator,
   fit_arrays,
+  fold_fit,
   pytree_dataclass,
 )
 from jaxcal._src.sorting import stable_argsort
@@ -164,6 +165,12 @@ def fit_bbq(
   Returns:
     :class:`BBQ`.
 
+  Raises:
+    ValueError: bad inputs or labels (eager calls; under ``jax.jit`` /
+      ``jax.vmap`` the fitted arrays are NaN instead), or bad options
+      (``normalize`` not True/False, ``prior_strength <= 0``,
+      ``range_factor < 1``).
+
   Example:
     >>> import jax, jax.numpy as jnp
     >>> z = 2.0 * jax.random.normal(jax.random.key(0), (400, 3))
@@ -176,15 +183,17 @@ def fit_bbq(
   and model averaging; equal-frequency models with ``B`` in
   ``[N^{1/3}/C, C N^{1/3}]``).
   """
-  p, onehot = fit_arrays(inputs, labels, from_logits=from_logits, method="bbq", on="probs")
+  normalize = V.check_flag(normalize, "normalize")
+  p, onehot, ok = fit_arrays(inputs, labels, from_logits=from_logits, method="bbq", on="probs")
   prior_strength = V.check_float_option(prior_strength, "prior_strength", positive=True)
   range_factor = V.check_float_option(range_factor, "range_factor", minimum=1.0)
   lo, hi = bbq_bin_range(int(p.shape[0]), range_factor)
   th, vals = _fit_bbq(p, onehot, jnp.asarray(prior_strength, p.dtype), lo=lo, hi=hi)
-  return BBQ(
+  rc = BBQ(
     thresholds=th,
     values=vals,
-    normalize=bool(normalize),
+    normalize=normalize,
     num_classes=int(p.shape[1]),
     from_logits=from_logits,
   )
+  return fold_fit(rc, ok)

@@ -27,9 +27,11 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
 from jaxcal._src.recal.base import (
   ClasswiseRecalibrator,
   fit_arrays,
+  fold_fit,
   pytree_dataclass,
   warn_if_not_converged,
 )
@@ -127,6 +129,11 @@ def fit_beta(
   Returns:
     :class:`BetaCalibration` with ``num_iter`` and ``converged``.
 
+  Raises:
+    ValueError: bad inputs or labels, a class without a sample (eager
+      calls; under ``jax.jit`` / ``jax.vmap`` the fitted arrays are NaN
+      instead), or bad options (``normalize`` not True/False, ``max_iter`` / ``tol``).
+
   Example:
     >>> import jax, jax.numpy as jnp
     >>> z = 2.0 * jax.random.normal(jax.random.key(0), (400, 3))
@@ -139,7 +146,8 @@ def fit_beta(
   binary classifiers", AISTATS, §3 (Eq. 4-5, the abm model and its fit by
   logistic regression on ``log s`` and ``-log(1 - s)``).
   """
-  p, onehot = fit_arrays(
+  normalize = V.check_flag(normalize, "normalize")
+  p, onehot, ok = fit_arrays(
     inputs, labels, from_logits=from_logits, method="beta", on="probs", require_all_classes=True
   )
   max_iter, tol = check_solver_options(max_iter, tol, p.dtype)
@@ -150,9 +158,9 @@ def fit_beta(
     d=d,
     num_iter=k,
     converged=conv,
-    normalize=bool(normalize),
+    normalize=normalize,
     num_classes=int(p.shape[1]),
     from_logits=from_logits,
   )
   warn_if_not_converged(rc, "beta calibration")
-  return rc
+  return fold_fit(rc, ok)

@@ -38,6 +38,7 @@ from jaxcal._src import validation as V
 from jaxcal._src.recal.base import (
   ClasswiseRecalibrator,
   fit_arrays,
+  fold_fit,
   pytree_dataclass,
   static_field,
 )
@@ -127,6 +128,11 @@ def fit_histogram(
   Returns:
     :class:`HistogramBinning`.
 
+  Raises:
+    ValueError: bad inputs or labels, a class without a sample (eager
+      calls; under ``jax.jit`` / ``jax.vmap`` the fitted arrays are NaN
+      instead), or bad options (``normalize`` not True/False, ``num_bins`` not an int in ``[1, n]``).
+
   Example:
     >>> import jax.numpy as jnp
     >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.4, 0.6]])
@@ -142,7 +148,8 @@ def fit_histogram(
   context: a case study with score decompositions", §3 (15 equal-mass bins,
   CW-HB / N-HB).
   """
-  p, onehot = fit_arrays(
+  normalize = V.check_flag(normalize, "normalize")
+  p, onehot, ok = fit_arrays(
     inputs,
     labels,
     from_logits=from_logits,
@@ -152,13 +159,14 @@ def fit_histogram(
   )
   m = V.check_int_option(num_bins, "num_bins", minimum=1, maximum=p.shape[0])
   th, vals = _fit_hb(p, onehot, m)
-  return HistogramBinning(
+  rc = HistogramBinning(
     thresholds=th,
     values=vals,
-    normalize=bool(normalize),
+    normalize=normalize,
     num_classes=int(p.shape[1]),
     from_logits=from_logits,
   )
+  return fold_fit(rc, ok)
 
 
 # ---------------------------------------------------------------------------
@@ -192,9 +200,9 @@ class IsotonicRecalibrator(ClasswiseRecalibrator):
   def classwise(self, p: jax.Array) -> jax.Array:
     xs, ys = self.x.astype(p.dtype), self.y.astype(p.dtype)
     if self.shared:
-      return iso.isotonic_predict(iso.IsotonicFit(xs[0], ys[0]), p)
+      return iso.predict_unchecked(iso.IsotonicFit(xs[0], ys[0]), p)
     return jax.vmap(
-      lambda xc, yc, col: iso.isotonic_predict(iso.IsotonicFit(xc, yc), col),
+      lambda xc, yc, col: iso.predict_unchecked(iso.IsotonicFit(xc, yc), col),
       in_axes=(0, 0, 1),
       out_axes=1,
     )(xs, ys, p)
@@ -236,6 +244,11 @@ def fit_isotonic(
   Returns:
     :class:`IsotonicRecalibrator`.
 
+  Raises:
+    ValueError: bad inputs or labels, a class without a sample (eager
+      calls; under ``jax.jit`` / ``jax.vmap`` the fitted arrays are NaN
+      instead), or bad options (``normalize`` or ``shared`` not True/False).
+
   Example:
     >>> import jax.numpy as jnp
     >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.4, 0.6]])
@@ -250,18 +263,21 @@ def fit_isotonic(
   methods for uncertainty calibration in deep learning", ICML,
   arXiv:2003.07329, §3.3 (one shared map, IRM).
   """
-  p, onehot = fit_arrays(
+  normalize = V.check_flag(normalize, "normalize")
+  shared = V.check_flag(shared, "shared")
+  p, onehot, ok = fit_arrays(
     inputs, labels, from_logits=from_logits, method="isotonic", on="probs", require_all_classes=True
   )
-  xs, ys = _fit_ir(p, onehot, bool(shared))
-  return IsotonicRecalibrator(
+  xs, ys = _fit_ir(p, onehot, shared)
+  rc = IsotonicRecalibrator(
     x=xs,
     y=ys,
-    normalize=bool(normalize),
-    shared=bool(shared),
+    normalize=normalize,
+    shared=shared,
     num_classes=int(p.shape[1]),
     from_logits=from_logits,
   )
+  return fold_fit(rc, ok)
 
 
 # ---------------------------------------------------------------------------
@@ -333,6 +349,11 @@ def fit_smooth_isotonic(
   Returns:
     :class:`SmoothIsotonicRecalibrator`.
 
+  Raises:
+    ValueError: bad inputs or labels, a class without a sample (eager
+      calls; under ``jax.jit`` / ``jax.vmap`` the fitted arrays are NaN
+      instead), or bad options (``normalize`` not True/False).
+
   Example:
     >>> import jax.numpy as jnp
     >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.4, 0.6]])
@@ -346,7 +367,8 @@ def fit_smooth_isotonic(
   "Smooth isotonic regression: a new method to calibrate predictive
   models", for the smooth (cubic) variant.
   """
-  p, onehot = fit_arrays(
+  normalize = V.check_flag(normalize, "normalize")
+  p, onehot, ok = fit_arrays(
     inputs,
     labels,
     from_logits=from_logits,
@@ -355,10 +377,11 @@ def fit_smooth_isotonic(
     require_all_classes=True,
   )
   kx, ky = _fit_sir(p, onehot)
-  return SmoothIsotonicRecalibrator(
+  rc = SmoothIsotonicRecalibrator(
     knots_x=kx,
     knots_y=ky,
-    normalize=bool(normalize),
+    normalize=normalize,
     num_classes=int(p.shape[1]),
     from_logits=from_logits,
   )
+  return fold_fit(rc, ok)

@@ -31,6 +31,7 @@ from jaxcal._src.numerics import PRECISION
 from jaxcal._src.recal.base import (
   Recalibrator,
   fit_arrays,
+  fold_fit,
   pytree_dataclass,
   static_field,
   to_logits,
@@ -171,6 +172,11 @@ def fit_ensemble_temperature(
   Returns:
     :class:`EnsembleTemperatureScaling` with ``num_iter`` and ``converged``.
 
+  Raises:
+    ValueError: bad inputs or labels (eager calls; under ``jax.jit`` /
+      ``jax.vmap`` the fitted arrays are NaN and ``converged`` False
+      instead), or bad options (``loss``, ``max_iter``, ``tol``).
+
   Example:
     >>> import jax, jax.numpy as jnp
     >>> z = 3.0 * jax.random.normal(jax.random.key(0), (500, 4))
@@ -184,7 +190,7 @@ def fit_ensemble_temperature(
   """
   if not isinstance(loss, str) or loss not in _LOSSES:
     raise ValueError(f"loss must be one of {_LOSSES}, got {loss!r}")
-  z, onehot = fit_arrays(
+  z, onehot, ok = fit_arrays(
     inputs, labels, from_logits=from_logits, method="ensemble_temperature", on="logits"
   )
   max_iter, tol = check_solver_options(max_iter, tol, z.dtype)
@@ -198,4 +204,4 @@ def fit_ensemble_temperature(
     from_logits=from_logits,
   )
   warn_if_not_converged(rc, "ensemble temperature scaling")
-  return rc
+  return fold_fit(rc, ok)

@@ -68,7 +68,13 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.local import _nw_core, gaussian_log_kernel
 from jaxcal._src.numerics import PRECISION, map_batches
-from jaxcal._src.recal.base import Recalibrator, check_inputs, check_num_classes, to_logits
+from jaxcal._src.recal.base import (
+  Recalibrator,
+  check_inputs,
+  check_num_classes,
+  nan_rows,
+  to_logits,
+)
 from jaxcal._src.train.loop import evaluate, train_epoch
 from jaxcal._src.train.pca import PCA, _fit_pca, pca_transform, standardize
 from jaxcal._src.train.splits import calibration_fit_val
@@ -428,19 +434,23 @@ class LocalNet(Recalibrator):
     return x, f
 
   def __call__(self, inputs: ArrayLike, features: ArrayLike | None = None) -> jax.Array:
-    """Recalibrated ``(n, C)`` probabilities from logits ``(n, C)`` and features ``(n, D)``."""
+    """Recalibrated ``(n, C)`` probabilities from logits ``(n, C)`` and features ``(n, D)``.
+
+    Bad values raise on an eager call; under ``jax.jit`` the rows of bad
+    inputs come back as NaN.
+    """
     x, f = self._check(inputs, features)
-    return _jit_apply(self, x, f)
+    return _rows_of(_jit_apply(self, x, f), x, f)
 
   def logits(self, inputs: ArrayLike, features: ArrayLike) -> jax.Array:
-    """Refined logits ``g'`` ``(n, C)``."""
+    """Refined logits ``g'`` ``(n, C)`` (NaN rows for bad inputs under ``jax.jit``)."""
     x, f = self._check(inputs, features)
-    return _jit_forward(self, to_logits(x, self.from_logits), f)[1]
+    return _rows_of(_jit_forward(self, to_logits(x, self.from_logits), f)[1], x, f)
 
   def refined_features(self, inputs: ArrayLike, features: ArrayLike) -> jax.Array:
     """Refined features ``phi'`` ``(n, pca_dim)`` (where the paper measures LN's LCE)."""
     x, f = self._check(inputs, features)
-    return _jit_forward(self, to_logits(x, self.from_logits), f)[0]
+    return _rows_of(_jit_forward(self, to_logits(x, self.from_logits), f)[0], x, f)
 
   def pca_features(self, features: ArrayLike) -> jax.Array:
     """``phi_PCA`` ``(n, pca_dim)``: the calibration-split PCA of ``features``."""
@@ -502,6 +512,14 @@ def _kernel_predict(q, mem, onehot, bandwidth, floor, chunk=2048):
     return (jnp.matmul(w, onehot, precision=PRECISION) / jnp.sum(w, axis=1, keepdims=True))[0]
 
   return map_batches(one, q, chunk)
+
+
+def _rows_of(out: jax.Array, x: jax.Array, f: jax.Array) -> jax.Array:
+  """``out`` with NaN rows where ``x`` or ``f`` (checked, NaN under ``jit`` when bad) is not finite.
+
+  Eager inputs were checked (bad values raised), so nothing is added then.
+  """
+  return out if V.is_concrete(x, f) else nan_rows(out, x, f)
 
 
 @jax.jit
@@ -635,15 +653,23 @@ def _train(
     V.check_float_option(v, name, minimum=0.0)
   if init_scale is not None:
     V.check_float_option(init_scale, "init_scale", positive=True)
-  if not 0 <= val_fraction < 1:
+  # >= 0, not > 0: a rate of 0 keeps the initial network (the strong initialisation)
+  learning_rate = V.check_float_option(learning_rate, "learning_rate", minimum=0.0)
+  if V.check_float_option(val_fraction, "val_fraction", minimum=0.0) >= 1:
     raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
   for name, v in (("pca_dim", pca_dim), ("hidden", hidden), ("batch_size", batch_size)):
     V.check_int_option(v, name, minimum=1)
   V.check_int_option(epochs, "epochs", minimum=1)
+  seed = V.check_int_option(seed, "seed", minimum=0)
   if patience is not None:
     V.check_int_option(patience, "patience", minimum=1)
-  if not 0 <= dropout < 1:
+  if V.check_float_option(dropout, "dropout", minimum=0.0) >= 1:
     raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+  if residual_vectors is not None:
+    residual_vectors = V.check_flag(residual_vectors, "residual_vectors")
+  standardize_input = V.check_flag(standardize_input, "standardize_input")
+  restore_best = V.check_flag(restore_best, "restore_best")
+  verbose = V.check_flag(verbose, "verbose")
   if validation_data is not None:
     if len(validation_data) != 3:
       raise ValueError("validation_data must be a tuple (inputs, labels, features)")
@@ -833,7 +859,8 @@ def fit_local_net(
       code does.
     standardize_input: feed the MLP standardised features instead of the raw
       ``phi(x)`` (the authors feed the raw features).
-    learning_rate: Adam step size (paper: 1e-3).
+    learning_rate: Adam step size (paper: 1e-3); a finite number ``>= 0``
+      (0 keeps the network at its initialisation).
     batch_size: batch size (paper: 1024); the kernel estimate uses the batch.
     epochs: maximum number of epochs (authors: 100).
     patience: stop after this many epochs without a strictly lower monitored
@@ -860,8 +887,12 @@ def fit_local_net(
 
   Raises:
     ValueError: ``features`` missing, bad logits/labels/features (NaN,
-      shape), ``bandwidth <= 0``, unknown ``alignment`` / ``monitor``,
-      ``pca_dim > min(n, D)``, or too few samples.
+      shape), ``bandwidth <= 0``, a ``learning_rate`` that is not a finite
+      number ``>= 0``, ``dropout`` / ``val_fraction`` outside ``[0, 1)``,
+      ``seed`` not an int ``>= 0``,
+      a bool option (``standardize_input``, ``restore_best``, ``verbose``,
+      ``residual_vectors``) that is not True/False, unknown ``alignment`` /
+      ``monitor``, ``pca_dim > min(n, D)``, or too few samples.
     FloatingPointError: the loss became non-finite.
 
   Example:
@@ -910,6 +941,10 @@ def kernel_calibrator(
   Returns:
     A :class:`KernelCalibrator`.
 
+  Raises:
+    ValueError: bad memory inputs, labels or features, or ``weight_floor``
+      not a number in ``[0, 1)``.
+
   Example:
     >>> import jax, jax.numpy as jnp
     >>> from jaxcal._src.recal.base import fit
@@ -927,7 +962,7 @@ def kernel_calibrator(
   """
   x, f = net._check(inputs, features)
   y = V.check_labels(labels, x.shape[0], net.num_classes)
-  if not (np.isfinite(weight_floor) and 0 <= weight_floor < 1):
+  if V.check_float_option(weight_floor, "weight_floor", minimum=0.0) >= 1:
     raise ValueError(f"weight_floor must be in [0, 1), got {weight_floor!r}")
   phi_ref = _jit_forward(net, to_logits(x, net.from_logits), f)[0]
   fields = {k.name: getattr(net, k.name) for k in dataclasses.fields(net)}

@@ -43,6 +43,7 @@ from jaxcal._src.progress import Progress
 from jaxcal._src.recal.base import (
   Recalibrator,
   check_inputs,
+  nan_rows,
   pytree_dataclass,
   static_field,
   to_probs,
@@ -225,6 +226,11 @@ class Patching(Recalibrator):
   def trajectory(self, inputs: ArrayLike) -> jax.Array:
     """Predictions after ``0, 1, ..., T`` patches: ``(T + 1, n, C)``.
 
+    Under ``jax.jit`` the rows of bad inputs are NaN at every step.
+
+    Raises:
+      ValueError: bad inputs (eager calls).
+
     Example:
       >>> import jax.numpy as jnp
       >>> z = 4.0 * jnp.cos(jnp.arange(1200.0).reshape(300, 4))
@@ -232,14 +238,18 @@ class Patching(Recalibrator):
       >>> rc.trajectory(z).shape
       (4, 300, 4)
     """
-    p = to_probs(check_inputs(inputs, self.from_logits), self.from_logits)
+    x = check_inputs(inputs, self.from_logits)
+    p = to_probs(x, self.from_logits)
 
     def step(q, pt):
       q = apply_patch(q, pt)
       return q, q
 
     _, qs = jax.lax.scan(step, p, self.patches())
-    return jnp.concatenate([p[None], qs])
+    out = jnp.concatenate([p[None], qs])
+    if V.is_concrete(x):
+      return out
+    return jax.vmap(nan_rows, in_axes=(0, None))(out, x)
 
 
 # --------------------------------------------------------------------------
@@ -547,6 +557,7 @@ def _fit(
   progress=True,
 ) -> tuple[Patching, jax.Array]:
   """:func:`fit_patching`, also returning the final calibration predictions."""
+  progress = V.check_flag(progress, "progress")
   p = to_probs(check_inputs(inputs, from_logits), from_logits)
   n, c = p.shape
   p = p.astype(jnp.promote_types(p.dtype, jnp.float32))
@@ -625,7 +636,7 @@ def _fit(
   )
   base_key = jax.random.key(seed)
   tol_arr = jnp.asarray(tol, p.dtype)
-  bar = Progress(max_steps, "patching", enabled=bool(progress))
+  bar = Progress(max_steps, "patching", enabled=progress)
   budget, done, t = 1, False, 0
   while not done:
     t0 = time.perf_counter()

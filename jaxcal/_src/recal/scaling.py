@@ -34,8 +34,9 @@ the iterations of the strongly penalised fits from thousands to tens.
 
 Every fit here is traceable: ``jax.jit(fit_temperature)`` and
 ``jax.vmap(fit_temperature)`` (over models, or bootstrap resamples) work; value
-checks and the convergence warning then give way to shape checks and the
-``converged`` flag.
+checks and the convergence warning then give way to shape checks, the
+``converged`` flag and NaN parameters for bad data (non-finite inputs, labels
+out of range, a missing class where every class is needed).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from jaxcal._src.recal.base import (
   Recalibrator,
   finish_rows,
   fit_arrays,
+  fold_fit,
   pytree_dataclass,
   static_field,
   to_logits,
@@ -244,7 +246,9 @@ def fit_temperature(
     :class:`TemperatureScaling` with ``num_iter`` and ``converged``.
 
   Raises:
-    ValueError: bad inputs or options.
+    ValueError: bad inputs or options (eager calls; under ``jax.jit`` /
+      ``jax.vmap`` bad inputs or labels give a NaN temperature and
+      ``converged`` False instead).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -260,14 +264,16 @@ def fit_temperature(
   Reference: Guo, Pleiss, Sun & Weinberger (2017), "On calibration of modern
   neural networks", ICML, arXiv:1706.04599, §4.2.
   """
-  z, onehot = fit_arrays(inputs, labels, from_logits=from_logits, method="temperature", on="logits")
+  z, onehot, ok = fit_arrays(
+    inputs, labels, from_logits=from_logits, method="temperature", on="logits"
+  )
   max_iter, tol = check_solver_options(max_iter, tol, z.dtype)
   t, k, conv = _fit_temperature(z, onehot, max_iter, tol)
   rc = TemperatureScaling(
     temperature=t, num_iter=k, converged=conv, num_classes=int(z.shape[1]), from_logits=from_logits
   )
   warn_if_not_converged(rc, "temperature scaling")
-  return rc
+  return fold_fit(rc, ok)
 
 
 # ---------------------------------------------------------------------------
@@ -481,7 +487,7 @@ def _fit_linear_public(
   on_log_probs: bool,
 ) -> LinearScaling:
   """Checks the options, cross-validates and fits ``cls`` (the body of the three fits)."""
-  z, onehot = fit_arrays(
+  z, onehot, ok = fit_arrays(
     inputs,
     labels,
     from_logits=opts.from_logits,
@@ -534,7 +540,7 @@ def _fit_linear_public(
     from_logits=opts.from_logits,
   )
   warn_if_not_converged(rc, f"{cls.method} scaling")
-  return rc
+  return fold_fit(rc, ok)
 
 
 def fit_vector(
@@ -589,7 +595,9 @@ def fit_vector(
     ``reg_lambda``, ``reg_mu`` and the ``cv_nll`` curve.
 
   Raises:
-    ValueError: bad inputs or options, or a class without a sample.
+    ValueError: bad inputs or options, or a class without a sample (eager
+      calls; under ``jax.jit`` / ``jax.vmap`` bad data give NaN parameters
+      and ``converged`` False instead).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -656,7 +664,9 @@ def fit_matrix(
     ``cv_nll`` curve.
 
   Raises:
-    ValueError: bad inputs or options, or a class without a sample.
+    ValueError: bad inputs or options, or a class without a sample (eager
+      calls; under ``jax.jit`` / ``jax.vmap`` bad data give NaN parameters
+      and ``converged`` False instead).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -723,7 +733,9 @@ def fit_dirichlet(
     and the ``cv_nll`` curve.
 
   Raises:
-    ValueError: bad inputs or options, or a class without a sample.
+    ValueError: bad inputs or options, or a class without a sample (eager
+      calls; under ``jax.jit`` / ``jax.vmap`` bad data give NaN parameters
+      and ``converged`` False instead).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -830,7 +842,9 @@ def fit_platt(
     :class:`PlattScaling`.
 
   Raises:
-    ValueError: bad inputs or options, or a class without a sample.
+    ValueError: bad inputs or options (``normalize`` not True/False), or a
+      class without a sample (eager calls; under ``jax.jit`` / ``jax.vmap``
+      bad data give NaN parameters instead).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -844,7 +858,8 @@ def fit_platt(
   accurate multiclass probability estimates", KDD (one-vs-rest and
   normalisation).
   """
-  z, onehot = fit_arrays(
+  normalize = V.check_flag(normalize, "normalize")
+  z, onehot, ok = fit_arrays(
     inputs, labels, from_logits=from_logits, method="platt", on="logits", require_all_classes=True
   )
   max_iter, tol = check_solver_options(max_iter, tol, z.dtype)
@@ -855,9 +870,9 @@ def fit_platt(
     bias=b,
     num_iter=k,
     converged=conv,
-    normalize=bool(normalize),
+    normalize=normalize,
     num_classes=int(s.shape[1]),
     from_logits=from_logits,
   )
   warn_if_not_converged(rc, "Platt scaling")
-  return rc
+  return fold_fit(rc, ok)
