@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -165,66 +165,6 @@ _skce_dynamic = jax.jit(_skce_impl, static_argnames=_STATIC)
 _skce_static = jax.jit(_skce_impl, static_argnames=_STATIC + ("kernel",))
 
 
-def smallest_bandwidth(dtype, *, squared: bool) -> float:
-  """The smallest kernel bandwidth computed in ``dtype`` without underflow.
-
-  ``w`` itself must be a normal float (``jnp.finfo(dtype).tiny``, 1.2e-38 in
-  float32: XLA flushes subnormals to 0) for kernels of ``d / w`` (Laplacian,
-  MMCE); ``w**2`` must be one (``sqrt(tiny)``, 1.1e-19 in float32, 1.5e-154
-  in float64) for kernels of ``d / w**2`` (Gaussian). Above it every kernel
-  value is exact, down to the limit ``1[d = 0]``.
-  """
-  tiny = float(jnp.finfo(V.compute_dtype(dtype)).tiny)
-  return math.sqrt(tiny) if squared else tiny
-
-
-def scalar_bandwidth(
-  bandwidth: Any, dtype: Any, *, name: str = "bandwidth", squared: bool
-) -> tuple[jax.Array, jax.Array | None]:
-  """A validated scalar kernel bandwidth in ``dtype``, and its traced validity flag.
-
-  A concrete bandwidth (a Python or NumPy number, a 0-d array) must be a
-  finite number ``> 0`` (not a bool) and at least :func:`smallest_bandwidth`;
-  otherwise ``ValueError`` naming ``name``. A traced one comes back with the
-  flag ``isfinite(w) & (w >= smallest)`` to fold into the result (NaN), and
-  ``None`` as the flag when it was checked here.
-  """
-  lo = smallest_bandwidth(dtype, squared=squared)
-  if (
-    bandwidth is None
-    or isinstance(bandwidth, (bool, np.bool_, str, bytes))
-    or getattr(bandwidth, "dtype", None) == np.bool_
-  ):
-    raise ValueError(f"{name} must be a finite number > 0, got {bandwidth!r}")
-  if isinstance(bandwidth, (int, float, np.integer, np.floating)):
-    v = V.check_float_option(bandwidth, name, positive=True)
-    w = jnp.asarray(v, dtype)
-  else:
-    w = V.as_float(bandwidth, name)
-    if w.ndim != 0:
-      raise ValueError(f"{name} must be a scalar, got shape {tuple(w.shape)}")
-    w = w.astype(dtype)
-    if not V.is_concrete(w):
-      return w, jnp.isfinite(w) & (w >= lo)
-    v = float(jax.device_get(w))  # a scalar
-    if not (math.isfinite(v) and v > 0):
-      raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-  if v < lo:
-    what = "its square underflows" if squared else "it is not a normal float"
-    raise ValueError(
-      f"{name} = {v:.3g} is below the smallest supported bandwidth {lo:.3g} "
-      f"in {jnp.dtype(dtype).name} ({what}); pass a larger {name}"
-    )
-  return w, None
-
-
-def both_ok(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:
-  """The conjunction of two validity flags (``None``: checked eagerly, true)."""
-  if a is None:
-    return b
-  return a if b is None else a & b
-
-
 def _is_array_pytree(tree) -> bool:
   leaves = jax.tree_util.tree_leaves(tree)
   return bool(leaves) and all(
@@ -317,13 +257,13 @@ def skce(
     raise TypeError(f"kernel must be callable on squared distances, got {type(kern).__name__}")
   ok = d.ok
   if isinstance(kern, LaplacianKernel | GaussianKernel):
-    bw, bw_ok = scalar_bandwidth(
+    bw, bw_ok = V.check_bandwidth(
       kern.bandwidth,
       p.dtype,
       name=f"{type(kern).__name__}.bandwidth",
       squared=isinstance(kern, GaussianKernel),
     )
-    kern, ok = type(kern)(bw), both_ok(ok, bw_ok)
+    kern, ok = type(kern)(bw), V.both_ok(ok, bw_ok)
   core = _skce_dynamic if _is_array_pytree(kern) else _skce_static
   out = core(
     p,
@@ -437,5 +377,5 @@ def mmce(
   """
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   p, y = d.neutral()
-  w, w_ok = scalar_bandwidth(bandwidth, p.dtype, squared=False)
-  return V.fold(_mmce_core(p, y, w, d.where), both_ok(d.ok, w_ok))
+  w, w_ok = V.check_bandwidth(bandwidth, p.dtype, squared=False)
+  return V.fold(_mmce_core(p, y, w, d.where), V.both_ok(d.ok, w_ok))

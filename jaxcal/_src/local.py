@@ -41,7 +41,6 @@ from jax.typing import ArrayLike
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _class_weights
-from jaxcal._src.kernel_ce import both_ok, scalar_bandwidth
 from jaxcal._src.numerics import PRECISION
 from jaxcal._src.scores import prepare
 
@@ -216,10 +215,10 @@ def nadaraya_watson(
       if not bool(jax.device_get(jnp.any(wh))):  # a scalar
         raise ValueError("mask selects no neighbours: at least one entry must be True")
     else:
-      ok = both_ok(ok, jnp.any(wh))
+      ok = V.both_ok(ok, jnp.any(wh))
   (f, t), _, _, vals_ok, _ = V.check_arrays({"features": f, "targets": t})
   out = _nw_core(f, t, g, include_self=include_self, mask=wh)
-  return V.fold(out, both_ok(ok, vals_ok))
+  return V.fold(out, V.both_ok(ok, vals_ok))
 
 
 def _nw_core(f, t, bandwidth, *, include_self=False, mask=None, queries=None):
@@ -261,7 +260,7 @@ def _check_bandwidth(bandwidth: ArrayLike, dtype) -> tuple[jax.Array, jax.Array 
   (``gamma >= 1.1e-19`` in float32); raises on concrete values, returns the
   flag ``isfinite(gamma) & (gamma >= smallest)`` for traced ones.
   """
-  return scalar_bandwidth(bandwidth, dtype, squared=True)
+  return V.check_bandwidth(bandwidth, dtype, squared=True)
 
 
 # --------------------------------------------------------------------------

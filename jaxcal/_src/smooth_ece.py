@@ -52,7 +52,6 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _binary_rows, _weights_or_uniform
-from jaxcal._src.kernel_ce import both_ok
 
 __all__ = [
   "smooth_ece",
@@ -363,7 +362,7 @@ def smooth_ece(
     return jnp.zeros(shape, p.dtype)
   vals = _fixed_core(p, y, jnp.maximum(flat, bound), d.where, mode=mode, sizes=_sizes(bound))
   out = vals[:, 0] if w is None else jnp.sum(vals * w, axis=1)
-  return V.fold(out.reshape(shape), both_ok(sig_ok, d.ok))
+  return V.fold(out.reshape(shape), V.both_ok(sig_ok, d.ok))
 
 
 def smooth_ece_bandwidth(
@@ -495,5 +494,5 @@ def smooth_reliability(
     sigma, sizes = s.astype(p.dtype), _sizes(bound)
   t, acc, dens, ce = _reliability_core(p, y, sigma, num_points=num_points, sizes=sizes)
   # the mesh does not depend on the data; everything else is NaN for bad input
-  curves = V.fold((acc, dens, sigma, ce), both_ok(ok, d.ok))
+  curves = V.fold((acc, dens, sigma, ce), V.both_ok(ok, d.ok))
   return SmoothReliability(t, *curves)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -1380,6 +1381,69 @@ def check_num_bins(num_bins: Any, name: str = "num_bins") -> jax.Array | int:
   if not jnp.issubdtype(m.dtype, jnp.integer):
     raise ValueError(f"{name} must have an integer dtype when traced, got {m.dtype}")
   return m.astype(jnp.int32)
+
+
+def smallest_bandwidth(dtype, *, squared: bool) -> float:
+  """The smallest kernel bandwidth computed in ``dtype`` without underflow.
+
+  ``w`` itself must be a normal float (``jnp.finfo(dtype).tiny``, 1.2e-38 in
+  float32: XLA flushes subnormals to 0) for kernels of ``d / w`` (Laplacian,
+  MMCE); ``w**2`` must be one (``sqrt(tiny)``, 1.1e-19 in float32, 1.5e-154
+  in float64) for kernels of ``d / w**2`` (Gaussian). Above it every kernel
+  value is exact, down to the limit ``1[d = 0]``.
+  """
+  tiny = float(jnp.finfo(compute_dtype(dtype)).tiny)
+  return math.sqrt(tiny) if squared else tiny
+
+
+def check_bandwidth(
+  bandwidth: Any, dtype: Any, *, name: str = "bandwidth", squared: bool
+) -> tuple[jax.Array, jax.Array | None]:
+  """A validated scalar kernel bandwidth in ``dtype``, and its traced validity flag.
+
+  (Kernels of the kernel and local calibration errors; the smooth ECE has its
+  own grid-size bound.)
+
+  A concrete bandwidth (a Python or NumPy number, a 0-d array) must be a
+  finite number ``> 0`` (not a bool) and at least :func:`smallest_bandwidth`;
+  otherwise ``ValueError`` naming ``name``. A traced one comes back with the
+  flag ``isfinite(w) & (w >= smallest)`` to fold into the result (NaN), and
+  ``None`` as the flag when it was checked here.
+  """
+  lo = smallest_bandwidth(dtype, squared=squared)
+  if (
+    bandwidth is None
+    or isinstance(bandwidth, (bool, np.bool_, str, bytes))
+    or getattr(bandwidth, "dtype", None) == np.bool_
+  ):
+    raise ValueError(f"{name} must be a finite number > 0, got {bandwidth!r}")
+  if isinstance(bandwidth, (int, float, np.integer, np.floating)):
+    v = check_float_option(bandwidth, name, positive=True)
+    w = jnp.asarray(v, dtype)
+  else:
+    w = as_float(bandwidth, name)
+    if w.ndim != 0:
+      raise ValueError(f"{name} must be a scalar, got shape {tuple(w.shape)}")
+    w = w.astype(dtype)
+    if not is_concrete(w):
+      return w, jnp.isfinite(w) & (w >= lo)
+    v = float(jax.device_get(w))  # a scalar
+    if not (math.isfinite(v) and v > 0):
+      raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+  if v < lo:
+    what = "its square underflows" if squared else "it is not a normal float"
+    raise ValueError(
+      f"{name} = {v:.3g} is below the smallest supported bandwidth {lo:.3g} "
+      f"in {jnp.dtype(dtype).name} ({what}); pass a larger {name}"
+    )
+  return w, None
+
+
+def both_ok(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:
+  """The conjunction of two validity flags (``None``: checked eagerly, true)."""
+  if a is None:
+    return b
+  return a if b is None else a & b
 
 
 def check_flag(value: Any, name: str) -> bool:
