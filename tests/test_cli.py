@@ -41,10 +41,12 @@ def test_report_text_json_and_figures(small_file, tmp_path, capsys):
   for name in ("reliability", "bin_robustness", "utility_ecdf"):
     assert (out / f"{name}.png").stat().st_size > 10_000
     assert (out / f"{name}.svg").exists()
-  # --format json prints the same report (rounded) and nothing else
-  assert cli.main(argv + ["--format", "json", "--figures", "png"]) == 0
-  printed = json.loads(capsys.readouterr().out)
-  assert printed["metrics"].keys() == rep["metrics"].keys()
+  # --format md prints every section as markdown tables
+  assert cli.main(argv + ["--format", "md", "--figures", "png"]) == 0
+  text = capsys.readouterr().out
+  for heading in ("| metric |", "Errors across the bin count", "Utility calibration UC", "Brier"):
+    assert heading in text
+  assert "| classwise |" in text and "| linear | 32 |" in text
 
 
 def test_recalibrate_and_sweep(tmp_path, capsys):
@@ -203,20 +205,12 @@ def test_recalibrate_refuses_to_fit_and_score_on_the_same_samples(small_file, tm
 def test_a_missing_split_is_named_not_claimed(small_file, tmp_path, capsys):
   out = tmp_path / "rep"
   argv = ["report", str(small_file), "--out", str(out), "--utilities", "0", "--resamples", "0"]
-  assert cli.main(argv + ["--split", "val", "--figures", "png"]) == 0
-  text = capsys.readouterr().out
-  assert "resnet.npz (no 'val' split: the file's one data set)" in text
-  assert "resnet.npz (val)" not in text
-
-
-def test_markdown_report_has_every_section(small_file, tmp_path, capsys):
-  out = tmp_path / "rep"
-  argv = ["report", str(small_file), "--out", str(out), "--utilities", "16", "--resamples", "10"]
-  assert cli.main(argv + ["--format", "md", "--figures", "png"]) == 0
-  text = capsys.readouterr().out
-  for heading in ("| metric |", "Errors across the bin count", "Utility calibration UC", "Brier"):
-    assert heading in text
-  assert "| classwise |" in text and "| linear | 16 |" in text
+  # --format json prints the same report (rounded) as report.json, and nothing else
+  assert cli.main(argv + ["--split", "val", "--figures", "png", "--format", "json"]) == 0
+  printed = json.loads(capsys.readouterr().out)
+  rep = json.loads((out / "report.json").read_text())
+  assert printed["metrics"].keys() == rep["metrics"].keys()
+  assert printed["input"]["source"] == "resnet.npz (no 'val' split: the file's one data set)"
 
 
 def test_version_and_the_method_list_of_the_help(capsys):
