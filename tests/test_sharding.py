@@ -58,7 +58,9 @@ def _run(path, out, devices):
   return dict(np.load(out))
 
 
-@pytest.mark.parametrize("devices", [4, 8])
+@pytest.mark.parametrize(
+  "devices", [4, pytest.param(8, marks=pytest.mark.slow)]
+)  # 8: CI has 2 cores
 def test_sharded_equals_one_device(data, tmp_path, devices):
   z, y, path = data
   got = _run(path, tmp_path / "out.npz", devices)
