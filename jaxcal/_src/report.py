@@ -937,14 +937,17 @@ OUTSIDE_NOTE = (
 )
 
 
+def _interval_cell(e: dict) -> str:
+  """``estimate [lo, hi]`` of one metric entry, marked † when the estimate lies outside."""
+  val = format_interval(e["estimate"], e.get("lo"), e.get("hi"))
+  return val + " †" if e.get("estimate_outside_interval") else val
+
+
 def _metric_rows(entries: Mapping[str, dict]) -> list[tuple[str, str, str]]:
   rows = []
   for lab, e in entries.items():
     mark = "*" if e.get("truthful") else ""
-    val = format_interval(e["estimate"], e.get("lo"), e.get("hi"))
-    if e.get("estimate_outside_interval"):
-      val += " †"
-    rows.append((lab + mark, val, _desc(lab)))
+    rows.append((lab + mark, _interval_cell(e), _desc(lab)))
   return rows
 
 
@@ -1068,15 +1071,7 @@ def format_markdown(rep: dict) -> str:
     out.append("|---" * (len(labs) + 1) + "|")
     for model in rep["metrics"]:
       e = rep["metrics"][model]
-      out.append(
-        f"| {model} | "
-        + " | ".join(
-          format_interval(e[x]["estimate"], e[x].get("lo"), e[x].get("hi"))
-          + (" †" if e[x].get("estimate_outside_interval") else "")
-          for x in labs
-        )
-        + " |"
-      )
+      out.append(f"| {model} | " + " | ".join(_interval_cell(e[x]) for x in labs) + " |")
     if any(_any_outside(e) for e in rep["metrics"].values()):
       out += ["", OUTSIDE_NOTE + "."]
     for block in rep["rank_stability"]:
