@@ -700,6 +700,54 @@ def test_by_rows_on_blocks_equals_the_whole():
   assert d._replace(from_logits=False).probs() is d.scores
 
 
+_FUSED = {
+  "conf_ece logits, 3 bin counts": (
+    metrics.conf_ece,
+    {"num_bins": np.array([1, 7, 15]), "from_logits": True},
+  ),
+  "conf_ce_corr quantile where": (metrics.conf_ce_corr, {"where": np.arange(300) % 3 > 0}),
+  "classwise_ece weighted": (metrics.classwise_ece, {"class_weights": np.arange(1.0, 6.0)}),
+  "ecce": (metrics.ecce, {}),
+  "brier per sample": (scores.brier, {"per_sample": True}),
+}
+
+
+@pytest.mark.parametrize("name", list(_FUSED))
+def test_small_eager_call_runs_its_checks_in_the_metric_program(name, monkeypatch):
+  # Under SMALL_BYTES the eager call is one program (row stage, metric and
+  # value checks) on the caller's host arrays; above it (SMALL_BYTES = 0
+  # here) the row stage is a program of its own on device copies. Same
+  # values, same errors, the caller's arrays untouched, the result computed
+  # before the call returns.
+  fn, kw = _FUSED[name]
+  rng = np.random.default_rng(5)
+  z = (rng.standard_normal((300, 5)) * 2).astype(np.float32)
+  p = (np.exp(z) / np.exp(z).sum(1, keepdims=True)).astype(np.float32)
+  x = z if kw.get("from_logits") else p
+  y = rng.integers(0, 5, 300)  # int64: narrowed on the host
+  before = x.copy()
+  d = V.check_predictions(x, y, defer=True, borrow=True)
+  assert V.small(d) and isinstance(d.labels, np.ndarray)
+  got = fn(x, y, **kw)
+  assert got.is_ready()
+  np.testing.assert_array_equal(x, before)
+  monkeypatch.setattr(V, "SMALL_BYTES", 0)
+  assert not V.small(V.check_predictions(x, y, defer=True))
+  np.testing.assert_allclose(np.asarray(got), np.asarray(fn(x, y, **kw)), rtol=1e-6, atol=1e-9)
+  np.testing.assert_allclose(
+    np.asarray(got), np.asarray(jax.jit(lambda a, b: fn(a, b, **kw))(x, y)), rtol=2e-6
+  )
+  bad = x.copy()
+  bad[11, 2] = np.nan
+  msg = r"non-finite.*the first is row 11, column 2"
+  for size in (0, 1 << 20):  # staged, then one program
+    monkeypatch.setattr(V, "SMALL_BYTES", size)
+    with pytest.raises(ValueError, match=msg):
+      fn(bad, y, **kw)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 5\).*labels\[4\] = 7"):
+      fn(x, np.where(np.arange(300) == 4, 7, y), **kw)
+
+
 def test_run_checked_waits_for_a_computation_on_borrowed_scores():
   # Without the wait a slow program would still be running (and reading the
   # caller's buffer) when run_checked returns.

@@ -25,8 +25,8 @@ them alike) and the median is reported; the first call of each jaxcal
 contender after ``jax.clear_caches()`` (tracing and compilation included) is
 reported beside it. Results are checked against each other (relative
 difference). At the small size the ``conf_ece`` call is also split into its
-phases (:func:`phases`): Python checks and placement, and each of its three
-programs alone.
+phases (:func:`phases`): Python checks and placement, and its one program
+against the same work as three programs.
 
   python experiments/bench/single_call.py           # writes results/single_call.json
   python experiments/bench/single_call.py --quick   # 5 rounds, single_call_quick.json
@@ -183,19 +183,21 @@ def phases(p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
 
   * ``public call``: the whole call on numpy input, read back with ``float``;
   * ``python checks + placement``: ``check_predictions`` on the numpy
-    arrays (shape/dtype checks, the labels' ``jax.device_put``; the
-    probabilities, under 1 MiB, are lent to the programs as they are);
+    arrays (shape/dtype checks and the labels' narrowing on the host; under
+    1 MiB the arrays go to the program as they are);
   * ``python checks only``: the same on device arrays;
-  * ``value checks``, ``top label`` and ``binning``: each of the call's
-    three jitted programs alone, on the arguments the call gives them
-    (dispatch, the transfer of a lent host array, and compute);
-  * ``three programs`` against ``one program``: the three dispatched back to
-    back and read back once (as the call does), against one program built
-    here that computes all three (what merging them would save);
+  * ``one program``: the call's one jitted program alone (top label,
+    binning and value checks; dispatch, the transfer of the host arrays,
+    compute and the read-back of its flags), on the arguments the call
+    gives it;
+  * ``three programs``: the same work staged as the call staged it before
+    2026-11-24 and still does above 1 MiB (top label, binning, value
+    checks as programs of their own; the labels on the device), dispatched
+    back to back and read back once;
   * ``numpy by hand``: the reference.
 
   What the phases do not add up to is the rest of the Python around them
-  (bin-count checks, dispatch bookkeeping, the read-back).
+  (bin-count checks, dispatch bookkeeping).
   """
   from jaxcal._src import calibration_errors as CE
   from jaxcal._src import validation as V
@@ -203,40 +205,30 @@ def phases(p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
   d = V.check_predictions(p, y, defer=True, borrow=True)
   pend = d.pending
   spec = V._anonymous(pend.spec)
-  rows = CE._row_stage(CE._top_label, False)
-  top = rows(d.scores, d.labels)
-  agg = CE._compiled(
-    CE._conf_from_scores, False, 0, False, True, max_bins=M, binning="fixed", kind="ece", norm="l1"
-  )
   m = np.asarray(M, np.int32)
+  static = {"max_bins": M, "binning": "fixed", "kind": "ece", "norm": "l1"}
+  whole = CE._compiled(CE._conf_from_scores, False, 0, False, False, rows=CE._top_label, **static)
+  rows = CE._row_stage(CE._top_label, False)
+  agg = CE._compiled(CE._conf_from_scores, False, 0, False, True, **static)
   pd, yd = jax.device_put(p), jax.device_put(y)
-
-  @jax.jit
-  def merged(x, labels, m):
-    ok, _ = V._ok(spec, (x,), labels, None, None)
-    c, z = CE._top_label(x, labels)
-    return CE._conf_from_scores(c, z, m, binning="fixed", max_bins=M, kind="ece", norm="l1"), ok
-
-  def three():
-    out = agg(rows(d.scores, d.labels), None, None, m)
-    jax.device_get(V._ok_jit(spec, pend.xs, pend.y, pend.where, pend.w))
-    return float(out)
-
-  whole = d.scores.parts[0] if d.borrowed else d.scores  # lent whole on the CPU
+  labels = jax.device_put(np.asarray(d.labels))
 
   def one():
-    out, ok = jax.device_get(merged(whole, d.labels, m))
+    out, flags = V._with_checks(whole, spec, (d.scores, d.labels, None, m), *pend[1:5])
+    jax.device_get(flags)
+    return float(out)
+
+  def three():
+    out = agg(rows(d.scores, labels), None, None, m)
+    jax.device_get(V._ok_jit(spec, pend.xs, labels, pend.where, pend.w))
     return float(out)
 
   contenders = {
     "public call": lambda: float(metrics.conf_ece(p, y, M)),
     "python checks + placement": lambda: V.check_predictions(p, y, defer=True, borrow=True).scores,
     "python checks only": lambda: V.check_predictions(pd, yd, defer=True, borrow=True).scores,
-    "value checks (program)": lambda: V._ok_jit(spec, pend.xs, pend.y, pend.where, pend.w),
-    "top label (program)": lambda: rows(d.scores, d.labels),
-    "binning (program)": lambda: agg(top, None, None, m),
-    "three programs": three,
     "one program": one,
+    "three programs": three,
     "numpy by hand": lambda: np_conf_ece(p, y),
   }
   timing = interleaved(contenders, rounds)
