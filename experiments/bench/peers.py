@@ -34,7 +34,11 @@ cores with them (jaxcal's ``conf_ece`` at n = 100,000 took 11.1 ms right
 after torchmetrics and 7.8 ms right after numpy; numpy, single-threaded,
 8.2 ms either way). A pause instead would time every threaded contestant
 waking its parked threads (torchmetrics at n = 10,000, C = 10: 12 ms after a
-10 ms pause, 0.6 ms otherwise).
+10 ms pause, 0.6 ms otherwise). At n = 10,000 one untimed call (0.5 ms) does
+not outlast the previous contestant's spinning threads, so the untimed calls
+go on for at least ``--settle-ms`` (default 5 ms): with one call only,
+jaxcal's ``conf_ece`` took 0.74 ms and torchmetrics' 0.54 ms; with 5 ms of
+calls, 0.61 and 0.42 ms (2026-11-24, same machine, minutes apart).
 
 Ratios are ``peer median / jaxcal public-call median`` (> 1: jaxcal faster).
 Peers that are not installed are listed as skipped. Install them with
@@ -88,14 +92,15 @@ def load(name, split="test"):
   return np.load(d / f"{split}_logits.npy"), np.load(d / f"{split}_labels.npy")
 
 
-SETTLE = 1  # untimed calls of a contestant before each timed one (``--settle``)
+SETTLE = 1  # untimed calls of a contestant before each timed one (``--settle``) ...
+SETTLE_MS = 5.0  # ... and more of them until this many ms have passed (``--settle-ms``)
 
 
 def interleaved(contestants: dict[str, Callable], repeat: int) -> dict:
   """Warm-up call each (timed: first call), then ``repeat`` round-robin rounds.
 
-  In each round a contestant makes :data:`SETTLE` untimed calls before its
-  timed one (see the module docstring: the previous contestant's spinning
+  In each round a contestant makes :data:`SETTLE` untimed calls, and more
+  until :data:`SETTLE_MS` have passed, before its timed one (see the module docstring: the previous contestant's spinning
   threads must not slow it).
   """
   out = {}
@@ -105,8 +110,10 @@ def interleaved(contestants: dict[str, Callable], repeat: int) -> dict:
     out[name] = {"first_s": time.perf_counter() - t0, "times_s": [], "value": _value(val)}
   for _ in range(repeat):
     for name, fn in contestants.items():
-      for _ in range(SETTLE):
+      t0, calls = time.perf_counter(), 0
+      while calls < SETTLE or (time.perf_counter() - t0) * 1e3 < SETTLE_MS:
         _block(fn())
+        calls += 1
       t0 = time.perf_counter()
       _block(fn())
       out[name]["times_s"].append(time.perf_counter() - t0)
@@ -381,15 +388,22 @@ def ets_scipy(z, y):
 
 
 def main(argv=None) -> dict:
-  global SETTLE
+  global SETTLE, SETTLE_MS
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--repeat", type=int, default=5)
   ap.add_argument("--quick", action="store_true", help="small sizes (the test suite)")
   ap.add_argument("--settle", type=int, default=SETTLE, help="untimed calls before each timed call")
+  ap.add_argument(
+    "--settle-ms",
+    type=float,
+    default=SETTLE_MS,
+    help="and more untimed calls until this many ms have passed",
+  )
   ap.add_argument("--part", choices=["all", "single", "measures"], default="all")
   args = ap.parse_args(argv)
   repeat = 2 if args.quick else args.repeat
   SETTLE = 0 if args.quick else args.settle
+  SETTLE_MS = 0.0 if args.quick else args.settle_ms
   info = device_info()
   versions = {}
   for mod in ("sklearn", "relplot", "netcal", "torchmetrics", "torch", "betacal", "calibration"):
@@ -399,7 +413,13 @@ def main(argv=None) -> dict:
     else:
       versions[mod] = None
   print(f"load at start {info.get('load_avg_at_start')}; peers {versions}", flush=True)
-  result = {"peers": versions, "repeat": repeat, "settle_calls": SETTLE, **info}
+  result = {
+    "peers": versions,
+    "repeat": repeat,
+    "settle_calls": SETTLE,
+    "settle_ms": SETTLE_MS,
+    **info,
+  }
   if args.part in ("all", "single"):
     result["single_call"] = part_single(args, repeat)
   if args.part in ("all", "measures"):
