@@ -10,10 +10,11 @@ Two tiers, as in chex/optax, plus an opt-in third:
   jitted reduction per call that returns two scalars (all good? how many
   samples?). With ``check_predictions(..., defer=True)`` and
   :func:`run_checked` (the top-label, class-wise and ECCE errors and the
-  scores) the metric's program is dispatched first and both are read back
-  with one wait (one program: the checks run inside the metric's); the top-label errors and the scores also read a host float
-  matrix on the CPU in place (``borrow=True``) instead of copying it. On an eager call
-  the entry point reads those scalars and, only
+  scores) the checks run inside the metric's own program and their two
+  scalars are read back with one wait; the top-label errors and the scores
+  also read a host float matrix on the CPU in place (``borrow=True``)
+  instead of copying it. On an eager call the entry point reads those
+  scalars and, only
   when something is wrong, runs a second jitted reduction that finds the
   number of bad rows, the first bad index and an example value, and raises a
   ``ValueError`` naming the argument, the problem and the fix. No ``(n,)`` or
