@@ -177,10 +177,13 @@ def test_report_on_a_folder_of_models_compares_rankings(tmp_path, capsys):
   argv = ["report", str(folder), "--out", str(out), "--resamples", "5", "--figures", "png"]
   assert cli.main(argv + ["--format", "md"]) == 0
   text = capsys.readouterr().out
-  assert "| model |" in text and "T0.5" in text
+  assert "| model |" in text and "T0.5" in text and "smECE" in text
   rep = json.loads((out / "report.json").read_text())
   assert set(rep["metrics"]) == {"T0.5", "T1.0", "T2.0"}
-  assert rep["rank_stability"] and (out / "rank_stability_C10_n600.png").exists()
+  assert all("lo" in rep["metrics"][m]["smECE"] for m in rep["metrics"])  # intervals per model
+  (group,) = rep["rank_stability"]
+  assert "ConfCE(qua)" in group["errors"]
+  assert (out / "rank_stability_C10_n600.png").exists()
 
 
 def test_sweep_markdown_and_json(capsys, tmp_path):

@@ -154,6 +154,13 @@ def test_rank_stability_matches_scipy():
       assert r[i, j] == pytest.approx(want, abs=1e-5)
 
 
+def test_a_comparison_needs_two_models(small):
+  x, y = small
+  with pytest.raises(ValueError, match="two models"):
+    report.compare_report({"a": (x[:50], y[:50])})
+
+
+@pytest.mark.slow  # twin: test_cli's report on a folder of models (same checks, through the CLI)
 def test_compare_report_of_tempered_models(small, tmp_path):
   x, y = small
   ms = {f"T={t}": (x[:500] / t, y[:500]) for t in (0.5, 1.0, 2.0)}
