@@ -163,8 +163,8 @@ def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1", where=None):
 
   ``where``: optional ``(n,)`` bool sample mask; masked-out samples are
   treated exactly as if absent (``n`` becomes the number of True entries).
-  The public calls run the same two steps as two programs (:func:`_run`
-  with ``rows=_top_label``).
+  The public calls run the same two steps as two programs above 1 MiB of
+  scores, as one below (:func:`_run` with ``rows=_top_label``).
   """
   c, z = _top_label(p, y)
   return _conf_from_scores(
