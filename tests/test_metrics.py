@@ -514,15 +514,18 @@ def test_where_reliability_core(binning):
       np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-7)
 
 
-def test_top_label_without_n_by_c_temporary():
+@pytest.mark.parametrize("c", [10, 16, 17, 100])
+def test_top_label_without_n_by_c_temporary(c):
   # The top label (ties toward the lowest index, as jnp.argmax) and the
-  # correctness bit are reduced over column chunks: same values as argmax,
-  # and XLA allocates no temporary of the input's size (the plain
+  # correctness bit are reduced over column chunks (jnp.argmax itself up to
+  # ARGMAX_MAX_CLASSES = 16 classes): same values as argmax, and XLA
+  # allocates no temporary of the input's size (the plain
   # min(where(p == max, iota, C)) writes an int32 (n, C) one).
   from jaxcal._src import calibration_errors as CE
 
+  assert CE.ARGMAX_MAX_CLASSES == 16
   rng = np.random.default_rng(5)
-  n, c = 4096, 100  # 4 column chunks, the last one partial
+  n = 4096  # C = 100: 4 column chunks, the last one partial
   p = np.round(rng.random((n, c)) * 8).astype(np.float32) / 8  # many ties at the max
   y = rng.integers(-1, c + 1, n)  # out-of-range labels are never correct
   pd, yd = jnp.asarray(p), jnp.asarray(y, jnp.int32)

@@ -115,6 +115,11 @@ def _confidence_parts(p: jax.Array) -> tuple[jax.Array, jax.Array]:
   return r, c
 
 
+#: Up to this many classes :func:`_correct` takes ``jnp.argmax`` (XLA:CPU's
+#: variadic reduction is faster than the tie test on narrow rows only).
+ARGMAX_MAX_CLASSES = 16
+
+
 def _correct(p: jax.Array, y: jax.Array, c: jax.Array) -> jax.Array:
   """``[argmax p == y]`` (bool) given ``c = max p``, without an ``(n, C)`` temporary.
 
@@ -122,11 +127,17 @@ def _correct(p: jax.Array, y: jax.Array, c: jax.Array) -> jax.Array:
   rule): ``y`` is the top label iff ``p_y == c`` and no column before ``y``
   attains ``c``. One gather and a tie test reduced over column chunks
   (:func:`~jaxcal._src.numerics.row_reduce`); an ``argmin`` over
-  ``where(p == c, iota, C)`` writes an int32 ``(n, C)`` array on XLA:CPU,
-  and ``argmax``'s variadic reduction is 4x slower. Out-of-range labels are
+  ``where(p == c, iota, C)`` writes an int32 ``(n, C)`` array on XLA:CPU.
+  ``argmax``'s variadic reduction is the faster one up to
+  :data:`ARGMAX_MAX_CLASSES` classes (at ``n = 10^4``: 130 against 143 us
+  for ``C = 10``, 120 against 142 us for ``C = 16``) and much slower from
+  ``C = 32`` (652 against 154 us; 21 against 4.1 ms at ``n = 10^5``,
+  ``C = 100``), so the class count (static) picks. Out-of-range labels are
   never correct.
   """
   num_classes = p.shape[-1]
+  if num_classes <= ARGMAX_MAX_CLASSES:
+    return jnp.argmax(p, axis=-1) == y
   py = jnp.take_along_axis(p, jnp.clip(y, 0, num_classes - 1)[..., None], axis=-1)[..., 0]
   before = row_reduce(lambda v, r: (v == c[..., None]) & (r < y[..., None]), p, "any")
   return (py == c) & ~before & (y >= 0) & (y < num_classes)
