@@ -589,6 +589,7 @@ def _problems(spec, xs, y, where, w) -> list[_Problem]:
 _problems_jit = jax.jit(_problems, static_argnums=0)
 
 
+@functools.lru_cache(maxsize=1024)
 def _anonymous(spec: _Spec) -> _Spec:
   """``spec`` without argument names: the compiled checks do not depend on them,
   so one program serves ``labels`` and ``y``, ``probs`` and ``inputs``, ..."""
@@ -632,7 +633,10 @@ def _read_checks(flags, inputs: Callable[[], tuple]) -> int:
   On a failed check, raises the first problem of ``inputs()`` (``(spec, xs,
   y, where, w)``, built only then) as a ``ValueError``.
   """
-  ok, count = jax.device_get(flags)
+  if isinstance(flags, jax.Array):  # packed [ok, count] (:func:`_with_checks`)
+    ok, count = np.asarray(flags).tolist()
+  else:
+    ok, count = jax.device_get(flags)
   if not ok:
     _raise_first_problem(*inputs())
   return int(count)
@@ -676,7 +680,7 @@ SMALL_BYTES = 1 << 20
 
 
 def _nbytes(xs: tuple) -> int:
-  return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in xs)
+  return sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in xs)
 
 
 def small(d: Checked) -> bool:
@@ -690,8 +694,9 @@ def small(d: Checked) -> bool:
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _with_checks(fn, spec, args, xs, y, where, w):
-  """``fn(*args)`` and the value checks' ``(ok, count)`` as one program."""
-  return fn(*args), _ok(spec, xs, y, where, w)
+  """``fn(*args)`` and the value checks' ``[ok, count]`` (one int32 pair: one read) as one program."""
+  ok, count = _ok(spec, xs, y, where, w)
+  return fn(*args), jnp.stack([jnp.asarray(ok, jnp.int32), jnp.asarray(count, jnp.int32)])
 
 
 def run_checked(d: Checked, fn: Callable, *args: Any) -> tuple[Any, Any]:
