@@ -577,9 +577,15 @@ def _checks(spec: _Spec) -> list[tuple[str, Callable]]:
   return out
 
 
+def _ok_pair(spec, xs, y, where, w) -> jax.Array:
+  """:func:`_ok`'s ``(ok, count)`` as one int32 pair ``[ok, count]`` (one read back)."""
+  ok, count = _ok(spec, xs, y, where, w)
+  return jnp.stack([jnp.asarray(ok, jnp.int32), jnp.asarray(count, jnp.int32)])
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _ok_jit(spec, xs, y, where, w):
-  return _ok(spec, xs, y, where, w)
+  return _ok_pair(spec, xs, y, where, w)
 
 
 def _problems(spec, xs, y, where, w) -> list[_Problem]:
@@ -628,15 +634,12 @@ def _validate(spec: _Spec, xs=(), y=None, where=None, w=None) -> tuple[jax.Array
 
 
 def _read_checks(flags, inputs: Callable[[], tuple]) -> int:
-  """Reads :func:`_ok_jit`'s ``(ok, count)`` back: the count of selected samples.
+  """Reads :func:`_ok_pair`'s ``[ok, count]`` back: the count of selected samples.
 
   On a failed check, raises the first problem of ``inputs()`` (``(spec, xs,
   y, where, w)``, built only then) as a ``ValueError``.
   """
-  if isinstance(flags, jax.Array):  # packed [ok, count] (:func:`_with_checks`)
-    ok, count = np.asarray(flags).tolist()
-  else:
-    ok, count = jax.device_get(flags)
+  ok, count = np.asarray(flags).tolist()
   if not ok:
     _raise_first_problem(*inputs())
   return int(count)
@@ -680,7 +683,7 @@ SMALL_BYTES = 1 << 20
 
 
 def _nbytes(xs: tuple) -> int:
-  return sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in xs)
+  return sum(a.nbytes for a in xs)
 
 
 def small(d: Checked) -> bool:
@@ -694,9 +697,8 @@ def small(d: Checked) -> bool:
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _with_checks(fn, spec, args, xs, y, where, w):
-  """``fn(*args)`` and the value checks' ``[ok, count]`` (one int32 pair: one read) as one program."""
-  ok, count = _ok(spec, xs, y, where, w)
-  return fn(*args), jnp.stack([jnp.asarray(ok, jnp.int32), jnp.asarray(count, jnp.int32)])
+  """``fn(*args)`` and the value checks' ``[ok, count]`` (:func:`_ok_pair`) as one program."""
+  return fn(*args), _ok_pair(spec, xs, y, where, w)
 
 
 def run_checked(d: Checked, fn: Callable, *args: Any) -> tuple[Any, Any]:
@@ -1382,7 +1384,7 @@ def looks_like_probs(x: Any) -> bool:
   except ValueError:
     return False
   spec = _Spec(xs=(_Arr("probs", "scores", 2, simplex_atol(arr.dtype)),))
-  ok, _ = jax.device_get(_ok_jit(_anonymous(spec), (arr,), None, None, None))
+  ok, _ = np.asarray(_ok_jit(_anonymous(spec), (arr,), None, None, None)).tolist()
   return bool(ok)
 
 
