@@ -429,7 +429,7 @@ def fit_arrays(
   method: str,
   on: Literal["probs", "logits"],
   require_all_classes: bool = False,
-) -> tuple[jax.Array, jax.Array]:
+) -> tuple[jax.Array, jax.Array, jax.Array | None]:
   """The arrays a fit works on: ``(x, onehot, ok)`` for a validated calibration split.
 
   :func:`prepare_fit`, then ``x`` = the probabilities (``on="probs"``:
