@@ -110,6 +110,70 @@ def test_messages_name_the_argument_count_first_index_and_value():
     scores.log_loss(np.array([[0.0, 1.0], [1.0, 2.0], [0.0, np.inf]]), Y, from_logits=True)
 
 
+@pytest.mark.parametrize("c", [1, 2, 3, 17, 32, 33, 100])
+def test_row_sum_min_matches_a_float64_reference(c):
+  from jaxcal._src.numerics import NARROW_ROW, row_sum_min
+
+  assert NARROW_ROW == 32  # c = 32 and 33 lie on both sides of the switch
+  rng = np.random.default_rng(c)
+  x = rng.normal(size=(37, c)).astype(np.float32)
+  x[5, c // 2] = np.nan
+  x[9, 0] = -np.inf
+  s, lo = jax.jit(row_sum_min)(x)
+  ref64 = x.astype(np.float64)
+  np.testing.assert_allclose(s, ref64.sum(1), rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(lo, x.min(1))  # NaN where the row holds one
+  assert np.isnan(s[5]) and np.isnan(lo[5]) and s[9] == -np.inf
+  s16, lo16 = row_sum_min(jnp.asarray(x, jnp.bfloat16), jnp.float32)
+  assert s16.dtype == jnp.float32 and lo16.dtype == jnp.bfloat16
+
+
+def _rows_near_the_bounds(c, tol):
+  """A valid (n, c) matrix and single-row edits at the simplex check's bounds."""
+  p = np.full((40, c), 1.0 / c, np.float32)
+  neg, over = p.copy(), p.copy()
+  neg[3, :2] = [-tol / 2, 2.0 / c + tol / 2]  # an entry below 0 within tol: valid
+  over[7, :3] = [1 + 1.5 * tol, -0.75 * tol, -0.75 * tol]  # sums to 1, an entry > 1 + tol
+  over[7, 3:] = 0.0
+  low, off, nan, inf = (p.copy() for _ in range(4))
+  low[11, :2] = [-2 * tol, 2.0 / c + 2 * tol]  # sums to 1, an entry below -tol
+  off[13, 0] += 2 * tol  # a row sum off by 2 tol
+  nan[17, c - 1] = np.nan
+  inf[19, 0] = np.inf
+  return p, {"neg": neg, "over": over, "low": low, "off": off, "nan": nan, "inf": inf}
+
+
+@pytest.mark.parametrize("c", [3, 10, 32, 33, 100])
+def test_simplex_check_at_its_bounds(c):
+  # Both forms of the row check (one tree pass for narrow rows, two reductions
+  # for wide ones) accept and refuse the same rows, eagerly, under jit (NaN)
+  # and in checked mode; masked-out rows are not checked.
+  tol = V.simplex_atol(jnp.float32)
+  p, bad = _rows_near_the_bounds(c, tol)
+  y = np.arange(40) % c
+  f = jax.jit(lambda q, y: scores.brier(q, y))
+  assert np.isfinite(float(scores.brier(bad["neg"], y))) and np.isfinite(float(f(bad["neg"], y)))
+  messages = {
+    "over": r"must lie in \[0, 1\]",
+    "low": r"must lie in \[0, 1\]",
+    "off": "sum to 1",
+    "nan": "non-finite",
+    "inf": "non-finite",
+  }
+  for key, msg in messages.items():
+    with pytest.raises(ValueError, match=msg):
+      scores.brier(bad[key], y)
+    with pytest.raises(ValueError, match=msg):
+      jaxcal.checked(f)(bad[key], y)
+    # under jit the branch-free test: an entry in (1 + tol, 1 + C tol] of a row
+    # summing to one passes there (documented), every other problem gives NaN
+    assert np.isnan(float(f(bad[key], y))) == (key != "over"), key
+    rows = np.ones(40, bool)
+    rows[[7, 11, 13, 17, 19]] = False
+    masked = float(scores.brier(bad[key], y, where=rows))
+    assert masked == pytest.approx(float(scores.brier(p[rows], y[rows])), rel=1e-6)
+
+
 def test_checked_mode_gives_the_eager_message():
   bad = P * 0.5
   with pytest.raises(ValueError) as eager:

@@ -7,7 +7,9 @@ move a kernel-based LCE by 1 % and to break agreement with float64
 references. ``tests/test_precision.py`` checks the source for it.
 
 :func:`row_reduce` is how a reduction over classes of a computed ``(n, C)``
-quantity is written without an ``(n, C)`` temporary. :func:`map_batches` is
+quantity is written without an ``(n, C)`` temporary, and :func:`row_sum_min`
+how the row sums and row minima of a probability matrix are found in one
+pass where the rows are narrow. :func:`map_batches` is
 ``jax.lax.map`` in batches with one compiled body (bootstrap resamples, rank
 correlations, kernel predictions). :class:`RowBlocks` and :func:`by_rows` let a
 computation that works row by row (a softmax, the top label, a per-sample
@@ -30,6 +32,7 @@ __all__ = [
   "join_rows",
   "map_batches",
   "row_reduce",
+  "row_sum_min",
 ]
 
 #: Full float32 products on every backend (no TF32 on GPU, no bf16 passes on TPU).
@@ -40,6 +43,10 @@ PRECISION = jax.lax.Precision.HIGHEST
 #: a tree of reduce-windows whose input is first written out whole (an
 #: ``(n, C)`` temporary for a reduction over classes, and a pass over it).
 ROW_CHUNK = 32
+
+#: Rows of at most this many entries are summed and minimised by
+#: :func:`row_sum_min` as a pairwise tree over their columns.
+NARROW_ROW = 32
 
 
 def row_reduce(fn: Callable, x: jax.Array, op: str = "sum") -> jax.Array:
@@ -72,6 +79,55 @@ def row_reduce(fn: Callable, x: jax.Array, op: str = "sum") -> jax.Array:
     part = reduce(fn(x[..., a : a + ROW_CHUNK], cols), axis=-1)
     out = part if out is None else combine(out, part)
   return out
+
+
+def _pairwise(values: list[jax.Array], op: Callable) -> jax.Array:
+  """``op`` over ``values`` as a balanced tree (``log2`` depth, as a sum should be)."""
+  while len(values) > 1:
+    values = [
+      op(*values[i : i + 2]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)
+    ]
+  return values[0]
+
+
+def row_sum_min(x: jax.Array, dtype: Any = None) -> tuple[jax.Array, jax.Array]:
+  """Sums and minima over the last axis, in one pass over ``x`` where rows are narrow.
+
+  ``s_i = sum_r x_ir`` (accumulated in ``dtype``) and ``lo_i = min_r x_ir``,
+  NaN wherever the row holds a NaN. For at most :data:`NARROW_ROW` columns
+  both are pairwise trees over the column slices, which XLA:CPU computes in
+  one loop over the rows; wider rows use the library reductions (one pass
+  each, fast there). Measured on 2 CPU cores (jit, float32, the simplex
+  check of ``n`` rows, 2026-11-24):
+
+  ======  ===  ==============  =============
+  n       C    two reductions  one tree pass
+  ======  ===  ==============  =============
+  10^5    10   371 us          140 us
+  10^5    32   484 us          407 us
+  10^5    48   547 us          606 us
+  10^6    10   3.2 ms          1.2 ms
+  ======  ===  ==============  =============
+
+  Args:
+    x: ``(..., C)`` array.
+    dtype: accumulation dtype of the sums (default ``x.dtype``); the minima
+      keep ``x``'s dtype.
+
+  Returns:
+    ``(s, lo)``, each of shape ``x.shape[:-1]``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> s, lo = row_sum_min(jnp.array([[0.25, 0.75], [1.5, -0.5]]))
+    >>> s.tolist(), lo.tolist()
+    ([1.0, 1.0], [0.25, -0.5])
+  """
+  acc = x.dtype if dtype is None else dtype
+  if x.shape[-1] > NARROW_ROW:
+    return jnp.sum(x, axis=-1, dtype=acc), jnp.min(x, axis=-1)
+  cols = [x[..., r] for r in range(x.shape[-1])]
+  return _pairwise([c.astype(acc) for c in cols], jnp.add), _pairwise(cols, jnp.minimum)
 
 
 def map_batches(f: Callable, xs: Any, batch_size: int) -> Any:

@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-from jaxcal._src.numerics import RowBlocks, by_rows
+from jaxcal._src.numerics import RowBlocks, by_rows, row_sum_min
 
 __all__ = [
   "SIMPLEX_ATOL",
@@ -390,28 +390,34 @@ def _label_bad(spec: _Spec, y: jax.Array) -> jax.Array:
 def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
   """Validity of one array, cheapest sufficient conditions first.
 
-  Probabilities: rows summing to one within ``tol`` and no negative entry
-  imply every entry lies in ``[0, 1 + tol]``, so a valid input costs one row
-  sum and one minimum; the exact bounds (``lax.cond``) run only when an entry
-  is negative. With ``complete=False`` (the NaN folded into a result under
-  ``jit``) the row sums and the minimum are checked, without the branch:
-  non-finite values, rows off the simplex and entries below ``-tol`` (so
-  every entry is at most ``1 + C·tol``); an entry in ``(1 + tol, 1 + C·tol]``
-  whose row still sums to one within ``tol`` is caught only eagerly and in
-  checked mode.
+  Probabilities: rows summing to one within ``tol`` and no entry below
+  ``-tol`` imply every entry lies in ``[-tol, 1 + C·tol]``, and with no
+  negative entry in ``[0, 1 + tol]``; so a valid input costs the row sums
+  and row minima (one pass where rows are narrow,
+  :func:`~jaxcal._src.numerics.row_sum_min`), and the exact upper bound
+  (``lax.cond``) runs only when an entry is negative. With
+  ``complete=False`` (the NaN folded into a result under ``jit``) the row
+  sums and the minimum are checked, without the branch: non-finite values,
+  rows off the simplex and entries below ``-tol`` (so every entry is at
+  most ``1 + C·tol``); an entry in ``(1 + tol, 1 + C·tol]`` whose row still
+  sums to one within ``tol`` is caught only eagerly and in checked mode.
   """
   acc = compute_dtype(x.dtype)
-  if a.kind == "probs":
-    s = jnp.sum(x, axis=_rows(x), dtype=acc)
-    ok = jnp.all(_ignore(jnp.abs(s - 1) <= a.tol, where))  # False for NaN/inf rows
-    xm = _masked(x, where, 1)
-    lo = jnp.min(xm).astype(acc)
+  if a.kind == "probs":  # (n, C): check_predictions and check_probs take matrices only
+    s, lo = row_sum_min(x, acc)
+    # per row: 2 off the simplex, below -tol or not finite (NaN fails both
+    # tests); 1 a negative entry within tol; 0 fine. One reduction for all.
+    good = (jnp.abs(s - 1) <= a.tol) & (lo >= -a.tol)
+    code = jnp.where(good, (lo < 0).astype(jnp.int8), jnp.int8(2))
+    if where is not None:
+      code = jnp.where(where, code, jnp.int8(0))
+    worst = jnp.max(code)
     if not complete:
-      return ok & (lo >= -a.tol)
-    return ok & jax.lax.cond(
-      lo >= 0,
+      return worst < 2
+    return (worst < 2) & jax.lax.cond(
+      worst != 1,
       lambda: jnp.bool_(True),
-      lambda: (lo >= -a.tol) & (jnp.max(xm).astype(acc) <= 1 + a.tol),
+      lambda: jnp.max(_masked(x, where, 1)).astype(acc) <= 1 + a.tol,
     )
   if a.kind == "unit":
     xm = _masked(x, where, a.lo)
