@@ -97,7 +97,7 @@ def row_sum_min(x: jax.Array, dtype: Any = None) -> tuple[jax.Array, jax.Array]:
   NaN wherever the row holds a NaN. For at most :data:`NARROW_ROW` columns
   both are pairwise trees over the column slices, which XLA:CPU computes in
   one loop over the rows; wider rows use the library reductions (one pass
-  each, fast there). Measured on 2 CPU cores (jit, float32, the simplex
+  each, faster there). Measured on 2 CPU cores (jit, float32, the simplex
   check of ``n`` rows, 2026-11-24):
 
   ======  ===  ==============  =============

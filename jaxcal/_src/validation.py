@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-from jaxcal._src.numerics import RowBlocks, by_rows, row_sum_min
+from jaxcal._src.numerics import NARROW_ROW, RowBlocks, by_rows, row_sum_min
 
 __all__ = [
   "SIMPLEX_ATOL",
@@ -393,9 +393,12 @@ def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
   Probabilities: rows summing to one within ``tol`` and no entry below
   ``-tol`` imply every entry lies in ``[-tol, 1 + C·tol]``, and with no
   negative entry in ``[0, 1 + tol]``; so a valid input costs the row sums
-  and row minima (one pass where rows are narrow,
-  :func:`~jaxcal._src.numerics.row_sum_min`), and the exact upper bound
-  (``lax.cond``) runs only when an entry is negative. With
+  and the minimum, and the exact upper bound (``lax.cond``) runs only when
+  an entry is negative. Rows of at most :data:`~jaxcal._src.numerics.NARROW_ROW`
+  entries are summed and minimised in one pass
+  (:func:`~jaxcal._src.numerics.row_sum_min`) and judged by one code per row;
+  wider rows by the row sums and one global minimum, faster there than row
+  minima (``n = 10^5``, ``C = 100``: 1.4 against 1.6 ms). With
   ``complete=False`` (the NaN folded into a result under ``jit``) the row
   sums and the minimum are checked, without the branch: non-finite values,
   rows off the simplex and entries below ``-tol`` (so every entry is at
@@ -404,20 +407,27 @@ def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
   """
   acc = compute_dtype(x.dtype)
   if a.kind == "probs":  # (n, C): check_predictions and check_probs take matrices only
-    s, lo = row_sum_min(x, acc)
-    # per row: 2 off the simplex, below -tol or not finite (NaN fails both
-    # tests); 1 a negative entry within tol; 0 fine. One reduction for all.
-    good = (jnp.abs(s - 1) <= a.tol) & (lo >= -a.tol)
-    code = jnp.where(good, (lo < 0).astype(jnp.int8), jnp.int8(2))
-    if where is not None:
-      code = jnp.where(where, code, jnp.int8(0))
-    worst = jnp.max(code)
+    if x.shape[-1] <= NARROW_ROW:
+      s, lo = row_sum_min(x, acc)
+      # per row: 2 off the simplex, below -tol or not finite (NaN fails both
+      # tests), 1 a negative entry within tol, 0 fine; one reduction for all
+      good = (jnp.abs(s - 1) <= a.tol) & (lo >= -a.tol)
+      code = jnp.where(good, (lo < 0).astype(jnp.int8), jnp.int8(2))
+      if where is not None:
+        code = jnp.where(where, code, jnp.int8(0))
+      worst = jnp.max(code)
+      ok, negative = worst < 2, worst == 1
+    else:
+      s = jnp.sum(x, axis=-1, dtype=acc)
+      lo = jnp.min(_masked(x, where, 1)).astype(acc)
+      ok = jnp.all(_ignore(jnp.abs(s - 1) <= a.tol, where)) & (lo >= -a.tol)  # False for NaN/inf
+      negative = lo < 0
     if not complete:
-      return worst < 2
-    return (worst < 2) & jax.lax.cond(
-      worst != 1,
-      lambda: jnp.bool_(True),
+      return ok
+    return ok & jax.lax.cond(
+      negative,
       lambda: jnp.max(_masked(x, where, 1)).astype(acc) <= 1 + a.tol,
+      lambda: jnp.bool_(True),
     )
   if a.kind == "unit":
     xm = _masked(x, where, a.lo)
