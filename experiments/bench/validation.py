@@ -2,13 +2,16 @@
 
 An eager ``metrics.conf_ece`` at ``n = 10^6``, ``C = 100`` (the CIFAR-100
 ResNet-110 test softmax outputs tiled 100 times; synthetic Dirichlet rows if
-the shared data are absent), with numpy inputs and with inputs already on the
+the shared data are absent; ``--classes 10`` tiles the CIFAR-10 ones, whose
+narrow rows the check reads in one pass), with numpy inputs and with inputs already on the
 device. The call is split into its parts, each timed on its own in the same
 run: host-to-device transfer (numpy inputs only; the library's own copy,
 ``validation._device``), validation
 (``validation.check_predictions``: the fused device check and the two
 scalars it returns) and computation (the compiled metric core alone). The
-target is validation <= 25 % of the eager call. Since the eager call runs
+target is validation <= 25 % of the eager call. The check's program alone
+is timed beside the two-reduction form (row sums, then a global minimum)
+that rows of at most ``NARROW_ROW`` entries replaced by one pass. Since the eager call runs
 its checks inside the metric's program, ``validation_in_call`` also gives
 what they add to it: the eager call on device input less the core alone.
 
@@ -25,8 +28,9 @@ core alone, on device inputs, for ``conf_ece``, ``classwise_ece`` and
 Usage::
 
   python experiments/bench/validation.py [--n 1000000] [--classes 100] [--repeat 5]
+  python experiments/bench/validation.py --classes 10 --name validation_c10
 
-Writes ``experiments/results/validation.json``.
+Writes ``experiments/results/validation.json`` (``--name``: that name).
 """
 
 from __future__ import annotations
@@ -51,15 +55,15 @@ PREVIOUS = "fbbbbc7"  # the commit before the fused validation layer
 
 
 def make_data(n: int, c: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str]:
-  """Probabilities and labels: tiled real CIFAR-100 outputs when available."""
-  d = ROOT.parent / "shared" / "data" / "cifar_logits" / "cifar100_resnet110"
-  if c == 100 and (d / "test_logits.npy").exists():
+  """Probabilities and labels: tiled real CIFAR-100 (C = 100) or CIFAR-10 (C = 10) outputs."""
+  d = ROOT.parent / "shared" / "data" / "cifar_logits" / f"cifar{c}_resnet110"
+  if c in (10, 100) and (d / "test_logits.npy").exists():
     z = np.load(d / "test_logits.npy").astype(np.float64)
     y = np.load(d / "test_labels.npy")
     e = np.exp(z - z.max(1, keepdims=True))
     p = (e / e.sum(1, keepdims=True)).astype(np.float32)
     reps = -(-n // p.shape[0])
-    return np.tile(p, (reps, 1))[:n], np.tile(y, reps)[:n], "CIFAR-100 ResNet-110 test, tiled"
+    return np.tile(p, (reps, 1))[:n], np.tile(y, reps)[:n], f"CIFAR-{c} ResNet-110 test, tiled"
   rng = np.random.default_rng(seed)
   p = rng.dirichlet(np.full(c, 0.1), n).astype(np.float32)
   p /= p.sum(1, keepdims=True)
@@ -135,6 +139,14 @@ def main(argv=None) -> dict:
   )
   m = jnp.int32(15)
   t["compute"] = timeit(lambda: core(pd, yd, None, m), r)
+  # ---- the simplex check's program alone, and the two-reduction form (row
+  # sums, then a global minimum) that rows of at most NARROW_ROW entries
+  # replaced by one pass (numerics.row_sum_min)
+  tol = V.simplex_atol(pd.dtype)
+  spec = V._Spec(xs=(V._Arr("probs", "", 2, tol),))
+  t["check_program"] = timeit(lambda: V._ok_jit(spec, (pd,), None, None, None), r)
+  two = jax.jit(lambda x: jnp.all(jnp.abs(jnp.sum(x, -1) - 1) <= tol) & (jnp.min(x) >= -tol))
+  t["check_two_reductions"] = timeit(lambda: two(pd), r)
   # ---- references
   t["numpy_checks_reference"] = timeit(lambda: numpy_checks(p, y, c), r)
   prev = previous_layer()
@@ -206,6 +218,7 @@ def main(argv=None) -> dict:
       else None
     ),
     "jit_nan_fold_cost": jit_cost,
+    "check_program_vs_two_reductions": best["check_two_reductions"] / best["check_program"],
     "load_avg_at_end": load,
     "machine": machine_note(load),
     **info,
@@ -228,6 +241,10 @@ def main(argv=None) -> dict:
       if "previous_validation_device" in best
       else ""
     )
+  )
+  print(
+    f"the check's program {1e3 * best['check_program']:.2f} ms vs row sums and a global "
+    f"minimum {1e3 * best['check_two_reductions']:.2f} ms"
   )
   for name, v in jit_cost.items():
     print(
