@@ -773,6 +773,20 @@ _FUSED = {
   "classwise_ece weighted": (metrics.classwise_ece, {"class_weights": np.arange(1.0, 6.0)}),
   "ecce": (metrics.ecce, {}),
   "brier per sample": (scores.brier, {"per_sample": True}),
+  "ks_ce class-wise weighted where": (
+    metrics.ks_ce,
+    {"mode": "classwise", "class_weights": np.arange(1.0, 6.0), "where": np.arange(300) % 4 != 1},
+  ),
+  "mmce logits": (metrics.mmce, {"from_logits": True}),
+  "smooth_ece class-wise where": (
+    metrics.smooth_ece,
+    {"mode": "classwise", "where": np.arange(300) % 5 != 3},
+  ),
+  "smooth_ece two bandwidths": (metrics.smooth_ece, {"bandwidth": np.array([0.05, 0.2])}),
+  "debiased_ce marginal where": (
+    metrics.debiased_ce,
+    {"mode": "marginal", "where": np.arange(300) % 3 > 0},
+  ),
 }
 
 
@@ -810,6 +824,27 @@ def test_small_eager_call_runs_its_checks_in_the_metric_program(name, monkeypatc
       fn(bad, y, **kw)
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 5\).*labels\[4\] = 7"):
       fn(x, np.where(np.arange(300) == 4, 7, y), **kw)
+
+
+@pytest.mark.parametrize("name", list(_FUSED))
+def test_eager_calls_never_run_the_check_as_a_program_of_its_own(name, monkeypatch):
+  # An eager call hands its pending checks to run_checked, which runs them in
+  # the metric's program; the separate check program (_ok_jit) would cost a
+  # dispatch and a wait of its own. Bad input still raises the eager message.
+  fn, kw = _FUSED[name]
+  p, y = _data(300, 5, seed=6)
+  x = np.log(p) if kw.get("from_logits") else p
+  want = np.asarray(fn(x, y, **kw))
+
+  def separate(*args):
+    raise AssertionError("the value checks ran as a program of their own")
+
+  monkeypatch.setattr(V, "_ok_jit", separate)
+  np.testing.assert_array_equal(np.asarray(fn(x, y, **kw)), want)
+  bad = x.copy()
+  bad[7, 1] = np.nan
+  with pytest.raises(ValueError, match=r"non-finite.*the first is row 7, column 1"):
+    fn(bad, y, **kw)
 
 
 def test_run_checked_waits_for_a_computation_on_borrowed_scores():

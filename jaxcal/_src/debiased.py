@@ -131,5 +131,5 @@ def debiased_ce(
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
   # Bin counts above n act as n (no equal-mass rule to refuse them): no binning check.
   bins = V.check_bins(num_bins, "fixed", max_bins)._replace(binning=None)
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
   return _run(_debiased_core, d, bins, mode=mode, squared=bool(squared))

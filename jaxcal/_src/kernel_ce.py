@@ -375,7 +375,8 @@ def mmce(
   for neural networks from kernel mean embeddings", ICML, §3 (Eq. 2,
   Laplacian kernel of width 0.4).
   """
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
-  p, y = d.neutral()
-  w, w_ok = V.check_bandwidth(bandwidth, p.dtype, squared=False)
-  return V.fold(_mmce_core(p, y, w, d.where), V.both_ok(d.ok, w_ok))
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
+  w, w_ok = V.check_bandwidth(bandwidth, d.scores.dtype, squared=False)
+  f = V.neutral_program(_mmce_core, d.from_logits)
+  out, _ = V.run_checked(d, f, d.scores, d.labels, d.where, w)
+  return V.fold(out, V.both_ok(d.ok, w_ok))

@@ -100,8 +100,8 @@ def ks_ce(
   if mode not in _MODES:
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
   d = V.check_predictions(
-    probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
+    probs, labels, from_logits=from_logits, where=where, class_weights=class_weights, defer=True
   )
-  p, y = d.neutral()
-  w = _weights_or_uniform(d)
-  return V.fold(_ks_core(p, y, w, d.where, mode=mode), d.ok)
+  f = V.neutral_program(_ks_core, d.from_logits, mode=mode)
+  out, _ = V.run_checked(d, f, d.scores, d.labels, d.where, _weights_or_uniform(d))
+  return V.fold(out, d.ok)

@@ -51,7 +51,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.calibration_errors import _binary_rows, _weights_or_uniform
+from jaxcal._src.calibration_errors import _binary_rows, _nothing, _weights_or_uniform
 
 __all__ = [
   "smooth_ece",
@@ -221,6 +221,18 @@ def _fixed_core(p, y, sigma, where=None, *, mode, sizes):
   return per_row(sigma)  # (k, rows)
 
 
+def _auto_value(p, y, w, where=None, *, mode, sizes):
+  """smECE at the automatic bandwidth: the top-label row, or the rows weighted by ``w``."""
+  vals, _ = _auto_core(p, y, where, mode=mode, sizes=sizes)
+  return vals[0] if w is None else jnp.sum(w * vals)
+
+
+def _fixed_value(p, y, sigma, w, where=None, *, mode, sizes):
+  """smECE at each bandwidth of ``sigma`` ``(k,)``: the top-label row, or the rows weighted by ``w``."""
+  vals = _fixed_core(p, y, sigma, where, mode=mode, sizes=sizes)
+  return vals[:, 0] if w is None else jnp.sum(vals * w, axis=1)
+
+
 def _check_mode(mode: str) -> str:
   if mode not in _MODES:
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
@@ -346,22 +358,22 @@ def smooth_ece(
   mode = _check_mode(mode)
   _check_min_bandwidth(min_bandwidth)  # also with bandwidth=None: never silently ignored
   d = V.check_predictions(
-    probs, labels, from_logits=from_logits, where=where, class_weights=class_weights
+    probs, labels, from_logits=from_logits, where=where, class_weights=class_weights, defer=True
   )
-  p, y = d.neutral()
-  w = None
-  if mode == "classwise":
-    w = _weights_or_uniform(d)
+  w = _weights_or_uniform(d) if mode == "classwise" else None
   if bandwidth is None:
-    vals, _ = _auto_core(p, y, d.where, mode=mode, sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH))
-    return V.fold(vals[0] if w is None else jnp.sum(w * vals), d.ok)
+    sizes = _sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH)
+    f = V.neutral_program(_auto_value, d.from_logits, mode=mode, sizes=sizes)
+    out, _ = V.run_checked(d, f, d.scores, d.labels, d.where, w)
+    return V.fold(out, d.ok)
   sig, bound, sig_ok = _bandwidths(bandwidth, min_bandwidth)
   shape = sig.shape
-  flat = jnp.reshape(sig, (-1,)).astype(p.dtype)
+  flat = jnp.reshape(sig, (-1,)).astype(d.scores.dtype)
   if flat.size == 0:
-    return jnp.zeros(shape, p.dtype)
-  vals = _fixed_core(p, y, jnp.maximum(flat, bound), d.where, mode=mode, sizes=_sizes(bound))
-  out = vals[:, 0] if w is None else jnp.sum(vals * w, axis=1)
+    V.run_checked(d, _nothing, d.scores)  # the value checks still run
+    return jnp.zeros(shape, d.scores.dtype)
+  f = V.neutral_program(_fixed_value, d.from_logits, mode=mode, sizes=_sizes(bound))
+  out, _ = V.run_checked(d, f, d.scores, d.labels, d.where, jnp.maximum(flat, bound), w)
   return V.fold(out.reshape(shape), V.both_ok(sig_ok, d.ok))
 
 

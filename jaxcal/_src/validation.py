@@ -66,6 +66,8 @@ __all__ = [
   "Checked",
   "check_predictions",
   "run_checked",
+  "neutral",
+  "neutral_program",
   "check_where",
   "check_probs",
   "check_logits",
@@ -1107,13 +1109,48 @@ class Checked(NamedTuple):
 
     For cores that weight masked samples by zero but would still carry a NaN
     or an out-of-range label from them through their arithmetic (``0 * nan``
-    is NaN): unchecked values in masked rows cannot reach the result.
+    is NaN): unchecked values in masked rows cannot reach the result. (The
+    same as :func:`neutral` on whole scores; blocks stay blocks.)
     """
     p = self.probs()
     if self.where is None:
       return p, self.labels
-    c = p.shape[-1]
-    return _masked(p, self.where, 1.0 / c), jnp.where(self.where, self.labels, 0)
+    return neutral(p, self.labels, self.where)
+
+
+def neutral(
+  x: jax.Array, y: jax.Array, where: jax.Array | None, from_logits: bool = False
+) -> tuple[jax.Array, jax.Array]:
+  """``(probs, labels)`` of ``(n, C)`` scores, masked-out rows uniform and their labels 0.
+
+  The pure form of :meth:`Checked.neutral`, for use inside a program
+  (:func:`neutral_program`): ``p = softmax(x)`` with ``from_logits``, else
+  ``x``; where ``where`` is False, ``p_i = 1/C`` and ``y_i = 0``.
+  """
+  p = jax.nn.softmax(x, axis=-1) if from_logits else x
+  if where is None:
+    return p, y
+  return _masked(p, where, 1.0 / p.shape[-1]), jnp.where(where, y, 0)
+
+
+@functools.cache
+def neutral_program(core: Callable, from_logits: bool, **static: Any) -> Callable:
+  """Jitted ``core(p, y, *rest, where=where, **static)`` on :func:`neutral` probabilities.
+
+  The compiled function takes ``(scores, labels, where, *rest)``, as a
+  :class:`Checked` holds them, so that an eager call hands it to
+  :func:`run_checked` and its value checks, the softmax, the masking and
+  ``core`` run as one program (``ks_ce`` at ``n = 10^4``, ``C = 10``: 1.13
+  against 1.32 ms as a check program and a metric program). One compiled
+  function per ``(core, from_logits, static)``: ``core`` and the static
+  values must be hashable.
+  """
+
+  def run(x, y, where, *rest):
+    p, labels = neutral(x, y, where, from_logits)
+    return core(p, labels, *rest, where=where, **static)
+
+  return jax.jit(run)
 
 
 def _upcast(x: jax.Array) -> jax.Array:
