@@ -33,6 +33,8 @@ def test_argsort_strategies_equal_numpy_stable(shape):
   want_keys = np.take_along_axis(np.asarray(key), want, axis=-1)
   flat = key.reshape((-1, shape[-1]))
   for name, (skey, perm) in {
+    "packed": S._packed_argsort(flat),
+    "packed_groups": S._packed_argsort(flat, 2) if flat.shape[0] >= 2 else S._packed_argsort(flat),
     "radix": S._radix_argsort(flat),
     "pair": S._pair_argsort(flat),
     "public": jax.jit(S.argsort_keys)(key),
@@ -55,17 +57,53 @@ def test_radix_two_and_three_pass_paths(kind):
   np.testing.assert_array_equal(np.asarray(perm), _np_stable(x))
 
 
-def test_vmap_keeps_the_pass_choice_a_cond():
-  """Under vmap the 2-or-3-pass choice is made once for all rows: a cond, not a select."""
+def test_vmap_is_one_call_on_the_stacked_rows():
+  """Under vmap the public argsort is one call on the stacked rows: no batched choice.
+
+  The only ``cond`` is the backend's (platform_dependent); the CPU branch is
+  one packed sort per row group, whatever the keys' span.
+  """
   x = jnp.zeros((3, 70_000), jnp.float32)
-  one = str(jax.make_jaxpr(S.stable_argsort)(x[0])).count("cond[")
-  batched = str(jax.make_jaxpr(jax.vmap(S.stable_argsort))(x)).count("cond[")
-  assert one >= 2  # the backend's choice (platform_dependent) and the pass choice
-  assert batched == one  # a batched predicate would turn the pass choice into a select
+  one = str(jax.make_jaxpr(S.stable_argsort)(x[0]))
+  batched = str(jax.make_jaxpr(jax.vmap(S.stable_argsort))(x))
+  assert one.count("cond[") == batched.count("cond[") == 1
+  groups = S.cpu_groups(3, 70_000)  # CPU branch: one sort per group; the other: one pair sort
+  assert (one.count(" sort["), batched.count(" sort[")) == (2, groups + 1)
   rows = np.random.default_rng(5).random((3, 70_000)).astype(np.float32)
-  rows[1] *= -1e30  # one row with a wide span: every row takes the 3-pass branch
+  rows[1] *= -1e30  # one row with a wide span (the radix scheme's 3-pass case)
+  rows[2, ::7] = rows[2, 3]  # and one with a large tie group
   got = np.asarray(jax.jit(jax.vmap(S.stable_argsort))(jnp.asarray(rows)))
   np.testing.assert_array_equal(got, _np_stable(rows))
+
+
+@pytest.mark.parametrize("dtype", [jnp.uint16, jnp.uint32])
+def test_packed_argsort_extremes(dtype):
+  """Packed words at the ends of the key range, all keys tied, n = 2, and the 32-bit limit."""
+  top = int(jnp.iinfo(dtype).max)
+  cases = [
+    np.full((2, 1000), top),
+    np.zeros((1, 1000)),
+    np.array([[top, 0], [0, top], [5, 5]]),
+    np.random.default_rng(8).choice([0, 1, top - 1, top], (3, 4097)),
+  ]
+  for keys in cases:
+    key = jnp.asarray(keys.astype(np.uint64).astype(dtype))
+    skey, perm = jax.jit(S._packed_argsort)(key)
+    assert skey.dtype == dtype and perm.dtype == jnp.int32
+    want = np.argsort(np.asarray(key), axis=-1, kind="stable")
+    np.testing.assert_array_equal(np.asarray(perm), want)
+    np.testing.assert_array_equal(np.asarray(skey), np.take_along_axis(np.asarray(key), want, -1))
+  with pytest.raises(ValueError, match="at most 32 bits"):
+    with jax.enable_x64(True):
+      S._packed_argsort(jnp.zeros((1, 4), jnp.uint64))
+
+
+def test_packed_argsort_leaves_the_global_x64_flag_alone():
+  """The uint64 words are traced under a scoped x64 setting; nothing leaks out."""
+  assert not jax.config.jax_enable_x64
+  jax.jit(S.argsort_keys)(jnp.arange(5, dtype=jnp.uint32)[::-1])
+  assert not jax.config.jax_enable_x64
+  assert jnp.zeros(2).dtype == jnp.float32 and jnp.arange(2).dtype == jnp.int32
 
 
 @pytest.mark.parametrize("wide", [False, True])
@@ -86,18 +124,17 @@ def test_row_groups_equal_one_group(wide):
   assert 1 <= S.cpu_groups(100, 10**5) <= S.MAX_CPU_GROUPS
 
 
-def test_row_groups_share_one_pass_choice(monkeypatch):
-  """The 2-or-3-pass cond is taken once around the row groups, not once inside each.
-
-  XLA:CPU ran groups that each held their own cond one after another (no
-  gain from the split); with one cond outside, the groups run concurrently.
-  """
+def test_row_groups_are_independent_sorts(monkeypatch):
+  """Groups of rows are separate sort operations, which XLA:CPU may run concurrently."""
   monkeypatch.setattr(S, "cpu_groups", lambda rows, n: 2)
   key = jnp.zeros((4, 70_000), jnp.uint32)
   jaxpr = str(jax.make_jaxpr(lambda k: S._argsort_rows(k, True))(key))
-  # one cond for the backend choice (platform_dependent), one for the passes
-  assert jaxpr.count("cond[") == 2
-  assert jaxpr.count(" sort[") >= 2 * 2  # two groups of at least two passes
+  assert jaxpr.count("cond[") == 1  # the backend choice (platform_dependent) only
+  # CPU branch: one packed sort per group; the other backends' branch: one pair sort
+  assert jaxpr.count(" sort[") == 2 + 1
+  x = np.random.default_rng(9).random((4, 70_000)).astype(np.float32)
+  got = jax.jit(lambda k: S._argsort_rows(k, True))(S.float_to_key(jnp.asarray(x)))
+  np.testing.assert_array_equal(np.asarray(got[1]), _np_stable(x))
 
 
 def test_key_roundtrip_and_order_every_width():

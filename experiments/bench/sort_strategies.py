@@ -3,7 +3,10 @@
 ``jaxcal._src.sorting.stable_argsort`` must equal
 ``jnp.argsort(x, stable=True)``. It picks, per backend, between
 
-* ``radix``: LSD radix passes of single-operand ``uint32`` sorts (CPU),
+* ``packed``: one single-operand sort of ``uint64`` words ``key << 32 | index``
+  (CPU, since 2026-11-24),
+* ``radix``: LSD radix passes of single-operand ``uint32`` sorts (CPU before;
+  still the CPU path of 64-bit keys),
 * ``pair``: one sort of ``(uint32 key, index)`` pairs (GPU/TPU),
 
 (``jaxcal_stable_argsort`` adds, on CPU, one group of rows per core),
@@ -39,6 +42,7 @@ def main(argv=None):
   info = device_info()
   variants = {
     "reference_jnp_argsort_stable": jax.jit(lambda x: jnp.argsort(x, axis=-1, stable=True)),
+    "packed_uint64_words": jax.jit(lambda x: S._packed_argsort(S.float_to_key(x))[1]),
     "radix_uint32_passes": jax.jit(lambda x: S._radix_argsort(S.float_to_key(x))[1]),
     "pair_uint32_index": jax.jit(lambda x: S._pair_argsort(S.float_to_key(x))[1]),
     "jaxcal_stable_argsort": jax.jit(S.stable_argsort),

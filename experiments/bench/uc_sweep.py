@@ -167,19 +167,23 @@ def compiled_memory(n, c, m):
   return out
 
 
-def _uc_value_vmap_select(v, u):
-  """UC of one utility with the radix sort called directly (no row-batching rule).
+def _uc_value_radix(v, u):
+  """UC of ``(m, n)`` stacked utilities through the previous CPU sort (the measured baseline).
 
-  Under ``jax.vmap`` its 2-or-3-pass ``lax.cond`` becomes a select that runs
-  both branches: the behaviour before the sort carried a ``custom_vmap`` rule.
+  Until 2026-11-24 the CPU stable argsort was 2 or 3 LSD radix passes of
+  ``uint32`` sorts (one ``lax.cond`` on the keys' span, once for the batch);
+  it is now one sort of packed ``uint64`` words. This is the old path, on
+  the same stacked rows and row groups.
   """
   from jaxcal._src import sorting as S
 
-  skey, perm = S._radix_argsort(S.float_to_key(v)[None])
-  rs = (u - v)[perm[0]]
-  s = jnp.concatenate([jnp.zeros((1,), v.dtype), jnp.cumsum(rs)]) / v.shape[0]
-  cut = jnp.concatenate([jnp.ones((1,), bool), skey[0, 1:] != skey[0, :-1], jnp.ones((1,), bool)])
-  return jnp.max(jnp.where(cut, s, -jnp.inf)) - jnp.min(jnp.where(cut, s, jnp.inf))
+  skey, perm = S._radix_argsort(S.float_to_key(v), S.cpu_groups(*v.shape))
+  rs = jnp.take_along_axis(u - v, perm, axis=-1)
+  zero = jnp.zeros(v.shape[:-1] + (1,), v.dtype)
+  s = jnp.concatenate([zero, jnp.cumsum(rs, axis=-1)], axis=-1) / v.shape[-1]
+  true = jnp.ones(v.shape[:-1] + (1,), bool)
+  cut = jnp.concatenate([true, skey[:, 1:] != skey[:, :-1], true], axis=-1)
+  return jnp.max(jnp.where(cut, s, -jnp.inf), -1) - jnp.min(jnp.where(cut, s, jnp.inf), -1)
 
 
 def scaling(ns=(100_000, 1_000_000), m: int = 8, repeat: int = 3) -> dict:
@@ -187,10 +191,10 @@ def scaling(ns=(100_000, 1_000_000), m: int = 8, repeat: int = 3) -> dict:
 
   ``m`` utilities at once through ``jax.jit(jax.vmap(uc_from_scores))`` on
   ``(m, n)`` float32 predicted/realised utilities (``v`` uniform in [-1, 1]
-  as linear utilities give, ``u = ±1``), against the variant whose sort
-  choice is a batched select (both branches run), and against the numpy
-  per-utility reference (argsort, cumulative sum, max - min over cuts) on
-  one utility, warmed up and timed the same way.
+  as linear utilities give, ``u = ±1``), against the same core on the
+  previous CPU sort (radix passes, :func:`_uc_value_radix`), and against the
+  numpy per-utility reference (argsort, cumulative sum, max - min over cuts)
+  on one utility, warmed up and timed the same way.
 
   Two floors of the hardware are timed beside them: one XLA sort of the
   ``m`` rows of ``uint32`` keys alone (no payload, no permutation: the
@@ -203,7 +207,7 @@ def scaling(ns=(100_000, 1_000_000), m: int = 8, repeat: int = 3) -> dict:
   from jaxcal._src.utility.uc import uc_from_scores
 
   core = jax.jit(jax.vmap(lambda v, u: uc_from_scores(v, u).value))
-  select = jax.jit(jax.vmap(_uc_value_vmap_select))
+  radix = jax.jit(_uc_value_radix)
   keys_only = jax.jit(lambda v: sort_rows(float_to_key(v)))
   out = {"M": m, "dtype": "float32", "per_n": {}}
   for n in ns:
@@ -212,35 +216,39 @@ def scaling(ns=(100_000, 1_000_000), m: int = 8, repeat: int = 3) -> dict:
     u = np.where(rng.random((m, n)) < (v + 1) / 2, 1.0, -1.0).astype(np.float32)
     vd, ud = jax.device_put(v), jax.device_put(u)
     got = np.asarray(core(vd, ud))
+    got_radix = np.asarray(radix(vd, ud))
     ref = np.array([np_uc(v[i].astype(np.float64), u[i].astype(np.float64)) for i in range(m)])
     t_core = timeit(lambda: core(vd, ud), repeat=repeat)
-    t_sel = timeit(lambda: select(vd, ud), repeat=repeat)
+    t_sel = timeit(lambda: radix(vd, ud), repeat=repeat)
     t_np = timeit(lambda: np_uc(v[0], u[0]), repeat=repeat)
     t_keys = timeit(lambda: keys_only(vd), repeat=repeat)
     t_npsort = timeit(lambda: np.sort(v[0]), repeat=repeat)
     row = {
       "jax_vmap": t_core,
-      "jax_vmap_select_both_branches": t_sel,
+      "jax_previous_radix_sort": t_sel,
       "numpy_one_utility": t_np,
       "jax_per_utility_ms": 1e3 * t_core["best_s"] / m,
-      "select_per_utility_ms": 1e3 * t_sel["best_s"] / m,
+      "previous_radix_per_utility_ms": 1e3 * t_sel["best_s"] / m,
       "numpy_per_utility_ms": 1e3 * t_np["best_s"],
       "xla_key_sort_only": t_keys,
       "numpy_sort_only": t_npsort,
       "xla_key_sort_per_row_ms": 1e3 * t_keys["best_s"] / m,
       "numpy_sort_per_row_ms": 1e3 * t_npsort["best_s"],
       "max_abs_diff_vs_numpy_float64": float(np.abs(got - ref).max()),
+      "max_abs_diff_previous_radix_vs_numpy_float64": float(np.abs(got_radix - ref).max()),
     }
     out["per_n"][str(n)] = row
     print(
       f"  UC core n={n}: {row['jax_per_utility_ms']:.2f} ms/utility "
-      f"(select variant {row['select_per_utility_ms']:.2f}, numpy {row['numpy_per_utility_ms']:.2f}; "
+      f"(previous radix sort {row['previous_radix_per_utility_ms']:.2f}, numpy {row['numpy_per_utility_ms']:.2f}; "
       f"first call {t_core['first_s']:.2f}s)",
       flush=True,
     )
   lo, hi = (out["per_n"][str(n)] for n in (ns[0], ns[-1]))
   out["growth_per_utility"] = hi["jax_per_utility_ms"] / lo["jax_per_utility_ms"]
-  out["growth_select_variant"] = hi["select_per_utility_ms"] / lo["select_per_utility_ms"]
+  out["growth_previous_radix"] = (
+    hi["previous_radix_per_utility_ms"] / lo["previous_radix_per_utility_ms"]
+  )
   out["growth_numpy"] = hi["numpy_per_utility_ms"] / lo["numpy_per_utility_ms"]
   out["growth_xla_key_sort_only"] = hi["xla_key_sort_per_row_ms"] / lo["xla_key_sort_per_row_ms"]
   out["growth_numpy_sort_only"] = hi["numpy_sort_per_row_ms"] / lo["numpy_sort_per_row_ms"]
@@ -248,7 +256,7 @@ def scaling(ns=(100_000, 1_000_000), m: int = 8, repeat: int = 3) -> dict:
   out["load_avg_at_end"] = cpu_load()
   print(
     f"  per-utility growth 10^5 -> 10^6: jaxcal x{out['growth_per_utility']:.1f}, "
-    f"select variant x{out['growth_select_variant']:.1f}, numpy x{out['growth_numpy']:.1f}; "
+    f"previous radix sort x{out['growth_previous_radix']:.1f}, numpy x{out['growth_numpy']:.1f}; "
     f"floors: XLA key sort x{out['growth_xla_key_sort_only']:.1f}, "
     f"np.sort x{out['growth_numpy_sort_only']:.1f}",
     flush=True,
