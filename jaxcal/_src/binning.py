@@ -36,8 +36,8 @@ Two strategies find the bins:
 * **sort** (quantile rule; fixed rule with ``max_bins >`` :data:`EDGES_MAX_BINS`):
   each sample becomes one ``uint32`` key ``2 k(s) + b``, with ``k`` an
   order-preserving integer image of the score. Up to
-  :data:`FAST_SORT_MIN_N` samples the keys go through the stable radix
-  argsort (two native ``uint32`` sorts). Above, one native single-operand
+  :data:`FAST_SORT_MIN_N` samples the keys go through the stable argsort
+  (on CPU one native sort of packed ``uint64`` words). Above, one native single-operand
   sort orders them by score and, inside a tie, 0-bits first. That is the
   stable order except inside a *mixed* tie group (equal scores with both
   bits), where the stable order interleaves the bits by sample index, and it
@@ -46,7 +46,7 @@ Two strategies find the bins:
   of their values picks out their members (few, in practice), which are
   sorted by (group, index) in a small array and written back. Only when
   more than :func:`_tie_cap` samples need it does the row fall back to the
-  stable radix argsort (one ``lax.cond`` whose predicate, under a ``vmap``
+  stable argsort (one ``lax.cond`` whose predicate, under a ``vmap``
   over data sets, is reduced over the batch: see :func:`_cond_any`). Exact
   prefix sums are kept for every sorted position, or per block of 16 above
   ``2**16`` samples (:func:`_block_size`); a bin end reads one prefix and
@@ -999,7 +999,7 @@ def _fix_mixed_ties(kb, skb, n_eff, max_bins: int | None):
 
 
 def _stable_keys(kb: jax.Array, skb: jax.Array) -> jax.Array:
-  """Keys in the exact stable order (the fallback: a full stable radix argsort)."""
+  """Keys in the exact stable order (the fallback: a full stable argsort)."""
   del skb
   return jnp.take_along_axis(kb, stable_argsort(_decode_score(kb)), axis=-1)
 
@@ -1010,8 +1010,9 @@ def _keep_keys(kb: jax.Array, skb: jax.Array) -> jax.Array:
 
 
 #: ``method="auto"`` sorts ``uint32`` keys once and repairs mixed ties from
-#: this many samples on; below it the stable radix argsort (two ``uint32``
-#: sorts up to 2**16 samples) is as fast and compiles in a fraction of the time.
+#: this many samples on; below it the stable argsort (measured with the radix
+#: passes of ``uint32`` sorts used until 2026-11-24; now one packed ``uint64``
+#: sort on CPU) is as fast and compiles in a fraction of the time.
 FAST_SORT_MIN_N = 1 << 16
 
 
@@ -1021,7 +1022,7 @@ def _sorted_keys(kb: jax.Array, n_eff, stable: bool, fast: bool, max_bins: int |
   ``stable``: in the stable order (ties by index), or, with ``max_bins``,
   in an order whose prefix sums equal the stable ones at every possible
   quantile bin end of up to ``max_bins`` bins. ``fast``: one ``uint32`` sort
-  and :func:`_fix_mixed_ties` instead of the stable radix argsort. The keys
+  and :func:`_fix_mixed_ties` instead of the stable argsort. The keys
   are the only input: the caller's float array is read once, by
   :func:`_residual_keys`.
   """

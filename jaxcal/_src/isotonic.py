@@ -14,7 +14,7 @@ data) and in four steps, every one batched over rows:
    indicators: every class-wise use in jaxcal) and the keys span fewer than
    ``2^(w-1)`` values, one single-operand sort of ``(key - min) * 2 + y``
    gives the sorted ``x`` and ``y`` together; otherwise the stable argsort of
-   the keys (:func:`~jaxcal._src.sorting.argsort_keys`, radix passes on CPU)
+   the keys (:func:`~jaxcal._src.sorting.argsort_keys`, one packed sort on CPU)
    and gathers. The choice is one ``lax.cond`` over all rows.
 2. **Level 1**: the sorted rows are cut into chunks of :data:`CHUNK`
    positions, and a stack-based PAV runs in every chunk at once (one lane
