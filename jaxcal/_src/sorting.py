@@ -247,12 +247,13 @@ def _radix_passes(key: jax.Array, k: int, d: int, passes: int) -> tuple[jax.Arra
 
 
 def _radix_argsort(key: jax.Array, groups: int = 1) -> tuple[jax.Array, jax.Array]:
-  """Stable argsort of ``(rows, n)`` unsigned keys from LSD radix passes of single-operand sorts.
+  """Stable argsort of ``(rows, n)`` unsigned keys by LSD radix passes of native sorts.
 
   The CPU path for 64-bit keys (two passes); :func:`_packed_argsort`, one
   sort, replaced it for 32-bit keys, where it stays as a measured
-  alternative (``experiments/bench/sort_strategies.py``). Each pass sorts one unsigned integer that packs a ``d``-bit digit of the
-  key (high bits) with the element's position after the previous pass (low
+  alternative (``experiments/bench/sort_strategies.py``). Each pass sorts
+  one unsigned integer that packs a ``d``-bit digit of the key (high bits)
+  with the element's position after the previous pass (low
   ``k = ceil(log2 n)`` bits). Packed values are distinct and ties keep the
   previous order, so the result is the stable order: ``ceil(w / d)`` passes
   for ``w``-bit keys, or 2 when all keys less their minimum span fewer than
