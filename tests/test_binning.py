@@ -345,7 +345,7 @@ def test_where_all_true_and_mask_broadcast():
 
 def test_where_fast_sort_path_large_n():
   # The uint32 key sort with the tie repair ("fast", what "auto" takes from
-  # FAST_SORT_MIN_N samples on); ties and mixed tie groups included, padding
+  # FAST_SORT_MIN_N = 2**19 samples on); ties and mixed tie groups included, padding
   # in the middle.
   rng = np.random.default_rng(12)
   n = 4196
@@ -435,8 +435,9 @@ def test_domain_tests_agree():
 def test_blocked_prefix_sums_above_2_16_samples():
   # Above 2**16 samples the exact prefix sums are kept per block of 16
   # sorted positions and a bin end adds the rest of its block: every offset
-  # inside a block is read by some bin count here. Quantile (fast sort and
-  # tie repair) and fixed bins by sort; ties included.
+  # inside a block is read by some bin count here. Quantile by the fast sort
+  # with the tie repair and by the stable argsort ("auto" below
+  # FAST_SORT_MIN_N), fixed bins by sort; ties included.
   rng = np.random.default_rng(30)
   n = (1 << 16) + 37
   s = rng.random(n).astype(np.float32)
@@ -444,20 +445,15 @@ def test_blocked_prefix_sums_above_2_16_samples():
   b = rng.random(n) < s
   assert B._block_size(n) == 16
   ms = np.array([1, 3, 16, 17, 29, 31])
-  for binning in ("quantile", "fixed"):
-    f = jax.jit(
-      jax.vmap(
-        lambda m: B.binned_residual_sums(
-          s, b, m, binning, 32, method="sort" if binning == "fixed" else "auto"
-        )
-      )
-    )
+  assert n < B.FAST_SORT_MIN_N  # "auto" is the stable argsort here
+  for binning, method in (("quantile", "fast"), ("quantile", "auto"), ("fixed", "sort")):
+    f = jax.jit(jax.vmap(lambda m: B.binned_residual_sums(s, b, m, binning, 32, method=method)))
     out = f(jnp.asarray(ms))
     for k, m in enumerate(ms):
       bins = R.bins(s, int(m), binning)
       ref = R.lin_sums(s, b.astype(float), bins, int(m))[:, 0]
       np.testing.assert_allclose(
-        out.sums[k, :m, 0], ref, rtol=1e-6, atol=2e-5, err_msg=f"{binning} {m}"
+        out.sums[k, :m, 0], ref, rtol=1e-6, atol=2e-5, err_msg=f"{binning} {method} {m}"
       )
       np.testing.assert_array_equal(out.counts[k, :m], np.bincount(bins, minlength=m))
 
