@@ -1011,13 +1011,15 @@ def _keep_keys(kb: jax.Array, skb: jax.Array) -> jax.Array:
 
 #: ``method="auto"`` sorts ``uint32`` keys once and repairs mixed ties from
 #: this many samples on; below it the stable argsort (on CPU one sort of
-#: packed ``uint64`` words) is faster and compiles in about half the time.
-#: Measured on 2 CPU cores (2026-11-24, alternating processes), 200 quantile
-#: bin counts: ``classwise_ce`` with C = 100 at n = 10^5 / 2.5·10^5 / 5·10^5
-#: 0.50-0.71 / 0.97 / 1.86 s stable against 0.67 / 1.40 / 2.65-2.74 s fast,
-#: but at 7.5·10^5 / 10^6 5.0-5.3 / 6.7 s against 4.05 / 5.5 s; one row
-#: (``conf_ce``, C = 10) at n = 10^6 0.070 against 0.115 s. Until then
-#: (with the radix passes of ``uint32`` sorts) the cut was 2**16.
+#: packed ``uint64`` words) is as fast or faster and compiles in about 60 %
+#: of the time. Measured on 2 CPU cores (2026-11-24, alternating processes),
+#: ``classwise_ce`` with C = 100 and 200 quantile bin counts: at n = 10^5
+#: 0.69-0.72 s stable against 0.67-0.74 s fast (first calls 1.3-1.5 against
+#: 2.3 s), at 2.5·10^5 1.0-1.2 against 1.4 s, at 5·10^5 1.8-2.6 against
+#: 2.7-2.8 s, but at 7.5·10^5 5.0-5.3 against 4.05 s and at 10^6 6.7
+#: against 5.5 s; one row (``conf_ece``, C = 10) at n = 10^6 0.070 against
+#: 0.115 s. Until then (with the radix passes of ``uint32`` sorts) the cut
+#: was 2**16.
 FAST_SORT_MIN_N = 1 << 19
 
 
