@@ -37,12 +37,13 @@ Two strategies find the bins:
   each sample becomes one ``uint32`` key ``2 k(s) + b``, with ``k`` an
   order-preserving integer image of the score. Up to
   :data:`FAST_SORT_MIN_N` (2**19) samples the keys go through the stable
-  argsort (on CPU one native sort of packed ``uint64`` words). Above, one native single-operand
-  sort orders them by score and, inside a tie, 0-bits first. That is the
-  stable order except inside a *mixed* tie group (equal scores with both
-  bits), where the stable order interleaves the bits by sample index, and it
-  matters only where a bin end cuts such a group. Those groups are repaired
-  without a second sort of the row (:func:`_fix_mixed_ties`): a Bloom filter
+  argsort (on CPU one native sort of packed ``uint64`` words). Above, one
+  native single-operand sort orders them by score and, inside a tie, 0-bits
+  first. That is the stable order except inside a *mixed* tie group (equal
+  scores with both bits), where the stable order interleaves the bits by
+  sample index, and it matters only where a bin end cuts such a group.
+  Those groups are repaired without a second sort of the row
+  (:func:`_fix_mixed_ties`): a Bloom filter
   of their values picks out their members (few, in practice), which are
   sorted by (group, index) in a small array and written back. Only when
   more than :func:`_tie_cap` samples need it does the row fall back to the
@@ -82,7 +83,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src.numerics import PRECISION, map_batches
-from jaxcal._src.sorting import float_to_key, key_to_float, stable_argsort
+from jaxcal._src.sorting import argsort_keys, float_to_key, key_to_float, stable_argsort
 
 __all__ = [
   "blocked_cumsum",
@@ -999,9 +1000,14 @@ def _fix_mixed_ties(kb, skb, n_eff, max_bins: int | None):
 
 
 def _stable_keys(kb: jax.Array, skb: jax.Array) -> jax.Array:
-  """Keys in the exact stable order (the fallback: a full stable argsort)."""
+  """Keys in the exact stable order (the fallback: a full stable argsort).
+
+  ``kb >> 1`` is the score's key less :data:`_KEY_BASE` (the sentinel's,
+  ``2**31 - 1``, above every valid one), in the order of the scores: it is
+  sorted as it is, without decoding the scores and encoding them again.
+  """
   del skb
-  return jnp.take_along_axis(kb, stable_argsort(_decode_score(kb)), axis=-1)
+  return jnp.take_along_axis(kb, argsort_keys(kb >> 1)[1], axis=-1)
 
 
 def _keep_keys(kb: jax.Array, skb: jax.Array) -> jax.Array:

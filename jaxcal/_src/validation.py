@@ -1112,10 +1112,7 @@ class Checked(NamedTuple):
     is NaN): unchecked values in masked rows cannot reach the result. (The
     same as :func:`neutral` on whole scores; blocks stay blocks.)
     """
-    p = self.probs()
-    if self.where is None:
-      return p, self.labels
-    return neutral(p, self.labels, self.where)
+    return neutral(self.probs(), self.labels, self.where)
 
 
 def neutral(
