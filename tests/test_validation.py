@@ -616,20 +616,44 @@ def _big_probs(seed: int = 0, offset: int = 16) -> tuple[np.ndarray, np.ndarray]
 @pytest.mark.parametrize("offset", [0, 16, 48])
 def test_borrowed_rows_read_the_callers_buffer_in_place(offset):
   # numpy's large buffers start 16 bytes past a 64-byte boundary: the block
-  # from the first aligned row is adopted (same address), the few rows
-  # before it and after the last multiple of 8 are copied.
+  # from the first aligned row is a view of the caller's buffer, which XLA
+  # adopts (same address), the few rows before it and after the last
+  # multiple of 8 are copies. All stay host arrays (the programs transfer them).
   p, _ = _big_probs(offset=offset)
   blocks = V._borrowed_rows(p)
+  assert all(isinstance(b, np.ndarray) for b in blocks.parts)
   rows = [b.shape[0] for b in blocks.parts]
   assert sum(rows) == p.shape[0] and blocks.shape == p.shape and blocks.dtype == p.dtype
-  np.testing.assert_array_equal(np.concatenate([np.asarray(b) for b in blocks.parts]), p)
+  np.testing.assert_array_equal(np.concatenate(blocks.parts), p)
   k = rows[0] if len(rows) > 1 and rows[0] < 64 and offset else 0
   body = blocks.parts[1 if k else 0]
-  assert body.unsafe_buffer_pointer() == p.ctypes.data + k * p.strides[0]
+  assert body.ctypes.data == p.ctypes.data + k * p.strides[0] and body.base is not None
+  assert jax.device_put(body).unsafe_buffer_pointer() == body.ctypes.data  # adopted, not copied
+  for i, b in enumerate(blocks.parts):
+    if b is not body:
+      assert not np.shares_memory(b, p), i  # the head and tail are copies
   assert body.shape[0] % V._BORROW_ROWS == 0
   assert (p.ctypes.data + k * p.strides[0]) % V._ALIGN == 0 and k < 64
   if offset == 0:
     assert rows[0] % V._BORROW_ROWS == 0  # aligned already: no head
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="host buffers are lent on the CPU")
+def test_borrowed_scores_and_their_labels_stay_on_the_host():
+  # No device_put: the programs transfer the host blocks and the labels
+  # with their arguments (int64 labels become an int32 host copy).
+  p, y = _big_probs()
+  for labels in (y, y.astype(np.int64)):
+    d = V.check_predictions(p, labels, defer=True, borrow=True)
+    assert d.borrowed and all(isinstance(b, np.ndarray) for b in d.scores.parts)
+    assert isinstance(d.labels, np.ndarray) and d.labels.dtype == np.int32
+    np.testing.assert_array_equal(d.labels, y)
+    out, count = V.run_checked(
+      d, jax.jit(lambda x, t: by_rows(lambda b: b[:, 0], x)[t]), d.scores, 7
+    )
+    assert count == _BIG[0] and float(out) == p[7, 0]
+  d = V.check_predictions(p, jnp.asarray(y), defer=True, borrow=True)
+  assert d.borrowed and isinstance(d.labels, jax.Array)  # device labels stay on the device
 
 
 @pytest.mark.parametrize(
