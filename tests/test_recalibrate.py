@@ -28,6 +28,7 @@ import pytest
 import jaxcal.recalibrate as R
 from jaxcal import data
 from jaxcal._src.recal.base import METHODS
+from jaxcal._src.recal.scaling import logistic_newton
 from jaxcal.scores import brier, classification_error, decompose, log_loss
 
 #: The methods of this file: the scaling and class-wise families of the method table.
@@ -183,6 +184,90 @@ def test_temperature_matches_scipy_lbfgs(c10):
   rc32 = R.fit("temperature", zv, yv)
   assert abs(float(rc32.temperature) - t_ref) < 1e-4 * t_ref
   assert bool(rc32.converged) and 0 < int(rc32.num_iter) < 200
+
+
+def _logistic_reference(x, t, use):
+  """Float64 BFGS fit of ``mean softplus(u) - t u``, ``u = sum_k w_k x_k``, over the used ``k``."""
+  scipy_optimize = pytest.importorskip("scipy.optimize")
+  cols = np.stack([np.broadcast_to(v, t.shape) for v in x], axis=1)[:, use]
+
+  def nll(w):
+    u = cols @ w
+    return float(np.mean(np.logaddexp(0, u) - t * u))
+
+  def grad(w):
+    return cols.T @ (1 / (1 + np.exp(-(cols @ w))) - t) / len(t)
+
+  res = scipy_optimize.minimize(
+    nll, np.zeros(cols.shape[1]), jac=grad, method="BFGS", options={"gtol": 1e-12}
+  )
+  return res.x
+
+
+def test_logistic_newton_matches_a_float64_reference():
+  # A (2, 3) batch: problem (1, c) has no first feature (a zero feature keeps
+  # its weight at init), the others a slope, a second feature and an intercept.
+  rng = np.random.default_rng(3)
+  n = 3000
+  x1 = rng.normal(size=(3, n)) * np.array([[1.0], [3.0], [0.3]])
+  x2 = np.abs(rng.normal(size=(3, n)))
+  w_true = np.array([[1.5, -0.7, 0.2], [-2.0, 0.5, 1.0], [4.0, 0.1, -1.0]])
+  t = (
+    rng.random((3, n))
+    < 1 / (1 + np.exp(-(w_true[:, :1] * x1 + w_true[:, 1:2] * x2 + w_true[:, 2:])))
+  ).astype(float)
+  mask = np.array([[1.0], [0.0]])[:, :, None]  # (2, 1, 1)
+  feats = (x1[None] * mask, np.broadcast_to(x2, (2, 3, n)), 1.0)
+  init = np.full((2, 3, 3), 0.25)
+  fit = jax.jit(logistic_newton, static_argnames="max_iter")
+  res = fit(
+    tuple(jnp.asarray(v, jnp.float32) for v in feats[:2]) + (1.0,),
+    jnp.asarray(t, jnp.float32),
+    jnp.asarray(init, jnp.float32),
+  )
+  assert bool(res.converged) and 1 <= int(res.num_iter) <= 10
+  w = np.asarray(res.params)
+  np.testing.assert_array_equal(w[1, :, 0], 0.25)  # the masked weight never moved
+  for c in range(3):
+    ref_full = _logistic_reference((x1[c], x2[c], 1.0), t[c], [0, 1, 2])
+    ref_masked = _logistic_reference((x1[c], x2[c], 1.0), t[c], [1, 2])
+    np.testing.assert_allclose(w[0, c], ref_full, atol=2e-4, rtol=2e-4)
+    np.testing.assert_allclose(w[1, c, 1:], ref_masked, atol=2e-4, rtol=2e-4)
+  with jax.enable_x64(True):
+    res64 = fit(feats, t, init, tol=1e-12)
+  assert res64.params.dtype == jnp.float64 and bool(res64.converged)
+  np.testing.assert_allclose(
+    np.asarray(res64.params)[0, 0],
+    _logistic_reference((x1[0], x2[0], 1.0), t[0], [0, 1, 2]),
+    rtol=1e-7,
+  )
+
+
+def test_logistic_newton_on_separable_data_and_at_its_iteration_limit():
+  # Separable outcomes have no minimiser: the weights grow, stay finite, the
+  # loss falls; one iteration is not convergence.
+  x = jnp.linspace(-2.0, 2.0, 200)[None]
+  t = (x > 0).astype(jnp.float32)
+  fit = jax.jit(logistic_newton, static_argnames="max_iter")
+  res = fit((x, 1.0), t, jnp.zeros((1, 2)), max_iter=40)
+  assert bool(jnp.all(jnp.isfinite(res.params))) and float(res.params[0, 0]) > 5.0
+  assert float(res.value) < 0.05 * np.log(2.0)
+  one = fit((x, 1.0), t, jnp.zeros((1, 2)), max_iter=1)
+  assert int(one.num_iter) == 1 and not bool(one.converged)
+
+
+def test_platt_matches_logistic_regression_reference(c10):
+  # Each class: a float64 logistic regression of 1[y = c] on the log-odds of softmax(z).
+  zv, yv, _, _ = c10
+  rc = R.fit("platt", zv, yv, normalize=False)
+  assert bool(rc.converged)
+  z = zv.astype(np.float64)
+  logp = z - z.max(1, keepdims=True)
+  logp = logp - np.log(np.exp(logp).sum(1, keepdims=True))
+  s = logp - np.log(-np.expm1(logp))
+  for c in range(zv.shape[1]):
+    ref = _logistic_reference((s[:, c], 1.0), (yv == c).astype(float), [0, 1])
+    np.testing.assert_allclose([float(rc.scale[c]), float(rc.bias[c])], ref, atol=2e-3, rtol=2e-3)
 
 
 @pytest.mark.parametrize("method", PARAMETRIC + ("isotonic", "smooth_isotonic"))

