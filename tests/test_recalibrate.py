@@ -256,6 +256,27 @@ def test_logistic_newton_on_separable_data_and_at_its_iteration_limit():
   assert int(one.num_iter) == 1 and not bool(one.converged)
 
 
+@pytest.mark.parametrize("method", ["platt", "beta"])
+def test_newton_fits_converge_on_a_rare_class_and_on_separable_outcomes(method):
+  # A class seen once (beta's free fit diverges: it is separable) and saturated
+  # one-hot logits (every class separable, the Hessian singular at the
+  # optimum's approach): the fits settle at working precision, converged,
+  # finite and silent.
+  rng = np.random.default_rng(0)
+  z = (rng.normal(size=(2000, 5)) * 2).astype(np.float32)
+  y = rng.integers(0, 4, 2000)
+  y[7] = 4
+  z2 = np.eye(5, dtype=np.float32)[rng.integers(0, 5, 2000)] * 30
+  for zz, yy in ((z, y), (z2, z2.argmax(1))):
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      rc = R.fit(method, zz, yy)
+    assert bool(rc.converged) and int(rc.num_iter) < 200
+    q = np.asarray(rc(zz))
+    assert np.isfinite(q).all()
+  assert (q.argmax(1) == z2.argmax(1)).all()
+
+
 def test_platt_matches_logistic_regression_reference(c10):
   # Each class: a float64 logistic regression of 1[y = c] on the log-odds of softmax(z).
   zv, yv, _, _ = c10
