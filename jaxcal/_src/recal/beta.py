@@ -54,7 +54,8 @@ class BetaCalibration(ClasswiseRecalibrator):
   Attributes:
     a, b, d: ``(C,)`` parameters.
     num_iter: Newton iterations.
-    converged: whether the gradient norm reached ``tol``.
+    converged: whether the fit converged
+      (:func:`~jaxcal._src.recal.scaling.logistic_newton`).
     normalize: divide rows by their sums (static, default True).
     num_classes: ``C`` (static).
   """

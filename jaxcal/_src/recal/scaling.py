@@ -95,7 +95,9 @@ class OptimResult(NamedTuple):
     params: the minimiser (same structure as ``init``).
     value: the objective at ``params``.
     num_iter: iterations taken.
-    converged: whether the gradient norm fell below ``tol`` within ``max_iter``.
+    converged: whether the solver's stopping rule held within ``max_iter``
+      (the gradient norm below ``tol``; for :func:`logistic_newton` also
+      every problem settled at working precision).
   """
 
   params: Any
@@ -927,7 +929,7 @@ class PlattScaling(Recalibrator):
   Attributes:
     scale, bias: ``(C,)``.
     num_iter: Newton iterations.
-    converged: whether the gradient norm reached ``tol``.
+    converged: whether the fit converged (:func:`logistic_newton`).
     normalize: divide each row by its sum (static, default True).
     num_classes: ``C`` (static).
   """
