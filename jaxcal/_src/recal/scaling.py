@@ -192,29 +192,30 @@ def logistic_newton(
 
   ``f_b(w) = (1/n) sum_i softplus(u_ib) - t_ib u_ib``,  ``u_ib = sum_k w_bk x_ibk``.
 
-  Each iteration takes the regularised Newton step ``(H_b + ||g_b|| I)^{-1} g_b``
-  of every problem (its ``k x k`` Hessian ``H_b = (1/n) sum_i s_ib x_ib
-  x_ib^T``, ``s = q (1 - q)``, ``q = sigmoid(u)``, and gradient ``g_b = (1/n)
-  sum_i (q_ib - t_ib) x_ib``; the damping keeps the step bounded where
-  separable outcomes make ``H_b`` singular and vanishes at the optimum),
-  halved until it satisfies Armijo's condition up to the rounding of
-  ``f_b`` (``64 eps |f_b|``: at the optimum a float32 loss no longer
-  decreases; a step predicted to gain less is taken whole) or, after
-  :data:`_MAX_HALVINGS` halvings, not taken. A feature
-  that is zero for a problem leaves its weight at ``init`` (a unit diagonal
-  stands in for the zero row of ``H_b``); where ``H_b`` is singular the step
-  is the gradient. A problem has settled, at the optimum to working
-  precision, once its step changes no weight beyond the rounding or no step
-  lowers its loss beyond the rounding though more was predicted (a
-  separable problem, whose loss falls as its weights grow, ends there in
-  float32); it then stays where it is. The loop stops, converged, when the norm of all the
-  gradients together is below ``tol`` (the gradient of ``sum_b f_b``, as
+  Each iteration takes the damped Newton step ``(H_b + mu_b I)^{-1} g_b`` of
+  every problem: its ``k x k`` Hessian ``H_b = (1/n) sum_i s_ib x_ib
+  x_ib^T`` (``s = q (1 - q)``, ``q = sigmoid(u)``), its gradient ``g_b =
+  (1/n) sum_i (q_ib - t_ib) x_ib`` and ``mu_b = min(||g_b||, 1e-3 max_k
+  H_bkk)``, which bounds the step where separable outcomes make ``H_b``
+  singular and vanishes with the gradient at the optimum. The step is
+  halved until it satisfies Armijo's condition up to the rounding of ``f_b``
+  (``64 eps |f_b|``; a step predicted to gain less is taken whole) or, after
+  :data:`_MAX_HALVINGS` halvings, not taken. A feature that is zero for a
+  problem leaves its weight at ``init`` (a unit diagonal stands in for the
+  zero row of ``H_b``); where the solve fails the step is the gradient.
+
+  A problem has settled, at its optimum to working precision, once its step
+  changes no weight beyond the rounding, or no step lowers its loss beyond
+  the rounding though more was predicted (where a separable problem, whose
+  loss falls as its weights grow, ends in float32); it then stays where it
+  is. The loop stops, converged, when the norm of all the gradients
+  together is below ``tol`` (the gradient of ``sum_b f_b``, as
   :func:`lbfgs_minimize` would see it) or every problem has settled, and
-  otherwise after ``max_iter`` iterations. Newton converges in a handful of iterations where
-  a quasi-Newton method on the summed loss needs dozens (beta calibration of
-  CIFAR-10: 8 against 53 L-BFGS iterations). Traceable; the samples are
-  the last axis (the sums over them are row reductions, twice as fast on
-  the CPU as over a leading axis).
+  otherwise after ``max_iter`` iterations. Newton converges in a handful of
+  iterations where a quasi-Newton method on the summed loss needs dozens
+  (beta calibration of CIFAR-10: 8 against 53 L-BFGS iterations).
+  Traceable; the samples are the last axis (the sums over them are row
+  reductions, twice as fast on the CPU as over a leading axis).
 
   Args:
     features: ``k`` arrays (or Python numbers) broadcastable to
@@ -231,10 +232,11 @@ def logistic_newton(
   Example:
     >>> import jax, jax.numpy as jnp
     >>> x = jax.random.normal(jax.random.key(0), (1, 2000))
-    >>> t = (jax.random.uniform(jax.random.key(1), (1, 2000)) < jax.nn.sigmoid(2 * x - 1)).astype(x.dtype)
+    >>> u = jax.random.uniform(jax.random.key(1), (1, 2000))
+    >>> t = (u < jax.nn.sigmoid(2 * x - 1)).astype(x.dtype)  # slope 2, intercept -1
     >>> res = logistic_newton((x, 1.0), t, jnp.zeros((1, 2)))
-    >>> bool(res.converged), int(res.num_iter) <= 8
-    (True, True)
+    >>> bool(res.converged), int(res.num_iter) <= 8, [round(float(v), 1) for v in res.params[0]]
+    (True, True, [1.9, -0.9])
 
   Reference: Nocedal & Wright (2006), Numerical Optimization, §3.1 (Alg. 3.1,
   backtracking) and §3.3 (Newton's method); Hastie, Tibshirani & Friedman
@@ -267,9 +269,9 @@ def logistic_newton(
       [jnp.stack([h[min(j, l), max(j, l)] for l in range(k)], axis=-1) for j in range(k)], axis=-2
     )
     diag = jnp.diagonal(hess, axis1=-2, axis2=-1)
-    # + ||g_b|| I: a Hessian made singular by (near-)separable outcomes still
-    # gives a step of the gradient's scale, and near the optimum the damping
-    # vanishes with the gradient (quadratic convergence kept)
+    # + mu_b I: a Hessian made singular by (near-)separable outcomes still
+    # gives a bounded step, and near the optimum the damping vanishes with
+    # the gradient (quadratic convergence kept)
     gnorm = jnp.sqrt(jnp.sum(g * g, axis=-1, keepdims=True))
     damp = jnp.minimum(gnorm, _DAMPING * jnp.max(diag, axis=-1, keepdims=True))
     damp = damp + jnp.where(diag > 0, 0.0, 1.0)
@@ -971,9 +973,9 @@ def fit_platt(
     \\hat q = q / \\textstyle\\sum_c q_c
 
   Each ``(a_c, b_c)`` minimises the binary log loss of ``1[y = c]`` (all
-  classes as one batch of Newton fits, :func:`logistic_newton`). Using the log-odds of
-  ``p = softmax(z)`` rather than the raw logit ``z_c`` makes the fit the same
-  for logit and probability inputs.
+  classes as one batch of Newton fits, :func:`logistic_newton`). Using the
+  log-odds of ``p = softmax(z)`` rather than the raw logit ``z_c`` makes the
+  fit the same for logit and probability inputs.
 
   Args:
     inputs: ``(n, C)`` logits (probabilities with ``from_logits=False``).
