@@ -271,7 +271,7 @@ def test_newton_fits_converge_on_a_rare_class_and_on_separable_outcomes(method):
     with warnings.catch_warnings():
       warnings.simplefilter("error")
       rc = R.fit(method, zz, yy)
-    assert bool(rc.converged) and int(rc.num_iter) < 200
+    assert bool(rc.converged) and int(rc.num_iter) < 500  # before the default limit
     q = np.asarray(rc(zz))
     assert np.isfinite(q).all()
   assert (q.argmax(1) == z2.argmax(1)).all()
