@@ -75,6 +75,31 @@ def test_float32_means_match_float64_at_large_n(name):
   assert abs(got - want) <= 1e-5 * abs(want) + 1e-9, (got, want)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_mean_is_the_mean_of_the_per_sample_losses(name):
+  # The mean has its own form for some scores (brier: the whole matrix's sum of
+  # squares); it must agree with the per-sample losses it summarises, for
+  # probabilities and logits, on a small matrix and on a host matrix of over
+  # 1 MiB whose unaligned rows are read as separate blocks.
+  f = getattr(scores, name)
+  rng = np.random.default_rng(3)
+  big = rng.dirichlet(np.full(100, 0.2), 3_000).astype(np.float32)
+  big /= big.sum(1, keepdims=True)
+  buf = np.empty(big.nbytes + 128, np.uint8)  # rows starting 16 bytes past a 64-byte boundary
+  off = (-buf.ctypes.data) % 64 + 16
+  view = buf[off : off + big.nbytes].view(np.float32).reshape(big.shape)
+  view[...] = big
+  big = view
+  assert big.ctypes.data % 64 == 16 and big.nbytes > 1 << 20
+  y_big = rng.integers(0, 100, 3_000)
+  for p, y in [(P, Y), (big, y_big)]:
+    for z, logits in [(p, False), (np.log(np.maximum(p, 1e-30)) + 0.5, True)]:
+      per = np.asarray(f(z, y, from_logits=logits, per_sample=True), np.float64)
+      np.testing.assert_allclose(f(z, y, from_logits=logits), per.mean(), rtol=2e-6, atol=1e-7)
+  want = getattr(R, name)(big.astype(np.float64), y_big).mean()
+  np.testing.assert_allclose(f(big, y_big), want, rtol=1e-5)
+
+
 def test_per_sample_where_and_from_logits_together():
   z = np.log(np.maximum(P, 1e-30)) + 0.5
   mask = np.arange(80) % 4 != 1
