@@ -146,6 +146,31 @@ def _rows_near_the_bounds(c, tol):
   return p, {"neg": neg, "over": over, "low": low, "off": off, "nan": nan, "inf": inf}
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("tol", [1e-3, 2 * 2**-10, 2 * 2**-7, 2.4e-7])
+def test_row_sum_bounds_are_the_subtraction_test(dtype, tol):
+  # The simplex check compares row sums with two bounds; they must accept
+  # exactly the sums s with |s - 1| <= tol computed in the same dtype: every
+  # representable value within 6 ulps of either bound, and far ones.
+  lo, hi = V._sum_bounds(tol, dtype)
+  assert lo.dtype == dtype and hi.dtype == dtype
+  vals = []
+  for c in (lo, hi, dtype(1)):
+    v = c
+    for _ in range(6):
+      v = np.nextafter(v, dtype(-np.inf))
+    for _ in range(13):
+      vals.append(v)
+      v = np.nextafter(v, dtype(np.inf))
+  s = np.array([*vals, 0.0, 0.5, 2.0, 3.0, np.nan, np.inf, -np.inf], dtype)
+  with np.errstate(invalid="ignore"):
+    want = np.abs(s - dtype(1)) <= dtype(tol)
+  assert want.sum() > 13  # both bounds' neighbourhoods straddle the test
+  with jax.enable_x64(dtype == np.float64):
+    got = np.asarray(jax.jit(lambda v: V._sums_to_one(v, tol))(jnp.asarray(s)))
+  np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("c", [3, 10, 32, 33, 100])
 def test_simplex_check_at_its_bounds(c):
   # Both forms of the row check (one tree pass for narrow rows, two reductions
@@ -690,6 +715,29 @@ def test_small_matrix_is_lent_whole_as_the_host_array(offset):
   bad[7, 3] = np.nan
   with pytest.raises(ValueError, match=r"non-finite.*the first is row 7, column 3"):
     metrics.conf_ece(bad, y[:1000])
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="host buffers are lent on the CPU")
+def test_a_host_array_goes_to_the_joint_program_once(monkeypatch):
+  # The small host matrix and its labels are both the computation's arguments
+  # and the checked inputs: the one program takes each once (each host
+  # argument is a copy), and maps it to both uses.
+  p, y = _big_probs()
+  small, labels = np.ascontiguousarray(p[:1000]), y[:1000].astype(np.int32)
+  seen = []
+  once = V._with_checks_once
+  monkeypatch.setattr(V, "_with_checks_once", lambda *a: seen.append(a[4:]) or once(*a))
+  for fn in (metrics.conf_ece, scores.brier):
+    want = _copied(fn, small, labels)
+    seen.clear()
+    np.testing.assert_allclose(float(fn(small, labels)), float(want), rtol=2e-6)
+    assert len(seen) == 1
+    hosts = [a for a in seen[0] if isinstance(a, np.ndarray) and a.ndim]
+    assert len(hosts) == 2 and hosts[0] is small and hosts[1] is labels
+  bad = labels.copy()
+  bad[5] = 1000  # the checks still see the labels
+  with pytest.raises(ValueError, match=r"labels must lie in \[0, 100\).*labels\[5\] = 1000"):
+    scores.brier(small, bad)
 
 
 def _copied(fn, p, y, **kw):
