@@ -94,7 +94,9 @@ def _brier_total(p: jax.Array, y: jax.Array) -> jax.Array:
 
   The whole matrix's sum of squares is one plain reduction, which XLA:CPU
   runs at memory speed; the per-row form fuses the label term into it
-  (``n = 10^5``, ``C = 100``: 0.97 against 1.17-1.38 ms).
+  (the score alone, jitted on a device array at ``n = 10^5``, ``C = 100``:
+  0.97-1.03 against 1.17-1.38 ms; inside the public call, beside the value
+  checks' two passes, the difference is within the run-to-run noise).
   """
   py = jnp.take_along_axis(p, y[..., None], axis=-1)[..., 0]
   return jnp.sum(p * p) - 2.0 * jnp.sum(py) + p.shape[0]
