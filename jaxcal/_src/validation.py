@@ -763,9 +763,13 @@ def _with_checks(fn, spec, args, xs, y, where, w):
   it (``brier`` at ``n = 10^4``, ``C = 10``: 2 copies of 400 KB saved).
   """
   leaves, tree = jax.tree.flatten((args, xs, y, where, w))
-  first: dict[int, int] = {}
-  index = tuple(first.setdefault(id(leaf), len(first)) for leaf in leaves)
-  unique = [leaves[index.index(i)] for i in range(len(first))]
+  unique: list[Any] = []
+  slot: dict[int, int] = {}  # id of a leaf -> its place in unique
+  for leaf in leaves:
+    if id(leaf) not in slot:
+      slot[id(leaf)] = len(unique)
+      unique.append(leaf)
+  index = tuple(slot[id(leaf)] for leaf in leaves)
   return _with_checks_once(fn, spec, tree, index, *unique)
 
 
