@@ -77,10 +77,9 @@ def test_float32_means_match_float64_at_large_n(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_mean_is_the_mean_of_the_per_sample_losses(name):
-  # The mean has its own form for some scores (brier: the whole matrix's sum of
-  # squares); it must agree with the per-sample losses it summarises, for
-  # probabilities and logits, on a small matrix and on a host matrix of over
-  # 1 MiB whose unaligned rows are read as separate blocks.
+  # The mean agrees with the per-sample losses it summarises, for probabilities
+  # and logits, on a small matrix and on a host matrix of over 1 MiB whose
+  # unaligned rows are read as separate blocks.
   f = getattr(scores, name)
   rng = np.random.default_rng(3)
   big = rng.dirichlet(np.full(100, 0.2), 3_000).astype(np.float32)
