@@ -760,7 +760,8 @@ def _with_checks(fn, spec, args, xs, y, where, w):
   An array that is both an argument of ``fn`` and a checked input (the same
   object: a host matrix handed to the program as it is, its labels) goes to
   the program once: a host array is copied in by every argument that holds
-  it (``brier`` at ``n = 10^4``, ``C = 10``: 2 copies of 400 KB saved).
+  it (``brier`` at ``n = 10^4``, ``C = 10``: one copy each of the 400 KB
+  matrix and its 40 KB of labels saved, 0.23 against 0.26-0.28 ms).
   """
   leaves, tree = jax.tree.flatten((args, xs, y, where, w))
   unique: list[Any] = []
