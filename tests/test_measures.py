@@ -104,6 +104,49 @@ def test_smooth_ece_jit_equals_eager_and_classwise():
   assert len(per) == 4
 
 
+def test_smooth_ece_in_fft_buckets_equals_the_full_size():
+  # Each bandwidth runs on the smallest static sizes that hold its grid: the
+  # value of the full-size computation, on both sides of every boundary.
+  from jaxcal._src import smooth_ece as S
+
+  sizes = S._sizes(S.SMOOTH_ECE_MIN_AUTO_BANDWIDTH)
+  buckets = S._buckets(sizes)
+  assert [b.fft for b in buckets] == [4096, 8192, 16384] and buckets[-1] == sizes
+  f, z = R.top_label(P_MID, Y_MID)
+  f = jnp.asarray(f, jnp.float32)
+  r, w = f - jnp.asarray(z, jnp.float32), jnp.ones_like(f)
+  # G = 1366 / 2731 are the largest grids of the two smaller buckets
+  sig = np.array([2 / 1024, 0.0036, 0.00366, 0.0074, 0.0073, 0.0099, 0.01, 0.02, 0.5, 1.0])
+  got = jax.vmap(lambda s: S._smece_at(f, r, w, s, sizes))(sig)  # batched: the largest bucket
+  full_size = jax.jit(S._smece_sized, static_argnums=4)
+  bucketed = jax.jit(S._smece_at, static_argnums=4)
+  for s, g in zip(sig, got):
+    i = int(S._bucket(jnp.float32(s), buckets))
+    assert i == 0 or 3 * S._grid_points(float(s)) - 2 > buckets[i - 1].fft, s  # the smallest...
+    assert 3 * S._grid_points(float(s)) - 2 <= buckets[i].fft, s  # ... that holds it
+    full = float(full_size(f, r, w, jnp.float32(s), sizes))
+    one = float(bucketed(f, r, w, jnp.float32(s), sizes))
+    assert one == pytest.approx(full, rel=2e-6, abs=1e-8), s
+    assert float(g) == pytest.approx(full, rel=2e-6, abs=1e-8), s
+
+
+def test_smooth_ece_vmap_over_data_sets_with_bandwidths_in_different_buckets():
+  # Under vmap the bucket is the batch's largest (one branch runs): each data
+  # set keeps the value it has alone, at its own bandwidth and automatically.
+  from jaxcal._src import smooth_ece as S
+
+  sets = [_data(s, 500, 3, alpha=a, noise=1.0) for s, a in ((7, 1.0), (8, 0.3), (9, 3.0))]
+  pb, yb = np.stack([p for p, _ in sets]), np.stack([y for _, y in sets])
+  sig = np.array([0.003, 0.006, 0.3], np.float32)
+  buckets = S._buckets(S._sizes(float(sig.min())))
+  assert [int(S._bucket(jnp.float32(s), buckets)) for s in sig] == [2, 1, 0]
+  loop = [float(metrics.smooth_ece(p, y, float(s))) for (p, y), s in zip(sets, sig)]
+  got = jax.vmap(lambda p, y, s: metrics.smooth_ece(p, y, s, min_bandwidth=0.003))(pb, yb, sig)
+  np.testing.assert_allclose(got, loop, rtol=2e-6)
+  loop = [float(metrics.smooth_ece(p, y)) for p, y in sets]
+  np.testing.assert_allclose(jax.vmap(metrics.smooth_ece)(pb, yb), loop, rtol=2e-6)
+
+
 @pytest.mark.parametrize("n", [1500])
 def test_smooth_ece_of_a_calibrated_predictor_tends_to_zero(n):
   key = jax.random.key(0)

@@ -753,6 +753,9 @@ _BORROWING = {
   "brier": (scores.brier, {}),
   "brier per sample": (scores.brier, {"per_sample": True}),
   "log_loss": (scores.log_loss, {}),
+  "ks_ce": (metrics.ks_ce, {}),
+  "smooth_ece": (metrics.smooth_ece, {}),
+  "smooth_ece 3 bandwidths": (metrics.smooth_ece, {"bandwidth": np.array([0.02, 0.1, 0.3])}),
 }
 
 
@@ -858,6 +861,9 @@ _FUSED = {
     {"mode": "classwise", "where": np.arange(300) % 5 != 3},
   ),
   "smooth_ece two bandwidths": (metrics.smooth_ece, {"bandwidth": np.array([0.05, 0.2])}),
+  "smooth_ece logits": (metrics.smooth_ece, {"from_logits": True}),
+  "ks_ce logits": (metrics.ks_ce, {"from_logits": True}),
+  "ks_ce where": (metrics.ks_ce, {"where": np.arange(300) % 4 != 1}),
   "debiased_ce marginal where": (
     metrics.debiased_ce,
     {"mode": "marginal", "where": np.arange(300) % 3 > 0},

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -304,6 +304,22 @@ def _row_stage(rows: Callable, from_logits: bool) -> Callable:
   return jax.jit(g)
 
 
+def _row_inputs(x, y, where, rows, from_logits: bool, staged: bool, neutral: bool = False):
+  """A core's per-row inputs, inside its program: ``rows(probs, labels)`` or the row stage's.
+
+  ``staged``: ``x`` holds the outputs of :func:`_row_stage` (whole or in
+  blocks), joined here. Otherwise ``rows`` runs on the scores ``x`` (whole
+  or in blocks; softmaxed with ``from_logits``); with ``neutral`` and a
+  ``where`` mask, on :func:`~jaxcal._src.validation.neutral` probabilities,
+  so unchecked values in masked-out rows never reach the core.
+  """
+  if staged:
+    return join_rows(x)
+  if neutral and where is not None:  # (x is an array: borrowed blocks come without a mask)
+    return rows(*V.neutral(x, y, where, from_logits))
+  return by_rows(_softmaxed(rows) if from_logits else rows, x, y)
+
+
 @functools.cache
 def _compiled(
   core: Callable,
@@ -320,10 +336,8 @@ def _compiled(
   f = _guarded(core, **static)
 
   def g(x, y, where, m, *rest):
-    if staged:  # x: the row stage's per-row outputs, whole or in blocks
-      return f(*join_rows(x), where, m, *rest)
-    if rows is not None:  # x: the scores, whole or in blocks
-      return f(*by_rows(_softmaxed(rows) if from_logits else rows, x, y), where, m, *rest)
+    if staged or rows is not None:
+      return f(*_row_inputs(x, y, where, rows, from_logits, staged), where, m, *rest)
     p = jax.nn.softmax(x, axis=-1) if from_logits else x
     return f(p, y, where, m, *rest)
 
@@ -400,6 +414,53 @@ def _run(
 @jax.jit
 def _nothing(x: jax.Array) -> jax.Array:
   return jnp.zeros((), x.dtype)
+
+
+@functools.cache
+def _top_label_program(core: Callable, from_logits: bool, staged: bool, **static) -> Callable:
+  """Jitted ``core(c, z, *rest, where=where, **static)`` on the top label of ``(x, y)``.
+
+  The compiled function takes ``(x, y, where, *rest)``: the scores and
+  labels (``z``, the correctness, is bool), or with ``staged`` the row
+  stage's ``(c, z)`` and ``y = None``. Masked-out rows are made neutral
+  first (:func:`_row_inputs`).
+  """
+
+  def g(x, y, where, *rest):
+    c, z = _row_inputs(x, y, where, _top_label, from_logits, staged, neutral=True)
+    return core(c, z, *rest, where=where, **static)
+
+  return jax.jit(g)
+
+
+def _run_top_label(core: Callable, d: V.Checked, *rest: Any, **static: Any) -> jax.Array:
+  """``core(c, z, *rest, where=..., **static)`` on the top label of ``d``, value checks included.
+
+  For a metric of the confidence ``c = max p`` and the correctness ``z =
+  [argmax p = y]`` only (``d`` from ``check_predictions(..., defer=True,
+  borrow=True)``), laid out as :func:`_run` lays out the binned ones: for
+  small eager input the top label, ``core`` and the value checks are one
+  program; otherwise (without a mask) the top label is a program of its own,
+  run block by block on a borrowed host matrix (``ks_ce`` on the CIFAR-100
+  test set, ``n = 10^4``, ``C = 100``: 1.65 against 3.75 ms with a private
+  copy and one program, alternated in one process; at ``C = 10`` both 0.95 ms).
+
+  Args:
+    core: jitted-traceable ``core(c (n,), z (n,) bool, *rest, where=None, **static)``.
+    d: the validated (or pending) data set.
+    *rest: ``core``'s further arguments.
+    **static: ``core``'s static keyword arguments (hashable).
+
+  Returns:
+    ``core``'s result, NaN-folded under a transformation when the input is bad.
+  """
+  staged = d.where is None and not V.small(d)
+  x, y = d.scores, d.labels
+  if staged:
+    x, y = _row_stage(_top_label, d.from_logits)(x, y), None
+  f = _top_label_program(core, d.from_logits and not staged, staged, **static)
+  out, _ = V.run_checked(d, f, x, y, d.where, *rest)
+  return V.fold(out, d.ok)
 
 
 def _class_weights(class_weights: ArrayLike | None, num_classes: int, dtype) -> jax.Array:

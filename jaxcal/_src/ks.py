@@ -23,7 +23,12 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
-from jaxcal._src.calibration_errors import _binary_rows, _weights_or_uniform
+from jaxcal._src.calibration_errors import (
+  _binary_rows,
+  _run_top_label,
+  _top_label,
+  _weights_or_uniform,
+)
 from jaxcal._src.sorting import sort_with_payload
 
 __all__ = ["ks_ce"]
@@ -48,11 +53,17 @@ def _ks_rows(scores: jax.Array, resid: jax.Array, where=None) -> jax.Array:
   return jnp.max(jnp.where(group_end, jnp.abs(d), 0.0), axis=1)
 
 
+def _ks_top_label(c, z, where=None):
+  """Top-label KS from the confidences ``c`` and correctness ``z`` (bool), ``(n,)`` each."""
+  return _ks_rows(c[None], (c - z.astype(c.dtype))[None], where)[0]
+
+
 @functools.partial(jax.jit, static_argnames=("mode",))
 def _ks_core(p, y, w, where=None, *, mode):
+  if mode == "top_label":
+    return _ks_top_label(*_top_label(p, y), where)
   s, b = _binary_rows(p, y, mode)
-  per = _ks_rows(s, s - b, where)
-  return per[0] if mode == "top_label" else jnp.sum(w * per)
+  return jnp.sum(w * _ks_rows(s, s - b, where))
 
 
 def ks_ce(
@@ -99,9 +110,18 @@ def ks_ce(
   """
   if mode not in _MODES:
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+  top = mode == "top_label"
   d = V.check_predictions(
-    probs, labels, from_logits=from_logits, where=where, class_weights=class_weights, defer=True
+    probs,
+    labels,
+    from_logits=from_logits,
+    where=where,
+    class_weights=class_weights,
+    defer=True,
+    borrow=top,
   )
+  if top:  # a host matrix is read in place, its top label a program of its own
+    return _run_top_label(_ks_top_label, d)
   f = V.neutral_program(_ks_core, d.from_logits, mode=mode)
   out, _ = V.run_checked(d, f, d.scores, d.labels, d.where, _weights_or_uniform(d))
   return V.fold(out, d.ok)
