@@ -111,15 +111,16 @@ def test_smooth_ece_in_fft_buckets_equals_the_full_size():
 
   sizes = S._sizes(S.SMOOTH_ECE_MIN_AUTO_BANDWIDTH)
   buckets = S._buckets(sizes)
-  assert [b.fft for b in buckets] == [4096, 8192, 16384] and buckets[-1] == sizes
+  assert [b.fft for b in buckets] == [4096, 16384] and buckets[-1] == sizes
   f, z = R.top_label(P_MID, Y_MID)
   f = jnp.asarray(f, jnp.float32)
   r, w = f - jnp.asarray(z, jnp.float32), jnp.ones_like(f)
-  # G = 1366 / 2731 are the largest grids of the two smaller buckets
-  sig = np.array([2 / 1024, 0.0036, 0.00366, 0.0074, 0.0073, 0.0099, 0.01, 0.02, 0.5, 1.0])
+  # G = 1366 is the small bucket's largest grid (sigma = 0.00733; 1367 at 0.00732)
+  sig = np.array([2 / 1024, 0.0037, 0.00732, 0.00733, 0.0099, 0.01, 0.02, 0.5, 1.0])
   got = jax.vmap(lambda s: S._smece_at(f, r, w, s, sizes))(sig)  # batched: the largest bucket
   full_size = jax.jit(S._smece_sized, static_argnums=4)
   bucketed = jax.jit(S._smece_at, static_argnums=4)
+  assert [int(S._bucket(jnp.float32(s), buckets)) for s in sig] == [1, 1, 1] + [0] * 6
   for s, g in zip(sig, got):
     i = int(S._bucket(jnp.float32(s), buckets))
     assert i == 0 or 3 * S._grid_points(float(s)) - 2 > buckets[i - 1].fft, s  # the smallest...
@@ -139,7 +140,7 @@ def test_smooth_ece_vmap_over_data_sets_with_bandwidths_in_different_buckets():
   pb, yb = np.stack([p for p, _ in sets]), np.stack([y for _, y in sets])
   sig = np.array([0.003, 0.006, 0.3], np.float32)
   buckets = S._buckets(S._sizes(float(sig.min())))
-  assert [int(S._bucket(jnp.float32(s), buckets)) for s in sig] == [2, 1, 0]
+  assert [int(S._bucket(jnp.float32(s), buckets)) for s in sig] == [1, 1, 0]
   loop = [float(metrics.smooth_ece(p, y, float(s))) for (p, y), s in zip(sets, sig)]
   got = jax.vmap(lambda p, y, s: metrics.smooth_ece(p, y, s, min_bandwidth=0.003))(pb, yb, sig)
   np.testing.assert_allclose(got, loop, rtol=2e-6)
