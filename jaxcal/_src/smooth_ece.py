@@ -185,8 +185,8 @@ def _shared_bucket(i: jax.Array) -> jax.Array:
 
 
 @_shared_bucket.def_vmap
-def _shared_bucket_rule(axis_size, in_batched, i):
-  # the reduced index is shared again by any enclosing vmap (nested: models x bandwidths)
+def _shared_bucket_rule(axis_size: int, in_batched: list, i: jax.Array) -> tuple[jax.Array, bool]:
+  """The batch's largest index, unbatched; shared again by any enclosing ``vmap``."""
   return _shared_bucket(jnp.max(i, axis=0) if in_batched[0] else i), False
 
 
