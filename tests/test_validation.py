@@ -861,7 +861,6 @@ _FUSED = {
     {"mode": "classwise", "where": np.arange(300) % 5 != 3},
   ),
   "smooth_ece two bandwidths": (metrics.smooth_ece, {"bandwidth": np.array([0.05, 0.2])}),
-  "smooth_ece logits": (metrics.smooth_ece, {"from_logits": True}),
   "ks_ce logits": (metrics.ks_ce, {"from_logits": True}),
   "ks_ce where": (metrics.ks_ce, {"where": np.arange(300) % 4 != 1}),
   "debiased_ce marginal where": (
