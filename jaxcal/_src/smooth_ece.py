@@ -55,6 +55,7 @@ from jaxcal._src.calibration_errors import (
   _binary_rows,
   _nothing,
   _run_top_label,
+  _top_label,
   _weights_or_uniform,
 )
 
@@ -257,8 +258,15 @@ def _auto(f, r, w, sizes: _Sizes):
   return val, jnp.where(one_ok, one, start)
 
 
+def _top_label_parts(c, z):
+  """The one binary row of the top label: (confidence, confidence - correctness), ``(1, n)`` each."""
+  return c[None], (c - z.astype(c.dtype))[None]
+
+
 def _binary_parts(p, y, mode):
   """Rows of (score, residual score - outcome)."""
+  if mode == "top_label":
+    return _top_label_parts(*_top_label(p, y))
   f, b = _binary_rows(p, y, mode)
   return f, f - b
 
@@ -283,11 +291,6 @@ def _fixed_rows(f, r, sigma, where, sizes):
   return per_row(sigma)
 
 
-def _top_label_parts(c, z):
-  """The one binary row of the top label: (confidence, confidence - correctness), ``(1, n)`` each."""
-  return c[None], (c - z.astype(c.dtype))[None]
-
-
 @functools.partial(jax.jit, static_argnames=("mode", "sizes"))
 def _auto_core(p, y, where=None, *, mode, sizes):
   return _auto_rows(*_binary_parts(p, y, mode), where, sizes)
@@ -298,15 +301,15 @@ def _fixed_core(p, y, sigma, where=None, *, mode, sizes):
   return _fixed_rows(*_binary_parts(p, y, mode), sigma, where, sizes)
 
 
-def _auto_value(p, y, w, where=None, *, mode, sizes):
+def _auto_value(p, y, w, where=None, *, sizes):
   """Class-wise smECE at the automatic bandwidth: the class rows weighted by ``w``."""
-  vals, _ = _auto_core(p, y, where, mode=mode, sizes=sizes)
+  vals, _ = _auto_core(p, y, where, mode="classwise", sizes=sizes)
   return jnp.sum(w * vals)
 
 
-def _fixed_value(p, y, sigma, w, where=None, *, mode, sizes):
+def _fixed_value(p, y, sigma, w, where=None, *, sizes):
   """Class-wise smECE at each bandwidth of ``sigma`` ``(k,)``: the class rows weighted by ``w``."""
-  vals = _fixed_core(p, y, sigma, where, mode=mode, sizes=sizes)
+  vals = _fixed_core(p, y, sigma, where, mode="classwise", sizes=sizes)
   return jnp.sum(vals * w, axis=1)
 
 
@@ -459,7 +462,7 @@ def smooth_ece(
     sizes = _sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH)
     if top:  # a host matrix is read in place, its top label a program of its own
       return _run_top_label(_auto_top_label, d, sizes=sizes)
-    f = V.neutral_program(_auto_value, d.from_logits, mode=mode, sizes=sizes)
+    f = V.neutral_program(_auto_value, d.from_logits, sizes=sizes)
     out, _ = V.run_checked(d, f, d.scores, d.labels, d.where, w)
     return V.fold(out, d.ok)
   sig, bound, sig_ok = _bandwidths(bandwidth, min_bandwidth)
@@ -472,7 +475,7 @@ def smooth_ece(
   if top:
     out = _run_top_label(_fixed_top_label, d, sigma, sizes=_sizes(bound))
     return V.fold(out.reshape(shape), sig_ok)
-  f = V.neutral_program(_fixed_value, d.from_logits, mode=mode, sizes=_sizes(bound))
+  f = V.neutral_program(_fixed_value, d.from_logits, sizes=_sizes(bound))
   out, _ = V.run_checked(d, f, d.scores, d.labels, d.where, sigma, w)
   return V.fold(out.reshape(shape), V.both_ok(sig_ok, d.ok))
 
