@@ -10,18 +10,12 @@ import os
 import shutil
 import tempfile
 
-# One persistent compilation cache for the whole test run, written by the
-# processes the tests start (CLI, notebooks, multi-process) and read by the
-# xdist workers too, so a program that several of them compile (the report's
-# bootstrap programs, above all) is compiled once. It must be set before JAX is
-# imported; a cache the user points JAX at already is used as it is, and one
-# made here is removed at the end of the run.
-#
-# The pytest processes themselves only read it (no entry reaches the write's
-# compile-time floor): after a few hundred tests' compilations in one process,
-# jaxlib 0.10's XLA:CPU executable serialisation (the cache write) has crashed
-# the worker with a segmentation fault, in a program that serialises cleanly in
-# a fresh process.
+# One persistent compilation cache for the whole test run, shared by the xdist
+# workers and the processes the tests start (CLI, notebooks, multi-process),
+# so a program that several of them compile (the report's bootstrap programs,
+# above all) is compiled once. It must be set before JAX is imported; a cache
+# the user points JAX at already is used as it is, and one made here is
+# removed at the end of the run.
 _OWN_CACHE = None  # the folder this process made (only the first pytest process makes one)
 if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
   _OWN_CACHE = tempfile.mkdtemp(prefix="jaxcal-test-jit-")
@@ -34,7 +28,19 @@ import pytest  # noqa: E402
 
 from jaxcal.data import dataset_dir  # noqa: E402
 
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)  # read-only here
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+  """Drops JAX's compiled programs after each test module.
+
+  Each XLA:CPU executable keeps about three memory maps, and an xdist worker
+  compiles thousands of programs: kept all run long, they approach the
+  kernel's map limit (``vm.max_map_count``, 65,530 by default), where XLA
+  segfaults in a compilation or a cache write. Module by module, a worker holds
+  a few thousand.
+  """
+  yield
+  jax.clear_caches()
 
 
 def pytest_unconfigure(config):
