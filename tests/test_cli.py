@@ -41,9 +41,12 @@ def test_report_text_json_and_figures(small_file, tmp_path, capsys):
   for name in ("reliability", "bin_robustness", "utility_ecdf"):
     assert (out / f"{name}.png").stat().st_size > 10_000
     assert (out / f"{name}.svg").exists()
-  # --format md prints every section as markdown tables
-  assert cli.main(argv + ["--format", "md", "--figures", "png"]) == 0
+  # --format md prints every section as markdown tables; --figures "" draws none
+  argv[argv.index(str(out))] = str(tmp_path / "md")
+  assert cli.main(argv + ["--format", "md", "--figures", ""]) == 0
+  assert sorted(p.name for p in (tmp_path / "md").iterdir()) == ["report.json"]
   text = capsys.readouterr().out
+  assert "report.json in" in text and "figures" not in text
   for heading in ("| metric |", "Errors across the bin count", "Utility calibration UC", "Brier"):
     assert heading in text
   assert "| classwise |" in text and "| linear | 32 |" in text

@@ -226,10 +226,8 @@ def _cmd_report(args) -> int:
   _emit(args, text, {k: v for k, v in rep.items()})
   if args.format != "json":
     figures = ", ".join(sorted(k for k in paths if k != "json"))
-    print(
-      f"  wrote {os.path.relpath(paths['json'])} and the figures {figures} "
-      f"({', '.join(args.figures)}) in {os.path.relpath(args.out)}"
-    )
+    drawn = f" and the figures {figures} ({', '.join(args.figures)})" if figures else ""
+    print(f"  wrote {os.path.relpath(paths['json'])}{drawn} in {os.path.relpath(args.out)}")
   return 0
 
 
@@ -447,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     "--figures",
     type=lambda t: tuple(x for x in t.split(",") if x),
     default=("png", "pdf"),
-    help="figure formats, comma-separated (png,pdf; also svg)",
+    help='figure formats, comma-separated (png,pdf; also svg; "" for none)',
   )
   r.add_argument("--seed", type=int, default=0, help="the one seed of every random draw (0)")
   _format_arg(r)

@@ -823,7 +823,8 @@ def write_report(
       reliability diagram).
     labels: ``(n,)`` labels of a one-model report.
     out_dir: output folder (created).
-    formats: figure formats (``"png"``, ``"pdf"``, ``"svg"``).
+    formats: figure formats (``"png"``, ``"pdf"``, ``"svg"``); none (an
+      empty sequence): ``report.json`` alone.
 
   Returns:
     name -> path of every file written (figures by their first format).
@@ -843,9 +844,9 @@ def write_report(
     plt = pyplot()
     plt.close(fig)
 
-  if "rank_stability" in rep:
+  if formats and "rank_stability" in rep:
     _write_compare_figures(rep, save)
-  else:
+  elif formats:
     _write_single_figures(rep, scores_in, labels, save)
   paths["json"] = os.path.join(out_dir, "report.json")
   with open(paths["json"], "w") as f:
