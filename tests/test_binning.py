@@ -257,7 +257,7 @@ def test_exact_sums_outside_the_domain_are_nan():
   s = s.copy()
   s[1, 3] = 2.0  # scores must lie in (-2, 2): that row's sums are NaN, the other row's are not
   for binning, method in [("quantile", "auto"), ("fixed", "edges"), ("fixed", "sort")]:
-    out = B.binned_residual_sums(s, b, 5, binning, 5, method=method)
+    out = jax.jit(lambda: B.binned_residual_sums(s, b, 5, binning, 5, method=method))()
     assert np.isnan(out.sums[1]).all() and np.isnan(out.cumsums[1]).all()
     assert np.isfinite(out.sums[0]).all()
 
@@ -337,7 +337,7 @@ def test_where_all_true_and_mask_broadcast():
   s, b = _tied_rows(10, rows=2, n=40)
   f = jax.jit(lambda w: B.binned_residual_sums(s, b, 7, "quantile", 8, method="fast", where=w))
   a, c = f(np.ones((2, 40), bool)), f(np.ones(40, bool))  # a (n,) mask broadcasts over rows
-  d = B.binned_residual_sums(s, b, 7, "quantile", 8, method="fast")
+  d = jax.jit(lambda: B.binned_residual_sums(s, b, 7, "quantile", 8, method="fast"))()
   for x in (a, c):
     np.testing.assert_array_equal(x.counts, d.counts)
     np.testing.assert_allclose(x.sums, d.sums, atol=1e-7)
@@ -465,9 +465,10 @@ def test_rows_in_chunks_equal_rows_in_one_batch(binning, monkeypatch):
   rng = np.random.default_rng(5)
   s = jnp.asarray(rng.random((7, 50)).astype(np.float32))
   b = jnp.asarray(rng.random((7, 50)) < np.asarray(s))
-  want = B.binned_residual_sums(s, b, 5, binning, 8, method="sort")
+  want = jax.jit(lambda: B.binned_residual_sums(s, b, 5, binning, 8, method="sort"))()
   monkeypatch.setattr(B, "ROW_CHUNK_ELEMENTS", 150)  # 3 rows of 50 samples per chunk
-  got = B.binned_residual_sums(s, b, 5, binning, 8, method="sort")
+  # a new function, traced anew: the chunk size is read at trace time
+  got = jax.jit(lambda: B.binned_residual_sums(s, b, 5, binning, 8, method="sort"))()
   for g, w in zip(got, want):
     assert g.shape == w.shape
     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
