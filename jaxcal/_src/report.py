@@ -844,10 +844,11 @@ def write_report(
     plt = pyplot()
     plt.close(fig)
 
-  if formats and "rank_stability" in rep:
-    _write_compare_figures(rep, save)
-  elif formats:
-    _write_single_figures(rep, scores_in, labels, save)
+  if formats:
+    if "rank_stability" in rep:
+      _write_compare_figures(rep, save)
+    else:
+      _write_single_figures(rep, scores_in, labels, save)
   paths["json"] = os.path.join(out_dir, "report.json")
   with open(paths["json"], "w") as f:
     json.dump(_json_ready(rep), f, indent=1)
