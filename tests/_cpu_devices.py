@@ -11,10 +11,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def cpu_devices_env(n: int) -> dict[str, str]:
-  """``os.environ`` plus ``n`` CPU devices and this checkout first on ``PYTHONPATH``."""
+  """``os.environ`` plus ``n`` CPU devices and this checkout first on ``PYTHONPATH``.
+
+  The device count is added to the ``XLA_FLAGS`` already set (the tests'
+  compile flag, see conftest.py), not put in their place.
+  """
+  flags = os.environ.get("XLA_FLAGS", "")
   return dict(
     os.environ,
     JAX_PLATFORMS="cpu",
-    XLA_FLAGS=f"--xla_force_host_platform_device_count={n}",
+    XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count={n}".strip(),
     PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
   )

@@ -4,11 +4,16 @@ held-out U_comb, gain-matrix witnesses, blocked device loop, progress bar."""
 from __future__ import annotations
 
 import io
+import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+from _cpu_devices import cpu_devices_env
 
 from jaxcal import recalibrate as R
 from jaxcal import utility as U
@@ -276,9 +281,7 @@ def test_cut_points_select_the_same_samples_with_a_margin():
 def test_audit_shards_over_every_local_device_with_the_same_fit(tmp_path):
   """With two (forced) CPU devices the audit's uc_sweep splits the witnesses over both;
   the patches are the same as on one device."""
-  import os
   import subprocess
-  import sys
 
   code = (
     "import sys, numpy as np, jax\n"
@@ -291,12 +294,7 @@ def test_audit_shards_over_every_local_device_with_the_same_fit(tmp_path):
     "                    sample_witnesses=lambda k: U.sample_aligned_gain(k, 4, 5))\n"
     "np.save(sys.argv[1], np.asarray(rc(z)))\n"
   )
-  env = dict(
-    os.environ,
-    PYTHONPATH=os.pathsep.join(sys.path),
-    XLA_FLAGS="--xla_force_host_platform_device_count=2",
-    JAX_PLATFORMS="cpu",
-  )
+  env = cpu_devices_env(2)
   out = tmp_path / "two.npy"
   run = subprocess.run(
     [sys.executable, "-W", "ignore", "-c", code, str(out)], capture_output=True, text=True, env=env

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -12,6 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+from _cpu_devices import cpu_devices_env
 
 from jaxcal import utility as U
 from jaxcal._src.sorting import sort_descending, stable_argsort
@@ -397,7 +401,7 @@ print(json.dumps(out))
 
 
 def test_uc_sweep_sharded_equals_single_device():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+  env = cpu_devices_env(4)
   res = subprocess.run(
     [sys.executable, "-c", _SHARDED_SCRIPT],
     env=env,

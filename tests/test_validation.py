@@ -7,7 +7,6 @@ layer's properties: inputs untouched, accepted inputs, messages, NaN under
 """
 
 import inspect
-import os
 import pathlib
 import subprocess
 import sys
@@ -19,6 +18,10 @@ import numpy as np
 import pytest
 
 import jaxcal
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+from _cpu_devices import cpu_devices_env
+
 from jaxcal import data, metrics, scores, utility
 from jaxcal._src import calibration_errors as CE
 from jaxcal._src import validation as V
@@ -376,8 +379,7 @@ _SHARDED = textwrap.dedent(
 
 
 def test_eager_call_on_an_array_sharded_over_four_devices():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-  env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+  env = cpu_devices_env(4)
   out = subprocess.run(
     [sys.executable, "-c", _SHARDED], env=env, capture_output=True, text=True, timeout=300
   )
