@@ -25,13 +25,13 @@ if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 # XLA:CPU compiles with its older (LLVM IR) fusion emitters in the tests: the
-# suite is almost all compilation, and they compile it about a third faster
-# (tests/test_validation, test_metrics, test_recalibrate and test_measures on
-# 2 cores: 184-187 against 254-290 s; the results agree within the tests'
-# tolerances). The programs then run slightly slower, which the tests do not
-# time. ``JAXCAL_TEST_XLA_DEFAULTS=1`` tests with XLA's own defaults. Set in
-# the first pytest process, before JAX starts; the xdist workers, notebook
-# kernels and child processes inherit it (tests/_cpu_devices.py adds to it).
+# suite is almost all compilation, and they compile it faster (a fresh-clone
+# CI on 2 cores: 716 against 922-943 s of pytest). Their programs run slower,
+# which the tests do not time, and compute the same numbers
+# (tests/test_xla_emitters.py). ``JAXCAL_TEST_XLA_DEFAULTS=1`` tests with
+# XLA's own defaults. Set in the first pytest process, before JAX starts;
+# the xdist workers, notebook kernels and child processes inherit it
+# (tests/_cpu_devices.py adds to it).
 FAST_COMPILE_FLAG = "--xla_cpu_use_fusion_emitters=false"
 
 
@@ -41,7 +41,8 @@ def _xla_accepts(flag: str) -> bool:
   env["JAX_PLATFORMS"] = "cpu"
   code = "import jax.numpy as jnp; jnp.zeros(2).block_until_ready()"
   try:
-    return subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == 0
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    return run.returncode == 0
   except (OSError, subprocess.SubprocessError):
     return False
 
