@@ -35,10 +35,14 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 FAST_COMPILE_FLAG = "--xla_cpu_use_fusion_emitters=false"
 
 
+def with_xla_flag(flag: str) -> str:
+  """This process's ``XLA_FLAGS`` with ``flag`` added."""
+  return f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+
+
 def _xla_accepts(flag: str) -> bool:
   """Whether this jaxlib knows ``flag`` (an unknown flag in XLA_FLAGS aborts the process)."""
-  env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip())
-  env["JAX_PLATFORMS"] = "cpu"
+  env = dict(os.environ, XLA_FLAGS=with_xla_flag(flag), JAX_PLATFORMS="cpu")
   code = "import jax.numpy as jnp; jnp.zeros(2).block_until_ready()"
   try:
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
@@ -50,10 +54,10 @@ def _xla_accepts(flag: str) -> bool:
 if (
   os.environ.get("JAXCAL_TEST_XLA_DEFAULTS", "").lower() not in ("1", "true", "yes")
   and "PYTEST_XDIST_WORKER" not in os.environ
-  and "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", "")
+  and FAST_COMPILE_FLAG.split("=")[0] not in os.environ.get("XLA_FLAGS", "")
   and _xla_accepts(FAST_COMPILE_FLAG)
 ):
-  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_FLAG}".strip()
+  os.environ["XLA_FLAGS"] = with_xla_flag(FAST_COMPILE_FLAG)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

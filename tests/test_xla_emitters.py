@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
-from conftest import FAST_COMPILE_FLAG, _xla_accepts
+from conftest import FAST_COMPILE_FLAG, _xla_accepts, with_xla_flag
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -66,7 +66,7 @@ def test_both_xla_cpu_fusion_emitters_give_the_same_numbers():
   if FAST_COMPILE_FLAG in flags:
     other = flags.replace(FAST_COMPILE_FLAG, "").strip()
   elif _xla_accepts(FAST_COMPILE_FLAG):
-    other = f"{flags} {FAST_COMPILE_FLAG}".strip()
+    other = with_xla_flag(FAST_COMPILE_FLAG)
   else:
     pytest.skip(f"this jaxlib does not accept {FAST_COMPILE_FLAG}")
   base = dict(os.environ, JAX_PLATFORMS="cpu")
