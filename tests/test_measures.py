@@ -298,6 +298,20 @@ def test_debiased_ce_more_bins_than_samples_and_vmap():
   np.testing.assert_allclose(out, [R.debiased_ce(a, b, 5) for a, b in zip(pb, yb)], rtol=2e-5)
 
 
+def test_debiased_ce_bins_of_two_samples():
+  # n = 10 in m = 5 equal-mass bins: every bin holds exactly two samples, the
+  # smallest that gets the variance correction ybar (1 - ybar) / (n_b - 1).
+  p, y = P_SMALL[:10], Y_SMALL[:10]
+  _, z = R.top_label(p, y)
+  assert np.bincount(R._midpoint_bins(p.max(1), 5)).tolist() == [2] * 5
+  sq = float(metrics.debiased_ce(p, y, 5, squared=True))
+  assert sq == pytest.approx(R.debiased_sq(p.max(1), z.astype(np.float32), 5), rel=1e-5, abs=1e-7)
+  assert sq != 0.0
+  per_class = [R.debiased_sq(p[:, k], (y == k).astype(np.float32), 5) for k in range(p.shape[1])]
+  got = float(metrics.debiased_ce(p, y, 5, "marginal", squared=True))
+  assert got == pytest.approx(float(np.mean(per_class)), rel=1e-5, abs=1e-7)
+
+
 # ------------------------------------------------------------------------ KS
 
 
