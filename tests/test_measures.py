@@ -57,6 +57,23 @@ def test_smooth_ece_bandwidth_is_a_fixed_point():
   assert float(metrics.smooth_ece(P_MID, Y_MID)) == pytest.approx(above, rel=1e-6)
 
 
+def test_smooth_ece_is_below_one_at_every_bandwidth():
+  # relplot's search first tests sigma = 1 (1 < smECE(1)); jaxcal skips that
+  # evaluation because smECE < 1 always. The extreme case: every prediction
+  # certain (c = 1) and wrong, so every residual is 1; also in one class.
+  p = np.tile(np.array([[1.0, 0.0, 0.0]], np.float32), (50, 1))
+  y = np.ones(50, np.int32)
+  for sigma in (1.0, 0.5, 0.05, 0.01):
+    for mode in ("top_label", "classwise"):
+      assert float(metrics.smooth_ece(p, y, sigma, mode=mode)) < 1.0, (sigma, mode)
+  # every midpoint passes (sigma < smECE(sigma) ~ 1), so the search never
+  # leaves its upper end: sigma = 1, as relplot returns, with smECE(1) < 1
+  assert float(metrics.smooth_ece_bandwidth(p, y)) == 1.0
+  assert float(metrics.smooth_ece(p, y)) == pytest.approx(
+    float(metrics.smooth_ece(p, y, 1.0)), rel=1e-6
+  )
+
+
 def test_smooth_ece_vmap_over_bandwidths_and_data_sets():
   sig = jnp.array([0.02, 0.05, 0.3])
   arr = metrics.smooth_ece(P_SMALL, Y_SMALL, sig)

@@ -231,31 +231,33 @@ def _smece_sized(f, r, w, sigma, sizes: _Sizes):
 def _auto(f, r, w, sizes: _Sizes):
   """``relplot.metrics.smECE``: fixed-point bandwidth by bisection; (smECE, sigma).
 
-  One loop of ``_SEARCH_STEPS + 2`` evaluations (``sigma = 1``, the
-  bisection midpoints, the final bandwidth), so the smoothing is compiled
-  once.
+  One loop of ``_SEARCH_STEPS + 1`` evaluations (the bisection midpoints,
+  then the final bandwidth), so the smoothing is compiled once. relplot's
+  ``search_param`` first tests ``sigma = 1`` itself (``1 < smECE(1)``) and
+  returns 1 if it passes; it never does, so that evaluation is skipped:
+  ``|r| <= 1`` and the smoothing and interpolation weights are non-negative,
+  so the numerator ``sum |smoothed r w|`` is at most the denominator's
+  ``sum smoothed w``, to which ``_DENSITY_EPS`` per point is added: smECE < 1
+  at every bandwidth.
   """
   dt = r.dtype
   lo = jnp.asarray(SMOOTH_ECE_MIN_AUTO_BANDWIDTH, dt)
-  one = jnp.asarray(1.0, dt)
-  last = _SEARCH_STEPS + 1
+  last = _SEARCH_STEPS
 
   def body(k, carry):
-    start, end, one_ok, _ = carry
+    start, end, _ = carry
     mid = (start + end) / 2
-    final = jnp.where(one_ok, one, start)
-    alpha = jnp.where(k == 0, one, jnp.where(k == last, final, mid))
+    alpha = jnp.where(k == last, start, mid)
     val = _smece_at(f, r, w, jnp.maximum(alpha, lo), sizes)
     ok = (alpha < _SEARCH_EPS) | (alpha < val)
-    search = (k > 0) & (k < last)
+    search = k < last
     start = jnp.where(search & ~ok, mid, start)
     end = jnp.where(search & ok, mid, end)
-    one_ok = jnp.where(k == 0, ok, one_ok)
-    return start, end, one_ok, val
+    return start, end, val
 
-  init = (one, jnp.zeros((), dt), jnp.bool_(False), jnp.zeros((), dt))
-  start, _, one_ok, val = jax.lax.fori_loop(0, last + 1, body, init)
-  return val, jnp.where(one_ok, one, start)
+  init = (jnp.ones((), dt), jnp.zeros((), dt), jnp.zeros((), dt))
+  start, _, val = jax.lax.fori_loop(0, last + 1, body, init)
+  return val, start
 
 
 def _top_label_parts(c, z):
