@@ -27,7 +27,8 @@ with it:
   Σ_i (A_1(t_i) + 10^-4)`` with ``A_v`` the smoothed sums of ``v``;
 * the bandwidth search is ``relplot.metrics.search_param``: if ``1`` is not
   a fixed point, 10 bisection steps on ``[0, 1]`` keeping the upper end,
-  ``sigma < 0.001`` counting as "below the fixed point".
+  ``sigma < 0.001`` counting as "below the fixed point" (``1`` never is one,
+  as ``smECE < 1`` at every bandwidth, so jaxcal does not evaluate it).
 
 Grid sizes depend on ``sigma``; here they are traced values under static
 bounds (``G <= 5121`` for the automatic bandwidth, whose smallest possible
