@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxcal._src.decomposition import decompose_core
 from jaxcal.scores import Decomposition, decompose
 
 
@@ -105,6 +106,36 @@ def test_perfectly_calibrated_forecast_has_zero_classwise_mcb():
   with jax.enable_x64(True):
     d = decompose(p, y)
   assert abs(float(d.mcb)) < 1e-15 and float(d.dsc) > 0
+
+
+@pytest.mark.parametrize("score", ["brier", "log"])
+@pytest.mark.parametrize("mode", ["classwise", "normalized"])
+def test_core_mask_equals_the_subset(score, mode):
+  # the study call pads data sets with masked rows: they must count as absent
+  p, y = _data(5)
+  keep = np.random.default_rng(5).random(len(y)) < 0.6
+  y_garbage = np.where(keep, y, (y + 1) % p.shape[1])  # masked rows: other labels
+  with jax.enable_x64(True):
+    masked = decompose_core(jnp.asarray(p), jnp.asarray(y_garbage), score, mode, jnp.asarray(keep))
+    subset = decompose_core(jnp.asarray(p[keep]), jnp.asarray(y[keep]), score, mode)
+  np.testing.assert_allclose([float(v) for v in masked], [float(v) for v in subset], atol=1e-12)
+  np.testing.assert_allclose(
+    [float(v) for v in subset], decompose_reference(p[keep], y[keep], score, mode), atol=1e-10
+  )
+
+
+def test_classwise_log_score_clips_probabilities_within_the_tolerance():
+  # entries up to 1e-3 outside [0, 1] pass the simplex check; the binary log
+  # loss reads them as 0 and 1 (a probability above 1 would give a negative loss)
+  p, y = _data(6)
+  q = p.copy()
+  q[:6] = [1.0005, -0.0005, 0.0, 0.0]
+  y = y.copy()
+  y[:6] = [0, 0, 0, 1, 2, 3]
+  with jax.enable_x64(True):
+    got = float(decompose(q, y, "log", "classwise").score)
+  want = decompose_reference(np.clip(q, 0.0, 1.0), y, "log", "classwise")[0]
+  assert got == pytest.approx(want, abs=1e-12)
 
 
 @pytest.mark.parametrize(
