@@ -43,6 +43,10 @@ def main() -> None:
     state = state.update(p[i : i + 64], y[i : i + 64])
   merged = streaming.merge_across_processes(state)
   out["streaming"] = {k: np.asarray(v).tolist() for k, v in merged.compute().items()}
+  # whole rows kept ((capacity, C) buffers, of different capacities on the two processes)
+  full = streaming.Calibration.empty(c, np.array([5, 15]), capacity=p.shape[0], records="full")
+  full = streaming.merge_across_processes(full.update(p, y))
+  out["classwise_ce"] = np.asarray(full.compute()["classwise_ce"]).tolist()
 
   res = jaxcal.evaluate(
     p[None], y[None], ["conf_ece", "conf_ce_corr", "brier"], num_bins=np.array([5, 15])

@@ -2,9 +2,10 @@
 
 Each process holds a different, differently sized part of the CIFAR-10
 ResNet-110 test logits as host-local arrays (the normal multi-host layout)
-and runs ``uc_sweep``, the streaming ``merge_across_processes`` and the study
-call; both must report the single-process result on the union. CPU
-collectives go through gloo; every process runs under a timeout and is
+and runs ``uc_sweep``, the streaming ``merge_across_processes`` (records of
+the top label and of whole rows, in buffers of different capacities) and
+the study call; both must report the single-process result on the union.
+CPU collectives go through gloo; every process runs under a timeout and is
 killed if the test fails; the port is taken free from the OS.
 """
 
@@ -91,6 +92,7 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
     np.testing.assert_allclose(s["classwise_ece"], metrics.classwise_ece(p, y, bins), atol=1e-6)
     np.testing.assert_allclose(s["conf_ce_corr"], metrics.conf_ce_corr(p, y, bins), rtol=1e-6)
     np.testing.assert_allclose(s["brier"], scores.brier(p, y), rtol=1e-6)
+    np.testing.assert_allclose(r["classwise_ce"], metrics.classwise_ce(p, y, bins), rtol=1e-5)
     ev = r["evaluate"]["values"]  # one model, its rows spread over the two processes
     np.testing.assert_allclose(ev["conf_ece"][0], metrics.conf_ece(p, y, bins), atol=1e-6)
     np.testing.assert_allclose(ev["conf_ce_corr"][0], metrics.conf_ce_corr(p, y, bins), atol=1e-6)
