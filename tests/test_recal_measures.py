@@ -91,6 +91,21 @@ def test_beta_refits_with_a_fixed_at_zero():
   np.testing.assert_allclose([float(rc.a[1]), float(rc.b[1]), float(rc.d[1])], w, atol=2e-3)
 
 
+def test_beta_refits_with_b_fixed_at_zero():
+  # outcomes from a = 1, b = -1 (logit q = log s + log(1 - s) + d, not monotone):
+  # the free fit has a > 0 and b < 0, so the refit with b = 0 is kept (as in betacal)
+  rng = np.random.default_rng(6)
+  s = rng.uniform(0.02, 0.98, 2000)
+  q = 1 / (1 + np.exp(-(np.log(s) + np.log1p(-s) + 1.5)))
+  y1 = (rng.uniform(size=2000) < q).astype(int)
+  p = np.stack([1 - s, s], axis=1).astype(np.float32)
+  rc = recalibrate.fit_beta(p, y1, from_logits=False, normalize=False)
+  eps = float(np.finfo(np.float32).eps)
+  w, _ = _beta_reference(s.astype(np.float32).astype(np.float64), y1.astype(float), eps)
+  assert w[1] == 0.0 and w[0] > 0  # the reference took the b = 0 refit
+  np.testing.assert_allclose([float(rc.a[1]), float(rc.b[1]), float(rc.d[1])], w, atol=2e-3)
+
+
 # ------------------------------------------------------------------------ ETS
 
 
