@@ -92,11 +92,12 @@ def test_beta_refits_with_a_fixed_at_zero():
 
 
 def test_beta_refits_with_b_fixed_at_zero():
-  # outcomes from a = 1, b = -1 (logit q = log s + log(1 - s) + d, not monotone):
-  # the free fit has a > 0 and b < 0, so the refit with b = 0 is kept (as in betacal)
+  # outcomes from a = 3, b = -0.5 (logit q = 3 log s + 0.5 log(1 - s) + d, rising
+  # then falling above s = 6/7): the free fit has a > 0 and b < 0, so the refit with
+  # b = 0 is kept (as in betacal); the refit with a = 0 has b > 0 (a rising trend)
   rng = np.random.default_rng(6)
   s = rng.uniform(0.02, 0.98, 2000)
-  q = 1 / (1 + np.exp(-(np.log(s) + np.log1p(-s) + 1.5)))
+  q = 1 / (1 + np.exp(-(3 * np.log(s) + 0.5 * np.log1p(-s) + 1.0)))
   y1 = (rng.uniform(size=2000) < q).astype(int)
   p = np.stack([1 - s, s], axis=1).astype(np.float32)
   rc = recalibrate.fit_beta(p, y1, from_logits=False, normalize=False)
