@@ -431,6 +431,24 @@ def test_classwise_maps_match_reference_code(c10, method, ref):
     np.testing.assert_allclose(got[:, c], want, atol=2e-6, err_msg=f"{method} class {c}")
 
 
+def test_histogram_bins_of_a_tie_pair_match_reference_code():
+  # n = 10, m = 3: a tie pair at sorted positions 3 and 4 has average rank
+  # 4.5, so its bin is ceil(3.5 * 3 / 10) = 2 (of 1..3): the rounding that
+  # jaxcal's integer form (a m + 2n - 1) // 2n must get right for odd a m
+  s = np.array([0.05, 0.1, 0.2, 0.3, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9])
+  p = np.stack([1 - s, s], axis=1)
+  y = np.array([0, 1, 0, 1, 0, 1, 1, 0, 1, 1])
+  grid = np.linspace(0.0, 1.0, 41)
+  got = np.asarray(
+    R.fit("histogram", p, y, num_bins=3, from_logits=False, normalize=False)(
+      np.stack([1 - grid, grid], axis=1)
+    )
+  )
+  for c, x in ((0, 1 - grid), (1, grid)):
+    want = _hb_reference(p[:, c], (y == c).astype(float), x, m=3)
+    np.testing.assert_allclose(got[:, c], want, atol=1e-6, err_msg=f"class {c}")
+
+
 def test_global_isotonic_is_one_map_on_all_pairs(c10):
   """shared=True: one PAV fit on the n·C pairs (p_i[c], 1[y_i = c]) (IRM)."""
   zv, yv, zt, _ = c10
