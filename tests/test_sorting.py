@@ -57,6 +57,18 @@ def test_radix_two_and_three_pass_paths(kind):
   np.testing.assert_array_equal(np.asarray(perm), _np_stable(x))
 
 
+def test_radix_two_pass_bound_is_exclusive():
+  """n = 70,000 (17 index bits, 15-bit digits): two passes hold key spans up to 2^30 - 1."""
+  rng = np.random.default_rng(5)
+  for span in (2**30 - 1, 2**30):  # the last that two passes hold, the first that they do not
+    key = rng.integers(0, span, 70_000, dtype=np.uint32)
+    key[[10, 20_000]] = [span, 0]  # min 0 and max span, the max early (it must sort last)
+    _, perm = jax.jit(S._radix_argsort)(jnp.asarray(key[None]))
+    np.testing.assert_array_equal(
+      np.asarray(perm)[0], np.argsort(key, kind="stable"), err_msg=str(span)
+    )
+
+
 def test_vmap_is_one_call_on_the_stacked_rows():
   """Under vmap the public argsort is one call on the stacked rows: no batched choice.
 
