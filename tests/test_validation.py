@@ -205,6 +205,23 @@ def test_simplex_check_at_its_bounds(c):
     assert masked == pytest.approx(float(scores.brier(p[rows], y[rows])), rel=1e-6)
 
 
+@pytest.mark.parametrize("c", [3, 100])
+def test_lowest_accepted_entry_is_minus_the_tolerance(c):
+  # "values below 0 within tol" includes -tol itself (float32), and nothing below it
+  tol = np.float32(V.simplex_atol(jnp.float32))
+  p = np.full((40, c), 1.0 / c, np.float32)
+  y = np.arange(40) % c
+  edge, below = p.copy(), p.copy()
+  edge[5, :2] = [-tol, 1.0 / c + 1.0 / c + tol]
+  below[5, :2] = [np.nextafter(-tol, np.float32(-1)), 1.0 / c + 1.0 / c + tol]
+  f = jax.jit(lambda q, y: scores.brier(q, y))
+  assert np.isfinite(float(scores.brier(edge, y))) and np.isfinite(float(f(edge, y)))
+  assert np.isfinite(float(jaxcal.checked(f)(edge, y)))
+  with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+    scores.brier(below, y)
+  assert np.isnan(float(f(below, y)))
+
+
 def test_checked_mode_gives_the_eager_message():
   bad = P * 0.5
   with pytest.raises(ValueError) as eager:
