@@ -278,6 +278,12 @@ def test_empty_state_raises_eagerly_and_gives_nan_under_jit():
   # no host read inside jit: NaN (the fixed-bin program is the eager one's)
   assert np.isnan(jax.jit(lambda s: s.compute()["conf_ece"])(streaming.FixedBins.empty(3, 5)))
   assert np.isnan(jax.jit(lambda s: s.compute()["accuracy"])(masked))
+  # records: empty gives NaN under jit, one sample is a data set like any other
+  records = jax.jit(lambda s: s.compute(1))
+  assert all(np.isnan(v) for v in records(streaming.Records.empty(4, 3)).values())
+  one = records(streaming.Records.empty(4, 3).update(p[:1], y[:1]))
+  assert float(one["conf_ece"]) == pytest.approx(float(metrics.conf_ece(p[:1], y[:1], 1)))
+  assert float(one["conf_ce_corr"]) == pytest.approx(float(metrics.conf_ce_corr(p[:1], y[:1], 1)))
 
 
 def test_invalid_batches_under_jit_poison_every_output():
