@@ -199,6 +199,17 @@ def test_bad_inputs(logits):
     jaxcal.evaluate(x, yy, ["conf_ece"], num_bins=[0, 3], from_logits=True)
   with pytest.raises(ValueError, match="quantile binning with num_bins = 60.*model_0"):
     jaxcal.evaluate(x, yy, ["conf_ce_corr"], num_bins=[5, 60], from_logits=True)
+  # the message names the models with fewer samples than bins, and only those
+  with pytest.raises(ValueError, match="quantile binning") as err:
+    jaxcal.evaluate(
+      [x[0], x[1][:40]], [yy[0], yy[1][:40]], ["conf_ce_corr"], num_bins=[5, 50], from_logits=True
+    )
+  assert "['model_1']" in str(err.value), str(err.value)
+  # as many bins as samples is allowed (one sample per bin)
+  at_n = jaxcal.evaluate(x, yy, ["conf_ce_corr"], num_bins=[5, 50], from_logits=True)
+  for i in range(2):
+    want = metrics.conf_ce_corr(x[i], yy[i], np.array([5, 50]), from_logits=True)
+    np.testing.assert_allclose(at_n["conf_ce_corr"][i], want, rtol=1e-5)
   with pytest.raises(ValueError, match=r"model 'model_0': probs must lie in \[0, 1\]"):
     jaxcal.evaluate(x, yy, ["brier"])  # logits passed as probabilities
   bad = np.array(x)
