@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -15,15 +14,12 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
-from _cpu_devices import cpu_devices_env
+from _cpu_devices import ROOT, cpu_devices_env
 
 from jaxcal import utility as U
 from jaxcal._src.sorting import sort_descending, stable_argsort
 from jaxcal._src.utility import families as F
 from jaxcal._src.utility.uc import uc_from_scores
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 # ---------------------------------------------------------------- references
 

@@ -28,7 +28,6 @@ from jaxcal._src import validation as V
 from jaxcal._src.numerics import RowBlocks, by_rows, join_rows
 from jaxcal._src.scores import prepare
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 P = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]], np.float32)
 Y = np.array([0, 1, 1])
 
@@ -212,8 +211,8 @@ def test_lowest_accepted_entry_is_minus_the_tolerance(c):
   p = np.full((40, c), 1.0 / c, np.float32)
   y = np.arange(40) % c
   edge, below = p.copy(), p.copy()
-  edge[5, :2] = [-tol, 1.0 / c + 1.0 / c + tol]
-  below[5, :2] = [np.nextafter(-tol, np.float32(-1)), 1.0 / c + 1.0 / c + tol]
+  edge[5, :2] = [-tol, 2.0 / c + tol]
+  below[5, :2] = [np.nextafter(-tol, np.float32(-1)), 2.0 / c + tol]
   f = jax.jit(lambda q, y: scores.brier(q, y))
   assert np.isfinite(float(scores.brier(edge, y))) and np.isfinite(float(f(edge, y)))
   assert np.isfinite(float(jaxcal.checked(f)(edge, y)))

@@ -22,9 +22,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+from _cpu_devices import ROOT
 from conftest import FAST_COMPILE_FLAG, _xla_accepts, with_xla_flag
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 _VALUES = """
 import json
