@@ -17,10 +17,26 @@ from jaxcal import data, dominance, metrics, scores
 # --------------------------------------------------------------------------
 
 
-def ref_interval(est, samples, method, confidence, jack=None, accel=None):
+def ref_acceleration(*jacks):
+  """BCa's acceleration from the jackknife values of each data set (Efron & Tibshirani 1993, §14.3).
+
+  ``U_gi = (n_g - 1)(mean_i theta_(gi) - theta_(gi))`` and ``a = sum U^3 / n_g^3 /
+  (6 (sum U^2 / n_g^2)^1.5)``; for one data set ``sum d^3 / (6 (sum d^2)^1.5)``.
+  """
+  num = den = 0.0
+  for jack in jacks:
+    jack = np.asarray(jack, np.float64)
+    g = jack.size
+    u = (g - 1) * (jack.mean() - jack)
+    num += np.sum(u**3) / g**3
+    den += np.sum(u**2) / g**2
+  return num / (6 * den**1.5)
+
+
+def ref_interval(est, samples, method, confidence, accel=None):
   """Percentile / basic / normal / BCa from the resamples, numpy float64, one statistic.
 
-  BCa's acceleration: ``accel`` if given, else from the one-sample jackknife ``jack``.
+  ``accel``: BCa's acceleration (:func:`ref_acceleration`).
   """
   s = np.sort(np.asarray(samples, np.float64))
   alpha = 1 - confidence
@@ -33,13 +49,8 @@ def ref_interval(est, samples, method, confidence, jack=None, accel=None):
     b = s.size
     p0 = (np.sum(s < est) + 0.5 * np.sum(s == est)) / b
     z0 = scipy.stats.norm.ppf(np.clip(p0, 0.5 / b, 1 - 0.5 / b))
-    if accel is None:
-      d = np.mean(jack) - np.asarray(jack, np.float64)
-      a = np.sum(d**3) / (6 * np.sum(d**2) ** 1.5)
-    else:
-      a = accel
     zq = scipy.stats.norm.ppf(q)
-    q = scipy.stats.norm.cdf(z0 + (z0 + zq) / (1 - a * (z0 + zq)))
+    q = scipy.stats.norm.cdf(z0 + (z0 + zq) / (1 - accel * (z0 + zq)))
   lo, hi = np.quantile(s, q)
   if method == "basic":
     return 2 * est - hi, 2 * est - lo
@@ -78,7 +89,7 @@ def test_bca_matches_a_numpy_jackknife_reference():
   idx = np.asarray(BS.resample_indices(key, 40, 300))
   loop = np.log(xs[idx].mean(1))
   jack = np.array([np.log(np.delete(xs, i).mean()) for i in range(40)])
-  lo, hi = ref_interval(np.log(xs.mean()), loop, "bca", 0.95, jack)
+  lo, hi = ref_interval(np.log(xs.mean()), loop, "bca", 0.95, ref_acceleration(jack))
   assert (float(r.lo), float(r.hi)) == pytest.approx((lo, hi), rel=2e-4)
   # BCa moves a skewed statistic's interval; it is not the percentile interval
   p = BS.bootstrap(key, stat, x, num_resamples=300)
@@ -86,9 +97,7 @@ def test_bca_matches_a_numpy_jackknife_reference():
 
 
 def test_bca_of_two_independent_samples_matches_the_multi_sample_acceleration():
-  # Efron & Tibshirani (1993), §14.3: with jackknife values theta_(gi) of
-  # sample g (size n_g, the other sample kept whole), U_gi = (n_g - 1)
-  # (mean_i theta_(gi) - theta_(gi)) and a = sum U^3 / n_g^3 / (6 (sum U^2 / n_g^2)^1.5).
+  # the jackknife values of each sample with the other kept whole (ref_acceleration)
   rng = np.random.default_rng(2)
   x1 = rng.exponential(size=30).astype(np.float32)
   x2 = rng.exponential(scale=2.0, size=20).astype(np.float32)
@@ -107,16 +116,10 @@ def test_bca_of_two_independent_samples_matches_the_multi_sample_acceleration():
   i2 = np.asarray(BS.resample_indices(k2, 20, 300))
   loop = f(a64[i1], b64[i2])
   np.testing.assert_allclose(np.asarray(r.samples), loop, rtol=2e-5)
-  num = den = 0.0
-  for jack in (
-    np.array([f(np.delete(a64, i), b64) for i in range(30)]),
-    np.array([f(a64, np.delete(b64, i)) for i in range(20)]),
-  ):
-    g = jack.size
-    u = (g - 1) * (jack.mean() - jack)
-    num += np.sum(u**3) / g**3
-    den += np.sum(u**2) / g**2
-  accel = num / (6 * den**1.5)
+  accel = ref_acceleration(
+    [f(np.delete(a64, i), b64) for i in range(30)],
+    [f(a64, np.delete(b64, i)) for i in range(20)],
+  )
   assert abs(accel) > 0.01  # skewed enough for the acceleration to move the ends
   lo, hi = ref_interval(f(a64, b64), loop, "bca", 0.95, accel=accel)
   assert (float(r.lo), float(r.hi)) == pytest.approx((lo, hi), rel=2e-4)
