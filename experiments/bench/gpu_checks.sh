@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The GPU checks of a lent accelerator, as one prepared command.
+#
+# A GPU is lent to some sessions only, for minutes of device time in all, so
+# what needs one runs as this single script, inside one 10-minute command:
+#   1. the machine: GPU, driver, Python, jax and its devices;
+#   2. the UC sweep benchmark at full size (n = 15,000, C = 1,000, 1,500
+#      utilities per family: the accelerator target is <= 3 ms per 1,500
+#      utilities on an H100, device-resident), experiments/bench/uc_sweep.py;
+#   3. isotonic regression, 100 classes x n = 100,000, experiments/bench/isotonic.py;
+#   4. the tests whose numbers depend on the backend (sort paths, precision,
+#      UC sweeps, isotonic, binned errors and scatter orders), with -n 4.
+# Each step has its own time limit, so a slow step costs its limit and the
+# next one still runs; the step limits add up to 510 s.
+#
+# Results: <name>_gpu.json (experiments/bench/_common.write_result names the
+# backend) and gpu_checks_log.txt, in $OUT when it is set (the device tool's
+# folder of files that come back), else in experiments/results/. The device
+# image has jax, optax, flax, chex, scipy, scikit-learn and pytest; jaxcal runs
+# from this tree (PYTHONPATH), and the tests that need a missing peer package
+# or ../shared's data skip with the reason.
+#
+# Usage, from the repository root: bash experiments/bench/gpu_checks.sh
+# GPU_CHECKS_QUICK=1 runs every step at small sizes, into uc_sweep_small and
+# isotonic_quick (a check of this script on a CPU: about 1 minute on 2 cores).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+RESULTS=${OUT:-experiments/results}
+mkdir -p "$RESULTS"
+export JAXCAL_RESULTS_DIR="$RESULTS" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+PY=${PYTHON:-python3}
+LOG="$RESULTS/gpu_checks_log.txt"
+
+if [ -n "${GPU_CHECKS_QUICK:-}" ]; then
+  UC_ARGS=(--small --repeat 2)
+  ISO_ARGS=(--n 2000 --classes 10 --repeat 2 --sklearn-repeat 1 --name isotonic_quick)
+  TESTS=(tests/test_sorting.py tests/test_precision.py)
+  WORKERS=1
+else
+  UC_ARGS=(--repeat 5)
+  ISO_ARGS=(--repeat 3 --sklearn-repeat 1)
+  TESTS=(tests/test_sorting.py tests/test_precision.py tests/test_utility.py
+    tests/test_isotonic.py tests/test_metrics.py tests/test_binning.py)
+  WORKERS=4
+fi
+
+step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs its status
+  local limit=$1 name=$2
+  shift 2
+  echo "=== $name (limit ${limit} s) $(date -u +%H:%M:%S)"
+  local t0=$SECONDS
+  timeout "$limit" "$@"
+  local rc=$?
+  echo "=== $name: exit $rc in $((SECONDS - t0)) s$([ $rc -eq 124 ] && echo ' (time limit)')"
+}
+
+{
+  step 20 machine bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
+    2>/dev/null || echo 'no nvidia-smi'; $PY -c 'import sys, jax; print(sys.version.split()[0], \
+    \"jax\", jax.__version__, jax.devices())'"
+  step 180 uc_sweep "$PY" experiments/bench/uc_sweep.py "${UC_ARGS[@]}"
+  step 90 isotonic "$PY" experiments/bench/isotonic.py "${ISO_ARGS[@]}"
+  step 220 tests "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" "${TESTS[@]}"
+} 2>&1 | tee "$LOG"
+echo "results in $RESULTS"
