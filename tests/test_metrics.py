@@ -175,6 +175,14 @@ def test_lin_ece_norms_match_reference(norm):
     metrics.conf_ece(p, y, 7, norm=norm),
     atol=1e-6,
   )
+  # where: a masked-out sample is absent from its bin's count n_B too (the RMS
+  # and max norms divide by n_B), not only from the sums and from n
+  keep = np.arange(60) % 4 != 1
+  np.testing.assert_allclose(
+    metrics.lin_ece(p, onehot, bins, 7, norm=norm, where=keep),
+    R.lin_ece(p[keep], onehot[keep], bins[keep], 7, norm),
+    atol=ATOL,
+  )
   with pytest.raises(ValueError, match="norm must be one of"):
     metrics.lin_ece(p, onehot, bins, 7, norm="l3")
 
