@@ -376,6 +376,11 @@ def test_bin_ids_where():
     got = np.asarray(metrics.bin_ids(s, 2, binning, where=w))
     assert (got[~w] == -1).all()
     np.testing.assert_array_equal(got[w], R.bins(s[w], 2, binning))
+  # every kept score 0 (a class never predicted): the masked samples must still
+  # sort after all of them; just above 0 is a subnormal, equal to 0 in the sort
+  z = np.zeros_like(s)
+  got = np.asarray(metrics.bin_ids(z, 2, "quantile", where=w))
+  np.testing.assert_array_equal(got[w], R.quantile_bins(z[w], 2))
   with pytest.raises(ValueError, match="where must be a bool array"):
     metrics.bin_ids(s, 2, where=w.astype(int))
   with pytest.raises(ValueError, match="where must have shape"):
