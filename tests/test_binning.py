@@ -51,6 +51,9 @@ def test_bin_ids_match_reference(scores):
     np.testing.assert_array_equal(
       metrics.bin_ids(scores, m, "quantile"), R.quantile_bins(scores, m)
     )
+  # as many quantile bins as samples: one sample per bin, in the stable order
+  n = scores.shape[0]
+  np.testing.assert_array_equal(metrics.bin_ids(scores, n, "quantile"), R.quantile_bins(scores, n))
 
 
 def test_fixed_rule_at_edges_float32():
