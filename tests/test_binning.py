@@ -143,6 +143,25 @@ def test_binned_sums_fixed_methods(scores, method):
     np.testing.assert_allclose(out.cumsums[k, :m], np.cumsum(want, axis=0), atol=1e-5)
 
 
+def test_fixed_bin_ends_by_bisection_at_a_power_of_two():
+  # The sort strategy's fixed-rule bin ends bisect over the n + 1 possible ends:
+  # ceil(log2(n + 1)) steps, one more than log2(n) when n is a power of two. The
+  # last step is needed when only the lowest score lies in the bins <= j; a
+  # search that has ended must stay put when every score lies in them.
+  n = 64
+  rng = np.random.default_rng(31)
+  s = np.sort(rng.uniform(0.5, 1.0, (3, n)).astype(np.float32), axis=1)
+  s[0, 0] = 0.01  # alone in bin 1 for every m < 50
+  s[1, 0] = 0.3  # alone in the bins below 1/2
+  s[2] = np.linspace(0.1, 0.8, n, dtype=np.float32)  # all in the bins <= 0.8 m
+  f = jax.jit(jax.vmap(jax.vmap(lambda row, m: B.bin_ends(row, m, "fixed", 40), (None, 0))))
+  got = np.asarray(f(s, np.broadcast_to(MS, (3, 40))))
+  for r in range(3):
+    for k, m in enumerate(MS):
+      counts = np.bincount(R.fixed_bins(s[r], int(m)), minlength=40)
+      np.testing.assert_array_equal(got[r, k], np.r_[0, np.cumsum(counts)], err_msg=f"{r} {m}")
+
+
 def _stable_prefix(s, b, sign):
   o = np.argsort(s, axis=-1, kind="stable")
   r = np.take_along_axis(sign * (s.astype(np.float64) - b), o, axis=-1)
