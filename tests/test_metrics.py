@@ -368,6 +368,21 @@ def test_float32_one_million_samples_within_1e5_relative_of_float64():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=0, err_msg=name)
 
 
+def test_float32_bin_residual_sums_beyond_2_16():
+  # The exact engine cuts each fixed-point score into int32 limbs sized by n; a
+  # bin sum of residuals is read back from them in int32. n = 10^5 samples
+  # (2^16 < n < 2^17) of a badly over-confident forecast (scores in [0.6, 1),
+  # 5 % positive outcomes): one bin's residual sum is 7.5e4 > 2^16, which needs
+  # two limbs below the top one at this n.
+  rng = np.random.default_rng(13)
+  n = 100_000
+  s = rng.uniform(0.6, 1.0, n).astype(np.float32)
+  y = (rng.random(n) < 0.05).astype(np.int32)
+  got = np.asarray(metrics.binary_ce(s, y, np.array([1, 15]), "fixed"))
+  want = [R.binary_ce(s, y, m, "fixed") for m in (1, 15)]
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
 def test_float64_inputs_under_x64_are_exact():
   p, y = DATA["n60_c3_ties"]
   p64 = p.astype(np.float64)
