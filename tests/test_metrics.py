@@ -545,7 +545,7 @@ def test_where_reliability_core(binning):
     np.testing.assert_allclose(g, w, atol=ATOL)
 
 
-@pytest.mark.parametrize("c", [10, 16, 17, 100])
+@pytest.mark.parametrize("c", [10, 16, 17, 33, 100])
 def test_top_label_without_n_by_c_temporary(c):
   # The top label (ties toward the lowest index, as jnp.argmax) and the
   # correctness bit are reduced over column chunks (jnp.argmax itself up to
@@ -556,7 +556,7 @@ def test_top_label_without_n_by_c_temporary(c):
 
   assert CE.ARGMAX_MAX_CLASSES == 16
   rng = np.random.default_rng(5)
-  n = 4096  # C = 100: 4 column chunks, the last one partial
+  n = 4096  # C = 100: 4 column chunks, the last one partial; C = 33: the last one a column
   p = np.round(rng.random((n, c)) * 8).astype(np.float32) / 8  # many ties at the max
   y = rng.integers(-1, c + 1, n)  # out-of-range labels are never correct
   pd, yd = jnp.asarray(p), jnp.asarray(y, jnp.int32)
