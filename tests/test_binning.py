@@ -353,6 +353,7 @@ def test_where_padding_equals_unpadded(binning, method):
       bins = R.bins(s[r], int(m), binning)
       ref = -R.lin_sums(s[r], b[r].astype(float), bins, int(m))[:, 0]
       np.testing.assert_allclose(got.sums[k, r, :m, 0], ref, atol=2e-6)
+      np.testing.assert_allclose(got.cumsums[k, r, :m, 0], np.cumsum(ref), atol=2e-6)  # signed
 
 
 def test_where_all_true_and_mask_broadcast():
