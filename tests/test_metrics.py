@@ -398,6 +398,11 @@ def test_float64_inputs_under_x64_are_exact():
       assert got.dtype == np.float64
       want = [ref(name, binning, p64, y, m) for m in (3, 15)]
       np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    # the float64 quantile engine with a mask: equal-mass bins over the kept samples
+    keep = np.arange(60) % 5 != 2
+    got = metrics.classwise_ce(p64, y, np.array([3, 15]), where=keep)
+    want = [R.classwise_ce(p64[keep], y[keep], m) for m in (3, 15)]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 
 
 # ---------------------------------------------------------------- real data
