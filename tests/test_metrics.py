@@ -20,6 +20,7 @@ import pytest
 from absl.testing import parameterized
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+import _measures_reference as MR
 import _reference as R
 
 from jaxcal import metrics
@@ -402,6 +403,14 @@ def test_float64_inputs_under_x64_are_exact():
     keep = np.arange(60) % 5 != 2
     got = metrics.classwise_ce(p64, y, np.array([3, 15]), where=keep)
     want = [R.classwise_ce(p64[keep], y[keep], m) for m in (3, 15)]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    # and the float64 fixed-bin engine: masked samples out of the sums and of n_B
+    got = metrics.classwise_ece(p64, y, np.array([3, 15]), norm="l2", where=keep)
+    pk, yk = p64[keep], y[keep]
+    want = [
+      MR.binned_norm_classwise(pk, yk, [R.fixed_bins(pk[:, k], m) for k in range(3)], m, "l2")
+      for m in (3, 15)
+    ]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 
 
