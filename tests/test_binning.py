@@ -134,13 +134,24 @@ def test_binned_sums_fixed_methods(scores, method):
     jax.vmap(lambda m: B.binned_sums(jnp.asarray(scores), jnp.asarray(v), m, "fixed", 40, method))
   )
   out = jax.tree_util.tree_map(np.asarray, f(jnp.asarray(MS)))  # numpy: no per-slice dispatch
+  # masked: 30 junk samples (NaN values, scores out of range or NaN) among them
+  keep = np.ones(scores.shape[0] + 30, bool)
+  keep[rng.choice(keep.shape[0], 30, replace=False)] = False
+  sp = rng.choice(np.array([np.nan, 5.0, -3.0, 0.5], np.float32), keep.shape[0])
+  sp[keep] = scores
+  vp = np.full((keep.shape[0], 2), np.nan, np.float32)
+  vp[keep] = v
+  sp, vp, wp = jnp.asarray(sp), jnp.asarray(vp), jnp.asarray(keep)
+  g = jax.jit(jax.vmap(lambda m: B.binned_sums(sp, vp, m, "fixed", 40, method, where=wp)))
+  masked = jax.tree_util.tree_map(np.asarray, g(jnp.asarray(MS)))
   for k, m in enumerate(MS):
     b = R.fixed_bins(scores, int(m))
     want = R.lin_sums(v, np.zeros_like(v), b, int(m))
-    np.testing.assert_allclose(out.sums[k, :m], want, atol=1e-5)
-    assert np.all(np.asarray(out.sums[k, m:]) == 0)
-    np.testing.assert_array_equal(out.counts[k, :m], np.bincount(b, minlength=m))
-    np.testing.assert_allclose(out.cumsums[k, :m], np.cumsum(want, axis=0), atol=1e-5)
+    for o in (out, masked):
+      np.testing.assert_allclose(o.sums[k, :m], want, atol=1e-5)
+      assert np.all(np.asarray(o.sums[k, m:]) == 0)
+      np.testing.assert_array_equal(o.counts[k, :m], np.bincount(b, minlength=m))
+      np.testing.assert_allclose(o.cumsums[k, :m], np.cumsum(want, axis=0), atol=1e-5)
 
 
 def test_fixed_bin_ends_by_bisection_at_a_power_of_two():
