@@ -353,6 +353,21 @@ def test_ks_of_ties_does_not_depend_on_order_inside_them():
   assert float(metrics.ks_ce(p, y)) == pytest.approx(float(metrics.ks_ce(p[perm], y[perm])), 1e-6)
 
 
+def test_mmce_and_classwise_ks_from_logits_match_the_float64_softmax():
+  # from_logits=True is the softmax of the logits (row shifts do not matter) in
+  # the programs of MMCE and class-wise KS too, against their float64 loops on
+  # numpy's float64 softmax.
+  z = np.log(P_SMALL) + np.arange(60, dtype=np.float32)[:, None] / 10
+  e = np.exp(z.astype(np.float64) - z.max(axis=1, keepdims=True))
+  p = e / e.sum(axis=1, keepdims=True)
+  y = Y_SMALL
+  tol = {"rel": 1e-5, "abs": 1e-7}
+  assert float(metrics.mmce(z, y, from_logits=True)) == pytest.approx(R.mmce(p, y), **tol)
+  want = np.mean([R.ks(p[:, k], y == k) for k in range(4)])
+  got = float(metrics.ks_ce(z, y, "classwise", from_logits=True))
+  assert got == pytest.approx(want, **tol)
+
+
 # ---------------------------------------------------------------- norms
 
 
