@@ -127,10 +127,19 @@ def test_tie_groups_cut_by_chunk_boundaries(patch_iso, chunk, all_rows):
   ys = np.where(np.arange(6)[:, None] % 2 == 0, rng.integers(0, 2, (6, N)), rng.normal(size=(6, N)))
   ws = rng.random((6, N)) * (rng.random((6, N)) > 0.2)
   ws[:, 0] = 1.0
+  # A tie group of four x = 0 cut 3 + 1 by a chunk of 3: the lane after the cut
+  # starts with the group's last target (1, partial mean 1, group mean 1/4), then
+  # x = 1 with target 0.9 (or 1). The partial head must neither absorb x = 1 nor
+  # be popped into it: the group and x = 1 are separate blocks of the fit.
+  x_cut = np.concatenate([[0.0] * 4, np.arange(1.0, N - 3)])
+  y_cut = np.concatenate([[0.0, 0.0, 0.0, 1.0, 0.9], np.arange(2.0, N - 3)])
+  xs = np.concatenate([xs, [x_cut, x_cut]])
+  ys = np.concatenate([ys, [y_cut, np.minimum(y_cut, 1.0).round()]])
+  ws = np.concatenate([ws, np.ones((2, N))])
   with jax.enable_x64(True):
     plain = np.asarray(jax.jit(jax.vmap(isotonic_regression))(xs, ys))
     weighted = np.asarray(jax.jit(jax.vmap(isotonic_regression))(xs, ys, ws))
-  for k in range(6):
+  for k in range(8):
     np.testing.assert_allclose(plain[k], pav_reference(xs[k], ys[k]), atol=1e-9)
     np.testing.assert_allclose(weighted[k], pav_reference(xs[k], ys[k], ws[k]), atol=1e-9)
 
