@@ -162,6 +162,14 @@ def test_float32_binary_agrees_with_float64():
     .predict(x.astype(float))
   )
   np.testing.assert_allclose(np.asarray(got), ref, atol=1e-6)
+  # keys spanning exactly 2^31 (x from the float32 below -2 to 2) overflow the
+  # one-sort packing (key - min) * 2 + y: such 0/1 data must take the argsort path
+  x = (4 * rng.random(N) - 2).astype(np.float32)
+  x[:2] = [2.0, -np.nextafter(np.float32(2.0), np.float32(0.0))]
+  y = (rng.random(N) < (x + 2) / 4).astype(np.float32)
+  y[:2] = [1.0, 0.0]
+  ref = sklearn_isotonic.IsotonicRegression().fit(x.astype(float), y).predict(x.astype(float))
+  np.testing.assert_allclose(np.asarray(isotonic_regression(x, y)), ref, atol=1e-6)
 
 
 def test_jit_and_vmap_equal_eager_loop():
