@@ -134,8 +134,13 @@ def test_classwise_log_score_clips_probabilities_within_the_tolerance():
   y[:6] = [0, 0, 0, 1, 2, 3]
   with jax.enable_x64(True):
     got = float(decompose(q, y, "log", "classwise").score)
+    # the multiclass log loss -log max(p_y, 1e-12) (clipped below only): three labels
+    # of probability 0 or below
+    got_n = float(decompose(q, y, "log", "normalized").score)
   want = decompose_reference(np.clip(q, 0.0, 1.0), y, "log", "classwise")[0]
   assert got == pytest.approx(want, abs=1e-12)
+  want_n = decompose_reference(q, y, "log", "normalized")[0]
+  assert got_n == pytest.approx(want_n, abs=1e-12)
 
 
 @pytest.mark.parametrize(
