@@ -222,6 +222,25 @@ def test_uc_core_where_padded_equals_unpadded():
     )
 
 
+def test_uc_core_keeps_float64_under_x64():
+  """float64 utilities are sorted and summed in float64: two predicted utilities
+  1e-12 apart (one float32 value) stay two tie groups, so the interval {0.5}
+  alone gives UC = 0.5 / n (the float32 tie would give ~0)."""
+  from jaxcal._src.utility.sweep import masked_uc
+
+  v = np.array([0.5, 0.5 + 1e-12, 0.25, 0.75, 0.3])
+  u = np.array([1.0, 0.0, 0.25, 0.75, 0.0])
+  keep = np.array([True, True, True, True, False])
+  want = uc_brute(v[keep], u[keep])
+  assert want == pytest.approx(0.5 / 4, abs=1e-9)
+  with jax.enable_x64(True):
+    f = jax.jit(lambda v, u, w: (uc_from_scores(v, u, where=w), masked_uc(v, u, w)))
+    got = f(jnp.asarray(v), jnp.asarray(u), jnp.asarray(keep))
+  for res in got:
+    assert res.value.dtype == jnp.float64
+    assert float(res.value) == pytest.approx(want, abs=1e-12)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_uc_each_family_equals_bruteforce(name):
   p, y = _data()
