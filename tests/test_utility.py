@@ -458,6 +458,17 @@ def test_ecdf_and_plot():
 # ---------------------------------------------------------------- bad input
 
 
+def test_utility_values_within_1e6_of_the_bounds_are_accepted():
+  """Values in [-1, 1] up to rounding (tolerance 1e-6): 1 + 5e-7 passes, 1 + 2e-6 does not."""
+  a = np.array([1 + 5e-7, -1 - 5e-7, 0.0], np.float32)
+  assert a[0] > 1 and a[1] < -1
+  np.testing.assert_array_equal(U.linear(a).params, a)
+  np.testing.assert_array_equal(U.rank(a[::-1]).params, a[::-1])
+  for bad in ([1 + 2e-6, 0.0, 0.0], [0.0, -1 - 2e-6, 0.0]):
+    with pytest.raises(ValueError, match=r"\[-1, 1\]"):
+      U.linear(np.array(bad, np.float32))
+
+
 def test_bad_inputs_raise():
   p, y = _data(n=10, c=5)
   with pytest.raises(ValueError, match=r"\[-1, 1\]"):
