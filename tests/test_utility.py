@@ -359,13 +359,26 @@ def test_sample_rank_and_decision():
   assert l.shape == (3000, 3, 2) and np.all(np.abs(l.reshape(3000, -1)).max(1) == 1)
   faces = np.argmax(np.abs(l.reshape(3000, -1)), 1)
   assert np.bincount(faces, minlength=6).min() > 3000 / 6 * 0.8
-  R = -np.asarray(U.sample_aligned_gain(jax.random.PRNGKey(3), 5, 4).params)
+  from scipy import stats
+
+  R = -np.asarray(U.sample_aligned_gain(jax.random.PRNGKey(3), 200, 4).params)
   off = R[:, ~np.eye(4, dtype=bool)]
   assert np.all(np.diagonal(R, axis1=1, axis2=2) == 1) and off.min() >= 0 and off.max() <= 0.1
-  R = -np.asarray(U.sample_misaligned_gain(jax.random.PRNGKey(4), 23, 6, num_groups=3).params)
-  for r in R:
-    ingroup = (r > 0) & ~np.eye(6, dtype=bool)
-    assert set(np.unique(r[ingroup])) <= {np.float32(0.2)} and ingroup.sum() == 2  # one pair
+  assert stats.kstest(off.ravel(), "uniform", args=(0, 0.1)).pvalue > 1e-3  # iid U(0, 0.1)
+  partitions = set()
+  for seed in (4, 5, 6):
+    R = -np.asarray(U.sample_misaligned_gain(jax.random.PRNGKey(seed), 600, 6, num_groups=3).params)
+    pairs = []
+    for r in R:
+      ingroup = (r > 0) & ~np.eye(6, dtype=bool)
+      assert set(np.unique(r[ingroup])) <= {np.float32(0.2)} and ingroup.sum() == 2  # one pair
+      pairs.append(np.argwhere(np.triu(ingroup))[0])
+    groups, counts = np.unique(pairs, axis=0, return_counts=True)
+    # one partition per key (3 disjoint pairs), each specialist drawn with probability 1/3
+    assert len(groups) == 3 and sorted(groups.ravel()) == list(range(6))
+    assert ((counts - 200) ** 2 / 200).sum() < 13.8, counts  # 2 dof: P(chi2 > 13.8) ~ 1e-3
+    partitions.add(tuple(map(tuple, groups)))
+  assert len(partitions) > 1  # the partition is drawn from the key (a random permutation)
 
 
 # ---------------------------------------------------------------- sweeps and families
