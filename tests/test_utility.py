@@ -113,8 +113,8 @@ NAMES = [
 def _utilities(c=5, seed=0):
   key = jax.random.PRNGKey(seed)
   k1, k2, k3 = jax.random.split(key, 3)
-  S = np.asarray(jax.random.uniform(k3, (c, c), minval=-1, maxval=1))
-  S = (S + S.T) / 2
+  # not symmetric (the paper's cosine similarities are): it pins u(p, e_j) = Σ_i p_i S_ij
+  S = np.array(jax.random.uniform(k3, (c, c), minval=-1, maxval=1))
   np.fill_diagonal(S, 1.0)
   return {
     "top_class": U.top_class(),
