@@ -143,7 +143,7 @@ def _sorted_data(key, y, w):
 CHUNK = 256
 
 
-def _level1(s, w, code, length, head_open, tail_open):
+def _level1(s, w, code, length, head_open):
   """Stack PAV in every lane (column) of ``(L, lanes)`` sorted data.
 
   Each step reads one position of every lane, merges the current block
@@ -160,7 +160,6 @@ def _level1(s, w, code, length, head_open, tail_open):
       before it, bit 1 when the next position ties with it.
     length: ``(lanes,)`` valid positions per lane (the rest is ignored).
     head_open: ``(lanes,)`` the lane starts inside a tie group.
-    tail_open: ``(lanes,)`` the lane's last tie group continues in the next lane.
 
   Returns:
     ``(mw, ms, mp, count)``: ``(L + 1, lanes)`` arrays where row ``t < L``
@@ -182,7 +181,9 @@ def _level1(s, w, code, length, head_open, tail_open):
     has = t > 0
     joins = ((c & _JOIN) != 0) & inb & has  # continues the current block's tie group
     next_joins = (c & _NEXT_JOINS) != 0  # its tie group continues after it
-    complete = has & ~joins & ~(~inb & tail_open)
+    # the current block is complete unless t continues its tie group (a lane whose
+    # last tie group runs on into the next lane is full: no step lies past its end)
+    complete = has & ~joins
     frozen = (depth == 1) & head_open  # the block below is a partial tie group
     pop = complete & (depth >= 1) & ~frozen & (bs * cw >= cs * bw)
     cw, cs = jnp.where(pop, cw + bw, cw), jnp.where(pop, cs + bs, cs)
@@ -398,9 +399,8 @@ def _fit_rows(x: jax.Array, y: jax.Array, w: jax.Array | None) -> _Core:
   start = jnp.arange(chunks, dtype=jnp.int32) * size
   length = jnp.clip(nvalid[:, None] - start[None, :], 0, size).reshape(-1)
   head_open = (code_t[0] & _JOIN) != 0
-  tail_open = ((code_t[size - 1] & _NEXT_JOINS) != 0) & (length == size)
   mw, ms, mp, nblocks = _level1(
-    lanes_of(ss), None if ws is None else lanes_of(ws), code_t, length, head_open, tail_open
+    lanes_of(ss), None if ws is None else lanes_of(ws), code_t, length, head_open
   )
   values, ends, count = _level2(mw, ms, mp, nblocks, rows, chunks, length, head_open)
 
