@@ -310,6 +310,39 @@ def test_default_fit_is_safe(c10, fitted, method):
   assert float(brier(q, yt)) < float(brier(zt, yt, from_logits=True))
 
 
+def _odir_reference(z, y, lam, mu, diagonal, weights=None):
+  """Float64 L-BFGS-B fit of Kull et al. (2019)'s ODIR objective: the (weighted) mean log
+  loss of ``softmax(z W^T + b)`` + ``lam / (C (C - 1)) sum_{i != j} W_ij^2 + mu / C sum b^2``;
+  ``diagonal``: vector scaling ``softmax(a z + b)`` with ``lam / C sum (a_c - mean a)^2``."""
+  scipy_optimize = pytest.importorskip("scipy.optimize")
+  z = np.asarray(z, np.float64)
+  n, c = z.shape
+  onehot = np.eye(c)[y]
+  wts = np.ones(n) if weights is None else np.asarray(weights, np.float64)
+  lam_n, mu_n = (lam / c if diagonal else lam / (c * (c - 1))), mu / c
+  off = 1.0 - np.eye(c)
+
+  def fun(x):
+    w, b = (x[:c] if diagonal else x[: c * c].reshape(c, c)), x[-c:]
+    u = (z * w if diagonal else z @ w.T) + b
+    u = u - u.max(1, keepdims=True)
+    lse = np.log(np.exp(u).sum(1))
+    g = wts[:, None] * (np.exp(u - lse[:, None]) - onehot) / wts.sum()
+    f = np.sum(wts * (lse - np.sum(onehot * u, 1))) / wts.sum() + mu_n * np.sum(b**2)
+    if diagonal:
+      f += lam_n * np.sum((w - w.mean()) ** 2)
+      gw = np.sum(g * z, 0) + 2 * lam_n * (w - w.mean())
+    else:
+      f += lam_n * np.sum((w * off) ** 2)
+      gw = (g.T @ z + 2 * lam_n * w * off).ravel()
+    return f, np.concatenate([gw, g.sum(0) + 2 * mu_n * b])
+
+  x0 = np.concatenate([np.ones(c) if diagonal else np.eye(c).ravel(), np.zeros(c)])
+  opts = dict(gtol=1e-10, ftol=1e-15, maxiter=20000)
+  x = scipy_optimize.minimize(fun, x0, jac=True, method="L-BFGS-B", options=opts).x
+  return (np.diag(x[:c]) if diagonal else x[: c * c].reshape(c, c)), x[-c:]
+
+
 def test_cross_validated_odir(c10, fitted):
   for m in ("vector", "matrix", "dirichlet"):
     rc = fitted[m]
@@ -324,8 +357,16 @@ def test_cross_validated_odir(c10, fitted):
   fixed = R.fit("dirichlet", zv, yv, reg_lambda=float(fitted["dirichlet"].reg_lambda))
   assert fixed.cv_nll.shape == (0,)
   np.testing.assert_allclose(fixed.weight, fitted["dirichlet"].weight, atol=1e-5)
-  mu = R.fit("dirichlet", zv, yv, reg_lambda=1.0, reg_mu=0.0)
-  assert float(mu.reg_mu) == 0.0 and float(mu.reg_lambda) == 1.0
+  # given strengths: the ODIR objective's minimiser, with lambda / (C (C - 1)) on the
+  # off-diagonal and mu / C on the intercepts (Dirichlet: on log p), and vector scaling's
+  # lambda / C on the scales' spread around their mean
+  logp = zv - np.log(np.sum(np.exp(zv.astype(np.float64)), axis=1, keepdims=True))
+  for m, lam, mu, x in (("dirichlet", 1.0, 0.25, logp), ("vector", 2.0, 0.5, zv)):
+    rc = R.fit(m, zv, yv, reg_lambda=lam, reg_mu=mu)
+    assert float(rc.reg_mu) == mu and float(rc.reg_lambda) == lam
+    w, b = _odir_reference(x, yv, lam, mu, diagonal=m == "vector")
+    np.testing.assert_allclose(np.asarray(rc.weight), w, atol=2e-3, err_msg=m)
+    np.testing.assert_allclose(np.asarray(rc.bias), b, atol=2e-3, err_msg=m)
   guo = R.fit("vector", zv, yv, reg_lambda=0.0, reg_mu=0.0)  # Guo et al.'s, unregularised
   a = np.diag(np.asarray(guo.weight))
   assert np.std(a) > np.std(np.diag(np.asarray(fitted["vector"].weight)))
