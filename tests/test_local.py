@@ -228,6 +228,12 @@ def test_jit_vmap_and_num_bins_array(data):
   for k, m in enumerate((5, 15)):
     want = lce_ref(p, y, phi, m, 20, 2.0)
     np.testing.assert_allclose([float(arr.lce[k]), float(arr.mlce[k])], want, atol=2e-5)
+  # traced bin counts: those outside [1, max_bins] give NaN, the others their value
+  traced = jax.jit(lambda m: lce(p, y, phi, num_bins=m, max_bins=15, bandwidth=2.0, **BLOCKS))
+  out = traced(np.array([0, 5, 16], np.int32))
+  assert np.isnan(np.asarray(out)[:, [0, 2]]).all()
+  want = lce_ref(p, y, phi, 5, 20, 2.0)
+  np.testing.assert_allclose([float(out.lce[1]), float(out.mlce[1])], want, atol=2e-5)
 
 
 def test_calibrated_far_apart_clusters_have_small_lce():
@@ -384,6 +390,10 @@ def test_nadaraya_watson_matches_reference():
       ]
     )
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-10)
+    # a mask of one point: the others' estimate is its target, its own row (no
+    # admissible neighbour) is 0
+    one = nadaraya_watson(phi, t, 1.5, mask=np.arange(40) == 5)
+    np.testing.assert_array_equal(np.asarray(one), np.where(np.arange(40)[:, None] == 5, 0.0, t[5]))
     # masked-out targets are never read (NaN there is fine)
     t_pad = t.copy()
     t_pad[35] = np.nan
