@@ -214,6 +214,29 @@ def test_bbq_matches_loop_reference():
   for c in range(3):
     want = _bbq_reference(p[:, c], (y == c).astype(np.float64), x_new[:, c])
     np.testing.assert_allclose(q[:, c], want, atol=2e-5)
+  # tied scores (multiples of 1/11): tie groups straddle the bins' ends (split by
+  # index), cuts fall on the tied values, and a score equal to a cut takes the value left of it
+  rng = np.random.default_rng(5)
+  k = rng.multinomial(8, [0.5, 0.3, 0.2], size=300) + 1
+  y = np.array([rng.choice(3, p=row / 11) for row in k])
+  p = (k / 11).astype(np.float32)
+  rc = recalibrate.fit("bbq", p, y, from_logits=False, normalize=False)
+  x_new = p[:80]  # every score is a tied value, many of them equal to a cut
+  q = np.asarray(rc(x_new))
+  for c in range(3):
+    assert np.isin(np.asarray(rc.thresholds[c]), p[:, c]).sum() > 10  # cuts on tied scores
+    want = _bbq_reference(p[:, c], (y == c).astype(np.float64), x_new[:, c])
+    np.testing.assert_allclose(q[:, c], want, atol=2e-5)
+
+
+def test_bbq_bin_range():
+  # [max(1, floor(n^(1/3) / K)), min(n, ceil(K n^(1/3)))], K = 10 by default
+  from jaxcal._src.recal.bbq import bbq_bin_range
+
+  assert bbq_bin_range(300) == (1, 67)  # 300^(1/3) = 6.69
+  assert bbq_bin_range(20000) == (2, 272)  # 27.14
+  assert bbq_bin_range(8) == (1, 8)  # ceil(10 * 2) = 20 > n
+  assert bbq_bin_range(20000, 3.0) == (9, 82)
 
 
 def test_bbq_calibrates_an_overconfident_model():
