@@ -527,6 +527,26 @@ def test_histogram_bins_of_a_tie_pair_match_reference_code():
     np.testing.assert_allclose(got[:, c], want, atol=1e-6, err_msg=f"class {c}")
 
 
+def test_classwise_maps_of_empty_bins_and_a_top_pool_below_one_match_reference_code():
+  grid = np.linspace(0.0, 1.0, 41)
+  x = np.stack([1 - grid, grid], axis=1)
+  y = np.array([0, 1, 0, 0, 1, 0, 0, 1, 1, 0])
+  # n = 10, m = 5: seven tied scores have average rank 6 (bin 3) between two scores in bin
+  # 1 and one in bin 5, so bins 2 and 4 are empty and take the next bin's threshold
+  s = np.array([0.1, 0.15] + [0.3] * 7 + [0.7])
+  hb = R.fit(
+    "histogram", np.stack([1 - s, s], 1), y, num_bins=5, from_logits=False, normalize=False
+  )
+  want = _hb_reference(s, (y == 1).astype(float), grid, m=5)
+  np.testing.assert_allclose(np.asarray(hb(x))[:, 1], want, atol=1e-6)
+  # the top PAV pool (0.5, 0.6, 0.7) has the value 2/3 < 1: SIR rises from its median 0.6
+  # towards (1, 1)
+  s = np.array([0.2] * 7 + [0.5, 0.6, 0.7])
+  sir = R.fit("smooth_isotonic", np.stack([1 - s, s], 1), y, from_logits=False, normalize=False)
+  want = _sir_reference(s, (y == 1).astype(float), grid)
+  np.testing.assert_allclose(np.asarray(sir(x))[:, 1], want, atol=1e-6)
+
+
 def test_global_isotonic_is_one_map_on_all_pairs(c10):
   """shared=True: one PAV fit on the n·C pairs (p_i[c], 1[y_i = c]) (IRM)."""
   zv, yv, zt, _ = c10
