@@ -539,6 +539,15 @@ def test_classwise_maps_of_empty_bins_and_a_top_pool_below_one_match_reference_c
   )
   want = _hb_reference(s, (y == 1).astype(float), grid, m=5)
   np.testing.assert_allclose(np.asarray(hb(x))[:, 1], want, atol=1e-6)
+  # nine tied scores of average rank 5 leave bin 1 empty: scores below them get the
+  # frequency of the lowest non-empty bin (the R step function's value from 0), not 0
+  s = np.array([0.2] * 9 + [0.7])
+  hb = R.fit(
+    "histogram", np.stack([1 - s, s], 1), y, num_bins=5, from_logits=False, normalize=False
+  )
+  want = _hb_reference(s, (y == 1).astype(float), grid, m=5)
+  assert want[0] == 4 / 9
+  np.testing.assert_allclose(np.asarray(hb(x))[:, 1], want, atol=1e-6)
   # the top PAV pool (0.5, 0.6, 0.7) has the value 2/3 < 1: SIR rises from its median 0.6
   # towards (1, 1)
   s = np.array([0.2] * 7 + [0.5, 0.6, 0.7])

@@ -65,7 +65,8 @@ class HistogramBinning(ClasswiseRecalibrator):
   Attributes:
     thresholds: ``(C, m - 1)`` smallest calibration score of bins ``2..m``
       (an empty bin takes the next bin's value; ``+inf`` if none follows).
-    values: ``(C, m)`` class frequency per bin.
+    values: ``(C, m)`` class frequency per bin (an empty bin holds the next
+      non-empty bin's).
     num_classes: ``C`` (static).
     normalize: divide rows by their sums (static).
   """
@@ -94,7 +95,11 @@ def _hb_one(p: jax.Array, t: jax.Array, m: int):
   cnt = jax.ops.segment_sum(jnp.ones_like(t), b, num_segments=m)
   hits = jax.ops.segment_sum(t, b, num_segments=m)
   mins = jax.ops.segment_min(p, b, num_segments=m)  # +inf for empty bins
-  values = jnp.where(cnt > 0, hits / jnp.where(cnt > 0, cnt, 1), 0)
+  freq = jnp.where(cnt > 0, hits / jnp.where(cnt > 0, cnt, 1), 0)
+  # an empty bin holds the next non-empty bin's frequency: for bin 1 (a tie group at the
+  # bottom ranked past it) that is the value of scores below every calibration score
+  nxt = jax.lax.cummin(jnp.where(cnt > 0, jnp.arange(m), m - 1), reverse=True)
+  values = freq[nxt]
   thresholds = jax.lax.cummin(jnp.where(cnt[1:] > 0, mins[1:], jnp.inf), reverse=True)
   return thresholds, values
 
