@@ -201,6 +201,9 @@ def test_float32_and_block_sizes(data):
   for blocks in (BLOCKS, {}):
     got = lce(p.astype(np.float32), y, phi.astype(np.float32), bandwidth=2.0, **blocks)
     np.testing.assert_allclose([float(got.lce), float(got.mlce)], want, rtol=1e-5)
+  # features far from the origin: the distances are taken on centred features
+  got = lce(p.astype(np.float32), y, (phi + 300).astype(np.float32), bandwidth=2.0, **BLOCKS)
+  np.testing.assert_allclose([float(got.lce), float(got.mlce)], want, rtol=1e-4)
 
 
 def test_jit_vmap_and_num_bins_array(data):
@@ -398,6 +401,10 @@ def test_nadaraya_watson_matches_reference():
     t_pad = t.copy()
     t_pad[35] = np.nan
     np.testing.assert_array_equal(np.asarray(nadaraya_watson(phi, t_pad, 1.5, mask=mask)), got)
+  # float32 features far from the origin (|phi|^2 ~ 3e5, whose rounding alone is ~0.03):
+  # the distances are taken on centred features
+  far = nadaraya_watson((phi + 300).astype(np.float32), t.astype(np.float32), 1.5)
+  np.testing.assert_allclose(np.asarray(far), nw_ref(phi, t, 1.5), atol=1e-4)
 
 
 def test_nadaraya_watson_isolated_points_and_gradient():
