@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import msgpack
 import numpy as np
 import pytest
+from scipy.special import logsumexp
 
 import jaxcal.recalibrate as R
 from jaxcal import data
@@ -367,6 +368,12 @@ def test_cross_validated_odir(c10, fitted):
     w, b = _odir_reference(x, yv, lam, mu, diagonal=m == "vector")
     np.testing.assert_allclose(np.asarray(rc.weight), w, atol=2e-3, err_msg=m)
     np.testing.assert_allclose(np.asarray(rc.bias), b, atol=2e-3, err_msg=m)
+  # the fitted maps apply softmax(W x + b), x the logits (matrix) or log p (Dirichlet)
+  zt = c10[2].astype(np.float64)
+  for m, x in (("matrix", zt), ("dirichlet", zt - logsumexp(zt, axis=1, keepdims=True))):
+    u = x @ np.asarray(fitted[m].weight, np.float64).T + np.asarray(fitted[m].bias)
+    want = np.exp(u - logsumexp(u, axis=1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(fitted[m](c10[2])), want, atol=2e-5, err_msg=m)
   guo = R.fit("vector", zv, yv, reg_lambda=0.0, reg_mu=0.0)  # Guo et al.'s, unregularised
   a = np.diag(np.asarray(guo.weight))
   assert np.std(a) > np.std(np.diag(np.asarray(fitted["vector"].weight)))
