@@ -185,6 +185,9 @@ def test_temperature_matches_scipy_lbfgs(c10):
   rc32 = R.fit("temperature", zv, yv)
   assert abs(float(rc32.temperature) - t_ref) < 1e-4 * t_ref
   assert bool(rc32.converged) and 0 < int(rc32.num_iter) < 200
+  u = z / float(rc32.temperature)  # the map: softmax(z / T)
+  want = np.exp(u - logsumexp(u, axis=1, keepdims=True))
+  np.testing.assert_allclose(np.asarray(rc32(zv)), want, atol=1e-6)
 
 
 def _logistic_reference(x, t, use):
@@ -290,6 +293,9 @@ def test_platt_matches_logistic_regression_reference(c10):
   for c in range(zv.shape[1]):
     ref = _logistic_reference((s[:, c], 1.0), (yv == c).astype(float), [0, 1])
     np.testing.assert_allclose([float(rc.scale[c]), float(rc.bias[c])], ref, atol=2e-3, rtol=2e-3)
+  # the map: sigmoid(a_c s_c + b_c), unnormalised here
+  want = 1 / (1 + np.exp(-(s * np.asarray(rc.scale, np.float64) + np.asarray(rc.bias))))
+  np.testing.assert_allclose(np.asarray(rc(zv)), want, atol=1e-5)
 
 
 @pytest.mark.parametrize("method", PARAMETRIC + ("isotonic", "smooth_isotonic"))
