@@ -134,15 +134,20 @@ def _ets_reference(z, y, loss):
   return t, w
 
 
-@pytest.mark.parametrize("loss, noise", [("mse", 0.3), ("nll", 0.3), ("mse", 0.0)])
-def test_ets_matches_the_authors_procedure(loss, noise):
+@pytest.mark.parametrize(
+  "loss, noise, flip", [("mse", 0.3, 0.0), ("nll", 0.3, 0.0), ("mse", 0.0, 0.0), ("nll", 0.0, 0.03)]
+)
+def test_ets_matches_the_authors_procedure(loss, noise, flip):
   # labels from softmax(z / 1.7) mixed with uniform noise: interior weights; without the
-  # noise the squared error's weights lie on an edge of the simplex (w_3 = 0, w_2 = 0.008)
+  # noise the squared error's weights lie on an edge of the simplex (w_3 = 0, w_2 = 0.008);
+  # 3 % of the labels moved to the least likely class give the log loss terms below 1e-3
+  # (confidently wrong: the log is clamped only at 1e-12)
   rng = np.random.default_rng(1)
   z, y = _logits(1, 800, 5, scale=4.0)
   y = np.where(rng.uniform(size=800) < noise, rng.integers(0, 5, 800), y)
+  y = np.where(rng.uniform(size=800) < flip, z.argmin(1), y)
   t_ref, w_ref = _ets_reference(z.astype(np.float64), y, loss)
-  assert noise or (w_ref[2] < 1e-6 < 0.005 < w_ref[1])  # on the edge, off its ends
+  assert noise or flip or (w_ref[2] < 1e-6 < 0.005 < w_ref[1])  # on the edge, off its ends
   rc = recalibrate.fit("ensemble_temperature", z, y, loss=loss)
   assert float(rc.temperature) == pytest.approx(t_ref, rel=2e-3)
   np.testing.assert_allclose(np.asarray(rc.weights), w_ref, atol=5e-3 if loss == "nll" else 2e-4)
