@@ -219,6 +219,14 @@ def test_bbq_matches_loop_reference():
   for c in range(3):
     want = _bbq_reference(p[:, c], (y == c).astype(np.float64), x_new[:, c])
     np.testing.assert_allclose(q[:, c], want, atol=2e-5)
+  # other options: N' = 5, bin counts in [2, 21] (K = 3)
+  rc = recalibrate.fit("bbq", z, y, normalize=False, prior_strength=5.0, range_factor=3.0)
+  q = np.asarray(rc(np.log(x_new)))
+  cuts = sum(b - 1 for b in range(2, 22))  # the inner cuts of every model
+  assert (np.isfinite(np.asarray(rc.thresholds)).sum(1) == cuts).all()
+  for c in range(3):
+    want = _bbq_reference(p[:, c], (y == c).astype(np.float64), x_new[:, c], 5.0, 3.0)
+    np.testing.assert_allclose(q[:, c], want, atol=2e-5)
   # tied scores (multiples of 1/11): tie groups straddle the bins' ends (split by
   # index), cuts fall on the tied values, and a score equal to a cut takes the value left of it
   rng = np.random.default_rng(5)
