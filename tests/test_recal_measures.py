@@ -250,6 +250,11 @@ def test_bbq_bin_range():
   assert bbq_bin_range(20000) == (2, 272)  # 27.14
   assert bbq_bin_range(8) == (1, 8)  # ceil(10 * 2) = 20 > n
   assert bbq_bin_range(20000, 3.0) == (9, 82)
+  # perfect cubes, whose float cube roots fall just below or above the integer:
+  # 1000 ** (1/3) = 9.999..., 27000 ** (1/3) = 30.000...04
+  assert bbq_bin_range(1000, 2.0) == (5, 20)
+  assert bbq_bin_range(27000) == (3, 300)
+  assert bbq_bin_range(64, 2.0) == (2, 8)
 
 
 def test_bbq_calibrates_an_overconfident_model():

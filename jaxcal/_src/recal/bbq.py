@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -50,11 +51,42 @@ __all__ = ["BBQ", "fit_bbq", "bbq_bin_range"]
 
 
 def bbq_bin_range(n: int, factor: float = 10.0) -> tuple[int, int]:
-  """``(B_min, B_max)``: ``[max(1, floor(n^{1/3} / K)), min(n, ceil(K n^{1/3}))]``."""
-  root = n ** (1.0 / 3.0)
-  lo = max(1, int(math.floor(root / factor)))
-  hi = max(lo, min(n, int(math.ceil(root * factor))))
-  return lo, hi
+  """BBQ's range of bin counts, ``[max(1, floor(n^{1/3} / K)), min(n, ceil(K n^{1/3}))]``.
+
+  The floor and the ceiling are exact (``(j K)^3`` against ``n`` in rational
+  arithmetic): in floating point ``1000 ** (1 / 3)`` is ``9.999...`` and
+  ``27000 ** (1 / 3)`` is ``30.000...04``, which would give ``B_min = 4`` for
+  ``n = 1000``, ``K = 2`` (instead of 5) and ``B_max = 301`` for ``n = 27000``,
+  ``K = 10`` (instead of 300).
+
+  Args:
+    n: number of calibration samples.
+    factor: ``K`` (default 10).
+
+  Returns:
+    ``(B_min, B_max)``, ``1 <= B_min <= B_max``.
+
+  Example:
+    >>> bbq_bin_range(1000, 2.0), bbq_bin_range(27000)
+    ((5, 20), (3, 300))
+
+  Reference: Naeini, Cooper & Hauskrecht (2015), Obtaining well calibrated
+  probabilities using Bayesian binning, AAAI (the range of models averaged).
+  """
+  k3 = Fraction(factor) ** 3
+  root = math.cbrt(n)
+  lo = int(math.floor(root / factor))  # then the largest j with j^3 K^3 <= n
+  while (lo + 1) ** 3 * k3 <= n:
+    lo += 1
+  while lo > 0 and lo**3 * k3 > n:
+    lo -= 1
+  hi = int(math.ceil(root * factor))  # then the smallest j with j^3 >= K^3 n
+  while hi > 0 and (hi - 1) ** 3 >= k3 * n:
+    hi -= 1
+  while hi**3 < k3 * n:
+    hi += 1
+  lo = max(1, lo)
+  return lo, max(lo, min(n, hi))
 
 
 @pytree_dataclass
