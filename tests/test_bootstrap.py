@@ -145,6 +145,13 @@ def test_interval_function():
   got = BS.interval(0.5, s16, "bca", acceleration=0.1)
   want = BS.interval(0.5, s16.astype(np.float32), "bca", acceleration=0.1)
   assert got[0].dtype == jnp.float32 and (float(got[0]), float(got[1])) == tuple(map(float, want))
+  # BCa's z0 counts the resamples tied with the estimate as half below it (15 of 40
+  # here, as for a discrete statistic): against the float64 reference
+  s = np.concatenate([np.random.default_rng(1).normal(size=25), np.full(15, 0.3)])
+  s = s.astype(np.float32)
+  got = BS.interval(0.3, s, "bca", 0.9, acceleration=0.05)
+  want = ref_interval(np.float32(0.3), s, "bca", 0.9, accel=0.05)
+  assert (float(got[0]), float(got[1])) == pytest.approx(want, rel=1e-5)
 
 
 _NAN3 = np.array([1.0, np.nan, 2.0])
@@ -179,6 +186,9 @@ def test_interval_of_bad_traced_values_is_nan():
 def test_bca_caps_the_bias_correction_when_every_resample_is_above():
   lo, hi = BS.interval(0.0, jnp.linspace(1.0, 2.0, 50), "bca")
   assert np.isfinite(float(lo)) and 1.0 <= float(lo) <= float(hi) <= 2.0
+  # z0 = Φ⁻¹(1 / (2B)), the cap of the definition (float64 reference)
+  want = ref_interval(0.0, np.linspace(1.0, 2.0, 50), "bca", 0.95, accel=0.0)
+  assert (float(lo), float(hi)) == pytest.approx(want, rel=1e-5)
 
 
 def test_pytree_statistic_stacked_models_and_a_rank_correlation():
