@@ -415,7 +415,18 @@ def test_consistency_bands_quantile_logits_and_bad_input():
     BS.consistency_bands(jax.random.key(0), x[:50], 3, confidence=0, from_logits=True)
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    BS.consistency_bands(jax.random.key(0), x[:50], 3, num_resamples=2, from_logits=True)
+    b90 = BS.consistency_bands(jax.random.key(0), x[:50], 3, num_resamples=2, from_logits=True)
+  # two resampled gaps g1 <= g2 per bin: the band is confidence + the (1 ± level) / 2
+  # quantiles, g1 + (1 ± level) / 2 (g2 - g1), so its width is level (g2 - g1) and its
+  # centre does not depend on the level (same key, same gaps)
+  b50 = BS.consistency_bands(
+    jax.random.key(0), x[:50], 3, num_resamples=2, confidence=0.5, from_logits=True
+  )
+  w90, w50 = np.asarray(b90.hi - b90.lo), np.asarray(b50.hi - b50.lo)
+  ok = w50 > 1e-3
+  assert ok.any()
+  np.testing.assert_allclose(w90[ok], 1.8 * w50[ok], rtol=1e-4)
+  np.testing.assert_allclose(np.asarray(b90.hi + b90.lo), np.asarray(b50.hi + b50.lo), rtol=1e-5)
 
 
 def test_public_names():
