@@ -25,15 +25,14 @@ FIT = dict(max_steps=8, tol=0.0, num_samples=6, progress=False)
 
 
 def project_np(x):
-  """float64 projection by bisection on τ: Σ max(x - τ, 0) = 1."""
-  out = np.zeros_like(x, dtype=np.float64)
-  for i, row in enumerate(np.asarray(x, np.float64)):
-    lo, hi = row.min() - 1, row.max()
-    for _ in range(200):
-      mid = (lo + hi) / 2
-      lo, hi = (mid, hi) if np.maximum(row - mid, 0).sum() > 1 else (lo, mid)
-    out[i] = np.maximum(row - (lo + hi) / 2, 0)
-  return out
+  """float64 projection by bisection on τ (all rows at once): Σ max(x - τ, 0) = 1."""
+  x = np.asarray(x, np.float64)
+  lo, hi = x.min(1) - 1, x.max(1)
+  for _ in range(100):
+    mid = (lo + hi) / 2
+    big = np.maximum(x - mid[:, None], 0).sum(1) > 1
+    lo, hi = np.where(big, mid, lo), np.where(big, hi, mid)
+  return np.maximum(x - ((lo + hi) / 2)[:, None], 0)
 
 
 def _synthetic(n=400, c=5, seed=0):
@@ -64,6 +63,83 @@ def _replay_np(p, rc):
       if rc.lo[t] <= v <= rc.hi[t]:
         p[i] = project_np((row - float(rc.eta[t]) * float(rc.xi[t]) * ubar)[None])[0]
   return p
+
+
+def _ubar_np(p, kind, vec, mat):
+  """``(n, C)`` rows ``ū(p_i)`` of a linear (0), rank (1) or decision (2) witness, float64."""
+  p = np.asarray(p, np.float64)
+  vec, mat = np.asarray(vec, np.float64), np.asarray(mat, np.float64)
+  if kind == 0:
+    return np.broadcast_to(vec, p.shape)
+  if kind == 1:  # ū_j = θ_{rank(p, j)}, rank 0 the largest, ties to the lower index
+    order = np.argsort(-p, axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(p.shape[1])[None], axis=1)
+    return vec[ranks]
+  return -mat.T[np.argmin(p @ mat, axis=1)]
+
+
+def _uc_np(v, u):
+  """Empirical UC of each column: max_k S_k - min_k S_k, S_k the prefix sums of (u - v) / n
+  over v sorted, read between distinct values (Lemma 3.3 of the utility paper)."""
+  out = []
+  for vc, uc in zip(v.T, u.T):
+    order = np.argsort(vc, kind="stable")
+    vs = vc[order]
+    s = np.concatenate([[0.0], np.cumsum((uc - vc)[order])]) / vc.size
+    cut = np.concatenate([[True], vs[1:] != vs[:-1], [True]])
+    out.append(s[cut].max() - s[cut].min())
+  return np.array(out)
+
+
+def _check_steps_np(rc, z, y, *, seed, num_samples, stepsize="err_over_c", steps=None):
+  """The first ``steps`` steps of a fit (family U_comb) against float64 numpy from Algorithm 1.
+
+  At step t, from the predictions P_t of the replay: the audited error is the
+  largest UC over U_comb and the step's fresh U_lin / U_rank draws (keys
+  fold_in(key(seed), t), split in three), and equals (1/n) Σ <p_i - Y_i, w(p_i)>
+  of the stored patch w = ξ ū 1[v in [lo, hi]]; η is the backtracking Armijo
+  step on Brier(Π(P - η W)) (c1 = 1e-4, halving) from err / C (times a float
+  stepsize) or err / mean ||w||² ("quadratic"), slope -2 err; the recorded Brier
+  score is that of P_t.
+  """
+  n, c = z.shape
+  onehot = np.eye(c)[y]
+  topk = (np.arange(c)[None] < np.arange(1, c + 1)[:, None]).astype(np.float64)  # θ = 1 on top K
+  traj = np.asarray(rc.trajectory(z), np.float64)
+  brier = lambda q: np.mean(np.sum((q - onehot) ** 2, 1))
+  for t in range(rc.num_steps + 1 if steps is None else steps):
+    p = traj[t]
+    assert float(rc.briers[t]) == pytest.approx(brier(p), rel=1e-5), t
+    lin, rnk = np.eye(c), topk  # U_CWE: a = e_k; U_topK
+    if num_samples:
+      k1, k2, _ = jax.random.split(jax.random.fold_in(jax.random.key(seed), t), 3)
+      m = num_samples // 2
+      lin = np.concatenate([lin, np.asarray(U.sample_linear(k1, num_samples - m, c).params)])
+      rnk = np.concatenate([rnk, np.asarray(U.sample_rank(k2, m, c).params)])
+    order = np.argsort(-p, axis=1, kind="stable")  # rank 0 the largest, ties to the lower index
+    rank_y = np.argmax(order == y[:, None], 1)  # projected rows hold tied zeros
+    ucs = np.concatenate(
+      [_uc_np(p @ lin.T, lin[:, y].T), _uc_np(-np.sort(-p, 1) @ rnk.T, rnk[:, rank_y].T)]
+    )
+    err = float(rc.errors[t])
+    assert err == pytest.approx(ucs.max(), rel=1e-4, abs=1e-6), t
+    if t == rc.num_steps:
+      break
+    ubar = _ubar_np(p, int(rc.kind[t]), rc.vec[t], rc.mat[t])
+    v = np.sum(p * ubar, 1)
+    w = float(rc.xi[t]) * ubar * ((v >= float(rc.lo[t])) & (v <= float(rc.hi[t])))[:, None]
+    assert err == pytest.approx(np.mean(np.sum((p - onehot) * w, 1)), rel=1e-4, abs=1e-6), t
+    if stepsize == "quadratic":
+      eta = err / np.mean(np.sum(w * w, 1))
+    else:
+      eta = (1.0 if stepsize == "err_over_c" else stepsize) * err / c
+    b0 = brier(p)
+    for _ in range(30):
+      if brier(project_np(p - eta * w)) <= b0 - 1e-4 * eta * 2 * err:
+        break
+      eta *= 0.5
+    assert float(rc.eta[t]) == pytest.approx(eta, rel=1e-4), t
 
 
 def test_project_simplex_matches_bisection():
@@ -115,6 +191,16 @@ def test_brier_never_increases_and_replay_reproduces():
   traj = rc.trajectory(z)
   assert traj.shape == (9, 400, 5)
   np.testing.assert_allclose(traj[-1], replayed, atol=1e-6)
+  _check_steps_np(rc, z, y, seed=0, num_samples=6)
+
+
+def test_each_step_audits_the_worst_witness_and_takes_the_armijo_step():
+  # a float stepsize scales err / C (40: halved several times); the seed draws
+  # the fresh witnesses
+  z, y = _synthetic(seed=6)
+  rc = R.fit_patching(z, y, **FIT, seed=5, stepsize=40.0)
+  _check_steps_np(rc, z, y, seed=5, num_samples=6, stepsize=40.0)
+  assert np.all(np.asarray(rc.eta) < 40.0 * np.asarray(rc.errors[:-1]) / 5 / 3)
 
 
 def test_the_block_schedule_does_not_change_the_fit(monkeypatch):
@@ -204,6 +290,7 @@ def test_held_out_u_comb_improves_on_cifar100(cifar_dir):
   zv, yv, zt, yt = zv[:2500], yv[:2500], zt[:2500], yt[:2500]
   rc = R.fit("patching", zv, yv, max_steps=12, num_samples=0, stepsize="quadratic")
   assert np.all(np.diff(np.asarray(rc.briers)) < 0)
+  _check_steps_np(rc, zv, yv, seed=0, num_samples=0, stepsize="quadratic", steps=2)
   before = float(U.uc_class(zt, yt, "comb", from_logits=True))
   after = float(U.uc_class(rc(zt), yt, "comb"))
   assert after < before, (before, after)
