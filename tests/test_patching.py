@@ -192,6 +192,15 @@ def test_brier_never_increases_and_replay_reproduces():
   assert traj.shape == (9, 400, 5)
   np.testing.assert_allclose(traj[-1], replayed, atol=1e-6)
   _check_steps_np(rc, z, y, seed=0, num_samples=6)
+  # the stopping rule err <= tol at equality: tol = the error audited after patch 3
+  # (all earlier ones larger) stops there; tol = the last error stops at max_steps
+  # with reason "tol" (both hold: the tolerance is what was asked)
+  errs = np.asarray(rc.errors)
+  for t in (3, 8):
+    assert np.all(errs[:t] > errs[t])
+    at = _fit(z, y, **{**FIT, "tol": float(errs[t])})[0]
+    assert (at.num_steps, at.stop_reason, bool(at.converged)) == (t, "tol", True)
+    np.testing.assert_array_equal(np.asarray(at.eta), np.asarray(rc.eta[:t]))
 
 
 def test_each_step_audits_the_worst_witness_and_takes_the_armijo_step():
