@@ -368,6 +368,9 @@ def test_cut_points_select_the_same_samples_with_a_margin():
     lc, hc = map(float, _cut_points(jnp.asarray(v), jnp.float32(lo), jnp.float32(hi)))
     np.testing.assert_array_equal((v >= lc) & (v <= hc), (v >= lo) & (v <= hi))
     assert lc <= lo and hc >= hi
+    # halfway to the nearest values outside; lo - 1 / hi + 1 when there are none
+    assert lc == (np.float32(0.5) * (vals[a - 1] + lo) if a > 0 else lo - 1)
+    assert hc == (np.float32(0.5) * (vals[b + 1] + hi) if b < len(vals) - 1 else hi + 1)
     if a > 0:
       assert vals[a - 1] < lc < lo  # strictly between
     if b < len(vals) - 1:
