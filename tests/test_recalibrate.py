@@ -774,6 +774,44 @@ def test_load_rejects_bad_files_with_the_file_and_the_problem(fitted, tmp_path):
     R.load(tmp_path / "absent.npz")
 
 
+def test_load_rejects_forged_headers_dtypes_and_shapes(tmp_path):
+  """Files that differ from a good one in one header entry or one array's dtype."""
+  good = tmp_path / "ts.npz"
+  R.save(R.fit_temperature(*_synthetic(n=100)), good)
+  h = _header(good)
+  t = {"a:temperature": np.ones((), np.float32)}
+  pad = json.dumps(h) + " " * (1 << 20)  # valid JSON, over the 1 MiB header limit
+  platt = {**h, "method": "platt", "arrays": {**h["arrays"]}}
+  platt["arrays"]["scale"] = {"dtype": "<f4", "shape": [4]}
+  platt["arrays"]["bias"] = {"dtype": "<f4", "shape": [3]}
+  words = {**h, "arrays": {**h["arrays"], "temperature": {"dtype": "<U3", "shape": []}}}
+  cases = {
+    "f8": ({"arrays": {"a:temperature": np.ones((), np.float64)}}, r"is <f8\[\], the header says"),
+    "version": ({"header": {**h, "version": 1}}, "format version 1; this jaxcal reads 2"),
+    "format": ({"header": {**h, "format": "other"}}, "not a jaxcal recalibrator header"),
+    "cbool": (
+      {"header": {**h, "static": {**h["static"], "num_classes": True}}},
+      "num_classes is True, not a positive int",
+    ),
+    "big": ({"arrays": {"__header__": np.array(pad)}}, "the header claims 4,"),
+    "str": (
+      {"header": words, "arrays": {"a:temperature": np.array("abc")}},
+      "array 'temperature' has unsupported dtype <U3",
+    ),
+    "platt": (
+      {
+        "header": platt,
+        "arrays": {**t, "a:scale": np.ones(4, np.float32), "a:bias": np.ones(3, np.float32)},
+      },
+      r"array 'bias' has shape \(3,\), expected \(4,\)",
+    ),
+  }
+  for name, (kw, match) in cases.items():
+    _rewrite(good, tmp_path / f"{name}.npz", **kw)
+    with pytest.raises(ValueError, match=match):
+      R.load(tmp_path / f"{name}.npz")
+
+
 def test_load_reads_no_data_before_checking_sizes(fitted, tmp_path):
   """A .npy header claiming 10^12 rows is refused from its header alone."""
   good = tmp_path / "hb.npz"
