@@ -90,6 +90,7 @@ CASES = [
   C("label negative", scores.log_loss, (P, np.array([0, -1, 1, 0])), {}, ValueError, r"labels must lie.*-1", True),
   C("label float", metrics.conf_ece, (P, np.array([0.0, 0.5, 1.0, 0.0])), {}, ValueError, r"labels must be integers"),
   C("label float32 traced", metrics.conf_ece, (P, np.array([0.0, 0.5, 1.0, 0.0], np.float32)), {}, ValueError, r"labels must be integers", True),
+  C("label float32 on device", metrics.conf_ece, (P, jnp.array([0.0, 0.5, 1.0, 0.0])), {}, ValueError, r"labels must be integers; 1 entries are not, the first is labels\[1\] = 0.5"),
   C("label nan", scores.brier, (P, np.array([0.0, np.nan, 1.0, 0.0])), {}, ValueError, r"labels must be integers"),
   C("label length", metrics.conf_ece, (P, np.array([0, 1])), {}, ValueError, r"labels has 2 entries"),
   C("one-hot labels", metrics.classwise_ce, (P, np.eye(2)[Y]), {}, ValueError, r"one-hot labels\? pass labels.argmax"),
