@@ -98,6 +98,7 @@ CASES = [
   C("label strings", scores.brier, (P, np.array(["a", "b", "a", "b"])), {}, ValueError, r"labels must be a real numeric"),
   C("label int64 wide", metrics.classwise_ce, (P, WIDE), {"num_bins": 2}, ValueError, r"labels must lie in \[0, 2\).*4294967297"),
   C("label int64 wide negative", scores.brier, (P, NEG_WIDE), {}, ValueError, r"labels must lie in \[0, 2\).*-4294967294"),
+  C("label int64 wide, device where", scores.brier, (P, WIDE), {"where": jnp.ones(4, bool)}, ValueError, r"labels must lie in \[0, 2\); 1 entries do not, the first is labels\[1\]"),
   C("label uint64 wide", scores.log_loss, (P, WIDE.astype(np.uint64)), {}, ValueError, r"labels must lie"),
   C("label float64 almost integral", scores.brier, (P, np.array([0, 1 + 1e-9, 1, 0])), {}, ValueError, r"labels must be integers"),
   C("binary outcome 2", metrics.binary_ce, (P[:, 0], np.array([0, 1, 2, 0])), {"num_bins": 2}, ValueError, r"y must lie in \[0, 2\)", True),
