@@ -118,6 +118,7 @@ CASES = [
   C("num_bins bool", metrics.conf_ece, (P, Y), {"num_bins": True}, ValueError, r"num_bins must be an integer"),
   C("num_bins None", metrics.classwise_ece, (P, Y), {"num_bins": None}, ValueError, r"num_bins must be an integer"),
   C("num_bins huge", metrics.conf_ece, (P, Y), {"num_bins": 2**25}, ValueError, r"num_bins must be <="),
+  C("num_bins array huge", metrics.conf_ce, (P, Y), {"num_bins": np.array([2, 2**24 + 1])}, ValueError, r"num_bins must be <= 16777216, got maximum 1\.67772e\+07"),
   C("num_bins inf", metrics.conf_ece, (P, Y), {"num_bins": float("inf")}, ValueError, r"num_bins must be finite and integer-valued, got \[inf\]"),
   C("from_logits string", metrics.conf_ece, (P, Y), {"from_logits": "no"}, ValueError, r"from_logits must be True or False, got 'no'"),
   C("from_logits int", scores.brier, (P, Y), {"from_logits": 1}, ValueError, r"from_logits must be True or False, got 1"),
