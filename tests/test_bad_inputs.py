@@ -127,6 +127,7 @@ CASES = [
   C("quantile m > n", metrics.classwise_ce, (P, Y), {"num_bins": 5}, ValueError, r"quantile binning with num_bins = 5"),
   C("max_bins too small", metrics.conf_ece, (P, Y), {"num_bins": 15, "max_bins": 10}, ValueError, r"exceeds max_bins"),
   C("max_bins 0", metrics.conf_ece, (P, Y), {"num_bins": 5, "max_bins": 0}, ValueError, r"max_bins must be"),
+  C("max_bins huge", metrics.conf_ece, (P, Y), {"num_bins": 5, "max_bins": 2**24 + 1}, ValueError, r"max_bins must be a static Python int in \[1, 16777216\], got 16777217"),
   C("max_bins float", metrics.conf_ece, (P, Y), {"max_bins": 16.0}, ValueError, r"max_bins must be"),
   C("reliability bins array", metrics.reliability_stats, (P, Y), {"num_bins": np.array([2, 3])}, ValueError, r"Python int"),
   # ---- class weights
