@@ -234,6 +234,9 @@ def test_checked_outside_jit_and_on_tracers():
   # wide numpy integers are refused before checkify narrows them to int32
   with pytest.raises(ValueError, match="beyond the int32 range"):
     jaxcal.checked(metrics.conf_ece)(P, WIDE)
+  below = np.array([0, -(2**32) + 1, 1, 0])  # below int32: would wrap to the valid label 1
+  with pytest.raises(ValueError, match=r"argument leaf 1 .*beyond the int32 range.*-4294967295"):
+    jaxcal.checked(metrics.conf_ece)(P, below)
 
 
 def test_checked_mode_does_not_leak_into_unchecked_traces():
