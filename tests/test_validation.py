@@ -41,7 +41,7 @@ def _data(n=300, c=4, seed=0):
 
 def test_inputs_not_modified():
   p, y = P.copy(), Y.copy()
-  w = np.array([0.25, 0.75])
+  w = np.array([0.0, 1.0])  # a zero weight is valid (a negative one or a zero sum is not)
   z = np.log(P + 1e-3)
   z0 = z.copy()
   mask = np.array([True, False, True])
@@ -58,7 +58,7 @@ def test_inputs_not_modified():
   metrics.conf_ece(p, wide.astype(np.float64))
   np.testing.assert_array_equal(p, P)
   np.testing.assert_array_equal(y, Y)
-  np.testing.assert_array_equal(w, [0.25, 0.75])
+  np.testing.assert_array_equal(w, [0.0, 1.0])
   np.testing.assert_array_equal(z, z0)
   np.testing.assert_array_equal(mask, [True, False, True])
   np.testing.assert_array_equal(wide, [0, 1, 1])
