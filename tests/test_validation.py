@@ -221,6 +221,24 @@ def test_lowest_accepted_entry_is_minus_the_tolerance(c):
   assert np.isnan(float(f(below, y)))
 
 
+def test_unit_interval_check_accepts_the_tolerance_and_refuses_the_next_float():
+  # binary probabilities (and every other [lo, hi] check) accept values within
+  # tol of the interval, -tol and 1 + tol included (float32), and nothing beyond
+  tol = V.simplex_atol(jnp.float32)
+  lo, hi = np.float32(-tol), np.float32(1 + tol)
+  y = np.array([0, 1, 0, 1])
+  V.check_binary(np.array([0.3, hi, 0.2, lo], np.float32), y)
+  for i, v in ((1, np.nextafter(hi, np.float32(2))), (3, np.nextafter(lo, np.float32(-1)))):
+    p = np.array([0.3, 0.5, 0.2, 0.4], np.float32)
+    p[i] = v
+    with pytest.raises(
+      ValueError,
+      match=rf"p must lie in \[0, 1\] \(tolerance 0.001\); 1 entry\(s\) hold values outside, "
+      rf"the first is p\[{i}\]: {float(v):.6g}",
+    ):
+      V.check_binary(p, y)
+
+
 def test_checked_mode_gives_the_eager_message():
   bad = P * 0.5
   with pytest.raises(ValueError) as eager:
