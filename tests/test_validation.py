@@ -239,6 +239,14 @@ def test_unit_interval_check_accepts_the_tolerance_and_refuses_the_next_float():
       V.check_binary(p, y)
 
 
+def test_finite_logits_whose_row_sum_overflows_are_accepted():
+  # the row sum is only the fast test: a finite row summing to inf is checked entry by entry
+  z = np.array([[3e38, 3e38], [0.0, 1.0]], np.float32)
+  np.testing.assert_array_equal(V.check_logits(z), z)
+  with pytest.raises(ValueError, match=r"logits contains non-finite .* row 0, column 1: inf"):
+    V.check_logits(np.array([[3e38, np.inf], [0.0, 1.0]], np.float32))
+
+
 def test_checked_mode_gives_the_eager_message():
   bad = P * 0.5
   with pytest.raises(ValueError) as eager:
