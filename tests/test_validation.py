@@ -247,6 +247,26 @@ def test_finite_logits_whose_row_sum_overflows_are_accepted():
     V.check_logits(np.array([[3e38, np.inf], [0.0, 1.0]], np.float32))
 
 
+def test_option_checks_accept_their_bounds_and_refuse_the_next_value():
+  big = V.MAX_NUM_BINS
+  assert V.check_num_bins(big) == big and V.check_num_bins(np.array([1, big])).tolist() == [1, big]
+  assert V.check_bins(5, "fixed", big).max_bins == big
+  with pytest.raises(ValueError, match=rf"num_bins must be <= {big}, got {big + 1}"):
+    V.check_num_bins(big + 1)
+  assert V.check_int_option(2, "num_folds", minimum=2, maximum=5) == 2
+  assert V.check_int_option(5, "num_folds", minimum=2, maximum=5) == 5
+  with pytest.raises(ValueError, match="num_folds must be >= 2, got 1"):
+    V.check_int_option(1, "num_folds", minimum=2, maximum=5)
+  with pytest.raises(ValueError, match="num_folds must be <= 5, got 6"):
+    V.check_int_option(6, "num_folds", minimum=2, maximum=5)
+  assert V.check_float_option(0.0, "tol", minimum=0.0) == 0.0
+  assert V.check_float_option(1e-300, "tol", positive=True) == 1e-300
+  with pytest.raises(ValueError, match="tol must be >= 0.0, got -1e-300"):
+    V.check_float_option(-1e-300, "tol", minimum=0.0)
+  with pytest.raises(ValueError, match="tol must be > 0, got 0.0"):
+    V.check_float_option(0.0, "tol", positive=True)
+
+
 def test_checked_mode_gives_the_eager_message():
   bad = P * 0.5
   with pytest.raises(ValueError) as eager:
