@@ -267,6 +267,20 @@ def test_option_checks_accept_their_bounds_and_refuse_the_next_value():
     V.check_float_option(0.0, "tol", positive=True)
 
 
+def test_one_prng_key_is_required():
+  assert V.check_key(jax.random.key(0)).shape == ()
+  assert V.check_key(jax.random.PRNGKey(0)).shape == (2,)
+  keys = jax.random.split(jax.random.key(0), 2)  # a batch of typed keys
+  with pytest.raises(
+    ValueError, match=r"key must be a JAX PRNG key .*of dtype key<fry> and shape \(2,\)"
+  ):
+    V.check_key(keys)
+  with pytest.raises(
+    ValueError, match=r"key must be a JAX PRNG key .*of dtype uint32 and shape \(1,\)"
+  ):
+    V.check_key(np.zeros(1, np.uint32))
+
+
 def test_checked_mode_gives_the_eager_message():
   bad = P * 0.5
   with pytest.raises(ValueError) as eager:
