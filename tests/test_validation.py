@@ -281,6 +281,11 @@ def test_one_prng_key_is_required():
     V.check_key(np.zeros(1, np.uint32))
 
 
+def test_features_need_a_column():
+  with pytest.raises(ValueError, match=r"features must have at least one column .*got \(3, 0\)"):
+    V.check_features(np.zeros((3, 0), np.float32), 3)
+
+
 def test_checked_mode_gives_the_eager_message():
   bad = P * 0.5
   with pytest.raises(ValueError) as eager:
