@@ -123,6 +123,7 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
   np.savez(tmp_path / "wide.npz", logits=np.zeros((3, 2)), labels=np.array([0, 2**32 + 1, 1]))
   np.savez(tmp_path / "fl.npz", logits=np.zeros((3, 2)), labels=np.array([0, 1 + 1e-9, 1]))
   np.savez(tmp_path / "onecol.npz", logits=np.zeros((3, 1)), labels=np.zeros(3, int))
+  np.savez(tmp_path / "norows.npz", logits=np.zeros((0, 3)), labels=np.zeros(0, int))
   np.savez(tmp_path / "eqc.npz", logits=np.zeros((3, 2)), labels=np.array([0, 2, 1]))
   np.savez(tmp_path / "neg.npz", logits=np.zeros((3, 2)), labels=np.array([0, 1, -1]))
   s, l = str(tmp_path / "s.npy"), str(tmp_path / "l.npy")
@@ -140,6 +141,7 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
     ("wide.npz", r"wide.npz: labels must lie in \[0, 2\).*4294967297"),
     ("fl.npz", r"fl.npz: labels must be integers"),
     ("onecol.npz", r"C >= 2"),
+    ("norows.npz", r"norows.npz: scores must be \(n, C\) with n >= 1 .*got shape \(0, 3\)"),
     ("eqc.npz", r"eqc.npz: labels must lie in \[0, 2\); 1 entries do not, .* labels\[1\] = 2$"),
     ("neg.npz", r"neg.npz: labels must lie in \[0, 2\); 1 entries do not, .* labels\[2\] = -1$"),
     ("notes.txt", r"predictions not found"),
