@@ -126,6 +126,7 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
   np.savez(tmp_path / "norows.npz", logits=np.zeros((0, 3)), labels=np.zeros(0, int))
   np.savez(tmp_path / "eqc.npz", logits=np.zeros((3, 2)), labels=np.array([0, 2, 1]))
   np.savez(tmp_path / "neg.npz", logits=np.zeros((3, 2)), labels=np.array([0, 1, -1]))
+  np.savez(tmp_path / "strlab.npz", logits=np.zeros((2, 2)), labels=np.array(["0", "1"]))
   s, l = str(tmp_path / "s.npy"), str(tmp_path / "l.npy")
   cases = [
     ("empty.npz", r"empty.npz: not a valid .npz file"),
@@ -144,6 +145,7 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
     ("norows.npz", r"norows.npz: scores must be \(n, C\) with n >= 1 .*got shape \(0, 3\)"),
     ("eqc.npz", r"eqc.npz: labels must lie in \[0, 2\); 1 entries do not, .* labels\[1\] = 2$"),
     ("neg.npz", r"neg.npz: labels must lie in \[0, 2\); 1 entries do not, .* labels\[2\] = -1$"),
+    ("strlab.npz", r"strlab.npz: labels must be integers, got dtype <U1"),
     ("notes.txt", r"predictions not found"),
   ]
   for name, match in cases:
