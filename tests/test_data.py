@@ -69,6 +69,10 @@ def test_load_refuses_what_it_would_have_to_guess_or_distort(tmp_path):
   np.savez(tmp_path / "big.npz", logits=big, labels=y)
   with pytest.raises(ValueError, match=r"scores\[4, 1\] = 1e\+300 exceeds the float32 range"):
     data.load_predictions(tmp_path / "big.npz")
+  big[4, 1] = -1e300  # -inf after the cast
+  np.savez(tmp_path / "big.npz", logits=big, labels=y)
+  with pytest.raises(ValueError, match=r"scores\[4, 1\] = -1e\+300 exceeds the float32 range"):
+    data.load_predictions(tmp_path / "big.npz")
   with pytest.raises(ValueError, match="path must be a file or folder path, got None"):
     data.load_predictions(None)
 
