@@ -30,12 +30,15 @@ def test_load_layouts(tmp_path):
   np.save(tmp_path / "s.npy", z)
   np.save(tmp_path / "l.npy", y.astype(np.float64))
   np.savez(tmp_path / "y.npz", probs=np.asarray(jax.nn.softmax(z)), y=y)  # labels named y
+  (tmp_path / "one").mkdir()  # a folder holding one .npz and no .npy
+  np.savez(tmp_path / "one" / "only.npz", test_logits=z, test_labels=y)
   for path, expect in (
     (tmp_path / "a.npz", z),
     (tmp_path / "b.npz", 2 * z),
     (tmp_path / "dir", z),
     (f"{tmp_path / 's.npy'},{tmp_path / 'l.npy'}", z),
     (tmp_path / "y.npz", jax.nn.softmax(z)),
+    (tmp_path / "one", z),
   ):
     xx, yy = data.load_predictions(path)
     np.testing.assert_array_equal(xx, expect)
