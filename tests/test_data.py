@@ -206,6 +206,25 @@ def test_synthetic_is_calibrated_at_temperature_one():
   assert metrics.classwise_ce(hot.probs, hot.labels) > metrics.classwise_ce(d.probs, d.labels)
 
 
+def test_synthetic_follows_its_law():
+  # Same key, same Gaussian g: true logits scale * g / sqrt(concentration) and
+  # predictions softmax(log mu / temperature). Centred log-probabilities (float64)
+  # of the defaults (scale 2) are 2 g_c; with scale 3, concentration 4 they are
+  # 1.5 g_c, and the predictions at temperature 0.5 twice that.
+  def centred(q):
+    lq = np.log(np.asarray(q, np.float64))
+    return lq - lq.mean(axis=1, keepdims=True)
+
+  key = jax.random.key(7)
+  base = data.synthetic(key, 64, 4)
+  d = data.synthetic(key, 64, 4, scale=3.0, concentration=4.0, temperature=0.5)
+  g = centred(base.true_probs) / 2.0
+  np.testing.assert_allclose(centred(d.true_probs), 1.5 * g, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(centred(d.probs), 3.0 * g, rtol=1e-4, atol=1e-5)
+  flat = data.synthetic(key, 64, 4, scale=0.0)
+  np.testing.assert_allclose(flat.true_probs, 0.25, rtol=1e-6)
+
+
 @pytest.mark.parametrize(
   "args, kwargs, msg",
   [
