@@ -47,6 +47,18 @@ def test_default_is_shared_data_beside_the_checkout(no_env, tmp_path):
   assert tmp_path / "shared" / "data" / "cifar_logits" in paths._candidates("cifar_logits")
 
 
+def test_only_a_folder_is_a_data_set_and_only_a_package_a_checkout(no_env, tmp_path):
+  (tmp_path / "cifar_logits").write_text("not a folder")
+  no_env.setenv("JAXCAL_DATA", str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="cifar_logits not found"):
+    dataset_dir("cifar_logits")
+  # a folder named jaxcal without __init__.py (e.g. notebooks/jaxcal/) is no checkout
+  (tmp_path / "clone" / "jaxcal").mkdir(parents=True)
+  no_env.delenv("JAXCAL_DATA")
+  no_env.chdir(tmp_path / "clone")
+  assert tmp_path / "shared" / "data" / "cifar_logits" not in paths._candidates("cifar_logits")
+
+
 def test_missing_data_message_says_how_to_provide_it(no_env, tmp_path):
   no_env.setenv("JAXCAL_FASHION_MNIST", str(tmp_path / "none"))
   with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist"):
