@@ -1,5 +1,7 @@
 """jaxcal.data: loading without pickle, the embedded default, synthetic truth."""
 
+import struct
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -172,6 +174,25 @@ def test_load_reads_compressed_fortran_and_folder_layouts(tmp_path):
   np.testing.assert_array_equal(x, z)
   np.testing.assert_array_equal(yy, y)
   assert yy.dtype == np.int32 and x.dtype == np.float32 and x.flags.writeable
+
+
+def _npy_bytes(z, version):
+  """An ``.npy`` file of ``z`` with a header of format ``version``, written by hand."""
+  header = repr({"descr": z.dtype.str, "fortran_order": False, "shape": z.shape}).encode()
+  size = "<H" if version == (1, 0) else "<I"  # 2.0 and 3.0: a 4-byte header length
+  header += b" " * (-(8 + struct.calcsize(size) + len(header) + 1) % 64) + b"\n"
+  return b"\x93NUMPY" + bytes(version) + struct.pack(size, len(header)) + header + z.tobytes()
+
+
+def test_load_reads_every_npy_header_version(tmp_path):
+  # 1.0 (np.save's usual), 2.0 (headers over 64 KiB) and 3.0 (utf-8 headers)
+  z = np.arange(6, dtype=np.float32).reshape(3, 2)
+  np.save(tmp_path / "l.npy", np.array([0, 1, 1]))
+  for version in ((1, 0), (2, 0), (3, 0)):
+    (tmp_path / "s.npy").write_bytes(_npy_bytes(z, version))
+    np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), z)  # numpy reads it
+    x, _ = data.load_predictions(f"{tmp_path / 's.npy'},{tmp_path / 'l.npy'}")
+    np.testing.assert_array_equal(x, z)
 
 
 def test_load_permission_denied_is_a_value_error(tmp_path, monkeypatch):

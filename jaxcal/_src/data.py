@@ -35,6 +35,20 @@ DEFAULT_PREDICTIONS = (
 _SCORE_KEYS = ("logits", "probs", "probabilities", "predictions", "scores")
 
 
+def _npy_private():
+  """numpy's module holding the private ``_read_array_header`` (``.npy`` version 3.0).
+
+  ``numpy.lib._format_impl`` under numpy 2, whose ``numpy.lib.format`` re-exports
+  only the public names; ``numpy.lib.format`` under numpy 1.x.
+  """
+  try:
+    from numpy.lib import _format_impl
+
+    return _format_impl
+  except ImportError:  # numpy 1.x
+    return np.lib.format
+
+
 def _read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
   """Reads one ``.npy`` array from an open binary file, checking the header first.
 
@@ -50,8 +64,8 @@ def _read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
       shape, fortran, dtype = fmt.read_array_header_1_0(f)
     elif version == (2, 0):
       shape, fortran, dtype = fmt.read_array_header_2_0(f)
-    else:  # (3, 0): a utf-8 header, no public reader
-      shape, fortran, dtype = fmt._read_array_header(f, version)
+    else:  # (3, 0): a utf-8 header, no public reader (numpy 2 keeps it in _format_impl)
+      shape, fortran, dtype = _npy_private()._read_array_header(f, version)
   except (ValueError, EOFError, OSError, SyntaxError, TypeError, KeyError) as e:
     raise ValueError(f"{what}: not a valid .npy array (bad or truncated header: {e})") from None
   if dtype.hasobject:
