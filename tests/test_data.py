@@ -1,6 +1,7 @@
 """jaxcal.data: loading without pickle, the embedded default, synthetic truth."""
 
 import struct
+import zipfile
 
 import jax
 import jax.numpy as jnp
@@ -120,6 +121,12 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
   (tmp_path / "empty.npz").write_bytes(b"")
   (tmp_path / "trunc.npz").write_bytes(raw[: len(raw) // 2])
   (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 not really a zip")
+  crc = bytearray(raw)  # a valid archive whose logits member fails its CRC-32
+  with zipfile.ZipFile(tmp_path / "good.npz") as zf:
+    info = zf.getinfo("logits.npy")
+  name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
+  crc[info.header_offset + 30 + name_len + extra_len + info.compress_size - 1] ^= 0xFF
+  (tmp_path / "crc.npz").write_bytes(bytes(crc))
   np.save(tmp_path / "s.npy", np.zeros((4, 3), np.float32))
   np.save(tmp_path / "l.npy", np.arange(4) % 3)
   with open(tmp_path / "absurd.npy", "wb") as f:  # a header claiming 10^12 rows
@@ -143,6 +150,7 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
     ("empty.npz", r"empty.npz: not a valid .npz file"),
     ("trunc.npz", r"trunc.npz: not a valid .npz file"),
     ("junk.npz", r"junk.npz: not a valid .npz file"),
+    ("crc.npz", r"crc.npz: corrupt member 'logits.npy': Bad CRC-32"),
     (f"{s},{tmp_path / 'absurd.npy'}", r"absurd.npy: the header claims shape \(1000000000000, 3\)"),
     (f"{tmp_path / 'cut.npy'},{l}", r"cut.npy: the header claims .* only 40 bytes follow"),
     (f"{tmp_path / 'header.npy'},{l}", r"header.npy: not a valid .npy array"),
