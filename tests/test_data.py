@@ -26,6 +26,7 @@ def test_load_layouts(tmp_path):
   z = rng.normal(size=(20, 4)).astype(np.float32)
   y = rng.integers(0, 4, 20)
   np.savez(tmp_path / "a.npz", logits=z, labels=y)
+  np.savez(tmp_path / "a,b.npz", logits=z, labels=y)  # a comma in an existing file's name
   np.savez(tmp_path / "b.npz", val_logits=z, val_labels=y, test_logits=2 * z, test_labels=y)
   (tmp_path / "dir").mkdir()
   np.save(tmp_path / "dir" / "test_logits.npy", z)
@@ -37,6 +38,7 @@ def test_load_layouts(tmp_path):
   np.savez(tmp_path / "one" / "only.npz", test_logits=z, test_labels=y)
   for path, expect in (
     (tmp_path / "a.npz", z),
+    (tmp_path / "a,b.npz", z),
     (tmp_path / "b.npz", 2 * z),
     (tmp_path / "dir", z),
     (f"{tmp_path / 's.npy'},{tmp_path / 'l.npy'}", z),
