@@ -236,7 +236,12 @@ def test_checked_outside_jit_and_on_tracers():
     jaxcal.checked(metrics.conf_ece)(P, WIDE)
   below = np.array([0, -(2**32) + 1, 1, 0])  # below int32: would wrap to the valid label 1
   with pytest.raises(ValueError, match=r"argument leaf 1 .*beyond the int32 range.*-4294967295"):
-    jaxcal.checked(metrics.conf_ece)(P, below)
+    jaxcal.checked(metrics.conf_ece)(P, labels=below)  # keyword arguments are checked too
+  # nested: an inner checked() traced inside an outer one adds its checks to the outer's
+  nested = jaxcal.checked(jax.jit(lambda p: jaxcal.checked(metrics.conf_ece)(p, Y)))
+  with pytest.raises(ValueError, match="rows of probs must sum to 1"):
+    nested(bad)
+  np.testing.assert_allclose(nested(P), metrics.conf_ece(P, Y), rtol=1e-6)
 
 
 def test_checked_mode_does_not_leak_into_unchecked_traces():
