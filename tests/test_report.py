@@ -128,7 +128,16 @@ def test_one_vocabulary_in_summary_markdown_and_json(rep):
 
 @pytest.mark.parametrize(
   "value, text",
-  [(0.9452, "0.945"), (8.31e-5, "8.31e-5"), (0.0001, "1.00e-4"), (1234.5, "1.23e3"), (0.0, "0")],
+  [
+    (0.9452, "0.945"),
+    (8.31e-5, "8.31e-5"),
+    (0.0001, "1.00e-4"),
+    (1e-3, "0.00100"),  # the lowest positional number
+    (999.4, "999"),
+    (1234.5, "1.23e3"),  # three digits: scientific from 10^3
+    (1e4, "1.00e4"),
+    (0.0, "0"),
+  ],
 )
 def test_format_number(value, text):
   assert report.format_number(value) == text
@@ -138,6 +147,7 @@ def test_label_round_trip_and_bad_names():
   for m in report.METRICS:
     lab = report.label(m.name, num_bins=20 if m.binning else None)
     assert report.parse_label(lab)[0] == m
+  assert report.label("ECCE", num_bins=15) == "ECCE(15)"  # equal-width bins only: no rule
   with pytest.raises(ValueError, match="unknown metric name"):
     report.label("ECE_nonsense")
   with pytest.raises(ValueError, match="not a metric label"):

@@ -5,7 +5,7 @@ the API docs all name a metric by the ``name`` below (the papers' notation),
 qualified by its binning and bin count as in the truthful-calibration paper's
 Table 1: ``ConfECE(fix;15)``, ``LinCE_cw(qua;2000)``. Numbers are written
 with three significant digits, in scientific notation below ``1e-3`` and from
-``1e4`` (:func:`format_number`); ``report.json`` keeps six significant digits
+``1e3`` (:func:`format_number`); ``report.json`` keeps six significant digits
 (:func:`round_floats`), which removes float32 round-off noise such as
 ``0.9451999999582767`` without losing anything a float32 computation knows.
 """
@@ -179,8 +179,10 @@ def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
 
 
 def format_number(x: Any, digits: int = 3) -> str:
-  """A number with ``digits`` significant digits; scientific below 1e-3 and from 1e4.
+  """A number with ``digits`` significant digits; scientific below 1e-3 and from ``10^digits``.
 
+  Positional from ``1e-3`` up to what ``digits`` digits can write (below
+  ``1e3`` for three digits, after rounding), and below ``1e4`` at most.
   Integers (Python or numpy) are written in full with thousands separators.
 
   Example:
