@@ -255,6 +255,29 @@ def test_psum_of_states_is_a_merge():
   np.testing.assert_array_equal(summed.cw_n, a.merge(b).cw_n)
 
 
+def test_update_and_merge_keep_the_rounding_error_of_the_sums():
+  """``hi + lo`` is the exact sum of the summands (TwoSum), by ``update`` and by ``merge``.
+
+  One sample of large losses (log loss 27.63: p_y = 0 clipped at 1e-12) and one of losses
+  below half an ulp of those in float32 (6e-8: p_y = 1 - 2^-24); a float32 sum drops the
+  small ones, the compensated pair keeps them. Class-wise: residuals 1 and 2^-30 in one bin.
+  """
+  cases = (
+    (streaming.Scores.empty(2), ("hi", "lo"), [[1.0, 0.0]], [1], [[1 - 2**-24, 2**-24]], [0]),
+    (streaming.FixedBins.empty(2, 1), ("cw_hi", "cw_lo"), [[0.0, 1.0]], [0], [[1.0, 2**-30]], [0]),
+  )
+  for empty, (hi, lo), p_big, y_big, p_small, y_small in cases:
+    big = (np.array(p_big, np.float32), np.array(y_big))
+    small = (np.array(p_small, np.float32), np.array(y_small))
+    a, b = empty.update(*big), empty.update(*small)
+    exact = np.float64(getattr(a, hi)) + np.float64(getattr(b, hi))  # one summand each
+    assert (np.float64(getattr(a, hi) + getattr(b, hi)) != exact).any()  # float32 drops some
+    for st in (a.merge(b), b.merge(a), a.update(*small)):
+      np.testing.assert_array_equal(
+        np.float64(getattr(st, hi)) + np.float64(getattr(st, lo)), exact
+      )
+
+
 def test_interval_thresholds_reproduce_the_fixed_rule():
   thr = streaming.interval_thresholds((3, 7, 10))
   s = np.concatenate([np.linspace(0, 1, 2001, dtype=np.float32), thr, np.nextafter(thr, 2)])
