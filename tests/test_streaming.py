@@ -307,6 +307,12 @@ def test_empty_state_raises_eagerly_and_gives_nan_under_jit():
   one = records(streaming.Records.empty(4, 3).update(p[:1], y[:1]))
   assert float(one["conf_ece"]) == pytest.approx(float(metrics.conf_ece(p[:1], y[:1], 1)))
   assert float(one["conf_ce_corr"]) == pytest.approx(float(metrics.conf_ce_corr(p[:1], y[:1], 1)))
+  # eagerly too, with the buffer exactly full and as many quantile bins as records
+  full = streaming.Records.empty(1, 3).update(p[:1], y[:1])
+  assert not bool(full.overflow)
+  eager = full.compute(1)
+  for k in ("conf_ece", "conf_ce_corr"):
+    assert float(eager[k]) == pytest.approx(float(one[k])), k
 
 
 def test_invalid_batches_under_jit_poison_every_output():
@@ -383,4 +389,14 @@ def test_bad_inputs():
   over = streaming.Records.empty(3, 3).update(p, y)
   with pytest.raises(ValueError, match="overflowed.*capacity of at least"):
     over.compute()
+  # merged with an overflowed buffer, in either order, is overflowed: the count (5) fits the
+  # merged capacity (6), but one sample was dropped
+  fits = streaming.Records.empty(3, 3).update(p[:1], y[:1])
+  for merged in (fits.merge(over), over.merge(fits)):
+    assert int(merged.count) == 5 and merged.capacity == 6
+    with pytest.raises(ValueError, match="overflowed"):
+      merged.compute(1)
+  for other in (streaming.Records.empty(3, 4), streaming.Records.empty(3, 3, "full")):
+    with pytest.raises(ValueError, match="cannot merge Records of different kinds or class"):
+      fits.merge(other)
   np.testing.assert_array_equal(p, np.full((4, 3), 1 / 3, np.float32))  # inputs untouched
