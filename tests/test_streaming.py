@@ -328,15 +328,23 @@ def test_invalid_batches_under_jit_poison_every_output():
   for pp, yy in ((nanp, y), (p, np.array([0, 0, 0, 5]))):
     st = update(empty, pp, yy)
     assert int(st.scores.invalid) == int(st.bins.invalid) == 1
-    out = st.merge(good).compute()  # a valid batch after it does not clear it
-    assert out["confusion"].dtype == jnp.int32 and (out["confusion"] == -1).all()
-    del out["confusion"]
-    for k, v in out.items():
-      assert np.isnan(v).all(), k
+    # a valid batch after it, merged or updated into the same state, does not clear it
+    for later in (st.merge(good), update(st, p, y)):
+      assert int(later.scores.invalid) == int(later.bins.invalid) == 1
+      out = later.compute()
+      assert out["confusion"].dtype == jnp.int32 and (out["confusion"] == -1).all()
+      del out["confusion"]
+      for k, v in out.items():
+        assert np.isnan(v).all(), k
     assert (st.bins.reliability(5).counts == -1).all()
-  rec = jax.jit(streaming.Records.update)(streaming.Records.empty(4, 3), nanp, y)
-  with pytest.raises(ValueError, match="Records holds 1 batch"):
-    rec.data()
+  rec = jax.jit(streaming.Records.update)(streaming.Records.empty(8, 3), nanp, y)
+  for r in (rec, rec.update(p, y)):
+    with pytest.raises(ValueError, match="Records holds 1 batch"):
+      r.data()
+  # a bad batch whose samples are all masked: nothing seen, but poisoned: NaN, no raise
+  masked = jax.jit(streaming.Scores.update)(streaming.Scores.empty(3), nanp, y, np.zeros(4, bool))
+  assert int(masked.count) == 0 and int(masked.invalid) == 1
+  assert np.isnan(masked.compute()["accuracy"])
 
 
 def test_bad_inputs():
