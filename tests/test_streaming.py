@@ -164,6 +164,8 @@ def test_scores_equal_oneshot(cifar100):
   np.add.at(conf, (y, np.argmax(p, axis=1)), 1)
   np.testing.assert_array_equal(got["confusion"], conf)
   np.testing.assert_array_equal(st.label_counts, np.bincount(y, minlength=100))
+  np.testing.assert_allclose(got["label_frequencies"], np.bincount(y, minlength=100) / len(y))
+  np.testing.assert_allclose(got["accuracy"], np.mean(np.argmax(p, axis=1) == y), rtol=1e-6)
   assert int(st.correct) == int(np.sum(np.argmax(p, axis=1) == y))
 
 
@@ -213,8 +215,14 @@ def test_calibration_collection_and_reduce(cifar100):
     out["classwise_ce_fixed"], metrics.classwise_ce(p, y, 15, "fixed"), atol=ATOL
   )
   np.testing.assert_allclose(out["conf_ce_corr"], metrics.conf_ce_corr(p, y), rtol=1e-6)
+  np.testing.assert_allclose(out["conf_ce"], R.conf_ce(p, y, 15), atol=ATOL)
+  for k in ("conf_ce", "conf_ce_corr"):  # the fixed-bin ones under their own names
+    want = getattr(R, k)(p, y, 15, "fixed")
+    np.testing.assert_allclose(out[k + "_fixed"], want, atol=ATOL, err_msg=k)
   np.testing.assert_allclose(out["accuracy"], 1 - scores.classification_error(p, y), atol=ATOL)
   assert "classwise_ce" not in out  # top-label records only
+  # reduce merges in stack order: the records are the samples in data order (bitwise)
+  np.testing.assert_array_equal(st.records.data()[0], p.max(axis=1))
 
 
 def test_update_jit_equals_eager():
