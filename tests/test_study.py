@@ -141,6 +141,24 @@ def test_padded_model_equals_unpadded(logits):
     np.testing.assert_array_equal(on_device[k], both[k], err_msg=k)
 
 
+def test_probabilities_of_different_size_and_shared_labels(logits):
+  """Probability models padded with valid (uniform) masked rows; one label array shared."""
+  z, y = logits
+  p = np.asarray(jax.nn.softmax(jnp.asarray(z[:2, :20])))
+  yy = y[:2, :20]
+  res = jaxcal.evaluate([p[0], p[1, :12]], [yy[0], yy[1, :12]], ["brier"])
+  assert [g["rows"] for g in res.info["programs"]] == [20]  # model 1: 8 padding rows
+  for i, k in ((0, 20), (1, 12)):
+    np.testing.assert_allclose(res["brier"][i], scores.brier(p[i, :k], yy[i, :k]), atol=ATOL)
+  # labels (n,) for every model: of a list and of a stack (one program, no padding)
+  for shared in (
+    jaxcal.evaluate([p[0], p[1]], yy[0], ["brier"]),
+    jaxcal.evaluate(p, yy[0], ["brier"]),
+  ):
+    for i in range(2):
+      np.testing.assert_allclose(shared["brier"][i], scores.brier(p[i], yy[0]), atol=ATOL)
+
+
 def test_new_bins_array_of_same_length_reuses_the_program(logits):
   """Bin arrays are arguments; the static bound is a power of two (9 and 12 -> 16)."""
   z, y = logits
