@@ -251,6 +251,16 @@ def test_bad_inputs(logits):
     jaxcal.evaluate(x, yy, ["brier"], from_logits="yes")
   with pytest.raises(ValueError, match="unique and one per model"):
     jaxcal.evaluate(x, yy, ["brier"], names=["a"], from_logits=True)
+  with pytest.raises(ValueError, match=r"unique and one per model, got \['a', 'a'\]"):
+    jaxcal.evaluate(x, yy, ["brier"], names=["a", "a"], from_logits=True)
+  lin = {"lin": lambda c: utility.Utility(np.zeros((3 if c == 10 else 4, c), np.float32), "linear")}
+  with pytest.raises(ValueError, match=r"utilities\['lin'\] must have the same number .* 5: 4"):
+    jaxcal.evaluate(  # C = 10 and C = 5
+      [x[0], x[0, :, :5]], [yy[0], yy[0] % 5], ["brier"], utilities=lin, from_logits=True
+    )
+  none = utility.Utility(np.zeros((0, 10), np.float32), "linear")
+  with pytest.raises(ValueError, match=r"utilities\['lin'\] is an empty batch"):
+    jaxcal.evaluate(x, yy, ["brier"], utilities={"lin": none}, from_logits=True)
   with pytest.raises(ValueError, match="model 'a': predictions must be"):
     jaxcal.evaluate({"a": x[0, :, 0]}, {"a": yy[0]}, ["brier"], from_logits=True)
   with pytest.raises(ValueError, match="labels has no entry for the models"):
@@ -337,6 +347,16 @@ def test_bad_utility_values_raise_after_the_fused_check(logits):
   nan = utility.Utility(u.params.at[0, 0].set(jnp.nan), "linear")
   with pytest.raises(ValueError, match=r"utilities\['lin'\]"):
     jaxcal.evaluate(z[:2, :60], y[:2, :60], ["brier"], utilities={"lin": nan}, from_logits=True)
+
+
+def test_utility_list_names_repeated_kinds():
+  u, r = utility.Utility(np.zeros((3, 4)), "linear"), utility.Utility(np.zeros((3, 4)), "rank")
+  assert list(study_src._utility_batches([u, r, u, u])) == [
+    "linear",
+    "rank",
+    "linear_1",
+    "linear_2",
+  ]
 
 
 def test_shared_buckets_pad_a_class_count_group_to_one_size_while_padding_is_bounded():
