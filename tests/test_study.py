@@ -302,7 +302,7 @@ def test_one_call_compiles_two_programs_per_class_count(logits):
     "rank": lambda c: utility.sample_rank(jax.random.key(4), 6, c),
   }
   jax.block_until_ready([us[k](c) for k in us for c in (10, 100)])  # the samplers' own programs
-  mets = BINNED + ["brier", "uc_tce"]
+  mets = BINNED[::-1] + ["brier", "uc_tce"]  # ecce before classwise_ece: one engine, counts
 
   class Grab(logging.Handler):
     def __init__(self):
@@ -330,6 +330,8 @@ def test_one_call_compiles_two_programs_per_class_count(logits):
   major = [n for n in names_first if n not in ("convert_element_type", "broadcast_in_dim")]
   assert sorted(major) == ["_ok_jit", "_ok_jit", "run", "run"], names_first
   assert grab.names == names_first  # the second call compiled nothing
+  p100 = jax.nn.softmax(jnp.asarray(z100[:77]))
+  np.testing.assert_allclose(first["ecce"][3], metrics.ecce(p100, y100[:77], BINS), atol=ATOL)
   np.testing.assert_allclose(
     first["uc:rank"][3],
     utility.uc_sweep(z100[:77], y100[:77], us["rank"](100), from_logits=True),
