@@ -206,6 +206,41 @@ def test_result_conversions(logits):
   assert scalar["conf_ece"].shape == (1,) and scalar.axes["conf_ece"] == ("model",)
 
 
+def test_summary_columns():
+  """The summary's numbers: a bin count's column, UC's median and maximum, MCB and DSC."""
+  res = study.StudyResult(
+    models=("a", "b"),
+    values={
+      "conf_ece": np.array([[0.1, 0.2], [0.3, 0.4]]),
+      "uc:lin": np.array([[0.1, 0.5, 0.2], [0.3, 0.3, 0.9]]),
+      "decompose:log": np.array([[0.9, 0.25, 0.125, 0.775], [1.0, 0.5, 0.0625, 0.5625]]),
+    },
+    axes={
+      "conf_ece": ("model", "num_bins"),
+      "uc:lin": ("model", "utility"),
+      "decompose:log": ("model", "component"),
+    },
+    coords={"num_bins": [5, 15], "utility": [0, 1, 2], "component": list(study_src._COMPONENTS)},
+    info={},
+  )
+  for num_bins, j in ((None, 0), (5, 0), (15, 1)):
+    lines = [line.strip("|").split("|") for line in res.summary(num_bins).splitlines()]
+    head = [c.strip() for c in lines[0]]
+    assert head == [
+      "model",
+      f"conf_ece@{(5, 15)[j]}",
+      "uc:lin median",
+      "uc:lin max",
+      "decompose:log mcb",
+      "decompose:log dsc",
+    ]
+    got = {r[0].strip(): [float(v) for v in r[1:]] for r in lines[2:]}
+    assert got == {
+      "a": [(0.1, 0.2)[j], 0.2, 0.5, 0.25, 0.125],
+      "b": [(0.3, 0.4)[j], 0.3, 0.9, 0.5, 0.0625],
+    }
+
+
 def test_bad_inputs(logits):
   z, y = logits
   x, yy = z[:2, :50], y[:2, :50]
