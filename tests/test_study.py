@@ -176,6 +176,8 @@ def test_new_bins_array_of_same_length_reuses_the_program(logits):
   compiles.append("stop")  # the listener stays registered; later compiles are not ours
   assert n_compiles == 0
   np.testing.assert_allclose(res["conf_ece"][1], metrics.conf_ece(p[1], yy[1], [4, 12]), atol=ATOL)
+  # a power of two is its own bound (16, not 32: 9 ... 16 share one program)
+  assert [study_src._max_bins_bucket(m) for m in (1, 2, 3, 15, 16, 17)] == [1, 2, 4, 16, 16, 32]
 
 
 def test_result_conversions(logits):
@@ -402,6 +404,9 @@ def test_shared_buckets_pad_a_class_count_group_to_one_size_while_padding_is_bou
   assert study_src._shared_buckets([100, 10000]) == [112, 10240]  # 100 -> 10240 would double
   assert study_src._shared_buckets([300, 1000, 990, 310, 7]) == [1024] * 5  # 5120 rows for 2607
   assert study_src._shared_buckets([300, 1000, 310, 290]) == [1024, 1024, 1024, 320]
+  # at the bound: 2 x 1024 padded rows for 1024 real ones (MAX_PADDING = 2) still share
+  assert study_src._shared_buckets([1000, 24]) == [1024, 1024]
+  assert study_src._shared_buckets([1000, 23]) == [1024, 24]
   for sizes in ([5, 9, 17, 33, 65, 129], [1000] * 4 + [600] * 3, list(range(50, 900, 50))):
     nb = study_src._shared_buckets(sizes)
     assert all(b >= k for b, k in zip(nb, sizes))
