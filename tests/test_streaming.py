@@ -349,6 +349,7 @@ def test_invalid_batches_under_jit_poison_every_output():
   for r in (rec, rec.update(p, y)):
     with pytest.raises(ValueError, match="Records holds 1 batch"):
       r.data()
+    assert all(np.isnan(v) for v in r.compute(1).values())  # compute: NaN, eagerly too
   # a bad batch whose samples are all masked: nothing seen, but poisoned: NaN, no raise
   masked = jax.jit(streaming.Scores.update)(streaming.Scores.empty(3), nanp, y, np.zeros(4, bool))
   assert int(masked.count) == 0 and int(masked.invalid) == 1
