@@ -127,6 +127,10 @@ def test_fixed_bins_match_float64_reference():
     want = [getattr(R, name)(p, y, int(m), "fixed") for m in BINS]
     np.testing.assert_allclose(got[name], want, rtol=0, atol=ATOL, err_msg=name)
   np.testing.assert_allclose(got["ecce"], [R.ecce(p, y, int(m)) for m in BINS], atol=ATOL)
+  # results are shaped like num_bins, a 2-D array too (shapes only: nothing compiled)
+  grid = streaming.FixedBins.empty(4, BINS.reshape(7, 1))
+  assert grid.num_bins.shape == (7, 1)
+  assert all(v.shape == (7, 1) for v in jax.eval_shape(lambda s: s.compute(), grid).values())
   w = np.array([0.1, 0.2, 0.3, 0.4])
   np.testing.assert_allclose(
     st.compute(class_weights=w)["classwise_ece"],
@@ -221,6 +225,7 @@ def test_calibration_collection_and_reduce(cifar100):
     np.testing.assert_allclose(out[k + "_fixed"], want, atol=ATOL, err_msg=k)
   np.testing.assert_allclose(out["accuracy"], 1 - scores.classification_error(p, y), atol=ATOL)
   assert "classwise_ce" not in out  # top-label records only
+  assert all(v.shape == () for k, v in out.items() if k != "label_frequencies")  # num_bins=15
   # reduce merges in stack order: the records are the samples in data order (bitwise)
   np.testing.assert_array_equal(st.records.data()[0], p.max(axis=1))
 
