@@ -296,6 +296,11 @@ def test_bad_inputs(logits):
       [x[0], x[0, :, :5]], [yy[0], yy[0] % 5], ["brier"], utilities=lin, from_logits=True
     )
   none = utility.Utility(np.zeros((0, 10), np.float32), "linear")
+  # a bad model of the second class-count group is named (not the first model's name)
+  with pytest.raises(ValueError, match="model 'model_1': labels must lie in"):
+    jaxcal.evaluate([x[0], x[0, :, :5]], [yy[0], yy[0] % 5 + 5], ["brier"], from_logits=True)
+  with pytest.raises(ValueError, match=r"model 'b': labels must have shape \(50,\), got \(40,\)"):
+    jaxcal.evaluate({"a": x[0], "b": x[1]}, {"a": yy[0], "b": yy[1, :40]}, ["brier"])
   with pytest.raises(ValueError, match=r"utilities\['lin'\] is an empty batch"):
     jaxcal.evaluate(x, yy, ["brier"], utilities={"lin": none}, from_logits=True)
   with pytest.raises(ValueError, match="model 'a': predictions must be"):
