@@ -206,6 +206,12 @@ def test_result_conversions(logits):
   assert "conf_ece@15" in text and "model_1" in text and "decompose mcb (Brier/C)" in text
   scalar = jaxcal.evaluate(z[:1, :100], y[:1, :100], ["conf_ece"], num_bins=15, from_logits=True)
   assert scalar["conf_ece"].shape == (1,) and scalar.axes["conf_ece"] == ("model",)
+  # a 2-D array of bin counts (the same program: two bin counts)
+  kw = {"num_bins": np.array([[5], [15]]), "from_logits": True}
+  grid = jaxcal.evaluate(z[:2, :100], y[:2, :100], ["conf_ece", "brier", "decompose"], **kw)
+  assert grid.axes["conf_ece"] == ("model", "num_bins_0", "num_bins_1")
+  np.testing.assert_array_equal(grid["conf_ece"], res["conf_ece"][:, :, None])
+  assert grid.coords["num_bins"] == [5, 15] and grid.axes["brier"] == ("model",)
 
 
 def test_summary_columns():
