@@ -212,6 +212,17 @@ def test_result_conversions(logits):
   assert grid.axes["conf_ece"] == ("model", "num_bins_0", "num_bins_1")
   np.testing.assert_array_equal(grid["conf_ece"], res["conf_ece"][:, :, None])
   assert grid.coords["num_bins"] == [5, 15] and grid.axes["brier"] == ("model",)
+  assert grid.coords["num_bins_0"] == [0, 1] and grid.coords["num_bins_1"] == [0]
+  rows = [r for r in grid.to_table() if r["metric"] == "conf_ece" and r["model"] == "model_1"]
+  assert [(r["num_bins_0"], r["num_bins_1"], r["num_bins"]) for r in rows] == [
+    (0, 0, 5),
+    (1, 0, 15),
+  ]
+  assert [r["value"] for r in rows] == pytest.approx(res["conf_ece"][1].tolist())
+  head, _, first, second = grid.summary(15).splitlines()  # the bin count 15's column
+  assert head.split(" | ")[1] == "conf_ece@15"
+  for line, v in zip((first, second), res["conf_ece"][:, 1]):
+    assert line.split(" | ")[1] == f"{v:.6g}"
 
 
 def test_summary_columns():

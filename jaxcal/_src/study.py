@@ -163,8 +163,10 @@ class StudyResult:
     values: metric name -> numpy array whose first axis is the models.
     axes: metric name -> axis names, e.g. ``("model", "num_bins")``,
       ``("model", "utility")``, ``("model", "component")``, ``("model",)``.
-    coords: axis name -> coordinates (``num_bins``: the bin counts;
-      ``component``: ``score, mcb, dsc, unc``; ``utility``: ``0..M-1``).
+    coords: axis name -> coordinates (``num_bins``: the bin counts, in
+      row-major order; ``component``: ``score, mcb, dsc, unc``; ``utility``:
+      ``0..M-1``). An array of bin counts of two or more dimensions names its
+      axes ``num_bins_0, num_bins_1, ...``, whose coordinates are positions.
     info: how the call ran (groups, buckets, mesh, compiled programs).
   """
 
@@ -213,10 +215,15 @@ class StudyResult:
     for metric, arr in self.values.items():
       axes = self.axes[metric]
       a = np.asarray(arr)
+      many = len(axes) > 2 and axes[1].startswith("num_bins_")  # an array of bin counts of ndim > 1
       for idx in np.ndindex(a.shape):
         row: dict[str, Any] = {"model": self.models[idx[0]], "metric": metric}
         for ax, i in zip(axes[1:], idx[1:]):
           row[ax] = _plain(self.coords[ax][i])
+        if many:  # the bin count at those positions
+          row["num_bins"] = _plain(
+            self.coords["num_bins"][np.ravel_multi_index(idx[1:], a.shape[1:])]
+          )
         row["value"] = float(a[idx])
         rows.append(row)
     return rows
@@ -224,7 +231,8 @@ class StudyResult:
   def summary(self, num_bins: int | None = None) -> str:
     """A Markdown table: one row per model, one column per scalar summary.
 
-    Binned errors at ``num_bins`` (default: the first bin count), UC
+    Binned errors at ``num_bins`` (default: the first bin count, in the
+    row-major order of an array of bin counts of two or more dimensions), UC
     over sampled utilities as its median and maximum, decompositions as
     their MCB and DSC (a Brier decomposition's terms are of the multiclass
     Brier score divided by ``C``, and their columns say so).
@@ -241,8 +249,8 @@ class StudyResult:
       a = np.asarray(arr, np.float64)
       if len(axes) == 1:
         cols.append((metric, a))
-      elif axes[1] == "num_bins":
-        cols.append((f"{metric}@{bins[j]}", a[:, j]))
+      elif axes[1].startswith("num_bins"):
+        cols.append((f"{metric}@{bins[j]}", a.reshape(a.shape[0], -1)[:, j]))
       elif axes[1] == "utility":
         cols.append((f"{metric} median", np.median(a, axis=1)))
         cols.append((f"{metric} max", np.max(a, axis=1)))
@@ -1045,6 +1053,8 @@ def evaluate(
       axes[mt.name] = ("model",) + (("num_bins",) if len(bins_shape) == 1 else ())
       if len(bins_shape) > 1:
         axes[mt.name] = ("model",) + tuple(f"num_bins_{d}" for d in range(len(bins_shape)))
+        for d, size in enumerate(bins_shape):
+          coords[f"num_bins_{d}"] = list(range(size))
     elif mt.family == "decompose":
       axes[mt.name] = ("model", "component")
       coords["component"] = list(_COMPONENTS)
