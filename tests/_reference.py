@@ -283,3 +283,17 @@ def confidence_loss(p, y) -> np.ndarray:
   r, c = confidence(p)
   z = (r == np.asarray(y)).astype(np.float64)
   return 1.0 - z + (np.asarray(c, np.float64) - z) ** 2
+
+
+def uc_sorted(v, u) -> float:
+  """Empirical utility calibration of one column of predicted utilities ``v`` against
+  realised ones ``u`` (Hegazy, Jordan & Dieuleveut 2025, Lemma 3.3): ``max S - min S`` of the
+  prefix sums ``S`` of ``(u - v) / n`` over ``v`` sorted, read between distinct values;
+  float64, O(n log n)."""
+  v = np.asarray(v, np.float64)
+  r = np.asarray(u, np.float64) - v
+  o = np.argsort(v, kind="stable")
+  vs = v[o]
+  s = np.concatenate([[0.0], np.cumsum(r[o])]) / len(v)
+  cut = np.concatenate([[True], vs[1:] != vs[:-1], [True]])
+  return s[cut].max() - s[cut].min()

@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 from _cpu_devices import cpu_devices_env
+from _reference import uc_sorted
 
 from jaxcal import recalibrate as R
 from jaxcal import utility as U
@@ -79,17 +80,9 @@ def _ubar_np(p, kind, vec, mat):
   return -mat.T[np.argmin(p @ mat, axis=1)]
 
 
-def _uc_np(v, u):
-  """Empirical UC of each column: max_k S_k - min_k S_k, S_k the prefix sums of (u - v) / n
-  over v sorted, read between distinct values (Lemma 3.3 of the utility paper)."""
-  out = []
-  for vc, uc in zip(v.T, u.T):
-    order = np.argsort(vc, kind="stable")
-    vs = vc[order]
-    s = np.concatenate([[0.0], np.cumsum((uc - vc)[order])]) / vc.size
-    cut = np.concatenate([[True], vs[1:] != vs[:-1], [True]])
-    out.append(s[cut].max() - s[cut].min())
-  return np.array(out)
+def _ucs(v, u):
+  """UC of each column (float64 reference)."""
+  return np.array([uc_sorted(a, b) for a, b in zip(v.T, u.T)])
 
 
 def _check_steps_np(rc, z, y, *, seed, num_samples, stepsize="err_over_c", steps=None):
@@ -120,7 +113,7 @@ def _check_steps_np(rc, z, y, *, seed, num_samples, stepsize="err_over_c", steps
     order = np.argsort(-p, axis=1, kind="stable")  # rank 0 the largest, ties to the lower index
     rank_y = np.argmax(order == y[:, None], 1)  # projected rows hold tied zeros
     ucs = np.concatenate(
-      [_uc_np(p @ lin.T, lin[:, y].T), _uc_np(-np.sort(-p, 1) @ rnk.T, rnk[:, rank_y].T)]
+      [_ucs(p @ lin.T, lin[:, y].T), _ucs(-np.sort(-p, 1) @ rnk.T, rnk[:, rank_y].T)]
     )
     err = float(rc.errors[t])
     assert err == pytest.approx(ucs.max(), rel=1e-4, abs=1e-6), t

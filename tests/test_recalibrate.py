@@ -367,7 +367,8 @@ def test_cross_validated_odir(c10, fitted):
   # given strengths: the ODIR objective's minimiser, with lambda / (C (C - 1)) on the
   # off-diagonal and mu / C on the intercepts (Dirichlet: on log p), and vector scaling's
   # lambda / C on the scales' spread around their mean
-  logp = zv - np.log(np.sum(np.exp(zv.astype(np.float64)), axis=1, keepdims=True))
+  z64 = zv.astype(np.float64)
+  logp = z64 - logsumexp(z64, axis=1, keepdims=True)
   for m, lam, mu, x in (("dirichlet", 1.0, 0.25, logp), ("vector", 2.0, 0.5, zv)):
     rc = R.fit(m, zv, yv, reg_lambda=lam, reg_mu=mu)
     assert float(rc.reg_mu) == mu and float(rc.reg_lambda) == lam
@@ -411,8 +412,7 @@ def _cv_reference(z, y, grid, diagonal, num_folds=5, seed=0):
       held = fold == k
       w, b = _odir_reference(z, y, lam, lam, diagonal, weights=~held)
       u = z @ w.T + b
-      logq = u - u.max(1, keepdims=True)
-      logq -= np.log(np.exp(logq).sum(1, keepdims=True))
+      logq = u - logsumexp(u, axis=1, keepdims=True)
       total -= logq[held, y[held]].sum()
     curve[g] = total / n
     if curve[g] > 1.01 * curve[:g].min(initial=np.inf):

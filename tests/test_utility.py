@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 from _cpu_devices import ROOT, cpu_devices_env
+from _reference import uc_sorted
 
 from jaxcal import utility as U
 from jaxcal._src.sorting import sort_descending, stable_argsort
@@ -36,17 +37,6 @@ def uc_brute(v, u):
       s = r[(v >= d[i]) & (v <= d[j])].sum() / n
       best = max(best, abs(s))
   return best
-
-
-def uc_sorted_np(v, u):
-  """float64 O(n log n) reference: max S - min S over cuts between distinct values."""
-  v = np.asarray(v, np.float64)
-  r = np.asarray(u, np.float64) - v
-  o = np.argsort(v, kind="stable")
-  vs = v[o]
-  s = np.concatenate([[0.0], np.cumsum(r[o])]) / len(v)
-  cut = np.concatenate([[True], vs[1:] != vs[:-1], [True]])
-  return s[cut].max() - s[cut].min()
 
 
 def np_ranks(p):
@@ -183,7 +173,7 @@ def test_uc_core_vmap_over_utilities_adds_no_branch():
   us = np.where(rng.random(vs.shape) < (vs + 1) / 2, 1.0, -1.0).astype(np.float32)
   got = jax.jit(jax.vmap(uc_from_scores))(jnp.asarray(vs), jnp.asarray(us))
   for i in range(3):
-    assert float(got.value[i]) == pytest.approx(uc_sorted_np(vs[i], us[i]), abs=2e-5)
+    assert float(got.value[i]) == pytest.approx(uc_sorted(vs[i], us[i]), abs=2e-5)
 
 
 def test_uc_core_where_padded_equals_unpadded():
@@ -297,7 +287,7 @@ def test_uc_float32_close_to_float64_at_one_million():
   a = np.array([1.0, -0.3, 0.6, -1.0], np.float32)
   got = float(U.uc(p, y, U.linear(a)).value)
   v = p.astype(np.float64) @ a.astype(np.float64)
-  want = uc_sorted_np(v, a.astype(np.float64)[y])
+  want = uc_sorted(v, a.astype(np.float64)[y])
   assert got == pytest.approx(want, abs=1e-5)
 
 
