@@ -20,6 +20,7 @@ from _reference import uc_sorted
 from jaxcal import utility as U
 from jaxcal._src.sorting import sort_descending, stable_argsort
 from jaxcal._src.utility import families as F
+from jaxcal._src.utility import sweep as SW
 from jaxcal._src.utility.uc import uc_from_scores
 
 # ---------------------------------------------------------------- references
@@ -372,6 +373,46 @@ def test_sample_rank_and_decision():
 
 
 # ---------------------------------------------------------------- sweeps and families
+
+
+class _Accelerator:
+  """A stand-in device: a platform name and the memory it reports."""
+
+  def __init__(self, stats, platform="gpu"):
+    self.platform, self._stats = platform, stats
+
+  def memory_stats(self):
+    if isinstance(self._stats, Exception):
+      raise self._stats
+    return self._stats
+
+
+def test_chunk_bytes_per_device():
+  cpu = jax.devices("cpu")[0]
+  assert SW.chunk_bytes(cpu) == SW.CHUNK_BYTES == 2**28
+  assert SW.chunk_bytes() == SW.chunk_bytes(jax.devices()[0])
+  # an accelerator: an eighth of its memory, between 256 MiB and 4 GiB
+  assert SW.chunk_bytes(_Accelerator({"bytes_limit": 80 * 2**30})) == 2**32
+  assert SW.chunk_bytes(_Accelerator({"bytes_limit": 16 * 2**30})) == 2**31
+  assert SW.chunk_bytes(_Accelerator({"bytes_limit": 2**30})) == 2**28
+  # no memory reported, or no statistics at all: the CPU budget
+  for stats in ({}, None, {"bytes_limit": 0}, RuntimeError("unimplemented")):
+    assert SW.chunk_bytes(_Accelerator(stats)) == 2**28, stats
+  # the chunk follows the budget: 12 words of 4 bytes per utility and sample
+  gpu = _Accelerator({"bytes_limit": 80 * 2**30})
+  assert SW.default_chunk_size("linear", 15_000, 1_000, device=cpu) == 2**28 // (48 * 15_000)
+  assert SW.default_chunk_size("linear", 15_000, 1_000, device=gpu) == 2**32 // (48 * 15_000)
+  assert SW.default_chunk_size("decision", 100, 10, (10, 3), device=gpu) == 2**32 // (60 * 100)
+
+
+def test_uc_sweep_chunk_budget_of_its_first_device(monkeypatch):
+  asked = []
+  real = SW.chunk_bytes
+  monkeypatch.setattr(SW, "chunk_bytes", lambda device=None: asked.append(device) or real(device))
+  p, y = _data(40, 4, seed=3)
+  dev = jax.devices()[-1]
+  U.uc_sweep(p, y, U.sample_linear(jax.random.PRNGKey(0), 5, 4), devices=[dev])
+  assert asked == [dev]
 
 
 def test_uc_sweep_chunked_equals_unchunked_and_uc():

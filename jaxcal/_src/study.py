@@ -883,7 +883,8 @@ def evaluate(
     mesh: a ``jax.sharding.Mesh`` with axes ``("models", "utilities")`` or
       ``("models",)``; default: every device, see the module notes.
     chunk_size: utilities evaluated together per device in UC sweeps
-      (default: about 256 MiB of working set per chunk).
+      (default: :func:`jaxcal._src.utility.sweep.chunk_bytes` of working set
+      per chunk: 256 MiB on a CPU, up to 4 GiB on an accelerator).
 
   Returns:
     :class:`StudyResult`: ``values[metric]`` is ``(M,)`` (scores, UC
