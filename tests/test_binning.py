@@ -113,6 +113,31 @@ def test_blocked_cumsum_accuracy():
   assert B.blocked_cumsum(jnp.asarray(ints)).tolist() == np.cumsum(ints).tolist()
 
 
+def test_blocked_cumsum_scan_form_accuracy():
+  """The GPU form (an associative scan), run here directly: float64 reference, exact ints."""
+  rng = np.random.default_rng(4)
+  x = rng.normal(size=(3, 1000)).astype(np.float32)
+  want = np.cumsum(x.astype(np.float64), axis=1)
+  np.testing.assert_allclose(B._scan_cumsum_last(jnp.asarray(x)), want, atol=5e-5)
+  ints = rng.integers(-(2**20), 2**20, size=(2, 777)).astype(np.int32)
+  got = np.asarray(B._scan_cumsum_last(jnp.asarray(ints)))
+  np.testing.assert_array_equal(got, np.cumsum(ints.astype(np.int64), axis=1))
+  wrap = jnp.array([2**30, 2**30, 5], jnp.int32)  # exact modulo 2**32, as the matmul form
+  assert B._scan_cumsum_last(wrap).tolist() == B.blocked_cumsum(wrap).tolist()
+  assert B._scan_cumsum_last(jnp.ones((2, 1))).tolist() == [[1.0], [1.0]]
+  assert B._scan_cumsum_last(jnp.ones((2, 0))).shape == (2, 0)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.int32, jnp.bool_])
+def test_blocked_cumsum_form_per_platform(dtype):
+  """CPU lowers the matmul form, CUDA/ROCm the scan (no matrix product to autotune)."""
+  f = jax.jit(lambda v: B.blocked_cumsum(v, axis=1))
+  arg = jax.ShapeDtypeStruct((3, 1000), dtype)
+  for platform, has_dot in (("cpu", True), ("cuda", False), ("rocm", False), ("tpu", True)):
+    text = jax.export.export(f, platforms=[platform])(arg).mlir_module()
+    assert ("dot_general" in text) == has_dot, (platform, dtype)
+
+
 def test_edge_thresholds_characterise_fixed_rule():
   # s <= T(m, j)  <=>  ceil(fl(s*m)) <= j, on all edges and neighbours.
   table = B.edge_table(40, "float32")

@@ -113,40 +113,65 @@ __all__ = [
 
 
 def blocked_cumsum(x: jax.Array, block: int = 128, axis: int = 0) -> jax.Array:
-  """Inclusive prefix sum along ``axis``: blocked matmuls, exact for int32.
+  r"""Inclusive prefix sum along ``axis``: blocked matmuls (a scan on GPUs), exact for int32.
 
-  Prefix sums within blocks of ``block`` entries (a matmul with a triangular
-  matrix of ones), then the prefix sum of the block totals (recursively)
-  added to each block. For floats the rounding error grows like
-  ``block + n/block`` additions rather than ``n``. int32 inputs are split
-  into 16-bit halves whose block sums are exact in float32, so the result is
-  exact whenever the true prefix sums fit in int32.
+  .. math::
+    \mathrm{out}_i = \sum_{j \le i} x_j
 
-  (On CPU, XLA lowers ``jnp.cumsum`` to a full-window ``reduce_window``
-  that is slow to compile and, for integers, slow to run; the matmul form
-  compiles in a fraction of the time and runs as fast as a plain loop.)
+  On a CPU (and a TPU): prefix sums within blocks of ``block`` entries (a
+  matmul with a triangular matrix of ones), then the prefix sum of the block
+  totals (recursively) added to each block. For floats the rounding error
+  grows like ``block + n/block`` additions rather than ``n``. int32 inputs
+  are split into 16-bit halves whose block sums are exact in float32, so the
+  result is exact whenever the true prefix sums fit in int32. (XLA:CPU
+  lowers ``jnp.cumsum`` to a full-window ``reduce_window`` that is slow to
+  compile and, for integers, slow to run; the matmul form compiles in a
+  fraction of the time and runs as fast as a plain loop.)
+
+  On a GPU (CUDA, ROCm): ``jax.lax.associative_scan`` (rounding error
+  growing like ``log2 n`` additions; integer sums exact modulo ``2**32``).
+  The matmul form makes XLA autotune a matrix product at every call site
+  when it compiles: for a ``(1500, 15000)`` float32 array on an H100 its
+  first call took 8.0 s against 0.5 s for the scan, and 0.44 against
+  0.37 ms after it (``experiments/results/uc_stages_gpu.json``).
 
   Args:
     x: float or int32 array.
-    block: entries per block (static).
+    block: entries per block (static; the matmul form).
     axis: the axis to sum along (static).
 
   Returns:
-    Array of ``x``'s shape with ``out[..., i, ...] = sum(x[..., :i+1, ...])``.
+    Array of ``x``'s shape with ``out[..., i, ...] = sum(x[..., :i+1, ...])``
+    (int32 for integer and bool inputs).
 
   Example:
     >>> import jax.numpy as jnp
     >>> blocked_cumsum(jnp.array([3, -1, 2**20, 5], jnp.int32)).tolist()
     [3, 2, 1048578, 1048583]
+
+  Reference: Blelloch (1990), "Prefix sums and their applications", CMU-CS-90-190
+  (the scan); Higham (1993), "The accuracy of floating point summation", SIAM J.
+  Sci. Comput. 14(4) (the error of blocked and pairwise sums).
   """
   x = jnp.moveaxis(jnp.asarray(x), axis, -1)
   if jnp.issubdtype(x.dtype, jnp.floating):
-    out = _mm_cumsum_last(x, block)
+    matmul = functools.partial(_mm_cumsum_last, block=block)
   elif x.dtype in (jnp.int32, jnp.uint32) or x.dtype == jnp.bool_:
-    out = _int_cumsum_last(x.astype(jnp.int32), 16, small=x.dtype == jnp.bool_)
+    matmul = functools.partial(_int_cumsum_last, block=16, small=x.dtype == jnp.bool_)
+    x = x.astype(jnp.int32)
   else:
-    out = jnp.cumsum(x, axis=-1)
+    return jnp.moveaxis(jnp.cumsum(x, axis=-1), -1, axis)
+  out = jax.lax.platform_dependent(
+    x, cpu=matmul, cuda=_scan_cumsum_last, rocm=_scan_cumsum_last, default=matmul
+  )
   return jnp.moveaxis(out, -1, axis)
+
+
+def _scan_cumsum_last(x: jax.Array) -> jax.Array:
+  """Inclusive prefix sum along the last axis by a work-efficient parallel scan."""
+  if x.shape[-1] < 2:
+    return x
+  return jax.lax.associative_scan(jnp.add, x, axis=x.ndim - 1)
 
 
 def _mm_cumsum_last(x: jax.Array, block: int) -> jax.Array:
