@@ -4,14 +4,18 @@
 # A GPU is lent to some sessions only, for minutes of device time in all, so
 # what needs one runs as this single script, inside one 10-minute command:
 #   1. the machine: GPU, driver, Python, jax and its devices;
-#   2. the UC sweep benchmark at full size (n = 15,000, C = 1,000, 1,500
+#   2. where the UC sweep's time goes, stage by stage, with the matrix-product
+#      algorithms, sorts and prefix sums it could use, experiments/bench/uc_stages.py;
+#   3. the UC sweep benchmark at full size (n = 15,000, C = 1,000, 1,500
 #      utilities per family: the accelerator target is <= 3 ms per 1,500
 #      utilities on an H100, device-resident), experiments/bench/uc_sweep.py;
-#   3. isotonic regression, 100 classes x n = 100,000, experiments/bench/isotonic.py;
-#   4. the tests whose numbers depend on the backend (sort paths, precision,
+#   4. isotonic regression, 100 classes x n = 100,000, experiments/bench/isotonic.py;
+#   5. the tests whose numbers depend on the backend (sort paths, precision,
 #      UC sweeps, isotonic, binned errors and scatter orders), with -n 4.
 # Each step has its own time limit, so a slow step costs its limit and the
-# next one still runs; the step limits add up to 510 s.
+# next one still runs; the step limits add up to 550 s. GPU_CHECKS_STEPS names
+# the steps to run (default: all of "machine uc_stages uc_sweep isotonic
+# tests"), so the device time of a lease can be split over two commands.
 #
 # Results: <name>_gpu.json (experiments/bench/_common.write_result names the
 # backend) and gpu_checks_log.txt, in $OUT when it is set (the device tool's
@@ -35,20 +39,25 @@ LOG="$RESULTS/gpu_checks_log.txt"
 
 if [ -n "${GPU_CHECKS_QUICK:-}" ]; then
   UC_ARGS=(--small --repeat 2)
+  STAGE_ARGS=(--small --repeat 2)
   ISO_ARGS=(--n 2000 --classes 10 --repeat 2 --sklearn-repeat 1 --name isotonic_quick)
   TESTS=(tests/test_sorting.py tests/test_precision.py)
   WORKERS=1
 else
   UC_ARGS=(--repeat 5)
+  STAGE_ARGS=(--repeat 10)
   ISO_ARGS=(--repeat 3 --sklearn-repeat 1)
   TESTS=(tests/test_sorting.py tests/test_precision.py tests/test_utility.py
     tests/test_isotonic.py tests/test_metrics.py tests/test_binning.py)
   WORKERS=4
 fi
 
+STEPS=" ${GPU_CHECKS_STEPS:-machine uc_stages uc_sweep isotonic tests} "
+
 step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs its status
   local limit=$1 name=$2
   shift 2
+  [[ $STEPS == *" $name "* ]] || return 0
   echo "=== $name (limit ${limit} s) $(date -u +%H:%M:%S)"
   local t0=$SECONDS
   timeout "$limit" "$@"
@@ -60,8 +69,9 @@ step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs 
   step 20 machine bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
     2>/dev/null || echo 'no nvidia-smi'; $PY -c 'import sys, jax; print(sys.version.split()[0], \
     \"jax\", jax.__version__, jax.devices())'"
-  step 180 uc_sweep "$PY" experiments/bench/uc_sweep.py "${UC_ARGS[@]}"
-  step 90 isotonic "$PY" experiments/bench/isotonic.py "${ISO_ARGS[@]}"
+  step 170 uc_stages "$PY" experiments/bench/uc_stages.py "${STAGE_ARGS[@]}"
+  step 100 uc_sweep "$PY" experiments/bench/uc_sweep.py "${UC_ARGS[@]}"
+  step 40 isotonic "$PY" experiments/bench/isotonic.py "${ISO_ARGS[@]}"
   step 220 tests "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" "${TESTS[@]}"
 } 2>&1 | tee "$LOG"
 echo "results in $RESULTS"

@@ -1,0 +1,299 @@
+"""Benchmark: where the time of a UC sweep goes, stage by stage, on one device.
+
+The accelerator target of the UC sweep is <= 3 ms per 1,500 linear utilities
+at n = 15,000, C = 1,000 (arrays already on the device). This script splits
+that program into its stages and times each on ``(M, n) = (1500, 15000)``
+arrays, then times whole-sweep forms that differ in one choice each:
+
+- the predicted utilities ``v = A p^T``, an ``(M, C) x (C, n)`` matrix
+  product, at ``Precision.HIGHEST`` (the library's, plain float32) and with
+  the dot algorithms that reach float32 accuracy on tensor cores
+  (``TF32_TF32_F32_X3``, ``BF16_BF16_F32_X6``), beside the single-pass
+  ``DEFAULT`` (TF32 on a GPU: not float32-accurate, a floor only); each with
+  its largest error against a float64 product;
+- the realised utilities ``u = A[:, y]`` (a gather);
+- the sort of ``(key(v), u - v)`` pairs along each row, and of the keys alone
+  (a floor), of 64-bit ``key << 32 | bits(u - v)`` words along each row (keys
+  only), and one sort of 64-bit ``row << 32 | key`` words over all rows;
+- the prefix sums: the matmul form of ``blocked_cumsum`` (matmuls with a
+  triangle of ones; the library's on CPU), ``jnp.cumsum`` and
+  ``lax.associative_scan`` (the library's on GPUs);
+- the max-min over cuts between distinct values.
+
+First calls: each stage's first call (tracing, compilation, autotuning and
+one run), cold, with a sample count of its own so that nothing compiled
+before is reused.
+
+Whole sweeps: the library's compiled sweep (``_local_jit``) at its default
+chunk and at bigger chunks, and a stand-alone copy of its core with one
+choice changed at a time. Every whole form's UC values are compared with the
+library's and with a float64 numpy reference on the first utilities
+(``max_abs_diff``): a float32 swap of two nearly tied samples moves UC by at
+most 4 / n, anything larger would be a bug.
+
+  python experiments/bench/uc_stages.py            # full size, uc_stages[_gpu].json
+  python experiments/bench/uc_stages.py --small    # n=2,000, C=100, M=200 (a CPU check)
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _common import cpu_load, device_info, timeit, write_result
+from uc_sweep import np_uc, synthetic
+
+from jaxcal import utility as U
+from jaxcal._src.binning import _mm_cumsum_last, blocked_cumsum
+from jaxcal._src.sorting import float_to_key
+from jaxcal._src.utility import sweep as _sweep
+
+HIGHEST = jax.lax.Precision.HIGHEST
+ALGORITHMS = {
+  "highest": HIGHEST,
+  "tf32_x3": jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3,
+  "bf16_x6": jax.lax.DotAlgorithmPreset.BF16_BF16_F32_X6,
+  "bf16_x3": jax.lax.DotAlgorithmPreset.BF16_BF16_F32_X3,
+  "default": jax.lax.Precision.DEFAULT,
+}
+
+
+def gemm(a, p, alg):
+  """``(M, C) x (n, C)^T -> (M, n)``."""
+  return jax.lax.dot_general(a, p, (((1,), (1,)), ((), ())), precision=ALGORITHMS[alg])
+
+
+def cumsum(x, how):
+  if how == "blocked":  # the matmul form on every backend
+    return _mm_cumsum_last(x, 128)
+  if how == "library":  # the matmul form on CPU, the scan on GPUs
+    return blocked_cumsum(x, axis=1)
+  if how == "jnp":
+    return jnp.cumsum(x, axis=1)
+  return jax.lax.associative_scan(jnp.add, x, axis=1)
+
+
+def finish(ks, rs, how, n):
+  """UC from sorted keys and residuals of each row: max - min of S over the cuts."""
+  s = jnp.concatenate([jnp.zeros((ks.shape[0], 1), rs.dtype), cumsum(rs, how)], axis=1) / n
+  edge = jnp.ones((ks.shape[0], 1), bool)
+  cut = jnp.concatenate([edge, ks[:, 1:] != ks[:, :-1], edge], axis=1)
+  return jnp.max(jnp.where(cut, s, -jnp.inf), axis=1) - jnp.min(jnp.where(cut, s, jnp.inf), axis=1)
+
+
+def core(p, y, a, alg, how):
+  """UC values of the utilities in ``a`` (``(k, C)``): the library's core, one choice open."""
+  v = gemm(a, p, alg)
+  r = a[:, y] - v
+  ks, rs = jax.lax.sort((float_to_key(v), r), dimension=1, num_keys=1, is_stable=False)
+  return finish(ks, rs, how, p.shape[0])
+
+
+@functools.partial(jax.jit, static_argnames=("alg", "how", "chunk"))
+def whole(p, y, a, alg="highest", how="blocked", chunk=None):
+  m = a.shape[0]
+  chunk = chunk or m
+  if chunk >= m:
+    return core(p, y, a, alg, how)
+  assert m % chunk == 0, (m, chunk)
+  out = jax.lax.map(lambda b: core(p, y, b, alg, how), a.reshape(m // chunk, chunk, -1))
+  return out.reshape(m)
+
+
+def global_sort(key, r):
+  """One sort of ``row << 32 | key`` words (uint64) over all rows, ``r`` carried."""
+  with jax.enable_x64(True):
+    row = jax.lax.broadcasted_iota(jnp.uint64, key.shape, 0)
+    words = (row << jnp.uint64(32)) | key.astype(jnp.uint64)
+    w, rr = jax.lax.sort((words.reshape(-1), r.reshape(-1)), num_keys=1, is_stable=False)
+    ks = (w & jnp.uint64(0xFFFFFFFF)).astype(jnp.uint32)
+  return ks.reshape(key.shape), rr.reshape(key.shape)
+
+
+def first_calls(p, y, a, m):
+  """Seconds of the first call (tracing, compilation and one run) of each stage, cold.
+
+  Each program gets a sample count of its own (``n + 1``, ``n + 2``, ...),
+  so no compiled program or autotuned matrix product of another is reused;
+  the device is initialised beforehand by a small unrelated program.
+  """
+  jax.block_until_ready(jnp.ones((8, 8)) @ jnp.ones((8, 8)))
+  n, c = p.shape
+  out = {}
+
+  def cold(name, k, fn, *make):
+    rows = np.concatenate([p, p[:k]])  # n + k samples
+    args = [mk(rows, np.concatenate([y, y[:k]])) for mk in make]
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    out[name] = time.perf_counter() - t0
+
+  pa = lambda rows, yy: jnp.asarray(rows)
+  a_d = jnp.asarray(a)
+  cold("gemm_highest", 1, jax.jit(lambda q: gemm(a_d, q, "highest")), pa)
+  f32 = jax.lax.DotAlgorithmPreset.F32_F32_F32
+  try:
+    cold(
+      "gemm_preset_f32",
+      2,
+      jax.jit(lambda q: jax.lax.dot_general(a_d, q, (((1,), (1,)), ((), ())), precision=f32)),
+      pa,
+    )
+  except Exception as e:
+    out["gemm_preset_f32_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+  x = lambda k: lambda rows, yy: jnp.asarray(np.resize(rows[:, 0], (m, n + k)))
+  cold("cumsum_matmul_form", 3, jax.jit(lambda v: _mm_cumsum_last(v, 128)), x(3))
+  cold("cumsum_scan", 4, jax.jit(lambda v: jax.lax.associative_scan(jnp.add, v, axis=1)), x(4))
+  cold("cumsum_library", 5, jax.jit(lambda v: blocked_cumsum(v, axis=1)), x(5))
+  chunk = _sweep._balanced_chunk(m, min(_sweep.default_chunk_size("linear", n + 6, c), m))
+  cold(
+    "library_sweep_compiled",
+    6,
+    lambda q, yy: _sweep._local_jit("linear", q, yy, a_d, chunk),
+    pa,
+    lambda rows, yy: jnp.asarray(yy, jnp.int32),
+  )
+  batch = U.sample_linear(jax.random.PRNGKey(0), m, c)
+  cold(
+    "public_uc_sweep", 7, lambda q, yy: U.uc_sweep(q, yy, batch), lambda r, yy: r, lambda r, yy: yy
+  )
+  return out
+
+
+def packed_row_sort(key, r):
+  """Per-row sort of ``key << 32 | bits(r)`` words (uint64, keys only): ``r`` rides in the low half."""
+  with jax.enable_x64(True):
+    bits = jax.lax.bitcast_convert_type(r, jnp.uint32).astype(jnp.uint64)
+    w = jnp.sort((key.astype(jnp.uint64) << jnp.uint64(32)) | bits, axis=1)
+    ks = (w >> jnp.uint64(32)).astype(jnp.uint32)
+    rs = jax.lax.bitcast_convert_type((w & jnp.uint64(0xFFFFFFFF)).astype(jnp.uint32), r.dtype)
+  return ks, rs
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--small", action="store_true", help="n=2,000, C=100, M=200 (a CPU check)")
+  ap.add_argument("--repeat", type=int, default=10)
+  ap.add_argument("--check", type=int, default=50, help="utilities checked against float64")
+  args = ap.parse_args()
+  n, c, m = (2000, 100, 200) if args.small else (15000, 1000, 1500)
+  info = device_info()
+  print(f"uc_stages: n={n}, C={c}, M={m} on {info.get('device')} (load {cpu_load()})", flush=True)
+  p, y = synthetic(n, c)
+  a = U.sample_linear(jax.random.PRNGKey(0), m, c).params
+  p_d, y_d, a_d = jax.device_put((jnp.asarray(p), jnp.asarray(y, jnp.int32), a))
+  a_np = np.asarray(a, np.float64)
+  v64 = np.asarray(p, np.float64) @ a_np[: args.check].T  # (n, check)
+  ref = np.array([np_uc(v64[:, i], a_np[i][y]) for i in range(args.check)])
+  t = lambda f, *xs: timeit(lambda: f(*xs), repeat=args.repeat)
+  stages, errors = {}, {}
+  first = first_calls(p, y, a, m)
+  for name, sec in first.items():
+    print(f"  first call {name:28s} {sec:7.2f} s", flush=True)
+
+  for alg in ALGORITHMS:
+    f = jax.jit(functools.partial(gemm, alg=alg))
+    try:
+      stages[f"gemm_{alg}"] = t(f, a_d, p_d)
+      v = np.asarray(f(a_d[: args.check], p_d), np.float64)
+      errors[f"gemm_{alg}_max_abs_err"] = float(np.abs(v - v64.T).max())
+    except Exception as e:  # an algorithm the backend does not offer
+      stages[f"gemm_{alg}"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    print(f"  gemm {alg:8s} {stages[f'gemm_{alg}']}", flush=True)
+
+  v = jax.jit(functools.partial(gemm, alg="highest"))(a_d, p_d)
+  stages["gather_u"] = t(jax.jit(lambda a, y: a[:, y]), a_d, y_d)
+  r = jax.jit(lambda a, y, v: a[:, y] - v)(a_d, y_d, v)
+  key = jax.jit(float_to_key)(v)
+  pair = jax.jit(lambda k, r: jax.lax.sort((k, r), dimension=1, num_keys=1, is_stable=False))
+  stages["sort_pairs"] = t(pair, key, r)
+  stages["sort_keys_only"] = t(jax.jit(lambda k: jnp.sort(k, axis=1)), key)
+  try:
+    stages["sort_global_uint64"] = t(jax.jit(global_sort), key, r)
+  except Exception as e:
+    stages["sort_global_uint64"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+  try:
+    stages["sort_packed_uint64_rows"] = t(jax.jit(packed_row_sort), key, r)
+  except Exception as e:
+    stages["sort_packed_uint64_rows"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+  ks, rs = pair(key, r)
+  for how in ("blocked", "jnp", "scan"):
+    stages[f"cumsum_{how}"] = t(jax.jit(functools.partial(cumsum, how=how)), rs)
+    stages[f"finish_{how}"] = t(jax.jit(functools.partial(finish, how=how, n=n)), ks, rs)
+  for name, s in stages.items():
+    if "best_s" in s:
+      print(f"  {name:22s} {1e3 * s['best_s']:8.3f} ms", flush=True)
+
+  lib_vals = None
+  sweeps = {}
+  default_chunk = _sweep._balanced_chunk(m, min(_sweep.default_chunk_size("linear", n, c), m))
+  cpu_chunk = _sweep._balanced_chunk(m, min(_sweep.CHUNK_BYTES // (48 * n), m))
+  for chunk in sorted({cpu_chunk, default_chunk, m // 2, m}):
+    f = functools.partial(_sweep._local_jit, "linear", p_d, y_d, a_d, chunk)
+    sweeps[f"library_chunk{chunk}"] = t(f)
+    if lib_vals is None:
+      lib_vals = np.asarray(f(), np.float64)
+  forms = [("highest", "blocked", None), ("highest", "blocked", cpu_chunk)]
+  forms += [
+    (alg, how, None) for alg in ("tf32_x3", "bf16_x6", "highest") for how in ("jnp", "scan")
+  ]
+  forms += [
+    ("tf32_x3", "blocked", None),
+    ("bf16_x6", "blocked", None),
+    ("default", "blocked", None),
+  ]
+  for alg, how, chunk in forms:
+    name = f"core_{alg}_{how}_chunk{chunk or m}"
+    f = functools.partial(whole, p_d, y_d, a_d, alg=alg, how=how, chunk=chunk)
+    try:
+      sweeps[name] = t(f)
+      vals = np.asarray(f(), np.float64)
+      sweeps[name]["max_abs_diff_vs_library"] = float(np.abs(vals - lib_vals).max())
+      sweeps[name]["max_abs_diff_vs_float64"] = float(np.abs(vals[: args.check] - ref).max())
+    except Exception as e:
+      sweeps[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+  lib_err = float(np.abs(lib_vals[: args.check] - ref).max())
+  for name, s in sweeps.items():
+    if "best_s" in s:
+      print(
+        f"  {name:34s} {1e3 * s['best_s']:8.3f} ms (first {s['first_s']:.2f} s) "
+        f"diff lib {s.get('max_abs_diff_vs_library', 0):.2e} f64 "
+        f"{s.get('max_abs_diff_vs_float64', lib_err):.2e}",
+        flush=True,
+      )
+    else:
+      print(f"  {name}: {s}", flush=True)
+
+  out = {
+    "benchmark": "uc_stages",
+    "config": {"n": n, "C": c, "M": m, "repeat": args.repeat, "checked_utilities": args.check},
+    **info,
+    "load_avg_at_end": cpu_load(),
+    "default_chunk": default_chunk,
+    "cpu_budget_chunk": cpu_chunk,
+    "first_call_s": first,
+    "stages": stages,
+    "gemm_errors_vs_float64": errors,
+    "library_max_abs_diff_vs_float64": lib_err,
+    "sweeps": sweeps,
+    "notes": (
+      "Each stage jitted alone on (M, n) device arrays; best of `repeat` calls after a "
+      "warm-up (first_s includes compilation). library_chunkK: the library's compiled sweep "
+      "(_local_jit) with K utilities per chunk. core_ALG_CUMSUM_chunkK: a stand-alone copy "
+      "of the library's UC core with the matrix-product algorithm and prefix sum named, K "
+      "utilities per lax.map step. Errors: largest absolute difference over the first "
+      "checked_utilities against float64 numpy (np_uc of uc_sweep.py) or over all M "
+      "against the library. DEFAULT precision is a floor, not float32-accurate."
+    ),
+  }
+  print(f"wrote {write_result('uc_stages_small' if args.small else 'uc_stages', out)}")
+
+
+if __name__ == "__main__":
+  t0 = time.perf_counter()
+  main()
+  print(f"uc_stages done in {time.perf_counter() - t0:.0f} s")
