@@ -953,3 +953,115 @@ def test_public_train_module_reexports_private_one():
   assert sorted(train.__all__) == sorted(private.__all__)
   for name in train.__all__:
     assert getattr(train, name) is getattr(private, name)
+
+
+# ----------------------------------------------------------- the contract's helpers
+
+
+def test_prepare_fit_names_at_most_ten_missing_classes():
+  from jaxcal._src.recal.base import prepare_fit
+
+  for c, shown in (
+    (11, "1, 2, 3, 4, 5, 6, 7, 8, 9, 10)"),
+    (12, "1, 2, 3, 4, 5, 6, 7, 8, 9, 10 ...)"),
+  ):
+    z, y = np.zeros((4, c), np.float32), np.zeros(4, np.int32)
+    with pytest.raises(ValueError, match=re.escape(f"{c - 1} of C = {c} classes have no sample")):
+      prepare_fit(z, y, from_logits=True, method="vector", require_all_classes=True)
+    with pytest.raises(ValueError, match=re.escape(f"(classes {shown}") + "$"):
+      prepare_fit(z, y, from_logits=True, method="vector", require_all_classes=True)
+
+
+def test_prepare_fit_under_jit_flags_bad_data_and_fits_zeros_instead():
+  """Traced: the flag is False for a missing class, a NaN logit or a label out of range
+  (each alone), and the arrays of a bad data set come back as zeros with label 0."""
+  from jaxcal._src.recal.base import prepare_fit
+
+  run = jax.jit(
+    lambda z, y: prepare_fit(z, y, from_logits=True, method="vector", require_all_classes=True)
+  )
+  z = np.arange(12, dtype=np.float32).reshape(4, 3) - 5.0
+  y = np.array([0, 1, 2, 1], np.int32)
+  x, yy, ok = run(z, y)
+  assert bool(ok)
+  np.testing.assert_array_equal(np.asarray(x), z)
+  np.testing.assert_array_equal(np.asarray(yy), y)
+  nan = z.copy()
+  nan[1, 2] = np.nan
+  for zb, yb in ((z, np.array([0, 1, 0, 1])), (nan, y), (z, np.array([0, 1, 2, 3]))):
+    x, yy, ok = run(zb, yb.astype(np.int32))
+    assert not bool(ok)
+    np.testing.assert_array_equal(np.asarray(x), 0.0)
+    np.testing.assert_array_equal(np.asarray(yy), 0)
+  # without require_all_classes a missing class is no problem
+  ok = jax.jit(lambda z, y: prepare_fit(z, y, from_logits=True, method="temperature")[2])
+  assert bool(ok(z, np.array([0, 1, 0, 1], np.int32)))
+
+
+def test_fold_fit_makes_floating_fields_nan_and_converged_false():
+  from jaxcal._src.recal.base import fold_fit
+
+  rc = R.TemperatureScaling(
+    temperature=jnp.asarray(1.5),
+    num_iter=jnp.asarray(7, jnp.int32),
+    converged=jnp.asarray(True),
+    num_classes=3,
+  )
+  assert fold_fit(rc, None) is rc
+  good = fold_fit(rc, jnp.asarray(True))
+  assert float(good.temperature) == 1.5 and bool(good.converged) and int(good.num_iter) == 7
+  bad = fold_fit(rc, jnp.asarray(False))
+  assert np.isnan(float(bad.temperature)) and not bool(bad.converged)
+  assert int(bad.num_iter) == 7 and bad.num_classes == 3
+  assert np.isnan(np.asarray(bad(np.zeros((2, 3), np.float32)))).all()
+
+
+def test_nan_rows_and_normalize_rows():
+  from jaxcal._src.recal.base import nan_rows, normalize_rows
+
+  q = jnp.ones((3, 2))
+  a = jnp.array([[0.0, 1.0], [np.inf, 0.0], [0.0, 0.0]])  # inf is not finite either
+  b = jnp.array([[0.0], [0.0], [-np.inf]])  # every input counts
+  np.testing.assert_array_equal(
+    np.asarray(nan_rows(q, a, b)), [[1.0, 1.0], [np.nan, np.nan], [np.nan, np.nan]]
+  )
+  for dtype in (jnp.float32, jnp.bfloat16):
+    out = normalize_rows(jnp.array([[0.0, 0.0, 0.0], [1.0, 0.0, 3.0]], dtype))
+    assert out.dtype == dtype
+    np.testing.assert_allclose(np.asarray(out, np.float64), [[1 / 3] * 3, [0.25, 0.0, 0.75]], 3e-3)
+
+
+def test_to_logits_floors_probabilities_at_eps():
+  from jaxcal._src.recal.base import to_logits
+
+  p = jnp.array([[0.0, 0.25, 0.75]])
+  np.testing.assert_allclose(np.asarray(to_logits(p, False)), np.log([[1e-12, 0.25, 0.75]]))
+  np.testing.assert_allclose(
+    np.asarray(to_logits(p, False, eps=1e-3)), np.log([[1e-3, 0.25, 0.75]])
+  )
+  assert to_logits(p, True) is p
+  np.testing.assert_allclose(np.asarray(jax.nn.softmax(to_logits(p, False))), p, atol=1e-7)
+
+
+def test_a_recalibrator_call_gives_nan_rows_under_jit_whatever_its_apply_does():
+  """``rc(x)``: under jit a bad input row never comes back as plausible probabilities, even
+  from a map that ignores its input; eagerly it raises; ``C`` must be the fit's."""
+  from jaxcal._src.recal.base import Recalibrator, pytree_dataclass, static_field
+
+  @pytree_dataclass
+  class Uniform(Recalibrator):
+    num_classes: int = static_field()
+
+    def apply(self, inputs):
+      return jnp.full(inputs.shape, 1.0 / inputs.shape[1], inputs.dtype)
+
+  rc = Uniform(num_classes=3)
+  z = np.zeros((2, 3), np.float32)
+  z[1, 0] = np.nan
+  out = np.asarray(jax.jit(lambda x: rc(x))(z))
+  assert np.isnan(out).all()
+  np.testing.assert_allclose(np.asarray(jax.jit(lambda x: rc(x))(np.zeros((2, 3)))), 1 / 3)
+  with pytest.raises(ValueError, match="NaN"):
+    rc(z)
+  with pytest.raises(ValueError, match=r"fitted on C = 3 classes but the inputs have C = 4"):
+    rc(np.zeros((2, 4), np.float32))
