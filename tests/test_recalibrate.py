@@ -1065,3 +1065,28 @@ def test_a_recalibrator_call_gives_nan_rows_under_jit_whatever_its_apply_does():
     rc(z)
   with pytest.raises(ValueError, match=r"fitted on C = 3 classes but the inputs have C = 4"):
     rc(np.zeros((2, 4), np.float32))
+
+
+def test_no_converged_strength_selects_the_strongest(monkeypatch):
+  """When no strength's fold fits all converge (every held-out loss is recorded as inf),
+  the final fit uses the strongest strength of the grid (given unordered here). A stand-in
+  solver keeps this cheap (the real one takes seconds to compile): one fold's fits converge,
+  the other's and the final fit do not."""
+  from jaxcal._src.recal import scaling
+
+  def never(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol):
+    # in the CV, one fold's fits converge, the other's do not
+    conv = weights[0] > 0 if max_iter == 77 else jnp.asarray(False)
+    return scaling.OptimResult(init, jnp.zeros((), z.dtype), jnp.ones((), jnp.int32), conv)
+
+  fit_linear = jax.jit(
+    scaling._fit_linear.__wrapped__,
+    static_argnames=("diagonal", "max_iter", "cv_max_iter", "num_folds", "seed"),
+  )
+  monkeypatch.setattr(scaling, "_solve_linear", never)
+  monkeypatch.setattr(scaling, "_fit_linear", fit_linear)
+  z, y = _synthetic(n=40, c=3)
+  with pytest.warns(RuntimeWarning, match="did not converge"):
+    rc = R.fit("vector", z, y, reg_grid=(0.5, 8.0, 2.0), num_folds=2, cv_max_iter=77)
+  np.testing.assert_array_equal(np.asarray(rc.cv_nll), np.inf)
+  assert float(rc.reg_lambda) == float(rc.reg_mu) == 8.0
