@@ -1090,3 +1090,138 @@ def test_no_converged_strength_selects_the_strongest(monkeypatch):
     rc = R.fit("vector", z, y, reg_grid=(0.5, 8.0, 2.0), num_folds=2, cv_max_iter=77)
   np.testing.assert_array_equal(np.asarray(rc.cv_nll), np.inf)
   assert float(rc.reg_lambda) == float(rc.reg_mu) == 8.0
+
+
+def _rezip(src, dst, members):
+  """``src`` with some members' bytes replaced (``members``: name -> bytes, or (bytes, compress))."""
+  with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+    for info in zin.infolist():
+      body = members.get(info.filename, zin.read(info))
+      body, compress = body if isinstance(body, tuple) else (body, zipfile.ZIP_STORED)
+      zout.writestr(info.filename, body, compress_type=compress)
+
+
+def _npy(a, version=None, fortran=False):
+  import io
+
+  buf = io.BytesIO()
+  np.lib.format.write_array(buf, np.asfortranarray(a) if fortran else a, version=version)
+  return buf.getvalue()
+
+
+def test_load_checks_each_npy_member_header(tmp_path):
+  """``.npy`` members in format 2.0 load; 3.0, Fortran order, more or less data than the
+  header claims, a compressed or oversized header member are refused, naming the member."""
+  good = tmp_path / "hb.npz"
+  R.save(R.fit_histogram(*_synthetic(n=60, c=3), num_bins=4), good)
+  with np.load(good) as f:
+    values, header = f["a:values"], f["__header__"]
+  v2 = tmp_path / "v2.npz"
+  _rezip(good, v2, {"a:values.npy": _npy(values, (2, 0)), "__header__.npy": _npy(header, (2, 0))})
+  np.testing.assert_array_equal(np.asarray(R.load(v2).values), values)
+  raw = _npy(values)
+  cases = {
+    "v3": ({"a:values.npy": _npy(values, (3, 0))}, "'a:values.npy' is not a valid .npy array"),
+    "fortran": ({"a:values.npy": _npy(values, fortran=True)}, "unsupported layout"),
+    "more": ({"a:values.npy": raw + b"\0" * 8}, f"holds {values.nbytes + 8:,} bytes of data"),
+    "less": ({"a:values.npy": raw[:-4]}, f"holds {values.nbytes - 4:,} bytes of data"),
+    "hzip": ({"__header__.npy": (_npy(header), zipfile.ZIP_DEFLATED)}, "is compressed"),
+    "hbig": (
+      {"__header__.npy": _npy(header).replace(b"'shape': ()", b"'shape': (10000000000,)")},
+      r"'__header__.npy' claims shape \(10000000000,\)",
+    ),
+  }
+  for name, (members, match) in cases.items():
+    _rezip(good, tmp_path / f"{name}.npz", members)
+    with pytest.raises(ValueError, match=match) as e:
+      R.load(tmp_path / f"{name}.npz")
+    assert f"{name}.npz: not a loadable jaxcal recalibrator file" in str(e.value), name
+  # a stored member whose directory entry claims more bytes than it stores
+  blob = bytearray(good.read_bytes())
+  entry = blob.rindex(b"PK\x01\x02", 0, blob.rindex(b"a:values.npy"))
+  size = int.from_bytes(blob[entry + 24 : entry + 28], "little")
+  blob[entry + 24 : entry + 28] = (size + 4096).to_bytes(4, "little")
+  (tmp_path / "sizes.npz").write_bytes(bytes(blob))
+  with pytest.raises(ValueError, match="'a:values.npy' is compressed"):
+    R.load(tmp_path / "sizes.npz")
+
+
+def test_load_rejects_headers_without_their_tables_and_static_fields(tmp_path):
+  good = tmp_path / "ts.npz"
+  R.save(R.fit_temperature(*_synthetic(n=100)), good)
+  h = _header(good)
+  static = dict(h["static"])
+  del static["from_logits"]
+  cases = {
+    "nostatic": ({k: v for k, v in h.items() if k != "static"}, "lacks its 'static' or 'arrays'"),
+    "noarrays": ({**h, "arrays": ["temperature"]}, "lacks its 'static' or 'arrays'"),
+    "listmethod": ({**h, "method": ["temperature"]}, r"unknown recalibration method \['temp"),
+    "entry": (
+      {**h, "arrays": {**h["arrays"], "temperature": "<f4"}},
+      "array 'temperature' is <f4\\[\\], the header says <f4",
+    ),
+    "nofield": ({**h, "static": static}, "needs the field 'from_logits', which is missing"),
+  }
+  for name, (header, match) in cases.items():
+    _rewrite(good, tmp_path / f"{name}.npz", header=header)
+    with pytest.raises(ValueError, match=match):
+      R.load(tmp_path / f"{name}.npz")
+
+
+def test_load_rejects_msgpack_arrays_of_the_wrong_size_or_shape(tmp_path):
+  good = tmp_path / "ts.msgpack"
+  R.save(R.fit_temperature(*_synthetic(n=100)), good)
+
+  def forge(d):  # a consistent entry and header of shape (3,) for a scalar
+    d["arrays"]["temperature"].update(shape=[3], data=b"\0" * 12)
+    h = json.loads(d["header"])
+    h["arrays"]["temperature"]["shape"] = [3]
+    d["header"] = json.dumps(h)
+
+  cases = {
+    "long": (lambda d: d["arrays"]["temperature"].update(data=b"\0" * 8), "(4 bytes), holds 8"),
+    "noarrays": (lambda d: d.update(arrays=[1]), "the file lacks its 'arrays' map"),
+    "shape": (forge, "array 'temperature' has shape (3,), expected 0 axes"),
+  }
+  for name, (edit, msg) in cases.items():
+    dst = tmp_path / f"{name}.msgpack"
+    _msgpack_variant(good, dst, edit)
+    with pytest.raises(ValueError, match=re.escape(msg)):
+      R.load(dst)
+
+
+def test_save_refuses_what_it_cannot_write(tmp_path):
+  """Not a recalibrator, traced arrays, a static field that is not JSON data, and arrays
+  whose shapes differ from the method's (``C`` is ``num_classes``, fixed sizes are fixed)."""
+  from jaxcal._src.recal.ensemble_temperature import EnsembleTemperatureScaling
+
+  path = tmp_path / "x.npz"
+  t, k, ok = jnp.asarray(1.5), jnp.asarray(3, jnp.int32), jnp.asarray(True)
+  with pytest.raises(ValueError, match="save needs a fitted jaxcal recalibrator, got dict"):
+    R.save({"temperature": t}, path)
+  with pytest.raises(ValueError, match=r"holding traced arrays \(field 'temperature'\)"):
+    jax.jit(
+      lambda x: R.save(
+        R.TemperatureScaling(temperature=x, num_iter=k, converged=ok, num_classes=3), path
+      )
+    )(t)
+  odd = R.TemperatureScaling(temperature=t, num_iter=k, converged=ok, num_classes=3, from_logits=1j)
+  with pytest.raises(ValueError, match="a static field is not JSON data"):
+    R.save(odd, path)
+  c3 = jnp.ones(3)
+  cases = (
+    (R.PlattScaling(scale=c3, bias=c3, num_iter=k, converged=ok, num_classes=4), "'scale'", "(4,)"),
+    (
+      EnsembleTemperatureScaling(
+        temperature=t, weights=jnp.ones(4) / 4, num_iter=k, converged=ok, num_classes=3
+      ),
+      "'weights'",
+      "(3,)",
+    ),
+  )
+  for rc, name, want in cases:
+    with pytest.raises(
+      ValueError, match=re.escape(f"array {name} has shape") + r".*" + re.escape(want)
+    ):
+      R.save(rc, path)
+  assert not path.exists()
