@@ -10,6 +10,7 @@ every run, with or without ../shared, checks every recalibrator's quality.
 The other CIFAR models are checked by experiments/recalibrator_defaults.py.
 """
 
+import functools
 import itertools
 import json
 import os
@@ -1225,3 +1226,35 @@ def test_save_refuses_what_it_cannot_write(tmp_path):
     ):
       R.save(rc, path)
   assert not path.exists()
+
+
+@pytest.mark.parametrize(
+  ("converges", "want_finite", "want_lambda"),
+  [
+    # the strongest does not converge: passed over, the search goes on to weaker ones
+    (lambda lam: lam < 8.0, [False, True, True, True], 2.0),
+    # a weaker strength does not converge after one did: the search stops there
+    (lambda lam: (lam > 1.0) | (lam < 0.2), [True, True, False, False], 8.0),
+  ],
+)
+def test_cv_search_on_unconverged_strengths(monkeypatch, converges, want_finite, want_lambda):
+  """An unconverged strength is never selected; before any strength has converged it does
+  not stop the search, after one has it does. A stand-in solver (held-out losses all equal,
+  convergence by strength) keeps this cheap."""
+  from jaxcal._src.recal import scaling
+
+  def solver(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol):
+    conv = converges(lam) if max_iter == 77 else jnp.asarray(True)
+    return scaling.OptimResult(init, jnp.zeros((), z.dtype), jnp.ones((), jnp.int32), conv)
+
+  body = scaling._fit_linear.__wrapped__
+  fit_linear = jax.jit(  # a function of its own: no trace of another case is reused
+    functools.wraps(body)(lambda *a, **k: body(*a, **k)),
+    static_argnames=("diagonal", "max_iter", "cv_max_iter", "num_folds", "seed"),
+  )
+  monkeypatch.setattr(scaling, "_solve_linear", solver)
+  monkeypatch.setattr(scaling, "_fit_linear", fit_linear)
+  z, y = _synthetic(n=40, c=3)
+  rc = R.fit("vector", z, y, reg_grid=(0.5, 8.0, 0.1, 2.0), num_folds=2, cv_max_iter=77)
+  assert np.isfinite(np.asarray(rc.cv_nll)).tolist() == want_finite
+  assert float(rc.reg_lambda) == want_lambda

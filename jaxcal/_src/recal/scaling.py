@@ -26,8 +26,9 @@ cross-validation of the held-out log loss: each fold's fit is the same
 objective with the held-out samples weighted 0 (a mask, so shapes never
 change), the ``k`` folds are one ``vmap``, and the grid is a
 ``lax.while_loop`` from the strongest to the weakest penalty with warm starts
-that stops once a strength's held-out loss is 1 % above the best (or its fits
-do not converge within ``cv_max_iter`` iterations); the
+that stops once a strength's held-out loss is 1 % above the best (or, after
+some strength has converged, its fits do not converge within ``cv_max_iter``
+iterations); the
 selected strength is refitted on the whole split, all in one traceable
 computation. L-BFGS runs on Jacobi-preconditioned coordinates, which cuts
 the iterations of the strongly penalised fits from thousands to tens.
@@ -573,10 +574,12 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
   from the previous strength's, and stops at the first strength whose
   held-out loss is more than 1 % above the best so far (the weaker ones
   overfit more), or whose fold fits do not all converge within
-  ``cv_max_iter`` iterations (weaker penalties converge more slowly still).
-  An unconverged strength is never selected (its held-out loss is not that of
-  the final, converged fit) and is recorded as ``inf``, like the strengths
-  never evaluated. If no strength converged, the strongest is used.
+  ``cv_max_iter`` iterations once some stronger strength has converged
+  (weaker penalties converge more slowly still); strengths that do not
+  converge before the first one that does are passed over. An unconverged
+  strength is never selected (its held-out loss is not that of the final,
+  converged fit) and is recorded as ``inf``, like the strengths never
+  evaluated. If no strength converged, the strongest is used.
   """
   n, c = z.shape
   init = _identity(c, z.dtype, diagonal)
@@ -595,7 +598,9 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
         lams[g], mus[g], held, starts
       )
       val = jnp.where(jnp.all(conv), jnp.sum(held_nll) / n, jnp.inf)
-      stop = val > _CV_STOP_RATIO * best  # also when unconverged (val = inf)
+      # also when unconverged (val = inf) once a strength has converged: until then
+      # best is the largest float, 1.01 * best overflows to inf, and inf > inf is False
+      stop = val > _CV_STOP_RATIO * best
       return g + 1, params, cv.at[g].set(val), jnp.minimum(val, best), stop
 
     def cond(carry):
