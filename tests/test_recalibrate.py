@@ -1080,8 +1080,9 @@ def test_no_converged_strength_selects_the_strongest(monkeypatch):
     conv = weights[0] > 0 if max_iter == 77 else jnp.asarray(False)
     return scaling.OptimResult(init, jnp.zeros((), z.dtype), jnp.ones((), jnp.int32), conv)
 
-  fit_linear = jax.jit(
-    scaling._fit_linear.__wrapped__,
+  body = scaling._fit_linear.__wrapped__
+  fit_linear = jax.jit(  # a function of its own: its trace is never the real fit's
+    functools.wraps(body)(lambda *a, **k: body(*a, **k)),
     static_argnames=("diagonal", "max_iter", "cv_max_iter", "num_folds", "seed"),
   )
   monkeypatch.setattr(scaling, "_solve_linear", never)
@@ -1248,7 +1249,7 @@ def test_cv_search_on_unconverged_strengths(monkeypatch, converges, want_finite,
     return scaling.OptimResult(init, jnp.zeros((), z.dtype), jnp.ones((), jnp.int32), conv)
 
   body = scaling._fit_linear.__wrapped__
-  fit_linear = jax.jit(  # a function of its own: no trace of another case is reused
+  fit_linear = jax.jit(  # a function of its own: no other case's trace, nor the real fit's
     functools.wraps(body)(lambda *a, **k: body(*a, **k)),
     static_argnames=("diagonal", "max_iter", "cv_max_iter", "num_folds", "seed"),
   )
