@@ -126,13 +126,25 @@ def test_bca_of_two_independent_samples_matches_the_multi_sample_acceleration():
 
 
 def test_grouped_jackknife_uses_equal_groups_and_keeps_the_remainder():
-  # 10 samples, 3 groups of 3 (one sample always kept): 3 jackknife values,
-  # each the mean of 7 samples; the acceleration is that of those 3 values.
-  x = jnp.arange(10.0) ** 2
-  r = BS.bootstrap(
-    jax.random.key(0), jnp.mean, x, num_resamples=50, method="bca", jackknife_groups=3
-  )
-  assert np.isfinite(float(r.lo)) and float(r.lo) < float(r.estimate) < float(r.hi)
+  # 11 samples, 3 groups: consecutive blocks of 3 of the random permutation
+  # (jax.random.permutation of fold_in(key, 1)), the last 11 mod 3 = 2 always
+  # kept: 3 jackknife values, each the statistic on 8 samples.
+  x = jnp.asarray(np.random.default_rng(5).exponential(size=11), jnp.float32)
+  key = jax.random.key(6)
+  stat = lambda v: jnp.log(jnp.mean(v))
+  r = BS.bootstrap(key, stat, x, num_resamples=300, method="bca", jackknife_groups=3)
+  xs = np.asarray(x, np.float64)
+  perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, 1), 11))
+  jack = [np.log(np.delete(xs, perm[3 * k : 3 * k + 3]).mean()) for k in range(3)]
+  loop = np.log(xs[np.asarray(BS.resample_indices(key, 11, 300))].mean(1))
+  lo, hi = ref_interval(np.log(xs.mean()), loop, "bca", 0.95, ref_acceleration(jack))
+  assert (float(r.lo), float(r.hi)) == pytest.approx((lo, hi), rel=2e-4)
+  # the grouping matters: leave-one-out or the remainder in the last group move the ends
+  loo = [np.log(np.delete(xs, i).mean()) for i in range(11)]
+  last = jack[:2] + [np.log(np.delete(xs, perm[6:]).mean())]
+  for other in (loo, last):
+    ends = ref_interval(np.log(xs.mean()), loop, "bca", 0.95, ref_acceleration(other))
+    assert ends != pytest.approx((lo, hi), rel=1e-3)
 
 
 def test_interval_function():
