@@ -350,6 +350,38 @@ def test_fitted_on_ten_classes_applied_to_eight_raises():
     rc(np.zeros((3, 8), np.float32))
 
 
+def test_replay_patches_the_rows_at_either_end_of_the_interval():
+  # the interval [lo, hi] is closed: a row whose predicted utility v = <p, a>
+  # equals lo or hi exactly is patched, rows outside are untouched (float64
+  # reference: project_np of p - eta xi a)
+  a = np.array([1.0, 0.0, 0.0], np.float32)
+  p = np.array(
+    [[0.25, 0.5, 0.25], [0.5, 0.25, 0.25], [0.625, 0.25, 0.125], [0.75, 0.125, 0.125]]
+    + [[0.875, 0.0625, 0.0625]],
+    np.float32,
+  )  # v = 0.25, 0.5 (= lo), 0.625, 0.75 (= hi), 0.875: all exact in float32
+  f32 = lambda *x: jnp.asarray(np.array(x, np.float32))
+  rc = Patching(
+    kind=jnp.zeros((1,), jnp.int32),
+    vec=jnp.asarray(a[None]),
+    mat=jnp.zeros((1, 3, 0), jnp.float32),
+    lo=f32(0.5),
+    hi=f32(0.75),
+    xi=f32(1.0),
+    eta=f32(0.5),
+    errors=f32(0.1, 0.0),
+    briers=f32(0.5, 0.4),
+    num_iter=jnp.asarray(1),
+    converged=jnp.asarray(True),
+    num_classes=3,
+    from_logits=False,
+  )
+  inside = np.array([False, True, True, True, False])
+  want = np.where(inside[:, None], project_np(p - 0.5 * a), p)
+  np.testing.assert_allclose(np.asarray(rc(p)), want, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(rc.trajectory(p)[1]), want, atol=1e-6)
+
+
 def test_cut_points_select_the_same_samples_with_a_margin():
   from jaxcal._src.recal.patching import _cut_points
 
