@@ -268,6 +268,14 @@ def test_the_estimate_is_the_eager_statistic_and_the_program_is_reused(small_pre
     ((np.zeros(5),), {"method": "t"}, ValueError, "method must be one of"),
     ((np.zeros(5),), {"confidence": 1.0}, ValueError, "confidence must lie in"),
     ((np.zeros(5),), {"batch_size": 0}, ValueError, "batch_size must be an integer >= 1"),
+    # one group: a single jackknife value, no spread, acceleration 0 by default
+    (
+      (np.zeros(5),),
+      {"jackknife_groups": 1},
+      ValueError,
+      "jackknife_groups must be an integer >= 2",
+    ),
+    ((np.zeros(5),), {"jackknife_groups": 2.5}, ValueError, "jackknife_groups must be an integer"),
     ((np.array([3.0]),), {}, ValueError, "needs at least 2 samples per data array, got n = 1"),
     ((np.zeros(4), np.zeros(1)), {"groups": (0, 1)}, ValueError, "needs at least 2 samples"),
   ],
