@@ -1,5 +1,6 @@
 """jaxcal.data: loading without pickle, the embedded default, synthetic truth."""
 
+import io
 import struct
 import zipfile
 
@@ -129,6 +130,21 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
   name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
   crc[info.header_offset + 30 + name_len + extra_len + info.compress_size - 1] ^= 0xFF
   (tmp_path / "crc.npz").write_bytes(bytes(crc))
+  # a deflated member that ends 8 bytes short of its .npy header's (4, 3) float32
+  # data, while the archive's directory claims the full size (its CRC-32 holds):
+  # the read comes back short
+  head = io.BytesIO()
+  fmt.write_array_header_1_0(head, {"descr": "<f4", "fortran_order": False, "shape": (4, 3)})
+  labels = io.BytesIO()
+  np.save(labels, np.arange(4) % 3)
+  with zipfile.ZipFile(tmp_path / "short.npz", "w", zipfile.ZIP_DEFLATED) as zf:
+    zf.writestr("logits.npy", head.getvalue() + bytes(40))
+    zf.writestr("labels.npy", labels.getvalue())
+  short = bytearray((tmp_path / "short.npz").read_bytes())
+  c = short.index(b"PK\x01\x02")  # central directory entry of logits.npy
+  assert short[c + 46 : c + 56] == b"logits.npy"
+  short[c + 24 : c + 28] = struct.pack("<I", struct.unpack("<I", short[c + 24 : c + 28])[0] + 8)
+  (tmp_path / "short.npz").write_bytes(bytes(short))
   np.save(tmp_path / "s.npy", np.zeros((4, 3), np.float32))
   np.save(tmp_path / "l.npy", np.arange(4) % 3)
   with open(tmp_path / "absurd.npy", "wb") as f:  # a header claiming 10^12 rows
@@ -153,6 +169,7 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
     ("trunc.npz", r"trunc.npz: not a valid .npz file"),
     ("junk.npz", r"junk.npz: not a valid .npz file"),
     ("crc.npz", r"crc.npz: corrupt member 'logits.npy': Bad CRC-32"),
+    ("short.npz", r"short.npz\[logits\]: truncated: 40 of 48 bytes of data"),
     (f"{s},{tmp_path / 'absurd.npy'}", r"absurd.npy: the header claims shape \(1000000000000, 3\)"),
     (f"{tmp_path / 'cut.npy'},{l}", r"cut.npy: the header claims .* only 40 bytes follow"),
     (f"{tmp_path / 'header.npy'},{l}", r"header.npy: not a valid .npy array"),
