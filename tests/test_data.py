@@ -152,6 +152,13 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
     f.write(b"\0" * 48)
   npy = (tmp_path / "s.npy").read_bytes()
   (tmp_path / "cut.npy").write_bytes(npy[: len(npy) - 8])
+  (tmp_path / "cut1.npy").write_bytes(npy[: len(npy) - 1])  # one byte short
+  (tmp_path / "two").mkdir()  # no .npy and two .npz: which one is not guessed
+  np.savez(tmp_path / "two" / "a.npz", logits=np.zeros((4, 3)), labels=np.arange(4) % 3)
+  np.savez(tmp_path / "two" / "b.npz", logits=np.ones((4, 3)), labels=np.arange(4) % 3)
+  with zipfile.ZipFile(tmp_path / "dat.npz", "w") as zf:  # only .npy members are arrays
+    zf.writestr("logits.dat", npy)
+    zf.writestr("labels.npy", (tmp_path / "l.npy").read_bytes())
   (tmp_path / "header.npy").write_bytes(npy[:60])
   (tmp_path / "zero.npy").write_bytes(b"")
   np.savez(tmp_path / "strings.npz", logits=np.array([["a", "b"]] * 4), labels=np.arange(4))
@@ -172,6 +179,9 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
     ("short.npz", r"short.npz\[logits\]: truncated: 40 of 48 bytes of data"),
     (f"{s},{tmp_path / 'absurd.npy'}", r"absurd.npy: the header claims shape \(1000000000000, 3\)"),
     (f"{tmp_path / 'cut.npy'},{l}", r"cut.npy: the header claims .* only 40 bytes follow"),
+    (f"{tmp_path / 'cut1.npy'},{l}", r"cut1.npy: the header claims .* only 47 bytes follow"),
+    ("two", r"two: folder holds no .npy files and 2 .npz files"),
+    ("dat.npz", r"dat.npz: no predictions found; .* found \['labels'\]"),
     (f"{tmp_path / 'header.npy'},{l}", r"header.npy: not a valid .npy array"),
     (f"{tmp_path / 'zero.npy'},{l}", r"zero.npy: not a valid .npy array"),
     (f"{s},{tmp_path / 'gone.npy'}", r"predictions not found: .*gone.npy"),
