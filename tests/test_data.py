@@ -62,6 +62,12 @@ def test_load_layouts(tmp_path):
     data.load_predictions(tmp_path / "mixed.npz")
   p = jax.nn.softmax(z)
   assert data.looks_like_probs(np.asarray(p)) and not data.looks_like_probs(z)
+  # boolean scores (hard one-hot predictions) are real numbers: 0.0 and 1.0
+  hard = np.eye(4, dtype=bool)[y]
+  np.savez(tmp_path / "hard.npz", probs=hard, labels=y)
+  xx, yy = data.load_predictions(tmp_path / "hard.npz")
+  assert xx.dtype == np.float32
+  np.testing.assert_array_equal(xx, hard.astype(np.float32))
 
 
 def test_load_refuses_what_it_would_have_to_guess_or_distort(tmp_path):
@@ -145,6 +151,15 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
   assert short[c + 46 : c + 56] == b"logits.npy"
   short[c + 24 : c + 28] = struct.pack("<I", struct.unpack("<I", short[c + 24 : c + 28])[0] + 8)
   (tmp_path / "short.npz").write_bytes(bytes(short))
+  np.savez_compressed(tmp_path / "zlib.npz", logits=np.zeros((4, 3)), labels=np.arange(4) % 3)
+  zraw = bytearray((tmp_path / "zlib.npz").read_bytes())
+  with zipfile.ZipFile(tmp_path / "zlib.npz") as zf:
+    info = zf.getinfo("logits.npy")
+  name_len, extra_len = struct.unpack(
+    "<HH", zraw[info.header_offset + 26 : info.header_offset + 30]
+  )
+  zraw[info.header_offset + 30 + name_len + extra_len] = 0xFF  # deflate block type 3: reserved
+  (tmp_path / "zlib.npz").write_bytes(bytes(zraw))
   np.save(tmp_path / "s.npy", np.zeros((4, 3), np.float32))
   np.save(tmp_path / "l.npy", np.arange(4) % 3)
   with open(tmp_path / "absurd.npy", "wb") as f:  # a header claiming 10^12 rows
@@ -166,6 +181,11 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
   np.savez(tmp_path / "wide.npz", logits=np.zeros((3, 2)), labels=np.array([0, 2**32 + 1, 1]))
   np.savez(tmp_path / "fl.npz", logits=np.zeros((3, 2)), labels=np.array([0, 1 + 1e-9, 1]))
   np.savez(tmp_path / "onecol.npz", logits=np.zeros((3, 1)), labels=np.zeros(3, int))
+  np.savez(tmp_path / "cube.npz", logits=np.zeros((3, 2, 2)), labels=np.zeros(3, int))
+  # narrow labels out of range: checked here, before the int32 cast (uint8 holds C = 2)
+  np.savez(tmp_path / "u8.npz", logits=np.zeros((3, 2)), labels=np.array([0, 2, 1], np.uint8))
+  np.savez(tmp_path / "i8.npz", logits=np.zeros((3, 2)), labels=np.array([0, 1, -1], np.int8))
+  np.savez(tmp_path / "i16.npz", logits=np.zeros((3, 2)), labels=np.array([0, 2, 1], np.int16))
   np.savez(tmp_path / "norows.npz", logits=np.zeros((0, 3)), labels=np.zeros(0, int))
   np.savez(tmp_path / "eqc.npz", logits=np.zeros((3, 2)), labels=np.array([0, 2, 1]))
   np.savez(tmp_path / "neg.npz", logits=np.zeros((3, 2)), labels=np.array([0, 1, -1]))
@@ -176,6 +196,8 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
     ("trunc.npz", r"trunc.npz: not a valid .npz file"),
     ("junk.npz", r"junk.npz: not a valid .npz file"),
     ("crc.npz", r"crc.npz: corrupt member 'logits.npy': Bad CRC-32"),
+    ("zlib.npz", r"zlib.npz: corrupt member 'logits.npy': Error -3 .*invalid block type"),
+    (f"{tmp_path / 'two'},{l}", r"two: is a folder, expected a file"),
     ("short.npz", r"short.npz\[logits\]: truncated: 40 of 48 bytes of data"),
     (f"{s},{tmp_path / 'absurd.npy'}", r"absurd.npy: the header claims shape \(1000000000000, 3\)"),
     (f"{tmp_path / 'cut.npy'},{l}", r"cut.npy: the header claims .* only 40 bytes follow"),
@@ -190,6 +212,10 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
     ("wide.npz", r"wide.npz: labels must lie in \[0, 2\).*4294967297"),
     ("fl.npz", r"fl.npz: labels must be integers"),
     ("onecol.npz", r"C >= 2"),
+    ("cube.npz", r"cube.npz: scores must be \(n, C\) .*got shape \(3, 2, 2\)"),
+    ("u8.npz", r"u8.npz: labels must lie in \[0, 2\), got labels\[1\] = 2$"),
+    ("i8.npz", r"i8.npz: labels must lie in \[0, 2\); 1 entries do not, .* labels\[2\] = -1$"),
+    ("i16.npz", r"i16.npz: labels must lie in \[0, 2\); 1 entries do not, .* labels\[1\] = 2$"),
     ("norows.npz", r"norows.npz: scores must be \(n, C\) with n >= 1 .*got shape \(0, 3\)"),
     ("eqc.npz", r"eqc.npz: labels must lie in \[0, 2\); 1 entries do not, .* labels\[1\] = 2$"),
     ("neg.npz", r"neg.npz: labels must lie in \[0, 2\); 1 entries do not, .* labels\[2\] = -1$"),
