@@ -165,6 +165,9 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
   with open(tmp_path / "absurd.npy", "wb") as f:  # a header claiming 10^12 rows
     fmt.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 3)})
     f.write(b"\0" * 48)
+  with open(tmp_path / "neg.npy", "wb") as f:  # numpy reads the header; the data is 48 bytes
+    fmt.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (4, -3)})
+    f.write(b"\0" * 48)
   npy = (tmp_path / "s.npy").read_bytes()
   (tmp_path / "cut.npy").write_bytes(npy[: len(npy) - 8])
   (tmp_path / "cut1.npy").write_bytes(npy[: len(npy) - 1])  # one byte short
@@ -205,6 +208,7 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
     ("two", r"two: folder holds no .npy files and 2 .npz files"),
     ("dat.npz", r"dat.npz: no predictions found; .* found \['labels'\]"),
     (f"{tmp_path / 'header.npy'},{l}", r"header.npy: not a valid .npy array"),
+    (f"{tmp_path / 'neg.npy'},{l}", r"neg.npy: not a valid .npy array \(negative dimension"),
     (f"{tmp_path / 'zero.npy'},{l}", r"zero.npy: not a valid .npy array"),
     (f"{s},{tmp_path / 'gone.npy'}", r"predictions not found: .*gone.npy"),
     ("strings.npz", r"strings.npz: scores must be real numbers"),

@@ -70,6 +70,8 @@ def _read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
     raise ValueError(f"{what}: not a valid .npy array (bad or truncated header: {e})") from None
   if dtype.hasobject:
     raise ValueError(f"{what}: holds a pickled object array, which jaxcal never loads")
+  if any(d < 0 for d in shape):  # numpy's header reader accepts them
+    raise ValueError(f"{what}: not a valid .npy array (negative dimension in shape {shape})")
   count = math.prod(shape)
   nbytes = count * dtype.itemsize
   avail = size - f.tell()
