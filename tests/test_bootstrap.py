@@ -150,6 +150,9 @@ def test_grouped_jackknife_uses_equal_groups_and_keeps_the_remainder():
 def test_interval_function():
   lo, hi = BS.interval(2.0, jnp.arange(101.0), "percentile", 0.9)
   assert (float(lo), float(hi)) == (5.0, 95.0)
+  # 1 - α/2 rounds to 1 in float32: the largest resample, not a read past the end
+  lo, hi = BS.interval(2.0, jnp.arange(101.0), "percentile", 1 - 1e-9)
+  assert float(hi) == 100.0 and float(lo) == pytest.approx(0.0, abs=1e-6)
   lo, hi = BS.interval(jnp.zeros(2), jnp.ones((10, 2)), "normal")
   assert lo.shape == (2,)
   # float16 resamples are computed in float32 (ndtri has no float16 kernel)
@@ -193,6 +196,8 @@ def test_interval_of_bad_traced_values_is_nan():
   f = jax.jit(BS.interval, static_argnums=2)
   assert np.isnan(f(1.0, jnp.asarray(_NAN3), "percentile")).all()  # not (1.05, nan)
   assert np.isnan(f(jnp.nan, jnp.array([1.0, 2.0, 3.0]), "bca")).all()  # not (1.0001, 2.02)
+  # an infinite acceleration, which in the formula alone gives finite ends (adjustment 0)
+  assert np.isnan(f(1.5, jnp.array([1.0, 2.0, 3.0]), "bca", acceleration=jnp.inf)).all()
 
 
 def test_bca_caps_the_bias_correction_when_every_resample_is_above():
@@ -429,6 +434,11 @@ def test_consistency_bands_quantile_logits_and_bad_input():
     BS.consistency_bands(jax.random.key(0), x[:50], jnp.array([3, 4]), from_logits=True)
   with pytest.raises(ValueError, match="needs at least that many samples"):
     BS.consistency_bands(jax.random.key(0), x[:5], 10, "quantile", from_logits=True)
+  # as many bins as samples is allowed: one sample per bin
+  b5 = BS.consistency_bands(
+    jax.random.key(0), x[:5], 5, "quantile", num_resamples=2, from_logits=True
+  )
+  np.testing.assert_array_equal(np.asarray(b5.counts), np.ones(5))
   with pytest.raises(ValueError, match="rows of probs must sum to 1"):
     BS.consistency_bands(jax.random.key(0), np.ones((4, 3)), 2)
   with pytest.raises(ValueError, match="confidence"):
