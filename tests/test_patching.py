@@ -382,6 +382,39 @@ def test_replay_patches_the_rows_at_either_end_of_the_interval():
   np.testing.assert_allclose(np.asarray(rc.trajectory(p)[1]), want, atol=1e-6)
 
 
+def test_a_cut_point_with_no_float_below_it_keeps_the_sample_at_lo():
+  # v = 0.5 - ulp, 0.5, 0.75, 0.9 (a = e_0, the one witness): the worst interval
+  # is [0.5, 0.75] (sum of <p - Y, a> = 0.5 + 0.75); no float32 lies between 0.5 - ulp
+  # and 0.5, so the stored cut is 0.5 itself and the sample at 0.5 is in the patch:
+  # the quadratic step err / mean ||w||^2 counts it (float64 reference)
+  v = np.array([np.nextafter(np.float32(0.5), np.float32(0)), 0.5, 0.75, 0.9], np.float32)
+  p = np.stack([v, 1 - v], 1)
+  y = np.array([0, 1, 1, 0])
+  a = np.array([1.0, 0.0])
+  rc = R.fit_patching(
+    p,
+    y,
+    from_logits=False,
+    family=None,
+    num_samples=0,
+    witnesses=U.Utility(jnp.asarray(a[None], jnp.float32), "linear"),
+    max_steps=1,
+    tol=0.0,
+    stepsize="quadratic",
+    progress=False,
+  )
+  assert (float(rc.lo[0]), float(rc.hi[0])) == (0.5, np.float32(0.825))
+  err = (0.5 + 0.75) / 4
+  assert float(rc.errors[0]) == pytest.approx(err, rel=1e-6) and float(rc.xi[0]) == 1.0
+  w = a * ((v >= 0.5) & (v <= 0.825))[:, None]
+  eta = err / np.mean(np.sum(w * w, 1))
+  onehot, p64 = np.eye(2)[y], p.astype(np.float64)
+  brier = lambda q: np.mean(np.sum((q - onehot) ** 2, 1))
+  while brier(project_np(p64 - eta * w)) > brier(p64) - 1e-4 * eta * 2 * err:
+    eta *= 0.5
+  assert float(rc.eta[0]) == pytest.approx(eta, rel=1e-5)
+
+
 def test_cut_points_select_the_same_samples_with_a_margin():
   from jaxcal._src.recal.patching import _cut_points
 
@@ -400,6 +433,16 @@ def test_cut_points_select_the_same_samples_with_a_margin():
       assert vals[a - 1] < lc < lo  # strictly between
     if b < len(vals) - 1:
       assert hi < hc < vals[b + 1]
+  # neighbours one float32 apart: the midpoint rounds (ties to even) onto one of
+  # them; the cut is then the interval's own end, never the value outside it
+  h = np.float32(0.5)
+  down, up = np.nextafter(h, np.float32(0)), np.nextafter(h, np.float32(1))
+  v = np.array([0.25, down, h, up, 0.75], np.float32)
+  for lo, hi, want in [(up, 0.75, (up, 1.75)), (0.25, down, (-0.75, down))]:
+    assert np.float32(0.5) * (h + (up if hi == 0.75 else down)) == h  # rounds onto 0.5
+    lc, hc = _cut_points(jnp.asarray(v), jnp.float32(lo), jnp.float32(hi))
+    assert (float(lc), float(hc)) == tuple(map(float, want))
+    np.testing.assert_array_equal((v >= lc) & (v <= hc), (v >= lo) & (v <= hi))
 
 
 def test_audit_shards_over_every_local_device_with_the_same_fit(tmp_path):
