@@ -283,6 +283,18 @@ def test_mixed_witness_kinds_replay():
   )
 
 
+def test_top_class_witness_is_the_rank_valuation_on_the_top_label():
+  # U_TCE's one utility 1[j = argmax p]: a rank patch with theta = e_0, whose
+  # audited error is the UC of (max p, 1[y = argmax p]) (float64 reference)
+  z, y = _synthetic(n=120, c=4, seed=3)
+  rc = R.fit_patching(z, y, family="tce", num_samples=0, max_steps=1, tol=0.0, progress=False)
+  assert int(rc.kind[0]) == 1
+  np.testing.assert_array_equal(np.asarray(rc.vec[0]), [1.0, 0.0, 0.0, 0.0])
+  p = np.asarray(jax.nn.softmax(jnp.asarray(z)), np.float64)
+  want = uc_sorted(p.max(1), (p.argmax(1) == y).astype(np.float64))
+  assert float(rc.errors[0]) == pytest.approx(want, rel=1e-4)
+
+
 def test_held_out_u_comb_improves_on_cifar100(cifar_dir):
   d = cifar_dir / "cifar100_resnet110"
   zv, yv, zt, yt = (
@@ -330,6 +342,10 @@ def test_bad_options_raise():
     ({"witnesses": U.similarity(jnp.eye(5)[None])}, "similarity"),
     ({"witnesses": U.sample_linear(jax.random.key(0), 3, 4)}, "C = 4 classes"),
     ({"sample_witnesses": 3}, "sample_witnesses must be a function"),
+    (
+      {"witnesses": [U.Utility(jnp.zeros((1, 5, k)), "decision") for k in (2, 3)]},
+      r"decision witnesses must all have the same number of actions K, got \[2, 3\]",
+    ),
     ({"max_step": 3}, "did you mean 'max_steps'"),
     ({"progress": "no"}, "progress must be True or False, got 'no'"),
   ]:
