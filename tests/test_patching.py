@@ -198,10 +198,10 @@ def test_brier_never_increases_and_replay_reproduces():
 
 def test_each_step_audits_the_worst_witness_and_takes_the_armijo_step():
   # a float stepsize scales err / C (40: halved several times); the seed draws
-  # the fresh witnesses
+  # the fresh witnesses, an odd number of them (4 linear, 3 rank)
   z, y = _synthetic(seed=6)
-  rc = R.fit_patching(z, y, **FIT, seed=5, stepsize=40.0)
-  _check_steps_np(rc, z, y, seed=5, num_samples=6, stepsize=40.0)
+  rc = R.fit_patching(z, y, **{**FIT, "num_samples": 7}, seed=5, stepsize=40.0)
+  _check_steps_np(rc, z, y, seed=5, num_samples=7, stepsize=40.0)
   assert np.all(np.asarray(rc.eta) < 40.0 * np.asarray(rc.errors[:-1]) / 5 / 3)
 
 
@@ -293,6 +293,30 @@ def test_top_class_witness_is_the_rank_valuation_on_the_top_label():
   p = np.asarray(jax.nn.softmax(jnp.asarray(z)), np.float64)
   want = uc_sorted(p.max(1), (p.argmax(1) == y).astype(np.float64))
   assert float(rc.errors[0]) == pytest.approx(want, rel=1e-4)
+
+
+def test_fresh_samples_split_into_linear_and_rank_utilities():
+  # num_samples = s draws s - s // 2 linear and s // 2 rank utilities from the
+  # first two keys of split(fold_in(key(seed), t), 3); the error is the largest UC
+  # (float64). s = 1: one linear utility and no rank one; 2: one and one; 3: two and one.
+  z, y = _synthetic(n=120, c=4, seed=3)
+  p = np.asarray(jax.nn.softmax(jnp.asarray(z)), np.float64)
+  order = np.argsort(-p, axis=1, kind="stable")
+  rank_y = np.argmax(order == y[:, None], 1)
+  for s in (1, 2, 3):
+    rc = R.fit_patching(
+      z, y, family=None, num_samples=s, max_steps=1, tol=0.0, seed=1, progress=False
+    )
+    k1, k2, _ = jax.random.split(jax.random.fold_in(jax.random.key(1), 0), 3)
+    lin = np.asarray(U.sample_linear(k1, s - s // 2, 4).params, np.float64)
+    ucs = [uc_sorted(p @ a, a[y]) for a in lin]
+    if s // 2:
+      rnk = np.asarray(U.sample_rank(k2, s // 2, 4).params, np.float64)
+      ucs += [uc_sorted(-np.sort(-p, 1) @ t, t[rank_y]) for t in rnk]
+    assert float(rc.errors[0]) == pytest.approx(max(ucs), rel=1e-4), s
+    if s == 1:
+      assert int(rc.kind[0]) == 0
+      np.testing.assert_allclose(np.asarray(rc.vec[0]), lin[0], rtol=1e-6)
 
 
 def test_held_out_u_comb_improves_on_cifar100(cifar_dir):

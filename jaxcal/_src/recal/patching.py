@@ -356,7 +356,9 @@ def _step(p, y, key, fixed: _Witnesses, scale, cfg):
     s = cfg["num_samples"]
     cands = cands._replace(
       linear=jnp.concatenate([cands.linear, F.sample_linear(k1, s - s // 2, c).params]),
-      rank=jnp.concatenate([cands.rank, F.sample_rank(k2, s // 2, c).params]),
+      rank=jnp.concatenate([cands.rank, F.sample_rank(k2, s // 2, c).params])
+      if s // 2  # num_samples = 1: one linear utility and no rank one
+      else cands.rank,
     )
   if cfg["sampler"] is not None:
     fresh = _group(_as_tuple(cfg["sampler"](key)), c, p.dtype)
