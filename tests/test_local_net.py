@@ -431,3 +431,23 @@ def test_fit_pca_against_numpy_and_bad_inputs():
     train.fit_pca(x, 2.5)
   with pytest.raises(ValueError, match="shape"):
     train.fit_pca(x[:, 0], 1)
+
+
+def test_pca_signs_constant_features_and_transform():
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(120, 5)) @ rng.normal(size=(5, 5)) + 3.0
+  x[:, 4] = 7.0  # a constant feature: scale 1, not a division by 0
+  pca = train.fit_pca(x.astype(np.float32), 5)
+  np.testing.assert_allclose(np.asarray(pca.mean), x.mean(0), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(pca.scale), [*x[:, :4].std(0), 1.0], rtol=1e-5)
+  comps = np.asarray(pca.components)
+  # every component's largest-magnitude entry is positive (deterministic signs)
+  assert np.all(comps[np.abs(comps).argmax(0), np.arange(5)] > 0)
+  z = (x - x.mean(0)) / np.asarray(pca.scale, np.float64)
+  np.testing.assert_allclose(np.asarray(train.standardize(pca, x)), z, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(train.pca_transform(pca, x)), z @ comps, atol=1e-4)
+  # the constant feature adds no variance: four components carry it all
+  np.testing.assert_allclose(float(pca.explained_variance[4]), 0.0, atol=1e-5)
+  np.testing.assert_allclose(float(pca.explained_variance.sum()), 4 * 120 / 119, rtol=1e-5)
+  with pytest.raises(ValueError, match="k must be an integer"):
+    train.fit_pca(x, True)

@@ -84,9 +84,13 @@ def fit_pca(x: ArrayLike, k: int) -> PCA:
 def _fit_pca(x: jax.Array, k: int) -> PCA:
   """:func:`fit_pca` without validation (traceable; ``k`` static)."""
   n = x.shape[0]
-  mean = jnp.mean(x, axis=0)
+  # An exactly constant feature gets its own value as mean and scale 1: the
+  # rounded mean (7.0000005 for a column of 7.0 in float32) would leave a
+  # std of one rounding error and a standardised column of -1s.
+  const = jnp.all(x == x[:1], axis=0)
+  mean = jnp.where(const, x[0], jnp.mean(x, axis=0))
   std = jnp.std(x, axis=0)
-  scale = jnp.where(std > 1e-12, std, 1.0)
+  scale = jnp.where(~const & (std > 1e-12), std, 1.0)
   z = (x - mean) / scale
   cov = jnp.matmul(z.T, z, precision=PRECISION) / max(n - 1, 1)  # (D, D)
   evals, evecs = jnp.linalg.eigh(cov)  # ascending
