@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from jaxcal import metrics, train
 from jaxcal._src.recal import base
@@ -17,6 +18,7 @@ from jaxcal._src.recal.local_net import (
   HISTORY_COLUMNS,
   KernelCalibrator,
   LocalNet,
+  LocalNetModule,
   bernoulli_js_distance,
   fit_kcal,
   js_distance,
@@ -451,3 +453,276 @@ def test_pca_signs_constant_features_and_transform():
   np.testing.assert_allclose(float(pca.explained_variance.sum()), 4 * 120 / 119, rtol=1e-5)
   with pytest.raises(ValueError, match="k must be an integer"):
     train.fit_pca(x, True)
+
+
+# ---------------------------------------------- float64 references (numpy)
+
+
+def _loss_ref(g, phi, y, w, bandwidth, lam=1.0, alignment="classwise", a=1.0):
+  """The LoCal Net loss from its definition: leave-one-out Nadaraya–Watson
+  label estimate theta over the real rows, alignment d(softmax(g), theta),
+  CE -log max(theta_y, 1e-8), weighted means."""
+  g, phi, w = (np.asarray(v, np.float64) for v in (g, phi, w))
+  n, num_classes = g.shape
+  onehot = np.eye(num_classes)[np.asarray(y)]
+  d2 = ((phi[:, None] - phi[None]) ** 2).sum(-1)
+  ok = (w[None, :] > 0) & ~np.eye(n, dtype=bool)
+  logk = np.where(ok, -d2 / (2 * bandwidth**2), -np.inf)
+  k = np.exp(logk - logk.max(1, keepdims=True))
+  theta = k @ onehot / k.sum(1, keepdims=True)
+  p = np.exp(g - g.max(1, keepdims=True))
+  p /= p.sum(1, keepdims=True)
+  if alignment == "classwise":
+    pp, qq = np.clip(p, 1e-4, 1 - 1e-4), np.clip(theta, 1e-4, 1 - 1e-4)
+    m = np.clip(0.5 * (pp + qq), 1e-4, 1 - 1e-4)
+    kl = lambda u: u * np.log(u / m) + (1 - u) * np.log((1 - u) / (1 - m))
+    align = np.sqrt(np.maximum(0.5 * (kl(pp) + kl(qq)), 1e-4)).mean(1)
+  else:
+    m = 0.5 * (p + theta)
+    kl = lambda u: np.where(u > 0, u * np.log(np.where(u > 0, u, 1.0) / m), 0.0).sum(1)
+    align = np.sqrt(np.maximum(0.5 * (kl(p) + kl(theta)), 1e-12))
+  ce = -np.log(np.maximum(theta[np.arange(n), np.asarray(y)], 1e-8))
+  al, c = (align * w).sum() / w.sum(), (ce * w).sum() / w.sum()
+  return np.array([a * al + lam * c, al, c])
+
+
+def _forward_ref(rc, z, f):
+  """``(phi', g')`` of a fitted LoCal Net from its parameters (float64)."""
+  prm = jax.tree_util.tree_map(lambda v: np.asarray(v, np.float64), rc.params)
+  f = np.asarray(f, np.float64)
+  std = (f - np.asarray(rc.pca_mean, np.float64)) / np.asarray(rc.pca_scale, np.float64)
+  phi_pca = std @ np.asarray(rc.pca_components, np.float64)
+  dense = lambda layer, h: h @ prm[layer]["kernel"] + prm[layer]["bias"]
+  h = np.maximum(dense("hidden", std if rc.standardize_input else f), 0.0)
+  phi_ref = dense("head_features", h) + prm["w_phi"] * phi_pca + prm["b_phi"]
+  g_ref = dense("head_logits", h) + prm["w_g"] * np.asarray(z, np.float64) + prm["b_g"]
+  return phi_ref, g_ref
+
+
+@pytest.mark.parametrize("alignment", ["classwise", "multiclass"])
+def test_loss_against_float64_reference(alignment):
+  rng = np.random.default_rng(3)
+  phi = rng.normal(size=(14, 2))
+  phi[10], phi[11] = (20.0, 20.0), (20.1, 20.0)  # row 10's only neighbour has another class
+  phi[12:] = phi[:2] + 0.01  # padding rows next to real ones
+  y = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 0, 1, 2, 2])
+  w = np.r_[np.ones(12), 0.0, 0.0]
+  g = rng.normal(size=(14, 3)) * 2
+  args = (g.astype(np.float32), phi.astype(np.float32), y, w.astype(np.float32))
+  out = local_net_loss(*args, bandwidth=0.5, lam=2.0, alignment=alignment, alignment_weight=0.5)
+  want = _loss_ref(g, phi, y, w, 0.5, lam=2.0, alignment=alignment, a=0.5)
+  np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5)
+  assert want[2] > -np.log(1e-8) / 12  # row 10's CE is the floor's
+
+
+def test_forward_against_float64_reference(setup):
+  rc, phi, logits, te = (setup[k] for k in ("rc", "phi", "logits", "te"))
+  phi_ref, g_ref = _forward_ref(rc, logits[te], phi[te])
+  np.testing.assert_allclose(
+    np.asarray(rc.refined_features(logits[te], phi[te])), phi_ref, atol=1e-4
+  )
+  np.testing.assert_allclose(np.asarray(rc.logits(logits[te], phi[te])), g_ref, atol=1e-4)
+  p = np.exp(g_ref - g_ref.max(1, keepdims=True))
+  np.testing.assert_allclose(
+    np.asarray(rc(logits[te], features=phi[te])), p / p.sum(1, keepdims=True), atol=1e-5
+  )
+
+
+def test_module_initialisation_and_dropout():
+  net = LocalNetModule(20, 400, 500, 100, 0.5, residual_vectors=True, rngs=nnx.Rngs(0))
+  prm = jax.tree_util.tree_map(np.asarray, nnx.to_pure_dict(nnx.state(net, nnx.Param)))
+  for layer in ("hidden", "head_features", "head_logits"):  # N(0, 0.01^2) weights, zero biases
+    assert abs(prm[layer]["kernel"].std() - 0.01) < 1e-3 and not prm[layer]["bias"].any()
+  assert prm["w_phi"].shape == prm["b_phi"].shape == (400,) and prm["b_g"].shape == (500,)
+  assert np.all(prm["w_phi"] == 1.0) and np.all(prm["w_g"] == 1.0)
+  for b in (prm["b_phi"], prm["b_g"]):  # N(0, 0.01^2)
+    assert abs(b.std() - 0.01) < 1.5e-3 and abs(b.mean()) < 2e-3
+  x, zf, zg = (
+    jax.random.normal(jax.random.key(1), (4, 20)),
+    jnp.zeros((4, 400)),
+    jnp.zeros((4, 500)),
+  )
+  run = nnx.jit(lambda m, k: m(x, zf, zg, key=k))
+  np.testing.assert_array_equal(np.asarray(run(net, None)[1]), np.asarray(net(x, zf, zg)[1]))
+  assert not np.allclose(np.asarray(run(net, jax.random.key(2))[1]), np.asarray(net(x, zf, zg)[1]))
+  flax_default = LocalNetModule(20, 4, 5, 300, 0.0, init_scale=None, rngs=nnx.Rngs(0))
+  assert np.asarray(flax_default.hidden.kernel[...]).std() > 0.1  # lecun normal: 1/sqrt(20)
+
+
+def test_patience_counts_ties_and_history_is_the_validation_loss():
+  # learning rate 0: every epoch has the same validation values, and a tie
+  # is no improvement (strictly lower), so the first epoch stays the best
+  phi, logits, y = _make(n=300)
+  opts = {**OPTS, "learning_rate": 0.0, "patience": 2, "standardize_input": True}
+  rc = base.fit("local_net", logits, y, features=phi, **{**opts, "epochs": 4})
+  assert (rc.epochs_run, rc.best_epoch, rc.stopped_early) == (3, 1, True)
+  last = base.fit("local_net", logits, y, features=phi, **{**opts, "epochs": 3})
+  assert (last.epochs_run, last.best_epoch, last.stopped_early) == (3, 1, False)
+  # the validation columns are the loss of the fitted net on the held-out 10 %
+  va = train.calibration_fit_val(300, 0)[1]
+  phi_ref, g_ref = _forward_ref(rc, logits[va], phi[va])
+  np.testing.assert_allclose(
+    np.asarray(rc.history)[:, 4:],
+    np.tile(_loss_ref(g_ref, phi_ref, y[va], np.ones(30), 2.0), (3, 1)),
+    rtol=1e-4,
+  )
+
+
+def test_no_validation_split_and_explicit_memory():
+  phi, logits, y = _make(n=300)
+  opts = {**OPTS, "epochs": 2, "patience": 1}
+  # val_fraction 0: no early stopping, the last epoch kept, the memory is the whole split;
+  # pca_dim may be min(n, D)
+  kc = fit_kcal(logits, y, features=phi, val_fraction=0.0, **{**opts, "pca_dim": 10})
+  assert np.isnan(np.asarray(kc.history)[:, 4:]).all()
+  assert (kc.epochs_run, kc.best_epoch, kc.stopped_early) == (2, 2, False)
+  np.testing.assert_array_equal(np.asarray(kc.memory_labels), y)
+  # validation_data: the validation split is the memory
+  kc = fit_kcal(
+    logits[:250],
+    y[:250],
+    features=phi[:250],
+    validation_data=(logits[250:], y[250:], phi[250:]),
+    **opts,
+  )
+  np.testing.assert_array_equal(np.asarray(kc.memory_labels), y[250:])
+  np.testing.assert_allclose(
+    np.asarray(kc.memory_features), _forward_ref(kc, logits[250:], phi[250:])[0], atol=1e-4
+  )
+  with pytest.raises(ValueError, match=r"too few samples \(10\)"):
+    base.fit("local_net", logits[:10], y[:10], features=phi[:10], **opts)
+
+
+# ------------------------------------------------- training utilities
+
+
+class _Shift(nnx.Module):
+  def __init__(self):
+    self.b = nnx.Param(jnp.zeros(()))
+
+
+def _mean_terms(model, batch, weights, key):
+  """Squared error to a shift; reports the batch means of x, x^2 and whether a key came."""
+  (x,) = batch
+  den = jnp.maximum(jnp.sum(weights), 1.0)
+  loss = jnp.sum(weights * (x - model.b[...]) ** 2) / den
+  had_key = jnp.float32(key is not None)
+  return loss, jnp.stack([jnp.sum(weights * x) / den, jnp.sum(weights * x * x) / den, had_key])
+
+
+def test_train_epoch_and_evaluate_count_every_sample_once():
+  import optax
+
+  graphdef, params = nnx.split(_Shift(), nnx.Param)
+  x = jnp.arange(1.0, 11.0)  # 10 samples in batches of 4: the last one padded
+  want = [5.5, 38.5]  # mean of x and of x^2
+  tx = optax.sgd(0.1)
+  new, _, terms = train.train_epoch(
+    graphdef,
+    tx,
+    params,
+    tx.init(params),
+    (x,),
+    jax.random.key(0),
+    loss_fn=_mean_terms,
+    batch_size=4,
+  )
+  np.testing.assert_allclose(np.asarray(terms), [*want, 1.0], rtol=1e-6)
+  assert float(new["b"][...]) > 0  # three steps towards the data
+  ev = train.evaluate(graphdef, params, (x,), loss_fn=_mean_terms, batch_size=4)
+  np.testing.assert_allclose(np.asarray(ev), [*want, 0.0], rtol=1e-6)  # no key: no dropout
+
+
+def test_models_and_to_float_images():
+  np.testing.assert_allclose(
+    np.asarray(train.to_float_images(jnp.array([0, 51, 255], jnp.uint8))),
+    [-0.5, -0.3, 0.5],
+    atol=1e-7,
+  )
+  mlp = train.make_model("mlp_s", num_classes=3, seed=0)
+  prm = jax.tree_util.tree_map(
+    lambda v: np.asarray(v, np.float64), nnx.to_pure_dict(nnx.state(mlp, nnx.Param))
+  )
+  x = np.asarray(jax.random.normal(jax.random.key(0), (5, 28, 28)))
+  h = np.maximum(x.reshape(5, -1) @ prm["layers"][0]["kernel"] + prm["layers"][0]["bias"], 0.0)
+  np.testing.assert_allclose(np.asarray(mlp.features(x)), h, atol=1e-4)
+  np.testing.assert_allclose(
+    np.asarray(mlp(x)), h @ prm["head"]["kernel"] + prm["head"]["bias"], atol=1e-4
+  )
+  cnn = train.make_model("cnn", num_classes=3)  # dropout 0.2, applied only with a key
+  assert cnn.feature_dim == 128 and cnn.dropout.rate == 0.2
+  np.testing.assert_array_equal(
+    np.asarray(cnn(x)), np.asarray(cnn.logits_from_features(cnn.features(x)))
+  )
+  assert not np.allclose(np.asarray(cnn(x, key=jax.random.key(1))), np.asarray(cnn(x)))
+  # odd sides round up: 28 -> 14 -> 7 -> 4
+  odd = train.CNN(28, (2, 2, 2), 4, 3, rngs=nnx.Rngs(0))
+  assert odd(x).shape == (5, 3)
+  with pytest.raises(ValueError, match="unknown architecture 'resnet'; available: mlp_s"):
+    train.make_model("resnet")
+
+
+def test_cnn_s_is_the_committed_backbone(fmnist):
+  assert train.make_model("cnn_s").feature_dim == fmnist[2].shape[1] == 128
+  assert fmnist[0].shape[1] == 10
+
+
+def test_train_classifier_and_predict():
+  rng = np.random.default_rng(0)
+  images = rng.integers(0, 256, (40, 28, 28), dtype=np.uint8)
+  labels = (images.reshape(40, -1).mean(1) > 127.5).astype(np.int32)
+  seen = []
+  model = train.make_model("mlp_s", num_classes=2)
+  logits, feats = train.predict(model, images, batch_size=16, with_features=True)
+  assert logits.shape == (40, 2) and feats.shape == (40, 64)
+  direct = np.asarray(model(train.to_float_images(jnp.asarray(images))), np.float64)
+  np.testing.assert_allclose(logits, direct, atol=1e-4)
+  np.testing.assert_allclose(
+    feats, np.asarray(model.features(train.to_float_images(jnp.asarray(images)))), atol=1e-4
+  )
+  # learning rate 0: each epoch's loss is the untrained model's mean cross-entropy
+  ce = -(direct[np.arange(40), labels] - np.log(np.exp(direct).sum(1)))
+  out = train.train_classifier(
+    model,
+    images,
+    labels,
+    epochs=2,
+    batch_size=16,
+    learning_rate=0.0,
+    verbose=False,
+    on_epoch=lambda e, m, loss: seen.append((e, loss)),
+  )
+  np.testing.assert_allclose(out.train_loss, [ce.mean()] * 2, rtol=1e-5)
+  assert [e for e, _ in seen] == [1, 2] and np.allclose([v for _, v in seen], out.train_loss)
+  fit = train.train_classifier(
+    model, images, labels, epochs=3, batch_size=16, learning_rate=1e-2, verbose=False
+  )
+  assert fit.train_loss[-1] < fit.train_loss[0]
+  assert not np.allclose(train.predict(fit.model, images)[0], logits)
+
+  class _WithBatchNorm(nnx.Module):
+    def __init__(self):
+      self.norm = nnx.BatchNorm(4, rngs=nnx.Rngs(0))
+
+  with pytest.raises(ValueError, match="only state is nnx.Param"):
+    train.train_classifier(_WithBatchNorm(), images, labels, epochs=1, verbose=False)
+
+
+def test_splits():
+  s = train.local_calibration_splits(1000, seed=3)
+  assert [s[k].size for k in ("train", "val", "test")] == [450, 100, 450]  # 45 / 10 / 45 %
+  allidx = np.concatenate([s["train"], s["val"], s["test"]])
+  np.testing.assert_array_equal(np.sort(allidx), np.arange(1000))
+  assert all(np.all(np.diff(v) > 0) for v in s.values())
+  assert not np.array_equal(s["train"], train.local_calibration_splits(1000, seed=4)["train"])
+  fit, val = train.calibration_fit_val(1000, seed=3)
+  assert (fit.size, val.size) == (900, 100)
+  np.testing.assert_array_equal(np.sort(np.r_[fit, val]), np.arange(1000))
+  assert np.all(np.diff(fit) > 0) and np.all(np.diff(val) > 0)
+  assert train.calibration_fit_val(1000, seed=3, val_fraction=0.25)[1].size == 250
+  t = train.trace_splits(50, 11, seed=1)
+  np.testing.assert_array_equal(np.sort(t["train_order"]), np.arange(50))
+  assert not np.array_equal(t["train_order"], np.arange(50))
+  assert (t["val"].size, t["test"].size) == (5, 6)
+  np.testing.assert_array_equal(np.sort(np.r_[t["val"], t["test"]]), np.arange(11))
+  assert np.all(np.diff(t["val"]) > 0) and np.all(np.diff(t["test"]) > 0)
