@@ -1,8 +1,9 @@
 """LoCal Nets and K-Cal (Barbera et al. 2025, arXiv:2510.26566, §7, App. D.2):
 the strong initialisation on real Fashion-MNIST backbone outputs, fitting on
 synthetic data with known class probabilities (LCE down, accuracy kept),
-early stopping, determinism, save/load, checkpoints and ValueErrors; the PCA
-of the training utilities."""
+early stopping, determinism, save/load, checkpoints and ValueErrors; float64
+references for the loss and the forward pass; the training utilities (PCA,
+the epoch loop, the backbones, train_classifier / predict, the splits)."""
 
 import pathlib
 
@@ -258,6 +259,12 @@ def test_apply_value_errors(setup):
     ("verbose", "verbose must be True or False, got 'no'"),
     ("residual_vectors", "residual_vectors must be True or False"),
     ("seed", "seed must be an int, got 2.5"),
+    ("epochs", "epochs must be >= 1, got 0"),
+    ("batch_size", "batch_size must be >= 1, got 0"),
+    ("hidden", "hidden must be >= 1, got 0"),
+    ("alignment_weight", "alignment_weight must be >= 0"),
+    ("init_scale", "init_scale must be > 0"),
+    ("dropout", r"dropout must be in \[0, 1\), got 1.0"),
   ],
 )
 def test_fit_value_errors(bad, match):
@@ -305,6 +312,14 @@ def test_fit_value_errors(bad, match):
     kw["residual_vectors"] = 1
   elif bad == "seed":
     kw["seed"] = 2.5
+  elif bad in ("epochs", "batch_size", "hidden"):
+    kw[bad] = 0
+  elif bad == "alignment_weight":
+    kw[bad] = -0.5
+  elif bad == "init_scale":
+    kw[bad] = 0.0
+  elif bad == "dropout":
+    kw[bad] = 1.0
   for method in ("local_net", "kcal"):
     with pytest.raises(ValueError, match=match):
       base.fit(method, logits, y, **kw)
@@ -317,6 +332,8 @@ def test_kcal_predicts_with_the_kernel(setup):
   phi, logits, y, cal, te = (setup[k] for k in ("phi", "logits", "y", "cal", "te"))
   kc = base.fit("kcal", logits[cal], y[cal], features=phi[cal], seed=0, **OPTS)
   assert isinstance(kc, KernelCalibrator) and kc.monitor == "ce"
+  # the kept epoch is the one with the lowest validation cross-entropy
+  assert kc.best_epoch == 1 + int(np.argmin(np.asarray(kc.history)[:, 6]))
   assert kc.memory_labels.shape == (200,)  # the 10 % validation split
   p = np.asarray(kc(logits[te], features=phi[te]))
   np.testing.assert_allclose(p.sum(1), 1.0, atol=1e-5)
@@ -353,6 +370,8 @@ def test_js_distances():
   d = js_distance(p, q)
   np.testing.assert_allclose(np.asarray(d), np.asarray(js_distance(q, p)), rtol=1e-6)
   assert np.all(np.asarray(js_distance(p, p)) < 1e-5)
+  # the floor under the square root keeps the gradient finite at P = Q
+  assert np.all(np.isfinite(np.asarray(jax.grad(lambda a: js_distance(a, q).sum())(q))))
   assert np.all((np.asarray(d) > 0) & (np.asarray(d) <= np.sqrt(np.log(2)) + 1e-6))
   onehot = jax.nn.one_hot(jnp.array([0, 1]), 4)
   np.testing.assert_allclose(
@@ -553,7 +572,8 @@ def test_patience_counts_ties_and_history_is_the_validation_loss():
   # learning rate 0: every epoch has the same validation values, and a tie
   # is no improvement (strictly lower), so the first epoch stays the best
   phi, logits, y = _make(n=300)
-  opts = {**OPTS, "learning_rate": 0.0, "patience": 2, "standardize_input": True}
+  phi = 5 * phi + 2  # standardised and raw inputs differ
+  opts = {**OPTS, "learning_rate": 0.0, "patience": 2, "standardize_input": True, "init_scale": 0.3}
   rc = base.fit("local_net", logits, y, features=phi, **{**opts, "epochs": 4})
   assert (rc.epochs_run, rc.best_epoch, rc.stopped_early) == (3, 1, True)
   last = base.fit("local_net", logits, y, features=phi, **{**opts, "epochs": 3})
@@ -589,6 +609,8 @@ def test_no_validation_split_and_explicit_memory():
   np.testing.assert_allclose(
     np.asarray(kc.memory_features), _forward_ref(kc, logits[250:], phi[250:])[0], atol=1e-4
   )
+  with pytest.raises(ValueError, match=r"weight_floor must be in \[0, 1\), got 1.0"):
+    kernel_calibrator(kc, logits[:5], y[:5], phi[:5], weight_floor=1.0)
   with pytest.raises(ValueError, match=r"too few samples \(10\)"):
     base.fit("local_net", logits[:10], y[:10], features=phi[:10], **opts)
 
