@@ -748,3 +748,18 @@ def test_splits():
   assert (t["val"].size, t["test"].size) == (5, 6)
   np.testing.assert_array_equal(np.sort(np.r_[t["val"], t["test"]]), np.arange(11))
   assert np.all(np.diff(t["val"]) > 0) and np.all(np.diff(t["test"]) > 0)
+
+
+def test_probabilities_as_inputs(setup):
+  # from_logits=False takes log-probabilities: a per-row shift of the logits,
+  # which the scalar w_g carries to g' and the softmax removes
+  phi, logits, y, cal, te = (setup[k] for k in ("phi", "logits", "y", "cal", "te"))
+  probs = np.asarray(jax.nn.softmax(logits))
+  rc = base.fit(
+    "local_net", probs[cal], y[cal], features=phi[cal], from_logits=False, seed=0, **OPTS
+  )
+  np.testing.assert_allclose(
+    np.asarray(rc(probs[te], features=phi[te])),
+    np.asarray(setup["rc"](logits[te], features=phi[te])),
+    atol=1e-2,  # equal in exact arithmetic; Adam amplifies rounding over 10 epochs (1.7e-3)
+  )
