@@ -234,6 +234,8 @@ def test_apply_value_errors(setup):
     rc(logits[te], features=bad)
   with pytest.raises(ValueError, match="classes"):
     rc(logits[te, :2], features=phi[te])
+  with pytest.raises(ValueError, match=r"features must have shape \(n, 10\), got \(1000, 9\)"):
+    rc.pca_features(phi[te, :9])
 
 
 @pytest.mark.parametrize(
@@ -677,6 +679,7 @@ def test_models_and_to_float_images():
     np.asarray(cnn(x)), np.asarray(cnn.logits_from_features(cnn.features(x)))
   )
   assert not np.allclose(np.asarray(cnn(x, key=jax.random.key(1))), np.asarray(cnn(x)))
+  np.testing.assert_array_equal(np.asarray(cnn(x[..., None])), np.asarray(cnn(x)))  # (n, 28, 28, 1)
   # odd sides round up: 28 -> 14 -> 7 -> 4
   odd = train.CNN(28, (2, 2, 2), 4, 3, rngs=nnx.Rngs(0))
   assert odd(x).shape == (5, 3)
