@@ -203,3 +203,171 @@ def test_an_estimate_outside_its_interval_is_flagged_and_explained():
   entries = {"ConfECE(fix;15)": dict(R._with_interval(0.5, (0.6, 0.7)), truthful=False)}
   rows = R._metric_rows(entries)
   assert rows[0][1].endswith(" †") and R._any_outside(entries)
+
+
+def test_settings_take_num_bins_up_to_n_and_refuse_one_resample():
+  from jaxcal._src import report as R
+
+  assert R._check_settings(5, 0, 0.9, "basic", 5) == (5, 0, 0.9)
+  assert R._check_settings(1, 2, 0.9, "bca", 5) == (1, 2, 0.9)
+  with pytest.raises(ValueError, match="num_bins = 6 quantile bins .* got n = 5"):
+    R._check_settings(6, 0, 0.9, "basic", 5)
+  with pytest.raises(ValueError, match="resamples must be 0 .* or at least 2, got 1"):
+    R._check_settings(5, 1, 0.9, "basic", 5)
+
+
+def test_an_estimate_on_its_interval_bounds_is_inside():
+  from jaxcal._src import report as R
+
+  assert not R._with_interval(0.6, (0.6, 0.7))["estimate_outside_interval"]
+  assert not R._with_interval(0.7, (0.6, 0.7))["estimate_outside_interval"]
+  assert R._with_interval(0.7001, (0.6, 0.7))["estimate_outside_interval"]
+  assert R._with_interval(0.5999, (0.6, 0.7))["estimate_outside_interval"]
+  assert R._with_interval(0.3) == {"estimate": 0.3}
+
+
+def test_calibrated_values_are_lemma_d1():
+  """E[ConfCE_corr] = mean(1 - c²)/n and E[LinCE_cw] = mean(1 - ||p||²)/(C n) (Lemma D.1)."""
+  from jaxcal._src import report as R
+
+  p = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.4, 0.4, 0.2], [0.05, 0.9, 0.05]])
+  got = R._calibrated_values(jax.numpy.asarray(p, jax.numpy.float32))
+  n, c = p.shape
+  conf = np.mean(1 - p.max(1) ** 2) / n
+  lin = np.mean(1 - (p**2).sum(1)) / (c * n)
+  assert got == {
+    "ConfCE_corr(qua)": pytest.approx(conf, rel=1e-6),
+    "LinCE_cw(qua)": pytest.approx(lin, rel=1e-6),
+  }
+
+
+def test_robustness_bins_clamp_to_n_and_lo():
+  assert report.robustness_bins(1).tolist() == [2]
+  assert report.robustness_bins(50, count=4).tolist() == [2, 6, 17, 50]  # 2 * 25^(k/3), rounded
+  assert report.robustness_bins(10**6, count=2).tolist() == [2, 2000]
+
+
+def _one_model_rep():
+  """A hand-made one-model report: what the summaries print from it is known exactly."""
+  curve = {
+    "estimate": [0.01, 0.02, 0.03, 0.04, 0.05],
+    "lo": [0.005, 0.015, 0.025, 0.035, 0.06],  # the estimate at m = 100 lies below its band
+    "hi": [0.015, 0.025, 0.035, 0.045, 0.07],
+  }
+  return {
+    "input": {"source": "toy", "n": 1234, "num_classes": 3, "kind": "logits"},
+    "settings": {"num_bins": 15, "resamples": 10, "confidence": 0.9, "interval": "basic"},
+    "metrics": {
+      "ConfECE(fix;15)": {"estimate": 0.05, "lo": 0.04, "hi": 0.06, "truthful": False},
+      "LinCE_cw(qua;15)": {"estimate": 2e-4, "lo": 1e-4, "hi": 3e-4, "truthful": True},
+    },
+    "robustness": {
+      "num_bins": [2, 5, 15, 40, 100],
+      "curves": {
+        "ConfECE(fix)": curve,
+        "LinCE_cw(qua)": {"estimate": [4e-4, 3e-4, 2e-4, 1e-4, 9e-5]},
+      },
+      "calibrated_value": {"LinCE_cw(qua)": 1.23e-5},
+    },
+  }
+
+
+def test_summary_of_one_model_reads_the_right_numbers():
+  text = report.format_summary(_one_model_rep())
+  lines = text.splitlines()
+  assert lines[0] == "jaxcal report — toy"
+  assert "n = 1,234 samples, C = 3 classes (logits); 90% basic bootstrap intervals over 10" in text
+  assert "    ConfECE(fix;15)    0.0500 [0.0400, 0.0600]     top-label" in text
+  assert "    LinCE_cw(qua;15)*  2.00e-4 [1.00e-4, 3.00e-4]  class-wise" in text
+  assert "ConfECE(fix)      0.0100 at m = 2 → 0.0500 at m = 100\n" in text + "\n"
+  assert (
+    "LinCE_cw(qua)     4.00e-4 at m = 2 → 9.00e-5 at m = 100 (calibrated predictor: 1.23e-5)"
+    in text
+  )
+  assert "†" not in text  # no headline estimate outside its interval
+
+
+def test_markdown_of_one_model_has_the_first_middle_and_last_bin_count():
+  md = report.format_markdown(_one_model_rep())
+  assert "| error | m = 2 | m = 15 | m = 100 | calibrated predictor |" in md
+  assert (
+    "| ConfECE(fix) | 0.0100 [0.00500, 0.0150] | 0.0300 [0.0250, 0.0350] | 0.0500 [0.0600, 0.0700] † | — |"
+    in md
+  )
+  assert "| LinCE_cw(qua) | 4.00e-4 | 2.00e-4 | 9.00e-5 | 1.23e-5 |" in md
+  assert "| LinCE_cw(qua;15)* | 2.00e-4 [1.00e-4, 3.00e-4] |" in md
+  assert md.count(report.OUTSIDE_NOTE) == 1  # the robustness table's † is explained once
+  assert md.startswith("toy: n = 1,234, C = 3; 90% basic bootstrap intervals over 10 resamples.")
+  rep = _one_model_rep()
+  rep["robustness"]["curves"]["ConfECE(fix)"]["lo"][-1] = 0.05  # on its bound: inside
+  assert "†" not in report.format_markdown(rep)
+  rep["settings"]["resamples"] = 0
+  assert "no intervals (resamples = 0)" in report.format_markdown(rep)
+
+
+def _compare_rep():
+  """A hand-made report of three models: the rank-correlation cells are known exactly."""
+  from jaxcal._src import report as R
+
+  m = 15
+  labs = [report.label(nm, b, m if b else None) for nm, b in R.HEADLINE]
+  bins = [5, 10, 20, 50]
+  corr = (np.arange(16).reshape(4, 4) / 100).tolist()  # [i][j] = (4 i + j) / 100
+  models = ["a", "bb", "c"]
+  metrics_ = {
+    name: {lab: {"estimate": 0.1 * (k + 1) + 0.001 * i} for i, lab in enumerate(labs)}
+    for k, name in enumerate(models)
+  }
+  return {
+    "settings": {"num_bins": m, "resamples": 0, "confidence": 0.95, "interval": "percentile"},
+    "models": [{"name": x} for x in models],
+    "metrics": metrics_,
+    "rank_stability": [
+      {
+        "n": 600,
+        "num_classes": 10,
+        "models": models,
+        "paired": True,
+        "num_bins": bins,
+        "errors": {"ConfCE(qua)": {"between_bins": {"estimate": corr}}},
+      }
+    ],
+  }
+
+
+def test_comparison_summary_and_markdown_read_the_right_cells():
+  rep = _compare_rep()
+  text = report.format_summary(rep)
+  assert "ranking of 3 models (n = 600, C = 10) kept between 5 and 50 bins" in text
+  assert "(paired bootstrap)" in text
+  assert text.endswith("\n    ConfCE(qua)       0.030")  # between 5 and 50 bins: [0][3]
+  head = text.splitlines()[1].split()
+  assert head == ["accuracy", "ConfECE(fix;15)", "smECE", "LinCE_cw(qua;15)"]
+  assert text.splitlines()[3].split() == ["bb", "0.200", "0.204", "0.206", "0.210"]
+  md = report.format_markdown(rep)
+  want = "| error | 5 vs 10 bins | 5 vs 20 bins | 5 vs 50 bins | 10 vs 50 bins | 20 vs 50 bins |"
+  assert want in md
+  assert "| ConfCE(qua) | 0.010 | 0.020 | 0.030 | 0.070 | 0.11 |" in md
+  assert "| c | 0.300 | 0.301 |" in md
+  rep["rank_stability"] = []
+  assert "no group of >= 3 models" in report.format_summary(rep)
+
+
+def test_find_models(tmp_path):
+  from jaxcal._src.report import find_models
+
+  z = dict(logits=np.zeros((2, 2)), labels=np.zeros(2, int))
+  assert find_models(str(tmp_path / "a.npz")) is None  # not a folder
+  np.savez(tmp_path / "a.npz", **z)
+  assert find_models(str(tmp_path)) is None  # one .npz: one data set
+  np.savez(tmp_path / "b.npz", **z)
+  (tmp_path / ".hidden").mkdir()
+  got = find_models(str(tmp_path))
+  assert got == {"a": str(tmp_path / "a.npz"), "b": str(tmp_path / "b.npz")}
+  (tmp_path / "m").mkdir()
+  assert find_models(str(tmp_path))["m"] == str(tmp_path / "m")
+  np.save(tmp_path / "logits.npy", z["logits"])  # .npy files: the folder is one data set
+  assert find_models(str(tmp_path)) is None
+  only = tmp_path / "only_dirs"
+  (only / "x").mkdir(parents=True)
+  assert find_models(str(only)) == {"x": str(only / "x")}
