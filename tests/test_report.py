@@ -1,6 +1,8 @@
 """The calibration report: JSON schema, rounding, one vocabulary, rank stability."""
 
 import json
+import pathlib
+import sys
 
 import jax
 import numpy as np
@@ -9,6 +11,9 @@ from scipy import stats
 
 from jaxcal import data, metrics, report, scores
 from jaxcal._src.names import round_floats
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+import _reference as ref
 
 
 @pytest.fixture(scope="module")
@@ -371,3 +376,44 @@ def test_find_models(tmp_path):
   only = tmp_path / "only_dirs"
   (only / "x").mkdir(parents=True)
   assert find_models(str(only)) == {"x": str(only / "x")}
+
+
+def test_compare_report_ranks_models_by_their_errors(monkeypatch):
+  """Spearman between bin counts and with the error rate, per group of (n, C) (scipy, float64)."""
+  from jaxcal._src import report as R
+
+  full = R._Headline  # accuracy as the one headline metric, two ranked errors: small compiles
+  monkeypatch.setattr(R, "_Headline", lambda m: full(m, (("accuracy", None),)))
+  monkeypatch.setattr(R, "RANK_ERRORS", (("ConfECE", "fixed"), ("ConfCE_corr", "quantile")))
+  rng = np.random.default_rng(1)
+  y = rng.integers(0, 3, 40)
+  onehot = np.eye(3)[y]
+  models = {f"m{k}": (rng.normal(size=(40, 3)) + s * onehot, y) for k, s in enumerate((0, 1, 2, 4))}
+  z = rng.normal(size=(30, 3))
+  y2 = rng.integers(0, 3, 30)
+  models.update(u=(z, y2), v=(2 * z, y2))  # a group of two (n = 30): headline only
+  rep = R.compare_report(models, num_bins=5, rank_bins=(2, 5, 40, 41), resamples=0)
+  assert [(x["name"], x["n"], x["group"]) for x in rep["models"]] == [
+    *((f"m{k}", 40, 0) for k in range(4)),
+    ("u", 30, 1),
+    ("v", 30, 1),
+  ]
+  for name, (x, yy) in models.items():
+    acc = np.mean(np.argmax(x, 1) == yy)
+    assert rep["metrics"][name]["accuracy"]["estimate"] == pytest.approx(acc, abs=1e-6)
+  (block,) = rep["rank_stability"]
+  assert block["models"] == ["m0", "m1", "m2", "m3"] and block["n"] == 40
+  assert block["num_bins"] == [2, 5, 40] and block["paired"]
+  probs = {
+    k: np.asarray(jax.nn.softmax(jax.numpy.asarray(models[k][0], jax.numpy.float32)))
+    for k in block["models"]
+  }
+  err_rate = [1 - np.mean(np.argmax(probs[k], 1) == y) for k in block["models"]]
+  for lab, fn in (("ConfECE(fix)", ref.conf_ece), ("ConfCE_corr(qua)", ref.conf_ce_corr)):
+    e = np.array([[fn(probs[k], y, m) for m in (2, 5, 40)] for k in block["models"]])
+    got = block["errors"][lab]
+    np.testing.assert_allclose(
+      got["between_bins"]["estimate"], stats.spearmanr(e).statistic, atol=1e-5
+    )
+    want = [stats.spearmanr(err_rate, e[:, j]).statistic for j in range(3)]
+    np.testing.assert_allclose(got["with_error_rate"]["estimate"], want, atol=1e-5)
