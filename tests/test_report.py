@@ -417,3 +417,16 @@ def test_compare_report_ranks_models_by_their_errors(monkeypatch):
     )
     want = [stats.spearmanr(err_rate, e[:, j]).statistic for j in range(3)]
     np.testing.assert_allclose(got["with_error_rate"]["estimate"], want, atol=1e-5)
+
+
+def test_rank_stability_checks_its_input_and_takes_kendall():
+  e = np.array([[1.0, 3.0, 2.0], [2.0, 1.0, 3.0], [3.0, 2.0, 2.5], [4.0, 0.5, 1.0]])
+  r = np.asarray(report.rank_stability(e, method="kendall"))
+  assert r[0, 1] == pytest.approx(stats.kendalltau(e[:, 0], e[:, 1]).statistic, abs=1e-6)
+  assert r[1, 2] == pytest.approx(stats.kendalltau(e[:, 1], e[:, 2]).statistic, abs=1e-6)
+  with pytest.raises(ValueError, match="at least 3 models, got 2"):
+    report.rank_stability(e[:2])
+  with pytest.raises(ValueError, match=r"\(num_models, num_bin_counts\), got shape \(4,\)"):
+    report.rank_stability(e[:, 0])
+  with pytest.raises(ValueError, match="'spearman' or 'kendall', got 'pearson'"):
+    report.rank_stability(e, method="pearson")
