@@ -226,3 +226,94 @@ def test_version_and_the_method_list_of_the_help(capsys):
   with pytest.raises(SystemExit) as e:
     cli.main(["--version"])
   assert e.value.code == 0 and capsys.readouterr().out.strip() == f"jaxcal {__version__}"
+
+
+def test_integer_options_take_their_minimum():
+  import argparse
+
+  assert cli._positive("1") == 1 and cli._non_negative("0") == 0
+  with pytest.raises(argparse.ArgumentTypeError, match="expected an integer >= 1, got 0"):
+    cli._positive("0")
+  with pytest.raises(argparse.ArgumentTypeError, match="expected an integer >= 0, got 'x'"):
+    cli._non_negative("x")
+
+
+def test_a_parser_error_is_one_line_that_points_at_the_help(capsys):
+  with pytest.raises(SystemExit) as e:
+    cli.main(["report", "--bins", "0"])
+  assert e.value.code == 2
+  err = capsys.readouterr().err
+  assert err == (
+    "jaxcal report: error: argument --bins: expected an integer >= 1, got 0 "
+    "(see jaxcal report --help)\n"
+  )
+
+
+def test_names_options_and_same_data():
+  assert cli._name("/a/b/model_1.npz") == "model_1" and cli._name("/a/run.3/") == "run.3"
+  assert cli._name("scores.npy,labels.npy") == "scores.npy,labels.npy"
+  assert cli._parse_options("") == {} and cli._parse_options('{"a": [1]}') == {"a": [1]}
+  x, y = np.arange(6.0).reshape(3, 2), np.array([0, 1, 0])
+  assert cli._same_data(x, y, x.copy(), y.copy())
+  assert not cli._same_data(x, y, x + 1, y)  # same labels, other scores
+  assert not cli._same_data(x, y, x, np.array([0, 1, 1]))
+  assert not cli._same_data(x, y, x[:2], y[:2])
+
+
+def test_recalibrate_refuses_files_with_different_class_counts(tmp_path, capsys, monkeypatch):
+  from jaxcal import recalibrate
+
+  monkeypatch.setattr(recalibrate, "fit", lambda *a, **k: pytest.fail("fitted"))
+  np.savez(tmp_path / "c.npz", logits=np.zeros((6, 3), np.float32), labels=np.arange(6) % 3)
+  np.savez(tmp_path / "t.npz", logits=np.zeros((6, 4), np.float32), labels=np.arange(6) % 4)
+  argv = ["recalibrate", "temperature", str(tmp_path / "c.npz"), str(tmp_path / "t.npz")]
+  assert cli.main(argv + ["--out", str(tmp_path / "o.npz")]) == 2
+  err = capsys.readouterr().err
+  assert "calibration file has C = 3 classes but the test file has C = 4" in err
+  assert not (tmp_path / "o.npz").exists()
+
+
+def test_report_passes_every_setting_and_names_the_models(tmp_path, capsys, monkeypatch):
+  """What ``jaxcal report`` hands to the report functions (they are replaced by recorders)."""
+  from jaxcal._src import report
+
+  calls = []
+
+  def record(kind):
+    def fn(*args, **kwargs):
+      calls.append((kind, args, kwargs))
+      return {"kind": kind}
+
+    return fn
+
+  monkeypatch.setattr(report, "calibration_report", record("one"))
+  monkeypatch.setattr(report, "compare_report", record("many"))
+  monkeypatch.setattr(report, "write_report", lambda rep, *a, **k: {"json": "r/report.json"})
+  monkeypatch.setattr(report, "format_summary", lambda rep: f"summary of {rep['kind']}")
+  monkeypatch.setattr(report, "format_markdown", lambda rep: f"markdown of {rep['kind']}")
+  for k in range(2):
+    np.savez(tmp_path / f"m{k}.npz", logits=np.full((4, 2), k, np.float32), labels=np.ones(4, int))
+  out = str(tmp_path / "r")
+  settings = ["--bins", "7", "--resamples", "3", "--confidence", "0.8", "--interval", "basic"]
+  settings += ["--seed", "5", "--utilities", "9", "--out", out]
+  assert cli.main(["report", str(tmp_path / "m1.npz"), *settings]) == 0
+  (kind, (x, y), kw), *_ = calls
+  assert kind == "one" and x[0, 0] == 1 and y.tolist() == [1, 1, 1, 1]
+  assert kw == dict(
+    num_utilities=9,
+    source="m1.npz (no 'test' split: the file's one data set)",
+    path=str(tmp_path / "m1.npz"),
+    num_bins=7,
+    resamples=3,
+    confidence=0.8,
+    interval="basic",
+    seed=5,
+  )
+  assert capsys.readouterr().out.startswith("summary of one\n")
+  calls.clear()
+  files = [str(tmp_path / f"m{k}.npz") for k in range(2)]
+  assert cli.main(["report", *files, *settings, "--format", "md"]) == 0
+  (kind, (models,), kw), *_ = calls
+  assert kind == "many" and list(models) == ["m0", "m1"] and models["m1"][0][0, 0] == 1
+  assert kw["paths"] == {"m0": files[0], "m1": files[1]} and kw["num_bins"] == 7
+  assert capsys.readouterr().out.startswith("markdown of many\n")
