@@ -430,3 +430,86 @@ def test_rank_stability_checks_its_input_and_takes_kendall():
     report.rank_stability(e[:, 0])
   with pytest.raises(ValueError, match="'spearman' or 'kendall', got 'pearson'"):
     report.rank_stability(e, method="pearson")
+
+
+def test_calibration_report_hands_each_section_its_settings(monkeypatch):
+  """Which key, bin count and resample count each section gets (the sections are recorders)."""
+  import os
+
+  from jaxcal._src import report as R
+
+  calls = {}
+
+  def record(name):
+    def fn(*args):
+      calls[name] = args
+      return name
+
+    return fn
+
+  for s in (
+    "_headline_section",
+    "_robustness_section",
+    "_utility_section",
+    "_decomposition_section",
+  ):
+    monkeypatch.setattr(R, s, record(s))
+  p, y = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]]), np.array([0, 1, 1])
+  settings = dict(num_bins=3, resamples=5, confidence=0.8, interval="bca", seed=7)
+  rep = R.calibration_report(
+    p, y, num_utilities=4, robustness_resamples=0, source="s", path="rel/x.npz", **settings
+  )
+  keys = jax.random.key_data(jax.random.split(jax.random.key(7), 3))
+  k, probs, yy, *rest = calls["_headline_section"]
+  np.testing.assert_allclose(probs, p, rtol=1e-6)
+  assert yy.tolist() == [0, 1, 1] and rest == [3, 5, 0.8, "bca"]
+  assert np.array_equal(jax.random.key_data(k), keys[0])
+  k, _, _, *rest = calls["_robustness_section"]
+  assert rest == [3, 0, 0.8, "bca"] and np.array_equal(jax.random.key_data(k), keys[1])
+  assert calls["_utility_section"][2:] == (4, 7)
+  assert rep["input"] == {
+    "source": "s",
+    "path": os.path.abspath("rel/x.npz"),
+    "n": 3,
+    "num_classes": 2,
+    "kind": "probabilities",
+  }
+  assert rep["settings"] == dict(
+    num_bins=3,
+    num_utilities=4,
+    resamples=5,
+    robustness_resamples=0,
+    confidence=0.8,
+    interval="bca",
+    consistency_resamples=1000,
+    consistency_confidence=0.8,
+  )
+  assert rep["metrics"] == "_headline_section" and rep["utility"] == "_utility_section"
+  assert rep["robustness"] == "_robustness_section"
+  assert rep["decomposition"] == "_decomposition_section"
+  assert R.calibration_report(np.log(p), y, **settings)["input"]["kind"] == "logits"
+  with pytest.raises(ValueError, match="at least 2, got 1"):
+    R.calibration_report(p, y, robustness_resamples=1, num_bins=3)
+
+
+def test_utility_section_sorts_the_errors_of_each_family():
+  from jaxcal import utility
+  from jaxcal._src import report as R
+
+  rng = np.random.default_rng(2)
+  p = jax.numpy.asarray(rng.dirichlet(np.ones(3), 20), jax.numpy.float32)
+  y = jax.numpy.asarray(rng.integers(0, 3, 20))
+  assert R._utility_section(p, y, 0, 1) == {}
+  got = R._utility_section(p, y, 5, 1)
+  k_lin, k_rank = jax.random.split(jax.random.key(1))
+  for fam, us in (
+    ("linear", utility.sample_linear(k_lin, 5, 3)),
+    ("rank", utility.sample_rank(k_rank, 5, 3)),
+  ):
+    want = np.sort(np.asarray(utility.uc_sweep(p, y, us), np.float64))
+    np.testing.assert_allclose(got[fam]["errors"], want, rtol=1e-6)
+    assert got[fam]["num_utilities"] == 5
+    q = got[fam]["quantiles"]
+    assert list(q) == ["0.1", "0.25", "0.5", "0.75", "0.9", "1.0"]
+    assert q["0.5"] == pytest.approx(want[2]) and q["1.0"] == pytest.approx(want[-1])
+    assert q["0.1"] == pytest.approx(want[0] + 0.4 * (want[1] - want[0]))  # linear interpolation
