@@ -159,6 +159,10 @@ def test_cli_enables_the_persistent_compilation_cache(tmp_path):
   env["JAX_COMPILATION_CACHE_DIR"] = str(tmp_path / "mine")  # the user's own setting wins
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
   assert out.stdout.split()[0] == str(tmp_path / "mine")
+  env.pop("JAX_COMPILATION_CACHE_DIR")  # jaxcal's own setting wins over XDG_CACHE_HOME
+  env["JAXCAL_CACHE_DIR"] = str(tmp_path / "own")
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+  assert out.stdout.split() == [str(tmp_path / "own")] * 2, out.stderr
 
 
 def test_plots_render(tmp_path):

@@ -513,3 +513,21 @@ def test_utility_section_sorts_the_errors_of_each_family():
     assert list(q) == ["0.1", "0.25", "0.5", "0.75", "0.9", "1.0"]
     assert q["0.5"] == pytest.approx(want[2]) and q["1.0"] == pytest.approx(want[-1])
     assert q["0.1"] == pytest.approx(want[0] + 0.4 * (want[1] - want[0]))  # linear interpolation
+
+
+def test_comparison_table_as_markdown_and_the_json_rounding():
+  from jaxcal._src import report as R
+
+  rows = {
+    "NLL": {"before": 0.2041, "after": 0.1712},
+    "ConfECE(fix;15)": {"before": 0.05, "after": 2e-4},
+  }
+  assert R.format_comparison(rows, ("before", "after"), markdown=True).splitlines() == [
+    "| metric | before | after |",
+    "|---|---|---|",
+    "| NLL | 0.204 | 0.171 |",
+    "| ConfECE(fix;15) | 0.0500 | 2.00e-4 |",
+  ]
+  rep = {"timing": {"total_s": 12.3456}, "x": [0.123456789, np.float32(0.1)]}
+  assert R._json_ready(rep) == {"timing": {"total_s": 12.3}, "x": [0.123457, 0.1]}
+  assert rep["timing"]["total_s"] == 12.3456  # the report itself keeps its numbers
