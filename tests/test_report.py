@@ -531,3 +531,21 @@ def test_comparison_table_as_markdown_and_the_json_rounding():
   rep = {"timing": {"total_s": 12.3456}, "x": [0.123456789, np.float32(0.1)]}
   assert R._json_ready(rep) == {"timing": {"total_s": 12.3}, "x": [0.123457, 0.1]}
   assert rep["timing"]["total_s"] == 12.3456  # the report itself keeps its numbers
+
+
+def test_statistics_are_equal_only_with_the_same_settings():
+  """Compiled programs are cached by these objects: a different bin count must not match."""
+  from jaxcal._src import report as R
+
+  h = R._Headline(15)
+  assert h == R._Headline(15) and hash(h) == hash(R._Headline(15))
+  assert h != R._Headline(10) and h != R._Headline(15, R.RECALIBRATION_METRICS)
+  c = R._Curves([2, 5])
+  assert c == R._Curves((2, 5)) and hash(c) == hash(R._Curves((2, 5)))
+  assert c != R._Curves([2, 6]) and c != R._Curves([2, 5], R.RANK_ERRORS)
+  s = R._Compare(15, (5, 20), True)
+  assert s == R._Compare(15, (5, 20), True) and hash(s) == hash(R._Compare(15, [5, 20], True))
+  assert s != R._Compare(10, (5, 20), True) and s != R._Compare(15, (5, 21), True)
+  assert s != R._Compare(15, (5, 20), False)
+  assert R._HeadOnly(s) == R._HeadOnly(R._Compare(15, (5, 20), True))
+  assert R._HeadOnly(s) != R._HeadOnly(R._Compare(15, (5, 20), False))
