@@ -321,3 +321,35 @@ def test_report_passes_every_setting_and_names_the_models(tmp_path, capsys, monk
   assert kind == "many" and list(models) == ["m0", "m1"] and models["m1"][0][0, 0] == 1
   assert kw["paths"] == {"m0": files[0], "m1": files[1]} and kw["num_bins"] == 7
   assert capsys.readouterr().out.startswith("markdown of many\n")
+
+
+def test_sweep_writes_into_a_new_folder_what_it_prints(tmp_path, capsys):
+  import jax
+
+  from jaxcal import utility
+
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=(30, 3)).astype(np.float32), rng.integers(0, 3, 30)
+  np.savez(tmp_path / "p.npz", logits=x, labels=y)
+  out = tmp_path / "new" / "sub" / "s.npz"
+  argv = ["sweep", str(tmp_path / "p.npz"), "--m", "5", "--seed", "3", "--family", "rank"]
+  assert cli.main(argv + ["--out", str(out), "--format", "json"]) == 0
+  printed = json.loads(capsys.readouterr().out)
+  us = utility.sample_rank(jax.random.key(3), 5, 3)
+  want = np.asarray(utility.uc_sweep(x, y, us, from_logits=True), np.float64)
+  z = np.load(out)
+  np.testing.assert_allclose(z["errors"], want, rtol=1e-6)
+  np.testing.assert_allclose(z["sorted_errors"], np.sort(want), rtol=1e-6)
+  np.testing.assert_allclose(z["fractions"], np.arange(1, 6) / 5)
+  assert printed["family"] == "rank" and printed["m"] == 5 and printed["seed"] == 3
+  assert list(printed["quantiles"]) == ["10%", "50%", "90%", "100%"]
+  assert printed["quantiles"]["50%"] == pytest.approx(np.median(want), rel=1e-5)
+  assert printed["quantiles"]["100%"] == pytest.approx(want.max(), rel=1e-5)
+
+
+def test_save_model_needs_a_model_file_name(tmp_path, capsys):
+  default = str(data.DEFAULT_PREDICTIONS)
+  argv = ["recalibrate", "temperature", default, default, "--out", str(tmp_path / "o.npz")]
+  assert cli.main(argv + ["--save-model", str(tmp_path / "m.txt")]) == 2
+  err = capsys.readouterr().err
+  assert f"--save-model {tmp_path / 'm.txt'}: use a .npz or .msgpack file name" in err
