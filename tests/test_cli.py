@@ -1,12 +1,17 @@
 """The jaxcal command line, end to end on the embedded default (small settings)."""
 
 import json
+import pathlib
+import sys
 
 import numpy as np
 import pytest
 
 from jaxcal import data, plots
 from jaxcal._src import cli
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+import _reference as ref
 
 
 @pytest.fixture(autouse=True)
@@ -353,3 +358,32 @@ def test_save_model_needs_a_model_file_name(tmp_path, capsys):
   assert cli.main(argv + ["--save-model", str(tmp_path / "m.txt")]) == 2
   err = capsys.readouterr().err
   assert f"--save-model {tmp_path / 'm.txt'}: use a .npz or .msgpack file name" in err
+
+
+def test_recalibrate_scores_the_test_split_before_and_after(tmp_path, capsys):
+  from scipy.special import softmax
+
+  rng = np.random.default_rng(4)
+  splits = {}
+  for split, n in (("val", 60), ("test", 40)):
+    y = rng.integers(0, 3, n)
+    splits[f"{split}_logits"] = (3 * rng.normal(size=(n, 3)) + 2 * np.eye(3)[y]).astype(np.float32)
+    splits[f"{split}_labels"] = y
+  np.savez(tmp_path / "s.npz", **splits)
+  out = tmp_path / "o.npz"
+  f = str(tmp_path / "s.npz")
+  assert cli.main(["recalibrate", "temperature", f, f, "--out", str(out), "--format", "json"]) == 0
+  rep = json.loads(capsys.readouterr().out)
+  assert rep["n_calibration"] == 60 and rep["n_test"] == 40
+  assert rep["calibration_data"] == "s.npz (val)" and rep["test_data"] == "s.npz (test)"
+  z = np.load(out)
+  yt = splits["test_labels"]
+  assert z["labels"].tolist() == yt.tolist()
+  before = softmax(splits["test_logits"].astype(np.float64), axis=1)
+  after = z["probs"].astype(np.float64)
+  assert not np.allclose(before, after, atol=1e-3)  # the temperature moved the probabilities
+  m = rep["metrics"]
+  for p, when in ((before, "before"), (after, "after")):
+    assert m["NLL"][when] == pytest.approx(np.mean(ref.log_loss(p, yt)), rel=1e-4)
+    assert m["ConfECE(fix;15)"][when] == pytest.approx(ref.conf_ece(p, yt, 15), rel=1e-3, abs=1e-6)
+    assert m["accuracy"][when] == pytest.approx(np.mean(p.argmax(1) == yt), abs=1e-6)
