@@ -387,3 +387,43 @@ def test_recalibrate_scores_the_test_split_before_and_after(tmp_path, capsys):
     assert m["NLL"][when] == pytest.approx(np.mean(ref.log_loss(p, yt)), rel=1e-4)
     assert m["ConfECE(fix;15)"][when] == pytest.approx(ref.conf_ece(p, yt, 15), rel=1e-3, abs=1e-6)
     assert m["accuracy"][when] == pytest.approx(np.mean(p.argmax(1) == yt), abs=1e-6)
+
+
+def test_parser_defaults():
+  p = cli.build_parser()
+  r = vars(p.parse_args(["report"]))
+  del r["func"]
+  assert r == dict(
+    command="report",
+    predictions=[],
+    out="jaxcal-report",
+    split="test",
+    bins=15,
+    utilities=1500,
+    resamples=200,
+    confidence=0.95,
+    interval="percentile",
+    figures=("png", "pdf"),
+    seed=0,
+    format="text",
+  )
+  assert p.parse_args(["report", "--figures", ""]).figures == ()
+  assert p.parse_args(["report", "--figures", "svg,,png"]).figures == ("svg", "png")
+  c = p.parse_args(["recalibrate", "temperature", "a", "b", "--out", "o.npz"])
+  assert (c.cal_split, c.test_split, c.options, c.save_model, c.force) == (
+    "val",
+    "test",
+    None,
+    None,
+    False,
+  )
+  s = p.parse_args(["sweep", "--out", "s.json"])
+  assert (s.predictions, s.family, s.m, s.chunk_size, s.seed, s.split, s.force) == (
+    None,
+    "linear",
+    1500,
+    None,
+    0,
+    "test",
+    False,
+  )
