@@ -549,3 +549,13 @@ def test_statistics_are_equal_only_with_the_same_settings():
   assert s != R._Compare(15, (5, 20), False)
   assert R._HeadOnly(s) == R._HeadOnly(R._Compare(15, (5, 20), True))
   assert R._HeadOnly(s) != R._HeadOnly(R._Compare(15, (5, 20), False))
+
+
+def test_compare_report_checks_every_model_before_computing():
+  good = (np.zeros((40, 3)), np.arange(40) % 3)
+  small = (np.zeros((30, 3)), np.arange(30) % 3)
+  with pytest.raises(ValueError, match="num_bins = 35 quantile bins need .* got n = 30"):
+    report.compare_report({"a": good, "b": small}, num_bins=35)
+  bad = (np.zeros((30, 3)), np.arange(30) % 4)
+  with pytest.raises(ValueError, match=r"^model 'bad': labels must lie in \[0, 3\)"):
+    report.compare_report({"a": good, "bad": bad}, num_bins=5)
