@@ -427,3 +427,15 @@ def test_parser_defaults():
     "test",
     False,
   )
+
+
+def test_an_output_path_deep_under_a_file_is_refused(tmp_path):
+  blocker = tmp_path / "file"
+  blocker.write_text("x")
+  assert (
+    cli._parent_problem(str(blocker / "a" / "b" / "c.json")) == f"{blocker} is a file, not a folder"
+  )
+  assert cli._parent_problem(str(tmp_path / "a" / "b" / "c.json")) is None
+  with pytest.raises(cli.UserError, match=r"--out .*/a/b: cannot write there: .* is a file"):
+    cli._check_out_dir(str(blocker / "a" / "b"))
+  cli._check_out_dir(str(tmp_path / "new" / "deeper"))  # folders that can be made
