@@ -256,8 +256,8 @@ def _one_model_rep():
   """A hand-made one-model report: what the summaries print from it is known exactly."""
   curve = {
     "estimate": [0.01, 0.02, 0.03, 0.04, 0.05],
-    "lo": [0.005, 0.015, 0.025, 0.035, 0.06],  # the estimate at m = 100 lies below its band
-    "hi": [0.015, 0.025, 0.035, 0.045, 0.07],
+    "lo": [0.005, 0.015, 0.025, 0.035, 0.06],  # at m = 100 the estimate lies below its band,
+    "hi": [0.009, 0.025, 0.035, 0.045, 0.07],  # at m = 2 above it
   }
   return {
     "input": {"source": "toy", "n": 1234, "num_classes": 3, "kind": "logits"},
@@ -293,21 +293,27 @@ def test_summary_of_one_model_reads_the_right_numbers():
 
 
 def test_markdown_of_one_model_has_the_first_middle_and_last_bin_count():
+  from jaxcal._src.report import OUTSIDE_NOTE
+
   md = report.format_markdown(_one_model_rep())
   assert "| error | m = 2 | m = 15 | m = 100 | calibrated predictor |" in md
   assert (
-    "| ConfECE(fix) | 0.0100 [0.00500, 0.0150] | 0.0300 [0.0250, 0.0350] | 0.0500 [0.0600, 0.0700] † | — |"
+    "| ConfECE(fix) | 0.0100 [0.00500, 0.00900] † | 0.0300 [0.0250, 0.0350] | 0.0500 [0.0600, 0.0700] † | — |"
     in md
   )
   assert "| LinCE_cw(qua) | 4.00e-4 | 2.00e-4 | 9.00e-5 | 1.23e-5 |" in md
   assert "| LinCE_cw(qua;15)* | 2.00e-4 [1.00e-4, 3.00e-4] |" in md
-  assert md.count(report.OUTSIDE_NOTE) == 1  # the robustness table's † is explained once
+  assert md.count(OUTSIDE_NOTE) == 1  # the robustness table's † is explained once
   assert md.startswith("toy: n = 1,234, C = 3; 90% basic bootstrap intervals over 10 resamples.")
   rep = _one_model_rep()
-  rep["robustness"]["curves"]["ConfECE(fix)"]["lo"][-1] = 0.05  # on its bound: inside
+  curve = rep["robustness"]["curves"]["ConfECE(fix)"]
+  curve["lo"][-1], curve["hi"][0] = 0.05, 0.01  # on their bounds: inside
   assert "†" not in report.format_markdown(rep)
   rep["settings"]["resamples"] = 0
   assert "no intervals (resamples = 0)" in report.format_markdown(rep)
+  rep = _one_model_rep()  # a headline estimate outside as well: the note comes once
+  rep["metrics"]["ConfECE(fix;15)"]["estimate_outside_interval"] = True
+  assert report.format_markdown(rep).count(OUTSIDE_NOTE) == 1
 
 
 def _compare_rep():
