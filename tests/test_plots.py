@@ -11,6 +11,13 @@ pytest.importorskip("matplotlib")
 from jaxcal import bootstrap, metrics, plots, report
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+  """Closes every figure a test opened (pyplot keeps them, and warns beyond 20)."""
+  yield
+  pytest.importorskip("matplotlib.pyplot").close("all")
+
+
 def _overlaps(fig) -> list[tuple[str, str]]:
   """Pairs of visible tick labels of one axis whose tight bounding boxes intersect."""
   fig.canvas.draw()
@@ -209,3 +216,307 @@ def test_smooth_reliability_diagram_names_the_model_and_writes_smece_like_the_re
   want = report.format_number(float(metrics.smooth_ece(p, y)))
   assert f"smECE = {want} " in ax.texts[0].get_text()
   assert ax.get_legend() is not None
+
+
+def _top_label_probs(conf):
+  """``(n, 3)`` probabilities whose top label is class 0 with confidence ``conf``."""
+  conf = np.asarray(conf, np.float64)
+  rest = (1 - conf) / 2
+  return np.stack([conf, rest + 0.01, rest - 0.01], axis=1)
+
+
+def _bars(container):
+  """``(x, width, bottom, height)`` of every bar of a matplotlib ``BarContainer``."""
+  return np.array([(b.get_x(), b.get_width(), b.get_y(), b.get_height()) for b in container])
+
+
+# confidences 0.4-0.95 in four equal-width bins: [0, 0.25) stays empty
+_CONF = np.array([0.4, 0.45, 0.6, 0.7, 0.72, 0.8, 0.9, 0.95])
+_LABELS = np.array([0, 1, 0, 0, 2, 0, 0, 0])
+
+
+def test_reliability_diagram_draws_the_bins_it_computes():
+  """Accuracy bars, gap bars and the count panel against a numpy binning of the confidences."""
+  fig = plots.reliability_diagram(_top_label_probs(_CONF), _LABELS, 4, model="toy")
+  ax, hist = fig.axes
+  b = np.minimum(np.floor(_CONF * 4), 3).astype(int)
+  hit = (_LABELS == 0).astype(np.float64)
+  kept = np.unique(b)  # bin 0 is empty and drawn nowhere
+  cnt = np.bincount(b, minlength=4)[kept]
+  acc = np.bincount(b, hit, 4)[kept] / cnt
+  conf = np.bincount(b, _CONF, 4)[kept] / cnt
+  np.testing.assert_allclose(
+    _bars(ax.containers[0]), np.c_[kept / 4, np.full(3, 0.25), 0 * acc, acc], atol=1e-6
+  )
+  gap = np.c_[kept / 4, np.full(3, 0.25), np.minimum(acc, conf), np.abs(conf - acc)]
+  np.testing.assert_allclose(_bars(ax.containers[1]), gap, atol=1e-6)
+  np.testing.assert_allclose(_bars(hist.containers[0])[:, 3], cnt)
+  assert ax.get_xlim() == (0.0, 1.0) and ax.get_ylim() == (0.0, 1.0)
+  assert hist.get_ylim() == pytest.approx((0.7, 10.0))  # the next power of ten above 1.05 * 3
+  assert ax.get_title() == "Reliability diagram — toy (n = 8)"
+  ece = np.sum(cnt * np.abs(conf - acc)) / _CONF.size
+  texts = [t.get_text() for t in fig.legends[0].get_texts()]
+  assert f"ConfECE(fix;4) = {report.format_number(ece)}" in texts
+  assert not any("consistency band" in t for t in texts)
+
+
+def test_reliability_diagram_bands_drawn_clipped_on_kept_bins_and_checked():
+  """Band segments at the bins' mean confidence, clipped to [0, 1], none for empty bins."""
+  p = _top_label_probs(_CONF)
+  bands = bootstrap.ConsistencyBands(
+    confidence=np.array([0.1, 0.42, 0.67, 0.9]),
+    lo=np.array([0.0, -0.2, 0.3, 0.7]),
+    hi=np.array([0.2, 0.9, 0.95, 1.3]),
+    counts=np.array([0, 2, 3, 3]),
+    level=0.8,
+  )
+  plt = pytest.importorskip("matplotlib.pyplot")
+  fig, ax = plt.subplots()
+  assert plots.reliability_diagram(p, _LABELS, 4, bands=bands, ax=ax) is fig
+  (segs,) = [c for c in ax.collections if c.get_segments()]
+  want = [[[0.42, 0.0], [0.42, 0.9]], [[0.67, 0.3], [0.67, 0.95]], [[0.9, 0.7], [0.9, 1.0]]]
+  np.testing.assert_allclose(np.array(segs.get_segments()), want)
+  texts = [t.get_text() for t in ax.get_legend().get_texts()]
+  assert "consistency band (80 %)" in texts and ax.get_xlabel() == "confidence (max probability)"
+  plt.close(fig)
+  with pytest.raises(
+    ValueError, match="bands were computed for 4 bins, the diagram has num_bins = 5"
+  ):
+    plots.reliability_diagram(p, _LABELS, 5, bands=bands)
+
+
+def test_reliability_diagram_bands_true_uses_the_seed():
+  p = _top_label_probs(_CONF)
+  want = bootstrap.consistency_bands(jax.random.key(3), p, 4)
+  fig = plots.reliability_diagram(p, _LABELS, 4, bands=True, seed=3)
+  (segs,) = [c for c in fig.axes[0].collections if c.get_segments()]
+  lo = np.clip(np.asarray(want.lo), 0, 1)[1:]
+  hi = np.clip(np.asarray(want.hi), 0, 1)[1:]
+  got = np.array(segs.get_segments())
+  np.testing.assert_allclose(got[:, :, 1], np.c_[lo, hi], atol=1e-6)
+
+
+def _fill_ys(poly) -> np.ndarray:
+  """The distinct y values of the outline of a ``fill_between`` polygon."""
+  return np.unique(np.round(poly.get_paths()[0].vertices[:, 1], 12))
+
+
+def test_bin_robustness_plot_draws_curves_bands_references_and_limits():
+  m = np.array([2.0, 5.0, 20.0])
+  a = np.array([0.02, 0.03, 0.05])
+  b = np.array([4e-3, 1e-3, 2e-4])
+  fig = plots.bin_robustness_plot(
+    m,
+    {"ConfECE(fix)": a, "LinCE_cw(qua)": b},
+    bands={"LinCE_cw(qua)": (0.5 * b, 2 * b)},
+    reference={"LinCE_cw(qua)": 1e-4, "ConfECE(fix)": [0.01, 0.02, 0.04]},
+  )
+  l1, sq = fig.axes
+  np.testing.assert_allclose(l1.lines[0].get_xydata(), np.c_[m, a])
+  np.testing.assert_allclose(sq.lines[0].get_xydata(), np.c_[m, b])
+  assert (l1.lines[0].get_color(), sq.lines[0].get_color()) == ("#4C72B0", "#C44E52")
+  np.testing.assert_allclose(l1.lines[1].get_xydata(), np.c_[m, [0.01, 0.02, 0.04]])
+  np.testing.assert_allclose(sq.lines[1].get_ydata(), [1e-4, 1e-4])  # the horizontal reference
+  np.testing.assert_allclose(_fill_ys(sq.collections[0]), np.unique(np.r_[0.5 * b, 2 * b]))
+  # limits: the bin counts exactly; y over every value drawn, 1.3 beyond on a log scale
+  assert l1.get_xlim() == pytest.approx((2, 20)) and l1.get_xscale() == "log"
+  assert l1.get_ylim() == pytest.approx((0.01 / 1.3, 0.05 * 1.3)) and l1.get_yscale() == "log"
+  assert sq.get_ylim() == pytest.approx((1e-4 / 1.3, 8e-3 * 1.3))
+  with pytest.raises(ValueError, match="band 'a' must have 3 lower and upper values"):
+    plots.bin_robustness_plot(m, {"a": a}, bands={"a": (a, a[:2])})
+
+
+def test_bin_robustness_plot_scales_only_wide_ranges_logarithmically():
+  """Log x from a tenfold range of bin counts, log y beyond a threefold range of values."""
+  fig = plots.bin_robustness_plot([2, 19], {"a": [0.1, 0.3]})
+  ax = fig.axes[0]
+  assert (ax.get_xscale(), ax.get_yscale()) == ("linear", "linear")
+  fig = plots.bin_robustness_plot([2, 20], {"a": [0.1, 0.31]})
+  ax = fig.axes[0]
+  assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+
+
+def test_bin_robustness_plot_one_panel_of_mixed_kinds_is_labelled_generically():
+  plt = pytest.importorskip("matplotlib.pyplot")
+  fig, (a, b) = plt.subplots(1, 2)
+  m = [2, 5]
+  plots.bin_robustness_plot(m, {"ConfECE(fix)": [0.1, 0.2], "LinCE_cw(qua)": [0.1, 0.2]}, ax=a)
+  plots.bin_robustness_plot(m, {"LinCE_cw(qua)": [0.1, 0.2], "ConfCE(fix)": [0.1, 0.2]}, ax=b)
+  assert (a.get_ylabel(), b.get_ylabel()) == ("calibration error", "squared calibration error")
+  plt.close(fig)
+
+
+def test_rank_stability_plot_places_each_correlation_at_its_pair_of_bin_counts():
+  r = np.array([[1.0, 0.3, -0.7], [0.5, 1.0, 0.1], [0.2, -0.4, 1.0]])  # not symmetric
+  mats = {f"e{i}": r for i in range(4)}
+  fig = plots.rank_stability_plot([5, 20, 100], mats, num_models=7, n=50)
+  axes = [a for a in fig.axes if a.get_label() != "<colorbar>"]
+  assert [a.get_visible() for a in axes] == [True] * 4 + [False] * 2
+  ax = axes[0]
+  (im,) = ax.images
+  np.testing.assert_array_equal(im.get_array(), r)
+  assert im.get_clim() == (-1, 1) and im.origin == "lower"
+  got = {(t.get_position(), t.get_text(), t.get_color()) for t in ax.texts}
+  want = {
+    ((j, i), f"{r[i, j]:.2f}", "white" if abs(r[i, j]) > 0.6 else "black")
+    for i in range(3)
+    for j in range(3)
+  }
+  assert got == want
+  assert [t.get_text() for t in ax.get_xticklabels()] == ["5", "20", "100"]
+  assert fig._suptitle.get_text().endswith("— 7 models (n = 50)")
+  with pytest.raises(ValueError, match=r"correlations\['a'\] must be \(3, 3\), got \(3, 4\)"):
+    plots.rank_stability_plot([5, 20, 100], {"a": np.ones((3, 4))})
+
+
+def test_ecdf_plot_steps_through_the_sorted_errors():
+  e = np.array([0.3, 0.0, 0.1, 0.2])
+  fig = plots.ecdf_plot({"a": e, "b": [0.05, 0.4]}, model="m", n=10)
+  ax = fig.axes[0]
+  a, b = ax.lines
+  assert a.get_drawstyle() == "steps-post"
+  np.testing.assert_allclose(a.get_xydata(), np.c_[[0, 0, 0.1, 0.2, 0.3], [0, 0.25, 0.5, 0.75, 1]])
+  np.testing.assert_allclose(b.get_xydata(), np.c_[[0.05, 0.05, 0.4], [0, 0.5, 1]])
+  assert ax.get_title() == "eCDF of UC — m (n = 10)"  # sizes differ: no count in the title
+  # log axis: the zero is drawn at the smallest positive error of all curves
+  fig = plots.ecdf_plot({"a": e, "b": [0.05, 0.4]}, log_x=True)
+  ax = fig.axes[0]
+  np.testing.assert_allclose(ax.lines[0].get_xdata(), [0.05, 0.05, 0.1, 0.2, 0.3])
+  assert ax.get_xlim() == pytest.approx((0.05 / 1.2, 0.4 * 1.2))
+  fig = plots.ecdf_plot({"a": e, "b": e}, family="linear")
+  assert fig.axes[0].get_title() == "eCDF of UC over 4 linear utilities"
+  with pytest.raises(ValueError, match="curve 'b' has no errors"):
+    plots.ecdf_plot({"a": e, "b": []})
+
+
+def test_interval_plot_draws_rows_top_down_with_their_intervals():
+  rows = {"a": (0.02, 0.01, 0.04), "b": (0.5,), "c": (0.2, 0.1, 0.3)}
+  fig = plots.interval_plot(rows, metric="x", reference=0.05, model="m", n=3)
+  ax = fig.axes[0]
+  pts = np.array([ln.get_xydata()[0] for ln in ax.lines if ln.get_marker() == "o"])
+  np.testing.assert_allclose(pts, [[0.02, 2], [0.5, 1], [0.2, 0]])
+  segs = [np.asarray(s) for c in ax.collections for s in c.get_segments()]
+  np.testing.assert_allclose(segs, [[[0.01, 2], [0.04, 2]], [[0.1, 0], [0.3, 0]]])
+  (ref,) = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
+  np.testing.assert_allclose(ref.get_xdata(), [0.05, 0.05])
+  assert {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()} == {
+    "a": 2,
+    "b": 1,
+    "c": 0,
+  }
+  assert ax.get_ylim() == pytest.approx((-0.6, 2.6)) and ax.get_title() == "x — m (n = 3)"
+  fig = plots.interval_plot({"a": (0.02, 0.0, 0.04), "b": (0.5,)}, metric="x", log_x=True)
+  assert fig.axes[0].get_xlim() == pytest.approx((0.02 / 1.2, 0.5 * 1.2))  # the 0 is left out
+  with pytest.raises(ValueError, match=r"rows\['a'\] must be .* got 2 values"):
+    plots.interval_plot({"a": (0.1, 0.2)}, metric="x")
+
+
+def test_mcb_dsc_plot_isolines_carry_their_score_and_cover_the_window():
+  from jaxcal._src.plots.decomposition import _nice_step
+
+  assert [_nice_step(1.0, 5), _nice_step(1.2, 5), _nice_step(0.0)] == [0.2, 0.25, 1.0]
+  pts = {"a": (0.06, 8.28), "b": (0.01, 7.18)}
+  fig = plots.mcb_dsc_plot(pts, unc=9.0, markers={"b": "s"})
+  ax = fig.axes[0]
+  x0, x1, y0, y1 = 0.005, 0.065, 7.07, 8.39  # 10 % of the spread beyond the points
+  assert ax.get_xlim() == pytest.approx((x0, x1)) and ax.get_ylim() == pytest.approx((y0, y1))
+  # S = MCB - DSC + UNC spans [0.615, 1.995] in the window: lines every 0.25 from 0.75
+  s = np.array([x0 - ln.get_ydata()[0] + 9.0 for ln in ax.lines])
+  np.testing.assert_allclose(s, np.arange(3, 9) * 0.25)
+  for ln, si in zip(ax.lines, s):
+    np.testing.assert_allclose(ln.get_xydata(), [[x0, x0 + 9.0 - si], [x1, x1 + 9.0 - si]])
+  labels = {t.get_text(): t.xy for t in ax.texts}
+  assert set(labels) <= {f"S = {v:.3g}" for v in s} and len(labels) >= 3
+  for text, (x, y) in labels.items():
+    assert x - y + 9.0 == pytest.approx(float(text[4:]))  # on its own line
+    assert y == pytest.approx(y1) or x == pytest.approx(x1)  # where it leaves the window
+  offsets = [c.get_offsets()[0] for c in ax.collections]
+  np.testing.assert_allclose(offsets, [[0.06, 8.28], [0.01, 7.18]])
+  assert ax.get_legend() is not None
+  paths = [c.get_paths()[0].vertices for c in ax.collections]
+  assert len(paths[0]) != len(paths[1])  # "o" and "s" markers
+  with pytest.raises(ValueError, match="must be finite"):
+    plots.mcb_dsc_plot(pts, unc=np.nan)
+
+
+def test_lce_bandwidth_plot_draws_curves_reference_floor_and_limits():
+  g = np.array([1.0, 10.0])
+  v = np.array([0.01, 0.05])
+  fig = plots.lce_bandwidth_plot(
+    g,
+    {"a": v},
+    bands={"a": (0.5 * v, 1.2 * v)},
+    floor=[0.004, 0.006],
+    reference={"a": 0.02},
+  )
+  ax = fig.axes[0]
+  np.testing.assert_allclose(ax.lines[0].get_xydata(), np.c_[g, v])
+  (ref,) = [ln for ln in ax.lines if ln.get_linestyle() == ":" and np.size(ln.get_xdata())]
+  np.testing.assert_allclose(ref.get_ydata(), [0.02, 0.02])
+  (fl,) = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
+  np.testing.assert_allclose(fl.get_xydata(), np.c_[g, [0.004, 0.006]])
+  np.testing.assert_allclose(_fill_ys(ax.collections[0]), np.unique(np.r_[0.5 * v, 1.2 * v]))
+  assert ax.get_xlim() == pytest.approx((1 / 1.1, 11.0))
+  assert ax.get_ylim() == pytest.approx((0.004 / 1.3, 0.06 * 1.3)) and ax.get_yscale() == "log"
+
+
+def test_smooth_reliability_diagram_draws_the_smoothed_curve_it_computes(toy):
+  p, y = toy
+  s = metrics.smooth_reliability(p, y, 0.1, num_points=50)
+  fig = plots.smooth_reliability_diagram(p, y, 0.1, num_points=50)
+  ax = fig.axes[0]
+  t, acc, dens = (np.asarray(a, np.float64) for a in (s.mesh, s.accuracy, s.density))
+  scale = np.clip(dens / dens.max(), 0, 1)
+  keep = (scale[:-1] >= 1e-3) & (scale[1:] >= 1e-3)
+  assert 0 < keep.sum() < keep.size  # some segments are left out
+  (curve,) = [c for c in ax.collections if type(c).__name__ == "LineCollection"]
+  segs = np.stack([np.c_[t[:-1], acc[:-1]], np.c_[t[1:], acc[1:]]], axis=1)[keep]
+  np.testing.assert_allclose(np.array(curve.get_segments()), segs, atol=1e-6)
+  mid = (scale[:-1] + scale[1:])[keep] / 2
+  np.testing.assert_allclose(curve.get_linewidths(), 0.6 + 3.4 * np.sqrt(mid), rtol=1e-5)
+  (area,) = [c for c in ax.collections if c is not curve]
+  assert _fill_ys(area).max() == pytest.approx(0.25)
+  text = ax.texts[0].get_text()
+  assert (
+    text
+    == f"smECE = {report.format_number(float(s.smooth_ece))}  (σ = {report.format_number(0.1)})"
+  )
+
+
+def test_log_ticks_pick_powers_of_ten_from_two_decades_and_1_2_5_steps_below():
+  plt = pytest.importorskip("matplotlib.pyplot")
+  from matplotlib import ticker
+
+  from jaxcal._src.plots import _mpl
+
+  fig, ax = plt.subplots()
+  _mpl.log_ticks(ax, "y", 1.0, 100.0)  # exactly two decades
+  assert isinstance(ax.yaxis.get_major_formatter(), ticker.LogFormatterSciNotation)
+  assert ax.yaxis.get_major_locator().numticks == 12
+  _mpl.log_ticks(ax, "y", 1.0, 10**8.5)  # beyond eight decades: every other one labelled
+  assert ax.yaxis.get_major_locator().numticks == 6
+  _mpl.log_ticks(ax, "x", 1.0, 4.0)  # 0.6 decades: 1, 1.5, 2, 3, 5, 7 steps
+  ticks = ax.xaxis.get_major_locator().tick_values(1.0, 4.0)
+  assert {1.5, 3.0} <= set(np.round(ticks, 9))
+  fmt = ax.xaxis.get_major_formatter()
+  assert [fmt(v, 0) for v in (1.0, 3.0, 0.2)] == ["1", "3", report.format_number(0.2, 2)]
+  _mpl.log_ticks(ax, "x", 1.0, 6.0)  # 0.78 decades: 1-2-5 steps
+  assert 1.5 not in set(np.round(ax.xaxis.get_major_locator().tick_values(1.0, 6.0), 9))
+  plt.close(fig)
+
+
+def test_savefig_writes_png_at_the_given_dpi(tmp_path):
+  fig = plots.ecdf_plot({"a": [0.01, 0.02, 0.04]})
+
+  def width(dpi):
+    (path,) = plots.savefig(fig, tmp_path / f"w{dpi}", ("png",), dpi=dpi)
+    return int.from_bytes(open(path, "rb").read()[16:20], "big")  # the IHDR width
+
+  assert width(200) / width(50) == pytest.approx(4, rel=0.05)
+
+
+def test_reliability_diagram_count_axis_ends_at_the_power_of_ten_above_the_fullest_bin():
+  """Ten samples in one bin: 1.05 * 10 passes 10, so the axis runs to 100."""
+  fig = plots.reliability_diagram(_top_label_probs(np.full(10, 0.9)), np.zeros(10, int), 4)
+  assert fig.axes[1].get_ylim() == pytest.approx((0.7, 100.0))
+  np.testing.assert_allclose(_bars(fig.axes[1].containers[0]), [[0.75, 0.25, 0, 10]])
