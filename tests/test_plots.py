@@ -260,6 +260,23 @@ def test_reliability_diagram_draws_the_bins_it_computes():
   assert not any("consistency band" in t for t in texts)
 
 
+def test_reliability_diagram_quantile_bars_span_the_confidences_of_their_bin():
+  """Equal-mass bins drawn from the smallest to the largest confidence, at least 0.004 wide."""
+  conf = np.array([0.4, 0.5, 0.6, 0.6, 0.8, 0.801, 0.9, 0.95])
+  fig = plots.reliability_diagram(_top_label_probs(conf), _LABELS, 4, "quantile")
+  bars = _bars(fig.axes[0].containers[0])
+  lo, hi = conf[0::2], conf[1::2]
+  np.testing.assert_allclose(bars[:, 0], lo, atol=1e-6)
+  # the bin of two equal confidences and the one 0.001 wide both get a 0.004 sliver
+  np.testing.assert_allclose(bars[:, 1], [0.1, 0.004, 0.004, 0.05], atol=1e-6)
+  hit = (_LABELS == 0).astype(np.float64)
+  np.testing.assert_allclose(bars[:, 3], (hit[0::2] + hit[1::2]) / 2, atol=1e-6)
+  texts = [t.get_text() for t in fig.legends[0].get_texts()]
+  acc = (hit[0::2] + hit[1::2]) / 2
+  ece = np.mean(np.abs((lo + hi) / 2 - acc))
+  assert f"ConfECE(qua;4) = {report.format_number(ece)}" in texts
+
+
 def test_reliability_diagram_bands_drawn_clipped_on_kept_bins_and_checked():
   """Band segments at the bins' mean confidence, clipped to [0, 1], none for empty bins."""
   p = _top_label_probs(_CONF)

@@ -98,7 +98,7 @@ def reliability_diagram(
   lo, hi = np.asarray(s.lower), np.asarray(s.upper)
   n = int(cnt.sum())
   keep = cnt > 0
-  width = np.where(hi > lo, hi - lo, 1.0 / num_bins)
+  width = hi - lo  # fixed bins: 1 / num_bins; quantile bins: their range of confidences
   if binning == "quantile":  # degenerate bins (one distinct value) get a visible sliver
     width = np.maximum(width, 0.004)
   with _mpl.style():
