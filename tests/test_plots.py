@@ -537,3 +537,9 @@ def test_reliability_diagram_count_axis_ends_at_the_power_of_ten_above_the_fulle
   fig = plots.reliability_diagram(_top_label_probs(np.full(10, 0.9)), np.zeros(10, int), 4)
   assert fig.axes[1].get_ylim() == pytest.approx((0.7, 100.0))
   np.testing.assert_allclose(_bars(fig.axes[1].containers[0]), [[0.75, 0.25, 0, 10]])
+
+
+def test_interval_plot_draws_no_bar_for_a_half_open_interval():
+  fig = plots.interval_plot({"a": (0.3, np.nan, 0.4), "b": (0.2, 0.1, 0.3)}, metric="x")
+  segs = [np.asarray(s) for c in fig.axes[0].collections for s in c.get_segments()]
+  np.testing.assert_allclose(segs, [[[0.1, 0], [0.3, 0]]])
