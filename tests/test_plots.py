@@ -543,3 +543,35 @@ def test_interval_plot_draws_no_bar_for_a_half_open_interval():
   fig = plots.interval_plot({"a": (0.3, np.nan, 0.4), "b": (0.2, 0.1, 0.3)}, metric="x")
   segs = [np.asarray(s) for c in fig.axes[0].collections for s in c.get_segments()]
   np.testing.assert_allclose(segs, [[[0.1, 0], [0.3, 0]]])
+
+
+def test_mcb_dsc_plot_labels_each_isoline_where_it_leaves_the_window():
+  """Lines leaving through the top are labelled there, the others at the right edge."""
+  fig = plots.mcb_dsc_plot({"a": (0.2, 0.5), "b": (0.6, 0.9)}, unc=1.0)
+  ax = fig.axes[0]
+  # window [0.16, 0.64] x [0.46, 0.94], S in [0.22, 1.18]: lines every 0.2 from 0.4 to 1.2
+  want = {"S = 0.4": (0.34, 0.94), "S = 0.6": (0.54, 0.94), "S = 0.8": (0.64, 0.84)}
+  want["S = 1"] = (0.64, 0.64)  # S = 1.2 leaves below the window: no label
+  got = {t.get_text(): t.xy for t in ax.texts}
+  assert set(got) == set(want)
+  for k, xy in want.items():
+    np.testing.assert_allclose(got[k], xy, atol=1e-12)
+
+
+def test_plots_skip_what_is_not_finite():
+  """No text for a NaN correlation, no band segment with a NaN end."""
+  r = np.array([[1.0, np.nan], [0.4, 1.0]])
+  fig = plots.rank_stability_plot([5, 20], {"a": r})
+  assert sorted(t.get_text() for t in fig.axes[0].texts) == ["0.40", "1.00", "1.00"]
+  bands = bootstrap.ConsistencyBands(
+    np.array([0.1, 0.42, 0.67, 0.9]),
+    np.array([0.0, 0.3, 0.3, 0.7]),
+    np.array([0.2, 0.9, np.nan, 1.0]),
+    np.array([0, 2, 3, 3]),
+  )
+  fig = plots.reliability_diagram(_top_label_probs(_CONF), _LABELS, 4, bands=bands)
+  (segs,) = [c for c in fig.axes[0].collections if c.get_segments()]
+  np.testing.assert_allclose(np.array(segs.get_segments())[:, 0, 0], [0.42, 0.9])
+  # a log axis with no positive error is left linear, its limits in order
+  ax = plots.ecdf_plot({"a": [0.0, 0.0]}, log_x=True).axes[0]
+  assert ax.get_xscale() == "linear" and ax.get_xlim()[0] < ax.get_xlim()[1]
