@@ -298,12 +298,13 @@ def test_top_class_witness_is_the_rank_valuation_on_the_top_label():
 def test_fresh_samples_split_into_linear_and_rank_utilities():
   # num_samples = s draws s - s // 2 linear and s // 2 rank utilities from the
   # first two keys of split(fold_in(key(seed), t), 3); the error is the largest UC
-  # (float64). s = 1: one linear utility and no rank one; 2: one and one; 3: two and one.
+  # (float64). s = 1: one linear utility and no rank one; 3: two and one (a swapped
+  # split gives one and two; s = 2, one and one, would cost a third compile for nothing).
   z, y = _synthetic(n=120, c=4, seed=3)
   p = np.asarray(jax.nn.softmax(jnp.asarray(z)), np.float64)
   order = np.argsort(-p, axis=1, kind="stable")
   rank_y = np.argmax(order == y[:, None], 1)
-  for s in (1, 2, 3):
+  for s in (1, 3):
     rc = R.fit_patching(
       z, y, family=None, num_samples=s, max_steps=1, tol=0.0, seed=1, progress=False
     )
