@@ -76,19 +76,6 @@ ACCELERATOR_CHUNK_BYTES = 1 << 32
 FAMILIES = ("tce", "cwe", "topk", "comb")
 
 
-@functools.cache
-def _device_chunk_bytes(device: jax.Device) -> int:
-  if device.platform == "cpu":
-    return CHUNK_BYTES
-  try:
-    limit = (device.memory_stats() or {}).get("bytes_limit")
-  except Exception:  # a backend without memory statistics
-    limit = None
-  if not limit:
-    return CHUNK_BYTES
-  return int(max(CHUNK_BYTES, min(ACCELERATOR_CHUNK_BYTES, limit // 8)))
-
-
 def chunk_bytes(device: jax.Device | None = None) -> int:
   """Working-set budget of one chunk of a sweep on ``device``, in bytes.
 
@@ -98,7 +85,7 @@ def chunk_bytes(device: jax.Device | None = None) -> int:
   :data:`CHUNK_BYTES` and :data:`ACCELERATOR_CHUNK_BYTES` (4 GiB): there
   every chunk is a round of kernel launches over the whole data set, and one
   chunk of 1,500 utilities at ``n = 15,000`` (1.1 GB) ran the sweep in
-  3.34 ms on an H100 against 4.09 ms as five chunks of 300
+  3.48 ms on an H100 against 4.25 ms as five chunks of 300
   (``experiments/results/uc_stages_gpu.json``). A device that reports no
   memory gets :data:`CHUNK_BYTES`.
 
@@ -113,7 +100,16 @@ def chunk_bytes(device: jax.Device | None = None) -> int:
     >>> chunk_bytes(jax.devices("cpu")[0]) == CHUNK_BYTES
     True
   """
-  return _device_chunk_bytes(jax.devices()[0] if device is None else device)
+  device = jax.devices()[0] if device is None else device
+  if device.platform == "cpu":
+    return CHUNK_BYTES
+  try:
+    limit = (device.memory_stats() or {}).get("bytes_limit")
+  except Exception:  # a backend without memory statistics
+    limit = None
+  if not limit:
+    return CHUNK_BYTES
+  return int(max(CHUNK_BYTES, min(ACCELERATOR_CHUNK_BYTES, limit // 8)))
 
 
 def default_chunk_size(
