@@ -22,13 +22,23 @@ import os
 import pathlib
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["RESULTS_DIR", "timeit", "device_info", "write_result", "cpu_load", "machine_note"]
+__all__ = [
+  "RESULTS_DIR",
+  "timeit",
+  "device_info",
+  "write_result",
+  "cpu_load",
+  "machine_note",
+  "json_child",
+]
 
 #: experiments/results/ beside this folder.
 RESULTS_DIR = pathlib.Path(__file__).resolve().parents[1] / "results"
@@ -76,6 +86,26 @@ def timeit(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> dict:
     "first_s": first,
     "repeat": len(times),
   }
+
+
+def json_child(code: str, env: dict[str, str] | None = None, timeout: float = 600) -> dict:
+  """Runs ``python -c code`` in a fresh process and reads the JSON of its last output line.
+
+  Args:
+    code: a Python program that prints one JSON object last.
+    env: the child's environment (default: this process's).
+    timeout: seconds before the child is stopped (``subprocess.TimeoutExpired``).
+
+  Returns:
+    The parsed object, or ``{"error": <the end of its stderr>}`` when the
+    child failed.
+  """
+  res = subprocess.run(
+    [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env
+  )
+  if res.returncode != 0:
+    return {"error": res.stderr[-2000:]}
+  return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def cpu_load() -> list[float] | None:

@@ -39,16 +39,13 @@ is always reported: its temporary buffers are what chunking bounds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import cpu_load, device_info, timeit, write_result
+from _common import cpu_load, device_info, json_child, timeit, write_result
 
 from jaxcal import utility as U
 from jaxcal._src.utility import sweep as _sweep
@@ -137,12 +134,9 @@ def memory_run(n, c, m):
   # no preallocation: the parent already holds device memory, and the child's
   # peak_bytes_in_use should be what the sweep needs
   env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-  res = subprocess.run(
-    [sys.executable, "-c", code], capture_output=True, text=True, timeout=3600, env=env
-  )
-  if res.returncode != 0:
-    return {"error": res.stderr[-2000:]}
-  out = json.loads(res.stdout.strip().splitlines()[-1])
+  out = json_child(code, env, timeout=3600)
+  if "error" in out:
+    return out
   out["rss_growth_bytes"] = out["peak_rss_bytes"] - out["rss_before_bytes"]
   out.update({"n": n, "C": c, "chunk_size": _sweep.default_chunk_size("linear", n, c)})
   return out
