@@ -125,42 +125,31 @@ def first_calls(p, y, a, m):
   n, c = p.shape
   out = {}
 
-  def cold(name, k, fn, *make):
-    rows = np.concatenate([p, p[:k]])  # n + k samples
-    args = [mk(rows, np.concatenate([y, y[:k]])) for mk in make]
+  def cold(name, fn, *args):
     t0 = time.perf_counter()
     jax.block_until_ready(fn(*args))
     out[name] = time.perf_counter() - t0
 
-  pa = lambda rows, yy: jnp.asarray(rows)
+  rows = lambda k: np.concatenate([p, p[:k]])  # n + k samples
+  labels = lambda k: np.concatenate([y, y[:k]]).astype(np.int32)
+  values = lambda k: jnp.asarray(np.resize(p[:, 0], (m, n + k)))  # (M, n + k)
   a_d = jnp.asarray(a)
-  cold("gemm_highest", 1, jax.jit(lambda q: gemm(a_d, q, "highest")), pa)
+  cold("gemm_highest", jax.jit(lambda q: gemm(a_d, q, "highest")), jnp.asarray(rows(1)))
   f32 = jax.lax.DotAlgorithmPreset.F32_F32_F32
   try:
-    cold(
-      "gemm_preset_f32",
-      2,
-      jax.jit(lambda q: jax.lax.dot_general(a_d, q, (((1,), (1,)), ((), ())), precision=f32)),
-      pa,
-    )
+    dot = jax.jit(lambda q: jax.lax.dot_general(a_d, q, (((1,), (1,)), ((), ())), precision=f32))
+    cold("gemm_preset_f32", dot, jnp.asarray(rows(2)))
   except Exception as e:
     out["gemm_preset_f32_error"] = f"{type(e).__name__}: {str(e)[:200]}"
-  x = lambda k: lambda rows, yy: jnp.asarray(np.resize(rows[:, 0], (m, n + k)))
-  cold("cumsum_matmul_form", 3, jax.jit(lambda v: _mm_cumsum_last(v, 128)), x(3))
-  cold("cumsum_scan", 4, jax.jit(lambda v: jax.lax.associative_scan(jnp.add, v, axis=1)), x(4))
-  cold("cumsum_library", 5, jax.jit(lambda v: blocked_cumsum(v, axis=1)), x(5))
+  for k, (name, how) in enumerate(
+    (("matmul_form", "blocked"), ("scan", "scan"), ("library", "library")), 3
+  ):
+    cold(f"cumsum_{name}", jax.jit(functools.partial(cumsum, how=how)), values(k))
   chunk = _sweep._balanced_chunk(m, min(_sweep.default_chunk_size("linear", n + 6, c), m))
-  cold(
-    "library_sweep_compiled",
-    6,
-    lambda q, yy: _sweep._local_jit("linear", q, yy, a_d, chunk),
-    pa,
-    lambda rows, yy: jnp.asarray(yy, jnp.int32),
-  )
+  sweep = lambda q, yy: _sweep._local_jit("linear", q, yy, a_d, chunk)
+  cold("library_sweep_compiled", sweep, jnp.asarray(rows(6)), jnp.asarray(labels(6)))
   batch = U.sample_linear(jax.random.PRNGKey(0), m, c)
-  cold(
-    "public_uc_sweep", 7, lambda q, yy: U.uc_sweep(q, yy, batch), lambda r, yy: r, lambda r, yy: yy
-  )
+  cold("public_uc_sweep", lambda q, yy: U.uc_sweep(q, yy, batch), rows(7), labels(7))
   return out
 
 
