@@ -24,15 +24,20 @@ if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
-# XLA:CPU compiles with its older (LLVM IR) fusion emitters in the tests: the
-# suite is almost all compilation, and they compile it faster (a fresh-clone
-# CI on 2 cores: 716 against 922-943 s of pytest). Their programs run slower,
-# which the tests do not time, and compute the same numbers
+# XLA:CPU compiles the tests with two settings that make compilation faster
+# and the compiled programs slower, which the tests do not time: its older
+# (LLVM IR) fusion emitters and LLVM's lowest optimisation level. The suite is
+# almost all compilation: a fresh-clone CI on 2 cores took 716 s of pytest
+# with the first against 922-943 s with XLA's defaults, and the second takes a
+# further third off (the whole suite on 2 workers: 949 -> 622 s). Large
+# arrays run several times slower with it (experiments/bench/xla_emitters.py),
+# which the tests barely have. Both compute the numbers of XLA's defaults
 # (tests/test_xla_emitters.py). ``JAXCAL_TEST_XLA_DEFAULTS=1`` tests with
 # XLA's own defaults. Set in the first pytest process, before JAX starts;
 # the xdist workers, notebook kernels and child processes inherit it
-# (tests/_cpu_devices.py adds to it).
-FAST_COMPILE_FLAG = "--xla_cpu_use_fusion_emitters=false"
+# (tests/_cpu_devices.py adds to it). A flag this jaxlib does not know is
+# left out (an unknown flag in XLA_FLAGS aborts the process).
+FAST_COMPILE_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0")
 
 
 def with_xla_flag(flag: str) -> str:
@@ -54,10 +59,10 @@ def _xla_accepts(flag: str) -> bool:
 if (
   os.environ.get("JAXCAL_TEST_XLA_DEFAULTS", "").lower() not in ("1", "true", "yes")
   and "PYTEST_XDIST_WORKER" not in os.environ
-  and FAST_COMPILE_FLAG.split("=")[0] not in os.environ.get("XLA_FLAGS", "")
-  and _xla_accepts(FAST_COMPILE_FLAG)
 ):
-  os.environ["XLA_FLAGS"] = with_xla_flag(FAST_COMPILE_FLAG)
+  for _flag in FAST_COMPILE_FLAGS:
+    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "") and _xla_accepts(_flag):
+      os.environ["XLA_FLAGS"] = with_xla_flag(_flag)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -1,12 +1,15 @@
-"""Benchmark: XLA:CPU's two fusion emitters, compile time against run time.
+"""Benchmark: XLA:CPU's compile-time settings, compile time against run time.
 
 XLA:CPU compiles each fusion with its MLIR-based fusion emitters by default;
 ``XLA_FLAGS=--xla_cpu_use_fusion_emitters=false`` selects the older LLVM IR
-emitters. jaxcal's test suite sets the flag (tests/conftest.py), because it
-is almost all compilation; jaxcal itself leaves XLA's defaults alone. This
-benchmark measures the trade-off a user would face, each setting in fresh
-child processes with no persistent compilation cache, in alternating order
-over ``--rounds`` rounds:
+emitters, and ``--xla_backend_optimization_level=0`` has LLVM compile
+without optimisation. jaxcal's test suite sets both (tests/conftest.py),
+because it is almost all compilation; jaxcal itself leaves XLA's defaults
+alone. This benchmark measures the trade-off a user would face for three
+settings (XLA's defaults, the older emitters, the older emitters at
+optimisation level 0, what the tests use), each in fresh child processes
+with no persistent compilation cache, in rotating order over ``--rounds``
+rounds:
 
 * the embedded-default report (``report.calibration_report`` on the bundled
   CIFAR-10 ResNet-110 test logits with its defaults, what ``jaxcal report``
@@ -15,7 +18,7 @@ over ``--rounds`` rounds:
   n = 100,000, C = 100 synthetic over-confident softmax outputs with numpy
   input: first call, and the median of ``--repeat`` steady calls.
 
-The two settings' values are compared (they must agree). The steady-state
+The settings' values are compared (they must agree). The steady-state
 reference of each metric is the same call under XLA's defaults; the report's
 first call is the compile-time reference.
 
@@ -40,7 +43,8 @@ sys.path.insert(0, str(HERE))
 from _common import cpu_load, device_info, machine_note, write_result
 
 FLAG = "--xla_cpu_use_fusion_emitters=false"
-SETTINGS = {"default": "", "llvm_ir_emitters": FLAG}
+OPT0 = "--xla_backend_optimization_level=0"
+SETTINGS = {"default": "", "llvm_ir_emitters": FLAG, "llvm_ir_emitters_opt0": f"{FLAG} {OPT0}"}
 METRICS = ("conf_ece", "classwise_ece", "brier")
 
 
@@ -106,12 +110,12 @@ def main(argv=None) -> int:
   load0 = cpu_load()
   runs: dict[str, list[dict]] = {k: [] for k in SETTINGS}
   for r in range(args.rounds):
-    order = list(SETTINGS) if r % 2 == 0 else list(SETTINGS)[::-1]
+    order = list(SETTINGS)[r % len(SETTINGS) :] + list(SETTINGS)[: r % len(SETTINGS)]
     for name in order:
       runs[name].append(run_child(SETTINGS[name], args.repeat))
       last = runs[name][-1]
       print(
-        f"round {r} {name:17s} report first {last['report_first_s']:.1f} s, "
+        f"round {r} {name:21s} report first {last['report_first_s']:.1f} s, "
         f"second {last['report_second_s']:.2f} s; "
         + ", ".join(f"{m} {last[m]['median_ms']:.2f} ms" for m in METRICS),
         flush=True,
@@ -133,11 +137,14 @@ def main(argv=None) -> int:
         for m in METRICS
       },
     }
-  d, o = summary["default"], summary["llvm_ir_emitters"]
-  ratios = {
-    "report_first_call_default_over_llvm_ir": d["report_first_s"] / o["report_first_s"],
-    **{f"{m}_steady_llvm_ir_over_default": o[m]["median_ms"] / d[m]["median_ms"] for m in METRICS},
-  }
+  d = summary["default"]
+  ratios: dict = {}
+  for name in list(SETTINGS)[1:]:
+    o = summary[name]
+    ratios[f"report_first_call_default_over_{name}"] = d["report_first_s"] / o["report_first_s"]
+    ratios[f"report_second_call_{name}_over_default"] = o["report_second_s"] / d["report_second_s"]
+    for m in METRICS:
+      ratios[f"{m}_steady_{name}_over_default"] = o[m]["median_ms"] / d[m]["median_ms"]
   values = {
     name: {m: [r[m]["value"] for r in runs[name]] for m in METRICS}
     | {"report_conf_ece": [r["report_conf_ece"] for r in runs[name]]}
@@ -145,8 +152,9 @@ def main(argv=None) -> int:
   }
   agree = all(
     abs(a - b) <= 1e-5 * abs(b)
+    for name in list(SETTINGS)[1:]
     for m in values["default"]
-    for a, b in zip(values["default"][m], values["llvm_ir_emitters"][m])
+    for a, b in zip(values["default"][m], values[name][m])
   )
   load1 = cpu_load()
   result = {
@@ -156,7 +164,7 @@ def main(argv=None) -> int:
     "load_avg_at_start": load0,
     "load_avg_at_end": load1,
     "note": machine_note(load0),
-    "flag": FLAG,
+    "settings": SETTINGS,
     "rounds": args.rounds,
     "repeat": args.repeat,
     "summary_medians": summary,
