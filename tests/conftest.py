@@ -36,8 +36,11 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 # XLA's own defaults. Set in the first pytest process, before JAX starts;
 # the xdist workers, notebook kernels and child processes inherit it
 # (tests/_cpu_devices.py adds to it). A flag this jaxlib does not know is
-# left out (an unknown flag in XLA_FLAGS aborts the process).
+# left out (an unknown flag in XLA_FLAGS aborts the process), and so is the
+# optimisation level where JAX may run on an accelerator (it is not a CPU-only
+# flag: the GPU tests run as users' programs do).
 FAST_COMPILE_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0")
+CPU_ONLY_FLAGS = ("--xla_backend_optimization_level=0",)
 
 
 def with_xla_flag(flag: str) -> str:
@@ -56,11 +59,26 @@ def _xla_accepts(flag: str) -> bool:
     return False
 
 
+def _cpu_only() -> bool:
+  """Whether JAX runs on the CPU only: ``JAX_PLATFORMS=cpu``, or no accelerator plugin installed."""
+  if os.environ.get("JAX_PLATFORMS", "").replace(" ", "").lower() == "cpu":
+    return True
+  import importlib.metadata
+  import importlib.util
+
+  if importlib.util.find_spec("libtpu") or importlib.util.find_spec("jax_plugins"):
+    return False
+  return not importlib.metadata.entry_points(group="jax_plugins")
+
+
 if (
   os.environ.get("JAXCAL_TEST_XLA_DEFAULTS", "").lower() not in ("1", "true", "yes")
   and "PYTEST_XDIST_WORKER" not in os.environ
 ):
+  _CPU_ONLY = _cpu_only()
   for _flag in FAST_COMPILE_FLAGS:
+    if _flag in CPU_ONLY_FLAGS and not _CPU_ONLY:
+      continue
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "") and _xla_accepts(_flag):
       os.environ["XLA_FLAGS"] = with_xla_flag(_flag)
 
