@@ -9,10 +9,11 @@ class-wise bins, the Brier decomposition with isotonic recalibration, the
 FFT of smECE, the matrix products of a utility sweep, an L-BFGS fit) on the
 embedded real CIFAR-10 ResNet-110 predictions in two child processes, one
 with this run's settings and one with the other (XLA's defaults when this
-run has the test flags, the test flags when it has XLA's defaults), and checks that they agree
-(on jax 0.10.2 the emitters alone give bitwise equal numbers, and the
-optimisation level moves some by one float32 rounding, 1.2e-7 relative; the
-tolerance leaves room for a jaxlib that orders a reduction differently).
+run has the test flags, the test flags when it has XLA's defaults), and
+checks that they agree (on jax 0.10.2 the emitters alone give bitwise equal
+numbers, and the optimisation level moves some by one float32 rounding,
+1.2e-7 relative; the tolerance leaves room for a jaxlib that orders a
+reduction differently).
 """
 
 import json
