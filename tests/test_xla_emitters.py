@@ -88,3 +88,22 @@ def test_the_suites_compile_flags_give_the_numbers_of_xlas_defaults():
     a, b = np.asarray(here[name]), np.asarray(there[name])
     assert np.all(np.isfinite(a)) and np.any(a != 0), name
     np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7, err_msg=name)
+
+
+def test_the_optimisation_level_is_left_out_where_an_accelerator_plugin_is_installed(monkeypatch):
+  import importlib.metadata
+  import importlib.util
+
+  import conftest
+
+  monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+  monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: ["xla_cuda13"])
+  assert not conftest._cpu_only()
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # the user asked for the CPU: the plugin is unused
+  assert conftest._cpu_only()
+  monkeypatch.setenv("JAX_PLATFORMS", "")
+  monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+  assert conftest._cpu_only() == (
+    importlib.util.find_spec("libtpu") is None and importlib.util.find_spec("jax_plugins") is None
+  )
+  assert set(conftest.CPU_ONLY_FLAGS) <= set(conftest.FAST_COMPILE_FLAGS)
