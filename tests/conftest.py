@@ -76,11 +76,17 @@ if (
   and "PYTEST_XDIST_WORKER" not in os.environ
 ):
   _CPU_ONLY = _cpu_only()
-  for _flag in FAST_COMPILE_FLAGS:
-    if _flag in CPU_ONLY_FLAGS and not _CPU_ONLY:
-      continue
-    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "") and _xla_accepts(_flag):
-      os.environ["XLA_FLAGS"] = with_xla_flag(_flag)
+  _wanted = [
+    f
+    for f in FAST_COMPILE_FLAGS
+    if (_CPU_ONLY or f not in CPU_ONLY_FLAGS)
+    and f.split("=")[0] not in os.environ.get("XLA_FLAGS", "")
+  ]
+  # one probe process for all of them (0.75 s each); one per flag only if that fails
+  if _wanted and not _xla_accepts(" ".join(_wanted)):
+    _wanted = [f for f in _wanted if _xla_accepts(f)]
+  for _flag in _wanted:
+    os.environ["XLA_FLAGS"] = with_xla_flag(_flag)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
