@@ -107,3 +107,25 @@ def test_the_optimisation_level_is_left_out_where_an_accelerator_plugin_is_insta
     importlib.util.find_spec("libtpu") is None and importlib.util.find_spec("jax_plugins") is None
   )
   assert set(conftest.CPU_ONLY_FLAGS) <= set(conftest.FAST_COMPILE_FLAGS)
+
+
+def test_the_optimisation_level_follows_the_backend_this_run_uses():
+  """On a GPU or TPU the kernels compile as users' programs do; on the CPU alone the suite's flag is set.
+
+  The stand-in plugin of the test above checks the rule; this checks the run
+  itself (``experiments/bench/gpu_checks.sh`` runs it on a lent GPU).
+  """
+  import conftest
+  import jax
+
+  flags = os.environ.get("XLA_FLAGS", "").split()
+  opt0 = set(conftest.CPU_ONLY_FLAGS)
+  if jax.default_backend() != "cpu":
+    assert not opt0 & set(flags), (jax.default_backend(), flags)
+  elif conftest._cpu_only() and os.environ.get("JAXCAL_TEST_XLA_DEFAULTS", "").lower() not in (
+    "1",
+    "true",
+    "yes",
+  ):
+    wanted = [f for f in conftest.CPU_ONLY_FLAGS if _xla_accepts(f)]
+    assert set(wanted) <= set(flags), flags

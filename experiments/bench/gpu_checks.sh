@@ -10,12 +10,16 @@
 #      utilities per family: the accelerator target is <= 3 ms per 1,500
 #      utilities on an H100, device-resident), experiments/bench/uc_sweep.py;
 #   4. isotonic regression, 100 classes x n = 100,000, experiments/bench/isotonic.py;
-#   5. the tests whose numbers depend on the backend (sort paths, precision,
-#      UC sweeps, isotonic, binned errors and scatter orders), with -n 4.
+#   5. the exact stable argsorts with each one's first call,
+#      experiments/bench/sort_strategies.py;
+#   6. the tests whose numbers depend on the backend (sort paths, precision,
+#      UC sweeps, isotonic, binned errors and scatter orders) and the check
+#      that the suite's CPU-only compile flag stays off on the GPU, with -n 4.
 # Each step has its own time limit, so a slow step costs its limit and the
-# next one still runs; the step limits add up to 550 s. GPU_CHECKS_STEPS names
-# the steps to run (default: all of "machine uc_stages uc_sweep isotonic
-# tests"), so the device time of a lease can be split over two commands.
+# next one still runs; the step limits add up to 580 s (the last run's steps
+# took 344 s). GPU_CHECKS_STEPS names the steps to run (default: all of
+# "machine uc_stages uc_sweep isotonic sort_strategies tests"), so the device
+# time of a lease can be split over two commands.
 #
 # Results: <name>_gpu.json (experiments/bench/_common.write_result names the
 # backend) and gpu_checks_log.txt, in $OUT when it is set (the device tool's
@@ -25,8 +29,9 @@
 # or ../shared's data skip with the reason.
 #
 # Usage, from the repository root: bash experiments/bench/gpu_checks.sh
-# GPU_CHECKS_QUICK=1 runs every step at small sizes, into uc_sweep_small and
-# isotonic_quick (a check of this script on a CPU: about 1 minute on 2 cores).
+# GPU_CHECKS_QUICK=1 runs every step at small sizes, into uc_sweep_small,
+# isotonic_quick and sort_strategies_small (a check of this script on a CPU:
+# about 1 minute on 2 cores).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -41,18 +46,22 @@ if [ -n "${GPU_CHECKS_QUICK:-}" ]; then
   UC_ARGS=(--small --repeat 2)
   STAGE_ARGS=(--small --repeat 2)
   ISO_ARGS=(--n 2000 --classes 10 --repeat 2 --sklearn-repeat 1 --name isotonic_quick)
-  TESTS=(tests/test_sorting.py tests/test_precision.py)
+  SORT_ARGS=(--small --repeat 2)
+  TESTS=(tests/test_sorting.py tests/test_precision.py
+    tests/test_xla_emitters.py::test_the_optimisation_level_follows_the_backend_this_run_uses)
   WORKERS=1
 else
   UC_ARGS=(--repeat 5)
   STAGE_ARGS=(--repeat 10)
   ISO_ARGS=(--repeat 3 --sklearn-repeat 1)
+  SORT_ARGS=(--repeat 5)
   TESTS=(tests/test_sorting.py tests/test_precision.py tests/test_utility.py
-    tests/test_isotonic.py tests/test_metrics.py tests/test_binning.py)
+    tests/test_isotonic.py tests/test_metrics.py tests/test_binning.py
+    tests/test_xla_emitters.py::test_the_optimisation_level_follows_the_backend_this_run_uses)
   WORKERS=4
 fi
 
-STEPS=" ${GPU_CHECKS_STEPS:-machine uc_stages uc_sweep isotonic tests} "
+STEPS=" ${GPU_CHECKS_STEPS:-machine uc_stages uc_sweep isotonic sort_strategies tests} "
 
 step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs its status
   local limit=$1 name=$2
@@ -69,9 +78,10 @@ step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs 
   step 20 machine bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
     2>/dev/null || echo 'no nvidia-smi'; $PY -c 'import sys, jax; print(sys.version.split()[0], \
     \"jax\", jax.__version__, jax.devices())'"
-  step 170 uc_stages "$PY" experiments/bench/uc_stages.py "${STAGE_ARGS[@]}"
+  step 160 uc_stages "$PY" experiments/bench/uc_stages.py "${STAGE_ARGS[@]}"
   step 100 uc_sweep "$PY" experiments/bench/uc_sweep.py "${UC_ARGS[@]}"
   step 40 isotonic "$PY" experiments/bench/isotonic.py "${ISO_ARGS[@]}"
+  step 40 sort_strategies "$PY" experiments/bench/sort_strategies.py "${SORT_ARGS[@]}"
   step 220 tests "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" "${TESTS[@]}"
 } 2>&1 | tee "$LOG"
 echo "results in $RESULTS"

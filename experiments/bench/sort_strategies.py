@@ -19,11 +19,13 @@ reference; the ratios are reference time / variant time (> 1: faster). Each
 variant's first call (tracing and compilation included) is reported as
 ``first_call_s`` beside its steady times.
 
-  python experiments/bench/sort_strategies.py      # writes results/sort_strategies[_gpu].json
+  python experiments/bench/sort_strategies.py          # writes results/sort_strategies[_gpu].json
+  python experiments/bench/sort_strategies.py --small  # shapes / 10, sort_strategies_small[_gpu].json
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -42,6 +44,11 @@ SHAPES = {
 
 
 def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--small", action="store_true", help="every shape's length / 10 (a quick check)")
+  ap.add_argument("--repeat", type=int, default=5, help="timed calls per variant (default 5)")
+  args = ap.parse_args(argv)
+  shapes = {k: (r, n // 10 if args.small else n) for k, (r, n) in SHAPES.items()}
   info = device_info()
   variants = {
     "reference_jnp_argsort_stable": jax.jit(lambda x: jnp.argsort(x, axis=-1, stable=True)),
@@ -56,7 +63,7 @@ def main(argv=None):
   )
   rng = np.random.default_rng(0)
   out = {}
-  for name, shape in SHAPES.items():
+  for name, shape in shapes.items():
     x = rng.random(shape, dtype=np.float32)
     x[:, ::7] = np.round(x[:, ::7], 3)  # ties, as in real scores
     xd = jax.device_put(x)
@@ -71,7 +78,7 @@ def main(argv=None):
       if not np.array_equal(got, ref):
         print(f"  {name}: {vname} differs from the stable reference", file=sys.stderr)
         return 1
-      row[vname] = timeit(lambda: f(xd), repeat=5) | {"first_call_s": first}
+      row[vname] = timeit(lambda: f(xd), repeat=args.repeat) | {"first_call_s": first}
     base = row["reference_jnp_argsort_stable"]["best_s"]
     out[name] = {
       "shape": shape,
@@ -90,9 +97,12 @@ def main(argv=None):
     "benchmark": "sort_strategies",
     **info,
     "note": machine_note(info["load_avg_at_start"]),
+    "config": {"small": args.small, "repeat": args.repeat},
     "results": out,
   }
-  print(f"wrote {write_result('sort_strategies', result)}")
+  print(
+    f"wrote {write_result('sort_strategies_small' if args.small else 'sort_strategies', result)}"
+  )
   return 0
 
 
