@@ -247,6 +247,18 @@ def test_integer_options_take_their_minimum():
     cli._non_negative("x")
 
 
+def test_a_seed_beyond_int64_is_a_parser_error_not_a_traceback(capsys):
+  assert cli._seed("-5") == -5 and cli._seed(str(2**63 - 1)) == 2**63 - 1
+  for command in (["sweep", "x.npz", "--out", "o.npz"], ["report"]):
+    with pytest.raises(SystemExit) as e:  # jax.random.key raised OverflowError
+      cli.main([*command, "--seed", str(2**64)])
+    assert e.value.code == 2
+    assert "argument --seed: expected a seed in [-2**63, 2**63)" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    cli.main(["sweep", "x.npz", "--out", "o.npz", "--seed", "1.5"])
+  assert "expected an integer seed, got '1.5'" in capsys.readouterr().err
+
+
 def test_a_parser_error_is_one_line_that_points_at_the_help(capsys):
   with pytest.raises(SystemExit) as e:
     cli.main(["report", "--bins", "0"])
