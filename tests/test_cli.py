@@ -96,6 +96,10 @@ def test_cli_reports_bad_input_without_traceback(tmp_path, capsys):
     cli.main(["recalibrate", "nope", str(bad), str(bad), "--out", str(tmp_path / "x.npz")]) == 2
   )
   assert "unknown recalibration method" in capsys.readouterr().err
+  # from_logits comes from the files: not fit()'s "got multiple values for keyword argument"
+  argv = ["recalibrate", "temperature", str(bad), str(bad), "--out", str(tmp_path / "x.npz")]
+  assert cli.main([*argv, "--options", '{"from_logits": false}']) == 2
+  assert "--options: from_logits is not an option here" in capsys.readouterr().err
 
 
 def test_output_paths_are_checked_before_any_computation(tmp_path, capsys, monkeypatch):

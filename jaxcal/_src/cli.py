@@ -265,6 +265,11 @@ def _cmd_recalibrate(args) -> int:
 
   _lookup(args.method)  # an unknown method is named before any file is read
   options = _parse_options(args.options)
+  if "from_logits" in options:  # else fit() "got multiple values for keyword argument"
+    raise UserError(
+      "--options: from_logits is not an option here: the command reads it from the files "
+      "(logits, or probabilities whose rows sum to one)"
+    )
   if not args.out.endswith(".npz"):
     raise UserError(f"--out {args.out}: use a .npz file name")
   _check_out_file(args.out, "--out", args.force)
