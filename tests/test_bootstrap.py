@@ -283,6 +283,9 @@ def test_the_estimate_is_the_eager_statistic_and_the_program_is_reused(small_pre
     ((np.zeros(5),), {"jackknife_groups": 2.5}, ValueError, "jackknife_groups must be an integer"),
     ((np.array([3.0]),), {}, ValueError, "needs at least 2 samples per data array, got n = 1"),
     ((np.zeros(4), np.zeros(1)), {"groups": (0, 1)}, ValueError, "needs at least 2 samples"),
+    # not JAX's "Error interpreting argument to stage as a JAX value"
+    ((np.zeros(4), np.zeros(4, object)), {}, ValueError, "data array 1 must be a numeric.*object"),
+    ((np.array(["a", "b"]),), {}, ValueError, "data array 0 must be a numeric or boolean array"),
   ],
 )
 def test_bad_input(args, kwargs, exc, msg):

@@ -96,6 +96,10 @@ def test_cli_reports_bad_input_without_traceback(tmp_path, capsys):
     cli.main(["recalibrate", "nope", str(bad), str(bad), "--out", str(tmp_path / "x.npz")]) == 2
   )
   assert "unknown recalibration method" in capsys.readouterr().err
+  # from_logits comes from the files: not fit()'s "got multiple values for keyword argument"
+  argv = ["recalibrate", "temperature", str(bad), str(bad), "--out", str(tmp_path / "x.npz")]
+  assert cli.main([*argv, "--options", '{"from_logits": false}']) == 2
+  assert "--options: from_logits is not an option here" in capsys.readouterr().err
 
 
 def test_output_paths_are_checked_before_any_computation(tmp_path, capsys, monkeypatch):
@@ -245,6 +249,18 @@ def test_integer_options_take_their_minimum():
     cli._positive("0")
   with pytest.raises(argparse.ArgumentTypeError, match="expected an integer >= 0, got 'x'"):
     cli._non_negative("x")
+
+
+def test_a_seed_beyond_int64_is_a_parser_error_not_a_traceback(capsys):
+  assert cli._seed("-5") == -5 and cli._seed(str(2**63 - 1)) == 2**63 - 1
+  for command in (["sweep", "x.npz", "--out", "o.npz"], ["report"]):
+    with pytest.raises(SystemExit) as e:  # jax.random.key raised OverflowError
+      cli.main([*command, "--seed", str(2**64)])
+    assert e.value.code == 2
+    assert "argument --seed: expected a seed in [-2**63, 2**63)" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    cli.main(["sweep", "x.npz", "--out", "o.npz", "--seed", "1.5"])
+  assert "expected an integer seed, got '1.5'" in capsys.readouterr().err
 
 
 def test_a_parser_error_is_one_line_that_points_at_the_help(capsys):

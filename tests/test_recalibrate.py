@@ -813,6 +813,17 @@ def test_load_rejects_forged_headers_dtypes_and_shapes(tmp_path):
       R.load(tmp_path / f"{name}.npz")
 
 
+def test_load_rejects_static_flags_that_are_not_booleans(tmp_path):
+  """A forged ``normalize="no"`` would otherwise load and act as True."""
+  good = tmp_path / "hb.npz"
+  R.save(R.fit_histogram(*_synthetic(n=100)), good)
+  h = _header(good)
+  for field, value in [("normalize", "no"), ("from_logits", 1), ("normalize", None)]:
+    _rewrite(good, tmp_path / "bad.npz", header={**h, "static": {**h["static"], field: value}})
+    with pytest.raises(ValueError, match=f"bad.npz.*the header's {field} is {value!r}, not true"):
+      R.load(tmp_path / "bad.npz")
+
+
 def test_load_reads_no_data_before_checking_sizes(fitted, tmp_path):
   """A .npy header claiming 10^12 rows is refused from its header alone."""
   good = tmp_path / "hb.npz"

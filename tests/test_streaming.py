@@ -402,6 +402,11 @@ def test_bad_inputs():
     streaming.Records.empty(4, 3, kind="topk")
   with pytest.raises(ValueError, match="float64 needs 64-bit JAX"):
     streaming.FixedBins.empty(3, 5, dtype=jnp.float64)
+  for cls in (streaming.FixedBins, streaming.Scores):  # not numpy's TypeError
+    with pytest.raises(ValueError, match="dtype must be float32 or float64, got 'foo'"):
+      cls.empty(3, dtype="foo")
+  with pytest.raises(ValueError, match="records must be one of .*, got 'ful'"):
+    streaming.Calibration.empty(3, 5, records="ful")  # no capacity: still never ignored
   with pytest.raises(ValueError, match="not one of the state's bin counts"):
     st.reliability(7)
   with pytest.raises(ValueError, match="rows of probs must sum to 1"):

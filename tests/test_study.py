@@ -307,6 +307,8 @@ def test_bad_inputs(logits):
     jaxcal.evaluate(x, yy, ["brier"], names=["a"], from_logits=True)
   with pytest.raises(ValueError, match=r"unique and one per model, got \['a', 'a'\]"):
     jaxcal.evaluate(x, yy, ["brier"], names=["a", "a"], from_logits=True)
+  with pytest.raises(ValueError, match="names must be a sequence of model names .*got 'ab'"):
+    jaxcal.evaluate(x[:2], yy[:2], ["brier"], names="ab", from_logits=True)
   lin = {"lin": lambda c: utility.Utility(np.zeros((3 if c == 10 else 4, c), np.float32), "linear")}
   with pytest.raises(ValueError, match=r"utilities\['lin'\] must have the same number .* 5: 4"):
     jaxcal.evaluate(  # C = 10 and C = 5

@@ -312,6 +312,23 @@ def test_jit_and_vmap():
   )
 
 
+def test_traced_class_index_and_k_out_of_range_give_nan_utilities():
+  """Under jit an out-of-range c / K is NaN (eager raises), never a plausible utility."""
+  from jaxcal import checked
+
+  k = jnp.array([0, 2, 5, 6])
+  got = np.asarray(jax.jit(lambda k: U.top_k(k, 5).params)(k))
+  assert np.isnan(got[[0, 3]]).all()
+  np.testing.assert_array_equal(got[1:3], U.top_k(k[1:3], 5).params)
+  got = np.asarray(jax.jit(lambda c: U.classwise(c, 3).params)(jnp.array([-1, 2, 3])))
+  assert np.isnan(got[[0, 2]]).all()
+  np.testing.assert_array_equal(got[1], [0.0, 0.0, 1.0])
+  p, y = _data(c=5)
+  assert np.isnan(float(jax.jit(lambda k: U.uc(p, y, U.top_k(k, 5)).value)(7)))
+  with pytest.raises(ValueError, match=r"K must lie in \[1, 5\]"):
+    checked(jax.jit(lambda k: U.top_k(k, 5).params))(jnp.array(6))
+
+
 def test_uc_bounds_binned_tce():
   """m · UC(U_TCE) >= TCE_bin with any m bins (paper App. B.2)."""
   from jaxcal.metrics import conf_ece

@@ -355,6 +355,17 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
   return estimate, samples, jack
 
 
+def _data_array(a: Any, i: int) -> jax.Array:
+  """Data array ``i`` of :func:`bootstrap` as a JAX array; object or string arrays raise."""
+  if not isinstance(a, jax.Array | jax.core.Tracer):
+    a = np.asarray(a)  # host data: no copy for a numpy array
+  if not (jnp.issubdtype(a.dtype, jnp.number) or a.dtype == np.bool_):
+    raise ValueError(
+      f"bootstrap data array {i} must be a numeric or boolean array, got dtype {a.dtype}"
+    )
+  return jnp.asarray(a)
+
+
 def bootstrap(
   key: jax.Array,
   fn: Callable[..., Any],
@@ -449,7 +460,7 @@ def bootstrap(
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
   confidence = _check_confidence(confidence)
   jackknife_groups = V.check_int(jackknife_groups, "jackknife_groups", 2)
-  arrs = [jnp.asarray(a) for a in arrays]
+  arrs = [_data_array(a, i) for i, a in enumerate(arrays)]
   axes = [sample_axis] * len(arrs) if isinstance(sample_axis, int) else list(sample_axis)
   if len(axes) != len(arrs):
     raise ValueError(f"sample_axis has {len(axes)} entries for {len(arrs)} arrays")

@@ -77,6 +77,17 @@ _positive = _int_at_least(1, ">= 1")
 _non_negative = _int_at_least(0, ">= 0")
 
 
+def _seed(text: str) -> int:
+  """A ``--seed``: any int64 (``jax.random.key`` overflows beyond, with a traceback)."""
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+  if not -(2**63) <= value < 2**63:
+    raise argparse.ArgumentTypeError(f"expected a seed in [-2**63, 2**63), got {value}")
+  return value
+
+
 def _parent_problem(path: str) -> str | None:
   """Why files cannot be created at ``path`` (a parent that is a file, unwritable), or None."""
   parent = os.path.dirname(os.path.abspath(path))
@@ -254,6 +265,11 @@ def _cmd_recalibrate(args) -> int:
 
   _lookup(args.method)  # an unknown method is named before any file is read
   options = _parse_options(args.options)
+  if "from_logits" in options:  # else fit() "got multiple values for keyword argument"
+    raise UserError(
+      "--options: from_logits is not an option here: the command reads it from the files "
+      "(logits, or probabilities whose rows sum to one)"
+    )
   if not args.out.endswith(".npz"):
     raise UserError(f"--out {args.out}: use a .npz file name")
   _check_out_file(args.out, "--out", args.force)
@@ -447,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     default=("png", "pdf"),
     help='figure formats, comma-separated (png,pdf; also svg; "" for none)',
   )
-  r.add_argument("--seed", type=int, default=0, help="the one seed of every random draw (0)")
+  r.add_argument("--seed", type=_seed, default=0, help="the one seed of every random draw (0)")
   _format_arg(r)
   r.set_defaults(func=_cmd_report)
 
@@ -494,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     default=None,
     help="utilities per compiled chunk (default: sized to the memory)",
   )
-  s.add_argument("--seed", type=int, default=0, help="seed of the sampled utilities (0)")
+  s.add_argument("--seed", type=_seed, default=0, help="seed of the sampled utilities (0)")
   s.add_argument("--split", default="test", help="split to read from multi-split files (test)")
   s.add_argument("--out", required=True, help="output .npz (errors, eCDF) or .json")
   s.add_argument("--force", action="store_true", help="overwrite an existing output file")

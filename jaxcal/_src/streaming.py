@@ -127,7 +127,10 @@ def _add_pairs(a: tuple, b: tuple) -> tuple[jax.Array, jax.Array]:
 
 def _check_dtype(dtype: Any) -> str:
   """The name of a float32/float64 state dtype (float64 only with 64-bit JAX on)."""
-  name = jnp.dtype(dtype).name
+  try:
+    name = jnp.dtype(dtype).name
+  except TypeError:  # e.g. dtype="foo": numpy's "data type 'foo' not understood"
+    raise ValueError(f"dtype must be float32 or float64, got {dtype!r}") from None
   if name not in ("float32", "float64"):
     raise ValueError(f"dtype must be float32 or float64, got {name}")
   if name == "float64" and not jax.config.read("jax_enable_x64"):
@@ -1080,6 +1083,8 @@ class Calibration(_Streaming):
       ValueError: as :meth:`FixedBins.empty`, :meth:`Scores.empty` and
         :meth:`Records.empty` (e.g. ``capacity=True``).
     """
+    if records not in _KINDS:  # also without records (capacity=None): a typo is never ignored
+      raise ValueError(f"records must be one of {_KINDS}, got {records!r}")
     bins = FixedBins.empty(num_classes, num_bins, classwise=classwise, dtype=dtype)
     recs = None if capacity is None else Records.empty(capacity, num_classes, records, dtype=dtype)
     return cls(bins, Scores.empty(num_classes, confusion=confusion, dtype=dtype), recs)

@@ -918,6 +918,8 @@ def evaluate(
   """
   mets = _parse_metrics(metrics)
   from_logits = V.check_flag(from_logits, "from_logits")
+  if isinstance(names, str | bytes):  # list("ab") would name two models "a" and "b"
+    raise ValueError(f"names must be a sequence of model names (e.g. a list), got {names!r}")
   if mesh is not None:
     _mesh_sizes(mesh)  # a bad mesh fails before any data is read
   m = V.check_num_bins(num_bins)

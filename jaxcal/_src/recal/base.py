@@ -875,6 +875,11 @@ def _rebuild(path: Any, method: str, cls: type, static: dict, arrays: dict) -> R
     return tuple(v) if isinstance(v, list) else v
 
   kwargs = {f.name: get(f.name) for f in dataclasses.fields(cls) if f.init}
+  for f in dataclasses.fields(cls):
+    # a static flag picks a code path: "no" or 1 would silently act as True
+    if f.init and f.metadata.get("static") and f.type in ("bool", bool):
+      if not isinstance(kwargs[f.name], bool):
+        raise _bad(path, f"the header's {f.name} is {kwargs[f.name]!r}, not true or false")
   try:
     return cls(**kwargs)
   except (TypeError, ValueError) as e:

@@ -198,8 +198,8 @@ def classwise(c: ArrayLike, num_classes: int) -> Utility:
   Multiclass Calibration*, arXiv:2510.25458, Example 3.4.
   """
   num_classes = V.check_int(num_classes, "num_classes", 1)
-  c = _int_params(c, "class index c", 0, num_classes - 1)
-  return Utility(jax.nn.one_hot(c, num_classes, dtype=jnp.float32), "linear")
+  c, ok = _int_params(c, "class index c", 0, num_classes - 1)
+  return Utility(_fold_int(jax.nn.one_hot(c, num_classes, dtype=jnp.float32), ok), "linear")
 
 
 def rank(theta: ArrayLike) -> Utility:
@@ -245,9 +245,9 @@ def top_k(k: ArrayLike, num_classes: int) -> Utility:
   Multiclass Calibration*, arXiv:2510.25458, Example 3.6.
   """
   num_classes = V.check_int(num_classes, "num_classes", 1)
-  k = _int_params(k, "K", 1, num_classes)
+  k, ok = _int_params(k, "K", 1, num_classes)
   r = jnp.arange(1, num_classes + 1)
-  return Utility((r <= k[..., None]).astype(jnp.float32), "rank")
+  return Utility(_fold_int((r <= k[..., None]).astype(jnp.float32), ok), "rank")
 
 
 def dcg(gamma: ArrayLike, num_classes: int) -> Utility:
@@ -384,18 +384,32 @@ def _sampler_args(key: Any, m: Any, num_classes: Any) -> tuple[jax.Array, int, i
   return V.check_key(key), V.check_int(m, "m", 1), V.check_int(num_classes, "num_classes", 2)
 
 
-def _int_params(x: Any, name: str, lo: int, hi: int) -> jax.Array:
-  """Integer utility parameters in ``[lo, hi]`` (a scalar or a batch)."""
+def _int_params(x: Any, name: str, lo: int, hi: int) -> tuple[jax.Array, jax.Array | None]:
+  """Integer utility parameters in ``[lo, hi]`` (a scalar or a batch) and their traced flag.
+
+  Concrete values out of range raise; traced ones give an elementwise
+  ``ok`` flag (``None`` when concrete) that the caller folds into the
+  parameters (:func:`_fold_int`): NaN, never a plausible utility.
+  """
   a = x if isinstance(x, jax.Array | jax.core.Tracer) else np.asarray(x)
   if not (jnp.issubdtype(a.dtype, jnp.integer) and a.dtype != jnp.bool_):
     raise ValueError(f"{name} must be an integer (or an integer array), got dtype {a.dtype}")
-  if V.is_concrete(a) and a.size:
-    vmin, vmax = (
-      jax.device_get((jnp.min(a), jnp.max(a))) if isinstance(a, jax.Array) else (a.min(), a.max())
-    )
-    if vmin < lo or vmax > hi:
-      raise ValueError(f"{name} must lie in [{lo}, {hi}], got values in [{vmin}, {vmax}]")
-  return jnp.asarray(a)
+  if V.is_concrete(a):
+    if a.size:
+      vmin, vmax = (
+        jax.device_get((jnp.min(a), jnp.max(a))) if isinstance(a, jax.Array) else (a.min(), a.max())
+      )
+      if vmin < lo or vmax > hi:
+        raise ValueError(f"{name} must lie in [{lo}, {hi}], got values in [{vmin}, {vmax}]")
+    return jnp.asarray(a), None
+  ok = (a >= lo) & (a <= hi)
+  V.trace_check(jnp.all(ok), f"{name} must lie in [{lo}, {hi}]")
+  return a, ok
+
+
+def _fold_int(params: jax.Array, ok: jax.Array | None) -> jax.Array:
+  """``params`` (one utility per entry of ``ok``) with NaN where ``ok`` is False."""
+  return params if ok is None else jnp.where(ok[..., None], params, jnp.nan)
 
 
 def sample_linear(key: jax.Array, m: int, num_classes: int) -> Utility:
