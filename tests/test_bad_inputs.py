@@ -141,6 +141,8 @@ CASES = [
   C("lin_ce reports nan", metrics.lin_ce, (NAN_P, P, np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"reports contains non-finite", True),
   C("lin_ce signals inf", metrics.lin_ce, (P, INF_P, np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"signals contains non-finite", True),
   C("lin_ce num_bins traced-ish", metrics.lin_ce, (P, P, Y), {"num_bins": 2.0}, ValueError, r"static int"),
+  C("lin_ce num_bins huge", metrics.lin_ce, (P, P, Y), {"num_bins": 2**31}, ValueError, r"num_bins must be <= 16777216, got 2147483648"),
+  C("lin_ece num_bins huge", metrics.lin_ece, (P, P, Y), {"num_bins": 2**24 + 1}, ValueError, r"num_bins must be <= 16777216"),
   C("bin_ids scores", metrics.bin_ids, (np.zeros((2, 2)), 2), {}, ValueError, r"scores must have shape \(n,\)"),
   # ---- utilities
   C("sample_linear m=0", utility.sample_linear, (KEY, 0, 3), {}, ValueError, r"m must be an integer >= 1"),
