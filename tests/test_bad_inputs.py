@@ -358,6 +358,22 @@ def test_degenerate_arguments_are_refused():
     metrics.bin_ids(P[:, 0], 2, None)
 
 
+def test_lce_features_near_the_float_range_are_scaled_not_nan():
+  # |phi| >= 1e19 in float32: |a|^2 + |b|^2 - 2 a.b overflowed (inf - inf) and
+  # lce returned NaN on finite input; the kernel depends on ||a - b|| / gamma only
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(3), 40).astype(np.float32)
+  y = rng.integers(0, 3, 40)
+  phi = rng.normal(size=(40, 2)).astype(np.float32)
+  want = metrics.lce(p, y, phi, 2, min_bin_size=2, bandwidth=1.0)
+  for s in (1e20, 1e30, 1e38):
+    got = metrics.lce(p, y, phi * np.float32(s), 2, min_bin_size=2, bandwidth=s)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5)
+  # the default bandwidth 10 is then far below the spread: the gamma -> 0 limit, finite
+  tiny = metrics.lce(p, y, phi * np.float32(1e30), 2, min_bin_size=2)
+  assert np.all(np.isfinite(np.asarray(tiny)))
+
+
 def test_traced_bin_counts_need_max_bins():
   # a traced bin count used to size per-bin arrays at n, silently (9.7 s for 199 counts)
   with pytest.raises(ValueError, match="max_bins"):

@@ -362,6 +362,16 @@ def _lce_core(
   dtype = p.dtype
   keep = jnp.ones((n,), bool) if where is None else jnp.asarray(where, bool)
   feats = feats.astype(dtype)
+  # Features so large that |a|^2 + |b|^2 - 2 a.b would overflow (inf - inf = NaN):
+  # divide them and the bandwidth by one power of two (exact; the kernel only
+  # depends on ||a - b|| / gamma), so that every term stays below max / 4. The
+  # scale is 1 below 4.6e18 / sqrt(D) in float32: other inputs are unchanged.
+  limit = float(np.sqrt(float(jnp.finfo(dtype).max) / (16 * feats.shape[1])))
+  amax = jnp.max(jnp.where(keep[:, None], jnp.abs(feats), 0.0))
+  scale = jnp.ldexp(jnp.ones((), dtype), jnp.maximum(jnp.frexp(amax / limit)[1], 0))
+  feats = feats / scale
+  tiny = V.smallest_bandwidth(dtype, squared=True)
+  bandwidth = jnp.maximum(jnp.asarray(bandwidth, dtype) / scale, jnp.asarray(tiny, dtype))
   centre = jnp.sum(jnp.where(keep[:, None], feats, 0.0), axis=0) / jnp.maximum(
     jnp.sum(keep), 1
   ).astype(dtype)
