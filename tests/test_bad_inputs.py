@@ -133,6 +133,7 @@ CASES = [
   C("max_bins 0", metrics.conf_ece, (P, Y), {"num_bins": 5, "max_bins": 0}, ValueError, r"max_bins must be"),
   C("max_bins huge", metrics.conf_ece, (P, Y), {"num_bins": 5, "max_bins": 2**24 + 1}, ValueError, r"max_bins must be a static Python int in \[1, 16777216\], got 16777217"),
   C("max_bins float", metrics.conf_ece, (P, Y), {"max_bins": 16.0}, ValueError, r"max_bins must be"),
+  C("lce max_bins huge", metrics.lce, (P, Y, P), {"num_bins": 2, "max_bins": 2**31}, ValueError, r"max_bins must be a static Python int in \[1, 16777216\], got 2147483648"),
   C("reliability bins array", metrics.reliability_stats, (P, Y), {"num_bins": np.array([2, 3])}, ValueError, r"Python int"),
   # ---- class weights
   C("class_weights shape", metrics.classwise_ece, (P, Y), {"class_weights": np.ones(3)}, ValueError, r"class_weights must have shape \(2,\)"),
@@ -177,6 +178,7 @@ CASES = [
   C("bootstrap 1 resample", dominance.bootstrap, (KEY, jnp.mean, np.arange(5.0)), {"num_resamples": 1}, ValueError, r"num_resamples must be an integer >= 2"),
   # ---- data
   C("synthetic n=0", data.synthetic, (KEY, 0, 3), {}, ValueError, r"n >= 1"),
+  C("synthetic n huge", data.synthetic, (KEY, 2**40, 3), {}, ValueError, r"n \* num_classes = 3298534883328 exceeds 2\*\*31 - 1"),
 ]  # fmt: skip
 
 
