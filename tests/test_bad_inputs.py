@@ -122,6 +122,10 @@ CASES = [
   C("num_bins inf", metrics.conf_ece, (P, Y), {"num_bins": float("inf")}, ValueError, r"num_bins must be finite and integer-valued, got \[inf\]"),
   C("from_logits string", metrics.conf_ece, (P, Y), {"from_logits": "no"}, ValueError, r"from_logits must be True or False, got 'no'"),
   C("from_logits int", scores.brier, (P, Y), {"from_logits": 1}, ValueError, r"from_logits must be True or False, got 1"),
+  C("per_sample string", scores.brier, (P, Y), {"per_sample": "no"}, ValueError, r"per_sample must be True or False, got 'no'"),
+  C("per_sample int", scores.log_loss, (P, Y), {"per_sample": 0}, ValueError, r"per_sample must be True or False, got 0"),
+  C("squared string", metrics.debiased_ce, (P, Y), {"num_bins": 2, "squared": "no"}, ValueError, r"squared must be True or False, got 'no'"),
+  C("require_simplex None", scores.decompose, (P, Y), {"require_simplex": None}, ValueError, r"require_simplex must be True or False, got None"),
   C("binning unknown", metrics.conf_ece, (P, Y), {"binning": "equal"}, ValueError, r"binning must be one of"),
   C("binning None", metrics.classwise_ce, (P, Y), {"binning": None}, ValueError, r"binning must be one of"),
   C("quantile m > n", metrics.classwise_ce, (P, Y), {"num_bins": 5}, ValueError, r"quantile binning with num_bins = 5"),
@@ -129,6 +133,7 @@ CASES = [
   C("max_bins 0", metrics.conf_ece, (P, Y), {"num_bins": 5, "max_bins": 0}, ValueError, r"max_bins must be"),
   C("max_bins huge", metrics.conf_ece, (P, Y), {"num_bins": 5, "max_bins": 2**24 + 1}, ValueError, r"max_bins must be a static Python int in \[1, 16777216\], got 16777217"),
   C("max_bins float", metrics.conf_ece, (P, Y), {"max_bins": 16.0}, ValueError, r"max_bins must be"),
+  C("lce max_bins huge", metrics.lce, (P, Y, P), {"num_bins": 2, "max_bins": 2**31}, ValueError, r"max_bins must be a static Python int in \[1, 16777216\], got 2147483648"),
   C("reliability bins array", metrics.reliability_stats, (P, Y), {"num_bins": np.array([2, 3])}, ValueError, r"Python int"),
   # ---- class weights
   C("class_weights shape", metrics.classwise_ece, (P, Y), {"class_weights": np.ones(3)}, ValueError, r"class_weights must have shape \(2,\)"),
@@ -141,6 +146,8 @@ CASES = [
   C("lin_ce reports nan", metrics.lin_ce, (NAN_P, P, np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"reports contains non-finite", True),
   C("lin_ce signals inf", metrics.lin_ce, (P, INF_P, np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"signals contains non-finite", True),
   C("lin_ce num_bins traced-ish", metrics.lin_ce, (P, P, Y), {"num_bins": 2.0}, ValueError, r"static int"),
+  C("lin_ce num_bins huge", metrics.lin_ce, (P, P, Y), {"num_bins": 2**31}, ValueError, r"num_bins must be <= 16777216, got 2147483648"),
+  C("lin_ece num_bins huge", metrics.lin_ece, (P, P, Y), {"num_bins": 2**24 + 1}, ValueError, r"num_bins must be <= 16777216"),
   C("bin_ids scores", metrics.bin_ids, (np.zeros((2, 2)), 2), {}, ValueError, r"scores must have shape \(n,\)"),
   # ---- utilities
   C("sample_linear m=0", utility.sample_linear, (KEY, 0, 3), {}, ValueError, r"m must be an integer >= 1"),
@@ -171,6 +178,7 @@ CASES = [
   C("bootstrap 1 resample", dominance.bootstrap, (KEY, jnp.mean, np.arange(5.0)), {"num_resamples": 1}, ValueError, r"num_resamples must be an integer >= 2"),
   # ---- data
   C("synthetic n=0", data.synthetic, (KEY, 0, 3), {}, ValueError, r"n >= 1"),
+  C("synthetic n huge", data.synthetic, (KEY, 2**40, 3), {}, ValueError, r"n \* num_classes = 3298534883328 exceeds 2\*\*31 - 1"),
 ]  # fmt: skip
 
 
@@ -350,6 +358,22 @@ def test_degenerate_arguments_are_refused():
     metrics.conf_ce_corr(P, Y, binning=None)
   with pytest.raises(ValueError, match="binning must be one of"):
     metrics.bin_ids(P[:, 0], 2, None)
+
+
+def test_lce_features_near_the_float_range_are_scaled_not_nan():
+  # |phi| >= 1e19 in float32: |a|^2 + |b|^2 - 2 a.b overflowed (inf - inf) and
+  # lce returned NaN on finite input; the kernel depends on ||a - b|| / gamma only
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(3), 40).astype(np.float32)
+  y = rng.integers(0, 3, 40)
+  phi = rng.normal(size=(40, 2)).astype(np.float32)
+  want = metrics.lce(p, y, phi, 2, min_bin_size=2, bandwidth=1.0)
+  for s in (1e20, 1e30, 1e38):
+    got = metrics.lce(p, y, phi * np.float32(s), 2, min_bin_size=2, bandwidth=s)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5)
+  # the default bandwidth 10 is then far below the spread: the gamma -> 0 limit, finite
+  tiny = metrics.lce(p, y, phi * np.float32(1e30), 2, min_bin_size=2)
+  assert np.all(np.isfinite(np.asarray(tiny)))
 
 
 def test_traced_bin_counts_need_max_bins():

@@ -917,6 +917,8 @@ def _lin_sums(reports, signals, bin_ids, num_bins, where):
     or num_bins < 1
   ):
     raise ValueError(f"num_bins must be a static int >= 1 for lin_ce/lin_ece, got {num_bins!r}")
+  if num_bins > V.MAX_NUM_BINS:  # bin ids are int32; per-bin sums are (num_bins, d)
+    raise ValueError(f"num_bins must be <= {V.MAX_NUM_BINS}, got {int(num_bins)}")
   u = V.as_float(reports, "reports")
   s = V.as_float(signals, "signals")
   if u.ndim == 1:
@@ -969,7 +971,8 @@ def lin_ce(
 
   Raises:
     ValueError: mismatched shapes, non-finite reports or signals, bin ids
-      outside ``[0, num_bins)``, a bad mask (eager calls).
+      outside ``[0, num_bins)``, ``num_bins`` not an int in ``[1, 2**24]``,
+      a bad mask (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -1015,7 +1018,8 @@ def lin_ece(
 
   Raises:
     ValueError: mismatched shapes, non-finite reports or signals, bin ids
-      outside ``[0, num_bins)``, a bad mask, an unknown norm (eager calls).
+      outside ``[0, num_bins)``, ``num_bins`` not an int in ``[1, 2**24]``,
+      a bad mask, an unknown norm (eager calls).
 
   Example:
     >>> import jax.numpy as jnp

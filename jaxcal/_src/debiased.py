@@ -114,8 +114,8 @@ def debiased_ce(
     Scalar, or an array shaped like ``num_bins``.
 
   Raises:
-    ValueError: bad probabilities or labels, ``num_bins < 1`` or an unknown
-      ``mode``.
+    ValueError: bad probabilities or labels, ``num_bins < 1``, an unknown
+      ``mode`` or a ``squared`` that is not a bool.
 
   Example:
     >>> import jax.numpy as jnp
@@ -132,4 +132,4 @@ def debiased_ce(
   # Bin counts above n act as n (no equal-mass rule to refuse them): no binning check.
   bins = V.check_bins(num_bins, "fixed", max_bins)._replace(binning=None)
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
-  return _run(_debiased_core, d, bins, mode=mode, squared=bool(squared))
+  return _run(_debiased_core, d, bins, mode=mode, squared=V.check_flag(squared, "squared"))

@@ -189,5 +189,7 @@ def decompose(
     raise ValueError(f"score must be one of {_SCORES}, got {score!r}")
   if mode not in _MODES:
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-  d = V.check_predictions(probs, labels, where=where, simplex=bool(require_simplex))
+  d = V.check_predictions(
+    probs, labels, where=where, simplex=V.check_flag(require_simplex, "require_simplex")
+  )
   return V.fold(_decompose(d.scores, d.labels, score=score, mode=mode, where=d.where), d.ok)

@@ -362,6 +362,16 @@ def _lce_core(
   dtype = p.dtype
   keep = jnp.ones((n,), bool) if where is None else jnp.asarray(where, bool)
   feats = feats.astype(dtype)
+  # Features so large that |a|^2 + |b|^2 - 2 a.b would overflow (inf - inf = NaN):
+  # divide them and the bandwidth by one power of two (exact; the kernel only
+  # depends on ||a - b|| / gamma), so that every term stays below max / 4. The
+  # scale is 1 below 4.6e18 / sqrt(D) in float32: other inputs are unchanged.
+  limit = float(np.sqrt(float(jnp.finfo(dtype).max) / (16 * feats.shape[1])))
+  amax = jnp.max(jnp.where(keep[:, None], jnp.abs(feats), 0.0))
+  scale = jnp.ldexp(jnp.ones((), dtype), jnp.maximum(jnp.frexp(amax / limit)[1], 0))
+  feats = feats / scale
+  tiny = V.smallest_bandwidth(dtype, squared=True)
+  bandwidth = jnp.maximum(jnp.asarray(bandwidth, dtype) / scale, jnp.asarray(tiny, dtype))
   centre = jnp.sum(jnp.where(keep[:, None], feats, 0.0), axis=0) / jnp.maximum(
     jnp.sum(keep), 1
   ).astype(dtype)
@@ -530,6 +540,10 @@ def lce(
     )
   w = _class_weights(class_weights, p.shape[1], p.dtype)
   m = V.check_num_bins(num_bins)
+  if isinstance(max_bins, int | np.integer) and max_bins > V.MAX_NUM_BINS:
+    raise ValueError(
+      f"max_bins must be a static Python int in [1, {V.MAX_NUM_BINS}], got {max_bins!r}"
+    )
   mb = B.resolve_max_bins(m, p.shape[0], max_bins)
   if isinstance(m, np.ndarray) and m.size == 0:  # as every binned metric: an empty result
     empty = jnp.zeros(m.shape, p.dtype)

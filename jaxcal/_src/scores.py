@@ -140,7 +140,7 @@ def _evaluate(
   d = V.check_predictions(
     probs, labels, from_logits=from_logits, where=where, defer=True, borrow=True
   )
-  f = _scorer(per_sample_fn, bool(per_sample), bool(from_logits))
+  f = _scorer(per_sample_fn, V.check_flag(per_sample, "per_sample"), bool(from_logits))
   out, _ = V.run_checked(d, f, d.scores, d.labels, d.where)
   return V.fold(out, d.ok)
 
