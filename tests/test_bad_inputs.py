@@ -139,6 +139,8 @@ CASES = [
   C("class_weights shape", metrics.classwise_ece, (P, Y), {"class_weights": np.ones(3)}, ValueError, r"class_weights must have shape \(2,\)"),
   C("class_weights negative", metrics.ecce, (P, Y), {"class_weights": np.array([1.0, -1.0])}, ValueError, r"non-negative.*-1", True),
   C("class_weights all zero", metrics.classwise_ece, (P, Y), {"class_weights": np.zeros(2)}, ValueError, r"at least one weight must be positive", True),
+  C("smooth_ece top-label class_weights", metrics.smooth_ece, (P, Y), {"class_weights": np.ones(2) / 2}, ValueError, r"class_weights applies to mode='classwise' only"),
+  C("ks_ce top-label class_weights", metrics.ks_ce, (P, Y), {"class_weights": np.ones(2) / 2}, ValueError, r"class_weights applies to mode='classwise' only"),
   C("class_weights nan", metrics.ecce, (P, Y), {"class_weights": np.array([np.nan, 1.0])}, ValueError, r"class_weights contains non-finite", True),
   # ---- generic vector forms
   C("lin_ce shapes", metrics.lin_ce, (P, P[:, :1], np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"same shape"),

@@ -87,7 +87,8 @@ def ks_ce(
       ``"classwise"`` (each class column against ``1[y = c]``, averaged with
       ``class_weights``).
     class_weights: ``(C,)`` weights of the class-wise sum (default ``1/C``), used as
-      given (not normalised).
+      given (not normalised); ``mode="classwise"`` only (with the top label
+      they raise).
     from_logits: treat ``probs`` as logits.
     where: optional ``(n,)`` bool mask; masked-out samples are treated as
       absent (``n`` is the number of ``True`` entries).
@@ -96,7 +97,8 @@ def ks_ce(
     Scalar in ``[0, 1]``.
 
   Raises:
-    ValueError: bad probabilities or labels, or an unknown ``mode``.
+    ValueError: bad probabilities or labels, an unknown ``mode``, or
+      ``class_weights`` with ``mode="top_label"``.
 
   Example:
     >>> import jax.numpy as jnp
@@ -111,6 +113,12 @@ def ks_ce(
   if mode not in _MODES:
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
   top = mode == "top_label"
+  if top:
+    V.check_unused(
+      class_weights,
+      "class_weights",
+      "applies to mode='classwise' only (the top-label error has no classes to weigh)",
+    )
   d = V.check_predictions(
     probs,
     labels,

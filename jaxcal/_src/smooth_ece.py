@@ -418,7 +418,8 @@ def smooth_ece(
       call; the result has its shape). May be traced under a user's
       ``vmap``/``jit``, bounded below by ``min_bandwidth``.
     mode: ``"top_label"`` (default) or ``"classwise"``.
-    class_weights: ``(C,)`` weights of the class-wise mean (default ``1/C``).
+    class_weights: ``(C,)`` weights of the class-wise mean (default ``1/C``);
+      ``mode="classwise"`` only (with the top label they raise).
     min_bandwidth: static lower bound on a traced ``bandwidth`` (sizes the
       smoothing grid; default: the smallest given bandwidth, or ``2/1024``
       when traced), a finite float ``>= 1e-4``; validated even with
@@ -435,7 +436,8 @@ def smooth_ece(
     ValueError: bad probabilities or labels, a bandwidth that is not a
       finite number ``> 0`` (a bool, a string) or lies below ``1e-4`` or
       ``min_bandwidth``, a ``min_bandwidth`` that is not a finite number
-      ``>= 1e-4``, or an unknown ``mode``.
+      ``>= 1e-4``, an unknown ``mode``, or ``class_weights`` with
+      ``mode="top_label"``.
 
   Example:
     >>> import jax.numpy as jnp
@@ -451,6 +453,12 @@ def smooth_ece(
   mode = _check_mode(mode)
   _check_min_bandwidth(min_bandwidth)  # also with bandwidth=None: never silently ignored
   top = mode == "top_label"
+  if top:
+    V.check_unused(
+      class_weights,
+      "class_weights",
+      "applies to mode='classwise' only (the top-label error has no classes to weigh)",
+    )
   d = V.check_predictions(
     probs,
     labels,

@@ -1628,6 +1628,23 @@ def check_flag(value: Any, name: str) -> bool:
   return bool(value)
 
 
+def check_unused(value: Any, name: str, reason: str) -> None:
+  """Raises when an option that does not apply to the call was given (``value`` not ``None``).
+
+  An option that a mode ignores would otherwise be silently dropped: the
+  caller would read a number computed without it.
+
+  Example:
+    >>> check_unused(None, "class_weights", "applies to mode='classwise' only")
+    >>> check_unused([1.0, 2.0], "class_weights", "applies to mode='classwise' only")
+    Traceback (most recent call last):
+    ...
+    ValueError: class_weights applies to mode='classwise' only
+  """
+  if value is not None:
+    raise ValueError(f"{name} {reason}")
+
+
 def check_key(key: Any, name: str = "key") -> jax.Array:
   """Validates one JAX PRNG key (trace-time: dtype and shape only, no value is read).
 
