@@ -172,6 +172,8 @@ CASES = [
   # ---- dominance
   C("dominance_matrix nan", dominance.dominance_matrix, (np.array([[0.1, np.nan], [0.2, 0.3]]),), {}, ValueError, r"losses contains NaN"),
   C("dominance_matrix 1-d", dominance.dominance_matrix, (np.zeros(3),), {}, ValueError, r"2-D"),
+  C("dominance_chain ragged", dominance.dominance_chain, ([[0.1, 0.2], [0.3]],), {}, ValueError, r"losses must be a 2-D .* table: .*inhomogeneous"),
+  C("dominance_matrix ragged", dominance.dominance_matrix, ([[0.1, 0.2], [0.3]],), {}, ValueError, r"losses must be a 2-D .* table: .*inhomogeneous"),
   C("dominance_chain nan", dominance.dominance_chain, (np.array([[0.1, np.nan], [0.2, 0.3]]),), {}, ValueError, r"NaN"),
   C("rank_correlation constant", dominance.rank_correlation, (np.ones(4), np.arange(4.0)), {}, ValueError, r"a is constant"),
   C("rank_correlation nan", dominance.rank_correlation, (np.arange(4.0), np.array([1, np.nan, 2, 3])), {}, ValueError, r"b contains NaN"),

@@ -53,7 +53,10 @@ __all__ = [
 
 
 def _check_loss_table(losses: Any, name: str = "losses") -> None:
-  shape = np.shape(losses)
+  try:
+    shape = np.shape(losses)
+  except ValueError as e:  # a ragged list: numpy's message does not name the argument
+    raise ValueError(f"{name} must be a 2-D (num_predictors, num_losses) table: {e}") from None
   if len(shape) != 2:
     raise ValueError(
       f"{name} must be a 2-D (num_predictors, num_losses) table, got shape {tuple(shape)}"
