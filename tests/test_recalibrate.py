@@ -773,6 +773,8 @@ def test_load_rejects_bad_files_with_the_file_and_the_problem(fitted, tmp_path):
     assert name in str(e.value)
   with pytest.raises(ValueError, match="no such file"):
     R.load(tmp_path / "absent.npz")
+  with pytest.raises(ValueError, match="a folder, not a file"):
+    R.load(tmp_path)
 
 
 def test_load_rejects_forged_headers_dtypes_and_shapes(tmp_path):

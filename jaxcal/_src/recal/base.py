@@ -747,7 +747,8 @@ def load(path: str | os.PathLike) -> Recalibrator:
     ValueError: ...empty.npz: not a loadable jaxcal recalibrator file: the file is empty
   """
   if not os.path.isfile(path):
-    raise ValueError(f"{os.fspath(path)}: no such file")
+    what = "a folder, not a file" if os.path.isdir(path) else "no such file"
+    raise ValueError(f"{os.fspath(path)}: {what}")
   if os.path.getsize(path) == 0:
     raise _bad(path, "the file is empty")
   with open(path, "rb") as fh:
