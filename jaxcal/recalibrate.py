@@ -8,7 +8,9 @@ Every method has a typed fit function documenting its options
 is the string front door to them and checks option names. A fitted
 recalibrator is a pytree (``rc(inputs) -> probs``; the parametric and
 class-wise fits also run inside ``jax.jit``/``jax.vmap``), saved and loaded
-without pickle by ``save``/``load``. Inputs are logits by default
+without pickle by ``save``/``load``. To jit an apply, pass the recalibrator
+as an argument, ``jax.jit(lambda rc, x: rc(x))(rc, x)``: it holds arrays, so
+``jax.jit(rc)`` (which hashes its function) raises "unhashable type". Inputs are logits by default
 (``from_logits=True``). Also the pure-JAX isotonic regression behind the
 class-wise methods and the score decomposition.
 
