@@ -15,7 +15,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxcal
-from jaxcal import streaming, utility
+from jaxcal import metrics, scores, streaming, utility
 
 BINS = np.array([2, 5, 15, 40])
 METRICS = ["conf_ece", "conf_ce_corr", "classwise_ce", "classwise_ece", "ecce", "brier", "uc_tce"]
@@ -84,7 +84,61 @@ def main() -> None:
     out["stream/" + k] = np.asarray(fixed[k])
   out["stream/records_conf_ce_corr"] = np.asarray(r.reduce().compute(BINS)["conf_ce_corr"])
   out["stream/n"] = np.int32(rows_per * d)
+
+  # bad input sharded over the samples: the eager check raises the one-device message,
+  # with the global row (one in the third shard); the inputs and their sharding unchanged
+  row = 2 * rows_per + 3
+  p0, y0 = p[0, : rows_per * d], y[0, : rows_per * d]
+  out["bad/row"] = np.int32(row)
+  for name, (pb, yb) in bad_cases(p0, y0, row).items():
+    for fname, f in BAD_FNS[pb.ndim].items():
+      ps = jax.device_put(pb, NamedSharding(mesh, P("models", *[None] * (pb.ndim - 1))))
+      ys = jax.device_put(yb, NamedSharding(mesh, P("models")))
+      before = (ps.sharding, ys.sharding)
+      try:
+        f(ps, ys)
+        msg = "no error"
+      except ValueError as e:
+        msg = str(e)
+      out[f"bad/{name}/{fname}"] = np.array(msg)
+      same = (ps.sharding, ys.sharding) == before
+      same &= np.array_equal(np.asarray(ps), pb, equal_nan=True)
+      out[f"bad/{name}/{fname}/unchanged"] = np.array(same and np.array_equal(np.asarray(ys), yb))
   np.savez(sys.argv[2], **out)
+
+
+#: Eager entry points checked on bad sample-sharded input (``binary_ce`` on column 1
+#: of the probabilities: the ``[0, 1]`` check of one-dimensional scores).
+BAD_FNS = {
+  2: {
+    "conf_ece": lambda p, y: metrics.conf_ece(p, y, 5),
+    "classwise_ce": lambda p, y: metrics.classwise_ce(p, y, 5),
+    "brier": scores.brier,
+  },
+  1: {"binary_ce": lambda p, y: metrics.binary_ce(p, y, 5)},
+}
+
+
+def bad_cases(p: np.ndarray, y: np.ndarray, row: int) -> dict:
+  """``{name: (probs, labels)}``, each bad at ``row`` only (shared with test_sharding.py)."""
+  c = p.shape[1]
+  out = {}
+  nan = p.copy()
+  nan[row] = np.nan
+  out["nan_row"] = (nan, y)
+  off = p.copy()
+  off[row] *= 0.5
+  out["off_simplex"] = (off, y)
+  for lab in (c, -1):
+    yy = y.copy()
+    yy[row] = lab
+    out[f"label_{lab}"] = (p, yy)
+  q, yq = np.ascontiguousarray(p[:, 1]), (y == 1).astype(np.int32)
+  for name, value in (("binary_nan", np.nan), ("binary_gt1", 1.5)):
+    qq = q.copy()
+    qq[row] = value
+    out[name] = (qq, yq)
+  return out
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 from _cpu_devices import ROOT, cpu_devices_env
+from _sharding_worker import BAD_FNS, bad_cases
 from conftest import load_cifar
 
 from jaxcal import metrics, scores, utility
@@ -100,3 +101,14 @@ def test_sharded_equals_one_device(data, tmp_path, devices):
   np.testing.assert_allclose(
     got["stream/records_conf_ce_corr"], metrics.conf_ce_corr(p0, y0, BINS), rtol=1e-6
   )
+  # bad input sharded over the samples: the one-device message, naming the global row
+  # (a NaN in [0, 1]-checked scores was missed: XLA:CPU's min/max all-reduce drops NaN)
+  row = int(got["bad/row"])
+  assert row >= 2 * (k // devices)  # in the third shard
+  for name, (pb, yb) in bad_cases(p[0, :k], y[0, :k], row).items():
+    for fname, f in BAD_FNS[pb.ndim].items():
+      with pytest.raises(ValueError) as one:
+        f(pb, yb)
+      assert str(got[f"bad/{name}/{fname}"]) == str(one.value), (name, fname)
+      assert f"{row}" in str(one.value)
+      assert bool(got[f"bad/{name}/{fname}/unchanged"]), (name, fname)

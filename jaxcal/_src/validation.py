@@ -467,9 +467,11 @@ def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
       lambda: jnp.bool_(True),
     )
   if a.kind == "unit":
-    xm = _masked(x, where, a.lo)
-    lo, hi = jnp.min(xm).astype(acc), jnp.max(xm).astype(acc)
-    return (lo >= a.lo - a.tol) & (hi <= a.hi + a.tol)  # False for NaN; +-inf lie outside
+    # Elementwise compares (False for NaN; +-inf lie outside) and one boolean
+    # all, not a min and a max: across devices XLA:CPU's min/max all-reduce
+    # drops NaN, so a NaN in a sharded array would pass (a boolean all keeps it).
+    xm = _masked(x, where, a.lo).astype(acc)
+    return jnp.all((xm >= a.lo - a.tol) & (xm <= a.hi + a.tol))
   if not jnp.issubdtype(x.dtype, jnp.floating):
     return jnp.bool_(True)
   # A non-finite (NaN) entry makes its row sum non-finite (NaN); a finite row
