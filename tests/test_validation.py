@@ -1026,3 +1026,19 @@ def test_run_checked_waits_for_a_computation_on_borrowed_scores():
   lent = d._replace(scores=x)
   out, _ = V.run_checked(lent, slow, x)
   assert not out.is_ready()  # the check can fail: a plain call returns at once
+
+
+def test_non_integral_labels_get_one_message_on_the_host_and_on_the_device():
+  # numpy float labels are checked on the host before the cast, JAX ones on the
+  # device and in checked mode: the same words (the host said "are not valid")
+  p, y = _data(40, 4, seed=2)
+  yf = y.astype(np.float32)
+  yf[23] = 1.5
+  want = "labels must be integers; 1 entries are not, the first is labels[23] = 1.5"
+  for labels in (yf, yf.astype(np.float64), jnp.asarray(yf)):
+    with pytest.raises(ValueError) as e:
+      metrics.conf_ece(p, labels)
+    assert str(e.value) == want
+  with pytest.raises(ValueError) as e:
+    jaxcal.checked(jax.jit(metrics.conf_ece))(p, jnp.asarray(yf))
+  assert str(e.value) == want

@@ -1078,7 +1078,7 @@ def _host_labels(a: np.ndarray, num_classes: int | None, name: str, where: Any) 
     if sel.any():
       first = int(np.argmax(sel))
       if nonint[first]:
-        what = f"must be integers; {int(sel.sum())} entries are not valid"
+        what = f"must be integers; {int(sel.sum())} entries are not"
       elif num_classes is not None:
         what = f"must lie in [0, {num_classes}); {int(sel.sum())} entries do not"
       else:
