@@ -52,8 +52,8 @@ def _padded(p, y, i, j):
   k = j - i
   pp = np.full((BATCH, p.shape[1]), np.nan, np.float32)  # NaN: must be ignored exactly
   pp[:k] = p[i:j]
-  pp[k:] = 1.0 / p.shape[1]  # valid rows for validation, masked anyway
-  yy = np.zeros((BATCH,), np.int32)
+  pp[k:, 0] = 0.0  # and off the simplex, with out-of-range labels: masked rows are absent
+  yy = np.full((BATCH,), 99, np.int32)
   yy[:k] = y[i:j]
   return pp, yy, np.arange(BATCH) < k
 
@@ -355,10 +355,25 @@ def test_invalid_batches_under_jit_poison_every_output():
     with pytest.raises(ValueError, match="Records holds 1 batch"):
       r.data()
     assert all(np.isnan(v) for v in r.compute(1).values())  # compute: NaN, eagerly too
-  # a bad batch whose samples are all masked: nothing seen, but poisoned: NaN, no raise
+  # a bad row that is masked out is absent, as in every metric: not checked, not poisoning
+  sel = np.array([True, False, True, True])
+  upd = jax.jit(streaming.Calibration.update)
+  for st in (upd(empty, nanp, y, sel), empty.update(nanp, y, sel)):  # traced, eager (no raise)
+    assert int(st.scores.invalid) == int(st.bins.invalid) == 0
+    assert int(st.scores.count) == 3
+    ref = empty.update(p[sel], y[sel])
+    for k, v in ref.compute().items():
+      np.testing.assert_allclose(st.compute()[k], v, rtol=1e-6, err_msg=k)
+  # ... and a batch of padding only adds nothing: the state is still empty
   masked = jax.jit(streaming.Scores.update)(streaming.Scores.empty(3), nanp, y, np.zeros(4, bool))
-  assert int(masked.count) == 0 and int(masked.invalid) == 1
-  assert np.isnan(masked.compute()["accuracy"])
+  assert int(masked.count) == 0 and int(masked.invalid) == 0
+  assert np.isnan(jax.jit(lambda s: s.compute()["accuracy"])(masked))
+  with pytest.raises(ValueError, match="Scores is empty"):
+    streaming.Scores.empty(3).update(nanp, y, np.zeros(4, bool)).compute()
+  # the same bad row selected poisons the state (traced) or raises (eager)
+  assert int(upd(empty, nanp, y, ~sel).scores.invalid) == 1
+  with pytest.raises(ValueError, match=r"non-finite.*row 1"):
+    empty.update(nanp, y, ~sel)
 
 
 def test_bad_inputs():
@@ -367,7 +382,7 @@ def test_bad_inputs():
   st = streaming.FixedBins.empty(3, 5)
   with pytest.raises(ValueError, match="C = 3 classes"):
     streaming.FixedBins.empty(4, 5).update(p, y)
-  with pytest.raises(ValueError, match="where must be a boolean array of shape"):
+  with pytest.raises(ValueError, match=r"where must have shape \(4,\)"):
     st.update(p, y, np.ones(3, bool))
   with pytest.raises(ValueError, match="where must be a boolean"):
     st.update(p, y, np.ones(4))

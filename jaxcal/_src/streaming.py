@@ -49,11 +49,12 @@ bins), so the errors computed from them differ from the one-shot values
 only by the rounding of the final sums.
 
 Masked samples (``where=False``, e.g. the padding of a last partial batch)
-add nothing to any sum or count and are not recorded.
+are absent, as in every metric: they add nothing to any sum or count, are
+not recorded and are not checked (padding may hold zeros or NaN, and a
+batch of padding only adds nothing).
 
 Bad input and empty states, as everywhere in jaxcal: an eager ``update``
-validates the whole batch (masked rows included) and raises a
-``ValueError``. Under ``jax.jit`` / ``jax.vmap`` the values cannot be
+validates the batch's selected samples and raises a ``ValueError``. Under ``jax.jit`` / ``jax.vmap`` the values cannot be
 checked, so every state counts the batches that failed the traced check
 (NaN or inf, rows off the simplex, labels out of range) in ``invalid``, an
 int32 leaf summed by ``merge`` and ``psum`` like the counts; once it is
@@ -144,20 +145,24 @@ def _check_dtype(dtype: Any) -> str:
 def _prepare(probs, labels, where, from_logits, num_classes):
   """Validated ``(p, y, where, bad)`` of one batch for a state made for ``num_classes``.
 
-  As :func:`jaxcal._src.scores.prepare` (eager bad input raises; traced bad
-  input gives NaN probabilities), plus ``bad``: int32 1 when the traced
-  check failed, else 0 (always 0 eagerly). The NaN probabilities poison the
-  float sums; ``bad`` is what poisons the integer counts.
+  As the metrics do: eager bad input raises, traced bad input gives NaN
+  probabilities, and masked-out rows are absent (not checked; uniform
+  probabilities and label 0, so no NaN of theirs reaches a sum; a batch of
+  padding only adds nothing). ``bad``: int32 1 when the traced check
+  failed, else 0 (always 0 eagerly). The NaN probabilities poison the float
+  sums; ``bad`` is what poisons the integer counts.
   """
-  d = V.check_predictions(probs, labels, from_logits=from_logits)
-  p, y = V.fold(d.probs(), d.ok), d.labels
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, empty_where=True)
+  p, y = d.neutral()
+  p = V.fold(p, d.ok)
   if p.shape[1] != num_classes:
     raise ValueError(
       f"probs has C = {p.shape[1]} classes but the state was made for C = {num_classes}; "
       "make the state with the predictions' class count"
     )
   bad = np.int32(0) if d.ok is None else (~d.ok).astype(jnp.int32)
-  return p, y, _check_where(where, p.shape[0]), bad
+  w = jnp.ones((p.shape[0],), bool) if d.where is None else d.where
+  return p, y, w, bad
 
 
 def _num_classes(num_classes: Any) -> int:
@@ -179,18 +184,6 @@ def _checked_state(count: jax.Array, invalid: jax.Array, what: str) -> None:
       f"{what} is empty: it has seen no sample (never updated, or every sample was masked "
       "by where); update it with at least one batch before compute()"
     )
-
-
-def _check_where(where: Any, n: int) -> jax.Array:
-  if where is None:
-    return jnp.ones((n,), bool)
-  w = jnp.asarray(where)
-  if w.shape != (n,) or w.dtype != jnp.bool_:
-    raise ValueError(
-      f"where must be a boolean array of shape ({n},) (one entry per sample of the batch), "
-      f"got dtype {w.dtype} and shape {tuple(w.shape)}"
-    )
-  return w
 
 
 def _bin_counts(num_bins: Any, name: str = "num_bins") -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -318,7 +311,7 @@ class _Streaming:
     Raises:
       ValueError: a wrong shape, class count or ``where`` mask; on eager
         calls also bad values (NaN or inf, rows off the simplex, labels out
-        of range), masked rows included. Traced bad values raise nothing:
+        of range) in the selected rows. Traced bad values raise nothing:
         the batch is counted in ``invalid`` and ``compute`` gives NaN.
     """
     return self._ingest(*_prepare(probs, labels, where, from_logits, self.num_classes))

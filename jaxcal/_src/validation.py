@@ -333,6 +333,7 @@ class _Spec(NamedTuple):
   num_classes: int | None = None  # labels lie in [0, num_classes)
   has_where: bool = False
   w_name: str | None = None  # weights: finite, non-negative, positive sum
+  empty_where: bool = False  # a where that selects no sample is allowed
 
 
 class _Problem(NamedTuple):
@@ -497,7 +498,7 @@ def _ok(spec: _Spec, xs, y, where, w, complete: bool = True) -> tuple[jax.Array,
   if where is None:
     return ok, np.int32(0)  # unused: the count is the static n
   count = jnp.sum(where, dtype=jnp.int32)
-  return ok & (count > 0), count
+  return (ok if spec.empty_where else ok & (count > 0)), count
 
 
 def _checks(spec: _Spec) -> list[tuple[str, Callable]]:
@@ -586,7 +587,7 @@ def _checks(spec: _Spec) -> list[tuple[str, Callable]]:
           label_range,
         )
       )
-  if spec.has_where:
+  if spec.has_where and not spec.empty_where:
 
     def empty(xs, y, where, w):
       return _Problem(
@@ -1226,6 +1227,7 @@ def check_predictions(
   weights_name: str = "class_weights",
   defer: bool = False,
   borrow: bool = False,
+  empty_where: bool = False,
 ) -> Checked:
   """Validates one data set ``(scores, labels)`` with one fused device reduction.
 
@@ -1260,6 +1262,8 @@ def check_predictions(
       :func:`~jaxcal._src.numerics.by_rows`; host labels then stay on the
       host too. :func:`run_checked` waits for the computation, and the
       caller keeps nothing.
+    empty_where: accept a ``where`` that selects no sample (a streaming
+      batch of padding only adds nothing); by default it raises.
 
   Returns:
     :class:`Checked`.
@@ -1306,6 +1310,7 @@ def check_predictions(
     num_classes=c,
     has_where=wh is not None,
     w_name=None if w is None else weights_name,
+    empty_where=empty_where,
   )
   labels = y.astype(np.int32, copy=False) if keep else _to_int32(y)
   if isinstance(x, RowBlocks):  # each block checked; a problem is located on a whole copy
