@@ -617,6 +617,47 @@ def test_no_validation_split_and_explicit_memory():
     base.fit("local_net", logits[:10], y[:10], features=phi[:10], **opts)
 
 
+def test_bad_options_raise_before_training(tmp_path, monkeypatch):
+  """Options refused up front with a ValueError naming them: each used to train an epoch and
+  then fail (a FileExistsError from a file checkpoint_dir, weight_floor of fit_kcal), fail
+  deep inside (len() of an int validation_data) or abort the process (a huge batch_size)."""
+  phi, logits, y = _make(n=200)
+  kw = dict(features=phi, verbose=False, epochs=1, pca_dim=4)
+  (tmp_path / "file").write_text("")
+  epochs = []
+  monkeypatch.setattr(
+    "jaxcal._src.recal.local_net.train_epoch", lambda *a, **k: epochs.append(1) or 1 / 0
+  )
+  for opts, match in [
+    ({"checkpoint_dir": tmp_path / "file"}, r"checkpoint_dir '.*file' is a file, not a folder"),
+    ({"checkpoint_dir": 3}, "checkpoint_dir must be a folder path, got 3"),
+    ({"validation_data": 3}, r"validation_data must be a tuple \(inputs, labels, features\)"),
+    ({"batch_size": 46341}, r"batch_size = 46341 is too large.*pass batch_size <= 46340"),
+  ]:
+    for method in ("local_net", "kcal"):
+      with pytest.raises(ValueError, match=match):
+        base.fit(method, logits, y, **kw, **opts)
+  with pytest.raises(ValueError, match=r"weight_floor must be in \[0, 1\), got 2"):
+    fit_kcal(logits, y, weight_floor=2, **kw)
+  assert not epochs
+
+
+def test_kernel_calibrator_takes_a_local_net_or_a_kernel_calibrator():
+  phi, logits, y = _make(n=200)
+  net = base.fit("local_net", logits, y, features=phi, verbose=False, epochs=1, pca_dim=4)
+  kc = kernel_calibrator(net, logits[:50], y[:50], phi[:50])
+  # a KernelCalibrator's memory is replaced (was "got multiple values for 'memory_features'")
+  kc2 = kernel_calibrator(kc, logits[50:80], y[50:80], phi[50:80])
+  ref = kernel_calibrator(net, logits[50:80], y[50:80], phi[50:80])
+  assert kc2.memory_labels.shape == (30,)
+  np.testing.assert_array_equal(
+    np.asarray(kc2(logits, features=phi)), np.asarray(ref(logits, features=phi))
+  )
+  # any other recalibrator is named (was an AttributeError: no '_check')
+  with pytest.raises(TypeError, match="net must be a fitted LocalNet .*got TemperatureScaling"):
+    kernel_calibrator(base.fit("temperature", logits, y), logits[:50], y[:50], phi[:50])
+
+
 # ------------------------------------------------- training utilities
 
 

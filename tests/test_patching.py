@@ -367,6 +367,22 @@ def test_bad_options_raise():
     ({"witnesses": U.similarity(jnp.eye(5)[None])}, "similarity"),
     ({"witnesses": U.sample_linear(jax.random.key(0), 3, 4)}, "C = 4 classes"),
     ({"sample_witnesses": 3}, "sample_witnesses must be a function"),
+    ({"witnesses": 3}, "witnesses must be a jaxcal.utility.Utility batch or a list of them"),
+    # a draw of sample_witnesses is checked as the fixed witnesses are (it was a JAX
+    # concatenate TypeError, or out-of-range parameters silently patched against)
+    ({"sample_witnesses": lambda k: 3}, r"sample_witnesses\(key\) must be a .*Utility"),
+    (
+      {"sample_witnesses": lambda k: U.sample_linear(k, 3, 4)},
+      r"sample_witnesses\(key\): linear utility is defined for C = 4 classes",
+    ),
+    (
+      {"sample_witnesses": lambda k: U.linear(jnp.ones(5) / 5)},
+      r"sample_witnesses\(key\) must be a batch with one leading axis",
+    ),
+    (
+      {"sample_witnesses": lambda k: U.linear(3 * jnp.ones((2, 5)))},
+      r"must lie in \[-1, 1\]",
+    ),
     (
       {"witnesses": [U.Utility(jnp.zeros((1, 5, k)), "decision") for k in (2, 3)]},
       r"decision witnesses must all have the same number of actions K, got \[2, 3\]",
@@ -389,6 +405,9 @@ def test_fitted_on_ten_classes_applied_to_eight_raises():
   rc = R.fit_patching(z, y, max_steps=1, num_samples=0, progress=False)
   with pytest.raises(ValueError, match=r"fitted on C = 10 classes but the inputs have C = 8"):
     rc(np.zeros((3, 8), np.float32))
+  # trajectory too (it was a JAX broadcasting error)
+  with pytest.raises(ValueError, match=r"fitted on C = 10 classes but the inputs have C = 8"):
+    rc.trajectory(np.zeros((3, 8), np.float32))
 
 
 def test_replay_patches_the_rows_at_either_end_of_the_interval():

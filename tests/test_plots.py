@@ -575,3 +575,98 @@ def test_plots_skip_what_is_not_finite():
   # a log axis with no positive error is left linear, its limits in order
   ax = plots.ecdf_plot({"a": [0.0, 0.0]}, log_x=True).axes[0]
   assert ax.get_xscale() == "linear" and ax.get_xlim()[0] < ax.get_xlim()[1]
+
+
+_P = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4], [0.5, 0.25, 0.25]])
+_Y = np.array([0, 1, 2, 1])
+_M = [5, 20, 100]
+_C = {"a": [0.1, 0.2, 0.3]}
+
+
+@pytest.mark.parametrize(
+  "call,error,match",
+  [
+    # a bad ax was an AttributeError ('str' object has no attribute 'figure')
+    (lambda: plots.reliability_diagram(_P, _Y, 4, ax="a"), TypeError, "ax must be a matplotlib"),
+    (lambda: plots.smooth_reliability_diagram(_P, _Y, ax=3), TypeError, "ax must be a matplotlib"),
+    (lambda: plots.ecdf_plot({"a": [0.1]}, ax="a"), TypeError, "ax must be a matplotlib Axes"),
+    (lambda: plots.bin_robustness_plot(_M, _C, ax="a"), TypeError, "ax must be a matplotlib"),
+    # bands that are neither a bool nor ConsistencyBands were silently not drawn
+    (lambda: plots.reliability_diagram(_P, _Y, 4, bands="yes"), TypeError, "bands must be True"),
+    (lambda: plots.reliability_diagram(_P, _Y, 4, bands=True, seed=1.5), ValueError, "seed must"),
+    # NaN / inf values were drawn as gaps or dropped points, or counted in an eCDF
+    (lambda: plots.ecdf_plot({"a": [0.1, np.nan]}), ValueError, r"curve 'a' must be finite"),
+    (lambda: plots.bin_robustness_plot(_M, {"a": [0, np.inf, 1]}), ValueError, "must be finite"),
+    (lambda: plots.lce_bandwidth_plot([1, 2], {"a": [0.1, np.nan]}), ValueError, "finite"),
+    (
+      lambda: plots.interval_plot({"a": (np.nan, 0.1, 0.2)}, metric="x"),
+      ValueError,
+      r"rows\['a'\]: the estimate must be finite",
+    ),
+    (
+      lambda: plots.interval_plot({"a": (0.1, 0.3, 0.2)}, metric="x"),
+      ValueError,
+      r"rows\['a'\]: the interval must have finite lo <= hi",
+    ),
+    # bands / references for labels that are not curves were silently ignored
+    (
+      lambda: plots.bin_robustness_plot(_M, _C, bands={"b": ([0] * 3, [1] * 3)}),
+      ValueError,
+      r"bands has entries \['b'\] that are not labels of curves",
+    ),
+    (
+      lambda: plots.bin_robustness_plot(_M, _C, reference={"b": 0.1}),
+      ValueError,
+      r"reference has entries \['b'\]",
+    ),
+    (
+      lambda: plots.lce_bandwidth_plot([1, 2], {"a": [1, 2]}, reference={"b": 0.1}),
+      ValueError,
+      r"reference has entries \['b'\]",
+    ),
+    (
+      lambda: plots.bin_robustness_plot(_M, _C, bands={"a": ([1] * 3, [0] * 3)}),
+      ValueError,
+      "band 'a' has lo > hi at index 0",
+    ),
+    # bin counts: numpy's "zero-size array", matplotlib's "Axis limits cannot be NaN",
+    # 5.5 silently drawn as 5, correlations outside [-1, 1] drawn clipped
+    (lambda: plots.bin_robustness_plot([], {"a": []}), ValueError, "num_bins must be one or more"),
+    (lambda: plots.bin_robustness_plot([np.nan, 2, 5], _C), ValueError, "num_bins must be finite"),
+    (
+      lambda: plots.rank_stability_plot([5.5, 20], {"a": np.eye(2)}),
+      ValueError,
+      r"num_bins must be one or more integers >= 1, got \[5.5, 20.0\]",
+    ),
+    (
+      lambda: plots.rank_stability_plot([5, 20], {"a": 3 * np.eye(2)}),
+      ValueError,
+      r"correlations\['a'\] must lie in \[-1, 1\]",
+    ),
+    (lambda: plots.ecdf_plot([0.1, 0.2]), TypeError, "curves must be a mapping"),
+    # MCB-DSC: an IndexError / a numpy ufunc TypeError / a loop over 10**7 isolines
+    (lambda: plots.mcb_dsc_plot({"a": (0.1,)}, 0.5), ValueError, r"points\['a'\] must be a pair"),
+    (lambda: plots.mcb_dsc_plot({"a": (0.1, 0.2)}, "x"), ValueError, "unc must be a number"),
+    (
+      lambda: plots.mcb_dsc_plot({"a": (0.1, 0.2)}, 0.5, num_isolines=10**7),
+      ValueError,
+      "num_isolines must be <= 100",
+    ),
+  ],
+)
+def test_bad_plot_inputs_raise(call, error, match):
+  with pytest.raises(error, match=match):
+    call()
+
+
+def test_savefig_bad_arguments_raise(tmp_path):
+  fig = plots.ecdf_plot({"a": [0.1]})
+  with pytest.raises(ValueError, match=r"formats must be a sequence of names .* got 'png'"):
+    plots.savefig(fig, tmp_path / "f", "png")  # was "got 'p'"
+  with pytest.raises(ValueError, match="formats is empty"):
+    plots.savefig(fig, tmp_path / "f", ())  # wrote nothing, silently
+  with pytest.raises(ValueError, match="dpi must be >= 1, got 0"):
+    plots.savefig(fig, tmp_path / "f", ("png",), dpi=0)
+  with pytest.raises(TypeError, match="fig must be a matplotlib Figure, got NoneType"):
+    plots.savefig(None, tmp_path / "f")
+  assert not list(tmp_path.iterdir())

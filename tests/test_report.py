@@ -197,6 +197,47 @@ def test_bad_settings(small):
     report.calibration_report(x, y, num_bins=10_000, num_utilities=0, resamples=0)
   with pytest.raises(ValueError, match="interval"):
     report.calibration_report(x, y, interval="wald", num_utilities=0, resamples=0)
+  # num_utilities and seed went through int(): 2.5 became 2, True became 1, "7" became 7
+  for kw, match in [
+    ({"num_utilities": 2.5}, r"num_utilities must be an int, got 2.5"),
+    ({"num_utilities": -1}, "num_utilities must be >= 0, got -1"),
+    ({"seed": 1.5}, r"seed must be an int, got 1.5"),
+    ({"seed": "7"}, "seed must be an int, got '7'"),
+  ]:
+    with pytest.raises(ValueError, match=match):
+      report.calibration_report(x, y, **{"num_utilities": 0, "resamples": 0, **kw})
+
+
+def test_write_report_checks_its_arguments_before_writing(small, tmp_path):
+  x, y = small
+  x, y = x[:200], y[:200]
+  rep = report.calibration_report(
+    x, y, num_utilities=0, resamples=0, robustness_resamples=0, num_bins=5
+  )
+  (tmp_path / "file").write_text("")
+  out = tmp_path / "out"
+  for args, kw, match in [
+    # was a FileExistsError from os.makedirs
+    ((rep, x, y, str(tmp_path / "file")), {}, r"out_dir '.*file' is a file, not a folder"),
+    # figures of other predictions than the report's were drawn silently
+    ((rep, x[:100], y[:100], str(out)), {}, r"scores_in has shape \(100, 10\) but the report"),
+    ((rep, x, y, str(out)), {"formats": "png"}, r"formats must be a sequence of names"),
+    ((rep, x, y, str(out)), {"formats": ("png", "jpg")}, r"formats must be among .* got 'jpg'"),
+    (([1], x, y, str(out)), {}, "rep must be a report dict"),  # was a TypeError on indexing
+  ]:
+    with pytest.raises(ValueError, match=match):
+      report.write_report(*args, **kw)
+  assert not out.exists()
+
+
+def test_rank_stability_and_robustness_bins_refuse_bad_values():
+  # a NaN error gave a NaN correlation
+  with pytest.raises(ValueError, match="errors contains non-finite values"):
+    report.rank_stability(np.array([[1.0, 2.0], [np.nan, 1.0], [3.0, 0.5]]))
+  with pytest.raises(ValueError, match="n must be >= 1, got 0"):
+    report.robustness_bins(0)  # was [2]
+  with pytest.raises(ValueError, match="count must be >= 1, got 0"):
+    report.robustness_bins(100, count=0)  # was an empty grid
 
 
 def test_an_estimate_outside_its_interval_is_flagged_and_explained():

@@ -113,7 +113,11 @@ def robustness_bins(n: int, lo: int = 2, hi: int = 2000, count: int = 20) -> np.
     >>> robustness_bins(10000, count=6).tolist()
     [2, 8, 32, 126, 502, 2000]
   """
-  top = max(lo, min(hi, int(n)))
+  n = V.check_int_option(n, "n", minimum=1)
+  lo = V.check_int_option(lo, "lo", minimum=1)
+  hi = V.check_int_option(hi, "hi", minimum=lo)
+  count = V.check_int_option(count, "count", minimum=1)
+  top = max(lo, min(hi, n))
   grid = np.unique(np.geomspace(lo, top, count).round().astype(np.int64))
   return grid
 
@@ -403,7 +407,8 @@ def calibration_report(
 
   Raises:
     ValueError: invalid predictions or labels, a bin count above ``n``, or a
-      bad setting.
+      bad setting (``num_utilities`` not an int ``>= 0``, ``seed`` not an
+      int, ...).
 
   Example:
     >>> import jax
@@ -427,6 +432,11 @@ def calibration_report(
   probs, y, is_probs = _prepare(scores_in, labels)
   n, c = probs.shape
   num_bins, resamples, confidence = _check_settings(num_bins, resamples, confidence, interval, n)
+  # both were passed through int(): 2.5 utilities became 2, seed "7" became 7
+  num_utilities = V.check_int_option(num_utilities, "num_utilities", minimum=0)
+  seed = V.check_int_option(seed, "seed")
+  if path is not None and not isinstance(path, str | os.PathLike):
+    raise TypeError(f"path must be a file or folder path or None, got {type(path).__name__}")
   rob_resamples = _check_settings(num_bins, robustness_resamples, confidence, interval, n)[1]
   k_head, k_rob, _ = _keys(seed)
   rep: dict[str, Any] = {
@@ -498,7 +508,7 @@ def rank_stability(errors: ArrayLike, method: str = "spearman") -> jax.Array:
     ``(k, k)`` symmetric matrix with ones on the diagonal; jit- and vmap-able.
 
   Raises:
-    ValueError: ``errors`` not 2-D or fewer than 3 models.
+    ValueError: ``errors`` not 2-D, not finite, or fewer than 3 models.
 
   Example:
     >>> import jax.numpy as jnp
@@ -512,6 +522,7 @@ def rank_stability(errors: ArrayLike, method: str = "spearman") -> jax.Array:
   e = V.as_float(errors, "errors")
   if e.ndim != 2:
     raise ValueError(f"errors must be (num_models, num_bin_counts), got shape {tuple(e.shape)}")
+  V.check_finite(e, "errors")  # a NaN error has no rank (the correlation came back NaN)
   if e.shape[0] < 3:
     raise ValueError(f"ranking needs at least 3 models, got {e.shape[0]}")
   if method not in ("spearman", "kendall"):
@@ -828,10 +839,39 @@ def write_report(
 
   Returns:
     name -> path of every file written (figures by their first format).
+
+  Raises:
+    ValueError: ``rep`` not a report, an unknown format, ``out_dir`` a file
+      or not creatable, or ``scores_in`` of another shape than the report's
+      predictions (checked before anything is written).
+    TypeError: ``out_dir`` not a path.
   """
   from jaxcal import plots
 
-  os.makedirs(out_dir, exist_ok=True)
+  if not isinstance(rep, dict) or "settings" not in rep:
+    raise ValueError("rep must be a report dict from calibration_report or compare_report")
+  if isinstance(formats, str) or not isinstance(formats, Sequence):
+    raise ValueError(f"formats must be a sequence of names such as ('png', 'pdf'), got {formats!r}")
+  for fmt in formats:  # before any file is written
+    if fmt not in ("png", "pdf", "svg"):
+      raise ValueError(f"formats must be among ('png', 'pdf', 'svg'), got {fmt!r}")
+  if not isinstance(out_dir, str | os.PathLike):
+    raise TypeError(f"out_dir must be a folder path, got {type(out_dir).__name__}")
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise ValueError(f"out_dir {os.fspath(out_dir)!r} is a file, not a folder")
+  if scores_in is not None and "input" in rep:
+    shape = (rep["input"].get("n"), rep["input"].get("num_classes"))
+    if tuple(np.shape(scores_in)) != shape:  # the figures would show other predictions
+      raise ValueError(
+        f"scores_in has shape {tuple(np.shape(scores_in))} but the report is of predictions of "
+        f"shape {shape}: pass the predictions the report was computed on"
+      )
+  try:
+    os.makedirs(out_dir, exist_ok=True)
+  except OSError as e:
+    raise ValueError(
+      f"out_dir {os.fspath(out_dir)!r} cannot be created: {e.strerror or e}"
+    ) from None
   plt = None
   paths: dict[str, str] = {}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -98,9 +98,47 @@ def style() -> Iterator[None]:
     yield
 
 
+def check_ax(ax: Any) -> Any:
+  """``ax`` if it is ``None`` or a matplotlib ``Axes``; a TypeError naming it otherwise."""
+  if ax is not None:
+    from matplotlib.axes import Axes
+
+    if not isinstance(ax, Axes):
+      raise TypeError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
+  return ax
+
+
+def check_mapping(value: Any, name: str, what: str) -> None:
+  """A non-empty mapping ``what`` (TypeError if not a mapping, ValueError if empty)."""
+  if not isinstance(value, Mapping):
+    raise TypeError(f"{name} must be a mapping {what}, got {type(value).__name__}")
+  if not value:
+    raise ValueError(f"{name} must hold at least one {what} entry")
+
+
+def check_keys(value: Any, known: Any, name: str, of: str) -> None:
+  """Every key of the mapping ``value`` is one of ``known`` (else it would be ignored)."""
+  extra = [k for k in value if k not in known]
+  if extra:
+    raise ValueError(f"{name} has entries {extra} that are not {of} {list(known)}")
+
+
+def numbers(value: Any, name: str, *, finite: bool = True) -> np.ndarray:
+  """``value`` as a 1-D float64 array; a ValueError naming ``name`` if it is not real numbers
+  or (``finite``) holds NaN or inf: a figure of such values would mislead."""
+  try:
+    a = np.asarray(value, np.float64).ravel()
+  except (TypeError, ValueError):
+    raise ValueError(f"{name} must be real numbers, got {value!r:.80}") from None
+  if finite and not np.all(np.isfinite(a)):
+    i = int(np.argmin(np.isfinite(a)))
+    raise ValueError(f"{name} must be finite, got {a[i]} at index {i}")
+  return a
+
+
 def new_axes(ax=None, figsize=(5.0, 4.0)):
   """Returns ``(fig, ax)``: a new constrained-layout figure unless ``ax`` is given."""
-  if ax is not None:
+  if check_ax(ax) is not None:
     return ax.figure, ax
   plt = pyplot()
   fig, ax = plt.subplots(figsize=figsize, layout="constrained")
@@ -213,7 +251,9 @@ def savefig(
     The paths written, in the order of ``formats``.
 
   Raises:
-    ValueError: an unknown format.
+    TypeError: ``fig`` is not a matplotlib ``Figure``.
+    ValueError: an unknown format, ``formats`` empty or a bare string, or
+      ``dpi`` not an int ``>= 1``.
 
   Example:
     >>> import tempfile, os
@@ -224,6 +264,17 @@ def savefig(
     ['ecdf.png', 'ecdf.svg']
   """
   allowed = ("png", "pdf", "svg")
+  from matplotlib.figure import Figure
+
+  if not isinstance(fig, Figure):
+    raise TypeError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
+  if isinstance(formats, str) or not isinstance(formats, Sequence):
+    raise ValueError(f"formats must be a sequence of names such as ('png', 'pdf'), got {formats!r}")
+  if not formats:
+    raise ValueError("formats is empty: nothing would be written")
+  from jaxcal._src import validation as V
+
+  dpi = V.check_int_option(dpi, "dpi", minimum=1)
   out = []
   stem = os.fspath(path)
   root, ext = os.path.splitext(stem)

@@ -56,7 +56,9 @@ def mcb_dsc_plot(
     The matplotlib ``Figure``.
 
   Raises:
-    ValueError: no points, or non-finite values.
+    TypeError: ``points`` not a mapping, ``ax`` not a matplotlib ``Axes``.
+    ValueError: no points, a point that is not a pair of numbers,
+      non-finite values, or ``num_isolines`` not an int in ``[1, 100]``.
 
   Example:
     >>> fig = mcb_dsc_plot({"base": (0.06, 8.28), "CW-HB": (0.01, 7.18)}, unc=9.0)
@@ -68,12 +70,25 @@ def mcb_dsc_plot(
   (2024), "Evaluating probabilistic classifiers: The triptych",
   International Journal of Forecasting 40.
   """
-  if not points:
-    raise ValueError("points must contain at least one label -> (mcb, dsc) pair")
-  mcb = np.array([float(v[0]) for v in points.values()])
-  dsc = np.array([float(v[1]) for v in points.values()])
-  if not (np.all(np.isfinite(mcb)) and np.all(np.isfinite(dsc)) and np.isfinite(unc)):
+  _mpl.check_mapping(points, "points", "label -> (mcb, dsc)")
+  _mpl.check_ax(ax)
+  from jaxcal._src import validation as V
+
+  pairs = []
+  for name, v in points.items():
+    a = _mpl.numbers(v, f"points[{name!r}]", finite=False)
+    if a.size != 2:
+      raise ValueError(f"points[{name!r}] must be a pair (mcb, dsc), got {a.size} values")
+    pairs.append(a)
+  mcb, dsc = np.stack(pairs).T
+  try:
+    unc = V.check_float_option(unc, "unc")
+  except ValueError as e:
+    raise ValueError(f"mcb, dsc and unc must be finite: {e}") from None
+  if not (np.all(np.isfinite(mcb)) and np.all(np.isfinite(dsc))):
     raise ValueError("mcb, dsc and unc must be finite")
+  if num_isolines is not None:  # an isoline per step: a huge count would loop for ages
+    num_isolines = V.check_int_option(num_isolines, "num_isolines", minimum=1, maximum=100)
   pad_x = 0.1 * (np.ptp(mcb) or abs(mcb.max()) or 1.0)
   pad_y = 0.1 * (np.ptp(dsc) or abs(dsc.max()) or 1.0)
   x0, x1 = mcb.min() - pad_x, mcb.max() + pad_x
@@ -109,7 +124,7 @@ def mcb_dsc_plot(
         ha=ha,
         va=va,
       )
-    for i, (label_, (m, d)) in enumerate(points.items()):
+    for i, (label_, (m, d)) in enumerate(zip(points, pairs)):
       kw = {"marker": markers.get(label_, "o") if markers else "o"}
       kw["color"] = (colors or {}).get(label_, _mpl.PALETTE[i % len(_mpl.PALETTE)])
       ax.scatter([float(m)], [float(d)], label=label_, zorder=2, s=28, **kw)

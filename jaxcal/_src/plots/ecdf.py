@@ -45,7 +45,9 @@ def ecdf_plot(
     The matplotlib ``Figure``.
 
   Raises:
-    ValueError: no curves, or a curve with no errors.
+    TypeError: ``curves`` not a mapping, ``ax`` not a matplotlib ``Axes``.
+    ValueError: no curves, a curve with no errors or with errors that are
+      not finite numbers, ``log_x`` not a bool.
 
   Example:
     >>> import numpy as np
@@ -57,11 +59,14 @@ def ecdf_plot(
   Multiclass Calibration", arXiv:2510.25458, §4-5 and Figure 1 (eCDFs over
   1500 sampled utilities).
   """
-  if not curves:
-    raise ValueError("curves must hold at least one label -> errors entry")
+  _mpl.check_mapping(curves, "curves", "label -> errors")
+  _mpl.check_ax(ax)
+  from jaxcal._src import validation as V
+
+  log_x = V.check_flag(log_x, "log_x")
   arrays = {}
   for label_, errors in curves.items():
-    e = np.sort(np.asarray(errors, np.float64).ravel())
+    e = np.sort(_mpl.numbers(errors, f"curve {label_!r}"))
     if e.size == 0:
       raise ValueError(f"curve {label_!r} has no errors")
     arrays[label_] = e

@@ -45,7 +45,11 @@ def interval_plot(
     The matplotlib ``Figure``.
 
   Raises:
-    ValueError: no rows, or a row that is not 1 or 3 numbers.
+    TypeError: ``rows`` not a mapping, ``ax`` not a matplotlib ``Axes``.
+    ValueError: no rows, a row that is not 1 or 3 numbers, an estimate that
+      is not finite, an interval with ``lo > hi`` or an infinite end (NaN
+      ends draw no interval), ``reference`` not a finite number, ``log_x``
+      not a bool.
 
   Example:
     >>> fig = interval_plot({"uncalibrated": (0.026, 0.023, 0.030),
@@ -56,17 +60,29 @@ def interval_plot(
   Reference: Efron & Tibshirani (1993), *An Introduction to the Bootstrap*,
   §13-14 (bootstrap intervals).
   """
-  if not rows:
-    raise ValueError("rows must hold at least one name -> (estimate, lo, hi) entry")
+  _mpl.check_mapping(rows, "rows", "name -> (estimate, lo, hi)")
+  _mpl.check_ax(ax)
+  from jaxcal._src import validation as V
+
+  log_x = V.check_flag(log_x, "log_x")
+  if reference is not None:
+    reference = V.check_float_option(reference, "reference")
   names = list(rows)
   vals = []
   for name in names:
-    r = np.asarray(rows[name], np.float64).ravel()
+    r = _mpl.numbers(rows[name], f"rows[{name!r}]", finite=False)
     if r.size == 1:
       r = np.array([r[0], np.nan, np.nan])
     if r.size != 3:
       raise ValueError(
         f"rows[{name!r}] must be (estimate, lo, hi) or (estimate,), got {r.size} values"
+      )
+    if not np.isfinite(r[0]):  # no point would be drawn
+      raise ValueError(f"rows[{name!r}]: the estimate must be finite, got {r[0]}")
+    if np.any(np.isinf(r[1:])) or r[1] > r[2]:  # NaN: no interval
+      raise ValueError(
+        f"rows[{name!r}]: the interval must have finite lo <= hi (or NaN: none), got "
+        f"[{r[1]}, {r[2]}]"
       )
     vals.append(r)
   v = np.stack(vals)

@@ -63,8 +63,12 @@ def lce_bandwidth_plot(
     The matplotlib ``Figure``.
 
   Raises:
-    ValueError: no curves, a bandwidth that is not positive, or a curve,
-      band or floor whose length differs from ``bandwidths``.
+    TypeError: ``curves``, ``bands`` or ``reference`` not a mapping, ``ax``
+      not a matplotlib ``Axes``.
+    ValueError: no curves, a bandwidth that is not positive, a curve, band
+      or floor whose length differs from ``bandwidths`` or that is not
+      finite, a band or reference for a method that is not a curve, or a
+      reference that is not a finite number.
 
   Example:
     >>> import numpy as np
@@ -79,14 +83,23 @@ def lce_bandwidth_plot(
   arXiv:2510.26566, §4 (LCE, Eq. 2) and App. D.3 (γ = 10 on PCA-50
   features).
   """
-  g = np.asarray(bandwidths, np.float64).ravel()
-  if not curves:
-    raise ValueError("curves must hold at least one method -> (k,) LCE values entry")
+  g = _mpl.numbers(bandwidths, "bandwidths", finite=False)
+  _mpl.check_mapping(curves, "curves", "method -> (k,) LCE values")
+  _mpl.check_ax(ax)
   if g.size == 0 or not np.all(np.isfinite(g) & (g > 0)):
     raise ValueError("bandwidths must be positive and finite (the kernel widths γ)")
+  for what, m in (("bands", bands), ("reference", reference)):
+    if m is not None:
+      if not isinstance(m, Mapping):
+        raise TypeError(f"{what} must be a mapping method -> values, got {type(m).__name__}")
+      _mpl.check_keys(m, curves, what, "methods of curves")
+  if reference:
+    from jaxcal._src import validation as V
+
+    reference = {k: V.check_float_option(v, f"reference[{k!r}]") for k, v in reference.items()}
 
   def _vals(what: str, v) -> np.ndarray:
-    a = np.asarray(v, np.float64).ravel()
+    a = _mpl.numbers(v, what)
     if a.shape != g.shape:
       raise ValueError(
         f"{what} has {a.size} values for {g.size} bandwidths; give one value per bandwidth"

@@ -63,8 +63,11 @@ def reliability_diagram(
     The matplotlib ``Figure``.
 
   Raises:
+    TypeError: ``ax`` not a matplotlib ``Axes``, ``bands`` neither a bool
+      nor a :class:`~jaxcal.bootstrap.ConsistencyBands`.
     ValueError: invalid predictions, bin count or binning (from the metrics),
-      or bands computed for another bin count.
+      bands computed for another bin count, or a ``seed`` that is not an int
+      (with ``bands=True``).
 
   Example:
     >>> import jax
@@ -80,11 +83,24 @@ def reliability_diagram(
   ECE); Bröcker & Smith (2007), "Increasing the Reliability of Reliability
   Diagrams", Weather and Forecasting 22(3), §4 (consistency bars).
   """
+  _mpl.check_ax(ax)
+  if not isinstance(bands, ConsistencyBands):
+    from jaxcal._src import validation as V
+
+    try:
+      V.check_flag(bands, "bands")
+    except ValueError:
+      raise TypeError(
+        f"bands must be True, False or a ConsistencyBands, got {type(bands).__name__}"
+      ) from None
   s = reliability_stats(probs, labels, num_bins, binning, from_logits=from_logits)
   ece = float(conf_ece(probs, labels, num_bins, binning, from_logits=from_logits))
   if bands is True:
     import jax
 
+    from jaxcal._src import validation as V
+
+    seed = V.check_int_option(seed, "seed")
     bands = consistency_bands(
       jax.random.key(seed), probs, num_bins, binning, from_logits=from_logits
     )

@@ -23,6 +23,35 @@ def _kind(name: str) -> str:
     return "other"
 
 
+def _bin_counts(num_bins: Any) -> np.ndarray:
+  """``num_bins`` as float64 ``(k,)``: at least one, each a positive integer."""
+  m = _mpl.numbers(num_bins, "num_bins")
+  if m.size == 0 or not np.all((m >= 1) & (m == np.round(m))):
+    raise ValueError(f"num_bins must be one or more integers >= 1, got {m.tolist()}")
+  return m
+
+
+def _bands(bands: Any, data: Mapping[str, np.ndarray], k: int) -> dict:
+  """``label -> (lo, hi)`` of known labels, each ``(k,)`` with ``lo <= hi`` (NaN: not drawn)."""
+  if bands is None:
+    return {}
+  if not isinstance(bands, Mapping):
+    raise TypeError(f"bands must be a mapping label -> (lo, hi), got {type(bands).__name__}")
+  _mpl.check_keys(bands, data, "bands", "labels of curves")
+  out = {}
+  for name, b in bands.items():
+    if isinstance(b, str) or not isinstance(b, Sequence | np.ndarray) or len(b) != 2:
+      raise ValueError(f"band {name!r} must be a pair (lo, hi) of {k} values each")
+    lo, hi = (_mpl.numbers(v, f"band {name!r}", finite=False) for v in b)
+    if lo.size != k or hi.size != k:
+      raise ValueError(f"band {name!r} must have {k} lower and upper values")
+    if np.any(lo > hi):
+      i = int(np.argmax(lo > hi))
+      raise ValueError(f"band {name!r} has lo > hi at index {i}: {lo[i]} > {hi[i]}")
+    out[name] = (lo, hi)
+  return out
+
+
 def bin_robustness_plot(
   num_bins: Sequence[int] | ArrayLike,
   curves: Mapping[str, ArrayLike],
@@ -79,8 +108,12 @@ def bin_robustness_plot(
     ``ax``).
 
   Raises:
-    ValueError: no curves, or a curve, band or reference curve whose length
-      differs from ``num_bins``.
+    TypeError: ``curves``, ``bands`` or ``reference`` not a mapping, ``ax``
+      not a matplotlib ``Axes``.
+    ValueError: no curves; ``num_bins`` not integers ``>= 1``; a curve that is
+      not finite; a curve, band or reference curve whose length differs from
+      ``num_bins``; a band with ``lo > hi`` or not a pair; a band or
+      reference for a label that is not a curve; ``legend`` not a bool.
 
   Example:
     >>> import numpy as np
@@ -95,24 +128,30 @@ def bin_robustness_plot(
   Table 1) and Lemma D.1; Nixon et al. (2019), "Measuring Calibration in
   Deep Learning", arXiv:1904.01685.
   """
-  m = np.asarray(num_bins, np.float64).ravel()
-  if not curves:
-    raise ValueError("curves must hold at least one label -> values entry")
+  m = _bin_counts(num_bins)
+  _mpl.check_mapping(curves, "curves", "label -> values")
+  _mpl.check_ax(ax)
+  from jaxcal._src import validation as V
+
+  legend = V.check_flag(legend, "legend")
   data = {}
   for name, vals in curves.items():
-    v = np.asarray(vals, np.float64).ravel()
+    v = _mpl.numbers(vals, f"curve {name!r}")
     if v.shape != m.shape:
       raise ValueError(
         f"curve {name!r} has {v.size} values for {m.size} bin counts; give one value per bin count"
       )
     data[name] = v
-  bands = dict(bands or {})
-  for name, (lo, hi) in bands.items():
-    if np.size(lo) != m.size or np.size(hi) != m.size:
-      raise ValueError(f"band {name!r} must have {m.size} lower and upper values")
+  bands = _bands(bands, data, m.size)
+  if reference is not None:
+    if not isinstance(reference, Mapping):
+      raise TypeError(
+        f"reference must be a mapping label -> values, got {type(reference).__name__}"
+      )
+    _mpl.check_keys(reference, data, "reference", "labels of curves")
   refs = {}
   for name, r in (reference or {}).items():
-    r = np.asarray(r, np.float64).ravel()
+    r = _mpl.numbers(r, f"reference {name!r}", finite=False)  # NaN: not drawn
     if r.size not in (1, m.size):
       raise ValueError(
         f"reference {name!r} has {r.size} values; give one value or one per bin count ({m.size})"
@@ -141,7 +180,7 @@ def bin_robustness_plot(
         used.add(color)
         ys.append(data[name])
         if name in bands:
-          lo, hi = (np.asarray(b, np.float64).ravel() for b in bands[name])
+          lo, hi = bands[name]
           ax.fill_between(m, lo, hi, color=color, alpha=0.18, lw=0)
           ys += [lo, hi]
         if name in refs:
@@ -205,7 +244,9 @@ def rank_stability_plot(
     The matplotlib ``Figure``.
 
   Raises:
-    ValueError: no matrices, or a matrix that is not ``(k, k)``.
+    TypeError: ``correlations`` not a mapping.
+    ValueError: no matrices, ``num_bins`` not integers ``>= 1``, or a matrix
+      that is not ``(k, k)`` real numbers in ``[-1, 1]`` (NaN allowed).
 
   Example:
     >>> import numpy as np
@@ -217,15 +258,19 @@ def rank_stability_plot(
   Reference: Lu, Wu, Hartline & Hu (2025), "Truthful Calibration Errors for
   Multi-Class Prediction", arXiv:2510.06388, §5 and Table 1.
   """
-  m = [int(v) for v in np.asarray(num_bins).ravel()]
+  m = [int(v) for v in _bin_counts(num_bins)]
   k = len(m)
-  if not correlations:
-    raise ValueError("correlations must hold at least one label -> (k, k) matrix")
+  _mpl.check_mapping(correlations, "correlations", "label -> (k, k) matrix")
   mats = {}
   for name, r in correlations.items():
-    a = np.asarray(r, np.float64)
+    try:
+      a = np.asarray(r, np.float64)
+    except (TypeError, ValueError):
+      raise ValueError(f"correlations[{name!r}] must be real numbers, got {r!r:.80}") from None
     if a.shape != (k, k):
       raise ValueError(f"correlations[{name!r}] must be ({k}, {k}), got {a.shape}")
+    if np.any(np.abs(a) > 1 + 1e-6):  # NaN (a constant error) passes: drawn blank
+      raise ValueError(f"correlations[{name!r}] must lie in [-1, 1] (or be NaN), got {a.tolist()}")
     mats[name] = a
   what = f"{method} correlation of model rankings between bin counts"
   sub = f"{num_models} models" if num_models else None

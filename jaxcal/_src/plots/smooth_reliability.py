@@ -58,6 +58,7 @@ def smooth_reliability_diagram(
   Reference: Błasiok & Nakkiran (2023), "Smooth ECE: Principled Reliability
   Diagrams via Kernel Smoothing", arXiv:2309.12236, §6.
   """
+  _mpl.check_ax(ax)  # before the computation
   s = smooth_reliability(probs, labels, bandwidth, num_points=num_points, from_logits=from_logits)
   text = title or _mpl.title("Smooth reliability diagram", model, int(np.shape(labels)[0]))
   with _mpl.style():

@@ -51,10 +51,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import os
 import pathlib
 import time
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import flax.serialization
 import flax.struct
@@ -596,6 +597,26 @@ def _setup(
   return pca, take(tr), take(va), nnx.state(module, nnx.Param)
 
 
+#: The largest batch whose ``(B, B)`` kernel has at most ``2**31 - 1`` entries.
+_MAX_BATCH = math.isqrt(2**31 - 1)
+
+
+def _checkpoint_folder(folder: Any) -> pathlib.Path:
+  """``checkpoint_dir`` as a folder that exists (created now, not after the first epoch)."""
+  if not isinstance(folder, str | os.PathLike):
+    raise ValueError(f"checkpoint_dir must be a folder path, got {folder!r}")
+  path = pathlib.Path(folder)
+  if path.exists() and not path.is_dir():
+    raise ValueError(f"checkpoint_dir {str(path)!r} is a file, not a folder")
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"checkpoint_dir {str(path)!r} cannot be created: {e.strerror or e}") from None
+  if not os.access(path, os.W_OK | os.X_OK):
+    raise ValueError(f"checkpoint_dir {str(path)!r} is not writable")
+  return path
+
+
 @functools.cache
 def _adam(learning_rate: float) -> optax.GradientTransformation:
   """One optimizer object per learning rate: the compiled epoch (``tx`` is a
@@ -659,6 +680,11 @@ def _train(
     raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
   for name, v in (("pca_dim", pca_dim), ("hidden", hidden), ("batch_size", batch_size)):
     V.check_int_option(v, name, minimum=1)
+  if batch_size > _MAX_BATCH:  # the (B, B) batch kernel: XLA aborts the process beyond int32
+    raise ValueError(
+      f"batch_size = {batch_size} is too large: the batch kernel has batch_size**2 entries, "
+      f"at most 2**31 - 1; pass batch_size <= {_MAX_BATCH}"
+    )
   V.check_int_option(epochs, "epochs", minimum=1)
   seed = V.check_int_option(seed, "seed", minimum=0)
   if patience is not None:
@@ -670,8 +696,10 @@ def _train(
   standardize_input = V.check_flag(standardize_input, "standardize_input")
   restore_best = V.check_flag(restore_best, "restore_best")
   verbose = V.check_flag(verbose, "verbose")
+  if checkpoint_dir is not None:
+    checkpoint_dir = _checkpoint_folder(checkpoint_dir)
   if validation_data is not None:
-    if len(validation_data) != 3:
+    if not isinstance(validation_data, tuple | list) or len(validation_data) != 3:
       raise ValueError("validation_data must be a tuple (inputs, labels, features)")
     xv = check_inputs(validation_data[0], from_logits, "validation inputs")
     if xv.shape[1] != num_classes:
@@ -892,7 +920,11 @@ def fit_local_net(
       ``seed`` not an int ``>= 0``,
       a bool option (``standardize_input``, ``restore_best``, ``verbose``,
       ``residual_vectors``) that is not True/False, unknown ``alignment`` /
-      ``monitor``, ``pca_dim > min(n, D)``, or too few samples.
+      ``monitor``, ``pca_dim > min(n, D)``, a ``batch_size`` whose
+      ``(B, B)`` batch kernel exceeds ``2**31 - 1`` entries (``> 46340``),
+      ``validation_data`` that is not an ``(inputs, labels, features)``
+      tuple, a ``checkpoint_dir`` that is a file or cannot be created, or
+      too few samples.
     FloatingPointError: the loss became non-finite.
 
   Example:
@@ -912,6 +944,11 @@ def fit_local_net(
   """
   options = dict(locals())  # every argument above, by name
   return _train(**options, method="local_net")[0]
+
+
+def _check_weight_floor(weight_floor: Any) -> None:
+  if V.check_float_option(weight_floor, "weight_floor", minimum=0.0) >= 1:
+    raise ValueError(f"weight_floor must be in [0, 1), got {weight_floor!r}")
 
 
 def kernel_calibrator(
@@ -942,6 +979,8 @@ def kernel_calibrator(
     A :class:`KernelCalibrator`.
 
   Raises:
+    TypeError: ``net`` is not a :class:`LocalNet` (a
+      :class:`KernelCalibrator` is one: its memory is replaced).
     ValueError: bad memory inputs, labels or features, or ``weight_floor``
       not a number in ``[0, 1)``.
 
@@ -960,12 +999,14 @@ def kernel_calibrator(
   Trivedi & Sun (2023), "Taking a step back with KCal: multi-class
   kernel-based calibration for deep neural networks", ICLR.
   """
+  if not isinstance(net, LocalNet):
+    raise TypeError(f"net must be a fitted LocalNet (fit_local_net), got {type(net).__name__}")
   x, f = net._check(inputs, features)
   y = V.check_labels(labels, x.shape[0], net.num_classes)
-  if V.check_float_option(weight_floor, "weight_floor", minimum=0.0) >= 1:
-    raise ValueError(f"weight_floor must be in [0, 1), got {weight_floor!r}")
+  _check_weight_floor(weight_floor)
   phi_ref = _jit_forward(net, to_logits(x, net.from_logits), f)[0]
-  fields = {k.name: getattr(net, k.name) for k in dataclasses.fields(net)}
+  # a KernelCalibrator's own memory is replaced: only the LoCal Net's fields are kept
+  fields = {k.name: getattr(net, k.name) for k in dataclasses.fields(LocalNet)}
   return KernelCalibrator(
     **fields,
     memory_features=phi_ref,
@@ -1012,7 +1053,8 @@ def fit_kcal(
     A fitted :class:`KernelCalibrator`.
 
   Raises:
-    ValueError: as :func:`fit_local_net`.
+    ValueError: as :func:`fit_local_net`, and ``weight_floor`` not a number
+      in ``[0, 1)`` (checked before training).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -1036,6 +1078,7 @@ def fit_kcal(
   if unknown:
     raise TypeError(f"fit_kcal() got unexpected keyword argument(s) {sorted(unknown)}")
   options.update(local_net_options)
+  _check_weight_floor(weight_floor)  # before training, not after
   options.update(features=features, alignment_weight=alignment_weight, monitor=monitor)
   net, memory = _train(inputs, labels, **options, method="kcal")
   return kernel_calibrator(net, *memory, weight_floor=weight_floor)

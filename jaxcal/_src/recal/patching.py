@@ -43,6 +43,7 @@ from jaxcal._src.progress import Progress
 from jaxcal._src.recal.base import (
   Recalibrator,
   check_inputs,
+  check_num_classes,
   nan_rows,
   pytree_dataclass,
   static_field,
@@ -229,7 +230,8 @@ class Patching(Recalibrator):
     Under ``jax.jit`` the rows of bad inputs are NaN at every step.
 
     Raises:
-      ValueError: bad inputs (eager calls).
+      ValueError: bad inputs (eager calls), or inputs with another number of
+      classes than the fit's.
 
     Example:
       >>> import jax.numpy as jnp
@@ -239,6 +241,7 @@ class Patching(Recalibrator):
       (4, 300, 4)
     """
     x = check_inputs(inputs, self.from_logits)
+    check_num_classes(self, x.shape[1])
     p = to_probs(x, self.from_logits)
 
     def step(q, pt):
@@ -296,7 +299,15 @@ def _as_batches(utilities: Any, c: int, name: str) -> tuple[F.Utility, ...]:
   """Validates a Utility batch (or a sequence of batches) against ``C``."""
   if utilities is None:
     return ()
-  batches = (utilities,) if isinstance(utilities, F.Utility) else tuple(utilities)
+  if isinstance(utilities, F.Utility):
+    batches = (utilities,)
+  elif isinstance(utilities, list | tuple):
+    batches = tuple(utilities)
+  else:
+    raise ValueError(
+      f"{name} must be a jaxcal.utility.Utility batch or a list of them, got "
+      f"{type(utilities).__name__}"
+    )
   for u in batches:
     F.check_utility(u, c, batched=True, name=name)
   return batches
@@ -491,7 +502,8 @@ def fit_patching(
       :class:`~jaxcal.utility.Utility` batch or a sequence of batches
       (linear, rank, top_class or decision kinds; default none).
     sample_witnesses: ``key -> Utility`` batch(es) drawn afresh at every step
-      (traceable; default none).
+      (traceable; default none). One draw is made and checked as
+      ``witnesses`` are before the fit starts.
     stepsize: initial line-search step: ``"err_over_c"`` (default, ``err/C``),
       ``"quadratic"`` (``err / mean ||w||²``, the minimiser of the Brier
       upper bound without projection), or a float multiplying ``err/C``.
@@ -504,7 +516,9 @@ def fit_patching(
     A :class:`Patching` recalibrator; ``rc(inputs)`` replays the patches.
 
   Raises:
-    ValueError: bad inputs or options.
+    ValueError: bad inputs or options, ``witnesses`` or a draw of
+      ``sample_witnesses`` that is not a Utility batch (or a list of them)
+      for ``C`` classes with parameters in ``[-1, 1]``.
 
   Example:
     >>> import jax.numpy as jnp
@@ -591,9 +605,9 @@ def _fit(
   fixed = _group(_family_batches(family, c) + _as_batches(witnesses, c, "witnesses"), c, p.dtype)
   k_actions = fixed.decision.shape[-1]
   if sample_witnesses is not None:
-    probe = jax.eval_shape(
-      lambda k: _group(_as_tuple(sample_witnesses(k)), c, p.dtype), jax.random.key(0)
-    )
+    # one eager draw, checked as the fixed witnesses are (kind, shape, C, values in [-1, 1])
+    drawn = _as_batches(sample_witnesses(jax.random.key(seed)), c, "sample_witnesses(key)")
+    probe = jax.eval_shape(lambda: _group(drawn, c, p.dtype))
     if (
       probe.decision.shape[0] and fixed.decision.shape[0] and probe.decision.shape[-1] != k_actions
     ):
