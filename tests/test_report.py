@@ -238,6 +238,9 @@ def test_rank_stability_and_robustness_bins_refuse_bad_values():
     report.robustness_bins(0)  # was [2]
   with pytest.raises(ValueError, match="count must be >= 1, got 0"):
     report.robustness_bins(100, count=0)  # was an empty grid
+  for fmt in (report.format_summary, report.format_markdown):  # was a KeyError: 'input'
+    with pytest.raises(ValueError, match="rep must be a report dict"):
+      fmt({})
 
 
 def test_an_estimate_outside_its_interval_is_flagged_and_explained():

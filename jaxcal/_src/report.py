@@ -848,8 +848,7 @@ def write_report(
   """
   from jaxcal import plots
 
-  if not isinstance(rep, dict) or "settings" not in rep:
-    raise ValueError("rep must be a report dict from calibration_report or compare_report")
+  _check_report(rep)
   if isinstance(formats, str) or not isinstance(formats, Sequence):
     raise ValueError(f"formats must be a sequence of names such as ('png', 'pdf'), got {formats!r}")
   for fmt in formats:  # before any file is written
@@ -1015,11 +1014,18 @@ def _robustness_lines(rob: dict) -> list[str]:
   return lines
 
 
+def _check_report(rep: Any) -> None:
+  """A report dict from :func:`calibration_report` or :func:`compare_report`, else a ValueError."""
+  if not isinstance(rep, dict) or "settings" not in rep or "metrics" not in rep:
+    raise ValueError("rep must be a report dict from calibration_report or compare_report")
+
+
 def format_summary(rep: dict) -> str:
   """The terminal summary of a report (one model or several).
 
   Numbers have three significant digits; ``*`` marks the truthful errors.
   """
+  _check_report(rep)
   if "rank_stability" in rep:
     return _compare_summary(rep)
   inp = rep["input"]
@@ -1105,6 +1111,7 @@ def _compare_summary(rep: dict) -> str:
 
 def format_markdown(rep: dict) -> str:
   """The report as markdown tables (metrics with intervals; rankings for several models)."""
+  _check_report(rep)
   if "rank_stability" in rep:
     m = rep["settings"]["num_bins"]
     labs = [label(nm, b, m if b else None) for nm, b in HEADLINE]
