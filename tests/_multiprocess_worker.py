@@ -1,10 +1,15 @@
 """One process of the two-process ``jax.distributed`` test (tests/test_multiprocess.py).
 
-Usage: ``python _multiprocess_worker.py PROCESS_ID PORT DATA.npz OUT.json``.
+Usage: ``python _multiprocess_worker.py PROCESS_ID PORT DATA.npz OUT.json [bad]``.
 ``DATA.npz`` holds the union data set (``probs``, ``labels``) and ``cut``:
 process 0 takes rows ``[:cut]``, process 1 rows ``[cut:]`` (different sizes),
 as host-local arrays: the normal multi-host layout. Writes what it computed
 to ``OUT.json``.
+
+With ``bad``, ``DATA.npz`` also holds bad versions of the union
+(``probs_<case>``, ``labels_<case>``, the bad row in process 1's rows), and
+the worker records, per case and entry point, the ``ValueError`` raised
+eagerly and the values under ``jax.jit`` (see :func:`bad_inputs`).
 """
 
 import json
@@ -13,6 +18,64 @@ import sys
 import jax
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+
+def bad_inputs(pid: int, data, out: dict) -> None:
+  """Every entry point on good data and on each bad case; ``out`` gets what happened.
+
+  Global arrays: rows ``[:cut]`` on process 0 and ``[cut:2 cut]`` on
+  process 1 (equal shards), sharded over every device. Host-local shards
+  (``uc_sweep``, ``evaluate``, streaming): ``[:cut]`` and ``[cut:]``. Every
+  call either succeeds or raises on both processes: a call that raised on
+  one process only would leave the other waiting in a collective, and the
+  test's timeout would end the run.
+  """
+  import numpy as np
+  from jax.sharding import Mesh, NamedSharding
+  from jax.sharding import PartitionSpec as P
+
+  import jaxcal
+  from jaxcal import metrics, scores, streaming, utility
+
+  cut = int(data["cut"])
+  mesh = Mesh(np.array(jax.devices()), ("d",))
+  rows, rep = NamedSharding(mesh, P("d")), NamedSharding(mesh, P())
+  mets = {
+    "conf_ece": lambda a, b: metrics.conf_ece(a, b, 15),
+    "classwise_ce": lambda a, b: metrics.classwise_ce(a, b, 15),
+    "brier": scores.brier,
+  }
+  us = utility.sample_linear(jax.random.key(0), 10, data["probs_good"].shape[1])
+
+  def attempt(f):
+    try:
+      return {"value": np.asarray(f()).tolist()}
+    except ValueError as e:
+      return {"error": str(e)}
+
+  for case in data["cases"].tolist():
+    p, y = data[f"probs_{case}"], data[f"labels_{case}"]
+    g = slice(0, cut) if pid == 0 else slice(cut, 2 * cut)
+    pg = jax.make_array_from_process_local_data(rows, p[g])
+    yg = jax.make_array_from_process_local_data(rows, y[g])
+    res = out.setdefault(case, {})
+    for name, f in mets.items():
+      res[name] = attempt(lambda f=f: f(pg, yg))
+      res[name + "_jit"] = attempt(lambda f=f: jax.jit(f, out_shardings=rep)(pg, yg))
+    loc = slice(0, cut) if pid == 0 else slice(cut, None)
+    pl, yl = p[loc], y[loc]
+    res["uc_sweep"] = attempt(lambda: utility.uc_sweep(pl, yl, us, chunk_size=5))
+    res["evaluate"] = attempt(
+      lambda: jaxcal.evaluate(pl[None], yl[None], ["conf_ece", "brier"], num_bins=15)["conf_ece"]
+    )
+    # streaming: update is local (each process its batches), so only jitted
+    # updates are compared; merged, a poisoned state poisons every process
+    state = streaming.Calibration.empty(pl.shape[1], np.array([5, 15]), capacity=pl.shape[0])
+    update = jax.jit(lambda s, a, b: s.update(a, b))
+    for i in range(0, pl.shape[0], 100):
+      state = update(state, pl[i : i + 100], yl[i : i + 100])
+    merged = streaming.merge_across_processes(state).compute()
+    res["streaming_jit"] = {k: np.asarray(merged[k]).tolist() for k in ("conf_ece", "brier")}
 
 
 def main() -> None:
@@ -29,6 +92,13 @@ def main() -> None:
   from jaxcal import streaming, utility
 
   data = np.load(data_path)
+  if sys.argv[5:] == ["bad"]:
+    out = {"process": pid}
+    bad_inputs(pid, data, out)
+    with open(out_path, "w") as f:
+      json.dump(out, f)
+    jax.distributed.shutdown()
+    return
   cut = int(data["cut"])
   rows = slice(0, cut) if pid == 0 else slice(cut, None)
   p, y = data["probs"][rows], data["labels"][rows]

@@ -5,6 +5,10 @@ ResNet-110 test logits as host-local arrays (the normal multi-host layout)
 and runs ``uc_sweep``, the streaming ``merge_across_processes`` (records of
 the top label and of whole rows, in buffers of different capacities) and
 the study call; both must report the single-process result on the union.
+With bad data in process 1's rows only (a NaN row, a row off the simplex,
+a label C or -1), every process must raise the single-process ``ValueError``
+of the union (naming the union's row), or give NaN under ``jax.jit``; a
+process left waiting in a collective would hang until the timeout.
 CPU collectives go through gloo; every process runs under a timeout and is
 killed if the test fails; the port is taken free from the OS.
 """
@@ -23,6 +27,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importli
 from _cpu_devices import ROOT, cpu_devices_env
 from conftest import load_cifar
 
+import jaxcal
 from jaxcal import metrics, scores, utility
 
 WORKER = pathlib.Path(__file__).parent / "_multiprocess_worker.py"
@@ -35,13 +40,13 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _run_two(data_path, tmp_path, devices_per_process):
+def _run_two(data_path, tmp_path, devices_per_process, *extra):
   env = cpu_devices_env(devices_per_process)
   port = str(_free_port())
   outs = [tmp_path / f"out{i}.json" for i in range(2)]
   procs = [
     subprocess.Popen(
-      [sys.executable, str(WORKER), str(i), port, str(data_path), str(outs[i])],
+      [sys.executable, str(WORKER), str(i), port, str(data_path), str(outs[i]), *extra],
       env=env,
       cwd=ROOT,
       stdout=subprocess.PIPE,
@@ -98,3 +103,83 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
     np.testing.assert_allclose(ev["conf_ce_corr"][0], metrics.conf_ce_corr(p, y, bins), atol=1e-6)
     np.testing.assert_allclose(ev["brier"][0], scores.brier(p, y), rtol=1e-6)
   assert results[0]["uc_sweep"] == results[1]["uc_sweep"]  # identical on both hosts
+
+
+BAD_CASES = ("nan", "off_simplex", "label_c", "label_minus_1")
+
+
+@pytest.fixture(scope="module")
+def bad_union(tmp_path_factory):
+  """Synthetic union data (no data set needed) and its bad versions: the bad row is process 1's."""
+  rng = np.random.default_rng(0)
+  n, c, cut = 700, 10, 300
+  z = rng.normal(size=(n, c)) * 2
+  p = np.exp(z - z.max(axis=1, keepdims=True))
+  p = (p / p.sum(axis=1, keepdims=True)).astype(np.float32)
+  y = rng.integers(0, c, n).astype(np.int32)
+  row = cut + 50  # the union's row; process 1's row 50
+  data = {"good": (p, y)}
+  for case in BAD_CASES:
+    pb, yb = p.copy(), y.copy()
+    if case == "nan":
+      pb[row, 3] = np.nan
+    elif case == "off_simplex":
+      pb[row] *= 1.5
+    else:
+      yb[row] = c if case == "label_c" else -1
+    data[case] = (pb, yb)
+  arrays = {f"probs_{k}": v[0] for k, v in data.items()}
+  arrays.update({f"labels_{k}": v[1] for k, v in data.items()})
+  path = tmp_path_factory.mktemp("mp_bad") / "bad.npz"
+  np.savez(path, cut=np.int32(cut), cases=np.array(list(data)), **arrays)
+  return data, cut, row, path
+
+
+def _single(f):
+  """``f()`` on one process: ``("value", array)`` or ``("error", message)``."""
+  try:
+    return "value", np.asarray(f())
+  except ValueError as e:
+    return "error", str(e)
+
+
+def test_two_processes_bad_rows_raise_the_same_error(bad_union, tmp_path):
+  data, cut, row, path = bad_union
+  results = _run_two(path, tmp_path, 2, "bad")
+  us = utility.sample_linear(jax.random.key(0), 10, 10)
+  dev = jax.devices()[:1]
+  mets = {
+    "conf_ece": lambda a, b: metrics.conf_ece(a, b, 15),
+    "classwise_ce": lambda a, b: metrics.classwise_ce(a, b, 15),
+    "brier": scores.brier,
+  }
+  for case, (p, y) in data.items():
+    pg, yg = p[: 2 * cut], y[: 2 * cut]  # the global arrays: equal shards
+    want = {k: _single(lambda f=f: f(pg, yg)) for k, f in mets.items()}
+    want["uc_sweep"] = _single(lambda: utility.uc_sweep(p, y, us, chunk_size=5, devices=dev))
+    want["evaluate"] = _single(
+      lambda: jaxcal.evaluate(p[None], y[None], ["conf_ece", "brier"], num_bins=15)["conf_ece"]
+    )
+    for r in results:
+      got = r[case]
+      for k, (kind, w) in want.items():
+        if case == "good":
+          assert kind == "value", (k, w)
+          assert "value" in got[k], (case, k, r["process"], got[k])
+          np.testing.assert_allclose(got[k]["value"], w, rtol=1e-5, atol=1e-6, err_msg=k)
+        else:
+          # the single-process message on the union: same words, the union's row
+          assert kind == "error" and f"{row}" in w, (case, k, w)
+          assert got[k] == {"error": w}, (case, k, r["process"])
+      for k in mets:
+        v = np.asarray(got[k + "_jit"]["value"], float)
+        assert np.isnan(v).all() != (case == "good"), (case, k, r["process"], v)
+      for k, v in got["streaming_jit"].items():  # merged: poisoned on every process, or the union's
+        assert np.isnan(v).all() != (case == "good"), (case, k, r["process"], v)
+    if case == "good":
+      s = results[0][case]["streaming_jit"]
+      np.testing.assert_allclose(
+        s["conf_ece"], metrics.conf_ece(p, y, np.array([5, 15])), atol=1e-6
+      )
+      np.testing.assert_allclose(s["brier"], scores.brier(p, y), rtol=1e-6)
+  assert results[0] == {**results[1], "process": 0}  # identical on both processes

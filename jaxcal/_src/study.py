@@ -694,24 +694,36 @@ def _program(
 # --------------------------------------------------------------------------
 
 
-def _check(x2, y1, from_logits: bool) -> None:
-  """Predictions and labels of one ``(n, C)`` data set, in one fused device pass."""
-  V.check_predictions(x2, y1, from_logits=from_logits)
+def _check(x2, y1, from_logits: bool, where=None) -> None:
+  """Predictions and labels of one ``(n, C)`` data set, in one fused device pass.
+
+  ``where``: the real rows of every process's shard assembled (rows named as
+  the union's).
+  """
+  V.check_predictions(x2, y1, from_logits=from_logits, where=where, padding=where is not None)
 
 
-def _validate_stack(x, y, sizes: list[int], names: list[str], from_logits: bool) -> None:
+def _validate_stack(
+  x, y, sizes: list[int], names: list[str], from_logits: bool, where=None
+) -> None:
   """One validation of a padded ``(M, n, C)`` stack (its 2-D view) through the validation layer.
 
   One compiled reduction per stack shape (the padding rows are valid by
-  construction: uniform probabilities or zero logits, label 0). On failure,
-  the models are checked one by one to name the first bad one.
+  construction: uniform probabilities or zero logits, label 0; or, with
+  ``where``, the ``(M, n)`` mask of the rows of a stack assembled across
+  processes, not checked). On failure, the models are checked one by one to
+  name the first bad one.
   """
   try:
-    _check(x.reshape((-1, x.shape[-1])), y.reshape((-1,)), from_logits)
+    flat = None if where is None else where.reshape((-1,))
+    _check(x.reshape((-1, x.shape[-1])), y.reshape((-1,)), from_logits, flat)
   except ValueError as e:
     for i, (k, name) in enumerate(zip(sizes, names)):
       try:
-        _check(x[i, :k], y[i, :k], from_logits)
+        if where is None:
+          _check(x[i, :k], y[i, :k], from_logits)
+        else:
+          _check(x[i], y[i], from_logits, where[i])
       except ValueError as e_model:
         raise ValueError(f"model {name!r}: {e_model}") from None
     raise ValueError(f"models {names}: {e}") from None
@@ -990,15 +1002,22 @@ def evaluate(
     us = us_by_c[c]
     for st in stacks:
       names_here = [model_names[i] for i in st.index]
-      _validate_stack(st.x, st.y, st.sizes, names_here, from_logits)
+      if multi and not _spans(st.x):
+        # this process's rows, checked once assembled into the union: every
+        # process runs the one check and raises the same error, naming the
+        # union's row (a check of the shard alone would raise on its process
+        # only while the others wait in the assembly), and every process
+        # judges the bins by the union's sample counts
+        st = _assemble_processes(mesh, st)
+        _validate_stack(st.x, st.y, st.sizes, names_here, from_logits, st.where)
+      else:
+        _validate_stack(st.x, st.y, st.sizes, names_here, from_logits)
       if quantile and int(bins_np.max()) > min(st.sizes):
         small = [nm for nm, k in zip(names_here, st.sizes) if k < int(bins_np.max())]
         raise ValueError(
           f"too few samples for the bins: quantile binning with num_bins = {int(bins_np.max())} "
           f"needs at least that many samples per model; models {small} have fewer"
         )
-      if multi and not _spans(st.x):
-        st = _assemble_processes(mesh, st)
       mreal = len(st.index)
       st = _pad_models(st, math.ceil(mreal / ndev) * ndev)
       n_rows = int(st.x.shape[1])
@@ -1074,14 +1093,25 @@ def evaluate(
 
 
 def _assemble_processes(mesh: Mesh, st: _Stack) -> _Stack:
-  """This process's rows of every model -> global ``(M, N, C)`` arrays of the union (masked)."""
+  """This process's rows of every model -> global ``(M, N, C)`` arrays of the union (masked).
+
+  The values are not checked here (:func:`_validate_stack` checks the union);
+  the labels are narrowed on the host first without raising
+  (:func:`~jaxcal._src.validation.process_shard`). ``sizes`` become the
+  union's row counts.
+  """
+  from jax.experimental import multihost_utils
+
+  if st.where is not None:  # pragma: no cover - stacks from lists are refused in multi-process runs
+    raise ValueError("padded stacks cannot be assembled across processes")
+  m, n, c = st.x.shape
+  x2, y1 = V.process_shard(st.x.reshape((m * n, c)), st.y.reshape((m * n,)))
   (x, y), w = SW.process_shards(
     mesh,
     ("models", "utilities") if "utilities" in mesh.axis_names else "models",
-    st.x,
-    st.y,
+    x2.reshape((m, n, c)),
+    y1.reshape((m, n)),
     row_axis=1,
   )
-  if st.where is not None:  # pragma: no cover - stacks from lists are refused in multi-process runs
-    raise ValueError("padded stacks cannot be assembled across processes")
-  return _Stack(st.index, x, y, w, st.sizes)
+  total = int(np.sum(multihost_utils.process_allgather(np.int32(n))))
+  return _Stack(st.index, x, y, w, [total] * len(st.index))

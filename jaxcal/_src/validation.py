@@ -66,6 +66,7 @@ __all__ = [
   "as_float",
   "Checked",
   "check_predictions",
+  "process_shard",
   "run_checked",
   "neutral",
   "neutral_program",
@@ -334,6 +335,7 @@ class _Spec(NamedTuple):
   has_where: bool = False
   w_name: str | None = None  # weights: finite, non-negative, positive sum
   empty_where: bool = False  # a where that selects no sample is allowed
+  padding: bool = False  # where marks padding: rows are numbered among the selected ones
 
 
 class _Problem(NamedTuple):
@@ -645,7 +647,13 @@ def _ok_jit(spec, xs, y, where, w):
 
 
 def _problems(spec, xs, y, where, w) -> list[_Problem]:
-  return [fn(xs, y, where, w) for _, fn in _checks(spec)]
+  out = [fn(xs, y, where, w) for _, fn in _checks(spec)]
+  if spec.padding and where is not None:
+    # rows assembled from every process's shard, each padded at its end: the
+    # union's row number of padded row i is the number of real rows before it
+    before = lambda i: jnp.sum(where & (jnp.arange(where.shape[0]) < i), dtype=jnp.int32)
+    out = [pr._replace(first=before(pr.first)) for pr in out]
+  return out
 
 
 _problems_jit = jax.jit(_problems, static_argnums=0)
@@ -1044,7 +1052,9 @@ def check_where(where: Any, n: int, name: str = "where") -> jax.Array | None:
   return _device(w)
 
 
-def _host_labels(a: np.ndarray, num_classes: int | None, name: str, where: Any) -> np.ndarray:
+def _host_labels(
+  a: np.ndarray, num_classes: int | None, name: str, where: Any, defer: bool = False
+) -> np.ndarray:
   """Checks numpy labels that JAX would narrow (int64, uint32/64, floats) before the cast.
 
   Float labels must be integral, and all must lie in ``[0, num_classes)`` (or
@@ -1053,6 +1063,8 @@ def _host_labels(a: np.ndarray, num_classes: int | None, name: str, where: Any) 
   numpy ``where`` are not checked; with a JAX ``where`` (which stays on the
   device) a bad value becomes -1, which the device check reports if selected.
   Valid int32 / narrower labels are returned unchanged (checked on device).
+  With ``defer`` nothing raises: every bad value becomes -1, for the device
+  check (of an array assembled across processes) to report.
   """
   if where is not None and not isinstance(where, jax.Array | jax.core.Tracer):
     where = np.asarray(where, bool)
@@ -1074,7 +1086,7 @@ def _host_labels(a: np.ndarray, num_classes: int | None, name: str, where: Any) 
   nonint = (~np.isfinite(a) | (a != np.round(a))) if floating else np.zeros(a.shape, bool)
   with np.errstate(invalid="ignore"):
     bad = nonint | (a < lo) | (a > hi)
-  if where is None or isinstance(where, np.ndarray):
+  if not defer and (where is None or isinstance(where, np.ndarray)):
     sel = bad if where is None else bad & where
     if sel.any():
       first = int(np.argmax(sel))
@@ -1091,7 +1103,9 @@ def _host_labels(a: np.ndarray, num_classes: int | None, name: str, where: Any) 
   return np.where(bad, fill, a).astype(np.int32)
 
 
-def _labels(labels: Any, n: int, num_classes: int | None, name: str, where: Any) -> tuple:
+def _labels(
+  labels: Any, n: int, num_classes: int | None, name: str, where: Any, defer: bool = False
+) -> tuple:
   """Trace-time label checks and host narrowing checks; returns (array, kind)."""
   y = _array(labels, name)
   if y.ndim != 1:
@@ -1104,7 +1118,7 @@ def _labels(labels: Any, n: int, num_classes: int | None, name: str, where: Any)
   if y.shape[0] != n:
     raise ValueError(f"{name} has {y.shape[0]} entries but the predictions have n = {n} rows")
   if isinstance(y, np.ndarray):
-    y = _host_labels(y, num_classes, name, where)
+    y = _host_labels(y, num_classes, name, where, defer)
   if y.dtype == np.bool_:
     return y.astype(np.int32) if isinstance(y, np.ndarray) else y.astype(jnp.int32), "int"
   return y, ("float" if jnp.issubdtype(y.dtype, jnp.floating) else "int")
@@ -1228,6 +1242,7 @@ def check_predictions(
   defer: bool = False,
   borrow: bool = False,
   empty_where: bool = False,
+  padding: bool = False,
 ) -> Checked:
   """Validates one data set ``(scores, labels)`` with one fused device reduction.
 
@@ -1264,6 +1279,10 @@ def check_predictions(
       caller keeps nothing.
     empty_where: accept a ``where`` that selects no sample (a streaming
       batch of padding only adds nothing); by default it raises.
+    padding: ``where`` marks padding rows (every process's shard assembled
+      into one global array by :func:`jaxcal.utility.process_shards`, each
+      padded at its end): messages number the rows among the selected ones,
+      i.e. as rows of the union in process order.
 
   Returns:
     :class:`Checked`.
@@ -1311,6 +1330,7 @@ def check_predictions(
     has_where=wh is not None,
     w_name=None if w is None else weights_name,
     empty_where=empty_where,
+    padding=padding,
   )
   labels = y.astype(np.int32, copy=False) if keep else _to_int32(y)
   if isinstance(x, RowBlocks):  # each block checked; a problem is located on a whole copy
@@ -1322,6 +1342,29 @@ def check_predictions(
     return Checked(_upcast(x), labels, wh, w, None, n, from_logits, pending)
   ok, count = _validate(spec, (x,), y, wh, w)
   return Checked(_upcast(x), _to_int32(y), wh, w, ok, count, from_logits)
+
+
+def process_shard(
+  scores: Any, labels: Any, *, name: str = "probs", labels_name: str = "labels"
+) -> tuple[Any, Any]:
+  """One process's ``(n, C)`` scores and ``(n,)`` labels, ready to be assembled across processes.
+
+  The trace-time checks (shapes, dtypes) only, and the host narrowing of the
+  labels without raising: a value that JAX would narrow wrongly becomes -1.
+  The values are checked on the assembled global array
+  (``check_predictions(..., where=mask, padding=True)``): one check on every
+  process, which raises the same ``ValueError`` on all of them, naming the
+  union's row (a check of the shard alone would raise on its process only,
+  naming the shard's row, while the others wait in the next collective).
+
+  Returns:
+    ``(scores, labels)``: host arrays stay host arrays; labels are int32.
+  """
+  x = _matrix(scores, name)
+  y, _ = _labels(labels, x.shape[0], x.shape[1], labels_name, None, defer=True)
+  if y.dtype != np.int32:  # bool, or narrower integers
+    y = y.astype(np.int32) if isinstance(y, np.ndarray) else y.astype(jnp.int32)
+  return x, y
 
 
 def check_binary(

@@ -50,6 +50,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
 from jaxcal._src.scores import prepare as _prepare_data
 from jaxcal._src.utility import families as F
 from jaxcal._src.utility.uc import UCResult, uc_from_scores
@@ -407,7 +408,19 @@ def uc_sweep(
   Multiclass Calibration, §4 (eCDF over sampled utilities, M = 1500 in §5)
   and eq. (3.2).
   """
-  p, y = _prepare_data(probs, labels, from_logits)
+  # In a multi-process run, this process's rows are checked once assembled
+  # into the union (below): every process runs the one check and raises the
+  # same error, naming the union's row; a check of the shard alone would
+  # raise on its process only while the others wait in the assembly.
+  shard = (
+    jax.process_count() > 1
+    and V.is_concrete(probs, labels)
+    and not (_spans_processes(probs) or _spans_processes(labels))
+  )
+  if shard:
+    p, y = V.process_shard(probs, labels, name="logits" if from_logits else "probs")
+  else:
+    p, y = _prepare_data(probs, labels, from_logits)
   utilities = F.check_utility(utilities, p.shape[1], batched=True, name="utilities")
   m = utilities.batch_shape[0]
   if m == 0:
@@ -427,8 +440,17 @@ def uc_sweep(
         "devices must include devices of every process in a multi-process run (got devices "
         f"of processes {sorted({dev.process_index for dev in devs})}); leave devices=None"
       )
-    if not (_spans_processes(p) or _spans_processes(y)):
+    if shard:
       (p, y), where = process_shards(mesh, "u", p, y)  # this process's rows of the union
+      chk = V.check_predictions(
+        p,
+        y,
+        from_logits=from_logits,
+        where=where,
+        padding=True,
+        name="logits" if from_logits else "probs",
+      )
+      p, y = chk.probs(), chk.labels
       args = (p, y, where)
   if chunk_size is None:
     chunk_size = default_chunk_size(
