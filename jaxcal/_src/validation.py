@@ -1361,10 +1361,14 @@ def process_shard(
     ``(scores, labels)``: host arrays stay host arrays; labels are int32.
   """
   x = _matrix(scores, name)
-  y, _ = _labels(labels, x.shape[0], x.shape[1], labels_name, None, defer=True)
-  if y.dtype != np.int32:  # bool, or narrower integers
-    y = y.astype(np.int32) if isinstance(y, np.ndarray) else y.astype(jnp.int32)
-  return x, y
+  c = x.shape[1]
+  y, _ = _labels(labels, x.shape[0], c, labels_name, None, defer=True)
+  if isinstance(y, np.ndarray):  # narrowed on the host already (bad values -1)
+    return x, y.astype(np.int32, copy=False)
+  if jnp.issubdtype(y.dtype, jnp.floating):  # a cast would truncate 1.5 to 1: -1 instead
+    bad = ~jnp.isfinite(y) | (y != jnp.round(y)) | (y < 0) | (y >= c)
+    y = jnp.where(bad, -1, y)
+  return x, y.astype(jnp.int32)
 
 
 def check_binary(
