@@ -807,3 +807,90 @@ def test_probabilities_as_inputs(setup):
     np.asarray(setup["rc"](logits[te], features=phi[te])),
     atol=1e-2,  # equal in exact arithmetic; Adam amplifies rounding over 10 epochs (1.7e-3)
   )
+
+
+def test_training_utilities_refuse_bad_input():
+  """Each case used to give a silent wrong result or a raw flax/JAX/numpy error."""
+  import optax
+
+  rng = np.random.default_rng(0)
+  images = rng.integers(0, 256, (12, 28, 28), dtype=np.uint8)
+  labels = np.arange(12) % 2
+  model = train.make_model("mlp_s", num_classes=2)
+  fit = lambda **kw: train.train_classifier(
+    model, *kw.pop("data", (images, labels)), **{"epochs": 1, "verbose": False, **kw}
+  )
+  for kw, msg in [
+    (dict(epochs=-1), "epochs must be >= 0"),  # trained nothing
+    (dict(epochs=1.5), "epochs must be an int"),
+    (dict(batch_size=0), "batch_size must be >= 1"),  # ZeroDivisionError
+    (dict(batch_size=True), "batch_size must be an int"),  # batches of one
+    (dict(learning_rate=float("nan")), "learning_rate must be a finite number"),
+    (dict(learning_rate=-1.0), "learning_rate must be >= 0"),
+    (dict(seed=2.5), "seed must be an int"),
+    (dict(verbose="no"), "verbose must be True or False"),
+    (dict(data=(images, labels[:8])), "labels has 8 entries but images has n = 12"),  # clamped
+    (dict(data=(images, labels * 5)), r"labels must lie in \[0, 2\)"),  # NaN loss
+    (dict(data=(images, labels + 0.5)), "labels must be integers"),  # truncated
+    (dict(data=(images / 255.0, labels)), "images must hold integer pixel values"),  # /255 twice
+    (dict(data=(images[:0], labels[:0])), "n >= 1"),
+    (dict(data=(images[:, :10, :10], labels)), r"does not take images of shape \(10, 10\)"),
+  ]:
+    with pytest.raises(ValueError, match=msg):
+      fit(**kw)
+  with pytest.raises(TypeError, match="on_epoch must be callable"):
+    fit(on_epoch=5)  # raised after the first epoch
+  with pytest.raises(TypeError, match="model must be a flax nnx.Module"):
+    train.train_classifier(object(), images, labels, epochs=1)
+  with pytest.raises(ValueError, match="batch_size must be >= 1"):
+    train.predict(model, images, batch_size=0)
+  with pytest.raises(ValueError, match="with_features must be True or False"):
+    train.predict(model, images, with_features="no")  # truthy: features came back
+  with pytest.raises(ValueError, match="n >= 1"):
+    train.predict(model, images[:0])
+  with pytest.raises(ValueError, match="integer pixel values"):
+    train.to_float_images(jnp.array([0.5, 1.0]))
+  # the compiled epoch: rows of data must agree (the gather clamped the shorter array)
+  graphdef, params = nnx.split(_Shift(), nnx.Param)
+  x = jnp.arange(1.0, 11.0)
+  tx = optax.sgd(0.1)
+  with pytest.raises(ValueError, match=r"same number n >= 1 of rows, got leading sizes \[10, 5\]"):
+    train.train_epoch(
+      graphdef,
+      tx,
+      params,
+      tx.init(params),
+      (x, x[:5]),
+      jax.random.key(0),
+      loss_fn=_mean_terms,
+      batch_size=4,
+    )
+  with pytest.raises(ValueError, match="key must be a JAX PRNG key"):
+    train.train_epoch(
+      graphdef, tx, params, tx.init(params), (x,), 0, loss_fn=_mean_terms, batch_size=4
+    )
+  with pytest.raises(ValueError, match="batch_size must be >= 1"):
+    train.evaluate(graphdef, params, (x,), loss_fn=_mean_terms, batch_size=0)
+  # models, PCA, splits
+  with pytest.raises(ValueError, match="num_classes must be >= 2"):
+    train.make_model("mlp_s", num_classes=0)  # ZeroDivisionError in flax
+  with pytest.raises(ValueError, match="seed must be an int"):
+    train.make_model("mlp_s", seed=2.5)
+  with pytest.raises(TypeError, match="arch must be an architecture name"):
+    train.make_model(["mlp"])
+  f = rng.normal(size=(20, 4))
+  pca = train.fit_pca(f, 2)
+  with pytest.raises(ValueError, match=r"x must have shape \(n, 4\)"):
+    train.pca_transform(pca, f[:, :1])  # broadcast to a plausible (n, 2)
+  with pytest.raises(TypeError, match="pca must be a PCA"):
+    train.standardize(tuple(pca)[:2], f)
+  with pytest.raises(ValueError, match="n_train must be >= 0"):
+    train.local_calibration_splits(-1, seed=0)  # empty splits
+  with pytest.raises(ValueError, match="n_train must be an int"):
+    train.trace_splits(np.array([5, 7, 9]), 10)  # permuted the array
+  with pytest.raises(ValueError, match="seed must be an int"):
+    train.calibration_fit_val(10, None)  # fresh entropy, not reproducible
+  with pytest.raises(ValueError, match="val_fraction must be >= 0"):
+    train.calibration_fit_val(10, 0, val_fraction=-0.5)
+  with pytest.raises(ValueError, match=r"val_fraction must be in \[0, 1\]"):
+    train.calibration_fit_val(10, 0, val_fraction=1.5)

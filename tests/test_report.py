@@ -609,3 +609,54 @@ def test_compare_report_checks_every_model_before_computing():
   bad = (np.zeros((30, 3)), np.arange(30) % 4)
   with pytest.raises(ValueError, match=r"^model 'bad': labels must lie in \[0, 3\)"):
     report.compare_report({"a": good, "bad": bad}, num_bins=5)
+
+
+def test_compare_report_refuses_bad_options():
+  """Each raised before computing anything; they used to crash (AttributeError, a raw JAX
+  TypeError), truncate (rank bin 2.5 -> 2, True -> 1 bin, seed True -> 1) or be ignored."""
+  y = np.arange(40) % 3
+  ms = {f"m{k}": (np.eye(3)[y] * s + np.ones((40, 3)), y) for k, s in enumerate((1, 2, 3))}
+  for kw, msg in [
+    (dict(rank_bins=(2.5, 20)), "rank_bins entries must be an int"),
+    (dict(rank_bins=(True, 20)), "rank_bins entries must be an int"),
+    (dict(rank_bins=(0, 5)), "rank_bins entries must be >= 1"),
+    (dict(rank_bins=(5, 5, 20)), "rank_bins must be distinct"),
+    (dict(rank_bins=(5,)), "at least two bin counts"),  # a 1 x 1 matrix of ones
+    (dict(rank_bins=(5, 100)), r"fewer than two bin counts <= n = 40"),  # ranking of nothing
+    (dict(seed=2.5), "seed must be an int"),
+    (dict(seed=True), "seed must be an int"),
+    (dict(confidence="0.9"), "confidence must be a number"),
+    (dict(paths={"m0": "a.npz", "typo": "b.npz"}), r"paths names no model \['typo'\]"),
+  ]:
+    with pytest.raises(ValueError, match=msg):
+      report.compare_report(ms, resamples=0, **kw)
+  for models, kw, msg in [
+    (list(ms.values()), {}, "models must be a dict"),
+    ({1: ms["m0"], 2: ms["m1"]}, {}, "model names must be strings"),  # format_summary crashed
+    (ms, dict(rank_bins=5), "rank_bins must be a sequence"),
+    (ms, dict(rank_bins="520"), "rank_bins must be a sequence"),
+    (ms, dict(paths="m0"), "paths must be a dict"),
+    (ms, dict(paths={"m0": 3}), r"paths\['m0'\] must be a path"),
+  ]:
+    with pytest.raises(TypeError, match=msg):
+      report.compare_report(models, resamples=0, **kw)
+  with pytest.raises(ValueError, match=r"model 'b': expected a pair \(scores, labels\)"):
+    report.compare_report({"a": ms["m0"], "b": ms["m1"][0]}, resamples=0)
+
+
+def test_format_comparison_refuses_bad_tables():
+  from jaxcal._src import report as R
+
+  rows = {"NLL": {"before": 0.2041, "after": 0.1712}}
+  with pytest.raises(TypeError, match="columns must be a sequence"):
+    R.format_comparison(rows, "before")  # iterated letters: KeyError 'b'
+  with pytest.raises(ValueError, match="row 'NLL' has no column 'x'"):
+    R.format_comparison(rows, ("before", "x"))
+  for v in ("x", None, True, 1 + 2j, np.array([1.0, 2.0])):
+    with pytest.raises(ValueError, match=r"rows\['NLL'\]\['a'\] must be a real number"):
+      R.format_comparison({"NLL": {"a": v}}, ("a",))
+  with pytest.raises(ValueError, match="markdown must be True or False"):
+    R.format_comparison(rows, ("before",), markdown="no")  # truthy: markdown came out
+  with pytest.raises(TypeError, match="rows must be a dict"):
+    R.format_comparison([("NLL", {"a": 1.0})], ("a",))
+  assert R.format_comparison({1: {2: 0.5}}, (2,)).splitlines() == ["  metric  2", "  1       0.500"]

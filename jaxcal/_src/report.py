@@ -218,6 +218,7 @@ def _check_settings(num_bins, resamples, confidence, interval, n):
 
   num_bins = V.check_int(num_bins, "num_bins")
   resamples = V.check_int(resamples, "resamples", 0)
+  V.check_float_option(confidence, "confidence")  # a string "0.9" passed float()
   if resamples == 1:
     raise ValueError("resamples must be 0 (no intervals) or at least 2, got 1")
   confidence = _check_confidence(confidence)
@@ -637,21 +638,46 @@ def compare_report(
   Multi-Class Prediction", arXiv:2510.06388, §5 and Table 1 (Spearman
   correlations between bin counts with bootstrap intervals over test samples).
   """
+  if not isinstance(models, Mapping):
+    raise TypeError(f"models must be a dict name -> (scores, labels), got {type(models).__name__}")
   if len(models) < 2:
     raise ValueError(f"compare_report needs at least two models, got {len(models)}")
   prepared = {}
-  for name, (x, y) in models.items():
+  for name, pair in models.items():
+    if not isinstance(name, str):
+      raise TypeError(f"model names must be strings, got {name!r} ({type(name).__name__})")
+    if not isinstance(pair, tuple | list) or len(pair) != 2:
+      raise ValueError(
+        f"model {name!r}: expected a pair (scores, labels), got {type(pair).__name__}"
+      )
     try:
-      prepared[name] = _prepare(x, y)
+      prepared[name] = _prepare(*pair)
     except ValueError as e:
       raise ValueError(f"model {name!r}: {e}") from None
   min_n = min(p.shape[0] for p, _, _ in prepared.values())
   num_bins, resamples, confidence = _check_settings(
     num_bins, resamples, confidence, interval, min_n
   )
+  seed = V.check_int_option(seed, "seed")
+  rank_bins = _check_rank_bins(rank_bins)
+  if paths is not None:
+    if not isinstance(paths, Mapping):
+      raise TypeError(f"paths must be a dict name -> path or None, got {type(paths).__name__}")
+    unknown = [k for k in paths if k not in models]
+    if unknown:
+      raise ValueError(f"paths names no model {unknown!r}; the models are {list(models)!r}")
+    for k, v in paths.items():
+      if not isinstance(v, str | os.PathLike):
+        raise TypeError(f"paths[{k!r}] must be a path, got {type(v).__name__}")
   groups: dict[tuple[int, int], list[str]] = {}
   for name, (p, _, _) in prepared.items():
     groups.setdefault(tuple(p.shape), []).append(name)
+  for shape, names in groups.items():
+    if len(names) >= 3 and sum(m <= shape[0] for m in rank_bins) < 2:
+      raise ValueError(
+        f"rank_bins {list(rank_bins)} leave fewer than two bin counts <= n = {shape[0]} "
+        f"to compare the ranking of models {names}"
+      )
   rep: dict[str, Any] = {
     "jaxcal": _environment(),
     "settings": {
@@ -746,6 +772,18 @@ def compare_report(
       )
   rep["timing"] = {"total_s": time.perf_counter() - t0}
   return rep
+
+
+def _check_rank_bins(rank_bins: Any) -> tuple[int, ...]:
+  """``rank_bins`` as distinct ints ``>= 1`` (floats were truncated, ``True`` was 1 bin)."""
+  if isinstance(rank_bins, str | bytes) or not isinstance(rank_bins, Sequence | np.ndarray):
+    raise TypeError(f"rank_bins must be a sequence of bin counts, got {type(rank_bins).__name__}")
+  out = tuple(V.check_int_option(m, "rank_bins entries", minimum=1) for m in rank_bins)
+  if len(set(out)) != len(out):
+    raise ValueError(f"rank_bins must be distinct bin counts, got {list(out)}")
+  if len(out) < 2:
+    raise ValueError(f"rank_bins must hold at least two bin counts to compare, got {list(out)}")
+  return out
 
 
 class _HeadOnly:
@@ -1218,8 +1256,27 @@ def format_comparison(
       metric  before  after
       NLL     0.204   0.171
   """
-  cells = [[lab] + [format_number(v[c]) for c in columns] for lab, v in rows.items()]
-  head = ["metric", *columns]
+  if not isinstance(rows, Mapping) or not all(isinstance(v, Mapping) for v in rows.values()):
+    raise TypeError("rows must be a dict label -> {column: value}")
+  if isinstance(columns, str | bytes) or not isinstance(columns, Sequence):
+    raise TypeError(f"columns must be a sequence of column names, got {type(columns).__name__}")
+  markdown = V.check_flag(markdown, "markdown")
+  cells = []
+  for lab, v in rows.items():
+    missing = [c for c in columns if c not in v]
+    if missing:
+      raise ValueError(f"row {lab!r} has no column {missing[0]!r}; it has {list(v)!r}")
+    for c in columns:
+      x = v[c]
+      if (
+        isinstance(x, bool | np.bool_)
+        or not isinstance(x, int | float | np.number | np.ndarray | jax.Array)
+        or np.ndim(x) != 0
+        or not np.isrealobj(x)
+      ):
+        raise ValueError(f"rows[{lab!r}][{c!r}] must be a real number, got {x!r}")
+    cells.append([str(lab)] + [format_number(v[c]) for c in columns])
+  head = ["metric", *(str(c) for c in columns)]
   if markdown:
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in cells]

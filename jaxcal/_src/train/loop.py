@@ -21,6 +21,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jaxcal._src import validation as V
+
 __all__ = [
   "TrainResult",
   "train_classifier",
@@ -32,8 +34,47 @@ __all__ = [
 
 
 def to_float_images(x: jax.Array) -> jax.Array:
-  """uint8 images in [0, 255] -> float32 in [-0.5, 0.5] (the loop's input scaling)."""
+  """uint8 images in [0, 255] -> float32 in [-0.5, 0.5] (the loop's input scaling).
+
+  Raises:
+    ValueError: ``x`` is not an integer array (float images, already scaled,
+      would be divided by 255 again; a dtype check only, traceable).
+  """
+  x = _integer_images(x, "x")
   return x.astype(jnp.float32) / 255.0 - 0.5
+
+
+def _integer_images(x, name: str):
+  """``x`` as an array of integer pixels (trace-time dtype check; numpy stays on the host)."""
+  if not isinstance(x, jax.Array | jax.core.Tracer):
+    x = np.asarray(x)
+  if x.dtype == np.bool_ or not jnp.issubdtype(x.dtype, jnp.integer):
+    raise ValueError(
+      f"{name} must hold integer pixel values in [0, 255] (uint8 images), got dtype {x.dtype}"
+    )
+  return x
+
+
+def _check_model(model) -> None:
+  if not isinstance(model, nnx.Module):
+    raise TypeError(f"model must be a flax nnx.Module, got {type(model).__name__}")
+
+
+def _check_loop(data, key, loss_fn, batch_size: int, keyed: bool) -> tuple:
+  """Entry checks of :func:`train_epoch` / :func:`evaluate` (shapes only: traceable)."""
+  if not isinstance(data, tuple) or not data:
+    raise TypeError(f"data must be a non-empty tuple of arrays, got {type(data).__name__}")
+  ns = [np.shape(a)[0] if np.ndim(a) else None for a in data]
+  if ns[0] is None or ns[0] == 0 or any(n != ns[0] for n in ns):
+    raise ValueError(
+      "data must be a tuple of arrays with the same number n >= 1 of rows, got leading sizes "
+      + str([None if n is None else int(n) for n in ns])
+    )
+  if keyed:
+    V.check_key(key)
+  if not callable(loss_fn):
+    raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+  return V.check_int_option(batch_size, "batch_size", minimum=1)
 
 
 class TrainResult(NamedTuple):
@@ -61,7 +102,6 @@ def _batches(key: jax.Array, n: int, batch_size: int) -> tuple[jax.Array, jax.Ar
 LossFn = Callable[..., tuple[jax.Array, jax.Array]]
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "tx", "loss_fn", "batch_size"))
 def train_epoch(
   graphdef: nnx.GraphDef,
   tx: optax.GradientTransformation,
@@ -81,7 +121,20 @@ def train_epoch(
   Returns:
     ``(params, opt_state, terms)`` with ``terms`` ``(k,)`` the per-sample means
     over the epoch of what ``loss_fn`` reports.
+
+  Raises:
+    TypeError: ``data`` not a non-empty tuple, ``loss_fn`` not callable.
+    ValueError: arrays of ``data`` with different (or no) rows, a bad ``key``,
+      ``batch_size`` not an int ``>= 1``.
   """
+  batch_size = _check_loop(data, key, loss_fn, batch_size, keyed=True)
+  return _train_epoch(
+    graphdef, tx, params, opt_state, data, key, loss_fn=loss_fn, batch_size=batch_size
+  )
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "tx", "loss_fn", "batch_size"))
+def _train_epoch(graphdef, tx, params, opt_state, data, key, *, loss_fn, batch_size):
   n = data[0].shape[0]
   k_perm, k_drop = jax.random.split(key)
   idx, w = _batches(k_perm, n, batch_size)
@@ -103,7 +156,6 @@ def train_epoch(
   return params, opt_state, jnp.sum(terms, axis=0) / n
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "loss_fn", "batch_size"))
 def evaluate(
   graphdef: nnx.GraphDef,
   params: nnx.State,
@@ -113,7 +165,15 @@ def evaluate(
   batch_size: int,
 ) -> jax.Array:
   """Per-sample means of ``loss_fn``'s terms over ``data`` in fixed consecutive
-  batches (no shuffling, no dropout: deterministic), ``(k,)``."""
+  batches (no shuffling, no dropout: deterministic), ``(k,)``.
+
+  Raises as :func:`train_epoch` does."""
+  batch_size = _check_loop(data, None, loss_fn, batch_size, keyed=False)
+  return _evaluate(graphdef, params, data, loss_fn=loss_fn, batch_size=batch_size)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "loss_fn", "batch_size"))
+def _evaluate(graphdef, params, data, *, loss_fn, batch_size):
   n = data[0].shape[0]
   nb = -(-n // batch_size)
   pad = nb * batch_size - n
@@ -164,16 +224,40 @@ def train_classifier(
 
   Returns:
     :class:`TrainResult` (the trained model, per-epoch losses, seconds).
+
+  Raises:
+    TypeError: ``model`` not an nnx module, ``on_epoch`` not callable.
+    ValueError: images not integer pixels of a shape the model takes, labels
+      not ``(n,)`` integers in ``[0, C)``, an empty training set, or a bad
+      option (``epochs`` an int ``>= 0``, ``batch_size`` ``>= 1``,
+      ``learning_rate`` a finite number ``>= 0``, ``seed`` an int,
+      ``verbose`` a bool).
   """
+  _check_model(model)
+  epochs = V.check_int_option(epochs, "epochs", minimum=0)
+  batch_size = V.check_int_option(batch_size, "batch_size", minimum=1)
+  learning_rate = V.check_float_option(learning_rate, "learning_rate", minimum=0.0)
+  seed = V.check_int_option(seed, "seed")
+  verbose = V.check_flag(verbose, "verbose")
+  if on_epoch is not None and not callable(on_epoch):
+    raise TypeError(f"on_epoch must be callable or None, got {type(on_epoch).__name__}")
+  images = _integer_images(images, "images")
+  if images.ndim < 2 or images.shape[0] == 0:
+    raise ValueError(f"images must be (n, H, W) with n >= 1, got shape {tuple(images.shape)}")
   # checked before nnx.split, which raises flax's own "non-exhaustive filters" error
   leaves = lambda state: len(jax.tree_util.tree_leaves(state))
   if leaves(nnx.state(model)) != leaves(nnx.state(model, nnx.Param)):
     raise ValueError("train_classifier supports models whose only state is nnx.Param")
   graphdef, params = nnx.split(model, nnx.Param)
+  num_classes = _num_classes(graphdef, params, images)
+  if np.ndim(labels) == 1 and np.shape(labels)[0] != images.shape[0]:
+    raise ValueError(
+      f"labels has {np.shape(labels)[0]} entries but images has n = {images.shape[0]} rows"
+    )
+  y = V.check_labels(labels, images.shape[0], num_classes)
   tx = optax.adam(learning_rate)
   opt_state = tx.init(params)
   x = jnp.asarray(images)
-  y = jnp.asarray(labels, jnp.int32)
   key = jax.random.key(seed)
   losses = []
   t0 = time.perf_counter()
@@ -201,6 +285,23 @@ def train_classifier(
   return TrainResult(nnx.merge(graphdef, params), np.asarray(losses), time.perf_counter() - t0)
 
 
+def _num_classes(graphdef, params, images) -> int:
+  """The model's class count ``C``, from its output shape on one image (no computation)."""
+  try:
+    out = jax.eval_shape(
+      lambda p, xb: nnx.merge(graphdef, p)(to_float_images(xb)),
+      params,
+      jax.ShapeDtypeStruct((1,) + tuple(images.shape[1:]), images.dtype),
+    )
+  except (TypeError, ValueError) as e:
+    raise ValueError(
+      f"the model does not take images of shape {tuple(images.shape[1:])}: {e}"
+    ) from None
+  if len(out.shape) != 2:
+    raise ValueError(f"the model must return (n, C) logits, got shape {tuple(out.shape)}")
+  return int(out.shape[1])
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "with_features"))
 def _predict_block(graphdef, params, xb, *, with_features):
   model = nnx.merge(graphdef, params)
@@ -212,7 +313,21 @@ def _predict_block(graphdef, params, xb, *, with_features):
 def predict(
   model: nnx.Module, images: np.ndarray, *, batch_size: int = 2048, with_features: bool = False
 ) -> tuple[np.ndarray, np.ndarray | None]:
-  """Logits ``(n, C)`` (and penultimate features ``(n, D)``) in float32, batched."""
+  """Logits ``(n, C)`` (and penultimate features ``(n, D)``) in float32, batched.
+
+  Raises:
+    TypeError: ``model`` not an nnx module.
+    ValueError: ``images`` not integer pixels, empty, ``batch_size`` not an int
+      ``>= 1`` or ``with_features`` not a bool.
+  """
+  _check_model(model)
+  batch_size = V.check_int_option(batch_size, "batch_size", minimum=1)
+  with_features = V.check_flag(with_features, "with_features")
+  if not isinstance(images, jax.Array):
+    images = np.asarray(images)
+  images = _integer_images(images, "images")
+  if images.ndim < 2 or images.shape[0] == 0:
+    raise ValueError(f"images must be (n, H, W) with n >= 1, got shape {tuple(images.shape)}")
   graphdef, params = nnx.split(model, nnx.Param)
   n = images.shape[0]
   outs_l, outs_h = [], []

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import jax
 from flax import nnx
 
+from jaxcal._src import validation as V
+
 __all__ = ["MLP", "CNN", "ARCHITECTURES", "make_model"]
 
 
@@ -115,7 +117,17 @@ ARCHITECTURES: dict[str, Callable[..., nnx.Module]] = {
 
 
 def make_model(arch: str, num_classes: int = 10, seed: int = 0) -> nnx.Module:
-  """Builds a registered architecture with parameters initialised from ``seed``."""
+  """Builds a registered architecture with parameters initialised from ``seed``.
+
+  Raises:
+    TypeError: ``arch`` is not a string.
+    ValueError: an unknown ``arch``, ``num_classes`` not an int ``>= 2`` or
+      ``seed`` not an int.
+  """
+  if not isinstance(arch, str):
+    raise TypeError(f"arch must be an architecture name (str), got {type(arch).__name__}")
+  num_classes = V.check_int_option(num_classes, "num_classes", minimum=2)
+  seed = V.check_int_option(seed, "seed")
   if arch not in ARCHITECTURES:
     raise ValueError(f"unknown architecture {arch!r}; available: {', '.join(ARCHITECTURES)}")
   return ARCHITECTURES[arch](num_classes, nnx.Rngs(params=seed))

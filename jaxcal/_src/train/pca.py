@@ -101,11 +101,40 @@ def _fit_pca(x: jax.Array, k: int) -> PCA:
   return PCA(mean, scale, comps, jnp.maximum(evals[::-1][:k], 0.0))
 
 
+def _check_input(pca: PCA, x: ArrayLike) -> jax.Array:
+  """``x`` as a real ``(n, D)`` (or ``(D,)``) array of ``pca``'s ``D`` (trace-time checks only).
+
+  A ``(n, 1)`` input would broadcast against the ``(D,)`` statistics and give a
+  plausible ``(n, D)`` result; a string array raised deep inside JAX.
+  """
+  if not isinstance(pca, PCA):
+    raise TypeError(f"pca must be a PCA from fit_pca, got {type(pca).__name__}")
+  if not isinstance(x, jax.Array | jax.core.Tracer):
+    x = np.asarray(x)
+  if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)):
+    raise ValueError(f"x must be a real numeric array, got dtype {x.dtype}")
+  d = pca.mean.shape[0]
+  if x.ndim not in (1, 2) or x.shape[-1] != d:
+    raise ValueError(f"x must have shape (n, {d}) (the PCA's D = {d}), got shape {tuple(x.shape)}")
+  return x
+
+
 def standardize(pca: PCA, x: jax.Array) -> jax.Array:
-  """``(x - mean) / scale`` with the fitting set's statistics: ``(n, D) -> (n, D)``."""
+  """``(x - mean) / scale`` with the fitting set's statistics: ``(n, D) -> (n, D)``.
+
+  Raises:
+    TypeError: ``pca`` is not a :class:`PCA`.
+    ValueError: ``x`` not a real array with the PCA's ``D`` columns.
+  """
+  x = _check_input(pca, x)
   return (x - pca.mean) / pca.scale
 
 
 def pca_transform(pca: PCA, x: jax.Array) -> jax.Array:
-  """``((x - mean) / scale) @ components``: ``(n, D) -> (n, k)``."""
+  """``((x - mean) / scale) @ components``: ``(n, D) -> (n, k)``.
+
+  Raises:
+    TypeError: ``pca`` is not a :class:`PCA`.
+    ValueError: ``x`` not a real array with the PCA's ``D`` columns.
+  """
   return jnp.matmul(standardize(pca, x), pca.components, precision=PRECISION)
