@@ -1151,6 +1151,12 @@ def merge_across_processes(state: Any) -> Any:
   :class:`Records` hold process 0's samples first. With one process the
   state is returned unchanged.
 
+  Bad input: update the states inside ``jax.jit`` (the eval step), so a bad
+  batch on any process poisons its state and the merged state is NaN on
+  every process. An eager ``update`` raises on the process that saw the bad
+  batch only; the other processes then wait here for it (until the
+  collective's timeout), as in any collective that one process leaves.
+
   Args:
     state: a :class:`FixedBins`, :class:`Scores`, :class:`Records` or
       :class:`Calibration` holding this process's samples.
