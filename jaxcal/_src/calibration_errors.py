@@ -917,8 +917,7 @@ def _lin_sums(reports, signals, bin_ids, num_bins, where):
     or num_bins < 1
   ):
     raise ValueError(f"num_bins must be a static int >= 1 for lin_ce/lin_ece, got {num_bins!r}")
-  if num_bins > V.MAX_NUM_BINS:  # bin ids are int32; per-bin sums are (num_bins, d)
-    raise ValueError(f"num_bins must be <= {V.MAX_NUM_BINS}, got {int(num_bins)}")
+  V.check_num_bins(num_bins)  # the bound of every binned metric (per-bin sums are (num_bins, d))
   u = V.as_float(reports, "reports")
   s = V.as_float(signals, "signals")
   if u.ndim == 1:

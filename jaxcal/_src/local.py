@@ -540,10 +540,7 @@ def lce(
     )
   w = _class_weights(class_weights, p.shape[1], p.dtype)
   m = V.check_num_bins(num_bins)
-  if isinstance(max_bins, int | np.integer) and max_bins > V.MAX_NUM_BINS:
-    raise ValueError(
-      f"max_bins must be a static Python int in [1, {V.MAX_NUM_BINS}], got {max_bins!r}"
-    )
+  V.check_max_bins(max_bins)
   mb = B.resolve_max_bins(m, p.shape[0], max_bins)
   if isinstance(m, np.ndarray) and m.size == 0:  # as every binned metric: an empty result
     empty = jnp.zeros(m.shape, p.dtype)

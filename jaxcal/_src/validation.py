@@ -83,6 +83,7 @@ __all__ = [
   "check_int",
   "check_binning",
   "check_bins",
+  "check_max_bins",
   "BinCounts",
   "bucket",
   "looks_like_probs",
@@ -1786,6 +1787,26 @@ class BinCounts(NamedTuple):
   binning: str | None
 
 
+def check_max_bins(max_bins: Any) -> None:
+  """Raises unless ``max_bins`` is ``None`` or a static int in ``[1, MAX_NUM_BINS]``.
+
+  Example:
+    >>> check_max_bins(2**25)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_bins must be a static Python int in [1, 16777216], got 33554432
+  """
+  if max_bins is not None and (
+    isinstance(max_bins, bool | np.bool_)
+    or not isinstance(max_bins, int | np.integer)
+    or max_bins < 1
+    or max_bins > MAX_NUM_BINS
+  ):
+    raise ValueError(
+      f"max_bins must be a static Python int in [1, {MAX_NUM_BINS}], got {max_bins!r}"
+    )
+
+
 def check_bins(num_bins: Any, binning: str, max_bins: Any) -> BinCounts:
   """Validates ``num_bins`` / ``binning`` / ``max_bins`` and picks the static bound.
 
@@ -1817,16 +1838,7 @@ def check_bins(num_bins: Any, binning: str, max_bins: Any) -> BinCounts:
   """
   binning = check_binning(binning)
   m = check_num_bins(num_bins)
-  if max_bins is not None:
-    if (
-      isinstance(max_bins, bool | np.bool_)
-      or not isinstance(max_bins, int | np.integer)
-      or max_bins < 1
-      or max_bins > MAX_NUM_BINS
-    ):
-      raise ValueError(
-        f"max_bins must be a static Python int in [1, {MAX_NUM_BINS}], got {max_bins!r}"
-      )
+  check_max_bins(max_bins)
   if isinstance(m, int):
     largest = m
   elif isinstance(m, np.ndarray):
