@@ -1100,18 +1100,15 @@ def _assemble_processes(mesh: Mesh, st: _Stack) -> _Stack:
   (:func:`~jaxcal._src.validation.process_shard`). ``sizes`` become the
   union's row counts.
   """
-  from jax.experimental import multihost_utils
-
   if st.where is not None:  # pragma: no cover - stacks from lists are refused in multi-process runs
     raise ValueError("padded stacks cannot be assembled across processes")
   m, n, c = st.x.shape
   x2, y1 = V.process_shard(st.x.reshape((m * n, c)), st.y.reshape((m * n,)))
-  (x, y), w = SW.process_shards(
+  (x, y), w, sizes = SW.process_shards(
     mesh,
     ("models", "utilities") if "utilities" in mesh.axis_names else "models",
     x2.reshape((m, n, c)),
     y1.reshape((m, n)),
     row_axis=1,
   )
-  total = int(np.sum(multihost_utils.process_allgather(np.int32(n))))
-  return _Stack(st.index, x, y, w, [total] * len(st.index))
+  return _Stack(st.index, x, y, w, [int(np.sum(sizes))] * len(st.index))

@@ -1281,7 +1281,8 @@ def check_predictions(
     empty_where: accept a ``where`` that selects no sample (a streaming
       batch of padding only adds nothing); by default it raises.
     padding: ``where`` marks padding rows (every process's shard assembled
-      into one global array by :func:`jaxcal.utility.process_shards`, each
+      into one global array by
+      :func:`jaxcal._src.utility.sweep.process_shards`, each
       padded at its end): messages number the rows among the selected ones,
       i.e. as rows of the union in process order.
 

@@ -294,7 +294,7 @@ def process_shards(
   the global arrays are built with
   ``jax.make_array_from_process_local_data``, the rows sharded over
   ``axis``. Also returns the global mask of real rows, shaped like the
-  arrays' axes up to ``row_axis``.
+  arrays' axes up to ``row_axis``, and every process's row count.
 
   Args:
     mesh: a mesh over every process's devices.
@@ -303,7 +303,8 @@ def process_shards(
     row_axis: the axis of the rows (samples).
 
   Returns:
-    ``(global arrays, where)``.
+    ``(global arrays, where, sizes)``: ``sizes`` the ``(num_processes,)``
+    row counts, in process order (host ints).
   """
   from jax.experimental import multihost_utils
 
@@ -326,7 +327,8 @@ def process_shards(
     out.append(jax.make_array_from_process_local_data(sharding, local))
   lead = np.shape(arrays[0])[:row_axis]
   mask = np.broadcast_to(np.arange(rows) < n, tuple(lead) + (rows,))
-  return tuple(out), jax.make_array_from_process_local_data(sharding, np.ascontiguousarray(mask))
+  where = jax.make_array_from_process_local_data(sharding, np.ascontiguousarray(mask))
+  return tuple(out), where, sizes
 
 
 def _placed(x: jax.Array, sharding: NamedSharding) -> jax.Array:
@@ -441,7 +443,7 @@ def uc_sweep(
         f"of processes {sorted({dev.process_index for dev in devs})}); leave devices=None"
       )
     if shard:
-      (p, y), where = process_shards(mesh, "u", p, y)  # this process's rows of the union
+      (p, y), where, _ = process_shards(mesh, "u", p, y)  # this process's rows of the union
       chk = V.check_predictions(
         p,
         y,
