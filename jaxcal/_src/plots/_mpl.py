@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxcal._src import validation as V
+
 __all__ = [
   "pyplot",
   "style",
@@ -116,8 +118,10 @@ def check_mapping(value: Any, name: str, what: str) -> None:
     raise ValueError(f"{name} must hold at least one {what} entry")
 
 
-def check_keys(value: Any, known: Any, name: str, of: str) -> None:
-  """Every key of the mapping ``value`` is one of ``known`` (else it would be ignored)."""
+def check_keys(value: Any, known: Any, name: str, of: str, what: str) -> None:
+  """``value`` is a mapping ``what`` whose every key is one of ``known`` (else it would be ignored)."""
+  if not isinstance(value, Mapping):
+    raise TypeError(f"{name} must be a mapping {what}, got {type(value).__name__}")
   extra = [k for k in value if k not in known]
   if extra:
     raise ValueError(f"{name} has entries {extra} that are not {of} {list(known)}")
@@ -272,8 +276,6 @@ def savefig(
     raise ValueError(f"formats must be a sequence of names such as ('png', 'pdf'), got {formats!r}")
   if not formats:
     raise ValueError("formats is empty: nothing would be written")
-  from jaxcal._src import validation as V
-
   dpi = V.check_int_option(dpi, "dpi", minimum=1)
   out = []
   stem = os.fspath(path)

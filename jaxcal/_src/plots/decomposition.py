@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from jaxcal._src import validation as V
 from jaxcal._src.plots import _mpl
 
 __all__ = ["mcb_dsc_plot"]
@@ -72,8 +73,6 @@ def mcb_dsc_plot(
   """
   _mpl.check_mapping(points, "points", "label -> (mcb, dsc)")
   _mpl.check_ax(ax)
-  from jaxcal._src import validation as V
-
   pairs = []
   for name, v in points.items():
     a = _mpl.numbers(v, f"points[{name!r}]", finite=False)

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxcal._src import validation as V
 from jaxcal._src.plots import _mpl
 
 __all__ = ["ecdf_plot"]
@@ -61,8 +62,6 @@ def ecdf_plot(
   """
   _mpl.check_mapping(curves, "curves", "label -> errors")
   _mpl.check_ax(ax)
-  from jaxcal._src import validation as V
-
   log_x = V.check_flag(log_x, "log_x")
   arrays = {}
   for label_, errors in curves.items():

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from jaxcal._src import validation as V
 from jaxcal._src.plots import _mpl
 
 __all__ = ["interval_plot"]
@@ -62,8 +63,6 @@ def interval_plot(
   """
   _mpl.check_mapping(rows, "rows", "name -> (estimate, lo, hi)")
   _mpl.check_ax(ax)
-  from jaxcal._src import validation as V
-
   log_x = V.check_flag(log_x, "log_x")
   if reference is not None:
     reference = V.check_float_option(reference, "reference")

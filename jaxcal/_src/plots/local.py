@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
 from jaxcal._src.plots import _mpl
 
 __all__ = ["lce_bandwidth_plot"]
@@ -90,12 +91,8 @@ def lce_bandwidth_plot(
     raise ValueError("bandwidths must be positive and finite (the kernel widths γ)")
   for what, m in (("bands", bands), ("reference", reference)):
     if m is not None:
-      if not isinstance(m, Mapping):
-        raise TypeError(f"{what} must be a mapping method -> values, got {type(m).__name__}")
-      _mpl.check_keys(m, curves, what, "methods of curves")
+      _mpl.check_keys(m, curves, what, "methods of curves", "method -> values")
   if reference:
-    from jaxcal._src import validation as V
-
     reference = {k: V.check_float_option(v, f"reference[{k!r}]") for k, v in reference.items()}
 
   def _vals(what: str, v) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
 from jaxcal._src.bootstrap import ConsistencyBands, consistency_bands
 from jaxcal._src.calibration_errors import conf_ece, reliability_stats
 from jaxcal._src.names import format_number, label
@@ -85,8 +86,6 @@ def reliability_diagram(
   """
   _mpl.check_ax(ax)
   if not isinstance(bands, ConsistencyBands):
-    from jaxcal._src import validation as V
-
     try:
       V.check_flag(bands, "bands")
     except ValueError:
@@ -97,8 +96,6 @@ def reliability_diagram(
   ece = float(conf_ece(probs, labels, num_bins, binning, from_logits=from_logits))
   if bands is True:
     import jax
-
-    from jaxcal._src import validation as V
 
     seed = V.check_int_option(seed, "seed")
     bands = consistency_bands(

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
 from jaxcal._src.names import KIND_AXIS_LABEL, parse_label
 from jaxcal._src.plots import _mpl
 
@@ -35,9 +36,7 @@ def _bands(bands: Any, data: Mapping[str, np.ndarray], k: int) -> dict:
   """``label -> (lo, hi)`` of known labels, each ``(k,)`` with ``lo <= hi`` (NaN: not drawn)."""
   if bands is None:
     return {}
-  if not isinstance(bands, Mapping):
-    raise TypeError(f"bands must be a mapping label -> (lo, hi), got {type(bands).__name__}")
-  _mpl.check_keys(bands, data, "bands", "labels of curves")
+  _mpl.check_keys(bands, data, "bands", "labels of curves", "label -> (lo, hi)")
   out = {}
   for name, b in bands.items():
     if isinstance(b, str) or not isinstance(b, Sequence | np.ndarray) or len(b) != 2:
@@ -131,8 +130,6 @@ def bin_robustness_plot(
   m = _bin_counts(num_bins)
   _mpl.check_mapping(curves, "curves", "label -> values")
   _mpl.check_ax(ax)
-  from jaxcal._src import validation as V
-
   legend = V.check_flag(legend, "legend")
   data = {}
   for name, vals in curves.items():
@@ -144,11 +141,7 @@ def bin_robustness_plot(
     data[name] = v
   bands = _bands(bands, data, m.size)
   if reference is not None:
-    if not isinstance(reference, Mapping):
-      raise TypeError(
-        f"reference must be a mapping label -> values, got {type(reference).__name__}"
-      )
-    _mpl.check_keys(reference, data, "reference", "labels of curves")
+    _mpl.check_keys(reference, data, "reference", "labels of curves", "label -> values")
   refs = {}
   for name, r in (reference or {}).items():
     r = _mpl.numbers(r, f"reference {name!r}", finite=False)  # NaN: not drawn
