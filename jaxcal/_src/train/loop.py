@@ -55,6 +55,14 @@ def _integer_images(x, name: str):
   return x
 
 
+def _image_batch(images):
+  """``images`` as a batch of integer pixel images ``(n, ...)``, ``n >= 1`` (a dtype and shape check)."""
+  images = _integer_images(images, "images")
+  if images.ndim < 2 or images.shape[0] == 0:
+    raise ValueError(f"images must be (n, H, W) with n >= 1, got shape {tuple(images.shape)}")
+  return images
+
+
 def _check_model(model) -> None:
   if not isinstance(model, nnx.Module):
     raise TypeError(f"model must be a flax nnx.Module, got {type(model).__name__}")
@@ -241,9 +249,7 @@ def train_classifier(
   verbose = V.check_flag(verbose, "verbose")
   if on_epoch is not None and not callable(on_epoch):
     raise TypeError(f"on_epoch must be callable or None, got {type(on_epoch).__name__}")
-  images = _integer_images(images, "images")
-  if images.ndim < 2 or images.shape[0] == 0:
-    raise ValueError(f"images must be (n, H, W) with n >= 1, got shape {tuple(images.shape)}")
+  images = _image_batch(images)
   # checked before nnx.split, which raises flax's own "non-exhaustive filters" error
   leaves = lambda state: len(jax.tree_util.tree_leaves(state))
   if leaves(nnx.state(model)) != leaves(nnx.state(model, nnx.Param)):
@@ -323,11 +329,7 @@ def predict(
   _check_model(model)
   batch_size = V.check_int_option(batch_size, "batch_size", minimum=1)
   with_features = V.check_flag(with_features, "with_features")
-  if not isinstance(images, jax.Array):
-    images = np.asarray(images)
-  images = _integer_images(images, "images")
-  if images.ndim < 2 or images.shape[0] == 0:
-    raise ValueError(f"images must be (n, H, W) with n >= 1, got shape {tuple(images.shape)}")
+  images = _image_batch(images)
   graphdef, params = nnx.split(model, nnx.Param)
   n = images.shape[0]
   outs_l, outs_h = [], []
