@@ -71,10 +71,10 @@ def _cpu_only() -> bool:
   return not importlib.metadata.entry_points(group="jax_plugins")
 
 
-if (
-  os.environ.get("JAXCAL_TEST_XLA_DEFAULTS", "").lower() not in ("1", "true", "yes")
-  and "PYTEST_XDIST_WORKER" not in os.environ
-):
+#: JAXCAL_TEST_XLA_DEFAULTS=1: the tests compile with XLA's own defaults.
+XLA_DEFAULTS = os.environ.get("JAXCAL_TEST_XLA_DEFAULTS", "").lower() in ("1", "true", "yes")
+
+if not XLA_DEFAULTS and "PYTEST_XDIST_WORKER" not in os.environ:
   _CPU_ONLY = _cpu_only()
   _wanted = [
     f

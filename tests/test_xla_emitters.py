@@ -122,10 +122,6 @@ def test_the_optimisation_level_follows_the_backend_this_run_uses():
   opt0 = set(conftest.CPU_ONLY_FLAGS)
   if jax.default_backend() != "cpu":
     assert not opt0 & set(flags), (jax.default_backend(), flags)
-  elif conftest._cpu_only() and os.environ.get("JAXCAL_TEST_XLA_DEFAULTS", "").lower() not in (
-    "1",
-    "true",
-    "yes",
-  ):
+  elif conftest._cpu_only() and not conftest.XLA_DEFAULTS:
     wanted = [f for f in conftest.CPU_ONLY_FLAGS if _xla_accepts(f)]
     assert set(wanted) <= set(flags), flags
