@@ -54,18 +54,19 @@ not recorded and are not checked (padding may hold zeros or NaN, and a
 batch of padding only adds nothing).
 
 Bad input and empty states, as everywhere in jaxcal: an eager ``update``
-validates the batch's selected samples and raises a ``ValueError``. Under ``jax.jit`` / ``jax.vmap`` the values cannot be
-checked, so every state counts the batches that failed the traced check
-(NaN or inf, rows off the simplex, labels out of range) in ``invalid``, an
-int32 leaf summed by ``merge`` and ``psum`` like the counts; once it is
-non-zero every number ``compute`` returns is NaN (integer outputs, the
-confusion counts and the reliability counts, are -1), eagerly or traced,
-however many valid batches follow: a count-based output (accuracy, label
-frequencies) would otherwise silently skip the bad batch. A state that has
-seen no sample (never updated, or every sample masked) has no defined
-metric: an eager ``compute`` raises a ``ValueError`` for every state
-(:class:`Records` as :class:`FixedBins` and :class:`Scores`), a traced one
-returns NaN (no host round trip inside ``jit``).
+validates the batch's selected samples and raises a ``ValueError``. Under
+``jax.jit`` / ``jax.vmap`` the values cannot be checked, so every state
+counts the batches that failed the traced check (NaN or inf, rows off the
+simplex, labels out of range) in ``invalid``, an int32 leaf summed by
+``merge`` and ``psum`` like the counts; once it is non-zero every number
+``compute`` returns is NaN (integer outputs, the confusion counts and the
+reliability counts, are -1), eagerly or traced, however many valid batches
+follow: a count-based output (accuracy, label frequencies) would otherwise
+silently skip the bad batch. A state that has seen no sample (never
+updated, or every sample masked) has no defined metric: an eager
+``compute`` raises a ``ValueError`` for every state (:class:`Records` as
+:class:`FixedBins` and :class:`Scores`), a traced one returns NaN (no host
+round trip inside ``jit``).
 
 Devices and hosts: :class:`FixedBins` and :class:`Scores` are sums of their
 leaves, so ``jax.lax.psum(state, axis)`` inside ``shard_map`` merges the

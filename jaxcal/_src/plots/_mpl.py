@@ -119,7 +119,7 @@ def check_mapping(value: Any, name: str, what: str) -> None:
 
 
 def check_keys(value: Any, known: Any, name: str, of: str, what: str) -> None:
-  """``value`` is a mapping ``what`` whose every key is one of ``known`` (else it would be ignored)."""
+  """``value`` is a mapping ``what`` whose keys are all in ``known`` (else they would be ignored)."""
   if not isinstance(value, Mapping):
     raise TypeError(f"{name} must be a mapping {what}, got {type(value).__name__}")
   extra = [k for k in value if k not in known]

@@ -56,7 +56,7 @@ def _integer_images(x, name: str):
 
 
 def _image_batch(images):
-  """``images`` as a batch of integer pixel images ``(n, ...)``, ``n >= 1`` (a dtype and shape check)."""
+  """``images`` as a batch ``(n, ...)`` of integer pixel images, ``n >= 1`` (dtype and shape)."""
   images = _integer_images(images, "images")
   if images.ndim < 2 or images.shape[0] == 0:
     raise ValueError(f"images must be (n, H, W) with n >= 1, got shape {tuple(images.shape)}")
