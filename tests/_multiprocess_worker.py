@@ -1,6 +1,6 @@
 """One process of the two-process ``jax.distributed`` test (tests/test_multiprocess.py).
 
-Usage: ``python _multiprocess_worker.py PROCESS_ID PORT DATA.npz OUT.json [bad]``.
+Usage: ``python _multiprocess_worker.py PROCESS_ID PORT DATA.npz OUT.json [bad | mismatch]``.
 ``DATA.npz`` holds the union data set (``probs``, ``labels``) and ``cut``:
 process 0 takes rows ``[:cut]``, process 1 rows ``[cut:]`` (different sizes),
 as host-local arrays: the normal multi-host layout. Writes what it computed
@@ -9,7 +9,9 @@ to ``OUT.json``.
 With ``bad``, ``DATA.npz`` also holds bad versions of the union
 (``probs_<case>``, ``labels_<case>``, the bad row in process 1's rows), and
 the worker records, per case and entry point, the ``ValueError`` raised
-eagerly and the values under ``jax.jit`` (see :func:`bad_inputs`).
+eagerly and the values under ``jax.jit`` (see :func:`bad_inputs`). With
+``mismatch``, process 1's input is shaped unlike process 0's (see
+:func:`mismatches`).
 """
 
 import json
@@ -78,6 +80,59 @@ def bad_inputs(pid: int, data, out: dict) -> None:
     res["streaming_jit"] = {k: np.asarray(merged[k]).tolist() for k in ("conf_ece", "brier")}
 
 
+def mismatches(pid: int, data, out: dict) -> None:
+  """Process 1 passes input shaped unlike process 0's; ``out`` gets each call's ``ValueError``.
+
+  Shape, class-count and configuration errors of one process's own input
+  must raise on every process (the same error), not on that process only
+  while the other waits in a collective.
+  """
+  import numpy as np
+
+  import jaxcal
+  from jaxcal import streaming, utility
+
+  cut = int(data["cut"])
+  rows = slice(0, cut) if pid == 0 else slice(cut, None)
+  p, y = data["probs"][rows], data["labels"][rows]
+  c = p.shape[1]
+  us = utility.sample_linear(jax.random.key(0), 10, c)
+
+  def attempt(f):
+    try:
+      f()
+      return {"value": None}
+    except ValueError as e:
+      return {"error": str(e)}
+
+  def fewer_classes(q):  # process 1: C - 1 classes, renormalised
+    if pid == 0:
+      return q
+    q = q[:, :-1]
+    return q / q.sum(axis=1, keepdims=True)
+
+  def short(v):  # process 1: one label fewer than rows
+    return v if pid == 0 else v[:-1]
+
+  cases = {
+    "classes": (fewer_classes(p), np.minimum(y, c - 2) if pid else y),
+    "labels_length": (p, short(y)),
+  }
+  for case, (pp, yy) in cases.items():
+    out[case] = {
+      "uc_sweep": attempt(lambda: utility.uc_sweep(pp, yy, us, chunk_size=5)),
+      "evaluate": attempt(lambda: jaxcal.evaluate(pp[None], yy[None], ["conf_ece"], num_bins=15)),
+    }
+  models = p[None] if pid == 0 else np.stack([p, p])
+  out["models"] = {"evaluate": attempt(lambda: jaxcal.evaluate(models, y[None], ["brier"]))}
+  bins = np.array([5, 15]) if pid == 0 else np.array([5, 20])
+  state = streaming.Calibration.empty(c, bins, capacity=p.shape[0] + 7 * pid).update(p, y)
+  out["state"] = {"merge": attempt(lambda: streaming.merge_across_processes(state))}
+  # capacities alone may differ
+  same = streaming.Calibration.empty(c, 15, capacity=p.shape[0] + 7 * pid).update(p, y)
+  out["capacity"] = {"merge": attempt(lambda: streaming.merge_across_processes(same))}
+
+
 def main() -> None:
   pid, port, data_path, out_path = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
   jax.distributed.initialize(
@@ -92,9 +147,9 @@ def main() -> None:
   from jaxcal import streaming, utility
 
   data = np.load(data_path)
-  if sys.argv[5:] == ["bad"]:
+  if sys.argv[5:] in (["bad"], ["mismatch"]):
     out = {"process": pid}
-    bad_inputs(pid, data, out)
+    (bad_inputs if sys.argv[5] == "bad" else mismatches)(pid, data, out)
     with open(out_path, "w") as f:
       json.dump(out, f)
     jax.distributed.shutdown()

@@ -183,3 +183,31 @@ def test_two_processes_bad_rows_raise_the_same_error(bad_union, tmp_path):
       )
       np.testing.assert_allclose(s["brier"], scores.brier(p, y), rtol=1e-6)
   assert results[0] == {**results[1], "process": 0}  # identical on both processes
+
+
+def test_input_shaped_differently_on_one_process_raises_on_every_process(union, tmp_path):
+  # process 1 alone passes C - 1 classes, one label too few, two models or a
+  # state made with other bin counts: each raised on process 1 only (or not at
+  # all) while process 0 waited in the collective; now both raise one error
+  _, _, path = union
+  results = _run_two(path, tmp_path, 2, "mismatch")
+  want = {
+    ("classes", "uc_sweep"): "the class count C of probs must be the same on every process, "
+    "got 10 on process 0 and 9 on process 1",
+    ("classes", "evaluate"): "the class count C of predictions must be the same on every "
+    "process, got 10 on process 0 and 9 on process 1",
+    ("labels_length", "uc_sweep"): "on process 1: labels has 399 entries but the predictions "
+    "have n = 400 rows",
+    ("labels_length", "evaluate"): "on process 1: labels must have shape (1, 400) for "
+    "predictions of shape (1, 400, 10)",
+    ("models", "evaluate"): "the number of models M must be the same on every process, got 1 "
+    "on process 0 and 2 on process 1",
+    ("state", "merge"): "the state (made with the same arguments, capacity aside) must be the "
+    "same on every process, got a Calibration for C = 10 (layout",
+  }
+  for (case, call), text in want.items():
+    got = [r[case][call] for r in results]
+    assert got[0] == got[1], (case, call, got)  # the same error on both processes
+    assert "error" in got[0] and got[0]["error"].startswith(text), (case, call, got[0])
+  for r in results:  # records of different capacities still merge
+    assert r["capacity"]["merge"] == {"value": None}, r["capacity"]

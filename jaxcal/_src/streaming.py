@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import zlib
 from typing import Any
 
 import jax
@@ -1157,6 +1158,9 @@ def merge_across_processes(state: Any) -> Any:
   every process. An eager ``update`` raises on the process that saw the bad
   batch only; the other processes then wait here for it (until the
   collective's timeout), as in any collective that one process leaves.
+  States made differently (another class count, bin counts, records kind or
+  dtype; the records' capacity may differ) raise the same ``ValueError`` on
+  every process, before anything is gathered.
 
   Args:
     state: a :class:`FixedBins`, :class:`Scores`, :class:`Records` or
@@ -1175,12 +1179,42 @@ def merge_across_processes(state: Any) -> Any:
     return state
   from jax.experimental import multihost_utils
 
+  # states made differently on one process (another class count, bin counts,
+  # records kind or dtype) raise on every process, not in the gather below
+  V.on_every_process(
+    lambda: _layout(state),
+    same=lambda lay: {"the state (made with the same arguments, capacity aside)": lay},
+  )
   recs = state if isinstance(state, Records) else getattr(state, "records", None)
   if recs is not None:  # buffers of one size on every process, for the gather
     caps = multihost_utils.process_allgather(np.int32(recs.capacity))
     grown = recs._grown(int(np.max(caps)))
     state = grown if isinstance(state, Records) else dataclasses.replace(state, records=grown)
   return _reduce_stack(_stack_processes(state))
+
+
+def _layout(state: Any) -> str:
+  """The state's type, class count and a checksum of its layout, records' capacity aside.
+
+  Equal on every process that made its state with the same arguments (the
+  capacity of the records may differ: the merge grows them to one size).
+  """
+  if not isinstance(state, _Streaming):
+    raise TypeError(
+      "merge_across_processes takes a FixedBins, Scores, Records or Calibration state, "
+      f"got {type(state).__name__}"
+    )
+  recs = state if isinstance(state, Records) else getattr(state, "records", None)
+  rest = None if recs is state else state
+  if recs is not None:
+    rest = None if rest is None else dataclasses.replace(rest, records=None)
+    recs = dataclasses.replace(recs, capacity=0)  # its leaves: the capacity is their first axis
+  leaves = [(np.shape(x), str(x.dtype)) for x in jax.tree.leaves(rest)]
+  rec_leaves = [(np.shape(x)[1:], str(x.dtype)) for x in jax.tree.leaves(recs)]
+  full = f"{jax.tree.structure(rest)} {leaves} {jax.tree.structure(recs)} {rec_leaves}"
+  return (
+    f"a {type(state).__name__} for C = {state.num_classes} (layout {zlib.crc32(full.encode()):08x})"
+  )
 
 
 def _stack_processes(tree: Any) -> Any:

@@ -946,27 +946,43 @@ def evaluate(
   ):
     raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
   ubatches = _utility_batches(utilities)
-  entries = _models(predictions, labels, names)
   multi = jax.process_count() > 1
 
-  if entries[0][0] is None:  # one stack (M, n, C), kept whole
-    _, x, y = entries[0]
-    num_models = x.shape[0]
-    model_names = [f"model_{i}" for i in range(num_models)] if names is None else list(names)
-    if y.shape[0] == 1 and num_models > 1:
-      xp = _xp(y)
-      y = xp.broadcast_to(y, (num_models,) + y.shape[1:])
-    if y.shape != x.shape[:2]:
-      raise ValueError(f"labels must have shape {x.shape[:2]} for predictions of shape {x.shape}")
-    groups = {
-      int(x.shape[2]): [_Stack(list(range(num_models)), x, y, None, [x.shape[1]] * num_models)]
-    }
-  else:
+  def one_stack():
+    """``(entries, x, y)``: the models, and the one stack's arrays (or ``None``)."""
+    entries = _models(predictions, labels, names)
+    if entries[0][0] is None:  # one stack (M, n, C), kept whole
+      _, x, y = entries[0]
+      if y.shape[0] == 1 and x.shape[0] > 1:
+        y = _xp(y).broadcast_to(y, (x.shape[0],) + y.shape[1:])
+      if y.shape != x.shape[:2]:
+        raise ValueError(f"labels must have shape {x.shape[:2]} for predictions of shape {x.shape}")
+      return entries, x, y
     if multi:
       raise ValueError(
         "in a multi-process run pass one stack (M, n_local, C) of this process's rows, or "
         "global jax.Arrays; a list or dict of host-local arrays is not supported"
       )
+    return entries, None, None
+
+  if multi:  # a shape error on one process raises on every process
+    entries, x, y = V.on_every_process(
+      one_stack,
+      same=lambda out: {
+        "the number of models M": out[1].shape[0],
+        "the class count C of predictions": out[1].shape[2],
+        "the dtype of predictions": jax.dtypes.canonicalize_dtype(out[1].dtype),
+      },
+    )
+  else:
+    entries, x, y = one_stack()
+  if x is not None:
+    num_models = x.shape[0]
+    model_names = [f"model_{i}" for i in range(num_models)] if names is None else list(names)
+    groups = {
+      int(x.shape[2]): [_Stack(list(range(num_models)), x, y, None, [x.shape[1]] * num_models)]
+    }
+  else:
     num_models = len(entries)
     model_names = [str(e[0]) for e in entries]
     groups = _list_stacks(entries, from_logits)
@@ -1103,7 +1119,9 @@ def _assemble_processes(mesh: Mesh, st: _Stack) -> _Stack:
   if st.where is not None:  # pragma: no cover - stacks from lists are refused in multi-process runs
     raise ValueError("padded stacks cannot be assembled across processes")
   m, n, c = st.x.shape
-  x2, y1 = V.process_shard(st.x.reshape((m * n, c)), st.y.reshape((m * n,)))
+  x2, y1 = V.on_every_process(  # a dtype error on one process raises on every process
+    lambda: V.process_shard(st.x.reshape((m * n, c)), st.y.reshape((m * n,)))
+  )
   (x, y), w, sizes = SW.process_shards(
     mesh,
     ("models", "utilities") if "utilities" in mesh.axis_names else "models",

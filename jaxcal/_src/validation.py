@@ -66,6 +66,7 @@ __all__ = [
   "as_float",
   "Checked",
   "check_predictions",
+  "on_every_process",
   "process_shard",
   "run_checked",
   "neutral",
@@ -1371,6 +1372,82 @@ def process_shard(
     bad = ~jnp.isfinite(y) | (y != jnp.round(y)) | (y < 0) | (y >= c)
     y = jnp.where(bad, -1, y)
   return x, y.astype(jnp.int32)
+
+
+#: Bytes each process sends in :func:`on_every_process` (its error message, or
+#: the quantities that must agree); a longer message is shortened.
+_AGREE_BYTES = 4096
+
+
+def on_every_process(fn: Callable[[], Any], *, same: Callable[[Any], dict] | None = None) -> Any:
+  """``fn()`` on this process; in a multi-process run an error on any process raises on all.
+
+  A check of a process's own shard (shapes, dtypes) that raises on that
+  process only leaves the others waiting in the next collective until its
+  timeout. Here every process runs ``fn`` and then takes part in one small
+  all-gather (a few kilobytes per process): when ``fn`` raised a
+  ``ValueError`` or ``TypeError`` anywhere, every process raises the same
+  error, that of the lowest such process, prefixed with its index (chained
+  to the local error where there is one). ``same(out)`` names what must
+  agree across processes, ``{description: value}`` (the class count, the
+  dtype): a difference raises the same ``ValueError`` on every process,
+  naming both values and processes. With one process this is ``fn()``.
+
+  Args:
+    fn: the local preparation; its ``ValueError`` / ``TypeError`` are shared.
+    same: optional function of ``fn``'s result to ``{description: value}``;
+      values are compared by ``str``.
+
+  Returns:
+    ``fn()``.
+
+  Raises:
+    ValueError, TypeError: as ``fn`` raised on some process, or a value of
+      ``same`` differs between processes.
+
+  Example:
+    >>> on_every_process(lambda: 3, same=lambda k: {"the class count": k})
+    3
+  """
+  if jax.process_count() == 1:
+    return fn()
+  import json
+
+  from jax.experimental import multihost_utils
+
+  err: Exception | None = None
+  try:
+    out = fn()
+  except (ValueError, TypeError) as e:
+    out, err = None, e
+  if err is not None:
+    kind = "TypeError" if isinstance(err, TypeError) else "ValueError"
+    text = str(err)
+    raw = json.dumps({"error": [kind, text]}).encode()
+    while len(raw) > _AGREE_BYTES:  # shortened until it fits, escapes included
+      text = text[: len(text) // 2] + " ..."
+      raw = json.dumps({"error": [kind, text]}).encode()
+  else:
+    sent = {"same": {} if same is None else {k: str(v) for k, v in same(out).items()}}
+    raw = json.dumps(sent).encode()
+    if len(raw) > _AGREE_BYTES:
+      raise ValueError(f"on_every_process: the values to compare take {len(raw)} bytes")
+  buf = np.zeros(_AGREE_BYTES, np.uint8)
+  buf[: len(raw)] = np.frombuffer(raw, np.uint8)
+  rows = np.asarray(multihost_utils.process_allgather(buf)).reshape(-1, _AGREE_BYTES)
+  got = [json.loads(bytes(r).rstrip(b"\0").decode()) for r in rows]
+  for k, g in enumerate(got):
+    if "error" in g:
+      cls = TypeError if g["error"][0] == "TypeError" else ValueError
+      raise cls(f"on process {k}: {g['error'][1]}") from err
+  for name, v0 in got[0]["same"].items():
+    for k, g in enumerate(got[1:], 1):
+      vk = g["same"].get(name)
+      if vk != v0:
+        raise ValueError(
+          f"{name} must be the same on every process, got {v0} on process 0 and {vk} on process {k}"
+        )
+  return out
 
 
 def check_binary(

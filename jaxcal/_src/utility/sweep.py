@@ -419,8 +419,15 @@ def uc_sweep(
     and V.is_concrete(probs, labels)
     and not (_spans_processes(probs) or _spans_processes(labels))
   )
-  if shard:
-    p, y = V.process_shard(probs, labels, name="logits" if from_logits else "probs")
+  if shard:  # a shape or dtype error on one process raises on every process
+    name = "logits" if from_logits else "probs"
+    p, y = V.on_every_process(
+      lambda: V.process_shard(probs, labels, name=name),
+      same=lambda out: {
+        f"the class count C of {name}": out[0].shape[1],
+        f"the dtype of {name}": jax.dtypes.canonicalize_dtype(out[0].dtype),
+      },
+    )
   else:
     p, y = _prepare_data(probs, labels, from_logits)
   utilities = F.check_utility(utilities, p.shape[1], batched=True, name="utilities")
