@@ -630,13 +630,15 @@ def test_bad_options_raise_before_training(tmp_path, monkeypatch):
   )
   for opts, match in [
     ({"checkpoint_dir": tmp_path / "file"}, r"checkpoint_dir '.*file' is a file, not a folder"),
-    ({"checkpoint_dir": 3}, "checkpoint_dir must be a folder path, got 3"),
     ({"validation_data": 3}, r"validation_data must be a tuple \(inputs, labels, features\)"),
     ({"batch_size": 46341}, r"batch_size = 46341 is too large.*pass batch_size <= 46340"),
   ]:
     for method in ("local_net", "kcal"):
       with pytest.raises(ValueError, match=match):
         base.fit(method, logits, y, **kw, **opts)
+  for method in ("local_net", "kcal"):  # a TypeError, as for every other path argument
+    with pytest.raises(TypeError, match="checkpoint_dir must be a folder path, got int"):
+      base.fit(method, logits, y, **kw, checkpoint_dir=3)
   with pytest.raises(ValueError, match=r"weight_floor must be in \[0, 1\), got 2"):
     fit_kcal(logits, y, weight_floor=2, **kw)
   assert not epochs

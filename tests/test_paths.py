@@ -1,4 +1,4 @@
-"""jaxcal.data.dataset_dir: where the optional real data sets are found."""
+"""Where the optional real data sets are found (``jaxcal.data.dataset_dir``), and output folders."""
 
 import pathlib
 
@@ -83,3 +83,25 @@ def test_load_fashion_mnist_uses_the_same_lookup(no_env, tmp_path):
 def test_unknown_name():
   with pytest.raises(ValueError, match=r"name must be one of \['cifar_logits', 'fashion_mnist'\]"):
     dataset_dir("mnist")
+
+
+def test_output_folder_creates_parents_and_refuses_what_it_cannot_write(tmp_path, monkeypatch):
+  made = paths.output_folder(tmp_path / "a" / "b", "out_dir")
+  assert made == tmp_path / "a" / "b" and made.is_dir()
+  assert paths.output_folder(str(made), "out_dir") == made  # an existing folder is fine
+  assert not paths.output_folder(tmp_path / "later", "out_dir", create=False).exists()
+  (tmp_path / "file").write_text("")
+  cases = [
+    (3, {}, TypeError, "out_dir must be a folder path, got int"),
+    (b"bytes", {}, TypeError, "out_dir must be a folder path, got bytes"),
+    (tmp_path / "file", {}, ValueError, r"out_dir '.*file' is a file, not a folder"),
+    (tmp_path / "file", {"create": False}, ValueError, "is a file, not a folder"),
+    (tmp_path / "file" / "sub", {}, ValueError, r"out_dir '.*sub' cannot be created"),
+  ]
+  for folder, kw, exc, match in cases:
+    with pytest.raises(exc, match=match):
+      paths.output_folder(folder, "out_dir", **kw)
+  # a folder without write permission (simulated: root may write anywhere)
+  monkeypatch.setattr(paths.os, "access", lambda path, mode: False)
+  with pytest.raises(ValueError, match=r"out_dir '.*b' is not writable"):
+    paths.output_folder(made, "out_dir")

@@ -1,4 +1,4 @@
-"""Where the optional real data sets live on this machine.
+"""Where the optional real data sets live on this machine, and output folders.
 
 jaxcal ships one small set of real predictions (``jaxcal/_data/``). Two larger
 data sets are optional and never downloaded: the CIFAR-10/100 logits of 12
@@ -6,14 +6,18 @@ models (a folder ``cifar_logits/``, kept in ``shared/data/`` beside a source
 checkout) and Fashion-MNIST (the Debian package ``dataset-fashion-mnist``).
 Tests, notebooks and experiments all find them through :func:`dataset_dir`,
 so one environment variable moves them everywhere at once.
+
+:func:`output_folder` is the one check of a folder that jaxcal writes into (a
+report's figures, LoCal Net checkpoints).
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+from typing import Any
 
-__all__ = ["DATASETS", "dataset_dir"]
+__all__ = ["DATASETS", "dataset_dir", "output_folder"]
 
 #: The optional data sets :func:`dataset_dir` knows, with the environment
 #: variable that overrides its location.
@@ -105,3 +109,44 @@ def dataset_dir(name: str) -> pathlib.Path:
       return path
   looked = ", ".join(str(p) for p in places)
   raise FileNotFoundError(f"{name} not found (looked in {looked}); {_HOW_TO_GET[name]}")
+
+
+def output_folder(folder: Any, name: str, *, create: bool = True) -> pathlib.Path:
+  """``folder`` as a folder jaxcal can write into, created with its parents.
+
+  Checked before anything is written, so a bad folder fails at once rather
+  than after the work (a report's computation, an epoch of training).
+
+  Args:
+    folder: a ``str`` or ``os.PathLike`` path.
+    name: the argument's name, for the messages.
+    create: create the folder now; ``False`` checks only what can be checked
+      without creating it (the type, and not a file).
+
+  Returns:
+    The folder as a ``pathlib.Path``.
+
+  Raises:
+    TypeError: ``folder`` is not a path.
+    ValueError: it is a file, cannot be created, or is not writable.
+
+  Example:
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...   output_folder(os.path.join(d, "a", "b"), "out_dir").is_dir()
+    True
+  """
+  if not isinstance(folder, str | os.PathLike):
+    raise TypeError(f"{name} must be a folder path, got {type(folder).__name__}")
+  path = pathlib.Path(folder)
+  if path.exists() and not path.is_dir():
+    raise ValueError(f"{name} {str(path)!r} is a file, not a folder")
+  if not create:
+    return path
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"{name} {str(path)!r} cannot be created: {e.strerror or e}") from None
+  if not os.access(path, os.W_OK | os.X_OK):
+    raise ValueError(f"{name} {str(path)!r} is not writable")
+  return path

@@ -38,6 +38,7 @@ from jaxcal._src.names import (
   metric,
   round_floats,
 )
+from jaxcal._src.paths import output_folder
 
 __all__ = [
   "HEADLINE",
@@ -879,9 +880,9 @@ def write_report(
     name -> path of every file written (figures by their first format).
 
   Raises:
-    ValueError: ``rep`` not a report, an unknown format, ``out_dir`` a file
-      or not creatable, or ``scores_in`` of another shape than the report's
-      predictions (checked before anything is written).
+    ValueError: ``rep`` not a report, an unknown format, ``out_dir`` a file,
+      not creatable or not writable, or ``scores_in`` of another shape than
+      the report's predictions (checked before anything is written).
     TypeError: ``out_dir`` not a path.
   """
   from jaxcal import plots
@@ -892,10 +893,7 @@ def write_report(
   for fmt in formats:  # before any file is written
     if fmt not in ("png", "pdf", "svg"):
       raise ValueError(f"formats must be among ('png', 'pdf', 'svg'), got {fmt!r}")
-  if not isinstance(out_dir, str | os.PathLike):
-    raise TypeError(f"out_dir must be a folder path, got {type(out_dir).__name__}")
-  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-    raise ValueError(f"out_dir {os.fspath(out_dir)!r} is a file, not a folder")
+  output_folder(out_dir, "out_dir", create=False)  # the type, and not a file, before any work
   if scores_in is not None and "input" in rep:
     shape = (rep["input"].get("n"), rep["input"].get("num_classes"))
     if tuple(np.shape(scores_in)) != shape:  # the figures would show other predictions
@@ -903,12 +901,7 @@ def write_report(
         f"scores_in has shape {tuple(np.shape(scores_in))} but the report is of predictions of "
         f"shape {shape}: pass the predictions the report was computed on"
       )
-  try:
-    os.makedirs(out_dir, exist_ok=True)
-  except OSError as e:
-    raise ValueError(
-      f"out_dir {os.fspath(out_dir)!r} cannot be created: {e.strerror or e}"
-    ) from None
+  output_folder(out_dir, "out_dir")
   plt = None
   paths: dict[str, str] = {}
 

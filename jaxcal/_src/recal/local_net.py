@@ -69,6 +69,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.local import _nw_core, gaussian_log_kernel
 from jaxcal._src.numerics import PRECISION, map_batches
+from jaxcal._src.paths import output_folder
 from jaxcal._src.recal.base import (
   Recalibrator,
   check_inputs,
@@ -601,22 +602,6 @@ def _setup(
 _MAX_BATCH = math.isqrt(2**31 - 1)
 
 
-def _checkpoint_folder(folder: Any) -> pathlib.Path:
-  """``checkpoint_dir`` as a folder that exists (created now, not after the first epoch)."""
-  if not isinstance(folder, str | os.PathLike):
-    raise ValueError(f"checkpoint_dir must be a folder path, got {folder!r}")
-  path = pathlib.Path(folder)
-  if path.exists() and not path.is_dir():
-    raise ValueError(f"checkpoint_dir {str(path)!r} is a file, not a folder")
-  try:
-    path.mkdir(parents=True, exist_ok=True)
-  except OSError as e:
-    raise ValueError(f"checkpoint_dir {str(path)!r} cannot be created: {e.strerror or e}") from None
-  if not os.access(path, os.W_OK | os.X_OK):
-    raise ValueError(f"checkpoint_dir {str(path)!r} is not writable")
-  return path
-
-
 @functools.cache
 def _adam(learning_rate: float) -> optax.GradientTransformation:
   """One optimizer object per learning rate: the compiled epoch (``tx`` is a
@@ -697,7 +682,7 @@ def _train(
   restore_best = V.check_flag(restore_best, "restore_best")
   verbose = V.check_flag(verbose, "verbose")
   if checkpoint_dir is not None:
-    checkpoint_dir = _checkpoint_folder(checkpoint_dir)
+    checkpoint_dir = output_folder(checkpoint_dir, "checkpoint_dir")  # now, not after an epoch
   if validation_data is not None:
     if not isinstance(validation_data, tuple | list) or len(validation_data) != 3:
       raise ValueError("validation_data must be a tuple (inputs, labels, features)")
@@ -923,8 +908,9 @@ def fit_local_net(
       ``monitor``, ``pca_dim > min(n, D)``, a ``batch_size`` whose
       ``(B, B)`` batch kernel exceeds ``2**31 - 1`` entries (``> 46340``),
       ``validation_data`` that is not an ``(inputs, labels, features)``
-      tuple, a ``checkpoint_dir`` that is a file or cannot be created, or
-      too few samples.
+      tuple, a ``checkpoint_dir`` that is a file, cannot be created or is
+      not writable, or too few samples.
+    TypeError: a ``checkpoint_dir`` that is not a path.
     FloatingPointError: the loss became non-finite.
 
   Example:
