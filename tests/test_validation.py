@@ -1042,3 +1042,38 @@ def test_non_integral_labels_get_one_message_on_the_host_and_on_the_device():
   with pytest.raises(ValueError) as e:
     jaxcal.checked(jax.jit(metrics.conf_ece))(p, jnp.asarray(yf))
   assert str(e.value) == want
+
+
+def test_host_labels_left_to_the_device_check_are_reported_by_their_value():
+  # with a JAX where the host cannot tell selected rows, so it leaves bad numpy
+  # labels to the device check: an int32-held value is reported as it is (it
+  # was "= -1"), one int32 cannot hold by what it is; masked-out rows pass
+  p, y = _data(40, 4, seed=3)
+  mask = np.ones(40, bool)
+  mask[5] = False
+  cases = [
+    (np.int64, 12, "labels must lie in [0, 4); 1 entries do not, the first is labels[23] = 12"),
+    (np.float64, 12.0, "labels must lie in [0, 4); 1 entries do not, the first is labels[23] = 12"),
+    (np.int64, 2**40, "the first is labels[23] = a non-integral, non-finite or beyond-int32 value"),
+    (np.float64, 1.5, "the first is labels[23] = a non-integral, non-finite or beyond-int32 value"),
+    (np.float32, np.nan, "the first is labels[23] = a non-integral, non-finite or beyond-int32 "),
+  ]
+  for dtype, value, want in cases:
+    yy = y.astype(dtype)
+    yy[23] = value
+    yy[5] = value  # masked out: never reported
+    with pytest.raises(ValueError) as e:
+      metrics.conf_ece(p, yy, where=jnp.asarray(mask))
+    assert want in str(e.value), (dtype, value, str(e.value))
+    ok = yy.copy()
+    ok[23] = y[23]
+    assert np.isfinite(metrics.conf_ece(p, ok, where=jnp.asarray(mask)))
+  # a process's shard keeps what int32 holds too; JAX float labels as well
+  for labels in (y.astype(np.int64), jnp.asarray(y, jnp.float32)):
+    bad = labels.at[23].set(7) if isinstance(labels, jax.Array) else labels.copy()
+    if not isinstance(labels, jax.Array):
+      bad[23] = 7
+    assert int(V.process_shard(p, bad)[1][23]) == 7
+  for value in (1.5, 2.0**31, np.inf):  # 2**31 would wrap to -2**31 in the cast
+    half = jnp.asarray(y, jnp.float32).at[23].set(value)
+    assert int(V.process_shard(p, half)[1][23]) == V._NOT_A_LABEL, value

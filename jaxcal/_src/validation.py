@@ -105,6 +105,12 @@ MAX_NUM_BINS = 2**24
 
 _INT32 = np.iinfo(np.int32)
 
+#: What a host label that int32 cannot hold (non-integral, non-finite or beyond
+#: int32) becomes when its check is left to the device (a JAX ``where``, a
+#: process's shard); the device check reports it by that description.
+_NOT_A_LABEL = int(_INT32.min)
+_NOT_A_LABEL_TEXT = "a non-integral, non-finite or beyond-int32 value"
+
 
 def simplex_atol(dtype: Any) -> float:
   """Tolerance of the simplex checks for probabilities stored in ``dtype``.
@@ -714,9 +720,12 @@ def _read_checks(flags, inputs: Callable[[], tuple]) -> int:
 def _raise_first_problem(spec: _Spec, xs, y, where, w) -> None:
   """Finds what is wrong with inputs whose check failed and raises its ``ValueError``."""
   problems = jax.device_get(_problems_jit(_anonymous(spec), xs, y, where, w))
-  for (template, _), pr in zip(_checks(spec), problems):
+  for (template, fn), pr in zip(_checks(spec), problems):
     if int(pr.count):
-      raise ValueError(template.format(**{k: v.item() for k, v in pr._asdict().items()}))
+      fields = {k: v.item() for k, v in pr._asdict().items()}
+      if fn.__name__ == "label_range" and fields["value"] == _NOT_A_LABEL:
+        fields["value"] = _NOT_A_LABEL_TEXT
+      raise ValueError(template.format(**fields))
   raise AssertionError(
     f"a value check failed but no problem was found ({spec})"
   )  # pragma: no cover
@@ -1063,10 +1072,11 @@ def _host_labels(
   fit int32 when ``num_classes`` is None): values such as ``2**32 + 1`` would
   otherwise wrap to a valid-looking label. Values of samples masked out by a
   numpy ``where`` are not checked; with a JAX ``where`` (which stays on the
-  device) a bad value becomes -1, which the device check reports if selected.
+  device) a bad value is left to the device check, which reports it if
+  selected: as it is when int32 holds it, else as :data:`_NOT_A_LABEL`.
   Valid int32 / narrower labels are returned unchanged (checked on device).
-  With ``defer`` nothing raises: every bad value becomes -1, for the device
-  check (of an array assembled across processes) to report.
+  With ``defer`` nothing raises: every bad value is left to the device check
+  (of an array assembled across processes) in the same way.
   """
   if where is not None and not isinstance(where, jax.Array | jax.core.Tracer):
     where = np.asarray(where, bool)
@@ -1099,10 +1109,12 @@ def _host_labels(
       else:
         what = f"must fit in int32; {int(sel.sum())} entries do not"
       raise ValueError(f"{name} {what}, the first is {name}[{first}] = {a[first].item()!r}")
-    fill = 0  # masked-out samples: any valid label
-  else:
-    fill = -1  # selected or not is known on the device only
-  return np.where(bad, fill, a).astype(np.int32)
+    return np.where(bad, 0, a).astype(np.int32)  # masked-out samples: any valid label
+  # selected or not is known on the device only: a value int32 holds stays (the
+  # device check reports it), any other becomes _NOT_A_LABEL
+  with np.errstate(invalid="ignore"):
+    held = ~nonint & (a >= _INT32.min) & (a <= _INT32.max)
+  return np.where(bad & ~held, _NOT_A_LABEL, a).astype(np.int32)
 
 
 def _labels(
@@ -1353,7 +1365,8 @@ def process_shard(
   """One process's ``(n, C)`` scores and ``(n,)`` labels, ready to be assembled across processes.
 
   The trace-time checks (shapes, dtypes) only, and the host narrowing of the
-  labels without raising: a value that JAX would narrow wrongly becomes -1.
+  labels without raising: a value that JAX would narrow wrongly becomes
+  ``_NOT_A_LABEL``, one that int32 holds stays, for the global check to report.
   The values are checked on the assembled global array
   (``check_predictions(..., where=mask, padding=True)``): one check on every
   process, which raises the same ``ValueError`` on all of them, naming the
@@ -1368,9 +1381,9 @@ def process_shard(
   y, _ = _labels(labels, x.shape[0], c, labels_name, None, defer=True)
   if isinstance(y, np.ndarray):  # narrowed on the host already (bad values -1)
     return x, y.astype(np.int32, copy=False)
-  if jnp.issubdtype(y.dtype, jnp.floating):  # a cast would truncate 1.5 to 1: -1 instead
-    bad = ~jnp.isfinite(y) | (y != jnp.round(y)) | (y < 0) | (y >= c)
-    y = jnp.where(bad, -1, y)
+  if jnp.issubdtype(y.dtype, jnp.floating):  # a cast would truncate 1.5 to 1: _NOT_A_LABEL
+    held = jnp.isfinite(y) & (y == jnp.round(y)) & (y >= -(2.0**31)) & (y < 2.0**31)  # exact
+    y = jnp.where(held, y, _NOT_A_LABEL)
   return x, y.astype(jnp.int32)
 
 
