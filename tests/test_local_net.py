@@ -852,6 +852,18 @@ def test_training_utilities_refuse_bad_input():
     train.predict(model, images[:0])
   with pytest.raises(ValueError, match="integer pixel values"):
     train.to_float_images(jnp.array([0.5, 1.0]))
+  # int pixels beyond 255 (or negative) gave values outside [-0.5, 0.5] silently
+  for bad in (np.array([0, 256], np.int32), jnp.array([-1, 3], jnp.int16)):
+    with pytest.raises(
+      ValueError, match=r"pixel values in \[0, 255\].*got values in \[-?\d+, \d+\]"
+    ):
+      train.to_float_images(bad)
+    out = np.asarray(jax.jit(train.to_float_images)(jnp.asarray(bad)))
+    assert np.isnan(out).sum() == 1 and np.all(np.abs(out[~np.isnan(out)]) <= 0.5)
+  with pytest.raises(ValueError, match=r"images must hold pixel values in \[0, 255\]"):
+    train.predict(model, images.astype(np.int32) + 200)
+  ok = np.asarray(train.to_float_images(np.array([0, 255], np.int64)))
+  np.testing.assert_allclose(ok, [-0.5, 0.5])
   # the compiled epoch: rows of data must agree (the gather clamped the shorter array)
   graphdef, params = nnx.split(_Shift(), nnx.Param)
   x = jnp.arange(1.0, 11.0)

@@ -36,22 +36,47 @@ __all__ = [
 def to_float_images(x: jax.Array) -> jax.Array:
   """uint8 images in [0, 255] -> float32 in [-0.5, 0.5] (the loop's input scaling).
 
+  Other integer dtypes are accepted when their pixels lie in ``[0, 255]``;
+  a pixel outside becomes NaN under a transformation (an eager call raises),
+  never a value outside ``[-0.5, 0.5]``.
+
   Raises:
     ValueError: ``x`` is not an integer array (float images, already scaled,
-      would be divided by 255 again; a dtype check only, traceable).
+      would be divided by 255 again; a dtype check, traceable), or, eagerly,
+      holds pixels outside ``[0, 255]``.
   """
   x = _integer_images(x, "x")
-  return x.astype(jnp.float32) / 255.0 - 0.5
+  out = x.astype(jnp.float32) / 255.0 - 0.5
+  if x.dtype == np.uint8:
+    return out
+  return jnp.where((x >= 0) & (x <= 255), out, jnp.nan)
+
+
+@jax.jit
+def _pixel_range(x: jax.Array) -> jax.Array:
+  return jnp.stack([jnp.min(x), jnp.max(x)])
 
 
 def _integer_images(x, name: str):
-  """``x`` as an array of integer pixels (trace-time dtype check; numpy stays on the host)."""
+  """``x`` as an array of integer pixels in ``[0, 255]`` (numpy stays on the host).
+
+  The dtype is checked at trace time; the range of a concrete array that is
+  not uint8 by its minimum and maximum (numpy on the host, one jitted
+  reduction of two scalars for a JAX array).
+  """
   if not isinstance(x, jax.Array | jax.core.Tracer):
     x = np.asarray(x)
   if x.dtype == np.bool_ or not jnp.issubdtype(x.dtype, jnp.integer):
     raise ValueError(
       f"{name} must hold integer pixel values in [0, 255] (uint8 images), got dtype {x.dtype}"
     )
+  if x.dtype != np.uint8 and x.size and V.is_concrete(x):
+    ends = (x.min(), x.max()) if isinstance(x, np.ndarray) else _pixel_range(x)
+    lo, hi = (int(v) for v in ends)
+    if lo < 0 or hi > 255:
+      raise ValueError(
+        f"{name} must hold pixel values in [0, 255] (uint8 images), got values in [{lo}, {hi}]"
+      )
   return x
 
 
