@@ -356,14 +356,8 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
 
 
 def _data_array(a: Any, i: int) -> jax.Array:
-  """Data array ``i`` of :func:`bootstrap` as a JAX array; object or string arrays raise."""
-  if not isinstance(a, jax.Array | jax.core.Tracer):
-    a = np.asarray(a)  # host data: no copy for a numpy array
-  if not (jnp.issubdtype(a.dtype, jnp.number) or a.dtype == np.bool_):
-    raise ValueError(
-      f"bootstrap data array {i} must be a numeric or boolean array, got dtype {a.dtype}"
-    )
-  return jnp.asarray(a)
+  """Data array ``i`` of :func:`bootstrap` as a JAX array (real numeric or boolean, as every input)."""
+  return jnp.asarray(V._array(a, f"bootstrap data array {i}"))
 
 
 def bootstrap(
