@@ -40,10 +40,23 @@ def to_float_images(x: jax.Array) -> jax.Array:
   a pixel outside becomes NaN under a transformation (an eager call raises),
   never a value outside ``[-0.5, 0.5]``.
 
+  ``x / 255 - 0.5``, elementwise.
+
+  Args:
+    x: integer images of any shape, pixels in ``[0, 255]``.
+
+  Returns:
+    float32 array of ``x``'s shape.
+
   Raises:
     ValueError: ``x`` is not an integer array (float images, already scaled,
       would be divided by 255 again; a dtype check, traceable), or, eagerly,
       holds pixels outside ``[0, 255]``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> [round(v, 4) for v in to_float_images(jnp.array([0, 51, 255], jnp.uint8)).tolist()]
+    [-0.5, -0.3, 0.5]
   """
   x = _integer_images(x, "x")
   out = x.astype(jnp.float32) / 255.0 - 0.5
@@ -71,7 +84,7 @@ def _integer_images(x, name: str):
       f"{name} must hold integer pixel values in [0, 255] (uint8 images), got dtype {x.dtype}"
     )
   if x.dtype != np.uint8 and x.size and V.is_concrete(x):
-    ends = (x.min(), x.max()) if isinstance(x, np.ndarray) else _pixel_range(x)
+    ends = (x.min(), x.max()) if isinstance(x, np.ndarray) else jax.device_get(_pixel_range(x))
     lo, hi = (int(v) for v in ends)
     if lo < 0 or hi > 255:
       raise ValueError(
