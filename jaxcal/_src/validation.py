@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import fractions
 import functools
+import json
 import math
 import sys
 import threading
@@ -1379,7 +1380,7 @@ def process_shard(
   x = _matrix(scores, name)
   c = x.shape[1]
   y, _ = _labels(labels, x.shape[0], c, labels_name, None, defer=True)
-  if isinstance(y, np.ndarray):  # narrowed on the host already (bad values -1)
+  if isinstance(y, np.ndarray):  # narrowed on the host already (see _host_labels)
     return x, y.astype(np.int32, copy=False)
   if jnp.issubdtype(y.dtype, jnp.floating):  # a cast would truncate 1.5 to 1: _NOT_A_LABEL
     held = jnp.isfinite(y) & (y == jnp.round(y)) & (y >= -(2.0**31)) & (y < 2.0**31)  # exact
@@ -1424,8 +1425,6 @@ def on_every_process(fn: Callable[[], Any], *, same: Callable[[Any], dict] | Non
   """
   if jax.process_count() == 1:
     return fn()
-  import json
-
   from jax.experimental import multihost_utils
 
   err: Exception | None = None
