@@ -284,7 +284,12 @@ def test_the_estimate_is_the_eager_statistic_and_the_program_is_reused(small_pre
     ((np.array([3.0]),), {}, ValueError, "needs at least 2 samples per data array, got n = 1"),
     ((np.zeros(4), np.zeros(1)), {"groups": (0, 1)}, ValueError, "needs at least 2 samples"),
     # not JAX's "Error interpreting argument to stage as a JAX value"
-    ((np.zeros(4), np.zeros(4, object)), {}, ValueError, "data array 1 must be a real numeric array, got dtype object"),
+    (
+      (np.zeros(4), np.zeros(4, object)),
+      {},
+      ValueError,
+      "data array 1 must be a real numeric array, got dtype object",
+    ),
     ((np.array(["a", "b"]),), {}, ValueError, "data array 0 must be a real numeric array"),
     ((np.ones(3, complex),), {}, ValueError, "data array 0 must be a real numeric array"),
     (([[1.0, 2.0], [3.0]],), {}, ValueError, "data array 0 must be a numeric array, got list"),
