@@ -397,7 +397,19 @@ def test_per_sample_scores_are_zero_where_masked():
 # --------------------------------------------------------------------------
 
 
-def test_eager_calls_copy_no_data_sized_array_to_the_host(monkeypatch):
+def _transfer_sizes(log: str) -> list[int]:
+  """Entry counts of the device-to-host transfers in a transfer-guard log."""
+  import re
+
+  shapes = re.findall(r"device-to-host transfer: shape=\(([\d, ]*)\)", log)
+  return [int(np.prod([int(d) for d in sh.split(",") if d.strip()] or [1])) for sh in shapes]
+
+
+def test_eager_calls_copy_no_data_sized_array_to_the_host(monkeypatch, capfd):
+  # explicit reads (jax.device_get) are spied on every backend; on an
+  # accelerator the transfer guard also logs every implicit read (np.asarray
+  # of a result), whose sizes are read from the log: on the CPU a read is no
+  # transfer, and a guard that disallowed reads would refuse the scalars too
   p, y = _data(4096, 8)
   pd, yd, wd = jax.device_put(p), jax.device_put(y.astype(np.int32)), jax.device_put(y > 2)
   sizes = []
@@ -418,16 +430,34 @@ def test_eager_calls_copy_no_data_sized_array_to_the_host(monkeypatch):
   ]
   for call in calls:
     call()  # compile outside the guard (constants may move then)
-  with jax.transfer_guard_device_to_host("disallow"):
+  accelerator = jax.default_backend() != "cpu"
+  capfd.readouterr()
+  with jax.transfer_guard_device_to_host("log" if accelerator else "disallow"):
     for call in calls:
       jax.block_until_ready(call())
   assert sizes and max(sizes) <= 4, sizes  # only scalars (and a 4-entry bin array) came back
+  if accelerator:
+    logged = _transfer_sizes(capfd.readouterr().err)
+    assert logged and max(logged) <= 4, logged
   # and an invalid input still raises from scalars only
   sizes.clear()
-  with jax.transfer_guard_device_to_host("disallow"):
+  with jax.transfer_guard_device_to_host("log" if accelerator else "disallow"):
     with pytest.raises(ValueError, match="sum to 1"):
       metrics.conf_ece(pd * 0.5, yd)
   assert max(sizes) <= 1
+  if accelerator:
+    logged = _transfer_sizes(capfd.readouterr().err)
+    assert logged and max(logged) <= 4, logged
+
+
+def test_transfer_sizes_are_read_from_the_guard_log():
+  # the format seen on an H200 (jax 0.11.2)
+  log = (
+    "W1128 14:37:34.142546 456 guard_lib.cc:184] device-to-host transfer: shape=(2), dtype=S32\n"
+    "W1128 14:37:34.207777 456 guard_lib.cc:184] device-to-host transfer: shape=(), dtype=F32\n"
+    "W1128 14:37:34.207777 456 guard_lib.cc:184] device-to-host transfer: shape=(4096,8), ...\n"
+  )
+  assert _transfer_sizes(log) == [2, 1, 32768]
 
 
 _SHARDED = textwrap.dedent(
@@ -578,7 +608,8 @@ def _aligned(a: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("offset", [0, 16])
 def test_device_never_aliases_the_callers_numpy_buffer(offset):
   # XLA:CPU adopts a 64-byte-aligned host buffer (jax.device_put does so
-  # even with may_alias=False): a later write by the caller would show through.
+  # even with may_alias=False), and on a GPU device_put reads the buffer after
+  # it returns: either way a later write by the caller would show through.
   a = _at(np.ones((64, 3), np.float32), offset)
   x = V._device(a)
   a[...] = 2.0
@@ -599,6 +630,9 @@ def test_device_copies_strided_and_fortran_inputs_into_an_aligned_buffer():
   assert V._aligned_copy(np.zeros((0, 3), np.float32)).shape == (0, 3)
 
 
+@pytest.mark.skipif(
+  jax.default_backend() != "cpu", reason="staging buffers serve XLA:CPU's adoption of host buffers"
+)
 def test_staging_buffers_are_reused_only_when_nothing_holds_them(monkeypatch):
   # numpy inputs of 1 MiB or more are staged in a private aligned buffer that
   # device_put adopts; the buffer is handed out again only once the JAX

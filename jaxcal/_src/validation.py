@@ -940,14 +940,19 @@ def _device(x: Any) -> jax.Array:
   fast copy, and the caller's later writes never show through a result
   still being computed or a fitted recalibrator holding the array (an
   unaligned array under 1 MiB is left to ``device_put``'s copy, cheaper
-  there). A JAX array is returned as it is.
+  there). On an accelerator ``device_put`` reads the host buffer
+  asynchronously, after it returns (seen on an H200, jax 0.11.2: a write
+  right after the call showed in the device array), so the call waits for
+  that transfer to finish. A JAX array is returned as it is.
   """
   if isinstance(x, jax.Array | jax.core.Tracer):
     return x
   a = np.asarray(x)
-  if jax.default_backend() == "cpu" and (a.nbytes >= _OWN_COPY or a.ctypes.data % _ALIGN == 0):
-    a = _aligned_copy(a)
-  return jax.device_put(a)
+  if jax.default_backend() == "cpu":
+    if a.nbytes >= _OWN_COPY or a.ctypes.data % _ALIGN == 0:
+      a = _aligned_copy(a)
+    return jax.device_put(a)
+  return jax.device_put(a).block_until_ready()  # the caller may write to ``a`` next
 
 
 #: A borrowed block's row count is a multiple of this (XLA:CPU's row reductions
