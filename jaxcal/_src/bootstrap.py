@@ -355,11 +355,6 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
   return estimate, samples, jack
 
 
-def _data_array(a: Any, i: int) -> jax.Array:
-  """Data array ``i`` of :func:`bootstrap` as a JAX array (real numeric or boolean, as every input)."""
-  return jnp.asarray(V._array(a, f"bootstrap data array {i}"))
-
-
 def bootstrap(
   key: jax.Array,
   fn: Callable[..., Any],
@@ -454,7 +449,7 @@ def bootstrap(
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
   confidence = _check_confidence(confidence)
   jackknife_groups = V.check_int(jackknife_groups, "jackknife_groups", 2)
-  arrs = [_data_array(a, i) for i, a in enumerate(arrays)]
+  arrs = [jnp.asarray(V._array(a, f"bootstrap data array {i}")) for i, a in enumerate(arrays)]
   axes = [sample_axis] * len(arrs) if isinstance(sample_axis, int) else list(sample_axis)
   if len(axes) != len(arrs):
     raise ValueError(f"sample_axis has {len(axes)} entries for {len(arrs)} arrays")

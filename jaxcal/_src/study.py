@@ -1119,9 +1119,7 @@ def _assemble_processes(mesh: Mesh, st: _Stack) -> _Stack:
   if st.where is not None:  # pragma: no cover - stacks from lists are refused in multi-process runs
     raise ValueError("padded stacks cannot be assembled across processes")
   m, n, c = st.x.shape
-  x2, y1 = V.on_every_process(  # a dtype error on one process raises on every process
-    lambda: V.process_shard(st.x.reshape((m * n, c)), st.y.reshape((m * n,)))
-  )
+  x2, y1 = V.process_shard(st.x.reshape((m * n, c)), st.y.reshape((m * n,)))
   (x, y), w, sizes = SW.process_shards(
     mesh,
     ("models", "utilities") if "utilities" in mesh.axis_names else "models",

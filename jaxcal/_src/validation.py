@@ -1378,19 +1378,30 @@ def process_shard(
   process, which raises the same ``ValueError`` on all of them, naming the
   union's row (a check of the shard alone would raise on its process only,
   naming the shard's row, while the others wait in the next collective).
+  The shape checks, the class count and the dtype are shared the same way
+  (:func:`on_every_process`).
 
   Returns:
     ``(scores, labels)``: host arrays stay host arrays; labels are int32.
   """
-  x = _matrix(scores, name)
-  c = x.shape[1]
-  y, _ = _labels(labels, x.shape[0], c, labels_name, None, defer=True)
-  if isinstance(y, np.ndarray):  # narrowed on the host already (see _host_labels)
-    return x, y.astype(np.int32, copy=False)
-  if jnp.issubdtype(y.dtype, jnp.floating):  # a cast would truncate 1.5 to 1: _NOT_A_LABEL
-    held = jnp.isfinite(y) & (y == jnp.round(y)) & (y >= -(2.0**31)) & (y < 2.0**31)  # exact
-    y = jnp.where(held, y, _NOT_A_LABEL)
-  return x, y.astype(jnp.int32)
+
+  def local():
+    x = _matrix(scores, name)
+    y, _ = _labels(labels, x.shape[0], x.shape[1], labels_name, None, defer=True)
+    if isinstance(y, np.ndarray):  # narrowed on the host already (see _host_labels)
+      return x, y.astype(np.int32, copy=False)
+    if jnp.issubdtype(y.dtype, jnp.floating):  # a cast would truncate 1.5 to 1: _NOT_A_LABEL
+      held = jnp.isfinite(y) & (y == jnp.round(y)) & (y >= -(2.0**31)) & (y < 2.0**31)  # exact
+      y = jnp.where(held, y, _NOT_A_LABEL)
+    return x, y.astype(jnp.int32)
+
+  return on_every_process(
+    local,
+    same=lambda out: {
+      f"the class count C of {name}": out[0].shape[1],
+      f"the dtype of {name}": jax.dtypes.canonicalize_dtype(out[0].dtype),
+    },
+  )
 
 
 #: Bytes each process sends in :func:`on_every_process` (its error message, or

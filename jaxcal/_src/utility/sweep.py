@@ -419,15 +419,9 @@ def uc_sweep(
     and V.is_concrete(probs, labels)
     and not (_spans_processes(probs) or _spans_processes(labels))
   )
-  if shard:  # a shape or dtype error on one process raises on every process
-    name = "logits" if from_logits else "probs"
-    p, y = V.on_every_process(
-      lambda: V.process_shard(probs, labels, name=name),
-      same=lambda out: {
-        f"the class count C of {name}": out[0].shape[1],
-        f"the dtype of {name}": jax.dtypes.canonicalize_dtype(out[0].dtype),
-      },
-    )
+  name = "logits" if from_logits else "probs"
+  if shard:  # a shape, class-count or dtype error on one process raises on every process
+    p, y = V.process_shard(probs, labels, name=name)
   else:
     p, y = _prepare_data(probs, labels, from_logits)
   utilities = F.check_utility(utilities, p.shape[1], batched=True, name="utilities")
@@ -451,14 +445,7 @@ def uc_sweep(
       )
     if shard:
       (p, y), where, _ = process_shards(mesh, "u", p, y)  # this process's rows of the union
-      chk = V.check_predictions(
-        p,
-        y,
-        from_logits=from_logits,
-        where=where,
-        padding=True,
-        name="logits" if from_logits else "probs",
-      )
+      chk = V.check_predictions(p, y, from_logits=from_logits, where=where, padding=True, name=name)
       p, y = chk.probs(), chk.labels
       args = (p, y, where)
   if chunk_size is None:
