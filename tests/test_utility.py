@@ -293,6 +293,51 @@ def test_uc_float32_close_to_float64_at_one_million():
   assert got == pytest.approx(want, abs=1e-5)
 
 
+def _uc_interval64(v, u):
+  """float64 UC and the ends ``[lo, hi]`` of its worst interval (sort, prefix sums, cuts)."""
+  n = len(v)
+  o = np.argsort(v, kind="stable")
+  vs = v[o]
+  s = np.concatenate([[0.0], np.cumsum((u - v)[o])]) / n
+  k = np.flatnonzero(np.concatenate([[True], vs[1:] != vs[:-1], [True]]))
+  kmax, kmin = k[np.argmax(s[k])], k[np.argmin(s[k])]
+  a, b = min(kmax, kmin), max(kmax, kmin)
+  return s[kmax] - s[kmin], vs[min(a, n - 1)], vs[max(min(b - 1, n - 1), a)]
+
+
+def test_uc_moves_only_by_the_samples_that_cross_an_end_of_the_worst_interval():
+  """UC is not continuous in v, and the float32 core moves only as the definition allows.
+
+  For v' = v + dv the same interval holds the same samples except those
+  within |dv_i| of one of its ends, so |UC(v') - UC(v)| <= max |dv| +
+  (1/n) sum over samples within |dv_i| of an end of either worst interval
+  of (|r_i| + |dv_i|) (Hegazy, Jordan & Dieuleveut 2025, Eq. 3.2). float32
+  predicted utilities 1e-5 off float64 must stay within that bound of the
+  float64 value on every utility, and some utilities must actually jump by
+  a sample's weight (the discontinuity is real, so a float32 UC is compared
+  with float64 at a tolerance of 2 / n, not at float32 resolution).
+  """
+  rng = np.random.default_rng(7)
+  m, n = 200, 3000
+  v64 = rng.uniform(-1, 1, (m, n))
+  u64 = np.where(rng.random((m, n)) < (v64 + 1) / 2, 1.0, -1.0)  # calibrated outcomes in {-1, 1}
+  v32 = (v64 + 1e-5 * rng.standard_normal((m, n))).astype(np.float32)
+  res = jax.jit(jax.vmap(uc_from_scores))(jnp.asarray(v32), jnp.asarray(u64, jnp.float32))
+  got, lo, hi = (np.asarray(x, np.float64) for x in (res.value, res.lo, res.hi))
+  jumps = 0
+  for j in range(m):
+    want, lo64, hi64 = _uc_interval64(v64[j], u64[j])
+    dv = np.abs(v32[j].astype(np.float64) - v64[j])
+    near = np.zeros(n, bool)
+    for end in (lo[j], hi[j], lo64, hi64):
+      near |= np.abs(v64[j] - end) <= 2 * dv + 1e-9
+    r = np.abs(u64[j] - v64[j])
+    bound = dv.max() + (r[near] + dv[near]).sum() / n
+    assert abs(got[j] - want) <= bound + 1e-6, (j, got[j], want, bound)
+    jumps += abs(got[j] - want) > 0.1 / n
+  assert jumps >= 3, jumps  # samples did cross ends: the bound was exercised, not idle
+
+
 def test_jit_and_vmap():
   p, y = _data(seed=1)
   batch = U.sample_rank(jax.random.PRNGKey(4), 23, 5)[:5]

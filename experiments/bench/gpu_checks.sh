@@ -6,19 +6,23 @@
 #   1. the machine: GPU, driver, Python, jax and its devices;
 #   2. where the UC sweep's time goes, stage by stage, with the matrix-product
 #      algorithms, sorts and prefix sums it could use, experiments/bench/uc_stages.py;
-#   3. the UC sweep benchmark at full size (n = 15,000, C = 1,000, 1,500
+#   3. how far UC moves from float64 with the backend's float32-accurate
+#      products (HIGHEST, TF32x3, BF16x6) and in the library's sweep, counted
+#      over every utility, experiments/bench/uc_precision.py --backend-only;
+#   4. the UC sweep benchmark at full size (n = 15,000, C = 1,000, 1,500
 #      utilities per family: the accelerator target is <= 3 ms per 1,500
 #      utilities on an H100, device-resident), experiments/bench/uc_sweep.py;
-#   4. isotonic regression, 100 classes x n = 100,000, experiments/bench/isotonic.py;
-#   5. the exact stable argsorts with each one's first call,
+#   5. isotonic regression, 100 classes x n = 100,000, experiments/bench/isotonic.py;
+#   6. the exact stable argsorts with each one's first call,
 #      experiments/bench/sort_strategies.py;
-#   6. the tests whose numbers depend on the backend (sort paths, precision,
+#   7. the tests whose numbers depend on the backend (sort paths, precision,
 #      UC sweeps, isotonic, binned errors and scatter orders) and the check
 #      that the suite's CPU-only compile flag stays off on the GPU, with -n 4.
 # Each step has its own time limit, so a slow step costs its limit and the
-# next one still runs; the step limits add up to 580 s (the last run's steps
-# took 344 s). GPU_CHECKS_STEPS names the steps to run (default: all of
-# "machine uc_stages uc_sweep isotonic sort_strategies tests"), so the device
+# next one still runs; the step limits add up to 580 s (the H200 run's steps
+# took 408 s, before uc_precision). GPU_CHECKS_STEPS names the steps to run
+# (default: all of "machine uc_stages uc_precision uc_sweep isotonic
+# sort_strategies tests"), so the device
 # time of a lease can be split over two commands.
 #
 # Results: <name>_gpu.json (experiments/bench/_common.write_result names the
@@ -29,9 +33,9 @@
 # or ../shared's data skip with the reason.
 #
 # Usage, from the repository root: bash experiments/bench/gpu_checks.sh
-# GPU_CHECKS_QUICK=1 runs every step at small sizes, into uc_sweep_small,
-# isotonic_quick and sort_strategies_small (a check of this script on a CPU:
-# about 1 minute on 2 cores).
+# GPU_CHECKS_QUICK=1 runs every step at small sizes, into uc_stages_small,
+# uc_precision_small, uc_sweep_small, isotonic_quick and sort_strategies_small
+# (a check of this script on a CPU: about 1 minute on 2 cores).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -44,6 +48,7 @@ LOG="$RESULTS/gpu_checks_log.txt"
 
 if [ -n "${GPU_CHECKS_QUICK:-}" ]; then
   UC_ARGS=(--small --repeat 2)
+  PREC_ARGS=(--small --backend-only)
   STAGE_ARGS=(--small --repeat 2)
   ISO_ARGS=(--n 2000 --classes 10 --repeat 2 --sklearn-repeat 1 --name isotonic_quick)
   SORT_ARGS=(--small --repeat 2)
@@ -52,6 +57,7 @@ if [ -n "${GPU_CHECKS_QUICK:-}" ]; then
   WORKERS=1
 else
   UC_ARGS=(--repeat 5)
+  PREC_ARGS=(--backend-only)
   STAGE_ARGS=(--repeat 10)
   ISO_ARGS=(--repeat 3 --sklearn-repeat 1)
   SORT_ARGS=(--repeat 5)
@@ -61,7 +67,7 @@ else
   WORKERS=4
 fi
 
-STEPS=" ${GPU_CHECKS_STEPS:-machine uc_stages uc_sweep isotonic sort_strategies tests} "
+STEPS=" ${GPU_CHECKS_STEPS:-machine uc_stages uc_precision uc_sweep isotonic sort_strategies tests} "
 
 step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs its status
   local limit=$1 name=$2
@@ -78,10 +84,11 @@ step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs 
   step 20 machine bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
     2>/dev/null || echo 'no nvidia-smi'; $PY -c 'import sys, jax; print(sys.version.split()[0], \
     \"jax\", jax.__version__, jax.devices())'"
-  step 160 uc_stages "$PY" experiments/bench/uc_stages.py "${STAGE_ARGS[@]}"
-  step 100 uc_sweep "$PY" experiments/bench/uc_sweep.py "${UC_ARGS[@]}"
-  step 40 isotonic "$PY" experiments/bench/isotonic.py "${ISO_ARGS[@]}"
-  step 40 sort_strategies "$PY" experiments/bench/sort_strategies.py "${SORT_ARGS[@]}"
-  step 220 tests "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" "${TESTS[@]}"
+  step 150 uc_stages "$PY" experiments/bench/uc_stages.py "${STAGE_ARGS[@]}"
+  step 60 uc_precision "$PY" experiments/bench/uc_precision.py "${PREC_ARGS[@]}"
+  step 90 uc_sweep "$PY" experiments/bench/uc_sweep.py "${UC_ARGS[@]}"
+  step 30 isotonic "$PY" experiments/bench/isotonic.py "${ISO_ARGS[@]}"
+  step 20 sort_strategies "$PY" experiments/bench/sort_strategies.py "${SORT_ARGS[@]}"
+  step 210 tests "$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" "${TESTS[@]}"
 } 2>&1 | tee "$LOG"
 echo "results in $RESULTS"
