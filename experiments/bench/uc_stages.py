@@ -25,8 +25,9 @@ one run), cold, with a sample count of its own so that nothing compiled
 before is reused.
 
 Whole sweeps: the library's compiled sweep (``_local_jit``) at its default
-chunk and at bigger chunks, and a stand-alone copy of its core with one
-choice changed at a time. Every whole form's UC values are compared with the
+chunk and at bigger chunks, the same at its default chunk with the TF32x3 and
+BF16x6 products (its private ``precision`` option), and a stand-alone copy
+of its core with one choice changed at a time. Every whole form's UC values are compared with the
 library's and with a float64 numpy reference on every utility: the largest
 difference, in absolute terms and times n, and how many utilities moved by
 more than 1e-7. A float32 product moves a few utilities by one sample's
@@ -254,6 +255,17 @@ def main():
     sweeps[f"library_chunk{chunk}"] = t(f)
     if lib_vals is None:
       lib_vals = np.asarray(f(), np.float64)
+  for alg in ("tf32_x3", "bf16_x6"):  # the library's own sweep with another product
+    name = f"library_{alg}_chunk{default_chunk}"
+    prec = ALGORITHMS[alg]
+    f = functools.partial(_sweep._local_jit, "linear", p_d, y_d, a_d, default_chunk, precision=prec)
+    try:
+      sweeps[name] = t(f)
+      vals = np.asarray(f(), np.float64)
+      sweeps[name]["max_abs_diff_vs_library"] = float(np.abs(vals - lib_vals).max())
+      sweeps[name].update(float64_diffs(vals[: args.check], ref, n))
+    except Exception as e:
+      sweeps[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
   forms = [("highest", "blocked", None), ("highest", "blocked", cpu_chunk)]
   forms += [
     (alg, how, None) for alg in ("tf32_x3", "bf16_x6", "highest") for how in ("jnp", "scan")
@@ -304,7 +316,8 @@ def main():
     "notes": (
       "Each stage jitted alone on (M, n) device arrays; best of `repeat` calls after a "
       "warm-up (first_s includes compilation). library_chunkK: the library's compiled sweep "
-      "(_local_jit) with K utilities per chunk. core_ALG_CUMSUM_chunkK: a stand-alone copy "
+      "(_local_jit) with K utilities per chunk; library_ALG_chunkK: the same with the product "
+      "algorithm ALG. core_ALG_CUMSUM_chunkK: a stand-alone copy "
       "of the library's UC core with the matrix-product algorithm and prefix sum named, K "
       "utilities per lax.map step. Errors: largest absolute difference over "
       "checked_utilities (all M by default) against float64 numpy (np_uc of uc_sweep.py), "

@@ -708,22 +708,28 @@ def prepare(kind: str, p: jax.Array, y: jax.Array) -> dict[str, jax.Array]:
 
 
 def predicted_realized(
-  kind: str, prep: dict[str, jax.Array], params: jax.Array
+  kind: str, prep: dict[str, jax.Array], params: jax.Array, precision: Any = PRECISION
 ) -> tuple[jax.Array, jax.Array]:
-  """``(v_u(p_i), u(p_i, y_i))``, each ``(n,)``, for one utility of ``kind``."""
+  """``(v_u(p_i), u(p_i, y_i))``, each ``(n,)``, for one utility of ``kind``.
+
+  ``precision``: the products' ``precision=`` (static; default full float32,
+  :data:`~jaxcal._src.numerics.PRECISION`). ``experiments/bench/uc_stages.py``
+  passes a dot-algorithm preset (``TF32_TF32_F32_X3``) to time the sweep with
+  it on a GPU.
+  """
   if kind == "top_class":
     return prep["conf"], prep["hit"]
   if kind == "linear":
-    return jnp.dot(prep["p"], params, precision=PRECISION), params[prep["y"]]
+    return jnp.dot(prep["p"], params, precision=precision), params[prep["y"]]
   if kind == "rank":
-    return jnp.dot(prep["sorted"], params, precision=PRECISION), params[prep["label_rank"]]
+    return jnp.dot(prep["sorted"], params, precision=precision), params[prep["label_rank"]]
   p, y = prep["p"], prep["y"]
   if kind == "decision":
-    expected_loss = jnp.dot(p, params, precision=PRECISION)  # (n, K)
+    expected_loss = jnp.dot(p, params, precision=precision)  # (n, K)
     act = jnp.argmin(expected_loss, axis=1)
     return -jnp.min(expected_loss, axis=1), -params[y, act]
   if kind == "similarity":
-    q = jnp.dot(p, params, precision=PRECISION)  # (n, C)
+    q = jnp.dot(p, params, precision=precision)  # (n, C)
     return jnp.sum(p * q, axis=1), jnp.take_along_axis(q, y[:, None], axis=1)[:, 0]
   raise ValueError(f"unknown utility kind {kind!r}")
 

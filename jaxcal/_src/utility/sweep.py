@@ -51,6 +51,7 @@ from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
+from jaxcal._src.numerics import PRECISION
 from jaxcal._src.scores import prepare as _prepare_data
 from jaxcal._src.utility import families as F
 from jaxcal._src.utility.uc import UCResult, uc_from_scores
@@ -205,6 +206,7 @@ def sweep_results(
   params: jax.Array,
   chunk_size: int,
   where: jax.Array | None = None,
+  precision: Any = PRECISION,
 ) -> UCResult:
   """Full :class:`UCResult` for every utility in ``params`` (one device, no validation).
 
@@ -212,11 +214,14 @@ def sweep_results(
   utilities run in ``ceil(M / chunk_size)`` equal chunks (a ``vmap`` each)
   inside a ``fori_loop``. The last chunk is shifted back to end at ``M``
   (it recomputes a few utilities of the previous one) instead of padding,
-  so ``params`` is never copied. ``where`` (``(n,)`` bool) selects samples.
-  Traceable (jit/vmap).
+  so ``params`` is never copied. ``where`` (``(n,)`` bool) selects samples;
+  ``precision`` is the products' (static, see
+  :func:`~jaxcal._src.utility.families.predicted_realized`). Traceable
+  (jit/vmap).
   """
   prep = F.prepare(kind, p, y)
-  batched = jax.vmap(lambda prm: masked_uc(*F.predicted_realized(kind, prep, prm), where))
+  pr = lambda prm: F.predicted_realized(kind, prep, prm, precision)
+  batched = jax.vmap(lambda prm: masked_uc(*pr(prm), where))
   m = params.shape[0]
   chunk = _balanced_chunk(m, min(chunk_size, m))
   num = math.ceil(m / chunk)
@@ -233,11 +238,11 @@ def sweep_results(
   return jax.lax.fori_loop(0, num, body, init)
 
 
-def _local_values(kind, p, y, params, chunk_size, where=None):
-  return sweep_results(kind, p, y, params, chunk_size, where).value
+def _local_values(kind, p, y, params, chunk_size, where=None, precision=PRECISION):
+  return sweep_results(kind, p, y, params, chunk_size, where, precision).value
 
 
-_local_jit = jax.jit(_local_values, static_argnums=(0, 4))
+_local_jit = jax.jit(_local_values, static_argnums=(0, 4), static_argnames=("precision",))
 
 
 @functools.cache
