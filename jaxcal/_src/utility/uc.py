@@ -61,8 +61,8 @@ def uc_from_scores(v: jax.Array, u: jax.Array, *, where: jax.Array | None = None
   sum: ``O(n log n)``. ``jax.vmap`` over utilities sorts all of them as one
   batch (the sort's strategy is chosen once for the batch).
 
-  UC is not continuous in ``v``: a change of ``v`` far below float32
-  resolution can move a sample across an end of the worst interval, and UC
+  UC is not continuous in ``v``: a change of ``v`` as small as float32
+  rounding can move a sample across an end of the worst interval, and UC
   by that sample's ``|u_i - v_i| / n``. Products ``v = <p, ū>`` in float32
   and float64 therefore give the same UC on most utilities and differ by
   up to a sample's weight on a few (3 of 1,500 linear utilities at
