@@ -18,7 +18,8 @@ arrays, then times whole-sweep forms that differ in one choice each:
 - the prefix sums: the matmul form of ``blocked_cumsum`` (matmuls with a
   triangle of ones; the library's on CPU), ``jnp.cumsum`` and
   ``lax.associative_scan`` (the library's on GPUs);
-- the max-min over cuts between distinct values.
+- the max-min over cuts between distinct values, also without the column of
+  zeros for ``S_0`` (``finish_unpadded``: ``S_0 = 0`` joins as a scalar).
 
 First calls: each stage's first call (tracing, compilation, autotuning and
 one run), cold, with a sample count of its own so that nothing compiled
@@ -90,6 +91,16 @@ def finish(ks, rs, how, n):
   edge = jnp.ones((ks.shape[0], 1), bool)
   cut = jnp.concatenate([edge, ks[:, 1:] != ks[:, :-1], edge], axis=1)
   return jnp.max(jnp.where(cut, s, -jnp.inf), axis=1) - jnp.min(jnp.where(cut, s, jnp.inf), axis=1)
+
+
+def finish_unpadded(ks, rs, how, n):
+  """:func:`finish` without the column of zeros: ``S_0 = 0`` joins the max and min as a scalar."""
+  cs = cumsum(rs, how)  # n S_1 .. n S_n
+  last = jnp.ones((ks.shape[0], 1), bool)
+  valid = jnp.concatenate([ks[:, 1:] != ks[:, :-1], last], axis=1)  # S after sample i counts
+  hi = jnp.maximum(jnp.max(jnp.where(valid, cs, -jnp.inf), axis=1), 0)
+  lo = jnp.minimum(jnp.min(jnp.where(valid, cs, jnp.inf), axis=1), 0)
+  return (hi - lo) / n
 
 
 def core(p, y, a, alg, how):
@@ -242,6 +253,12 @@ def main():
   for how in ("blocked", "jnp", "scan"):
     stages[f"cumsum_{how}"] = t(jax.jit(functools.partial(cumsum, how=how)), rs)
     stages[f"finish_{how}"] = t(jax.jit(functools.partial(finish, how=how, n=n)), ks, rs)
+    unpadded = jax.jit(functools.partial(finish_unpadded, how=how, n=n))
+    stages[f"finish_unpadded_{how}"] = t(unpadded, ks, rs)
+    same = jax.jit(functools.partial(finish, how=how, n=n))(ks, rs)
+    stages[f"finish_unpadded_{how}"]["max_abs_diff_vs_finish"] = float(
+      jnp.max(jnp.abs(unpadded(ks, rs) - same))
+    )
   for name, s in stages.items():
     if "best_s" in s:
       print(f"  {name:22s} {1e3 * s['best_s']:8.3f} ms", flush=True)

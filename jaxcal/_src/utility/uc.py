@@ -104,14 +104,18 @@ def uc_from_scores(v: jax.Array, u: jax.Array, *, where: jax.Array | None = None
   vs, rs = sort_with_payload(v, r)
   s = jnp.concatenate([jnp.zeros((1,), dt), blocked_cumsum(rs)]) / count  # S_0..S_n
   cut = jnp.concatenate([jnp.ones((1,), bool), vs[1:] != vs[:-1], jnp.ones((1,), bool)])
-  kmax = jnp.argmax(jnp.where(cut, s, -jnp.inf))  # first maximum: never past the samples
-  kmin = jnp.argmin(jnp.where(cut, s, jnp.inf))
+  at_cuts_hi, at_cuts_lo = jnp.where(cut, s, -jnp.inf), jnp.where(cut, s, jnp.inf)
+  # the value by plain reductions: a caller that reads only it (the sweeps)
+  # never runs the index reductions below, which XLA then drops
+  value = jnp.max(at_cuts_hi) - jnp.min(at_cuts_lo)
+  kmax = jnp.argmax(at_cuts_hi)  # first maximum: never past the samples
+  kmin = jnp.argmin(at_cuts_lo)
   a = jnp.minimum(kmax, kmin)
   b = jnp.maximum(kmax, kmin)
   lo = vs[jnp.minimum(a, n - 1)]
   hi = vs[jnp.clip(b - 1, a, n - 1)]
   sign = jnp.sign(kmax - kmin).astype(jnp.int32)
-  return UCResult(value=s[kmax] - s[kmin], lo=lo, hi=hi, sign=sign)
+  return UCResult(value=value, lo=lo, hi=hi, sign=sign)
 
 
 @jax.jit
