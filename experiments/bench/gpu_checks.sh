@@ -21,9 +21,9 @@
 # Each step has its own time limit, so a slow step costs its limit and the
 # next one still runs. The H200 run's steps took 408 s before uc_precision
 # and the library sweeps with other products were added to uc_stages; the
-# step limits now add up to 610 s, past one 600 s device command, so on a
+# step limits now add up to 630 s, past one 600 s device command, so on a
 # lent GPU run it as two commands, back to back while the machine is warm:
-#   GPU_CHECKS_STEPS="machine uc_stages uc_precision"    (limits 260 s)
+#   GPU_CHECKS_STEPS="machine uc_stages uc_precision"    (limits 280 s)
 #   GPU_CHECKS_STEPS="uc_sweep isotonic sort_strategies tests"    (350 s)
 # GPU_CHECKS_STEPS names the steps to run (default: all of "machine
 # uc_stages uc_precision uc_sweep isotonic sort_strategies tests"), so the device
@@ -88,7 +88,7 @@ step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs 
   step 20 machine bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
     2>/dev/null || echo 'no nvidia-smi'; $PY -c 'import sys, jax; print(sys.version.split()[0], \
     \"jax\", jax.__version__, jax.devices())'"
-  step 180 uc_stages "$PY" experiments/bench/uc_stages.py "${STAGE_ARGS[@]}"
+  step 200 uc_stages "$PY" experiments/bench/uc_stages.py "${STAGE_ARGS[@]}"
   step 60 uc_precision "$PY" experiments/bench/uc_precision.py "${PREC_ARGS[@]}"
   step 90 uc_sweep "$PY" experiments/bench/uc_sweep.py "${UC_ARGS[@]}"
   step 30 isotonic "$PY" experiments/bench/isotonic.py "${ISO_ARGS[@]}"

@@ -104,10 +104,16 @@ def finish_unpadded(ks, rs, how, n):
 
 
 def core(p, y, a, alg, how):
-  """UC values of the utilities in ``a`` (``(k, C)``): the library's core, one choice open."""
+  """UC values of the utilities in ``a`` (``(k, C)``): the library's core, one choice open.
+
+  ``how``: the prefix sum's form, with ``_unpadded`` appended for
+  :func:`finish_unpadded`.
+  """
   v = gemm(a, p, alg)
   r = a[:, y] - v
   ks, rs = jax.lax.sort((float_to_key(v), r), dimension=1, num_keys=1, is_stable=False)
+  if how.endswith("_unpadded"):
+    return finish_unpadded(ks, rs, how.removesuffix("_unpadded"), p.shape[0])
   return finish(ks, rs, how, p.shape[0])
 
 
@@ -291,6 +297,9 @@ def main():
     ("tf32_x3", "blocked", None),
     ("bf16_x6", "blocked", None),
     ("default", "blocked", None),
+  ]
+  forms += [
+    (alg, f"{how}_unpadded", None) for alg in ("tf32_x3", "highest") for how in ("scan", "blocked")
   ]
   for alg, how, chunk in forms:
     name = f"core_{alg}_{how}_chunk{chunk or m}"
