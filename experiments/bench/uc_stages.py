@@ -278,17 +278,21 @@ def main():
     sweeps[f"library_chunk{chunk}"] = t(f)
     if lib_vals is None:
       lib_vals = np.asarray(f(), np.float64)
-  for alg in ("tf32_x3", "bf16_x6"):  # the library's own sweep with another product
-    name = f"library_{alg}_chunk{default_chunk}"
-    prec = ALGORITHMS[alg]
-    f = functools.partial(_sweep._local_jit, "linear", p_d, y_d, a_d, default_chunk, precision=prec)
+
+  def sweep_form(name, f):
+    """Times the whole sweep ``f`` and compares its values with the library's and float64."""
     try:
       sweeps[name] = t(f)
       vals = np.asarray(f(), np.float64)
       sweeps[name]["max_abs_diff_vs_library"] = float(np.abs(vals - lib_vals).max())
       sweeps[name].update(float64_diffs(vals[: args.check], ref, n))
-    except Exception as e:
+    except Exception as e:  # a product algorithm the backend does not offer
       sweeps[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+
+  for alg in ("tf32_x3", "bf16_x6"):  # the library's own sweep with another product
+    prec = ALGORITHMS[alg]
+    f = functools.partial(_sweep._local_jit, "linear", p_d, y_d, a_d, default_chunk, precision=prec)
+    sweep_form(f"library_{alg}_chunk{default_chunk}", f)
   forms = [("highest", "blocked", None), ("highest", "blocked", cpu_chunk)]
   forms += [
     (alg, how, None) for alg in ("tf32_x3", "bf16_x6", "highest") for how in ("jnp", "scan")
@@ -302,15 +306,8 @@ def main():
     (alg, f"{how}_unpadded", None) for alg in ("tf32_x3", "highest") for how in ("scan", "blocked")
   ]
   for alg, how, chunk in forms:
-    name = f"core_{alg}_{how}_chunk{chunk or m}"
     f = functools.partial(whole, p_d, y_d, a_d, alg=alg, how=how, chunk=chunk)
-    try:
-      sweeps[name] = t(f)
-      vals = np.asarray(f(), np.float64)
-      sweeps[name]["max_abs_diff_vs_library"] = float(np.abs(vals - lib_vals).max())
-      sweeps[name].update(float64_diffs(vals[: args.check], ref, n))
-    except Exception as e:
-      sweeps[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    sweep_form(f"core_{alg}_{how}_chunk{chunk or m}", f)
   lib_diffs = float64_diffs(lib_vals[: args.check], ref, n)
   lib_err = lib_diffs["max_abs_diff_vs_float64"]
   for name, s in sweeps.items():
