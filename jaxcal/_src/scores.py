@@ -89,24 +89,6 @@ def brier_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
   return jnp.sum(p * p, axis=-1) - 2.0 * py + 1.0
 
 
-def brier_total(p: jax.Array, y: jax.Array) -> jax.Array:
-  """``sum_i sum_r (p_ir - 1[y_i = r])^2`` over the rows of ``p`` (no validation).
-
-  ``sum(p^2) - 2 sum_i p_{i,y_i} + n`` as whole-array reductions: the mean
-  Brier score needs no per-row sums, and XLA fuses the sum of squares with
-  the value checks' minimum over the same matrix (``brier`` at
-  ``n = 10^5``, ``C = 100``, numpy input: 2.8-3.6 against 3.4-4.1 ms
-  interleaved in one session, 2026-11-28; the same value to the last bit
-  at ``n = 10^6``).
-  """
-  py = jnp.take_along_axis(p, y[:, None], axis=-1)[:, 0]
-  return jnp.sum(p * p) - 2.0 * jnp.sum(py) + p.shape[0]
-
-
-#: Rules whose mean loss has a form without per-sample losses: the sum over rows.
-_TOTALS: dict[Callable, Callable] = {brier_per_sample: brier_total}
-
-
 def log_loss_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
   """``-log max(p_y, LOG_CLIP)`` per sample (no validation)."""
   py = jnp.take_along_axis(p, y[:, None], axis=-1)[:, 0]
@@ -139,12 +121,7 @@ def _scorer(per_sample_fn: Callable, per_sample: bool, from_logits: bool) -> Cal
   def rows(x, y):
     return per_sample_fn(jax.nn.softmax(x, axis=-1) if from_logits else x, y)
 
-  total = _TOTALS.get(per_sample_fn)
-
   def score(x, y, where):
-    if total is not None and not (per_sample or from_logits or where is not None):
-      parts = by_rows(lambda b, yb: total(b, yb)[None], x, y)  # one total per block of rows
-      return jnp.sum(parts) / y.shape[0]
     losses = by_rows(rows, x, y)  # x: (n, C) or RowBlocks (a borrowed host buffer)
     if where is not None:
       losses = jnp.where(where, losses, 0.0)
