@@ -11,6 +11,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -1111,3 +1112,8 @@ def test_host_labels_left_to_the_device_check_are_reported_by_their_value():
   for value in (1.5, 2.0**31, np.inf):  # 2**31 would wrap to -2**31 in the cast
     half = jnp.asarray(y, jnp.float32).at[23].set(value)
     assert int(V.process_shard(p, half)[1][23]) == V._NOT_A_LABEL, value
+    host = y.astype(np.float32)  # the same rule on the host, without a cast of 2**31
+    host[23] = value
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      assert int(V.process_shard(p, host)[1][23]) == V._NOT_A_LABEL, value

@@ -1185,12 +1185,17 @@ def merge_across_processes(state: Any) -> Any:
     lambda: _layout(state),
     same=lambda lay: {"the state (made with the same arguments, capacity aside)": lay},
   )
-  recs = state if isinstance(state, Records) else getattr(state, "records", None)
+  recs = _records_of(state)
   if recs is not None:  # buffers of one size on every process, for the gather
     caps = multihost_utils.process_allgather(np.int32(recs.capacity))
     grown = recs._grown(int(np.max(caps)))
     state = grown if isinstance(state, Records) else dataclasses.replace(state, records=grown)
   return _reduce_stack(_stack_processes(state))
+
+
+def _records_of(state: Any) -> Records | None:
+  """The :class:`Records` a state holds: itself, its ``records`` leaf, or ``None``."""
+  return state if isinstance(state, Records) else getattr(state, "records", None)
 
 
 def _layout(state: Any) -> str:
@@ -1204,7 +1209,7 @@ def _layout(state: Any) -> str:
       "merge_across_processes takes a FixedBins, Scores, Records or Calibration state, "
       f"got {type(state).__name__}"
     )
-  recs = state if isinstance(state, Records) else getattr(state, "records", None)
+  recs = _records_of(state)
   rest = None if recs is state else state
   if recs is not None:
     rest = None if rest is None else dataclasses.replace(rest, records=None)

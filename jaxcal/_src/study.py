@@ -965,17 +965,15 @@ def evaluate(
       )
     return entries, None, None
 
-  if multi:  # a shape error on one process raises on every process
-    entries, x, y = V.on_every_process(
-      one_stack,
-      same=lambda out: {
-        "the number of models M": out[1].shape[0],
-        "the class count C of predictions": out[1].shape[2],
-        "the dtype of predictions": jax.dtypes.canonicalize_dtype(out[1].dtype),
-      },
-    )
-  else:
-    entries, x, y = one_stack()
+  # a shape error on one process of a multi-process run raises on every process
+  entries, x, y = V.on_every_process(
+    one_stack,
+    same=lambda out: {
+      "the number of models M": out[1].shape[0],
+      "the class count C of predictions": out[1].shape[2],
+      "the dtype of predictions": jax.dtypes.canonicalize_dtype(out[1].dtype),
+    },
+  )
   if x is not None:
     num_models = x.shape[0]
     model_names = [f"model_{i}" for i in range(num_models)] if names is None else list(names)

@@ -1119,8 +1119,19 @@ def _host_labels(
   # selected or not is known on the device only: a value int32 holds stays (the
   # device check reports it), any other becomes _NOT_A_LABEL
   with np.errstate(invalid="ignore"):
-    held = ~nonint & (a >= _INT32.min) & (a <= _INT32.max)
+    held = _int32_holds(a, np)
   return np.where(bad & ~held, _NOT_A_LABEL, a).astype(np.int32)
+
+
+def _int32_holds(a: Any, xp: Any) -> Any:
+  """Where int32 holds ``a``'s value exactly (integral, finite, in range); ``xp``: np or jnp.
+
+  Float bounds are the exact ``[-2**31, 2**31)``: ``2**31 - 1`` itself rounds to
+  ``2**31`` in float32.
+  """
+  if xp.issubdtype(a.dtype, xp.floating):
+    return xp.isfinite(a) & (a == xp.round(a)) & (a >= -(2.0**31)) & (a < 2.0**31)
+  return (a >= _INT32.min) & (a <= _INT32.max)
 
 
 def _labels(
@@ -1391,8 +1402,7 @@ def process_shard(
     if isinstance(y, np.ndarray):  # narrowed on the host already (see _host_labels)
       return x, y.astype(np.int32, copy=False)
     if jnp.issubdtype(y.dtype, jnp.floating):  # a cast would truncate 1.5 to 1: _NOT_A_LABEL
-      held = jnp.isfinite(y) & (y == jnp.round(y)) & (y >= -(2.0**31)) & (y < 2.0**31)  # exact
-      y = jnp.where(held, y, _NOT_A_LABEL)
+      y = jnp.where(_int32_holds(y, jnp), y, _NOT_A_LABEL)
     return x, y.astype(jnp.int32)
 
   return on_every_process(

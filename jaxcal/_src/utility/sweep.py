@@ -220,8 +220,11 @@ def sweep_results(
   (jit/vmap).
   """
   prep = F.prepare(kind, p, y)
-  pr = lambda prm: F.predicted_realized(kind, prep, prm, precision)
-  batched = jax.vmap(lambda prm: masked_uc(*pr(prm), where))
+
+  def one(prm):
+    return masked_uc(*F.predicted_realized(kind, prep, prm, precision), where)
+
+  batched = jax.vmap(one)
   m = params.shape[0]
   chunk = _balanced_chunk(m, min(chunk_size, m))
   num = math.ceil(m / chunk)
