@@ -1079,6 +1079,12 @@ def test_non_integral_labels_get_one_message_on_the_host_and_on_the_device():
   assert str(e.value) == want
 
 
+_NOT_HELD = (
+  "the first is labels[23] = -2147483648 or a value int32 cannot hold "
+  "(non-integral, non-finite or beyond int32)"
+)
+
+
 def test_host_labels_left_to_the_device_check_are_reported_by_their_value():
   # with a JAX where the host cannot tell selected rows, so it leaves bad numpy
   # labels to the device check: an int32-held value is reported as it is (it
@@ -1089,9 +1095,11 @@ def test_host_labels_left_to_the_device_check_are_reported_by_their_value():
   cases = [
     (np.int64, 12, "labels must lie in [0, 4); 1 entries do not, the first is labels[23] = 12"),
     (np.float64, 12.0, "labels must lie in [0, 4); 1 entries do not, the first is labels[23] = 12"),
-    (np.int64, 2**40, "the first is labels[23] = a non-integral, non-finite or beyond-int32 value"),
-    (np.float64, 1.5, "the first is labels[23] = a non-integral, non-finite or beyond-int32 value"),
-    (np.float32, np.nan, "the first is labels[23] = a non-integral, non-finite or beyond-int32 "),
+    (np.int64, 2**40, _NOT_HELD),
+    (np.float64, 1.5, _NOT_HELD),
+    (np.float32, np.nan, "the first is labels[23] = -2147483648 or a value int32 cannot hold ("),
+    # an int32 label of -2**31 is the sentinel's value itself: named among the two
+    (np.int32, -(2**31), "the first is labels[23] = -2147483648 or a value int32 cannot hold ("),
   ]
   for dtype, value, want in cases:
     yy = y.astype(dtype)

@@ -1,8 +1,8 @@
 """Benchmark: jaxcal against the peer libraries on the same data, one call each.
 
 Two parts, each a table of contestants timed in one process, interleaved
-(round-robin over the contestants, ``--repeat`` rounds) after one warm-up
-call each; the warm-up (first-call, i.e. compile) time is reported beside
+(``--repeat`` rounds, each over the contestants in a new seeded random
+order) after one warm-up call each; the warm-up (first-call, i.e. compile) time is reported beside
 the median and the best of the timed calls. Every contestant's value is
 recorded too, so the table shows they computed the same number.
 
@@ -40,13 +40,23 @@ go on for at least ``--settle-ms`` (default 5 ms): with one call only,
 jaxcal's ``conf_ece`` took 0.74 ms and torchmetrics' 0.54 ms; with 5 ms of
 calls, 0.61 and 0.42 ms (2026-11-24, same machine, minutes apart).
 
+The single-call part runs in ``--processes`` fresh processes (default 3),
+one after another: XLA:CPU's multi-threaded programs keep one speed for the
+whole of a process, and that speed differs from one fresh process to the
+next on this VM (jaxcal's public ``conf_ece`` at n = 100,000, C = 100:
+6.9-8.9 ms, the medians of 15 calls in each of six fresh processes, while
+numpy by hand took 8.1-8.5 ms; 2026-11-28, idle machine), so one process is
+one draw. Each contestant's figure is the median of
+its per-process medians; the JSON keeps every process's medians and ratios
+(``process_medians_s``, ``process_ratios_vs_jaxcal``).
+
 Ratios are ``peer median / jaxcal public-call median`` (> 1: jaxcal faster).
 Peers that are not installed are listed as skipped. Install them with
 ``pip install -e '.[bench]'`` (CPU torch wheel first on a CPU machine).
 
 Usage::
 
-  python experiments/bench/peers.py [--repeat 5] [--quick]
+  python experiments/bench/peers.py [--repeat 15] [--processes 3] [--quick]
 
 Writes ``experiments/results/peers.json`` (``--quick``: ``peers_quick.json``,
 small sizes, for the test suite).
@@ -56,10 +66,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import pathlib
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -99,17 +112,26 @@ SETTLE_MS = 5.0  # ... and more of them until this many ms have passed (``--sett
 def interleaved(contestants: dict[str, Callable], repeat: int) -> dict:
   """Warm-up call each (timed: first call), then ``repeat`` round-robin rounds.
 
-  In each round a contestant makes :data:`SETTLE` untimed calls, and more
-  until :data:`SETTLE_MS` have passed, before its timed one (see the module docstring: the previous contestant's spinning
-  threads must not slow it).
+  Each round takes the contestants in a new random order (seeded), so no
+  contestant always follows the same one: torchmetrics' worker threads spin
+  on after its call (jaxcal's ``conf_ece`` at n = 100,000 took 11.8 ms right
+  after it and 7.2 ms right after itself, 2026-11-28), and in a fixed
+  round-robin one contestant would take that cost in every round. In each round a contestant makes
+  :data:`SETTLE` untimed calls, and more until :data:`SETTLE_MS` have
+  passed, before its timed one (see the module docstring: the previous
+  contestant's spinning threads must not slow it).
   """
   out = {}
   for name, fn in contestants.items():
     t0 = time.perf_counter()
     val = _block(fn())
     out[name] = {"first_s": time.perf_counter() - t0, "times_s": [], "value": _value(val)}
+  names = list(contestants)
+  order = np.random.default_rng(0)
   for _ in range(repeat):
-    for name, fn in contestants.items():
+    for i in order.permutation(len(names)):  # a new order each round: no fixed predecessor
+      name = names[i]
+      fn = contestants[name]
       t0, calls = time.perf_counter(), 0
       while calls < SETTLE or (time.perf_counter() - t0) * 1e3 < SETTLE_MS:
         _block(fn())
@@ -263,6 +285,63 @@ def part_single(args, repeat) -> dict:
   return out
 
 
+def part_single_processes(args, repeat: int, processes: int) -> dict:
+  """:func:`part_single` in ``processes`` fresh processes, one after another, combined.
+
+  Each process times every contestant as :func:`part_single` does; a
+  contestant's ``median_s`` is then the median of its per-process medians
+  (``process_medians_s``), and ``process_ratios_vs_jaxcal`` holds each
+  process's ratio. XLA:CPU's multi-threaded programs run at one speed for
+  the whole of a process, and that speed differs between fresh processes on
+  this VM (see the module docstring): one process is one draw of it.
+  """
+  runs = []
+  with tempfile.TemporaryDirectory() as tmp:
+    for i in range(processes):
+      out = pathlib.Path(tmp) / f"single_{i}.json"
+      cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--part", "single"]
+      cmd += ["--repeat", str(repeat), "--settle", str(SETTLE), "--settle-ms", str(SETTLE_MS)]
+      cmd += ["--single-out", str(out)] + (["--quick"] if args.quick else [])
+      print(f"process {i + 1} of {processes}", flush=True)
+      subprocess.run(cmd, check=True)
+      runs.append(json.loads(out.read_text()))
+  combined = {}
+  for key, first in runs[0].items():
+    res = {}
+    for name, r in first["results"].items():
+      meds = [run[key]["results"][name]["median_s"] for run in runs]
+      res[name] = {
+        "median_s": statistics.median(meds),
+        "best_s": min(run[key]["results"][name]["best_s"] for run in runs),
+        "first_s": statistics.median(run[key]["results"][name]["first_s"] for run in runs),
+        "process_medians_s": meds,
+        "process_first_s": [run[key]["results"][name]["first_s"] for run in runs],
+        "times_s": [run[key]["results"][name]["times_s"] for run in runs],
+        "value": r["value"],
+      }
+    base = res["jaxcal"]["median_s"]
+    jax_meds = res["jaxcal"]["process_medians_s"]
+    for r in res.values():
+      r["ratio_vs_jaxcal"] = r["median_s"] / base
+      r["process_ratios_vs_jaxcal"] = [m / j for m, j in zip(r["process_medians_s"], jax_meds)]
+    combined[key] = {
+      "results": res,
+      "skipped": first["skipped"],
+      "load_after": [run[key]["load_after"] for run in runs],
+    }
+    print(_line(key, res) + "  per-process ratios " + _ratio_ranges(res), flush=True)
+  return combined
+
+
+def _ratio_ranges(res) -> str:
+  parts = []
+  for name, r in res.items():
+    if name != "jaxcal":
+      q = r["process_ratios_vs_jaxcal"]
+      parts.append(f"{name} {min(q):.2f}-{max(q):.2f}x")
+  return ", ".join(parts)
+
+
 def _line(key, res):
   parts = [f"{k} {1e3 * v['median_s']:.2f} ms" for k, v in res.items()]
   return f"{key}: " + ", ".join(parts) + f"  (jaxcal first call {res['jaxcal']['first_s']:.2f} s)"
@@ -400,6 +479,13 @@ def main(argv=None) -> dict:
     help="and more untimed calls until this many ms have passed",
   )
   ap.add_argument("--part", choices=["all", "single", "measures"], default="all")
+  ap.add_argument(
+    "--processes",
+    type=int,
+    default=3,
+    help="fresh processes for the single-call part (medians of their medians; 1 with --quick)",
+  )
+  ap.add_argument("--single-out", help=argparse.SUPPRESS)  # a child process's single-call part
   args = ap.parse_args(argv)
   repeat = 2 if args.quick else args.repeat
   SETTLE = 0 if args.quick else args.settle
@@ -420,8 +506,16 @@ def main(argv=None) -> dict:
     "settle_ms": SETTLE_MS,
     **info,
   }
+  if args.single_out:  # one of part_single_processes' children: the part alone, no result file
+    pathlib.Path(args.single_out).write_text(json.dumps(part_single(args, repeat)))
+    return {}
+  processes = 1 if args.quick else args.processes
+  result["processes"] = processes
   if args.part in ("all", "single"):
-    result["single_call"] = part_single(args, repeat)
+    if processes == 1:
+      result["single_call"] = part_single(args, repeat)
+    else:
+      result["single_call"] = part_single_processes(args, repeat, processes)
   if args.part in ("all", "measures"):
     result["measures"] = part_measures(args, repeat)
   result["load_avg_at_end"] = cpu_load()

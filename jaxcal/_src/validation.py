@@ -110,7 +110,11 @@ _INT32 = np.iinfo(np.int32)
 #: int32) becomes when its check is left to the device (a JAX ``where``, a
 #: process's shard); the device check reports it by that description.
 _NOT_A_LABEL = int(_INT32.min)
-_NOT_A_LABEL_TEXT = "a non-integral, non-finite or beyond-int32 value"
+#: How the device check names that value: an int32 label of ``-2**31`` itself
+#: reads the same on the device, so the text names both.
+_NOT_A_LABEL_TEXT = (
+  f"{_NOT_A_LABEL} or a value int32 cannot hold (non-integral, non-finite or beyond int32)"
+)
 
 
 def simplex_atol(dtype: Any) -> float:
