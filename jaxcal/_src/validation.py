@@ -595,6 +595,8 @@ def _checks(spec: _Spec) -> list[tuple[str, Callable]]:
       def label_range(xs, y, where, w):
         return _row_problem(_select((y < 0) | (y >= c), where), y)
 
+      label_range.sentinel = True  # its value may be _NOT_A_LABEL: named in words
+
       out.append(
         (
           f"{yn} must lie in [0, {c}); {{count}} entries do not, the first is "
@@ -728,7 +730,7 @@ def _raise_first_problem(spec: _Spec, xs, y, where, w) -> None:
   for (template, fn), pr in zip(_checks(spec), problems):
     if int(pr.count):
       fields = {k: v.item() for k, v in pr._asdict().items()}
-      if fn.__name__ == "label_range" and fields["value"] == _NOT_A_LABEL:
+      if getattr(fn, "sentinel", False) and fields["value"] == _NOT_A_LABEL:
         fields["value"] = _NOT_A_LABEL_TEXT
       raise ValueError(template.format(**fields))
   raise AssertionError(
