@@ -180,12 +180,17 @@ def test_int_key_order_and_range():
   )
 
 
-@pytest.mark.parametrize("impl", ["gathered", "paired", "public"])
+@pytest.mark.parametrize("impl", ["gathered", "paired", "packed", "public"])
 def test_sort_with_payload_groups(impl):
   rng = np.random.default_rng(2)
   x = _scores(rng, (3, 3000))
   pay = rng.standard_normal(x.shape).astype(np.float32)
-  f = {"gathered": S._gathered_sort, "paired": S._paired_sort, "public": S.sort_with_payload}[impl]
+  f = {
+    "gathered": S._gathered_sort,
+    "paired": S._paired_sort,
+    "packed": S._packed_sort,
+    "public": S.sort_with_payload,
+  }[impl]
   xs, ps = map(np.asarray, jax.jit(f)(jnp.asarray(x), jnp.asarray(pay)))
   order = _np_stable(x)
   np.testing.assert_array_equal(xs, np.take_along_axis(np.where(x == 0, 0, x), order, -1))
@@ -208,6 +213,35 @@ def test_gradients_flow_through_the_payload():
   np.testing.assert_allclose(np.asarray(jax.grad(loss)(jnp.ones(3))), [2.0, 0.0, 1.0])
   grad_x = jax.grad(lambda v: jnp.sum(v[S.stable_argsort(v)] * jnp.arange(3.0)))(x)
   np.testing.assert_allclose(np.asarray(grad_x), [2.0, 0.0, 1.0])
+
+
+def test_packed_payload_tangents_follow_the_primal_order_among_ties():
+  """The packed CPU sort orders tied keys by the payload's bits; its JVP permutes the
+  tangent the same way (a tangent equal to the payload comes back equal to the sorted
+  payload, ties included), under jit and vmap, and float16 payloads take the same path."""
+  rng = np.random.default_rng(5)
+  x = jnp.asarray(rng.integers(0, 4, (3, 500)).astype(np.float32) / 4)  # heavy ties
+  pay = jnp.asarray(rng.standard_normal((3, 500)).astype(np.float32))
+  for dtype in (jnp.float32, jnp.float16):
+    p = pay.astype(dtype)
+
+    def f(p):
+      return S._packed_sort(x, p)[1]
+
+    out, tangent = jax.jit(lambda p: jax.jvp(f, (p,), (p,)))(p)
+    np.testing.assert_array_equal(np.asarray(tangent), np.asarray(out))
+    rows = jax.vmap(lambda xr, pr: S._packed_sort(xr, pr)[1])(x, p)
+    np.testing.assert_array_equal(np.asarray(rows), np.asarray(out))
+    # ties are ordered by the payload's bits, not by position
+    xs = np.asarray(S._packed_sort(x, p)[0])
+    assert np.all(np.diff(xs, axis=-1) >= 0)
+  g = jax.grad(lambda p: jnp.sum(S._packed_sort(x, p)[1] * jnp.arange(500.0)))(pay)
+  # d loss / d pay_i is the sorted position of pay_i (the payload values are distinct)
+  sorted_pay = np.asarray(S._packed_sort(x, pay)[1])
+  for r in range(3):
+    where = {float(v): i for i, v in enumerate(sorted_pay[r])}
+    want = np.array([where[float(v)] for v in np.asarray(pay)[r]], np.float32)
+    np.testing.assert_array_equal(np.asarray(g)[r], want)
 
 
 def test_uc_independent_of_order_among_ties():

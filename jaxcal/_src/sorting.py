@@ -440,14 +440,81 @@ def _gathered_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Arr
   return key_to_float(skey).astype(x.dtype), jnp.take_along_axis(payload, perm, axis=-1)
 
 
+def _packed_pairs_rows(key: jax.Array, bits: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Rows of ``(key, payload bits)`` sorted by the words ``key << 32 | bits``: one native sort."""
+  lead, n = key.shape[:-1], key.shape[-1]
+  k2, b2 = key.reshape((-1, n)), bits.reshape((-1, n))
+
+  def one(k, b):
+    with jax.enable_x64(True):
+      words = (k.astype(jnp.uint64) << jnp.uint64(32)) | b.astype(jnp.uint64)
+      words = jax.lax.sort(words, dimension=k.ndim - 1, is_stable=False)
+      skey = (words >> jnp.uint64(32)).astype(k.dtype)
+      sbits = (words & jnp.uint64(0xFFFFFFFF)).astype(b.dtype)
+    return skey, sbits
+
+  out = in_groups(one, cpu_groups(k2.shape[0], n), k2, b2)
+  return jax.tree.map(lambda a: a.reshape(lead + (n,)), out)
+
+
+_packed_pairs = rowwise_vmap(_packed_pairs_rows)
+
+
+def _payload_bits(payload: jax.Array) -> jax.Array:
+  return jax.lax.bitcast_convert_type(payload, _UINT[payload.dtype.itemsize])
+
+
+@jax.custom_jvp
+def _packed_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """CPU :func:`sort_with_payload` of keys and payloads of at most 32 bits: no index, no gather.
+
+  One native sort of ``uint64`` words ``key << 32 | payload bits``: ties of
+  ``x`` come out ordered by the payload's bits (any order among ties is
+  allowed), and the sorted payload is read back from the low halves, so the
+  permutation is never formed and the payload never gathered (the UC core
+  at ``n = 10^6``: 36.4 against 38.8-41.5 ms per utility, 2026-11-28, 2
+  cores: the random gather of a 4 MB row misses the caches). Payload
+  derivatives (:func:`_packed_sort_jvp`) follow the same order.
+  """
+  skey, sbits = _packed_pairs(float_to_key(x), _payload_bits(payload))
+  return key_to_float(skey).astype(x.dtype), jax.lax.bitcast_convert_type(sbits, payload.dtype)
+
+
+@_packed_sort.defjvp
+def _packed_sort_jvp(primals, tangents):
+  """``x`` carries no derivative (its sorted values are piecewise constant); the payload's
+  tangent is permuted as the payload: by a stable sort of the same words with their
+  positions (run only when differentiating)."""
+  x, payload = primals
+  _, t_payload = tangents
+  out = _packed_sort(x, payload)
+  key = float_to_key(jax.lax.stop_gradient(x))
+  bits = _payload_bits(jax.lax.stop_gradient(payload))
+  with jax.enable_x64(True):
+    words = (key.astype(jnp.uint64) << jnp.uint64(32)) | bits.astype(jnp.uint64)
+    iota = jax.lax.broadcasted_iota(jnp.int32, words.shape, words.ndim - 1)
+    _, perm = jax.lax.sort((words, iota), dimension=words.ndim - 1, num_keys=1, is_stable=True)
+  t_sorted = jnp.take_along_axis(t_payload, perm, axis=-1)
+  return out, (jnp.zeros_like(out[0]), t_sorted)
+
+
+def _cpu_payload_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """The CPU branch: packed words for 16/32-bit float payloads, else argsort and gather."""
+  if jnp.issubdtype(payload.dtype, jnp.floating) and payload.dtype.itemsize in (2, 4):
+    return _packed_sort(x, payload)
+  return _gathered_sort(x, payload)
+
+
 def sort_with_payload(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
   """``x`` sorted ascending along the last axis, and ``payload`` in that order.
 
   For callers whose result does not depend on the order among tied ``x``
-  (e.g. prefix sums read only between distinct values). CPU: the stable
-  radix argsort and a gather; elsewhere one unstable sort of the
-  ``(key, payload)`` pair (no index array, no gathers). ``-0.0`` comes back
-  as ``+0.0``.
+  (e.g. prefix sums read only between distinct values). CPU: one native
+  sort of ``uint64`` words that pack the key with a 16/32-bit float
+  payload's bits (:func:`_packed_sort`; other payloads: the packed argsort
+  and a gather); elsewhere one unstable sort of the ``(key, payload)`` pair.
+  Neither forms an index array or gathers. ``-0.0`` comes back as ``+0.0``;
+  derivatives flow to the payload, not to ``x``.
 
   Args:
     x: ``(..., n)`` float scores.
@@ -465,4 +532,4 @@ def sort_with_payload(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.
   if x.shape[-1] < 2 or x.dtype.itemsize not in _UINT or not jnp.issubdtype(x.dtype, jnp.floating):
     order = jnp.argsort(x, axis=-1, stable=True)
     return (jnp.take_along_axis(x, order, axis=-1), jnp.take_along_axis(payload, order, axis=-1))
-  return jax.lax.platform_dependent(x, payload, cpu=_gathered_sort, default=_paired_sort)
+  return jax.lax.platform_dependent(x, payload, cpu=_cpu_payload_sort, default=_paired_sort)
