@@ -244,6 +244,22 @@ def test_packed_payload_tangents_follow_the_primal_order_among_ties():
     np.testing.assert_array_equal(np.asarray(g)[r], want)
 
 
+def test_sort_with_payload_of_mixed_widths():
+  """float64 keys with a float32 payload (and the reverse) sort by the whole key: the
+  64-bit key cannot share a word with the payload, so the CPU argsorts and gathers."""
+  rng = np.random.default_rng(6)
+  with jax.enable_x64(True):
+    # keys that differ only in their low 32 bits: a truncated key would tie them
+    x = 1.0 + np.arange(200)[::-1] * 2.0**-50
+    pay = rng.standard_normal(200)
+    for xd, pd in ((np.float64, np.float32), (np.float32, np.float64)):
+      xs, ps = jax.jit(S.sort_with_payload)(jnp.asarray(x, xd), jnp.asarray(pay, pd))
+      order = np.argsort(x.astype(xd), kind="stable")
+      np.testing.assert_array_equal(np.asarray(xs), x.astype(xd)[order])
+      if xd == np.float64:  # distinct keys: the payload's order is determined
+        np.testing.assert_array_equal(np.asarray(ps), pay.astype(pd)[order])
+
+
 def test_uc_independent_of_order_among_ties():
   """UC read between distinct values: the GPU path's unstable order gives the same result."""
   rng = np.random.default_rng(3)

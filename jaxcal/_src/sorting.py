@@ -9,7 +9,9 @@ XLA:CPU sorts a single integer operand with a native comparison
 (``std::sort`` with ``std::less``), but float keys and multi-operand (payload)
 sorts call a compiled comparator per comparison, several times slower. On CPU
 the stable argsort of keys of up to 32 bits is therefore one native sort of
-``uint64`` words that pack each key with its index (:func:`argsort_keys`);
+``uint64`` words that pack each key with its index (:func:`argsort_keys`),
+and a sort that carries a 16/32-bit float payload packs the payload's bits
+instead of the index (:func:`sort_with_payload`: no permutation, no gather);
 64-bit keys (float64 scores) take two LSD radix passes of such sorts. GPUs
 and TPUs sort key/payload pairs natively, so there the plain
 ``(key, index)`` pair sort is used. ``jax.lax.platform_dependent`` picks the
@@ -499,8 +501,9 @@ def _packed_sort_jvp(primals, tangents):
 
 
 def _cpu_payload_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """The CPU branch: packed words for 16/32-bit float payloads, else argsort and gather."""
-  if jnp.issubdtype(payload.dtype, jnp.floating) and payload.dtype.itemsize in (2, 4):
+  """The CPU branch: packed words for 16/32-bit keys and float payloads, else argsort and gather."""
+  small = x.dtype.itemsize <= 4 and payload.dtype.itemsize in (2, 4)
+  if small and jnp.issubdtype(payload.dtype, jnp.floating):
     return _packed_sort(x, payload)
   return _gathered_sort(x, payload)
 
