@@ -312,15 +312,30 @@ def _packed_argsort(key: jax.Array, groups: int = 1) -> tuple[jax.Array, jax.Arr
     )
 
   def one(k):
-    with jax.enable_x64(True):
-      idx = jax.lax.broadcasted_iota(jnp.uint64, k.shape, k.ndim - 1)
-      words = (k.astype(jnp.uint64) << jnp.uint64(32)) | idx
-      words = jax.lax.sort(words, dimension=k.ndim - 1, is_stable=False)
-      skey = (words >> jnp.uint64(32)).astype(k.dtype)
-      perm = (words & jnp.uint64(0xFFFFFFFF)).astype(jnp.int32)
-    return skey, perm
+    return _sort_words(k, jax.lax.broadcasted_iota(jnp.int32, k.shape, k.ndim - 1))
 
   return in_groups(one, groups, key)
+
+
+def _sort_words(high: jax.Array, low: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Rows of ``uint64`` words ``high << 32 | low`` sorted natively, split back into halves.
+
+  ``high``: unsigned keys of at most 32 bits; ``low``: 32-bit values (an
+  index, a payload's bits), taken as unsigned. The words exist only inside
+  this function, traced under ``jax.enable_x64(True)`` (a scoped setting,
+  not the global flag); the halves come back in the dtypes they came in.
+  """
+  with jax.enable_x64(True):
+    words = jax.lax.sort(_words(high, low), dimension=high.ndim - 1, is_stable=False)
+    shigh = (words >> jnp.uint64(32)).astype(high.dtype)
+    slow = (words & jnp.uint64(0xFFFFFFFF)).astype(_UINT[low.dtype.itemsize])
+  return shigh, jax.lax.bitcast_convert_type(slow, low.dtype)
+
+
+def _words(high: jax.Array, low: jax.Array) -> jax.Array:
+  """``high << 32 | bits(low)`` as ``uint64`` (call under ``jax.enable_x64(True)``)."""
+  lo_u = jax.lax.bitcast_convert_type(low, _UINT[low.dtype.itemsize])
+  return (high.astype(jnp.uint64) << jnp.uint64(32)) | lo_u.astype(jnp.uint64)
 
 
 def _argsort_rows(key: jax.Array, split: bool) -> tuple[jax.Array, jax.Array]:
@@ -442,28 +457,15 @@ def _gathered_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Arr
   return key_to_float(skey).astype(x.dtype), jnp.take_along_axis(payload, perm, axis=-1)
 
 
-def _packed_pairs_rows(key: jax.Array, bits: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Rows of ``(key, payload bits)`` sorted by the words ``key << 32 | bits``: one native sort."""
+def _packed_pairs_rows(key: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Rows of ``(key, payload)`` sorted by the words ``key << 32 | payload bits``: one native sort."""
   lead, n = key.shape[:-1], key.shape[-1]
-  k2, b2 = key.reshape((-1, n)), bits.reshape((-1, n))
-
-  def one(k, b):
-    with jax.enable_x64(True):
-      words = (k.astype(jnp.uint64) << jnp.uint64(32)) | b.astype(jnp.uint64)
-      words = jax.lax.sort(words, dimension=k.ndim - 1, is_stable=False)
-      skey = (words >> jnp.uint64(32)).astype(k.dtype)
-      sbits = (words & jnp.uint64(0xFFFFFFFF)).astype(b.dtype)
-    return skey, sbits
-
-  out = in_groups(one, cpu_groups(k2.shape[0], n), k2, b2)
+  k2, p2 = key.reshape((-1, n)), payload.reshape((-1, n))
+  out = in_groups(_sort_words, cpu_groups(k2.shape[0], n), k2, p2)
   return jax.tree.map(lambda a: a.reshape(lead + (n,)), out)
 
 
 _packed_pairs = rowwise_vmap(_packed_pairs_rows)
-
-
-def _payload_bits(payload: jax.Array) -> jax.Array:
-  return jax.lax.bitcast_convert_type(payload, _UINT[payload.dtype.itemsize])
 
 
 @jax.custom_jvp
@@ -478,8 +480,8 @@ def _packed_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array
   cores: the random gather of a 4 MB row misses the caches). Payload
   derivatives (:func:`_packed_sort_jvp`) follow the same order.
   """
-  skey, sbits = _packed_pairs(float_to_key(x), _payload_bits(payload))
-  return key_to_float(skey).astype(x.dtype), jax.lax.bitcast_convert_type(sbits, payload.dtype)
+  skey, spayload = _packed_pairs(float_to_key(x), payload)
+  return key_to_float(skey).astype(x.dtype), spayload
 
 
 @_packed_sort.defjvp
@@ -491,9 +493,8 @@ def _packed_sort_jvp(primals, tangents):
   _, t_payload = tangents
   out = _packed_sort(x, payload)
   key = float_to_key(jax.lax.stop_gradient(x))
-  bits = _payload_bits(jax.lax.stop_gradient(payload))
   with jax.enable_x64(True):
-    words = (key.astype(jnp.uint64) << jnp.uint64(32)) | bits.astype(jnp.uint64)
+    words = _words(key, jax.lax.stop_gradient(payload))
     iota = jax.lax.broadcasted_iota(jnp.int32, words.shape, words.ndim - 1)
     _, perm = jax.lax.sort((words, iota), dimension=words.ndim - 1, num_keys=1, is_stable=True)
   t_sorted = jnp.take_along_axis(t_payload, perm, axis=-1)
