@@ -476,8 +476,8 @@ def _packed_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array
   ``x`` come out ordered by the payload's bits (any order among ties is
   allowed), and the sorted payload is read back from the low halves, so the
   permutation is never formed and the payload never gathered (the UC core
-  at ``n = 10^6``: 36.4 against 38.8-41.5 ms per utility, 2026-11-28, 2
-  cores: the random gather of a 4 MB row misses the caches). Payload
+  at ``n = 10^6``: 35.7-38.2 against 39.4-41.4 ms per utility, 2026-11-28,
+  2 cores: the random gather of a 4 MB row misses the caches). Payload
   derivatives (:func:`_packed_sort_jvp`) follow the same order.
   """
   skey, spayload = _packed_pairs(float_to_key(x), payload)
@@ -486,9 +486,12 @@ def _packed_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array
 
 @_packed_sort.defjvp
 def _packed_sort_jvp(primals, tangents):
-  """``x`` carries no derivative (its sorted values are piecewise constant); the payload's
-  tangent is permuted as the payload: by a stable sort of the same words with their
-  positions (run only when differentiating)."""
+  """The payload's tangent, permuted as the payload; none for ``x``.
+
+  The sorted ``x`` is piecewise constant in ``x``. The permutation comes from
+  a stable sort of the same words with their positions, run only when
+  differentiating, so tangents of tied keys follow the primal's order.
+  """
   x, payload = primals
   _, t_payload = tangents
   out = _packed_sort(x, payload)
@@ -515,10 +518,10 @@ def sort_with_payload(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.
   For callers whose result does not depend on the order among tied ``x``
   (e.g. prefix sums read only between distinct values). CPU: one native
   sort of ``uint64`` words that pack the key with a 16/32-bit float
-  payload's bits (:func:`_packed_sort`; other payloads: the packed argsort
-  and a gather); elsewhere one unstable sort of the ``(key, payload)`` pair.
-  Neither forms an index array or gathers. ``-0.0`` comes back as ``+0.0``;
-  derivatives flow to the payload, not to ``x``.
+  payload's bits (:func:`_packed_sort`: no index array, no gather; other
+  payloads: the packed argsort and a gather); elsewhere one unstable sort of
+  the ``(key, payload)`` pair. ``-0.0`` comes back as ``+0.0``; derivatives
+  flow to the payload, not to ``x``.
 
   Args:
     x: ``(..., n)`` float scores.
