@@ -2,8 +2,8 @@
 
 Two parts, each a table of contestants timed in one process, interleaved
 (``--repeat`` rounds, each over the contestants in a new seeded random
-order) after one warm-up call each; the warm-up (first-call, i.e. compile) time is reported beside
-the median and the best of the timed calls. Every contestant's value is
+order) after one warm-up call each; the warm-up (first-call, i.e. compile)
+time is reported beside the median and the best of the timed calls. Every contestant's value is
 recorded too, so the table shows they computed the same number.
 
 1. **Single call** (issue 15): ``conf_ece`` (15 equal-width bins),
@@ -46,8 +46,8 @@ whole of a process, and that speed differs from one fresh process to the
 next on this VM (jaxcal's public ``conf_ece`` at n = 100,000, C = 100:
 6.9-8.9 ms, the medians of 15 calls in each of six fresh processes, while
 numpy by hand took 8.1-8.5 ms; 2026-11-28, idle machine), so one process is
-one draw. Each contestant's figure is the median of
-its per-process medians; the JSON keeps every process's medians and ratios
+one draw. Each contestant's figure is the median of its per-process
+medians; the JSON keeps every process's medians and ratios
 (``process_medians_s``, ``process_ratios_vs_jaxcal``).
 
 Ratios are ``peer median / jaxcal public-call median`` (> 1: jaxcal faster).
@@ -110,16 +110,16 @@ SETTLE_MS = 5.0  # ... and more of them until this many ms have passed (``--sett
 
 
 def interleaved(contestants: dict[str, Callable], repeat: int) -> dict:
-  """Warm-up call each (timed: first call), then ``repeat`` round-robin rounds.
+  """Warm-up call each (timed: first call), then ``repeat`` rounds over all contestants.
 
   Each round takes the contestants in a new random order (seeded), so no
   contestant always follows the same one: torchmetrics' worker threads spin
   on after its call (jaxcal's ``conf_ece`` at n = 100,000 took 11.8 ms right
   after it and 7.2 ms right after itself, 2026-11-28), and in a fixed
-  round-robin one contestant would take that cost in every round. In each round a contestant makes
-  :data:`SETTLE` untimed calls, and more until :data:`SETTLE_MS` have
-  passed, before its timed one (see the module docstring: the previous
-  contestant's spinning threads must not slow it).
+  round-robin one contestant would take that cost in every round. In each
+  round a contestant makes :data:`SETTLE` untimed calls, and more until
+  :data:`SETTLE_MS` have passed, before its timed one (see the module
+  docstring: the previous contestant's spinning threads must not slow it).
   """
   out = {}
   for name, fn in contestants.items():
@@ -308,16 +308,18 @@ def part_single_processes(args, repeat: int, processes: int) -> dict:
   combined = {}
   for key, first in runs[0].items():
     res = {}
-    for name, r in first["results"].items():
-      meds = [run[key]["results"][name]["median_s"] for run in runs]
+    for name in first["results"]:
+      per = [run[key]["results"][name] for run in runs]  # this contestant in each process
+      meds = [r["median_s"] for r in per]
+      firsts = [r["first_s"] for r in per]
       res[name] = {
         "median_s": statistics.median(meds),
-        "best_s": min(run[key]["results"][name]["best_s"] for run in runs),
-        "first_s": statistics.median(run[key]["results"][name]["first_s"] for run in runs),
+        "best_s": min(r["best_s"] for r in per),
+        "first_s": statistics.median(firsts),
         "process_medians_s": meds,
-        "process_first_s": [run[key]["results"][name]["first_s"] for run in runs],
-        "times_s": [run[key]["results"][name]["times_s"] for run in runs],
-        "value": r["value"],
+        "process_first_s": firsts,
+        "times_s": [r["times_s"] for r in per],
+        "value": per[0]["value"],
       }
     base = res["jaxcal"]["median_s"]
     jax_meds = res["jaxcal"]["process_medians_s"]
@@ -490,6 +492,9 @@ def main(argv=None) -> dict:
   repeat = 2 if args.quick else args.repeat
   SETTLE = 0 if args.quick else args.settle
   SETTLE_MS = 0.0 if args.quick else args.settle_ms
+  if args.single_out:  # one of part_single_processes' children: the part alone, no result file
+    pathlib.Path(args.single_out).write_text(json.dumps(part_single(args, repeat)))
+    return {}
   info = device_info()
   versions = {}
   for mod in ("sklearn", "relplot", "netcal", "torchmetrics", "torch", "betacal", "calibration"):
@@ -506,9 +511,6 @@ def main(argv=None) -> dict:
     "settle_ms": SETTLE_MS,
     **info,
   }
-  if args.single_out:  # one of part_single_processes' children: the part alone, no result file
-    pathlib.Path(args.single_out).write_text(json.dumps(part_single(args, repeat)))
-    return {}
   processes = 1 if args.quick else args.processes
   result["processes"] = processes
   if args.part in ("all", "single"):
