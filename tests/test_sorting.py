@@ -235,6 +235,9 @@ def test_packed_payload_tangents_follow_the_primal_order_among_ties():
     # ties are ordered by the payload's bits, not by position
     xs = np.asarray(S._packed_sort(x, p)[0])
     assert np.all(np.diff(xs, axis=-1) >= 0)
+    bits = np.asarray(out).view(np.uint16 if dtype == jnp.float16 else np.uint32)
+    tied = xs[:, 1:] == xs[:, :-1]
+    assert np.all(bits[:, 1:][tied] >= bits[:, :-1][tied])
   g = jax.grad(lambda p: jnp.sum(S._packed_sort(x, p)[1] * jnp.arange(500.0)))(pay)
   # d loss / d pay_i is the sorted position of pay_i (the payload values are distinct)
   sorted_pay = np.asarray(S._packed_sort(x, pay)[1])

@@ -1097,9 +1097,9 @@ def test_host_labels_left_to_the_device_check_are_reported_by_their_value():
     (np.float64, 12.0, "labels must lie in [0, 4); 1 entries do not, the first is labels[23] = 12"),
     (np.int64, 2**40, _NOT_HELD),
     (np.float64, 1.5, _NOT_HELD),
-    (np.float32, np.nan, "the first is labels[23] = -2147483648 or a value int32 cannot hold ("),
+    (np.float32, np.nan, _NOT_HELD),
     # an int32 label of -2**31 is the sentinel's value itself: named among the two
-    (np.int32, -(2**31), "the first is labels[23] = -2147483648 or a value int32 cannot hold ("),
+    (np.int32, -(2**31), _NOT_HELD),
   ]
   for dtype, value, want in cases:
     yy = y.astype(dtype)
