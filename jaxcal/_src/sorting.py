@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = [
   "float_to_key",
@@ -327,15 +329,20 @@ def _sort_words(high: jax.Array, low: jax.Array) -> tuple[jax.Array, jax.Array]:
   """
   with jax.enable_x64(True):
     words = jax.lax.sort(_words(high, low), dimension=high.ndim - 1, is_stable=False)
-    shigh = (words >> jnp.uint64(32)).astype(high.dtype)
-    slow = (words & jnp.uint64(0xFFFFFFFF)).astype(_UINT[low.dtype.itemsize])
-  return shigh, jax.lax.bitcast_convert_type(slow, low.dtype)
+    return _halves(words, high.dtype, low.dtype)
 
 
 def _words(high: jax.Array, low: jax.Array) -> jax.Array:
   """``high << 32 | bits(low)`` as ``uint64`` (call under ``jax.enable_x64(True)``)."""
   lo_u = jax.lax.bitcast_convert_type(low, _UINT[low.dtype.itemsize])
   return (high.astype(jnp.uint64) << jnp.uint64(32)) | lo_u.astype(jnp.uint64)
+
+
+def _halves(words: jax.Array, high_dtype: Any, low_dtype: Any) -> tuple[jax.Array, jax.Array]:
+  """Inverse of :func:`_words` (call under ``jax.enable_x64(True)``)."""
+  high = (words >> jnp.uint64(32)).astype(high_dtype)
+  low = (words & jnp.uint64(0xFFFFFFFF)).astype(_UINT[np.dtype(low_dtype).itemsize])
+  return high, jax.lax.bitcast_convert_type(low, low_dtype)
 
 
 def _argsort_rows(key: jax.Array, split: bool) -> tuple[jax.Array, jax.Array]:
@@ -488,20 +495,22 @@ def _packed_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array
 def _packed_sort_jvp(primals, tangents):
   """The payload's tangent, permuted as the payload; none for ``x``.
 
-  The sorted ``x`` is piecewise constant in ``x``. The permutation comes from
-  a stable sort of the same words with their positions, run only when
-  differentiating, so tangents of tied keys follow the primal's order.
+  The sorted ``x`` is piecewise constant in ``x``. When differentiating, one
+  stable sort of the same words with their positions gives both the primal
+  (the sorted words, as :func:`_packed_sort` has them) and the permutation
+  of the tangent, so tangents of tied keys follow the primal's order.
   """
   x, payload = primals
   _, t_payload = tangents
-  out = _packed_sort(x, payload)
   key = float_to_key(jax.lax.stop_gradient(x))
   with jax.enable_x64(True):
     words = _words(key, jax.lax.stop_gradient(payload))
     iota = jax.lax.broadcasted_iota(jnp.int32, words.shape, words.ndim - 1)
-    _, perm = jax.lax.sort((words, iota), dimension=words.ndim - 1, num_keys=1, is_stable=True)
+    words, perm = jax.lax.sort((words, iota), dimension=words.ndim - 1, num_keys=1, is_stable=True)
+    skey, spayload = _halves(words, key.dtype, payload.dtype)
+  xs = key_to_float(skey).astype(x.dtype)
   t_sorted = jnp.take_along_axis(t_payload, perm, axis=-1)
-  return out, (jnp.zeros_like(out[0]), t_sorted)
+  return (xs, spayload), (jnp.zeros_like(xs), t_sorted)
 
 
 def _cpu_payload_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
