@@ -320,6 +320,93 @@ def test_exact_sums_outside_the_domain_are_nan():
     assert np.isfinite(out.sums[0]).all()
 
 
+SINGLE_MS = (1, 2, 3, 7, 15, 16, 29, 40)
+
+
+@pytest.mark.parametrize("labels", [False, True])
+def test_single_count_histogram_equals_the_threshold_table(scores, labels):
+  # One known bin count is histogrammed straight into its own bins; the
+  # threshold table serves every count at once. Same exact integer sums:
+  # bitwise equal, on scores on and one ulp around every edge j/m, with junk
+  # (NaN, inf, out of range) masked out, and a row holding a score outside
+  # the domain is NaN on both paths.
+  rng = np.random.default_rng(41)
+  n = scores.shape[0]
+  s = np.stack([scores, rng.permutation(scores), rng.random(n).astype(np.float32)], axis=1)
+  s[5, 2] = 2.5  # out of the exact engine's domain: column 2 is NaN on both paths
+  junk = np.array([np.nan, np.inf, -3.0, 0.5], np.float32)
+  keep = rng.random(n) < 0.9
+  keep[5] = True
+  padded = np.where(keep[:, None], s, rng.choice(junk, s.shape))  # junk where masked out
+  y = rng.integers(0, 3, n).astype(np.int32)
+  bits = rng.random(s.shape) < 0.4
+
+  def sums(m, single, where, counts):
+    kw = dict(labels=jnp.asarray(y)) if labels else {}
+    b = None if labels else jnp.asarray(bits)
+    return B.binned_residual_sums(
+      jnp.asarray(s if where is None else padded),
+      b,
+      m,
+      "fixed",
+      40,
+      sign=-1.0,
+      where=where,
+      axis=0,
+      counts=counts,
+      single_count=single,
+      **kw,
+    )
+
+  for where in (None, jnp.asarray(keep)[:, None]):
+    for counts in (True, False):
+      f_one = jax.jit(lambda m: sums(m, True, where, counts))  # traced, unbatched count
+      f_table = jax.jit(lambda m: sums(m, False, where, counts))
+      for m in SINGLE_MS:
+        one, table = f_one(m), f_table(m)
+        for a, t in zip(one, table):
+          if t is None:
+            assert a is None
+            continue
+          np.testing.assert_array_equal(np.asarray(a), np.asarray(t), err_msg=f"m={m}")
+        got = np.asarray(one.sums[..., 0])
+        assert np.isnan(got[2]).all() and np.isfinite(got[:2]).all()
+        for r in range(2):  # and the loop reference
+          sel = np.ones(n, bool) if where is None else keep
+          outcome = (y == r) if labels else bits[:, r]
+          ref = -R.lin_sums(s[sel, r], outcome[sel].astype(float), R.fixed_bins(s[sel, r], m), m)
+          np.testing.assert_allclose(got[r, :m], ref[:, 0], atol=2e-6)
+          assert (got[r, m:] == 0).all()
+  # a promise broken by a vmap over counts: still the same numbers (one histogram per count)
+  ms = jnp.asarray(SINGLE_MS)
+  vm = jax.jit(jax.vmap(lambda m: sums(m, True, None, True)))(ms)
+  vt = jax.jit(jax.vmap(lambda m: sums(m, False, None, True)))(ms)
+  np.testing.assert_array_equal(np.asarray(vm.sums), np.asarray(vt.sums))
+  np.testing.assert_array_equal(np.asarray(vm.counts), np.asarray(vt.counts))
+
+
+def test_public_calls_histogram_one_count_directly():
+  # The public fixed-bin errors promise a single count exactly when the count
+  # is one concrete value: the compiled program then holds no threshold table
+  # (its gather of the table's index row), and an array of counts or a traced
+  # count (a vmap over counts) keeps the table.
+  rng = np.random.default_rng(42)
+  p = rng.dirichlet(np.ones(4), 200).astype(np.float32)
+  y = rng.integers(0, 4, 200)
+  table = B.edge_table(16, "float32")
+
+  def holds_table(f, *args):
+    text = jax.jit(f).lower(*args).as_text()
+    return f"tensor<{table.thresholds.shape[0] + table.width}xf32>" in text
+
+  for f in (metrics.conf_ece, metrics.classwise_ece, metrics.ecce):
+    assert not holds_table(lambda p: f(p, y, 15), p), f
+    assert holds_table(lambda p: f(p, y, np.array([15, 16])), p), f
+    assert holds_table(lambda m: f(p, y, m, max_bins=16), jnp.int32(15)), f
+    vm = jax.vmap(lambda m: f(p, y, m, max_bins=16))(jnp.array([3, 15]))
+    np.testing.assert_allclose(vm, [f(p, y, 3), f(p, y, 15)], rtol=1e-6, err_msg=str(f))
+
+
 def test_binned_residual_sums_quantile_matches_reference():
   s, b = _tied_rows(6, rows=3, n=50)
   f = jax.jit(

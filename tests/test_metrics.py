@@ -470,7 +470,7 @@ CORES = [
   (
     "ecce",
     "fixed",
-    lambda p, y, m, binning, **k: CE._ecce_core(p, y, m, jnp.full(p.shape[1], 1 / p.shape[1]), **k),
+    lambda p, y, m, **k: CE._ecce_core(p, y, m, jnp.full(p.shape[1], 1 / p.shape[1]), **k),
   ),
 ]
 

@@ -206,7 +206,7 @@ def phases(p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
   pend = d.pending
   spec = V._anonymous(pend.spec)
   m = np.asarray(M, np.int32)
-  static = {"max_bins": M, "binning": "fixed", "kind": "ece", "norm": "l1"}
+  static = {"max_bins": M, "binning": "fixed", "kind": "ece", "norm": "l1", "single_count": True}
   whole = CE._compiled(CE._conf_from_scores, False, 0, False, False, rows=CE._top_label, **static)
   rows = CE._row_stage(CE._top_label, False)
   agg = CE._compiled(CE._conf_from_scores, False, 0, False, True, **static)

@@ -135,7 +135,15 @@ def main(argv=None) -> dict:
   t["validation_device"] = timeit(lambda: V.check_predictions(pd, yd).scores, r)
   t["validation_numpy"] = timeit(lambda: V.check_predictions(p, y).scores, r)
   core = CE._compiled(
-    CE._conf_core, False, 0, False, False, max_bins=16, binning="fixed", kind="ece"
+    CE._conf_core,
+    False,
+    0,
+    False,
+    False,
+    max_bins=16,
+    binning="fixed",
+    kind="ece",
+    single_count=True,
   )
   m = jnp.int32(15)
   t["compute"] = timeit(lambda: core(pd, yd, None, m), r)
@@ -162,7 +170,15 @@ def main(argv=None) -> dict:
   jit_cost = {}
   w = jnp.full((c,), 1.0 / c, jnp.float32)
   cw_core = CE._compiled(
-    CE._classwise_core, False, 1, False, False, max_bins=16, binning="fixed", kind="ece"
+    CE._classwise_core,
+    False,
+    1,
+    False,
+    False,
+    max_bins=16,
+    binning="fixed",
+    kind="ece",
+    single_count=True,
   )
   pairs = {
     "conf_ece": (jax.jit(lambda a, b: metrics.conf_ece(a, b)), lambda: core(pd, yd, None, m)),

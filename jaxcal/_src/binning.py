@@ -62,7 +62,11 @@ Two strategies find the bins:
   lookup plus at most a few comparisons), the integer limbs are summed per
   interval and prefix-summed. A bin count then only gathers ``max_bins``
   entries of a static ``(max_bins + 1, max_bins)`` index table: the classwise
-  fixed-bin errors need no sort of ``C`` columns of length ``n``.
+  fixed-bin errors need no sort of ``C`` columns of length ``n``. A caller
+  with one bin count, not batched (``single_count``: the public calls with
+  one concrete count), skips the table: each sample goes straight into its
+  bin ``clip(ceil(s*m), 1, m)`` of that count, and the same limbs are summed
+  over ``max_bins`` bins instead of the ``K + 1`` intervals.
 
 Sample masks: every primitive takes ``where`` (a bool mask over the samples,
 or ``None``). A masked-out sample is treated exactly as if it were absent:
@@ -1142,22 +1146,23 @@ def _sorted_row_sums(s, b, m, binning, max_bins, sign, method, where) -> BinnedS
 EDGE_CHUNK_ELEMENTS = 1 << 20
 
 
-def _edge_prefix(s, b, labels, where, table: EdgeTable, layout: _Layout):
-  """Exact prefix statistics over the threshold intervals, for every row at once.
+def _edge_prefix(s, b, labels, where, bucket: Callable, k1: int, layout: _Layout):
+  """Exact prefix statistics over ``k1`` intervals of the scores, for every row at once.
 
-  ``s``, ``b``, ``where``: ``(n, R)`` (samples first, in whatever memory
-  layout the caller has: no transposition). Instead of ``b`` (``None``),
-  ``labels`` ``(n,)`` says that row ``r``'s bits are ``[labels == r]``: the
-  bits are then counted by a second histogram over the ``n`` labelled
-  entries, not carried by all ``n R`` of them. The samples are processed in
-  chunks of ``EDGE_CHUNK_ELEMENTS / R`` (a ``fori_loop`` adding exact
-  integer histograms, one ``segment_sum`` per chunk). Returns
-  ``(prefix (R, K + 2, layout.columns), ok (R,))``: ``prefix[r, k]`` holds
-  the summed parts of the samples of row ``r`` with ``s <= thresholds[k - 1]``;
-  ``ok`` is False for a row holding a sample outside the domain.
+  ``bucket`` maps a chunk of scores to their intervals (int32 in ``[0, k1)``:
+  the threshold intervals of :func:`_edge_bucket`, or the bins of one bin
+  count). ``s``, ``b``, ``where``: ``(n, R)`` (samples first, in whatever
+  memory layout the caller has: no transposition). Instead of ``b``
+  (``None``), ``labels`` ``(n,)`` says that row ``r``'s bits are ``[labels
+  == r]``: the bits are then counted by a second histogram over the ``n``
+  labelled entries, not carried by all ``n R`` of them. The samples are
+  processed in chunks of ``EDGE_CHUNK_ELEMENTS / R`` (a ``fori_loop`` adding
+  exact integer histograms, one ``segment_sum`` per chunk). Returns
+  ``(prefix (R, k1 + 1, layout.columns), ok (R,))``: ``prefix[r, k]`` holds
+  the summed parts of the samples of row ``r`` in intervals ``< k``; ``ok``
+  is False for a row holding a sample outside the domain.
   """
   n, rows = s.shape
-  k1 = table.thresholds.shape[0] + 1  # intervals 0..K
   size = max(1, min(n, EDGE_CHUNK_ELEMENTS // max(rows, 1)))
   steps = -(-n // size)
   row_id = jnp.arange(rows, dtype=jnp.int32)[None, :] * k1
@@ -1170,8 +1175,7 @@ def _edge_prefix(s, b, labels, where, table: EdgeTable, layout: _Layout):
     if where is not None:
       new = new & jax.lax.dynamic_slice_in_dim(where, start, size, 0)
     inside = _in_domain_score(ss)
-    bucket = _edge_bucket(ss, table)
-    ids = jnp.where(new & inside, row_id + bucket, rows * k1)  # else dropped
+    ids = jnp.where(new & inside, row_id + bucket(ss), rows * k1)  # else dropped
     bb = jnp.zeros((), bool) if b is None else jax.lax.dynamic_slice_in_dim(b, start, size, 0)
     upd = _parts(_words(ss, bb), main).reshape(size * rows, -1)
     hist = jax.ops.segment_sum(upd, ids.reshape(-1), num_segments=rows * k1)
@@ -1225,6 +1229,7 @@ def binned_residual_sums(
   axis: int = -1,
   counts: bool = True,
   labels: jax.Array | None = None,
+  single_count: bool = False,
 ) -> BinnedSums:
   """Per-bin sums of ``sign * (s - b)`` for 0/1 ``bits``, row-wise and exact.
 
@@ -1262,6 +1267,16 @@ def binned_residual_sums(
       ``(n,)`` int array with ``bits[i, r] = [labels[i] == r]`` (one-hot
       outcomes, the class-wise errors); fixed bins then count the bits from
       the ``n`` labelled entries only.
+    single_count: the caller's promise (static) that ``num_bins`` is one
+      bin count, not batched under a ``vmap`` over bin counts. Fixed bins
+      (``method="auto"``, the edges strategy) are then histogrammed straight
+      into that count's ``max_bins`` bins instead of into the threshold
+      intervals that every count shares (the public ``classwise_ece`` at
+      ``n = 10^4``, ``C = 10``: 0.38-0.51 against 0.52-0.71 ms, ``n =
+      10^5``, ``C = 100``: 37-48 against 47-59 ms); the sums are the same
+      integers.
+      Under a ``vmap`` over bin counts it stays correct but builds one
+      histogram per count.
 
   Returns:
     :class:`BinnedSums` whose leading shape ``lead`` is ``scores``' shape
@@ -1303,14 +1318,23 @@ def binned_residual_sums(
     return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), out)
 
   if edges and scores.dtype == jnp.float32:
-    table = edge_table(int(max_bins), "float32")
     layout = _layout(n, count=counts)
 
     def samples_first(a):
       return None if a is None else jnp.moveaxis(a, axis, 0).reshape(n, rows)
 
     b = None if labels is not None else samples_first(jnp.broadcast_to(bits, scores.shape))
-    prefix, ok = _edge_prefix(samples_first(scores), b, labels, samples_first(where), table, layout)
+    inputs = (samples_first(scores), b, labels, samples_first(where))
+    if single_count and method == "auto":  # this count's own bins, no table
+      bucket = lambda ss: jnp.minimum(fixed_bin_1based(ss, m), max_bins) - 1
+      prefix, ok = _edge_prefix(*inputs, bucket, max_bins, layout)
+      row = functools.partial(_sums_at_ends, sign=sign, layout=layout)
+      return unflatten(
+        jax.vmap(lambda at, o: row(at, at[:, -1] if layout.count else None, o))(prefix, ok)
+      )
+    table = edge_table(int(max_bins), "float32")
+    k1 = table.thresholds.shape[0] + 1  # intervals 0..K
+    prefix, ok = _edge_prefix(*inputs, lambda ss: _edge_bucket(ss, table), k1, layout)
     row = functools.partial(
       _edge_row_sums, table=table, max_bins=max_bins, sign=sign, layout=layout
     )

@@ -169,7 +169,7 @@ def _top_label(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   return c, _correct(p, y, c)
 
 
-def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1", where=None):
+def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1", where=None, single_count=False):
   """Top-label error of one data set: ConfECE (``kind="ece"``, with ``norm``), ConfCE or ConfCE_corr.
 
   ``where``: optional ``(n,)`` bool sample mask; masked-out samples are
@@ -179,19 +179,32 @@ def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1", where=None):
   """
   c, z = _top_label(p, y)
   return _conf_from_scores(
-    c, z, m, binning=binning, max_bins=max_bins, kind=kind, norm=norm, where=where
+    c,
+    z,
+    m,
+    binning=binning,
+    max_bins=max_bins,
+    kind=kind,
+    norm=norm,
+    where=where,
+    single_count=single_count,
   )
 
 
-def _conf_from_scores(c, z, m, *, binning, max_bins, kind, norm="l1", where=None):
+def _conf_from_scores(
+  c, z, m, *, binning, max_bins, kind, norm="l1", where=None, single_count=False
+):
   """Top-label error from confidences ``c`` and correctness ``z`` (bool), ``(n,)`` each.
 
   The part of :func:`_conf_core` after the top label; the streaming
-  records (which keep only ``c`` and ``z``) call it too.
+  records (which keep only ``c`` and ``z``) call it too. ``single_count``:
+  ``m`` is not batched (see :func:`~jaxcal._src.binning.binned_residual_sums`).
   """
   n = _count(where, c.shape[0], c.dtype)
   need_counts = kind == "ece" and norm != "l1"
-  bs = B.binned_residual_sums(c, z, m, binning, max_bins, where=where, counts=need_counts)
+  bs = B.binned_residual_sums(
+    c, z, m, binning, max_bins, where=where, counts=need_counts, single_count=single_count
+  )
   return _conf_from_sums(bs, z, n, kind=kind, norm=norm, where=where)
 
 
@@ -210,7 +223,9 @@ def _conf_from_sums(bs: B.BinnedSums, z, n, *, kind, norm="l1", where=None) -> j
   return ce
 
 
-def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0, where=None, counts=False):
+def _per_class_sums(
+  p, y, m, *, binning, max_bins, sign=1.0, where=None, counts=False, single_count=False
+):
   """BinnedSums of ``sign * (p[:, r] - 1[y = r])`` on the bins of ``p[:, r]``, per class.
 
   ``p`` stays in its ``(n, C)`` layout (samples along axis 0): fixed bins
@@ -219,15 +234,36 @@ def _per_class_sums(p, y, m, *, binning, max_bins, sign=1.0, where=None, counts=
   """
   w = None if where is None else where[:, None]
   return B.binned_residual_sums(
-    p, None, m, binning, max_bins, sign=sign, where=w, axis=0, counts=counts, labels=y
+    p,
+    None,
+    m,
+    binning,
+    max_bins,
+    sign=sign,
+    where=w,
+    axis=0,
+    counts=counts,
+    labels=y,
+    single_count=single_count,
   )  # rows (C, max_bins, ...)
 
 
-def _classwise_core(p, y, m, weights, *, binning, max_bins, kind, norm="l1", where=None):
+def _classwise_core(
+  p, y, m, weights, *, binning, max_bins, kind, norm="l1", where=None, single_count=False
+):
   """Class-wise error of one data set: ``sum_r weights[r] * err_r`` (``norm`` for ℓ1, or squared)."""
   n = _count(where, p.shape[0], p.dtype)
   need_counts = kind == "ece" and norm != "l1"
-  bs = _per_class_sums(p, y, m, binning=binning, max_bins=max_bins, where=where, counts=need_counts)
+  bs = _per_class_sums(
+    p,
+    y,
+    m,
+    binning=binning,
+    max_bins=max_bins,
+    where=where,
+    counts=need_counts,
+    single_count=single_count,
+  )
   return _classwise_from_sums(bs, n, weights, kind=kind, norm=norm)
 
 
@@ -241,19 +277,32 @@ def _classwise_from_sums(bs: B.BinnedSums, n, weights, *, kind, norm="l1") -> ja
   return jnp.sum(weights * per)
 
 
-def _binary_core(p, y, m, *, binning, max_bins, where=None):
+def _binary_core(p, y, m, *, binning, max_bins, where=None, single_count=False):
   """Squared binned error of binary forecasts ``p`` (``(n,)``) and outcomes ``y``."""
   n = _count(where, p.shape[0], p.dtype)
-  sums = B.binned_residual_sums(p, y == 1, m, binning, max_bins, where=where, counts=False).sums
+  sums = B.binned_residual_sums(
+    p, y == 1, m, binning, max_bins, where=where, counts=False, single_count=single_count
+  ).sums
   return _sq(sums, n)
 
 
-def _ecce_core(p, y, m, weights, *, max_bins, reduction="mean", where=None):
+def _ecce_core(
+  p, y, m, weights, *, binning, max_bins, reduction="mean", where=None, single_count=False
+):
   """ECCE of one data set (fixed bins, cumulative residual sums per class),
-  ``reduction="mean"``: each class's sum divided by its number of non-empty bins."""
+  ``reduction="mean"``: each class's sum divided by its number of non-empty bins.
+  ``binning`` is always ``"fixed"``."""
   n = _count(where, p.shape[0], p.dtype)
   bs = _per_class_sums(
-    p, y, m, binning="fixed", max_bins=max_bins, sign=-1.0, where=where, counts=True
+    p,
+    y,
+    m,
+    binning=binning,
+    max_bins=max_bins,
+    sign=-1.0,
+    where=where,
+    counts=True,
+    single_count=single_count,
   )
   return _ecce_from_sums(bs, n, weights, reduction=reduction)
 
@@ -371,7 +420,10 @@ def _run(
   binning shares the program (4.7 against 3.8 ms for the eager ConfECE at
   ``n = 10^5``, ``C = 100``). Under a transformation both stages trace into
   the caller's program, and for small eager input (``validation.small``)
-  both stages are one program with the value checks.
+  both stages are one program with the value checks. A fixed-bin core is
+  told ``single_count`` when ``m`` is one concrete count (not an array, not
+  traced): its bins are then histogrammed without the threshold table that
+  serves every count (:func:`~jaxcal._src.binning.binned_residual_sums`).
   """
   if bins.binning is not None:
     static["binning"] = bins.binning
@@ -380,6 +432,8 @@ def _run(
     V.run_checked(d, _nothing, d.scores)  # the value checks still run
     return jnp.zeros(np.shape(m), d.scores.dtype)
   batched = not (isinstance(m, int) or np.ndim(m) == 0)
+  if bins.binning == "fixed":  # one known count: histogrammed into its own bins
+    static["single_count"] = not batched and not isinstance(m, jax.core.Tracer)
   one = V.small(d)  # small eager input: rows, core and checks in one program
   staged = rows is not None and not one
   from_logits = d.from_logits and not staged
@@ -893,7 +947,7 @@ def ecce(
   """
   if reduction not in ("mean", "sum"):
     raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-  bins = V.check_bins(num_bins, "fixed", max_bins)._replace(binning=None)  # ECCE bins are fixed
+  bins = V.check_bins(num_bins, "fixed", max_bins)  # ECCE bins are fixed
   d = V.check_predictions(
     probs,
     labels,
