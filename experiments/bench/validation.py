@@ -134,17 +134,8 @@ def main(argv=None) -> dict:
   t["transfer"] = timeit(lambda: (V._device(p), V._device(y.astype(np.int32))), r)
   t["validation_device"] = timeit(lambda: V.check_predictions(pd, yd).scores, r)
   t["validation_numpy"] = timeit(lambda: V.check_predictions(p, y).scores, r)
-  core = CE._compiled(
-    CE._conf_core,
-    False,
-    0,
-    False,
-    False,
-    max_bins=16,
-    binning="fixed",
-    kind="ece",
-    single_count=True,
-  )
+  fixed15 = {"max_bins": 16, "binning": "fixed", "kind": "ece", "single_count": True}
+  core = CE._compiled(CE._conf_core, False, 0, False, False, **fixed15)
   m = jnp.int32(15)
   t["compute"] = timeit(lambda: core(pd, yd, None, m), r)
   # ---- the simplex check's program alone, and the two-reduction form (row
@@ -169,17 +160,7 @@ def main(argv=None) -> dict:
   # ---- NaN propagation under jit: the public function vs the core alone
   jit_cost = {}
   w = jnp.full((c,), 1.0 / c, jnp.float32)
-  cw_core = CE._compiled(
-    CE._classwise_core,
-    False,
-    1,
-    False,
-    False,
-    max_bins=16,
-    binning="fixed",
-    kind="ece",
-    single_count=True,
-  )
+  cw_core = CE._compiled(CE._classwise_core, False, 1, False, False, **fixed15)
   pairs = {
     "conf_ece": (jax.jit(lambda a, b: metrics.conf_ece(a, b)), lambda: core(pd, yd, None, m)),
     "classwise_ece": (

@@ -223,47 +223,28 @@ def _conf_from_sums(bs: B.BinnedSums, z, n, *, kind, norm="l1", where=None) -> j
   return ce
 
 
-def _per_class_sums(
-  p, y, m, *, binning, max_bins, sign=1.0, where=None, counts=False, single_count=False
-):
+def _per_class_sums(p, y, m, *, where=None, **options):
   """BinnedSums of ``sign * (p[:, r] - 1[y = r])`` on the bins of ``p[:, r]``, per class.
 
   ``p`` stays in its ``(n, C)`` layout (samples along axis 0): fixed bins
   need no transposition at all, and the sort strategy transposes its
-  ``uint32`` keys, a chunk of classes at a time.
+  ``uint32`` keys, a chunk of classes at a time. ``options``:
+  :func:`~jaxcal._src.binning.binned_residual_sums`' ``binning``,
+  ``max_bins``, ``sign``, ``counts`` and ``single_count``.
   """
   w = None if where is None else where[:, None]
-  return B.binned_residual_sums(
-    p,
-    None,
-    m,
-    binning,
-    max_bins,
-    sign=sign,
-    where=w,
-    axis=0,
-    counts=counts,
-    labels=y,
-    single_count=single_count,
-  )  # rows (C, max_bins, ...)
+  return B.binned_residual_sums(p, None, m, where=w, axis=0, labels=y, **options)
 
 
-def _classwise_core(
-  p, y, m, weights, *, binning, max_bins, kind, norm="l1", where=None, single_count=False
-):
-  """Class-wise error of one data set: ``sum_r weights[r] * err_r`` (``norm`` for ℓ1, or squared)."""
+def _classwise_core(p, y, m, weights, *, kind, norm="l1", where=None, **bins):
+  """Class-wise error of one data set: ``sum_r weights[r] * err_r`` (``norm`` for ℓ1, or squared).
+
+  ``bins``: ``binning``, ``max_bins`` and optionally ``single_count``
+  (:func:`_per_class_sums`).
+  """
   n = _count(where, p.shape[0], p.dtype)
   need_counts = kind == "ece" and norm != "l1"
-  bs = _per_class_sums(
-    p,
-    y,
-    m,
-    binning=binning,
-    max_bins=max_bins,
-    where=where,
-    counts=need_counts,
-    single_count=single_count,
-  )
+  bs = _per_class_sums(p, y, m, where=where, counts=need_counts, **bins)
   return _classwise_from_sums(bs, n, weights, kind=kind, norm=norm)
 
 
@@ -286,24 +267,13 @@ def _binary_core(p, y, m, *, binning, max_bins, where=None, single_count=False):
   return _sq(sums, n)
 
 
-def _ecce_core(
-  p, y, m, weights, *, binning, max_bins, reduction="mean", where=None, single_count=False
-):
+def _ecce_core(p, y, m, weights, *, reduction="mean", where=None, **bins):
   """ECCE of one data set (fixed bins, cumulative residual sums per class),
   ``reduction="mean"``: each class's sum divided by its number of non-empty bins.
-  ``binning`` is always ``"fixed"``."""
+  ``bins``: ``binning`` (always ``"fixed"``), ``max_bins`` and optionally
+  ``single_count`` (:func:`_per_class_sums`)."""
   n = _count(where, p.shape[0], p.dtype)
-  bs = _per_class_sums(
-    p,
-    y,
-    m,
-    binning=binning,
-    max_bins=max_bins,
-    sign=-1.0,
-    where=where,
-    counts=True,
-    single_count=single_count,
-  )
+  bs = _per_class_sums(p, y, m, sign=-1.0, where=where, counts=True, **bins)
   return _ecce_from_sums(bs, n, weights, reduction=reduction)
 
 
