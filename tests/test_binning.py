@@ -334,6 +334,7 @@ def test_single_count_histogram_equals_the_threshold_table(scores, labels):
   n = scores.shape[0]
   s = np.stack([scores, rng.permutation(scores), rng.random(n).astype(np.float32)], axis=1)
   s[5, 2] = 2.5  # out of the exact engine's domain: column 2 is NaN on both paths
+  s[:6, 1] = [-1.99, -0.5, -0.0, 1.0, 1.5, 1.9999]  # in the domain, outside [0, 1]: end bins
   junk = np.array([np.nan, np.inf, -3.0, 0.5], np.float32)
   keep = rng.random(n) < 0.9
   keep[5] = True
