@@ -1274,9 +1274,8 @@ def binned_residual_sums(
       intervals that every count shares (the public ``classwise_ece`` at
       ``n = 10^4``, ``C = 10``: 0.38-0.51 against 0.52-0.71 ms, ``n =
       10^5``, ``C = 100``: 37-48 against 47-59 ms); the sums are the same
-      integers.
-      Under a ``vmap`` over bin counts it stays correct but builds one
-      histogram per count.
+      integers. Under a ``vmap`` over bin counts it stays correct but
+      builds one histogram per count.
 
   Returns:
     :class:`BinnedSums` whose leading shape ``lead`` is ``scores``' shape

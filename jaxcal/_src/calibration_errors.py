@@ -169,26 +169,18 @@ def _top_label(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   return c, _correct(p, y, c)
 
 
-def _conf_core(p, y, m, *, binning, max_bins, kind, norm="l1", where=None, single_count=False):
+def _conf_core(p, y, m, *, kind, norm="l1", where=None, **bins):
   """Top-label error of one data set: ConfECE (``kind="ece"``, with ``norm``), ConfCE or ConfCE_corr.
 
   ``where``: optional ``(n,)`` bool sample mask; masked-out samples are
   treated exactly as if absent (``n`` becomes the number of True entries).
   The public calls run the same two steps as two programs above 1 MiB of
-  scores, as one below (:func:`_run` with ``rows=_top_label``).
+  scores, as one below (:func:`_run` with ``rows=_top_label``). ``bins``:
+  ``binning``, ``max_bins`` and optionally ``single_count``
+  (:func:`_conf_from_scores`).
   """
   c, z = _top_label(p, y)
-  return _conf_from_scores(
-    c,
-    z,
-    m,
-    binning=binning,
-    max_bins=max_bins,
-    kind=kind,
-    norm=norm,
-    where=where,
-    single_count=single_count,
-  )
+  return _conf_from_scores(c, z, m, kind=kind, norm=norm, where=where, **bins)
 
 
 def _conf_from_scores(
