@@ -1203,10 +1203,18 @@ def _edge_prefix(s, b, labels, where, bucket: Callable, k1: int, layout: _Layout
   return jnp.concatenate([zero, blocked_cumsum(per, axis=1)], axis=1), bad == 0
 
 
-def _edge_row_sums(prefix, ok, m, table: EdgeTable, max_bins, sign, layout: _Layout) -> BinnedSums:
-  """BinnedSums of one row from its :func:`_edge_prefix` statistics."""
-  rows = jnp.asarray(table.index)[jnp.clip(m, 1, max_bins)]
-  at = prefix[jnp.concatenate([jnp.zeros((1,), jnp.int32), rows])]  # (max_bins + 1, ...)
+def _edge_row_sums(
+  prefix, ok, m, table: EdgeTable | None, max_bins, sign, layout: _Layout
+) -> BinnedSums:
+  """BinnedSums of one row from its :func:`_edge_prefix` statistics.
+
+  Over the ``table``'s threshold intervals the prefix is read at the ends of
+  ``m``'s bins; with ``table=None`` it is over ``m``'s own bins already.
+  """
+  at = prefix
+  if table is not None:
+    rows = jnp.asarray(table.index)[jnp.clip(m, 1, max_bins)]
+    at = prefix[jnp.concatenate([jnp.zeros((1,), jnp.int32), rows])]  # (max_bins + 1, ...)
   return _sums_at_ends(at, at[:, -1] if layout.count else None, ok, sign, layout)
 
 
@@ -1323,17 +1331,16 @@ def binned_residual_sums(
       return None if a is None else jnp.moveaxis(a, axis, 0).reshape(n, rows)
 
     b = None if labels is not None else samples_first(jnp.broadcast_to(bits, scores.shape))
-    inputs = (samples_first(scores), b, labels, samples_first(where))
     if single_count and method == "auto":  # this count's own bins, no table
+      table, k1 = None, max_bins
       bucket = lambda ss: jnp.minimum(fixed_bin_1based(ss, m), max_bins) - 1
-      prefix, ok = _edge_prefix(*inputs, bucket, max_bins, layout)
-      row = functools.partial(_sums_at_ends, sign=sign, layout=layout)
-      return unflatten(
-        jax.vmap(lambda at, o: row(at, at[:, -1] if layout.count else None, o))(prefix, ok)
-      )
-    table = edge_table(int(max_bins), "float32")
-    k1 = table.thresholds.shape[0] + 1  # intervals 0..K
-    prefix, ok = _edge_prefix(*inputs, lambda ss: _edge_bucket(ss, table), k1, layout)
+    else:
+      table = edge_table(int(max_bins), "float32")
+      k1 = table.thresholds.shape[0] + 1  # intervals 0..K
+      bucket = lambda ss: _edge_bucket(ss, table)
+    prefix, ok = _edge_prefix(
+      samples_first(scores), b, labels, samples_first(where), bucket, k1, layout
+    )
     row = functools.partial(
       _edge_row_sums, table=table, max_bins=max_bins, sign=sign, layout=layout
     )
