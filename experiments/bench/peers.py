@@ -3,8 +3,9 @@
 Two parts, each a table of contestants timed in one process, interleaved
 (``--repeat`` rounds, each over the contestants in a new seeded random
 order) after one warm-up call each; the warm-up (first-call, i.e. compile)
-time is reported beside the median and the best of the timed calls. Every contestant's value is
-recorded too, so the table shows they computed the same number.
+time is reported beside the median and the best of the timed calls. Every
+contestant's value is recorded too, so the table shows they computed the
+same number.
 
 1. **Single call** (issue 15): ``conf_ece`` (15 equal-width bins),
    ``classwise_ece`` (15 equal-width bins) and ``brier`` on numpy float32
