@@ -92,3 +92,17 @@ def test_binning_robustness_quick(tmp_path, cifar_dir):
   for kind in ("trend", "dominance", "assumption"):
     assert (tmp_path / f"cifar_subset_{kind}.png").stat().st_size > 10_000
   assert "Table 1" in (tmp_path / "README.md").read_text()
+
+
+def test_a_partial_peers_run_keeps_the_full_record():
+  """``peers.py --part single`` (or ``measures``) writes a file of its own:
+  it once replaced the committed ``peers.json`` with half of it."""
+  peers = load_script("bench/peers")
+  names = {
+    (part, quick): peers.result_name(part, quick)
+    for part in ("all", "single", "measures")
+    for quick in (False, True)
+  }
+  assert names[("all", False)] == "peers"
+  assert names[("all", True)] == "peers_quick"
+  assert len(set(names.values())) == len(names)

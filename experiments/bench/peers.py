@@ -60,7 +60,9 @@ Usage::
   python experiments/bench/peers.py [--repeat 15] [--processes 3] [--quick]
 
 Writes ``experiments/results/peers.json`` (``--quick``: ``peers_quick.json``,
-small sizes, for the test suite).
+small sizes, for the test suite). A run of one part (``--part single`` or
+``--part measures``) writes ``peers_single.json`` or ``peers_measures.json``
+instead, so it never replaces the full record with half of it.
 """
 
 from __future__ import annotations
@@ -469,6 +471,14 @@ def ets_scipy(z, y):
   ).x
 
 
+def result_name(part: str, quick: bool) -> str:
+  """The result file's name: ``peers`` for both parts, ``peers_<part>`` for one
+  (``_quick`` appended for the small sizes), so a partial run keeps the full
+  record intact."""
+  name = "peers" if part == "all" else f"peers_{part}"
+  return f"{name}_quick" if quick else name
+
+
 def main(argv=None) -> dict:
   global SETTLE, SETTLE_MS
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -523,7 +533,7 @@ def main(argv=None) -> dict:
     result["measures"] = part_measures(args, repeat)
   result["load_avg_at_end"] = cpu_load()
   result["note"] = machine_note(result["load_avg_at_end"], info.get("cpu_count"))
-  path = write_result("peers_quick" if args.quick else "peers", result)
+  path = write_result(result_name(args.part, args.quick), result)
   print(f"wrote {path}")
   return result
 

@@ -217,11 +217,24 @@ def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.n
 def load_split(path: str | os.PathLike, split: str = "test") -> tuple[np.ndarray, np.ndarray, bool]:
   """:func:`load_predictions`, and whether ``split`` was found.
 
+  Args:
+    path: an ``.npz`` file, a folder, or a pair ``"scores.npy,labels.npy"``
+      (the layouts of :func:`load_predictions`).
+    split: which split to read when the file holds several (``"test"``):
+      the arrays ``{split}_logits`` (or ``{split}_probs``, ...) and
+      ``{split}_labels``.
+
   Returns:
-    ``(scores, labels, found)``: ``found`` is False when the file holds one
-    unsplit data set (``logits``/``probs`` and ``labels``) and so gave it
-    for any ``split`` (the command line says so, and refuses to fit and test
-    a recalibrator on the same samples).
+    ``(scores, labels, found)``: ``scores`` ``(n, C)`` float32 and
+    ``labels`` ``(n,)`` int32 numpy arrays, as :func:`load_predictions`
+    returns them; ``found`` is False when the file holds one unsplit data
+    set (``logits``/``probs`` and ``labels``, or a ``"scores.npy,labels.npy"``
+    pair) and so gave it for any ``split`` (the command line says so, and
+    refuses to fit and test a recalibrator on the same samples).
+
+  Raises:
+    ValueError: as :func:`load_predictions` (a missing or unreadable file,
+      no such arrays, bad scores or labels), naming the file.
   """
   if not isinstance(path, str | bytes | os.PathLike):
     raise ValueError(f"path must be a file or folder path, got {path!r}")

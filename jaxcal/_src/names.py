@@ -165,6 +165,19 @@ _LABEL = re.compile(r"^(?P<name>[A-Za-z_]+)(?:\((?:(?P<rule>fix|qua))?;?(?P<m>\d
 def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
   """``(metric, binning, num_bins)`` of a label written by :func:`label`.
 
+  Args:
+    text: a label such as ``"ConfECE(fix;15)"``, ``"LinCE_cw(qua)"`` or
+      ``"Brier"``.
+
+  Returns:
+    ``(metric, binning, num_bins)``: the :class:`Metric`, its binning rule
+    (``"fixed"`` / ``"quantile"``; the metric's own rule when the label
+    names none, ``None`` for a metric without bins) and the bin count
+    (``None`` when the label gives none).
+
+  Raises:
+    ValueError: ``text`` is not a label of that form, or names no metric.
+
   Example:
     >>> m, rule, bins = parse_label("ConfCE_corr(qua;2000)")
     >>> m.name, rule, bins
@@ -184,6 +197,14 @@ def format_number(x: Any, digits: int = 3) -> str:
   Positional from ``1e-3`` up to what ``digits`` digits can write (below
   ``1e3`` for three digits, after rounding), and below ``1e4`` at most.
   Integers (Python or numpy) are written in full with thousands separators.
+
+  Args:
+    x: a real number (Python or numpy scalar, or a 0-d array); a bool is
+      written as ``True`` / ``False``.
+    digits: significant digits (default 3).
+
+  Returns:
+    The text: ``"nan"``, ``"inf"``, ``"-inf"`` and ``"0"`` for those values.
 
   Example:
     >>> [format_number(v) for v in (0.945199, 0.02564, 8.312e-05, 0.5, 12.0, 123456.0, 10000)]
@@ -211,6 +232,15 @@ def format_number(x: Any, digits: int = 3) -> str:
 
 def format_interval(estimate: Any, lo: Any = None, hi: Any = None, digits: int = 3) -> str:
   """``estimate [lo, hi]`` with :func:`format_number` (just the estimate without bounds).
+
+  Args:
+    estimate: the point estimate, a real number.
+    lo: the interval's lower end, or ``None``.
+    hi: the interval's upper end, or ``None``.
+    digits: significant digits of each number (default 3).
+
+  Returns:
+    ``"estimate [lo, hi]"``, or the estimate alone when either end is ``None``.
 
   Example:
     >>> format_interval(0.02564, 0.02304, 0.02986)

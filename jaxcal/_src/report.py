@@ -110,6 +110,23 @@ RANK_ERRORS: tuple[tuple[str, str], ...] = (
 def robustness_bins(n: int, lo: int = 2, hi: int = 2000, count: int = 20) -> np.ndarray:
   """About ``count`` bin counts from ``lo`` to ``min(hi, n)``, evenly spaced on a log scale.
 
+  Args:
+    n: the sample size, an int ``>= 1``; the largest bin count is ``min(hi, n)``
+      (``lo`` when that is smaller than ``lo``).
+    lo: the smallest bin count, an int ``>= 1`` (default 2).
+    hi: the largest bin count when ``n`` allows it, an int ``>= lo`` (default 2000).
+    count: number of log-spaced points before rounding, an int ``>= 1``
+      (default 20).
+
+  Returns:
+    A sorted ``(k,)`` int64 numpy array of distinct bin counts, ``k <= count``
+    (points that round to the same integer are kept once), from ``lo`` to
+    ``max(lo, min(hi, n))``.
+
+  Raises:
+    ValueError: a non-int argument, ``n``, ``lo`` or ``count`` below 1, or
+      ``hi < lo``.
+
   Example:
     >>> robustness_bins(10000, count=6).tolist()
     [2, 8, 32, 126, 502, 2000]
@@ -816,6 +833,16 @@ def find_models(path: str) -> dict[str, str] | None:
   either sub-folders or at least two ``.npz`` files; each sub-folder and
   ``.npz`` file is one model, named after it.
 
+  Args:
+    path: a file or folder path (a ``str``).
+
+  Returns:
+    ``None`` when ``path`` is not a folder, holds ``.npy`` files, or has no
+    sub-folders and fewer than two ``.npz`` files (a single prediction set);
+    otherwise a dict model name -> path: each sub-folder not starting with
+    ``.`` under its own name, then each ``.npz`` file under its name without
+    the suffix (both in sorted order; the paths are joined to ``path``).
+
   Example:
     >>> from jaxcal.data import DEFAULT_PREDICTIONS
     >>> find_models(str(DEFAULT_PREDICTIONS)) is None
@@ -1055,6 +1082,38 @@ def format_summary(rep: dict) -> str:
   """The terminal summary of a report (one model or several).
 
   Numbers have three significant digits; ``*`` marks the truthful errors.
+
+  Args:
+    rep: a report dict from :func:`calibration_report` (one model) or
+      :func:`compare_report` (several models, recognised by its
+      ``rank_stability`` section). It needs ``settings``, ``metrics`` and
+      ``input`` (one model) or ``models`` (several); the ``robustness``,
+      ``utility``, ``decomposition`` and ``timing`` sections are shown when
+      present.
+
+  Returns:
+    The summary as one ``str`` of newline-separated lines (no trailing
+    newline): the input and the interval settings, one line per metric
+    (``estimate [lo, hi]`` and what it measures), then the present sections;
+    for several models a table of headline errors per model and the Spearman
+    correlations of their rankings between bin counts.
+
+  Raises:
+    ValueError: ``rep`` is not a report dict (no ``settings`` or ``metrics``).
+
+  Example:
+    >>> rep = {
+    ...   "settings": {"resamples": 0},
+    ...   "input": {"n": 500, "num_classes": 10, "kind": "logits"},
+    ...   "metrics": {"accuracy": {"estimate": 0.9452},
+    ...               "LinCE_cw(qua;15)": {"estimate": 0.0123, "truthful": True}},
+    ... }
+    >>> print(format_summary(rep))
+    jaxcal report — predictions
+      n = 500 samples, C = 10 classes (logits); no intervals (resamples = 0)
+        accuracy           0.945   top-1 accuracy
+        LinCE_cw(qua;15)*  0.0123  class-wise squared binned error (truthful)
+        (* truthful: reporting the true probabilities minimises its expectation)
   """
   _check_report(rep)
   if "rank_stability" in rep:
@@ -1141,7 +1200,37 @@ def _compare_summary(rep: dict) -> str:
 
 
 def format_markdown(rep: dict) -> str:
-  """The report as markdown tables (metrics with intervals; rankings for several models)."""
+  """The report as markdown tables (metrics with intervals; rankings for several models).
+
+  Args:
+    rep: a report dict from :func:`calibration_report` (one model) or
+      :func:`compare_report` (several models, recognised by its
+      ``rank_stability`` section). It needs ``settings``, ``metrics`` and
+      ``input`` (one model); the ``robustness``, ``utility`` and
+      ``decomposition`` sections get their own tables when present.
+
+  Returns:
+    The markdown text, a ``str`` ending in a newline. One model: a metric |
+    estimate [interval] | what table, then tables of the errors across bin
+    counts, of the UC quantiles and of the Brier decompositions. Several
+    models: a model-by-headline-error table and, per group of models, the
+    Spearman correlations of their ranking between pairs of bin counts.
+
+  Raises:
+    ValueError: ``rep`` is not a report dict (no ``settings`` or ``metrics``).
+
+  Example:
+    >>> rep = {
+    ...   "settings": {"resamples": 0},
+    ...   "input": {"n": 500, "num_classes": 10, "kind": "logits"},
+    ...   "metrics": {"accuracy": {"estimate": 0.9452}},
+    ... }
+    >>> lines = format_markdown(rep).splitlines()
+    >>> lines[2]
+    '| metric | estimate [interval] | what |'
+    >>> lines[4]
+    '| accuracy | 0.945 | top-1 accuracy |'
+  """
   _check_report(rep)
   if "rank_stability" in rep:
     m = rep["settings"]["num_bins"]
@@ -1243,6 +1332,26 @@ def format_comparison(
   rows: Mapping[str, Mapping[str, float]], columns: Sequence[str], markdown: bool = False
 ) -> str:
   """A metric-by-column table (e.g. before / after recalibration), 3 significant digits.
+
+  Args:
+    rows: a mapping row label -> {column name: value}; every value is a real
+      scalar (Python or numpy number, or a 0-d array), written with
+      :func:`format_number`.
+    columns: the column names to show, in order (a sequence, not a string);
+      every row must have each of them.
+    markdown: a markdown table instead of aligned plain text (default False).
+
+  Returns:
+    The table as a ``str`` without a trailing newline: a ``metric`` column
+    of the row labels, then one column per name in ``columns``. Plain text
+    indents each line by two spaces and pads the columns; markdown writes
+    ``| ... |`` rows under a ``|---|`` separator.
+
+  Raises:
+    TypeError: ``rows`` is not a mapping of mappings, or ``columns`` is not
+      a sequence of names.
+    ValueError: a row lacks a column, a value is not a real number, or
+      ``markdown`` is not a bool.
 
   Example:
     >>> print(format_comparison({"NLL": {"before": 0.2041, "after": 0.1712}}, ("before", "after")))

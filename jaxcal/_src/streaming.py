@@ -1032,6 +1032,14 @@ class Calibration(_Streaming):
   ``conf_ce_corr`` (and ``classwise_ce`` for ``kind="full"``) with their
   default quantile bins, exactly as the one-shot functions.
 
+  Attributes:
+    bins: the :class:`FixedBins` state (fixed-bin errors, ``num_bins`` bin
+      counts, class-wise statistics unless ``classwise=False``).
+    scores: the :class:`Scores` state (proper scores, accuracy, label counts;
+      the ``(C, C)`` confusion counts with ``confusion=True``).
+    records: the :class:`Records` state of ``capacity`` samples for the
+      quantile-bin errors, or ``None`` (made without ``capacity``).
+
   Example:
     >>> import jax, jax.numpy as jnp
     >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])

@@ -200,7 +200,17 @@ def check_num_classes(rc: Any, c: int) -> None:
 
 
 def methods() -> tuple[str, ...]:
-  """Names of every recalibration method, sorted."""
+  """Names of every recalibration method, sorted.
+
+  Returns:
+    The keys of :data:`METHODS` (the names that :func:`fit`,
+    :func:`fit_function` and :func:`load` accept), a sorted tuple of str.
+
+  Example:
+    >>> names = methods()
+    >>> "temperature" in names, names == tuple(sorted(names))
+    (True, True)
+  """
   return tuple(sorted(METHODS))
 
 
@@ -222,6 +232,20 @@ def _resolve(method: str) -> tuple[Callable[..., Recalibrator], type]:
 
 def fit_function(method: str) -> Callable[..., Recalibrator]:
   """The typed fit function behind ``fit(method, ...)``, e.g. ``fit_temperature``.
+
+  The function's module is imported on this call (for ``"local_net"`` and
+  ``"kcal"`` that imports flax).
+
+  Args:
+    method: a method name, one of :func:`methods` (e.g. ``"temperature"``).
+
+  Returns:
+    The fit function, called as ``fn(inputs, labels, **options)`` with
+    ``inputs`` of shape ``(n, C)`` and integer ``labels`` of shape ``(n,)``;
+    it returns a fitted :class:`Recalibrator`.
+
+  Raises:
+    ValueError: ``method`` is not a known method name.
 
   Example:
     >>> fit_function("temperature").__name__
@@ -595,6 +619,10 @@ def save(rc: Recalibrator, path: str | os.PathLike) -> None:
   Args:
     rc: a fitted recalibrator (concrete, not traced).
     path: destination file.
+
+  Returns:
+    ``None``; the file at ``path`` is created or overwritten (read it back
+    with :func:`load`).
 
   Raises:
     ValueError: ``rc`` is not a recalibrator, holds traced arrays, or has a

@@ -504,6 +504,21 @@ def sample_aligned_gain(
 ) -> Utility:
   """``m`` aligned gain-matrix utilities: ``R_ii = 1``, off-diagonals iid ``U(0, 0.1)``.
 
+  Args:
+    key: a JAX PRNG key.
+    m: number of utilities, a Python int ``>= 1``.
+    num_classes: ``C >= 2``.
+    max_off_diagonal: upper end of the uniform law of the off-diagonal gains
+      ``R_ij``, in ``[0, 1]``; 0.1 (the paper's value) by default.
+
+  Returns:
+    A batch of ``m`` gain-matrix utilities (kind ``"decision"``, see
+    :func:`gain_matrix`), ``params`` ``-R`` of shape ``(m, C, C)``.
+
+  Raises:
+    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, or ``max_off_diagonal``
+      outside ``[0, 1]``.
+
   Example:
     >>> import jax
     >>> u = sample_aligned_gain(jax.random.PRNGKey(0), 2, 3)
@@ -535,6 +550,21 @@ def sample_misaligned_gain(
   from ``key``). Each utility is a specialist of one group ``K`` drawn
   uniformly: ``R_ii = 1``, ``R_ij = gain`` (0.2) for ``i != j`` both in ``K``,
   and 0 elsewhere.
+
+  Args:
+    key: a JAX PRNG key.
+    m: number of utilities, a Python int ``>= 1``.
+    num_classes: ``C >= 2``.
+    num_groups: number of label groups, an int in ``[1, C]``; 10 by default.
+    gain: the off-diagonal gain within a group, in ``[0, 1]``; 0.2 by default.
+
+  Returns:
+    A batch of ``m`` gain-matrix utilities (kind ``"decision"``, see
+    :func:`gain_matrix`), ``params`` ``-R`` of shape ``(m, C, C)``.
+
+  Raises:
+    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, ``num_groups`` outside
+      ``[1, C]``, or ``gain`` outside ``[0, 1]``.
 
   Example:
     >>> import jax
