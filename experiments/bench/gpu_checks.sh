@@ -15,19 +15,22 @@
 #   5. isotonic regression, 100 classes x n = 100,000, experiments/bench/isotonic.py;
 #   6. the exact stable argsorts with each one's first call,
 #      experiments/bench/sort_strategies.py;
-#   7. the tests whose numbers depend on the backend (sort paths, precision,
+#   7. fixed bins of one bin count histogrammed straight into its bins against
+#      the shared threshold table (fewer, more contended scatter targets on a
+#      GPU), experiments/bench/single_count.py;
+#   8. the tests whose numbers depend on the backend (sort paths, precision,
 #      UC sweeps, isotonic, binned errors and scatter orders) and the check
 #      that the suite's CPU-only compile flag stays off on the GPU, with -n 4.
 # Each step has its own time limit, so a slow step costs its limit and the
 # next one still runs. The H200 run's steps took 408 s before uc_precision
 # and the library sweeps with other products were added to uc_stages; the
-# step limits now add up to 630 s, past one 600 s device command, so on a
+# step limits now add up to 670 s, past one 600 s device command, so on a
 # lent GPU run it as two commands, back to back while the machine is warm:
-#   GPU_CHECKS_STEPS="machine uc_stages uc_precision"    (limits 280 s)
+#   GPU_CHECKS_STEPS="machine uc_stages uc_precision single_count"    (limits 320 s)
 #   GPU_CHECKS_STEPS="uc_sweep isotonic sort_strategies tests"    (350 s)
 # GPU_CHECKS_STEPS names the steps to run (default: all of "machine
-# uc_stages uc_precision uc_sweep isotonic sort_strategies tests"), so the device
-# time of a lease can be split over two commands.
+# uc_stages uc_precision single_count uc_sweep isotonic sort_strategies
+# tests"), so the device time of a lease can be split over two commands.
 #
 # Results: <name>_gpu.json (experiments/bench/_common.write_result names the
 # backend) and gpu_checks_log.txt, in $OUT when it is set (the device tool's
@@ -38,7 +41,8 @@
 #
 # Usage, from the repository root: bash experiments/bench/gpu_checks.sh
 # GPU_CHECKS_QUICK=1 runs every step at small sizes, into uc_stages_small,
-# uc_precision_small, uc_sweep_small, isotonic_quick and sort_strategies_small
+# uc_precision_small, uc_sweep_small, isotonic_quick, sort_strategies_small
+# and single_count_small
 # (a check of this script on a CPU: about 1 minute on 2 cores).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -56,6 +60,7 @@ if [ -n "${GPU_CHECKS_QUICK:-}" ]; then
   STAGE_ARGS=(--small --repeat 2)
   ISO_ARGS=(--n 2000 --classes 10 --repeat 2 --sklearn-repeat 1 --name isotonic_quick)
   SORT_ARGS=(--small --repeat 2)
+  COUNT_ARGS=(--small --repeat 3)
   TESTS=(tests/test_sorting.py tests/test_precision.py
     tests/test_xla_emitters.py::test_the_optimisation_level_follows_the_backend_this_run_uses)
   WORKERS=1
@@ -65,13 +70,14 @@ else
   STAGE_ARGS=(--repeat 10)
   ISO_ARGS=(--repeat 3 --sklearn-repeat 1)
   SORT_ARGS=(--repeat 5)
+  COUNT_ARGS=(--repeat 31)
   TESTS=(tests/test_sorting.py tests/test_precision.py tests/test_utility.py
     tests/test_isotonic.py tests/test_metrics.py tests/test_binning.py
     tests/test_xla_emitters.py::test_the_optimisation_level_follows_the_backend_this_run_uses)
   WORKERS=4
 fi
 
-STEPS=" ${GPU_CHECKS_STEPS:-machine uc_stages uc_precision uc_sweep isotonic sort_strategies tests} "
+STEPS=" ${GPU_CHECKS_STEPS:-machine uc_stages uc_precision single_count uc_sweep isotonic sort_strategies tests} "
 
 step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs its status
   local limit=$1 name=$2
@@ -90,6 +96,7 @@ step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs 
     \"jax\", jax.__version__, jax.devices())'"
   step 200 uc_stages "$PY" experiments/bench/uc_stages.py "${STAGE_ARGS[@]}"
   step 60 uc_precision "$PY" experiments/bench/uc_precision.py "${PREC_ARGS[@]}"
+  step 40 single_count "$PY" experiments/bench/single_count.py "${COUNT_ARGS[@]}"
   step 90 uc_sweep "$PY" experiments/bench/uc_sweep.py "${UC_ARGS[@]}"
   step 30 isotonic "$PY" experiments/bench/isotonic.py "${ISO_ARGS[@]}"
   step 20 sort_strategies "$PY" experiments/bench/sort_strategies.py "${SORT_ARGS[@]}"
