@@ -1,5 +1,6 @@
-"""The two experiment scripts end to end in their --quick modes, and the
-four-predictor closed forms against exact enumeration."""
+"""The two experiment scripts end to end in their --quick modes, the
+four-predictor closed forms against exact enumeration, and the name of the
+peers benchmark's result file for a partial run."""
 
 import importlib.util
 import itertools

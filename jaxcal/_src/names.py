@@ -204,7 +204,9 @@ def format_number(x: Any, digits: int = 3) -> str:
     digits: significant digits (default 3).
 
   Returns:
-    The text: ``"nan"``, ``"inf"``, ``"-inf"`` and ``"0"`` for those values.
+    The formatted number: an integer in full, anything else with ``digits``
+    significant digits; ``"nan"``, ``"inf"``, ``"-inf"`` and ``"0"`` for
+    those values.
 
   Example:
     >>> [format_number(v) for v in (0.945199, 0.02564, 8.312e-05, 0.5, 12.0, 123456.0, 10000)]
