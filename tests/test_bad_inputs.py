@@ -179,7 +179,7 @@ CASES = [
   C("rank_correlation nan", dominance.rank_correlation, (np.arange(4.0), np.array([1, np.nan, 2, 3])), {}, ValueError, r"b contains NaN"),
   C("rank_correlation method", dominance.rank_correlation, (np.arange(4.0), np.arange(4.0)), {"method": "pearson"}, ValueError, r"spearman"),
   C("resample n float", dominance.resample_indices, (KEY, 2.5, 3), {}, ValueError, r"n must be an integer"),
-  C("bootstrap 1 resample", dominance.bootstrap, (KEY, jnp.mean, np.arange(5.0)), {"num_resamples": 1}, ValueError, r"num_resamples must be an integer >= 2"),
+  C("bootstrap 1 resample", jaxcal.bootstrap.bootstrap, (KEY, jnp.mean, np.arange(5.0)), {"num_resamples": 1}, ValueError, r"num_resamples must be an integer >= 2"),
   # ---- data
   C("synthetic n=0", data.synthetic, (KEY, 0, 3), {}, ValueError, r"n >= 1"),
   C("synthetic n huge", data.synthetic, (KEY, 2**40, 3), {}, ValueError, r"n \* num_classes = 3298534883328 exceeds 2\*\*31 - 1"),
