@@ -364,7 +364,7 @@ def test_degenerate_arguments_are_refused():
     metrics.bin_ids(P[:, 0], 2, None)
 
 
-def test_lce_features_near_the_float_range_are_scaled_not_nan():
+def test_kernel_features_near_the_float_range_are_scaled_not_nan():
   # |phi| >= 1e19 in float32: |a|^2 + |b|^2 - 2 a.b overflowed (inf - inf) and
   # lce returned NaN on finite input; the kernel depends on ||a - b|| / gamma only
   rng = np.random.default_rng(0)
@@ -378,6 +378,13 @@ def test_lce_features_near_the_float_range_are_scaled_not_nan():
   # the default bandwidth 10 is then far below the spread: the gamma -> 0 limit, finite
   tiny = metrics.lce(p, y, phi * np.float32(1e30), 2, min_bin_size=2)
   assert np.all(np.isfinite(np.asarray(tiny)))
+  # the public Nadaraya-Watson estimator shares the kernel: the same scaling (it
+  # gave a wrong finite row and NaN rows at 1e19)
+  t = np.eye(3, dtype=np.float32)[y]
+  want = metrics.nadaraya_watson(phi, t, 1.0)
+  for s in (1e19, 1e30, 1e38):
+    got = metrics.nadaraya_watson(phi * np.float32(s), t, s)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
 def test_traced_bin_counts_need_max_bins():

@@ -176,6 +176,32 @@ def test_public_name_and_where_mask_drops_samples(data):
     metrics.lce(p, y, phi, mlce="max")
 
 
+def test_public_where_mask_is_the_subset_and_never_reads_masked_rows(data):
+  # metrics.lce took no where= (a TypeError), though every other metric does
+  p, y, phi = data
+  p, phi = p.astype(np.float32), phi.astype(np.float32)
+  keep = np.arange(len(y)) % 3 != 0
+  kw = dict(bandwidth=2.0, **BLOCKS)
+  subset = metrics.lce(p[keep], y[keep], phi[keep], np.array([5, 15]), **kw)
+  got = metrics.lce(p, y, phi, np.array([5, 15]), where=keep, **kw)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(subset), rtol=1e-6)
+  # masked-out rows are neither checked nor read: NaN scores and features, a bad label
+  p_bad, phi_bad, y_bad = p.copy(), phi.copy(), y.copy()
+  p_bad[~keep], phi_bad[~keep], y_bad[~keep] = np.nan, np.inf, 99
+  want = metrics.lce(p[keep], y[keep], phi[keep], **kw)
+  eager = metrics.lce(p_bad, y_bad, phi_bad, where=keep, **kw)
+  jitted = jax.jit(lambda *a: metrics.lce(*a[:3], where=a[3], **kw))(p_bad, y_bad, phi_bad, keep)
+  for out in (eager, jitted):
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-6)
+  # a selected bad row still raises, naming it; too few selected samples name the mask
+  phi_sel = phi.copy()
+  phi_sel[1] = np.nan
+  with pytest.raises(ValueError, match="features contains non-finite .* row 1"):
+    metrics.lce(p, y, phi_sel, where=keep, **kw)
+  with pytest.raises(ValueError, match=r"n = 200 samples selected by where"):
+    metrics.lce(p, y, phi, where=keep, min_bin_size=150, **kw)
+
+
 def test_bin_of_exactly_min_bin_size_is_skipped():
   # 2 classes; p[:, 0] puts exactly 20 samples in the bin (0.6, 2/3] and 30 in (1/15*14, 1]
   rng = np.random.default_rng(1)

@@ -31,7 +31,7 @@ This module never imports training code or recalibrators.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,7 +42,6 @@ from jaxcal._src import binning as B
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _class_weights
 from jaxcal._src.numerics import PRECISION
-from jaxcal._src.scores import prepare
 
 __all__ = [
   "LocalCalibration",
@@ -221,6 +220,33 @@ def nadaraya_watson(
   return V.fold(out, V.both_ok(ok, vals_ok))
 
 
+def _overflow_scale(amax: jax.Array, dim: int, dtype: Any) -> jax.Array:
+  """The power of two ``s >= 1`` to divide features by so that their kernel cannot overflow.
+
+  Features so large that ``|a|^2 + |b|^2 - 2 a.b`` would overflow (``inf -
+  inf = NaN``) are divided, with the bandwidth, by one power of two (exact:
+  the kernel only depends on ``||a - b|| / gamma``), so that every term stays
+  below ``max / 4``. ``s = 1`` for entries below ``4.6e18 / sqrt(D)`` in
+  float32: other inputs are unchanged.
+
+  Args:
+    amax: the largest ``|phi_ij|`` of the features used, a scalar.
+    dim: the feature dimension ``D``.
+    dtype: the features' floating dtype.
+
+  Returns:
+    The scale ``s``, a power of two in ``dtype``.
+  """
+  limit = float(np.sqrt(float(jnp.finfo(dtype).max) / (16 * dim)))
+  return jnp.ldexp(jnp.ones((), dtype), jnp.maximum(jnp.frexp(amax / limit)[1], 0))
+
+
+def _scaled_bandwidth(bandwidth: ArrayLike, scale: jax.Array, dtype: Any) -> jax.Array:
+  """``gamma / s`` for features divided by ``s`` (:func:`_overflow_scale`), kept ``>= sqrt(tiny)``."""
+  tiny = V.smallest_bandwidth(dtype, squared=True)
+  return jnp.maximum(jnp.asarray(bandwidth, dtype) / scale, jnp.asarray(tiny, dtype))
+
+
 def _nw_core(f, t, bandwidth, *, include_self=False, mask=None, queries=None):
   """Nadaraya–Watson without validation.
 
@@ -230,9 +256,17 @@ def _nw_core(f, t, bandwidth, *, include_self=False, mask=None, queries=None):
   neighbours gets 0; one whose admissible kernels all overflow to
   ``log k = -inf`` gets NaN.
   """
+  amax = (
+    jnp.max(jnp.abs(f))
+    if queries is None
+    else jnp.maximum(jnp.max(jnp.abs(f)), jnp.max(jnp.abs(queries)))
+  )
+  scale = _overflow_scale(amax, f.shape[1], f.dtype)
+  f = f / scale
+  bandwidth = _scaled_bandwidth(bandwidth, scale, f.dtype)
   centre = jnp.mean(f, axis=0, keepdims=True)
   f = f - centre
-  q = f if queries is None else queries - centre
+  q = f if queries is None else queries / scale - centre
   logk = gaussian_log_kernel(q, f, bandwidth)
   ok = jnp.ones(logk.shape, bool)
   if queries is None and not include_self:
@@ -344,11 +378,11 @@ def _lce_core(
   weights,
   min_bin_size,
   bandwidth,
+  where=None,
   *,
   max_bins,
   block_size,
   candidate_block,
-  where=None,
 ):
   """``(LCE, weighted MLCE, global MLCE, kept anchors)`` of one data set.
 
@@ -362,16 +396,10 @@ def _lce_core(
   dtype = p.dtype
   keep = jnp.ones((n,), bool) if where is None else jnp.asarray(where, bool)
   feats = feats.astype(dtype)
-  # Features so large that |a|^2 + |b|^2 - 2 a.b would overflow (inf - inf = NaN):
-  # divide them and the bandwidth by one power of two (exact; the kernel only
-  # depends on ||a - b|| / gamma), so that every term stays below max / 4. The
-  # scale is 1 below 4.6e18 / sqrt(D) in float32: other inputs are unchanged.
-  limit = float(np.sqrt(float(jnp.finfo(dtype).max) / (16 * feats.shape[1])))
   amax = jnp.max(jnp.where(keep[:, None], jnp.abs(feats), 0.0))
-  scale = jnp.ldexp(jnp.ones((), dtype), jnp.maximum(jnp.frexp(amax / limit)[1], 0))
+  scale = _overflow_scale(amax, feats.shape[1], dtype)
   feats = feats / scale
-  tiny = V.smallest_bandwidth(dtype, squared=True)
-  bandwidth = jnp.maximum(jnp.asarray(bandwidth, dtype) / scale, jnp.asarray(tiny, dtype))
+  bandwidth = _scaled_bandwidth(bandwidth, scale, dtype)
   centre = jnp.sum(jnp.where(keep[:, None], feats, 0.0), axis=0) / jnp.maximum(
     jnp.sum(keep), 1
   ).astype(dtype)
@@ -397,9 +425,9 @@ def _lce_core(
 
 @functools.cache
 def _compiled(batched: bool, **static):
-  f = functools.partial(_lce_core, **static)
+  f = functools.partial(_lce_core, **static)  # (p, y, m, feats, w, min_bin_size, gamma, where)
   if batched:
-    f = jax.vmap(f, in_axes=(None, None, 0, None, None, None, None))
+    f = jax.vmap(f, in_axes=(None, None, 0, None, None, None, None, None))
   return jax.jit(f)
 
 
@@ -415,6 +443,7 @@ def lce(
   mlce: str = "weighted",
   max_bins: int | None = None,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
   block_size: int = 256,
   candidate_block: int = 1024,
 ) -> LocalCalibration:
@@ -487,6 +516,9 @@ def lce(
       single largest ``e_ic``).
     max_bins: static bound on a traced ``num_bins``.
     from_logits: apply a softmax to ``probs`` first.
+    where: optional ``(n,)`` bool mask of the samples to use: the others are
+      neither anchors nor neighbours, nor counted in bin sizes (the LCE of
+      the selected subset; their values are not checked).
     block_size: anchors per block (static; memory/speed only).
     candidate_block: neighbours per block (static; memory/speed only).
 
@@ -520,8 +552,10 @@ def lce(
   arXiv:2510.26566, §3 (LCE, MLCE) and App. D.3 (class-wise variant); Luo et
   al. (2022), "Local calibration: metrics and recalibration", UAI, §3.
   """
-  p, y = prepare(probs, labels, from_logits)
-  f = V.check_features(features, p.shape[0])  # finite, D >= 1
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  p, y = d.neutral()  # masked-out rows: uniform, label 0 (never NaN)
+  p = V.fold(p, d.ok)
+  f = V.check_features(features, p.shape[0], where=d.where)  # finite (selected rows), D >= 1
   g, g_ok = _check_bandwidth(bandwidth, p.dtype)
   if mlce not in MLCE_MODES:
     raise ValueError(f"mlce must be one of {MLCE_MODES}, got {mlce!r}")
@@ -554,14 +588,14 @@ def lce(
   pick = 1 if mlce == "weighted" else 2
   batched = not (isinstance(m, int) or jnp.ndim(m) == 0)
   mm = jnp.reshape(m, (-1,)) if batched else jnp.asarray(m, jnp.int32)
-  out = _compiled(batched, **static)(p, y, mm, *args)
+  out = _compiled(batched, **static)(p, y, mm, *args, d.where)
   if V.is_concrete(out[3]):
-    _raise_if_nothing_kept(out[3], m, min_bin_size, p.shape[0])
+    _raise_if_nothing_kept(out[3], m, min_bin_size, d.count, d.where is not None)
   shape = jnp.shape(m)
   return V.fold(LocalCalibration(out[0].reshape(shape), out[pick].reshape(shape)), g_ok)
 
 
-def _raise_if_nothing_kept(kept: jax.Array, m, min_bin_size, n: int) -> None:
+def _raise_if_nothing_kept(kept: jax.Array, m, min_bin_size, n: int, masked: bool = False) -> None:
   """Raises when some bin count leaves no class a kept anchor (one small read)."""
   kept = np.asarray(jax.device_get(kept)).reshape(-1)  # one int per bin count
   if kept.min() > 0:
@@ -570,7 +604,8 @@ def _raise_if_nothing_kept(kept: jax.Array, m, min_bin_size, n: int) -> None:
   which = f"num_bins = {int(bins[0])}" if np.ndim(m) == 0 else f"num_bins in {bins.tolist()}"
   raise ValueError(
     f"lce: with {which}, no bin of any class holds more than min_bin_size = "
-    f"{int(np.asarray(min_bin_size))} of the n = {n} samples, so there is no anchor and "
+    f"{int(np.asarray(min_bin_size))} of the n = {n} samples{' selected by where' if masked else ''}, "
+    "so there is no anchor and "
     "LCE / MLCE are undefined. Lower min_bin_size, use fewer bins (num_bins), or pass "
     "more samples."
   )

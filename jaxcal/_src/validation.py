@@ -1632,8 +1632,14 @@ def check_finite(x: Any, name: str) -> None:
   check_values(x, name)
 
 
-def check_features(features: Any, n: int, name: str = "features") -> jax.Array:
-  """Validates an ``(n, D)`` feature matrix: ``D >= 1`` columns, finite values."""
+def check_features(
+  features: Any, n: int, name: str = "features", where: jax.Array | None = None
+) -> jax.Array:
+  """Validates an ``(n, D)`` feature matrix: ``D >= 1`` columns, finite values.
+
+  With ``where`` (a validated ``(n,)`` bool mask, :func:`check_where`) only
+  the selected rows are checked.
+  """
   f = as_float(features, name)
   if f.ndim != 2:
     raise ValueError(f"{name} must have shape (n, D), got shape {tuple(f.shape)}")
@@ -1643,7 +1649,8 @@ def check_features(features: Any, n: int, name: str = "features") -> jax.Array:
     raise ValueError(
       f"{name} must have at least one column (shape (n, D) with D >= 1), got {tuple(f.shape)}"
     )
-  ok, _ = _validate(_Spec(xs=(_Arr("finite", name, 2, 0.0),)), (f,))
+  spec = _Spec(xs=(_Arr("finite", name, 2, 0.0),), has_where=where is not None, empty_where=True)
+  ok, _ = _validate(spec, (f,), None, where)
   return fold(f, ok)
 
 
