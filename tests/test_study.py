@@ -159,6 +159,35 @@ def test_probabilities_of_different_size_and_shared_labels(logits):
       np.testing.assert_allclose(shared["brier"][i], scores.brier(p[i], yy[0]), atol=ATOL)
 
 
+def test_integer_bool_and_half_predictions_compute_as_the_one_shot_functions():
+  """evaluate ran its cores on the caller's dtype: an always-right int32 one-hot
+  model had ConfECE 1 (every confidence binned as 0), bool raised a TypeError,
+  float16 gave float16 numbers; and int rows of 1/C padding (0) failed the check."""
+  y0, y1 = np.arange(64) % 3, np.arange(40) % 3
+  onehot = [np.eye(3, dtype=np.int32)[y0], np.eye(3, dtype=np.int32)[y1]]
+  names = ["conf_ece", "conf_ce_corr", "brier", "confidence_loss"]
+  for ps in (onehot, [a.astype(bool) for a in onehot], [jnp.asarray(a) for a in onehot]):
+    res = jaxcal.evaluate(ps, [y0, y1], names, num_bins=5)  # two sizes: padding
+    for name in names:
+      np.testing.assert_array_equal(res[name], [0.0, 0.0])
+  rng = np.random.default_rng(10)
+  z = rng.normal(size=(2, 64, 3)) * 2
+  p16 = np.asarray(jax.nn.softmax(jnp.asarray(z, jnp.float32))).astype(np.float16)
+  y = rng.integers(0, 3, (2, 64))
+  for ps in (p16, [p16[0], p16[1, :40]]):
+    res = jaxcal.evaluate(ps, [y[0], y[1, : len(ps[1])]], ["brier", "decompose", "conf_ece"])
+    assert res["brier"].dtype == np.float32
+    for i in range(2):
+      k = len(ps[i])
+      want = scores.brier(p16[i, :k], y[i, :k])
+      np.testing.assert_allclose(res["brier"][i], want, rtol=1e-6)
+      np.testing.assert_allclose(
+        res["conf_ece"][i], metrics.conf_ece(p16[i, :k], y[i, :k]), atol=ATOL
+      )
+      dec = scores.decompose(p16[i, :k], y[i, :k])
+      np.testing.assert_allclose(res["decompose"][i, 0], dec.score, rtol=1e-6)
+
+
 def test_new_bins_array_of_same_length_reuses_the_program(logits):
   """Bin arrays are arguments; the static bound is a power of two (9 and 12 -> 16)."""
   z, y = logits

@@ -322,6 +322,22 @@ def test_prepare_upcasts_and_narrows():
   assert V.simplex_atol(jnp.int32) == 1e-3
 
 
+def test_numpy_bfloat16_is_checked_as_bfloat16_like_a_jax_array():
+  # numpy (ml_dtypes) bfloat16 is not an np.floating: it was upcast on the host as if
+  # an integer, and its rows then checked at float32's 1e-3 instead of bfloat16's 2 eps
+  third = np.full((64, 3), 1 / 3).astype(jnp.bfloat16)  # rows sum to 1.00195 in bfloat16
+  y = np.arange(64) % 3
+  for x in (third, jnp.asarray(third)):
+    np.testing.assert_allclose(float(scores.brier(x, y)), 2 / 3, rtol=1e-5)
+  with pytest.raises(ValueError, match=r"tolerance 0.001"):  # float32: 1e-3 as before
+    scores.brier(third.astype(np.float32), y)
+  labels = y.astype(jnp.bfloat16)  # bfloat16 labels: checked as floats, on the host
+  np.testing.assert_allclose(float(scores.brier(third, labels)), 2 / 3, rtol=1e-5)
+  labels[3] = 1.5
+  with pytest.raises(ValueError, match=r"labels must be integers.* labels\[3\] = 1.5"):
+    scores.brier(third, labels)
+
+
 def test_one_rule_for_logits_or_probabilities():
   assert data.looks_like_probs is V.looks_like_probs
   from jaxcal._src import cli, report

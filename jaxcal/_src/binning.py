@@ -100,6 +100,7 @@ __all__ = [
   "resolve_max_bins",
   "sample_count",
   "masked_last",
+  "fixed_thresholds",
   "edge_table",
   "EDGES_MAX_BINS",
   "FAST_SORT_MIN_N",
@@ -385,21 +386,34 @@ class EdgeTable(NamedTuple):
   width: int  # max thresholds in one grid cell
 
 
-@functools.lru_cache(maxsize=16)
-def edge_table(max_bins: int, dtype_name: str) -> EdgeTable:
-  """Thresholds ``T(m, j)`` of the fixed rule for all ``1 <= j <= m <= max_bins``.
+def fixed_thresholds(m: np.ndarray, j: np.ndarray, dtype_name: str) -> np.ndarray:
+  """The fixed rule's bin thresholds ``T(m, j)`` for given pairs ``(m, j)`` (host numpy).
 
   ``T(m, j)`` is the largest value ``t`` of the scores' dtype with
-  ``fl(t * m) <= j``, so that ``clip(ceil(fl(s*m)), 1, m) <= j`` iff
+  ``fl(t * m) <= j``, so that ``clip(ceil(fl(s * m)), 1, m) <= j`` iff
   ``s <= T(m, j)`` (for ``j < m``). Computed by stepping a few ulps around
-  ``j/m`` (the rounded product is monotone in ``t``), checked exhaustively
-  on the candidates.
+  ``j / m`` (the rounded product is monotone in ``t``), checked on the
+  candidates. ``O(len(m))``: a streaming state of one large bin count needs
+  only its own ``m - 1`` thresholds, not :func:`edge_table`'s ``m^2 / 2``.
+
+  Args:
+    m: int64 bin counts, any shape.
+    j: int64 bin indices ``1 <= j <= m``, the same shape.
+    dtype_name: the scores' dtype, ``"float32"`` or ``"float64"``.
+
+  Returns:
+    ``T(m, j)`` in that dtype, the shape of ``m``.
+
+  Example:
+    >>> fixed_thresholds(np.array([4, 4]), np.array([1, 2]), "float64").tolist()
+    [0.25, 0.5]
+
+  Reference: Lu, Wu, Hartline & Hu (2025), Truthful Calibration Errors for
+  Multi-Class Prediction, §3 (fixed, outcome-independent binning).
   """
   dt = np.dtype(dtype_name)
   ft = dt.type
-  mm = np.concatenate([np.full(m, m, np.int64) for m in range(1, max_bins + 1)])
-  jj = np.concatenate([np.arange(1, m + 1, dtype=np.int64) for m in range(1, max_bins + 1)])
-  mf, jf = mm.astype(dt), jj.astype(dt)
+  mf, jf = np.asarray(m).astype(dt), np.asarray(j).astype(dt)
   cand = jf / mf
   for _ in range(3):
     cand = np.nextafter(cand, ft(-np.inf))
@@ -413,6 +427,19 @@ def edge_table(max_bins: int, dtype_name: str) -> EdgeTable:
     cand = np.nextafter(cand, ft(np.inf))
   if not (ok_first.all() and not ok.any()):  # pragma: no cover - arithmetic guard
     raise AssertionError("fixed-bin thresholds not bracketed")
+  return best
+
+
+@functools.lru_cache(maxsize=16)
+def edge_table(max_bins: int, dtype_name: str) -> EdgeTable:
+  """Thresholds ``T(m, j)`` of the fixed rule for all ``1 <= j <= m <= max_bins``.
+
+  ``T(m, j)`` as :func:`fixed_thresholds` computes it, with the index of each
+  in the sorted unique thresholds (``O(max_bins^2)`` entries).
+  """
+  mm = np.concatenate([np.full(m, m, np.int64) for m in range(1, max_bins + 1)])
+  jj = np.concatenate([np.arange(1, m + 1, dtype=np.int64) for m in range(1, max_bins + 1)])
+  best = fixed_thresholds(mm, jj, dtype_name)
   thr = np.unique(best)
   k_count = thr.shape[0]
   # prefix array layout: P[0] = 0, P[k + 1] = sum over samples with s <= thr[k],

@@ -163,7 +163,9 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
   _check_loss_table(losses)
   x = np.asarray(jax.device_get(losses))
   if not (
-    np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating) or x.dtype == np.bool_
+    np.issubdtype(x.dtype, np.integer)
+    or jnp.issubdtype(x.dtype, jnp.floating)
+    or x.dtype == np.bool_
   ):
     raise ValueError(f"losses must be real numeric, got dtype {x.dtype}")
   x = x.astype(np.float64)

@@ -18,7 +18,7 @@ What streams, and how exactly:
   over the *threshold intervals* of the fixed rule: for every bin count
   ``m`` of the set and ``j < m``, ``clip(ceil(fl(s m)), 1, m) <= j`` holds
   exactly when ``s <= T(m, j)`` for one float threshold (see
-  ``jaxcal._src.binning.edge_table``). The sorted thresholds of all
+  ``jaxcal._src.binning.fixed_thresholds``). The sorted thresholds of all
   ``(m, j)`` cut the line into ``K + 1`` intervals, each inside one bin for
   every ``m`` of the set, so per-interval sums and counts are sufficient for
   all of them and every sample lands in exactly the one-shot rule's bin.
@@ -240,13 +240,15 @@ def interval_thresholds(bin_counts: Any, dtype_name: str = "float32") -> np.ndar
 @functools.lru_cache(maxsize=32)
 def _interval_thresholds(bin_counts: tuple[int, ...], dtype_name: str) -> np.ndarray:
   """:func:`interval_thresholds` of validated arguments (cached)."""
-  mb = max(bin_counts)
-  table = B.edge_table(mb, dtype_name)
-  # index[m, j - 1] is 1 + the position of T(m, j) in table.thresholds (j < m).
-  pos = np.concatenate(
-    [np.asarray(table.index[m, : m - 1], np.int64) - 1 for m in sorted(set(bin_counts))]
+  return np.unique(
+    np.concatenate([_count_thresholds(m, dtype_name) for m in sorted(set(bin_counts))])
   )
-  return table.thresholds[np.unique(pos)] if pos.size else table.thresholds[:0]
+
+
+def _count_thresholds(m: int, dtype_name: str) -> np.ndarray:
+  """``T(m, j)`` for ``j = 1 .. m - 1``: the inner edges of ``m`` fixed bins, ``O(m)``."""
+  j = np.arange(1, m, dtype=np.int64)
+  return B.fixed_thresholds(np.full(j.shape, m, np.int64), j, dtype_name)
 
 
 def _interval_bins(thr: jax.Array, m: jax.Array) -> jax.Array:
@@ -265,13 +267,11 @@ def _interval_ends(bin_counts: tuple[int, ...], dtype_name: str) -> np.ndarray:
   ``[e_{j-1}, e_j)``; ``e_j = K + 1`` for ``j >= m``.
   """
   mb = max(bin_counts)
-  table = B.edge_table(mb, dtype_name)
   sub = _interval_thresholds(bin_counts, dtype_name)
   ends = np.full((len(bin_counts), mb + 1), sub.shape[0] + 1, np.int32)
   ends[:, 0] = 0
   for i, m in enumerate(bin_counts):
-    t = table.thresholds[np.asarray(table.index[m, : m - 1], np.int64) - 1]
-    ends[i, 1:m] = np.searchsorted(sub, t) + 1
+    ends[i, 1:m] = np.searchsorted(sub, _count_thresholds(m, dtype_name)) + 1
   return ends
 
 
@@ -1135,8 +1135,11 @@ class Calibration(_Streaming):
     ``jit`` was invalid (see the module notes).
 
     Raises:
-      ValueError: eagerly, a state that has seen no sample, or overflowed
-        records.
+      ValueError: eagerly, a state that has seen no sample, overflowed
+        records, or fewer records than the largest bin count (the quantile
+        errors need at least one sample per bin, as the one-shot functions
+        do; :meth:`FixedBins.compute` of ``state.bins`` still gives the
+        fixed-bin ones).
     """
     fixed = self.bins.compute()
     out = {k: fixed[k] for k in ("conf_ece", "classwise_ece", "ecce") if k in fixed}

@@ -709,7 +709,8 @@ def _validate_stack(
   """One validation of a padded ``(M, n, C)`` stack (its 2-D view) through the validation layer.
 
   One compiled reduction per stack shape (the padding rows are valid by
-  construction: uniform probabilities or zero logits, label 0; or, with
+  construction in any dtype: probabilities ``(1, 0, ..., 0)`` or zero
+  logits, label 0; or, with
   ``where``, the ``(M, n)`` mask of the rows of a stack assembled across
   processes, not checked). On failure, the models are checked one by one to
   name the first bad one.
@@ -727,6 +728,18 @@ def _validate_stack(
       except ValueError as e_model:
         raise ValueError(f"model {name!r}: {e_model}") from None
     raise ValueError(f"models {names}: {e}") from None
+
+
+def _compute_float(x):
+  """Predictions in the dtype every one-shot metric computes in (at least float32).
+
+  Integers and booleans become JAX's default float (numpy ones on the host,
+  so int64 values are not wrapped), float16 / bfloat16 float32: the cores
+  take the scores as floats (an int32 one-hot matrix binned every
+  confidence as 0).
+  """
+  dt = V.compute_dtype(x.dtype)
+  return x if x.dtype == dt else x.astype(dt)
 
 
 def _xp(*arrays):
@@ -797,13 +810,15 @@ def _list_stacks(entries, from_logits: bool) -> dict[int, list[_Stack]]:
   for c, buckets in by_c.items():
     for nb, mem in sorted(buckets.items()):
       xp = _xp(*[a for _, xa, ya in mem for a in (xa, ya)])
-      fill = 0.0 if from_logits else 1.0 / c
       xs, ys, sizes = [], [], []
       for _, xa, ya in mem:
         k = xa.shape[0]
         sizes.append(k)
-        xs.append(xp.concatenate([xa, xp.full((nb - k, c), fill, dtype=xa.dtype)]))
-        ys.append(xp.concatenate([ya, xp.zeros((nb - k,), dtype=ya.dtype)]))
+        # padding rows valid in any dtype (an int or bfloat16 row of 1/C is
+        # not): zero logits, or the probabilities (1, 0, ..., 0)
+        row = xp.zeros((1, c), xa.dtype) if from_logits else xp.eye(1, c, dtype=xa.dtype)
+        xs.append(xp.concatenate([xa, xp.broadcast_to(row, (nb - k, c))]))
+        ys.append(xp.concatenate([ya, xp.zeros((nb - k,), dtype=ya.dtype if xp is np else int)]))
       x, y = xp.stack(xs), xp.stack(ys)
       w = None
       if any(k < nb for k in sizes):
@@ -1026,6 +1041,9 @@ def evaluate(
         _validate_stack(st.x, st.y, st.sizes, names_here, from_logits, st.where)
       else:
         _validate_stack(st.x, st.y, st.sizes, names_here, from_logits)
+      # validated in the caller's dtype (its tolerance), computed as the one-shot
+      # functions compute: in at least float32
+      st = dataclasses.replace(st, x=_compute_float(st.x))
       if quantile and int(bins_np.max()) > min(st.sizes):
         small = [nm for nm, k in zip(names_here, st.sizes) if k < int(bins_np.max())]
         raise ValueError(

@@ -997,7 +997,7 @@ def _borrowed_rows(a: np.ndarray) -> RowBlocks | None:
   if (
     a.ndim != 2
     or not a.flags.c_contiguous
-    or not np.issubdtype(a.dtype, np.floating)
+    or not jnp.issubdtype(a.dtype, jnp.floating)
     or compute_dtype(a.dtype) != a.dtype
     or jax.default_backend() != "cpu"
   ):
@@ -1025,7 +1025,7 @@ def as_float(x: Any, name: str = "input") -> jax.Array:
   arr = _array(x, name)
   dt = compute_dtype(arr.dtype)
   if isinstance(arr, np.ndarray):
-    host = arr if np.issubdtype(arr.dtype, np.floating) else arr.astype(dt)
+    host = arr if jnp.issubdtype(arr.dtype, jnp.floating) else arr.astype(dt)
     return _to_dtype(_device(host), dt)
   return _to_dtype(arr, dt)
 
@@ -1036,7 +1036,7 @@ def _to_dtype(x: jax.Array, dt: Any) -> jax.Array:
 
 def _host_float(arr: Any, name: str) -> Any:
   """Numpy integer/bool matrices become floats on the host (no int32 wrap)."""
-  if isinstance(arr, np.ndarray) and not np.issubdtype(arr.dtype, np.floating):
+  if isinstance(arr, np.ndarray) and not jnp.issubdtype(arr.dtype, jnp.floating):
     return arr.astype(compute_dtype(arr.dtype))
   return arr
 
@@ -1092,7 +1092,7 @@ def _host_labels(
   """
   if where is not None and not isinstance(where, jax.Array | jax.core.Tracer):
     where = np.asarray(where, bool)
-  floating = np.issubdtype(a.dtype, np.floating)
+  floating = jnp.issubdtype(a.dtype, jnp.floating)
   if not floating and not (a.dtype.itemsize > 4 or a.dtype == np.uint32):
     return a
   lo, hi = (0, num_classes - 1) if num_classes is not None else (_INT32.min, _INT32.max)
