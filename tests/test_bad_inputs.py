@@ -158,6 +158,7 @@ CASES = [
   C("sample_decision 0 actions", utility.sample_decision, (KEY, 4, 3, 0), {}, ValueError, r"num_actions must be an integer >= 1"),
   C("sampler int key", utility.sample_linear, (0, 4, 3), {}, ValueError, r"key must be a JAX PRNG key"),
   C("utility params > 1", utility.linear, (np.array([1.5, 0.0]),), {}, ValueError, r"must lie in \[-1, 1\]"),
+  C("gain matrix > 1", utility.gain_matrix, (np.array([[1.0, 2.0], [0.0, 1.0]]),), {}, ValueError, r"R \(gains\) must lie in \[-1, 1\].* column 1: 2\."),
   C("utility params nan", utility.rank, (np.array([np.nan, 0.0]),), {}, ValueError, r"non-finite"),
   C("classwise index", utility.classwise, (5, 5), {}, ValueError, r"class index c must lie"),
   C("top_k 0", utility.top_k, (0, 5), {}, ValueError, r"K must lie in \[1, 5\]"),

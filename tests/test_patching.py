@@ -237,6 +237,21 @@ def test_tolerance_stops_and_probability_inputs():
   np.testing.assert_allclose(rc(p), p, atol=1e-7)
 
 
+def test_a_jax_probability_array_is_not_consumed_and_x64_fits():
+  # the fit donated its state, which held the caller's own float32 buffer: the
+  # caller's array was deleted; and under x64 the loop's stop reason changed dtype
+  z, y = _synthetic(seed=2)
+  p = jax.nn.softmax(jnp.asarray(z, jnp.float32))
+  before = np.asarray(p).copy()
+  rc = R.fit("patching", p, y, from_logits=False, max_steps=3, num_samples=0, progress=False)
+  assert not p.is_deleted()
+  np.testing.assert_array_equal(np.asarray(p), before)
+  with jax.enable_x64(True):
+    rc64 = R.fit("patching", z, y, max_steps=3, num_samples=0, progress=False)
+  assert rc64.num_steps == rc.num_steps == 3
+  np.testing.assert_allclose(np.asarray(rc64.errors), np.asarray(rc.errors), rtol=1e-4)
+
+
 def test_gain_matrix_witnesses_are_audited_and_replayed():
   """The aligned / misaligned gain-matrix classes of App. C.2 as patching witnesses."""
   z, y = _synthetic(n=300, c=6, seed=4)

@@ -423,6 +423,7 @@ def _run_block(
     stop_max = s.t >= max_steps
     stop_brier = ~(b1 < b0)
     reason = jnp.where(stop_tol, 1, jnp.where(stop_max, 2, jnp.where(stop_brier, 3, 0)))
+    reason = reason.astype(s.reason.dtype)  # int64 under x64: the loop carries int32
     keep = reason == 0
     slot = jnp.minimum(s.t, slots - 1)
     patches = {
@@ -637,7 +638,7 @@ def _fit(
   )
   slots = 1 << max(max_steps - 1, 0).bit_length()  # a power of two: fewer compilations
   state = _State(
-    p=p,
+    p=jnp.copy(p),  # _run_block donates its state: never the caller's own buffer
     t=jnp.zeros((), jnp.int32),
     done=jnp.zeros((), bool),
     reason=jnp.zeros((), jnp.int32),

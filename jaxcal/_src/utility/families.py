@@ -330,6 +330,8 @@ def gain_matrix(R: ArrayLike) -> Utility:
   R = V.as_float(R, "R")
   if R.ndim < 2 or R.shape[-1] != R.shape[-2]:
     raise ValueError(f"R must be square (C, C), got shape {tuple(R.shape)}")
+  if R.size:  # named as the caller's R, not as the loss -R of the decision utility
+    R = V.check_values(R, "R (gains)", bounds=(-1.0, 1.0), tol=_UTILITY_ATOL)
   return decision(-R)
 
 

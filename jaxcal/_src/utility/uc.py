@@ -180,7 +180,11 @@ def uc(
 def ecdf(errors: ArrayLike) -> tuple[jax.Array, jax.Array]:
   """Empirical CDF of utility calibration errors.
 
-  ``F̂(e) = (1/M) Σ_m 1[E_m <= e]``, returned at the sorted errors.
+  ``F̂(e) = (1/M) Σ_m 1[E_m <= e]``, as its ``M`` steps: the ``k``-th
+  smallest error and ``k / M`` (the points a step plot draws). Tied errors
+  are ``M`` steps too: at a value ``e`` held by several errors ``F̂(e)`` is
+  the fraction of its last copy (``ecdf([0.1, 0.1, 0.2])`` gives ``1/3`` and
+  ``2/3`` at 0.1; ``F̂(0.1) = 2/3``).
 
   Args:
     errors: ``(M,)`` errors (e.g. from :func:`~jaxcal.utility.uc_sweep`).
