@@ -570,6 +570,34 @@ def test_classwise_maps_of_empty_bins_and_a_top_pool_below_one_match_reference_c
   np.testing.assert_allclose(np.asarray(sir(x))[:, 1], want, atol=1e-6)
 
 
+def test_smooth_isotonic_keeps_a_pool_value_at_a_median_of_exactly_one_or_zero():
+  # PAV pools {0.2} -> 0 and {0.4, 1, 1, 1} -> 0.75, whose lower median is 1: the anchor
+  # (1, 1) sent a score of exactly 1 to 1 while 0.9999 got 0.7499 (IR: 0.75 at both)
+  s = np.array([0.2, 0.4, 1.0, 1.0, 1.0], np.float32)
+  y = np.array([0, 1, 1, 1, 0])
+  sir = R.fit("smooth_isotonic", np.stack([1 - s, s], 1), y, from_logits=False, normalize=False)
+  q = np.asarray(sir(np.array([[1e-4, 0.9999], [0.0, 1.0]], np.float32)))
+  np.testing.assert_allclose(q[:, 1], [0.75 * (0.9999 - 0.2) / 0.8, 0.75], rtol=1e-6)
+  # the same at the bottom for class 0 (scores 1 - s: the pool {0, 0, 0} has median 0)
+  np.testing.assert_allclose(q[1, 0], 0.25, rtol=1e-6)
+
+
+def test_histogram_bins_beyond_int32_products_are_exact():
+  # the bin ceil(a m / 2n) of rank a overflowed int32 once 2 n m > 2**31: 234 of
+  # n = m = 33,000 samples went to bin 1 (its frequency 0.50108 for 0.5)
+  n = m = 33_000
+  s = ((np.arange(n) + 0.5) / n).astype(np.float32)  # distinct, sorted
+  y = np.arange(n) % 2
+  rc = R.fit(
+    "histogram", np.stack([1 - s, s], 1), y, from_logits=False, normalize=False, num_bins=m
+  )
+  b = np.maximum(-(-np.arange(n, dtype=np.int64) * m // n), 1)  # 1-based bin of rank r - 1
+  freq = np.bincount(b, weights=y, minlength=m + 1) / np.maximum(np.bincount(b, minlength=m + 1), 1)
+  np.testing.assert_array_equal(
+    np.asarray(rc(np.stack([1 - s, s], 1)))[:, 1], freq[b].astype(np.float32)
+  )
+
+
 def test_global_isotonic_is_one_map_on_all_pairs(c10):
   """shared=True: one PAV fit on the n·C pairs (p_i[c], 1[y_i = c]) (IRM)."""
   zv, yv, zt, _ = c10

@@ -92,6 +92,7 @@ from jaxcal._src.sorting import argsort_keys, float_to_key, key_to_float, stable
 __all__ = [
   "blocked_cumsum",
   "floor_mul_div",
+  "ceil_mul_div",
   "fixed_bin_1based",
   "quantile_ends",
   "quantile_bin_of_position",
@@ -246,6 +247,18 @@ def floor_mul_div(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
   return k
 
 
+def ceil_mul_div(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+  """Exact ``ceil(a * b / c)`` for non-negative int32 without overflow (see :func:`floor_mul_div`).
+
+  Example:
+    >>> ceil_mul_div(2**20, 2**11, 3).tolist(), ceil_mul_div(6, 2, 3).tolist()
+    (715827883, 4)
+  """
+  a, b, c = (jnp.asarray(v, jnp.int32) for v in (a, b, c))
+  q = floor_mul_div(a, b, c)
+  return q + (a * b - q * c > 0).astype(jnp.int32)  # the remainder: exact, wrapping
+
+
 # --------------------------------------------------------------------------
 # The two binning rules (their one home).
 # --------------------------------------------------------------------------
@@ -293,15 +306,13 @@ def quantile_bin_of_position(n_eff: jax.Array, m: jax.Array, size: int) -> jax.A
   The inverse of :func:`quantile_ends` (the same rule, seen from a
   position): 1-based position ``i`` lies in the smallest bin ``j`` with
   ``e_j = floor(j n / m) >= i``, i.e. ``j n / m >= i``, i.e.
-  ``j = ceil(i m / n)``; computed exactly with :func:`floor_mul_div`.
+  ``j = ceil(i m / n)``; computed exactly with :func:`ceil_mul_div`.
   ``tests/test_binning.py`` checks that the two agree.
   """
   pos = jnp.arange(1, size + 1, dtype=jnp.int32)
   m = jnp.asarray(m, jnp.int32)
   nn = jnp.maximum(n_eff, 1)
-  q = floor_mul_div(pos, m, nn)  # floor(i m / n)
-  guess = q + (pos * m - q * nn > 0).astype(jnp.int32)  # ceil(i m / n), 1-based
-  return jnp.where(pos <= n_eff, guess - 1, -1)
+  return jnp.where(pos <= n_eff, ceil_mul_div(pos, m, nn) - 1, -1)  # ceil(i m / n), 1-based
 
 
 def resolve_max_bins(num_bins, n: int, max_bins: int | None) -> int:

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from jaxcal._src import binning as B
 from jaxcal._src import isotonic as iso
 from jaxcal._src import validation as V
 from jaxcal._src.recal.base import (
@@ -91,7 +92,8 @@ def _hb_one(p: jax.Array, t: jax.Array, m: int):
   left = jnp.searchsorted(skey, key, side="left").astype(jnp.int32)
   right = jnp.searchsorted(skey, key, side="right").astype(jnp.int32)
   a = left + right - 1  # 2 * (average rank - 1)
-  b = jnp.maximum((a * m + 2 * n - 1) // (2 * n), 1) - 1  # 0-based bin
+  # 0-based bin ceil(a m / 2n) - 1, exact (a * m overflowed int32 once 2 n m > 2**31)
+  b = jnp.maximum(B.ceil_mul_div(a, m, 2 * n), 1) - 1
   cnt = jax.ops.segment_sum(jnp.ones_like(t), b, num_segments=m)
   hits = jax.ops.segment_sum(t, b, num_segments=m)
   mins = jax.ops.segment_min(p, b, num_segments=m)  # +inf for empty bins
@@ -317,12 +319,16 @@ def _sir_knots(sorted_x: jax.Array, sorted_fit: jax.Array):
   num = pid[-1] + 1
   med = (start + end) // 2  # lower median position of each pool
   j = jnp.arange(n)
+  # the anchor (1, 1) (the paper's m_{k+1}, ybar_{k+1}); where the top pool's median
+  # is 1 already, its fitted value holds at 1, as the bottom pool's does at a median 0
+  last = num - 1
+  top = jnp.where(sorted_x[med[last]] >= 1, sorted_fit[med[last]], 1)
   kx = jnp.where(j < num, sorted_x[med], 1)
-  ky = jnp.where(j < num, sorted_fit[med], 1)
+  ky = jnp.where(j < num, sorted_fit[med], top)
   one = jnp.ones((1,), sorted_x.dtype)
   return (
     jnp.concatenate([0 * one, kx.astype(sorted_x.dtype), one]),
-    jnp.concatenate([0 * one, ky.astype(sorted_x.dtype), one]),
+    jnp.concatenate([0 * one, ky.astype(sorted_x.dtype), top[None].astype(sorted_x.dtype)]),
   )
 
 
@@ -342,8 +348,15 @@ def fit_smooth_isotonic(
     (m_k, \\bar y_k), (1, 1)
 
   with ``m_j`` the lower median of the scores in PAV pool ``j`` and
-  ``ybar_j`` its fitted value. Strictly increasing on the data range, so it
-  keeps distinct scores distinct (preserving discrimination).
+  ``ybar_j`` its fitted value (where ``m_k = 1`` already, the top pool's
+  ``ybar_k`` holds at 1, as ``ybar_1`` does at 0 where ``m_1 = 0``: the
+  paper leaves the tied knots open, and the authors' R code, ``approxfun``
+  with its default ``ties = mean``, would average them).
+  Strictly increasing between the first and last pool medians, so it keeps
+  the distinct scores there distinct (preserving discrimination); below
+  ``m_1`` it rises from 0 to ``ybar_1``, so where the lowest pool's fitted
+  value is 0 (usual for a one-vs-rest column) every score below its median
+  maps to 0.
 
   Args:
     inputs: ``(n, C)`` logits (probabilities with ``from_logits=False``).
