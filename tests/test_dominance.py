@@ -183,6 +183,21 @@ def test_rank_correlation_matches_scipy(method):
     assert float(got) == pytest.approx(ref_fn(a, b)[0], abs=1e-12)
 
 
+def test_host_values_float32_would_round_compare_exactly():
+  # float64 / int64 host values went to the device as float32: 0.30000001 tied 0.3, so
+  # the matrix missed a dominance the float64 chain found, and close large integers tied
+  table = np.array([[0.30000001, 0.2], [0.3, 0.2]])
+  assert D.dominance_matrix(table).astype(int).tolist() == [[0, 0], [1, 0]]
+  assert D.dominance_chain(table).tolist() == [1, 0]
+  assert D.dominance_matrix(table * 1e300).astype(int).tolist() == [[0, 0], [1, 0]]  # finite
+  a = [1_700_000_000, 1_700_000_050, 1_700_000_100, 1_700_000_300]
+  b = [0.3, 0.2, 0.25, 0.1]
+  for method, ref in (("spearman", scipy.stats.spearmanr), ("kendall", scipy.stats.kendalltau)):
+    assert float(D.rank_correlation(a, b, method)) == pytest.approx(ref(a, b)[0], abs=1e-6)
+  with pytest.raises(ValueError, match="losses contains non-finite .* inf"):  # still named
+    D.dominance_matrix(np.array([[np.inf, 0.30000001], [0.3, 0.2]]))
+
+
 def test_rank_correlation_jit_vmap_and_constant_under_trace():
   rng = np.random.default_rng(4)
   A = rng.integers(0, 5, size=(5, 12)).astype(np.float32)

@@ -409,6 +409,13 @@ def test_binned_norms_match_loop(norm, binning):
     ),
     (lambda: metrics.skce(P_SMALL, Y_SMALL, estimator="fast"), ValueError, "estimator"),
     (lambda: metrics.skce(P_SMALL, Y_SMALL, estimator="block", block_size=1), ValueError, "block"),
+    (
+      lambda: metrics.skce(
+        P_SMALL, Y_SMALL, estimator="block", block_size=4, where=np.arange(len(Y_SMALL)) < 3
+      ),
+      ValueError,
+      r"block_size must be an int in \[2, n = 3 selected by where\]",
+    ),
     (lambda: metrics.skce(P_SMALL[:1], Y_SMALL[:1]), ValueError, "at least 2"),
     (lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, True), ValueError, "got True"),
     (lambda: metrics.smooth_ece(P_SMALL, Y_SMALL, "a"), ValueError, "bandwidth must be None or"),

@@ -940,7 +940,12 @@ def _lin_sums(reports, signals, bin_ids, num_bins, where):
     u = u[:, None]
   if s.ndim == 1:
     s = s[:, None]
-  if u.ndim != 2 or u.shape != s.shape:
+  if u.ndim != 2 or s.ndim != 2:
+    raise ValueError(
+      f"reports and signals must have shape (n,) or (n, d); got "
+      f"{tuple(u.shape)} and {tuple(s.shape)}"
+    )
+  if u.shape != s.shape:
     raise ValueError(
       f"reports and signals must have the same shape (n, d); got "
       f"{tuple(u.shape)} and {tuple(s.shape)}"

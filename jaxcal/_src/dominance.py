@@ -67,6 +67,35 @@ def _check_loss_table(losses: Any, name: str = "losses") -> None:
     )
 
 
+def _exact_order(x: Any) -> Any:
+  """A host array whose values the compute dtype would round, as order-preserving ranks.
+
+  ``float64``, ``int64`` or ``int32`` values on the host become float32 on the
+  device without x64 (``0.30000001`` and ``0.3`` tie; so do ``1,700,000,000``
+  and ``1,700,000,050``). Where only the order of the values matters (the
+  dominance relation, rank correlations), their dense ranks among the finite
+  values replace them, exactly (up to ``2**24`` distinct values); NaN and
+  ±inf stay as they are, for the value checks and their messages. JAX arrays
+  and values the compute dtype holds exactly are returned as they are.
+  """
+  if isinstance(x, jax.Array | jax.core.Tracer):
+    return x
+  a = np.asarray(x)
+  if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.number) and np.isrealobj(a)):
+    return x  # rejected (or exact) downstream
+  dt = V.compute_dtype(a.dtype)
+  with np.errstate(invalid="ignore", over="ignore"):
+    if np.array_equal(a.astype(dt).astype(a.dtype), a, equal_nan=True):
+      return x
+  finite = np.isfinite(a)
+  values, rank = np.unique(a[finite], return_inverse=True)
+  if values.size > 2**24:  # pragma: no cover - float32 ranks would round too
+    return x
+  out = np.where(np.isnan(a), np.nan, np.where(a > 0, np.inf, -np.inf)).astype(np.float32)
+  out[finite] = rank.reshape(-1)
+  return out
+
+
 def dominance_matrix(losses: ArrayLike) -> jax.Array:
   """Pairwise dominance relation of a loss table.
 
@@ -104,6 +133,7 @@ def dominance_matrix(losses: ArrayLike) -> jax.Array:
   _check_loss_table(losses)
   # NaN first (its own message), then ±inf; both fused reductions of a small
   # table. Traced bad values come back as NaN: every comparison is False.
+  losses = _exact_order(losses)
   x = V.check_values(V.check_values(losses, "losses", allow_inf=True), "losses")
   le = jnp.all(x[:, None, :] <= x[None, :, :], axis=-1)
   lt = jnp.any(x[:, None, :] < x[None, :, :], axis=-1)
@@ -282,8 +312,8 @@ def rank_correlation(a: ArrayLike, b: ArrayLike, method: str = "spearman") -> ja
   """
   if method not in ("spearman", "kendall"):
     raise ValueError(f"method must be 'spearman' or 'kendall', got {method!r}")
-  xa = V.as_float(a, "a")
-  xb = V.as_float(b, "b")
+  xa = V.as_float(_exact_order(a), "a")  # rank statistics: only the order matters
+  xb = V.as_float(_exact_order(b), "b")
   for name, x in (("a", xa), ("b", xb)):
     if x.ndim != 1:
       raise ValueError(f"{name} must be 1-D, got shape {tuple(x.shape)}")

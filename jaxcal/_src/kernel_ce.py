@@ -244,10 +244,15 @@ def skce(
     raise ValueError(f"skce needs at least 2 samples, got n = {d.count}")
   if n < 2:
     raise ValueError(f"skce needs at least 2 samples, got n = {n}")
-  if estimator == "block" and (
-    isinstance(block_size, bool) or not isinstance(block_size, int) or not 2 <= block_size <= n
-  ):
-    raise ValueError(f"block_size must be an int in [2, n = {n}], got {block_size!r}")
+  if estimator == "block":
+    # the selected samples bound the blocks (an eager where selecting fewer than
+    # block_size gave 0 / 0 = NaN); a traced count folds into the flag below
+    sel = d.count if isinstance(d.count, int) else n
+    if (
+      isinstance(block_size, bool) or not isinstance(block_size, int) or not 2 <= block_size <= sel
+    ):
+      what = " selected by where" if d.where is not None else ""
+      raise ValueError(f"block_size must be an int in [2, n = {sel}{what}], got {block_size!r}")
   if row_block is None:
     row_block = _row_block(n, c)
   elif isinstance(row_block, bool) or not isinstance(row_block, int) or row_block < 1:
@@ -256,6 +261,8 @@ def skce(
   if not callable(kern):
     raise TypeError(f"kernel must be callable on squared distances, got {type(kern).__name__}")
   ok = d.ok
+  if estimator == "block" and not isinstance(d.count, int):  # traced: no full block is NaN
+    ok = V.both_ok(ok, d.count >= block_size)
   if isinstance(kern, LaplacianKernel | GaussianKernel):
     bw, bw_ok = V.check_bandwidth(
       kern.bandwidth,

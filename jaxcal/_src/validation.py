@@ -1141,9 +1141,18 @@ def _int32_holds(a: Any, xp: Any) -> Any:
 
 
 def _labels(
-  labels: Any, n: int, num_classes: int | None, name: str, where: Any, defer: bool = False
+  labels: Any,
+  n: int,
+  num_classes: int | None,
+  name: str,
+  where: Any,
+  defer: bool = False,
+  rows_of: str = "the predictions",
 ) -> tuple:
-  """Trace-time label checks and host narrowing checks; returns (array, kind)."""
+  """Trace-time label checks and host narrowing checks; returns (array, kind).
+
+  ``rows_of`` names what has the ``n`` rows, in the length message.
+  """
   y = _array(labels, name)
   if y.ndim != 1:
     hint = ""
@@ -1153,7 +1162,7 @@ def _labels(
       hint = f" (pass {name}.ravel())"
     raise ValueError(f"{name} must have shape (n,), got shape {tuple(y.shape)}{hint}")
   if y.shape[0] != n:
-    raise ValueError(f"{name} has {y.shape[0]} entries but the predictions have n = {n} rows")
+    raise ValueError(f"{name} has {y.shape[0]} entries but {rows_of} have n = {n} rows")
   if isinstance(y, np.ndarray):
     y = _host_labels(y, num_classes, name, where, defer)
   if y.dtype == np.bool_:
@@ -1549,7 +1558,7 @@ def check_arrays(
   y, y_kind, y_name, c = None, None, "labels", None
   if labels is not None:
     y_name, ids, c = labels
-    y, y_kind = _labels(ids, n, c, y_name, where)
+    y, y_kind = _labels(ids, n, c, y_name, where, rows_of=" and ".join(names))
     y = _device(y)
   spec = _Spec(
     xs=tuple(_Arr(kind, k, x.ndim, SIMPLEX_ATOL) for k, x in zip(names, xs)),
