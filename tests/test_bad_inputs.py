@@ -144,7 +144,7 @@ CASES = [
   C("class_weights nan", metrics.ecce, (P, Y), {"class_weights": np.array([np.nan, 1.0])}, ValueError, r"class_weights contains non-finite", True),
   # ---- generic vector forms
   C("lin_ce shapes", metrics.lin_ce, (P, P[:, :1], np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"same shape"),
-  C("lin_ce 3-d", metrics.lin_ce, (P[..., None], P[..., None], np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"shape \(n,\) or \(n, d\); got \(4, 3, 1\)"),
+  C("lin_ce 3-d", metrics.lin_ce, (P[..., None], P[..., None], np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"shape \(n,\) or \(n, d\); got \(4, 2, 1\)"),
   C("lin_ce bin_ids length", metrics.lin_ce, (P, P, np.array([0, 0, 1])), {"num_bins": 2}, ValueError, r"bin_ids has 3 entries but reports and signals have n = 4 rows"),
   C("lin_ece bin_ids range", metrics.lin_ece, (P, P, np.array([0, 0, 2, 1])), {"num_bins": 2}, ValueError, r"bin_ids must lie in \[0, 2\)", True),
   C("lin_ce reports nan", metrics.lin_ce, (NAN_P, P, np.array([0, 0, 1, 1])), {"num_bins": 2}, ValueError, r"reports contains non-finite", True),
