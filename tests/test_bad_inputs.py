@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import jaxcal
-from jaxcal import data, dominance, metrics, scores, utility
+from jaxcal import data, dominance, metrics, scores, streaming, utility
 
 P = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5], [0.6, 0.4]], np.float32)
 Y = np.array([0, 1, 1, 0])
@@ -388,6 +388,15 @@ def test_kernel_features_near_the_float_range_are_scaled_not_nan():
   for s in (1e19, 1e30, 1e38):
     got = metrics.nadaraya_watson(phi * np.float32(s), t, s)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_a_traced_flag_says_to_mark_it_static():
+  # jit(FixedBins.update)(..., from_logits=True) traced the flag: "got JitTracer(bool[])"
+  state = streaming.FixedBins.empty(2, 3)
+  with pytest.raises(ValueError, match=r"from_logits must be a Python True or False, not a traced"):
+    jax.jit(streaming.FixedBins.update)(state, P, Y, from_logits=True)
+  with pytest.raises(ValueError, match=r"static_argnames=\('from_logits',\)"):
+    jax.jit(lambda f: metrics.conf_ece(P, Y, from_logits=f))(True)
 
 
 def test_traced_bin_counts_need_max_bins():

@@ -1816,6 +1816,11 @@ def check_flag(value: Any, name: str) -> bool:
     ...
     ValueError: from_logits must be True or False, got 'no'
   """
+  if isinstance(value, jax.core.Tracer):  # e.g. a flag passed through jax.jit positionally
+    raise ValueError(
+      f"{name} must be a Python True or False, not a traced value: under jax.jit mark it "
+      f"static (static_argnames=({name!r},)) or close over it"
+    )
   if not isinstance(value, bool | np.bool_):
     raise ValueError(f"{name} must be True or False, got {value!r}")
   return bool(value)
