@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxcal import metrics
 from jaxcal._src import sorting as S
 from jaxcal._src.utility.uc import uc_from_scores
 
@@ -167,6 +168,21 @@ def test_key_roundtrip_and_order_every_width():
     np.testing.assert_array_equal(np.asarray(S.key_to_float(key)), np.where(x == 0, 0, x))
     np.testing.assert_array_equal(np.asarray(S.argsort_keys(key)[1]), _np_stable(x))
     np.testing.assert_array_equal(np.asarray(S.stable_argsort(jnp.asarray(x))), _np_stable(x))
+
+
+def test_subnormals_keep_their_order_and_zeros_tie():
+  # XLA:CPU flushes subnormals in float compares: x == 0 held for 1e-40, whose key
+  # then tied with 0 (quantile bins, isotonic pools and classwise_ce went wrong)
+  for dtype, tiny in ((np.float16, 6e-8), (np.float32, 1e-40)):
+    x = np.array([tiny, 0.0, -0.0, -tiny, 0.5, 2 * tiny, -0.5, tiny], dtype)
+    assert x[0] != 0  # a subnormal of that dtype
+    np.testing.assert_array_equal(np.asarray(S.stable_argsort(jnp.asarray(x))), _np_stable(x))
+    key = np.asarray(S.float_to_key(jnp.asarray(x)))
+    assert key[1] == key[2] and key[0] == key[7] and key[3] < key[1] < key[0] < key[5]
+  # one sample at 1e-40 with label 0 below two at 0 with label 1: the float64 value
+  p = np.array([[1e-40, 1.0], [0.0, 1.0], [0.0, 1.0], [0.5, 0.5]], np.float32)
+  y = np.array([0, 1, 1, 1])
+  assert float(metrics.classwise_ce(p, y, 2)) == pytest.approx(0.015625, abs=1e-9)
 
 
 def test_int_key_order_and_range():

@@ -92,7 +92,9 @@ def float_to_key(x: jax.Array) -> jax.Array:
   top = ut(1 << (8 * x.dtype.itemsize - 1))
   bits = jax.lax.bitcast_convert_type(x, ut)
   key = jnp.where((bits & top) != 0, ~bits, bits | top)
-  return jnp.where(x == 0, top, key)
+  # +-0.0 share one key; tested on the bits (XLA:CPU flushes subnormals to zero in
+  # float compares: x == 0 held for 1e-40, which then tied with 0)
+  return jnp.where((bits & ~top) == 0, top, key)
 
 
 def key_to_float(key: jax.Array) -> jax.Array:
