@@ -274,6 +274,66 @@ def test_a_parser_error_is_one_line_that_points_at_the_help(capsys):
   )
 
 
+def test_models_of_one_file_name_in_several_folders_keep_their_folders(tmp_path, capsys):
+  # runA/preds.npz and runB/preds.npz were both "preds": one model silently dropped
+  assert cli._unique_names(["runA/preds.npz", "runB/preds.npz", "c.npz"]) == [
+    "runA/preds",
+    "runB/preds",
+    "c",
+  ]
+  assert cli._unique_names(["x/a/p.npz", "y/a/p.npz"]) == ["x/a/p", "y/a/p"]
+  with pytest.raises(cli.UserError, match="given twice"):
+    cli._unique_names(["a.npz", "b.npz", "./a.npz"])
+
+
+def test_user_errors_come_before_the_computation(small_file, tmp_path, capsys, monkeypatch):
+  from jaxcal import recalibrate
+  from jaxcal._src import report
+
+  monkeypatch.setattr(report, "calibration_report", lambda *a, **k: pytest.fail("computed"))
+  monkeypatch.setattr(recalibrate, "fit", lambda *a, **k: pytest.fail("fitted"))
+  # a figure format only write_report knew (after 40-70 s of computation)
+  with pytest.raises(SystemExit) as e:  # a parser error
+    cli.main(["report", str(small_file), "--out", str(tmp_path / "r"), "--figures", "png,jpg"])
+  assert e.value.code == 2
+  assert "figure formats must be among png, pdf, svg, got 'jpg'" in capsys.readouterr().err
+  # a folder where nothing can be created (os.access passes for root, and for /proc)
+  real = cli.tempfile.mkdtemp
+  monkeypatch.setattr(
+    cli.tempfile,
+    "mkdtemp",
+    lambda **k: (_ for _ in ()).throw(PermissionError(13, "Permission denied")),
+  )
+  assert cli.main(["report", str(small_file), "--out", str(tmp_path / "r2")]) == 2
+  assert "cannot write there" in capsys.readouterr().err
+  monkeypatch.setattr(cli.tempfile, "mkdtemp", real)
+  # NaN in the test file: named, before the fit
+  x, y = data.default_predictions()
+  z = np.asarray(x[:40]).copy()
+  z[3, 2] = np.nan
+  bad = tmp_path / "bad.npz"
+  np.savez(bad, logits=z, labels=np.asarray(y[:40]))
+  cal = tmp_path / "cal.npz"
+  np.savez(cal, logits=np.asarray(x[40:80]), labels=np.asarray(y[40:80]))
+  argv = ["recalibrate", "temperature", str(cal), str(bad), "--out", str(tmp_path / "o.npz")]
+  assert cli.main(argv) == 2
+  assert f"{bad} contains non-finite values" in capsys.readouterr().err
+  # the model file would have replaced the recalibrated probabilities
+  argv = ["recalibrate", "temperature", str(cal), str(small_file), "--out", str(tmp_path / "o.npz")]
+  assert cli.main(argv + ["--save-model", str(tmp_path / "o.npz")]) == 2
+  assert "--out and --save-model are the same file" in capsys.readouterr().err
+  # probabilities rounded to 2 decimals: refused, not softmaxed as logits (the report's
+  # check is the first step of calibration_report)
+  monkeypatch.undo()
+  p = np.exp(np.asarray(x[:200], np.float64))
+  p = np.round(p / p.sum(1, keepdims=True), 2)
+  np.savez(tmp_path / "round.npz", probs=p, labels=np.asarray(y[:200]))
+  for cmd in (["report"], ["sweep"]):
+    out = ["--out", str(tmp_path / ("s.json" if cmd == ["sweep"] else "r3"))]
+    assert cli.main(cmd + [str(tmp_path / "round.npz")] + out) == 2
+    assert "every entry lies in [0, 1] as in probabilities, but rows" in capsys.readouterr().err
+
+
 def test_names_options_and_same_data():
   assert cli._name("/a/b/model_1.npz") == "model_1" and cli._name("/a/run.3/") == "run.3"
   assert cli._name("scores.npy,labels.npy") == "scores.npy,labels.npy"
@@ -333,8 +393,14 @@ def test_report_passes_every_setting_and_names_the_models(tmp_path, capsys, monk
     confidence=0.8,
     interval="basic",
     seed=5,
+    robustness_resamples=50,
   )
   assert capsys.readouterr().out.startswith("summary of one\n")
+  calls.clear()  # "--resamples 0: none" bootstrapped the bin-count bands all the same
+  settings[settings.index("3")] = "0"
+  assert cli.main(["report", str(tmp_path / "m1.npz"), *settings]) == 0
+  assert calls[0][2]["resamples"] == calls[0][2]["robustness_resamples"] == 0
+  capsys.readouterr()
   calls.clear()
   files = [str(tmp_path / f"m{k}.npz") for k in range(2)]
   assert cli.main(["report", *files, *settings, "--format", "md"]) == 0

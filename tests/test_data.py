@@ -70,6 +70,24 @@ def test_load_layouts(tmp_path):
   np.testing.assert_array_equal(xx, hard.astype(np.float32))
 
 
+def test_a_split_of_a_file_that_also_holds_unsplit_arrays_is_that_split(tmp_path):
+  # test_probs with unsplit logits: the loop over score names took "logits" first
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(3), 5).astype(np.float32)
+  path = tmp_path / "mixed.npz"
+  np.savez(
+    path,
+    test_probs=p,
+    test_labels=np.arange(5) % 3,
+    logits=np.ones((8, 3)),
+    labels=np.zeros(8, int),
+  )
+  x, y, own = data.load_split(str(path), "test")
+  assert own and x.shape == (5, 3) and y.tolist() == [0, 1, 2, 0, 1]
+  x, _, own = data.load_split(str(path), "val")  # no val_*: the file's one data set
+  assert not own and x.shape == (8, 3)
+
+
 def test_load_refuses_what_it_would_have_to_guess_or_distort(tmp_path):
   z = np.arange(12.0).reshape(6, 2)
   y = np.array([0, 1, 0, 1, 0, 1])

@@ -23,7 +23,7 @@ import jaxcal
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 from _cpu_devices import cpu_devices_env
 
-from jaxcal import data, metrics, scores, utility
+from jaxcal import data, metrics, report, scores, utility
 from jaxcal._src import calibration_errors as CE
 from jaxcal._src import validation as V
 from jaxcal._src.numerics import RowBlocks, by_rows, join_rows
@@ -342,9 +342,10 @@ def test_one_rule_for_logits_or_probabilities():
   assert data.looks_like_probs is V.looks_like_probs
   from jaxcal._src import cli, report
 
-  assert "looks_like_probs" in inspect.getsource(report._prepare)
+  assert "probs_or_logits" in inspect.getsource(report._prepare)
+  assert "looks_like_probs(x)" in inspect.getsource(V.probs_or_logits)
   src = inspect.getsource(cli)
-  assert "looks_like_probs" in src and "sum(axis" not in src
+  assert "probs_or_logits" in src and "looks_like_probs" not in src and "sum(axis" not in src
   p, _ = _data()
   assert V.looks_like_probs(p) and V.looks_like_probs(jnp.asarray(p))
   assert not V.looks_like_probs(np.log(p)) and not V.looks_like_probs(p * 0.9)
@@ -357,6 +358,23 @@ def test_one_rule_for_logits_or_probabilities():
     except ValueError:
       passes = False
     assert V.looks_like_probs(x) == passes
+
+
+def test_probabilities_off_the_simplex_are_not_taken_for_logits():
+  # the report and the command line softmaxed probabilities rounded to 4 decimals
+  # (rows within 1.4e-3 of 1): ConfECE 0.725 for 0.087 on CIFAR-100, silently
+  p, _ = _data()
+  assert V.probs_or_logits(p) and not V.probs_or_logits(np.log(p))
+  assert not V.probs_or_logits(np.where(p > 0.5, np.nan, p))  # not probability-like
+  assert not V.probs_or_logits(np.zeros((3, 4))) and not V.probs_or_logits(p * 0.4)  # logits
+  for bad in (p * 1.002, np.round(p, 2)):
+    with pytest.raises(
+      ValueError,
+      match=r"every entry lies in \[0, 1\] as in probabilities, but .* must sum to 1 .* add a constant",
+    ):
+      V.probs_or_logits(bad)
+  with pytest.raises(ValueError, match=r"predictions: every entry lies in \[0, 1\]"):
+    report.calibration_report(p * 1.002, np.zeros(len(p), int), num_utilities=0, resamples=0)
 
 
 # --------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from typing import NoReturn
 
@@ -73,6 +74,20 @@ def _int_at_least(minimum: int, what: str):
   return parse
 
 
+def _figure_formats(text: str) -> tuple[str, ...]:
+  """``--figures``: comma-separated formats among png, pdf, svg (checked before any work)."""
+  formats = tuple(x for x in text.split(",") if x)
+  bad = [f for f in formats if f not in FIGURE_FORMATS]
+  if bad:
+    raise argparse.ArgumentTypeError(
+      f"figure formats must be among {', '.join(FIGURE_FORMATS)}, got {', '.join(map(repr, bad))}"
+    )
+  return formats
+
+
+#: What ``--figures`` accepts (what matplotlib writes without extra dependencies).
+FIGURE_FORMATS = ("png", "pdf", "svg")
+
 _positive = _int_at_least(1, ">= 1")
 _non_negative = _int_at_least(0, ">= 0")
 
@@ -109,8 +124,22 @@ def _check_out_dir(path: str, option: str = "--out") -> None:
   problem = _parent_problem(os.path.join(path, "x")) if not os.path.isdir(path) else None
   if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
     problem = f"the folder {path} is not writable"
+  if not problem:  # os.access passes for root and for folders that refuse new entries (/proc)
+    problem = _write_problem(path)
   if problem:
     raise UserError(f"{option} {path}: cannot write there: {problem}")
+
+
+def _write_problem(path: str) -> str | None:
+  """Why nothing can be created in ``path`` or its first existing ancestor (a real try), or None."""
+  parent = os.path.abspath(path)
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  try:
+    os.rmdir(tempfile.mkdtemp(prefix=".jaxcal-check-", dir=parent))
+  except OSError as e:
+    return f"{parent}: {e.strerror or e}"
+  return None
 
 
 def _check_out_file(path: str, option: str, force: bool) -> None:
@@ -118,7 +147,7 @@ def _check_out_file(path: str, option: str, force: bool) -> None:
     raise UserError(f"{option} {path}: is a folder; give a file name")
   if os.path.exists(path) and not force:
     raise UserError(f"{option} {path}: the file exists; pass --force to overwrite it")
-  problem = _parent_problem(path)
+  problem = _parent_problem(path) or _write_problem(os.path.dirname(os.path.abspath(path)))
   if problem:
     raise UserError(f"{option} {path}: cannot write there: {problem}")
 
@@ -212,7 +241,7 @@ def _cmd_report(args) -> int:
   _check_out_dir(args.out)
   models = None
   if len(args.predictions) > 1:
-    models = {_name(p): p for p in args.predictions}
+    models = dict(zip(_unique_names(args.predictions), args.predictions))
   elif len(args.predictions) == 1:
     models = report.find_models(args.predictions[0])
   options = dict(
@@ -230,7 +259,13 @@ def _cmd_report(args) -> int:
     path = args.predictions[0] if args.predictions else None
     x, y, source = _load(path, args.split)
     rep = report.calibration_report(
-      x, y, num_utilities=args.utilities, source=source, path=path, **options
+      x,
+      y,
+      num_utilities=args.utilities,
+      source=source,
+      path=path,
+      robustness_resamples=0 if args.resamples == 0 else 50,  # "0: none": no bands either
+      **options,
     )
     paths = report.write_report(rep, x, y, args.out, formats=args.figures)
   text = report.format_markdown(rep) if args.format == "md" else report.format_summary(rep)
@@ -242,9 +277,40 @@ def _cmd_report(args) -> int:
   return 0
 
 
+def _probs_or_logits(x, path: str) -> bool:
+  """The file's scores as probabilities (True) or logits; probabilities off the simplex refused."""
+  from jaxcal._src.validation import probs_or_logits
+
+  try:
+    return probs_or_logits(x, name=path)
+  except ValueError as e:
+    raise UserError(str(e)) from None
+
+
 def _name(path: str) -> str:
   base = os.path.basename(os.path.normpath(path))
   return base[: -len(".npz")] if base.endswith(".npz") else base
+
+
+def _unique_names(paths: list[str]) -> list[str]:
+  """One model name per path: the file name, with as many parent folders as tell them apart.
+
+  ``runA/preds.npz`` and ``runB/preds.npz`` are ``runA/preds`` and ``runB/preds``
+  (one ``preds`` would silently drop a model); a path given twice is an error.
+  """
+  parts = [os.path.normpath(os.path.abspath(p)).split(os.sep) for p in paths]
+  if len({tuple(q) for q in parts}) < len(parts):
+    twice = sorted({p for p in paths if paths.count(p) > 1} or set(paths))
+    raise UserError(f"the same predictions were given twice: {twice}")
+  depth = [1] * len(parts)
+  while True:
+    names = ["/".join(q[-d:]) for q, d in zip(parts, depth)]
+    names = [n[: -len(".npz")] if n.endswith(".npz") else n for n in names]
+    clash = [i for i, n in enumerate(names) if names.count(n) > 1]
+    if not clash:
+      return names
+    for i in clash:  # distinct paths differ somewhere: this ends
+      depth[i] = min(depth[i] + 1, len(parts[i]))
 
 
 def _recal_rows(before, after, y) -> dict:
@@ -261,7 +327,6 @@ def _cmd_recalibrate(args) -> int:
 
   from jaxcal import recalibrate
   from jaxcal._src.recal.base import _lookup
-  from jaxcal._src.validation import looks_like_probs
 
   _lookup(args.method)  # an unknown method is named before any file is read
   options = _parse_options(args.options)
@@ -277,6 +342,11 @@ def _cmd_recalibrate(args) -> int:
     if not args.save_model.endswith((".npz", ".msgpack")):
       raise UserError(f"--save-model {args.save_model}: use a .npz or .msgpack file name")
     _check_out_file(args.save_model, "--save-model", args.force)
+    if os.path.abspath(args.save_model) == os.path.abspath(args.out):
+      raise UserError(
+        f"--out and --save-model are the same file ({args.out}): the model would replace the "
+        "recalibrated probabilities; give two file names"
+      )
   xc, yc, cal_source = _load(args.cal_file, args.cal_split)
   xt, yt, test_source = _load(args.test_file, args.test_split)
   if _same_data(xc, yc, xt, yt):
@@ -285,7 +355,8 @@ def _cmd_recalibrate(args) -> int:
       f"{len(yc):,} samples: a recalibrator scored on the samples it was fitted on looks "
       "better than it is; give a file with val_* and test_* arrays, or two different files"
     )
-  cal_probs, test_probs = looks_like_probs(xc), looks_like_probs(xt)
+  cal_probs = _probs_or_logits(xc, args.cal_file)
+  test_probs = _probs_or_logits(xt, args.test_file)
   if cal_probs != test_probs:
     kinds = {True: "probabilities", False: "logits"}
     raise UserError(
@@ -296,6 +367,10 @@ def _cmd_recalibrate(args) -> int:
     raise UserError(
       f"the calibration file has C = {xc.shape[1]} classes but the test file has C = {xt.shape[1]}"
     )
+  from jaxcal._src import validation as V
+
+  for x, path in ((xc, args.cal_file), (xt, args.test_file)):  # before the fit, naming the file
+    (V.check_probs if cal_probs else V.check_logits)(x, name=path)
   from_logits = not cal_probs
   t0 = time.perf_counter()
   try:
@@ -346,13 +421,12 @@ def _cmd_sweep(args) -> int:
   import jax
 
   from jaxcal import utility
-  from jaxcal._src.validation import looks_like_probs
 
   if not args.out.endswith((".json", ".npz")):
     raise UserError(f"--out {args.out}: use a .json or .npz file name")
   _check_out_file(args.out, "--out", args.force)
   x, y, source = _load(args.predictions, args.split)
-  from_logits = not looks_like_probs(x)
+  from_logits = not _probs_or_logits(x, args.predictions)
   key = jax.random.key(args.seed)
   sampler = {"linear": utility.sample_linear, "rank": utility.sample_rank}[args.family]
   us = sampler(key, args.m, x.shape[1])
@@ -459,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
   )
   r.add_argument(
     "--figures",
-    type=lambda t: tuple(x for x in t.split(",") if x),
+    type=_figure_formats,
     default=("png", "pdf"),
     help='figure formats, comma-separated (png,pdf; also svg; "" for none)',
   )

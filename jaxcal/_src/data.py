@@ -125,11 +125,12 @@ def _pick(
       raise ValueError(
         f"{path}: holds several score arrays {found}; keep one (jaxcal would not guess which)"
       )
-  for stem in _SCORE_KEYS:
-    for k, label_keys, own in (
-      (f"{split}_{stem}", (f"{split}_labels",), True),
-      (stem, ("labels", "y"), False),
-    ):
+  for prefix, label_keys, own in (
+    (f"{split}_", (f"{split}_labels",), True),  # every split name before any unsplit one
+    ("", ("labels", "y"), False),
+  ):
+    for stem in _SCORE_KEYS:
+      k = prefix + stem
       if k in keys:
         for lk in label_keys:
           if lk in keys:

@@ -219,10 +219,8 @@ def _plain(tree: Any) -> Any:
 
 
 def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool]:
-  from jaxcal.data import looks_like_probs
-
   x = np.asarray(scores_in)
-  is_probs = looks_like_probs(x)
+  is_probs = V.probs_or_logits(x)  # the one rule; probabilities off the simplex raise
   if is_probs:
     probs = V.check_probs(x, name="predictions")
   else:

@@ -89,6 +89,7 @@ __all__ = [
   "BinCounts",
   "bucket",
   "looks_like_probs",
+  "probs_or_logits",
   "fold",
   "trace_check",
   "checked",
@@ -1661,6 +1662,64 @@ def check_features(
   spec = _Spec(xs=(_Arr("finite", name, 2, 0.0),), has_where=where is not None, empty_where=True)
   ok, _ = _validate(spec, (f,), None, where)
   return fold(f, ok)
+
+
+def probs_or_logits(x: Any, name: str = "predictions") -> bool:
+  """Whether ``(n, C)`` scores are probabilities (True) or logits (False), refusing to guess.
+
+  The rule of :func:`looks_like_probs`, with one case taken out: scores
+  whose every entry is finite and in ``[0, 1]`` and whose every row sums to
+  within 0.5 of one, but not within the simplex tolerance (probabilities
+  rounded to a few decimals, say), are neither safely probabilities (the
+  metrics reject them) nor safely logits (a softmax of probabilities is a
+  silently wrong prediction): they raise. (Logits of all zeros, rows summing
+  to 0, stay logits.) One more fused reduction, only when the scores are not
+  probabilities.
+
+  Args:
+    x: ``(n, C)`` scores (numpy or JAX, concrete).
+    name: what the scores are called in the message.
+
+  Returns:
+    ``True`` for probabilities, ``False`` for logits.
+
+  Raises:
+    ValueError: entries all in ``[0, 1]`` with rows not summing to one (the
+      message names the first such row and the two ways out); or, for a
+      wrong shape, the shape error.
+
+  Example:
+    >>> import numpy as np
+    >>> probs_or_logits(np.array([[0.2, 0.8]])), probs_or_logits(np.array([[2.0, -1.0]]))
+    (True, False)
+    >>> probs_or_logits(np.array([[0.2, 0.7]]))
+    Traceback (most recent call last):
+    ...
+    ValueError: predictions: every entry lies in [0, 1] as in probabilities, but rows of ...
+  """
+  if looks_like_probs(x):
+    return True
+  arr = _device(_matrix(x, name, min_classes=1))
+  lo, hi, sum_lo, sum_hi = np.asarray(_ranges(arr)).tolist()
+  if not (lo >= 0.0 and hi <= 1.0 and sum_lo >= 0.5 and sum_hi <= 1.5):  # NaN: False
+    return False
+  try:
+    check_probs(arr, name=name)
+  except ValueError as e:
+    found = str(e).split(" Pass logits with")[0]  # that advice is for the metrics' keyword
+    raise ValueError(
+      f"{name}: every entry lies in [0, 1] as in probabilities, but {found} Normalise the "
+      "rows (p / p.sum(axis=1, keepdims=True)); if they are logits, add a constant to "
+      "them (softmax is unchanged) so that they are not read as probabilities."
+    ) from None
+  return True  # pragma: no cover - looks_like_probs said no
+
+
+@jax.jit
+def _ranges(x: jax.Array) -> jax.Array:
+  """``[min, max]`` of the ``(n, C)`` entries and of the row sums (NaN propagates)."""
+  s = jnp.sum(x, axis=1, dtype=jnp.float32)
+  return jnp.stack([jnp.min(x), jnp.max(x), jnp.min(s), jnp.max(s)]).astype(jnp.float32)
 
 
 def looks_like_probs(x: Any) -> bool:

@@ -50,7 +50,8 @@ def interval_plot(
     ValueError: no rows, a row that is not 1 or 3 numbers, an estimate that
       is not finite, an interval with ``lo > hi`` or an infinite end (NaN
       ends draw no interval), ``reference`` not a finite number, ``log_x``
-      not a bool.
+      not a bool, or with ``log_x`` an estimate or a lower end ``<= 0`` (it
+      would be drawn nowhere).
 
   Example:
     >>> fig = interval_plot({"uncalibrated": (0.026, 0.023, 0.030),
@@ -82,6 +83,11 @@ def interval_plot(
       raise ValueError(
         f"rows[{name!r}]: the interval must have finite lo <= hi (or NaN: none), got "
         f"[{r[1]}, {r[2]}]"
+      )
+    if log_x and (r[0] <= 0 or (np.isfinite(r[1]) and r[1] <= 0)):  # drawn nowhere
+      raise ValueError(
+        f"rows[{name!r}]: log_x needs a positive estimate and interval, got "
+        f"{r[0]} [{r[1]}, {r[2]}]; use log_x=False"
       )
     vals.append(r)
   v = np.stack(vals)

@@ -169,7 +169,14 @@ def bin_robustness_plot(
       for i, name in enumerate(names):
         color = _mpl.color_of(name, i)
         # the same metric with another binning: same colour, another line style
-        ax.plot(m, data[name], color=color, label=name, ls="-." if color in used else "-")
+        ax.plot(
+          m,
+          data[name],
+          color=color,
+          label=name,
+          ls="-." if color in used else "-",
+          marker="o" if len(m) == 1 else None,  # one bin count: a point, not an empty panel
+        )
         used.add(color)
         ys.append(data[name])
         if name in bands:
@@ -191,7 +198,8 @@ def bin_robustness_plot(
       pos = allv[np.isfinite(allv) & (allv > 0)]
       if m.min() > 0 and m.max() / m.min() >= 10:
         _mpl.log_ticks(ax, "x", m.min(), m.max())
-      ax.set_xlim(m.min(), m.max())
+      if m.max() > m.min():  # (one bin count: matplotlib's own margins around the point)
+        ax.set_xlim(m.min(), m.max())
       if pos.size and pos.max() / pos.min() > 3:
         lo_y, hi_y = pos.min() / 1.3, pos.max() * 1.3
         ax.set_ylim(lo_y, hi_y)

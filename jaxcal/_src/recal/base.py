@@ -282,7 +282,7 @@ def _check_options(method: str, fn: Callable, options: dict[str, Any]) -> None:
       close = difflib.get_close_matches(name, valid, n=1)
       hint = f"; did you mean {close[0]!r}?" if close else ""
       raise ValueError(
-        f"fit({method!r}): unknown option {name!r}{hint} Valid options: {', '.join(valid)} "
+        f"fit({method!r}): unknown option {name!r}{hint or '.'} Valid options: {', '.join(valid)} "
         f"(documented in {public})."
       )
   missing = [
