@@ -402,7 +402,9 @@ def calibration_report(
 
   Args:
     scores_in: ``(n, C)`` logits or probabilities (rows on the simplex are
-      taken as probabilities, anything else as logits).
+      taken as probabilities, anything else as logits, except entries all
+      in ``[0, 1]`` with rows near but off the simplex, which raise: see
+      :func:`~jaxcal._src.validation.probs_or_logits`).
     labels: ``(n,)`` integer labels.
     num_bins: bin count of the headline errors.
     num_utilities: utilities sampled per family for the eCDFs (0 skips them).
