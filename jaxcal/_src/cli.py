@@ -264,8 +264,8 @@ def _cmd_report(args) -> int:
       num_utilities=args.utilities,
       source=source,
       path=path,
-      robustness_resamples=0 if args.resamples == 0 else 50,  # "0: none": no bands either
       **options,
+      **({"robustness_resamples": 0} if args.resamples == 0 else {}),  # "0: none": no bands
     )
     paths = report.write_report(rep, x, y, args.out, formats=args.figures)
   text = report.format_markdown(rep) if args.format == "md" else report.format_summary(rep)
@@ -298,10 +298,11 @@ def _unique_names(paths: list[str]) -> list[str]:
   ``runA/preds.npz`` and ``runB/preds.npz`` are ``runA/preds`` and ``runB/preds``
   (one ``preds`` would silently drop a model); a path given twice is an error.
   """
-  parts = [os.path.normpath(os.path.abspath(p)).split(os.sep) for p in paths]
-  if len({tuple(q) for q in parts}) < len(parts):
-    twice = sorted({p for p in paths if paths.count(p) > 1} or set(paths))
+  full = [os.path.normpath(os.path.abspath(p)) for p in paths]
+  twice = sorted({p for p, f in zip(paths, full) if full.count(f) > 1})
+  if twice:
     raise UserError(f"the same predictions were given twice: {twice}")
+  parts = [f.split(os.sep) for f in full]
   depth = [1] * len(parts)
   while True:
     names = ["/".join(q[-d:]) for q, d in zip(parts, depth)]

@@ -80,7 +80,10 @@ def _exact_order(x: Any) -> Any:
   """
   if isinstance(x, jax.Array | jax.core.Tracer):
     return x
-  a = np.asarray(x)
+  try:
+    a = np.asarray(x)
+  except (TypeError, ValueError):  # ragged and the like: named by the caller's checks
+    return x
   if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.number) and np.isrealobj(a)):
     return x  # rejected (or exact) downstream
   dt = V.compute_dtype(a.dtype)
