@@ -177,6 +177,27 @@ def main() -> None:
     p[None], y[None], ["conf_ece", "conf_ce_corr", "brier"], num_bins=np.array([5, 15])
   )
   out["evaluate"] = res.to_dict()
+  # two models (the second a tempered copy), logits, utilities and a decomposition
+  logits = np.log(np.maximum(p, 1e-30))
+  two = np.stack([logits, 0.5 * logits])
+  res2 = jaxcal.evaluate(
+    two,
+    np.stack([y, y]),
+    ["conf_ece", "classwise_ce", "decompose"],
+    num_bins=np.array([5, 15]),
+    utilities=us,
+    from_logits=True,
+  )
+  out["evaluate_two"] = res2.to_dict()["values"]
+  # the bare states (not inside a Calibration)
+  bins = streaming.merge_across_processes(
+    streaming.FixedBins.empty(c, np.array([5, 15])).update(p, y)
+  )
+  out["fixed_bins"] = {k: np.asarray(v).tolist() for k, v in bins.compute().items()}
+  sc = streaming.merge_across_processes(streaming.Scores.empty(c).update(p, y))
+  out["scores"] = {k: np.asarray(v).tolist() for k, v in sc.compute().items()}
+  rec = streaming.merge_across_processes(streaming.Records.empty(p.shape[0], c).update(p, y))
+  out["records"] = {k: np.asarray(v).tolist() for k, v in rec.compute(15).items()}
   with open(out_path, "w") as f:
     json.dump(out, f)
   jax.distributed.shutdown()

@@ -4,7 +4,9 @@ Each process holds a different, differently sized part of the CIFAR-10
 ResNet-110 test logits as host-local arrays (the normal multi-host layout)
 and runs ``uc_sweep``, the streaming ``merge_across_processes`` (records of
 the top label and of whole rows, in buffers of different capacities) and
-the study call; both must report the single-process result on the union.
+the study call (one model; and two models of logits with utilities and a
+decomposition), and the bare FixedBins, Scores and Records states merged
+across processes; both must report the single-process result on the union.
 With bad data in process 1's rows only (a NaN row, a row off the simplex,
 a label C or -1), every process must raise the single-process ``ValueError``
 of the union (naming the union's row), or give NaN under ``jax.jit``; a
@@ -87,6 +89,15 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
   results = _run_two(path, tmp_path, devices_per_process)
   us = utility.sample_linear(jax.random.key(0), 10, p.shape[1])
   want_uc = np.asarray(utility.uc_sweep(p, y, us, chunk_size=3, devices=jax.devices()[:1]))
+  logits = np.log(np.maximum(p, 1e-30))
+  want_two = jaxcal.evaluate(
+    np.stack([logits, 0.5 * logits]),
+    np.stack([y, y]),
+    ["conf_ece", "classwise_ce", "decompose"],
+    num_bins=np.array([5, 15]),
+    utilities=us,
+    from_logits=True,
+  ).to_dict()["values"]
   for r in results:
     assert r["devices"] == 2 * devices_per_process
     # the masked (padded) union: float rounding of 1/n only
@@ -102,6 +113,15 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
     np.testing.assert_allclose(ev["conf_ece"][0], metrics.conf_ece(p, y, bins), atol=1e-6)
     np.testing.assert_allclose(ev["conf_ce_corr"][0], metrics.conf_ce_corr(p, y, bins), atol=1e-6)
     np.testing.assert_allclose(ev["brier"][0], scores.brier(p, y), rtol=1e-6)
+    # two models of logits with utilities and a decomposition, and the bare states
+    for k, v in r["evaluate_two"].items():
+      np.testing.assert_allclose(v, want_two[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for k in ("conf_ece", "classwise_ece", "ecce"):
+      np.testing.assert_allclose(r["fixed_bins"][k], getattr(metrics, k)(p, y, bins), atol=1e-6)
+    fixed_corr = metrics.conf_ce_corr(p, y, bins, binning="fixed")
+    np.testing.assert_allclose(r["fixed_bins"]["conf_ce_corr"], fixed_corr, rtol=1e-5)
+    np.testing.assert_allclose(r["scores"]["brier"], scores.brier(p, y), rtol=1e-6)
+    np.testing.assert_allclose(r["records"]["conf_ce_corr"], metrics.conf_ce_corr(p, y), rtol=1e-5)
   assert results[0]["uc_sweep"] == results[1]["uc_sweep"]  # identical on both hosts
 
 
