@@ -424,6 +424,8 @@ def test_interval_plot_draws_rows_top_down_with_their_intervals():
   assert ax.get_ylim() == pytest.approx((-0.6, 2.6)) and ax.get_title() == "x — m (n = 3)"
   fig = plots.interval_plot({"a": (0.02, 0.0, 0.04), "b": (0.5,)}, metric="x", log_x=True)
   assert fig.axes[0].get_xlim() == pytest.approx((0.02 / 1.2, 0.5 * 1.2))  # the 0 is left out
+  with pytest.raises(ValueError, match=r"rows\['z'\]: log_x needs a positive estimate, got 0.0"):
+    plots.interval_plot({"z": (0.0, 0.0, 0.01), "b": (0.5,)}, metric="x", log_x=True)
   with pytest.raises(ValueError, match=r"rows\['a'\] must be .* got 2 values"):
     plots.interval_plot({"a": (0.1, 0.2)}, metric="x")
 

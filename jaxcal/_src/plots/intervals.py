@@ -50,8 +50,8 @@ def interval_plot(
     ValueError: no rows, a row that is not 1 or 3 numbers, an estimate that
       is not finite, an interval with ``lo > hi`` or an infinite end (NaN
       ends draw no interval), ``reference`` not a finite number, ``log_x``
-      not a bool, or with ``log_x`` an estimate or a lower end ``<= 0`` (it
-      would be drawn nowhere).
+      not a bool, or with ``log_x`` an estimate ``<= 0`` (its point would be
+      drawn nowhere; an interval reaching 0 runs off the left edge).
 
   Example:
     >>> fig = interval_plot({"uncalibrated": (0.026, 0.023, 0.030),
@@ -84,10 +84,9 @@ def interval_plot(
         f"rows[{name!r}]: the interval must have finite lo <= hi (or NaN: none), got "
         f"[{r[1]}, {r[2]}]"
       )
-    if log_x and (r[0] <= 0 or (np.isfinite(r[1]) and r[1] <= 0)):  # drawn nowhere
+    if log_x and r[0] <= 0:  # its point is drawn nowhere (a lower end of 0 runs off the edge)
       raise ValueError(
-        f"rows[{name!r}]: log_x needs a positive estimate and interval, got "
-        f"{r[0]} [{r[1]}, {r[2]}]; use log_x=False"
+        f"rows[{name!r}]: log_x needs a positive estimate, got {r[0]}; use log_x=False"
       )
     vals.append(r)
   v = np.stack(vals)
