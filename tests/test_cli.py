@@ -290,6 +290,7 @@ def test_user_errors_come_before_the_computation(small_file, tmp_path, capsys, m
   from jaxcal import recalibrate
   from jaxcal._src import report
 
+  real_report = report.calibration_report
   monkeypatch.setattr(report, "calibration_report", lambda *a, **k: pytest.fail("computed"))
   monkeypatch.setattr(recalibrate, "fit", lambda *a, **k: pytest.fail("fitted"))
   # a figure format only write_report knew (after 40-70 s of computation)
@@ -323,8 +324,9 @@ def test_user_errors_come_before_the_computation(small_file, tmp_path, capsys, m
   assert cli.main(argv + ["--save-model", str(tmp_path / "o.npz")]) == 2
   assert "--out and --save-model are the same file" in capsys.readouterr().err
   # probabilities rounded to 2 decimals: refused, not softmaxed as logits (the report's
-  # check is the first step of calibration_report)
-  monkeypatch.undo()
+  # check is the first step of calibration_report; undo() would also drop the autouse
+  # fixture's patch of the persistent compilation cache)
+  monkeypatch.setattr(report, "calibration_report", real_report)
   p = np.exp(np.asarray(x[:200], np.float64))
   p = np.round(p / p.sum(1, keepdims=True), 2)
   np.savez(tmp_path / "round.npz", probs=p, labels=np.asarray(y[:200]))
