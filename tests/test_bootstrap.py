@@ -185,6 +185,11 @@ _NAN3 = np.array([1.0, np.nan, 2.0])
     ((np.nan, np.array([1.0, 2.0, 3.0]), "bca"), {}, r"estimate contains non-finite"),
     ((1.0, np.array([1.0, 2.0]), "bca"), {"acceleration": np.inf}, "acceleration contains"),
     ((1.0, np.array(["a", "b"])), {}, "samples must be a real numeric array"),
+    (
+      (np.zeros(2), np.ones((5, 2)), "bca"),
+      {"acceleration": np.zeros(3)},
+      r"acceleration must be a scalar or have the estimate's shape \(2,\), got \(3,\)",
+    ),
   ],
 )
 def test_interval_bad_input(args, kwargs, msg):
@@ -206,6 +211,25 @@ def test_bca_caps_the_bias_correction_when_every_resample_is_above():
   # z0 = Φ⁻¹(1 / (2B)), the cap of the definition (float64 reference)
   want = ref_interval(0.0, np.linspace(1.0, 2.0, 50), "bca", 0.95, accel=0.0)
   assert (float(lo), float(hi)) == pytest.approx(want, rel=1e-5)
+
+
+def test_bca_never_swaps_its_ends_and_high_confidence_stays_finite():
+  # 1 - a (z0 + z) <= 0 sent the upper end to the smallest resample: (-0.640, -1.0)
+  s = jnp.linspace(-1.0, 1.0, 101)
+  for a in (0.6, -0.6):
+    lo, hi = (float(v) for v in BS.interval(0.0, s, "bca", 0.95, acceleration=a))
+    assert -1.0 <= lo <= hi <= 1.0
+    assert (hi == 1.0) if a > 0 else (lo == -1.0)  # the level's limit: the extreme resample
+  # 1 - alpha / 2 rounded to 1 in float32: (-inf, inf) and (lo, nan) at 1 - 1e-8
+  r = np.random.default_rng(0).normal(size=2000).astype(np.float32)
+  lo, hi = (float(v) for v in BS.interval(0.0, r, "normal", 1 - 1e-8))
+  z = -scipy.stats.norm.ppf(0.5e-8)
+  assert hi == pytest.approx(z * r.std(ddof=1), rel=1e-4) and lo == pytest.approx(-hi)
+  lo, hi = (float(v) for v in BS.interval(0.0, r, "bca", 1 - 1e-8))
+  assert r.min() <= lo <= hi <= r.max() and np.isfinite([lo, hi]).all()
+  with pytest.warns(DeprecationWarning):  # the old z= form names z, not a confidence
+    with pytest.raises(ValueError, match=r"z must be a finite number > 0 .* got 9"):
+      dominance.bootstrap(jax.random.key(0), jnp.mean, r, num_resamples=10, z=9)
 
 
 def test_pytree_statistic_stacked_models_and_a_rank_correlation():

@@ -157,6 +157,12 @@ def test_label_round_trip_and_bad_names():
     report.label("ECE_nonsense")
   with pytest.raises(ValueError, match="not a metric label"):
     report.parse_label("ConfECE[fix]")
+  # labels label() never writes were accepted with a made-up rule
+  with pytest.raises(ValueError, match="Brier has no bins"):
+    report.parse_label("Brier(fix;15)")
+  with pytest.raises(ValueError, match="ECCE always uses equal-width bins"):
+    report.parse_label("ECCE(qua;15)")
+  assert report.format_number(np.bool_(True)) == "True"  # not "1.00"
 
 
 def test_rank_stability_matches_scipy():

@@ -188,6 +188,19 @@ def test_integer_bool_and_half_predictions_compute_as_the_one_shot_functions():
       np.testing.assert_allclose(res["decompose"][i, 0], dec.score, rtol=1e-6)
 
 
+def test_one_bin_count_is_recorded_and_summary_checks_it(logits):
+  # summary(num_bins=20) of a study of 15 bins printed the 15-bin values, unlabelled
+  z, y = logits
+  res = jaxcal.evaluate(
+    z[:2, :50], y[:2, :50], ["conf_ece", "brier"], num_bins=15, from_logits=True
+  )
+  assert res.info["num_bins"] == 15 and json.loads(res.to_json())["info"]["num_bins"] == 15
+  head = res.summary().splitlines()[0]
+  assert "conf_ece@15" in head and "brier@" not in head and res.summary(15) == res.summary()
+  with pytest.raises(ValueError, match=r"num_bins = 20 was not evaluated; bin counts: \[15\]"):
+    res.summary(20)
+
+
 def test_new_bins_array_of_same_length_reuses_the_program(logits):
   """Bin arrays are arguments; the static bound is a power of two (9 and 12 -> 16)."""
   z, y = logits

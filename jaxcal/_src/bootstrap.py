@@ -202,8 +202,10 @@ def _interval(
   if a is not None:
     ok = ok & jnp.isfinite(a)
   alpha = 1.0 - confidence
+  # z_{1 - alpha/2} as -z_{alpha/2}: 1 - alpha/2 rounds to 1 in float32 beyond
+  # confidence 1 - 6e-8 (z = inf), while alpha/2 itself stays exact
+  z = -ndtri(jnp.asarray(alpha / 2, s.dtype))
   if method == "normal":
-    z = ndtri(1.0 - alpha / 2).astype(s.dtype)
     sd = jnp.std(s, axis=0, ddof=1)
     lo, hi = est - z * sd, est + z * sd
   else:
@@ -218,11 +220,15 @@ def _interval(
       z0 = ndtri(jnp.clip(below, 0.5 / num, 1.0 - 0.5 / num))
       acc = jnp.zeros_like(est) if a is None else a
 
-      def adjusted(q):
-        zq = ndtri(q)
-        return ndtr(z0 + (z0 + zq) / (1.0 - acc * (z0 + zq)))
+      def adjusted(zq):
+        # Efron & Tibshirani (1993) eq. 14.10; as 1 - a (z0 + zq) falls to 0 the level
+        # tends to 1 (or 0, for z0 + zq < 0): beyond, the formula would swap the ends
+        w = z0 + zq
+        den = 1.0 - acc * w
+        safe = jnp.where(den > 0, den, 1.0)
+        return jnp.where(den > 0, ndtr(z0 + w / safe), (w > 0).astype(s.dtype))
 
-      q_lo, q_hi = adjusted(q_lo), adjusted(q_hi)
+      q_lo, q_hi = adjusted(-z), adjusted(z)
     lo, hi = _quantile(srt, q_lo), _quantile(srt, q_hi)
     if method == "basic":
       lo, hi = 2 * est - hi, 2 * est - lo
@@ -306,7 +312,11 @@ def interval(
   a = None
   if method == "bca" and acceleration is not None:
     a = V.check_values(V.as_float(acceleration, "acceleration").astype(s.dtype), "acceleration")
-    if jnp.broadcast_shapes(a.shape, est.shape) != est.shape:
+    try:
+      fits = jnp.broadcast_shapes(a.shape, est.shape) == est.shape
+    except ValueError:
+      fits = False
+    if not fits:
       raise ValueError(
         f"acceleration must be a scalar or have the estimate's shape {est.shape}, got {a.shape}"
       )
@@ -667,5 +677,14 @@ def consistency_bands(
 
 
 def _normal_confidence(z: float) -> float:
-  """Coverage of ``± z`` standard deviations of a normal distribution."""
-  return math.erf(float(z) / math.sqrt(2.0))
+  """Coverage of ``± z`` standard deviations of a normal distribution (``z`` checked, named)."""
+  try:
+    zf = float(z)
+  except (TypeError, ValueError):
+    raise ValueError(f"z must be a number > 0, got {z!r}") from None
+  c = math.erf(zf / math.sqrt(2.0)) if math.isfinite(zf) else math.nan
+  if not 0.0 < c < 1.0:  # z <= 0, not finite, or beyond ~8.2 (the coverage rounds to 1)
+    raise ValueError(
+      f"z must be a finite number > 0 and at most about 8.2 (beyond, the coverage rounds to 1), got {z!r}"
+    )
+  return c

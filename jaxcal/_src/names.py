@@ -176,7 +176,8 @@ def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
     (``None`` when the label gives none).
 
   Raises:
-    ValueError: ``text`` is not a label of that form, or names no metric.
+    ValueError: ``text`` is not a label of that form, names no metric, gives
+      bins to a metric without them, or quantile bins to ECCE.
 
   Example:
     >>> m, rule, bins = parse_label("ConfCE_corr(qua;2000)")
@@ -187,6 +188,10 @@ def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
   if not match:
     raise ValueError(f"{text!r} is not a metric label such as 'ConfECE(fix;15)'")
   m = metric(match["name"])
+  if m.binning is None and (match["rule"] or match["m"]):
+    raise ValueError(f"{text!r}: {m.name} has no bins; its label is {m.name!r}")
+  if m.name == "ECCE" and match["rule"] == "qua":
+    raise ValueError(f"{text!r}: ECCE always uses equal-width bins; write e.g. 'ECCE(15)'")
   rule = _ABBREV_BINNING.get(match["rule"] or "", m.binning if m.binning else None)
   return m, rule, int(match["m"]) if match["m"] else None
 
@@ -212,8 +217,8 @@ def format_number(x: Any, digits: int = 3) -> str:
     >>> [format_number(v) for v in (0.945199, 0.02564, 8.312e-05, 0.5, 12.0, 123456.0, 10000)]
     ['0.945', '0.0256', '8.31e-5', '0.500', '12.0', '1.23e5', '10,000']
   """
-  if isinstance(x, bool):
-    return str(x)
+  if isinstance(x, bool) or getattr(getattr(x, "dtype", None), "kind", "") == "b":
+    return str(bool(x))  # numpy bools too (not "1.00")
   if isinstance(x, int) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") in "iu"):
     return f"{int(x):,}"
   v = float(x)

@@ -239,16 +239,21 @@ class StudyResult:
     """
     cols: list[tuple[str, np.ndarray]] = []
     bins = self.coords.get("num_bins")
+    one = self.info.get("num_bins")  # a study of one bin count (no axis)
     j = 0
-    if bins is not None and num_bins is not None:
-      if num_bins not in bins:
-        raise ValueError(f"num_bins = {num_bins} was not evaluated; bin counts: {bins}")
-      j = bins.index(num_bins)
+    if num_bins is not None and (bins is not None or one is not None):
+      if num_bins not in (bins if bins is not None else [one]):
+        raise ValueError(
+          f"num_bins = {num_bins} was not evaluated; bin counts: {bins if bins else [one]}"
+        )
+      if bins is not None:
+        j = bins.index(num_bins)
     for metric, arr in self.values.items():
       axes = self.axes[metric]
       a = np.asarray(arr, np.float64)
       if len(axes) == 1:
-        cols.append((metric, a))
+        binned = one is not None and _parse_metrics([metric])[0].family == "binned"
+        cols.append((f"{metric}@{one}" if binned else metric, a))
       elif axes[1].startswith("num_bins"):
         cols.append((f"{metric}@{bins[j]}", a.reshape(a.shape[0], -1)[:, j]))
       elif axes[1] == "utility":
@@ -1100,6 +1105,8 @@ def evaluate(
   coords: dict[str, list] = {}
   if bins_shape:
     coords["num_bins"] = bins_np.tolist()
+  else:  # one bin count: no axis, but recorded (to_dict, to_json, summary's columns)
+    info["num_bins"] = int(bins_np[0])
   for mt in mets:
     arr = np.stack([values[mt.name][i] for i in range(num_models)])
     if mt.family == "binned":
