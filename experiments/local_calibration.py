@@ -115,8 +115,9 @@ ESS_N = 3000
 LCE_OPTS = dict(num_bins=15, min_bin_size=20)
 
 
-def _lce(p, y, feats, gamma):
-  r = metrics.lce(p, y, feats, bandwidth=gamma, **LCE_OPTS)
+def _lce(p, y, feats, gamma, prior):
+  """``(LCE, MLCE)`` weighted by the training-label priors, as ECE/ECCE are."""
+  r = metrics.lce(p, y, feats, bandwidth=gamma, class_weights=prior, **LCE_OPTS)
   return float(r.lce), float(r.mlce)
 
 
@@ -229,16 +230,16 @@ def run_seed(seed, methods, quick=False, verbose=True, arm2=True):
   for m in methods:
     t0 = time.perf_counter()
     p = probs[m]
-    r = dict(zip(("LCE", "MLCE"), _lce(p, yt, feats, GAMMA)))
+    r = dict(zip(("LCE", "MLCE"), _lce(p, yt, feats, GAMMA, prior)))
     if m in own:
-      r["LCE_own"], r["MLCE_own"] = _lce(p, yt, own[m], GAMMA)
+      r["LCE_own"], r["MLCE_own"] = _lce(p, yt, own[m], GAMMA, prior)
     r.update(global_metrics(p, yt, prior))
     r["fit_seconds"] = round(fit_s[m], 2)
     sweep[m] = {"pca": {}, "own": {}}
     for g in SWEEP:
-      sweep[m]["pca"][str(g)] = _lce(p[sub], yt[sub], feats[sub], g)
+      sweep[m]["pca"][str(g)] = _lce(p[sub], yt[sub], feats[sub], g, prior)
       if m in own:
-        sweep[m]["own"][str(g)] = _lce(p[sub], yt[sub], own[m][sub], g)
+        sweep[m]["own"][str(g)] = _lce(p[sub], yt[sub], own[m][sub], g, prior)
     r["metric_seconds"] = round(time.perf_counter() - t0, 2)
     res[m] = r
     if verbose:
@@ -255,7 +256,7 @@ def run_seed(seed, methods, quick=False, verbose=True, arm2=True):
     if m in probs and space is not None:
       pm = probs[m][sub].astype(np.float64)
       y_star = (np.cumsum(pm / pm.sum(1, keepdims=True), 1) > rng_f.random((len(sub), 1))).argmax(1)
-      floor[name] = {str(g): _lce(probs[m][sub], y_star, space[sub], g) for g in SWEEP}
+      floor[name] = {str(g): _lce(probs[m][sub], y_star, space[sub], g, prior) for g in SWEEP}
   sweep["floor"] = floor
 
   diag = {"median_distance_pca": median_distance(feats, seed), "ess_fraction_pca": {}}
@@ -277,12 +278,12 @@ def run_seed(seed, methods, quick=False, verbose=True, arm2=True):
       if m in LEARNED:
         p = np.asarray(learned2[m](zt, features=ft))
         phi2 = np.asarray(learned2[m].refined_features(zt, ft))
-        r = dict(zip(("LCE", "MLCE"), _lce(p, yt, feats, GAMMA_INFO)))
-        r["LCE_own"], r["MLCE_own"] = _lce(p, yt, phi2, GAMMA_INFO)
+        r = dict(zip(("LCE", "MLCE"), _lce(p, yt, feats, GAMMA_INFO, prior)))
+        r["LCE_own"], r["MLCE_own"] = _lce(p, yt, phi2, GAMMA_INFO, prior)
         r.update(global_metrics(p, yt, prior))
         r["fit_seconds"] = round(fit2[m], 2)
       else:
-        r = dict(zip(("LCE", "MLCE"), _lce(probs[m], yt, feats, GAMMA_INFO)))
+        r = dict(zip(("LCE", "MLCE"), _lce(probs[m], yt, feats, GAMMA_INFO, prior)))
         r.update({k: res[m][k] for k in ("ECCE", "ECE", "ACC", "NLL")})
       res2[m] = r
       if verbose:

@@ -158,7 +158,7 @@ plt.show()
 # **What the plot shows** (the paper's conclusions 1-4):
 #
 # * *violation*: ConfECE and ConfCE rank the uninformative f3 above the
-#   truth f1 at every bin count (and, from `m = 2` on, the biased f4 too);
+#   truth f1 at every bin count (and, from `m = 5` on, the biased f4 too);
 #   the truthful ConfCE_corr and LinCE_cw rank f1 first and the informative
 #   f2 above f3 at every `m`;
 # * *flip*: the non-truthful errors order f2 and f3 differently at `m = 1`

@@ -267,7 +267,7 @@ if len(chain) >= 3:
 # it. That excess is the residual miscalibration the errors are there to
 # measure; it shrinks as m grows because finer bins average less of it. The
 # papers' binning-robustness claim is about the *ordering of models*
-# staying the same across bin counts (section 4 above), not about one
+# staying the same across bin counts (section 3 above), not about one
 # model's error staying flat.
 
 # %%
