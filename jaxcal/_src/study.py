@@ -167,7 +167,9 @@ class StudyResult:
       row-major order; ``component``: ``score, mcb, dsc, unc``; ``utility``:
       ``0..M-1``). An array of bin counts of two or more dimensions names its
       axes ``num_bins_0, num_bins_1, ...``, whose coordinates are positions.
-    info: how the call ran (groups, buckets, mesh, compiled programs).
+    info: how the call ran (groups, buckets, mesh, compiled programs) and,
+      for a study of one bin count (no ``num_bins`` axis), that count
+      (``info["num_bins"]``).
   """
 
   models: tuple[str, ...]
