@@ -287,8 +287,9 @@ def _probs_or_logits(x, path: str) -> bool:
     raise UserError(str(e)) from None
 
 
-def _name(path: str) -> str:
-  base = os.path.basename(os.path.normpath(path))
+def _name(path: str, depth: int = 1) -> str:
+  """A model's name: the path's last ``depth`` parts, ``.npz`` dropped."""
+  base = "/".join(os.path.normpath(path).split(os.sep)[-depth:])
   return base[: -len(".npz")] if base.endswith(".npz") else base
 
 
@@ -302,16 +303,14 @@ def _unique_names(paths: list[str]) -> list[str]:
   twice = sorted({p for p, f in zip(paths, full) if full.count(f) > 1})
   if twice:
     raise UserError(f"the same predictions were given twice: {twice}")
-  parts = [f.split(os.sep) for f in full]
-  depth = [1] * len(parts)
+  depth = [1] * len(full)
   while True:
-    names = ["/".join(q[-d:]) for q, d in zip(parts, depth)]
-    names = [n[: -len(".npz")] if n.endswith(".npz") else n for n in names]
+    names = [_name(f, d) for f, d in zip(full, depth)]
     clash = [i for i, n in enumerate(names) if names.count(n) > 1]
     if not clash:
       return names
     for i in clash:  # distinct paths differ somewhere: this ends
-      depth[i] = min(depth[i] + 1, len(parts[i]))
+      depth[i] = min(depth[i] + 1, len(full[i].split(os.sep)))
 
 
 def _recal_rows(before, after, y) -> dict:
@@ -368,11 +367,12 @@ def _cmd_recalibrate(args) -> int:
     raise UserError(
       f"the calibration file has C = {xc.shape[1]} classes but the test file has C = {xt.shape[1]}"
     )
-  from jaxcal._src import validation as V
-
-  for x, path in ((xc, args.cal_file), (xt, args.test_file)):  # before the fit, naming the file
-    (V.check_probs if cal_probs else V.check_logits)(x, name=path)
   from_logits = not cal_probs
+  if from_logits:  # (probabilities passed the same checks in _probs_or_logits)
+    from jaxcal._src import validation as V
+
+    for x, path in ((xc, args.cal_file), (xt, args.test_file)):  # before the fit, named
+      V.check_logits(x, name=path)
   t0 = time.perf_counter()
   try:
     rc = recalibrate.fit(args.method, xc, yc, from_logits=from_logits, **options)

@@ -737,18 +737,6 @@ def _validate_stack(
     raise ValueError(f"models {names}: {e}") from None
 
 
-def _compute_float(x):
-  """Predictions in the dtype every one-shot metric computes in (at least float32).
-
-  Integers and booleans become JAX's default float (numpy ones on the host,
-  so int64 values are not wrapped), float16 / bfloat16 float32: the cores
-  take the scores as floats (an int32 one-hot matrix binned every
-  confidence as 0).
-  """
-  dt = V.compute_dtype(x.dtype)
-  return x if x.dtype == dt else x.astype(dt)
-
-
 def _xp(*arrays):
   return np if all(isinstance(a, np.ndarray) for a in arrays) else jnp
 
@@ -1049,8 +1037,9 @@ def evaluate(
       else:
         _validate_stack(st.x, st.y, st.sizes, names_here, from_logits)
       # validated in the caller's dtype (its tolerance), computed as the one-shot
-      # functions compute: in at least float32
-      st = dataclasses.replace(st, x=_compute_float(st.x))
+      # functions compute: in at least float32 (an int32 one-hot matrix binned
+      # every confidence as 0)
+      st = dataclasses.replace(st, x=V.upcast(st.x))
       if quantile and int(bins_np.max()) > min(st.sizes):
         small = [nm for nm, k in zip(names_here, st.sizes) if k < int(bins_np.max())]
         raise ValueError(

@@ -90,6 +90,7 @@ __all__ = [
   "bucket",
   "looks_like_probs",
   "probs_or_logits",
+  "upcast",
   "fold",
   "trace_check",
   "checked",
@@ -1271,7 +1272,12 @@ def neutral_program(core: Callable, from_logits: bool, **static: Any) -> Callabl
   return jax.jit(run)
 
 
-def _upcast(x: jax.Array) -> jax.Array:
+def upcast(x: Any) -> Any:
+  """``x`` in the dtype computations on it run in (:func:`compute_dtype`: at least float32).
+
+  A numpy array stays on the host (integers converted there, so int64 values
+  are not wrapped); an array already in that dtype is returned as it is.
+  """
   return _to_dtype(x, compute_dtype(x.dtype))
 
 
@@ -1387,9 +1393,9 @@ def check_predictions(
     return Checked(x, labels, None, w, None, n, from_logits, pending)
   if defer:
     pending = _Pending(spec, (x,), y, wh, w)
-    return Checked(_upcast(x), labels, wh, w, None, n, from_logits, pending)
+    return Checked(upcast(x), labels, wh, w, None, n, from_logits, pending)
   ok, count = _validate(spec, (x,), y, wh, w)
-  return Checked(_upcast(x), _to_int32(y), wh, w, ok, count, from_logits)
+  return Checked(upcast(x), _to_int32(y), wh, w, ok, count, from_logits)
 
 
 def process_shard(
@@ -1526,7 +1532,7 @@ def check_binary(
     has_where=wh is not None,
   )
   ok, count = _validate(spec, (x,), yy, wh, None)
-  return Checked(_upcast(x), _to_int32(yy), wh, None, ok, count, False)
+  return Checked(upcast(x), _to_int32(yy), wh, None, ok, count, False)
 
 
 def check_arrays(
@@ -1587,14 +1593,14 @@ def check_probs(
   x = _device(_matrix(probs, name, min_classes=min_classes))
   tol = simplex_atol(x.dtype) if atol is None else float(atol)
   ok, _ = _validate(_Spec(xs=(_Arr("probs", name, 2, tol),)), (x,))
-  return fold(_upcast(x), ok)
+  return fold(upcast(x), ok)
 
 
 def check_logits(logits: Any, name: str = "logits") -> jax.Array:
   """Validates an ``(n, C)`` logit matrix (finite, ``n >= 1``, ``C >= 2``)."""
   x = _device(_matrix(logits, name))
   ok, _ = _validate(_Spec(xs=(_Arr("finite", name, 2, 0.0),)), (x,))
-  return fold(_upcast(x), ok)
+  return fold(upcast(x), ok)
 
 
 def check_labels(labels: Any, n: int, num_classes: int | None, name: str = "labels") -> jax.Array:
