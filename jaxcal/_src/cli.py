@@ -104,7 +104,12 @@ def _seed(text: str) -> int:
 
 
 def _parent_problem(path: str) -> str | None:
-  """Why files cannot be created at ``path`` (a parent that is a file, unwritable), or None."""
+  """Why files cannot be created at ``path`` (a parent that is a file, unwritable), or None.
+
+  The first existing ancestor must be a folder in which something can really
+  be created (a try, not ``os.access``, which passes for root and for folders
+  that refuse new entries, such as ``/proc``).
+  """
   parent = os.path.dirname(os.path.abspath(path))
   while parent and not os.path.exists(parent):
     up = os.path.dirname(parent)
@@ -113,33 +118,19 @@ def _parent_problem(path: str) -> str | None:
     parent = up
   if os.path.exists(parent) and not os.path.isdir(parent):
     return f"{parent} is a file, not a folder"
-  if os.path.isdir(parent) and not os.access(parent, os.W_OK | os.X_OK):
-    return f"the folder {parent} is not writable"
+  try:
+    os.rmdir(tempfile.mkdtemp(prefix=".jaxcal-check-", dir=parent))
+  except OSError as e:
+    return f"the folder {parent} is not writable ({e.strerror or e})"
   return None
 
 
 def _check_out_dir(path: str, option: str = "--out") -> None:
   if os.path.exists(path) and not os.path.isdir(path):
     raise UserError(f"{option} {path}: exists and is a file; the report needs a folder")
-  problem = _parent_problem(os.path.join(path, "x")) if not os.path.isdir(path) else None
-  if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
-    problem = f"the folder {path} is not writable"
-  if not problem:  # os.access passes for root and for folders that refuse new entries (/proc)
-    problem = _write_problem(path)
+  problem = _parent_problem(os.path.join(path, "x"))  # path itself, or its first existing ancestor
   if problem:
     raise UserError(f"{option} {path}: cannot write there: {problem}")
-
-
-def _write_problem(path: str) -> str | None:
-  """Why nothing can be created in ``path`` or its first existing ancestor (a real try), or None."""
-  parent = os.path.abspath(path)
-  while not os.path.exists(parent):
-    parent = os.path.dirname(parent)
-  try:
-    os.rmdir(tempfile.mkdtemp(prefix=".jaxcal-check-", dir=parent))
-  except OSError as e:
-    return f"{parent}: {e.strerror or e}"
-  return None
 
 
 def _check_out_file(path: str, option: str, force: bool) -> None:
@@ -147,7 +138,7 @@ def _check_out_file(path: str, option: str, force: bool) -> None:
     raise UserError(f"{option} {path}: is a folder; give a file name")
   if os.path.exists(path) and not force:
     raise UserError(f"{option} {path}: the file exists; pass --force to overwrite it")
-  problem = _parent_problem(path) or _write_problem(os.path.dirname(os.path.abspath(path)))
+  problem = _parent_problem(path)
   if problem:
     raise UserError(f"{option} {path}: cannot write there: {problem}")
 
