@@ -207,10 +207,18 @@ def test_pytree_jit(setup):
   eager = np.asarray(rc(logits[te], features=phi[te]))
   np.testing.assert_allclose(np.asarray(out), eager, atol=1e-6)
   np.testing.assert_allclose(np.asarray(called), eager, atol=1e-6)
-  # under jit bad features or logits give NaN, never plausible probabilities
+  # under jit bad features or logits give NaN rows, never plausible probabilities,
+  # and the other rows keep their values (one bad row used to make all NaN)
   bad = phi[te].copy()
   bad[3, 0] = np.nan
-  assert np.isnan(np.asarray(run(rc, logits[te], bad)[1])).all()
+  zbad = np.array(logits[te])
+  zbad[7, 1] = np.inf
+  for z, f, row in ((logits[te], bad, 3), (zbad, phi[te], 7)):
+    got = np.asarray(run(rc, z, f)[1])
+    assert np.isnan(got[row]).all()
+    np.testing.assert_allclose(
+      np.delete(got, row, axis=0), np.delete(eager, row, axis=0), atol=1e-6
+    )
 
 
 def test_checkpoint_holds_best_params(setup):

@@ -176,7 +176,12 @@ def test_brier_never_increases_and_replay_reproduces():
   np.testing.assert_allclose(run(rc, z), replayed, atol=1e-6)  # a pytree
   bad = z.copy()
   bad[3, 1] = np.nan
-  assert np.isnan(np.asarray(run(rc, bad))).all()  # under jit: NaN, never plausible rows
+  # under jit: the bad row is NaN, never a plausible row; the others keep their values
+  got = np.asarray(run(rc, bad))
+  assert np.isnan(got[3]).all()
+  np.testing.assert_allclose(np.delete(got, 3, 0), np.delete(np.asarray(replayed), 3, 0), atol=1e-6)
+  steps = np.asarray(jax.jit(lambda r, x: r.trajectory(x))(rc, bad))
+  assert np.isnan(steps[:, 3]).all() and np.isfinite(np.delete(steps, 3, 1)).all()
   assert set(np.unique(np.asarray(rc.xi))) <= {-1.0, 1.0} and np.all(np.asarray(rc.eta) > 0)
   np.testing.assert_allclose(
     _replay_np(jax.nn.softmax(jnp.asarray(z)), rc), np.asarray(replayed), atol=1e-5

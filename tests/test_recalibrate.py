@@ -907,10 +907,11 @@ def test_fitted_objects_are_pytrees_usable_under_jit(c10, fitted):
 def test_bad_rows_give_nan_rows_under_jit(c10, fitted):
   """Under jit, bad inputs give NaN rows, never plausible probabilities (eager calls raise).
 
-  ``rc(x)`` checks its input (a bad value makes the traced input NaN); ``rc.apply``
-  on a row holding NaN returns NaN in that row only: the step and clipped maps
-  (isotonic, histogram, smooth isotonic) and ``normalize_rows`` (Platt) used to
-  turn it into a grid value or the uniform row.
+  ``rc(x)`` checks its input row by row (a bad row becomes NaN, the others keep
+  their values: one NaN logit used to make every row NaN); ``rc.apply`` on a row
+  holding NaN returns NaN in that row only: the step and clipped maps (isotonic,
+  histogram, smooth isotonic) and ``normalize_rows`` (Platt) used to turn it into
+  a grid value or the uniform row.
   """
   _, _, zt, _ = c10
   z = zt[:64].copy()
@@ -923,7 +924,11 @@ def test_bad_rows_give_nan_rows_under_jit(c10, fitted):
   called, applied = run(fitted, bad)
   for m in fitted:
     np.testing.assert_allclose(np.asarray(good[m]).sum(1), 1.0, atol=1e-5, err_msg=m)
-    assert np.isnan(np.asarray(called[m])).all(), m
+    c = np.asarray(called[m])
+    assert np.isnan(c[5]).all(), m
+    np.testing.assert_array_equal(
+      np.delete(c, 5, axis=0), np.delete(np.asarray(good[m]), 5, axis=0)
+    )
     a = np.asarray(applied[m])
     assert np.isnan(a[5]).all() and np.isfinite(np.delete(a, 5, axis=0)).all(), m
   with pytest.raises(ValueError, match="NaN"):
@@ -1101,7 +1106,11 @@ def test_a_recalibrator_call_gives_nan_rows_under_jit_whatever_its_apply_does():
   z = np.zeros((2, 3), np.float32)
   z[1, 0] = np.nan
   out = np.asarray(jax.jit(lambda x: rc(x))(z))
-  assert np.isnan(out).all()
+  assert np.isnan(out[1]).all() and np.allclose(out[0], 1 / 3)
+  # probabilities: a row off the simplex (or with an entry above 1) is a bad row
+  p = np.array([[0.2, 0.3, 0.5], [0.2, 0.3, 0.6], [1.5, -0.2, -0.3]], np.float32)
+  out = np.asarray(jax.jit(lambda x: Uniform(num_classes=3, from_logits=False)(x))(p))
+  assert np.allclose(out[0], 1 / 3) and np.isnan(out[1:]).all()
   np.testing.assert_allclose(np.asarray(jax.jit(lambda x: rc(x))(np.zeros((2, 3)))), 1 / 3)
   with pytest.raises(ValueError, match="NaN"):
     rc(z)

@@ -340,6 +340,24 @@ class _Arr(NamedTuple):
   hi: float = 1.0
 
 
+def _fold_rows(x: jax.Array, a: _Arr) -> jax.Array:
+  """``x`` with NaN in its rows that fail ``a``'s check (a per-row :func:`fold`).
+
+  For row-wise maps (a recalibrator's apply) under a transformation: a bad
+  row must not turn the good rows into NaN. Probabilities: a row is good
+  when it sums to one within ``a.tol`` and every entry lies in
+  ``[-a.tol, 1 + a.tol]``; otherwise (``"finite"``) when every entry is
+  finite. NaN fails every test.
+  """
+  acc = compute_dtype(x.dtype)
+  if a.kind == "probs":
+    s = jnp.sum(x, axis=1, dtype=acc)
+    good = _sums_to_one(s, a.tol) & jnp.all((x >= -a.tol) & (x <= 1 + a.tol), axis=1)
+  else:
+    good = jnp.all(jnp.isfinite(x), axis=1)
+  return jnp.where(good[:, None], x, jnp.asarray(jnp.nan, x.dtype))
+
+
 class _Spec(NamedTuple):
   """Static description of one validation call (hashable: a jit static argument)."""
 
@@ -1579,27 +1597,43 @@ def check_arrays(
 
 
 def check_probs(
-  probs: Any, name: str = "probs", atol: float | None = None, min_classes: int = 2
+  probs: Any,
+  name: str = "probs",
+  atol: float | None = None,
+  min_classes: int = 2,
+  *,
+  rows: bool = False,
 ) -> jax.Array:
   """Validates an ``(n, C)`` probability matrix; returns it in the compute dtype.
 
   Shapes always; values (finite, in ``[0, 1]``, rows summing to one within
   ``atol``, default :func:`simplex_atol` of the dtype) on concrete inputs, in
-  one fused reduction. Traced inputs with bad values come back as NaN.
+  one fused reduction. Traced inputs with bad values come back as NaN: the
+  whole matrix, or with ``rows`` (for row-wise maps) only the bad rows.
 
   Raises:
     ValueError: naming the problem, the count of bad rows and the first one.
   """
   x = _device(_matrix(probs, name, min_classes=min_classes))
   tol = simplex_atol(x.dtype) if atol is None else float(atol)
-  ok, _ = _validate(_Spec(xs=(_Arr("probs", name, 2, tol),)), (x,))
+  a = _Arr("probs", name, 2, tol)
+  ok, _ = _validate(_Spec(xs=(a,)), (x,))
+  if ok is not None and rows:
+    return _fold_rows(upcast(x), a)
   return fold(upcast(x), ok)
 
 
-def check_logits(logits: Any, name: str = "logits") -> jax.Array:
-  """Validates an ``(n, C)`` logit matrix (finite, ``n >= 1``, ``C >= 2``)."""
+def check_logits(logits: Any, name: str = "logits", *, rows: bool = False) -> jax.Array:
+  """Validates an ``(n, C)`` logit matrix (finite, ``n >= 1``, ``C >= 2``).
+
+  Traced inputs with bad values come back as NaN: the whole matrix, or with
+  ``rows`` (for row-wise maps) only the bad rows.
+  """
   x = _device(_matrix(logits, name))
-  ok, _ = _validate(_Spec(xs=(_Arr("finite", name, 2, 0.0),)), (x,))
+  a = _Arr("finite", name, 2, 0.0)
+  ok, _ = _validate(_Spec(xs=(a,)), (x,))
+  if ok is not None and rows:
+    return _fold_rows(upcast(x), a)
   return fold(upcast(x), ok)
 
 
@@ -1649,12 +1683,19 @@ def check_finite(x: Any, name: str) -> None:
 
 
 def check_features(
-  features: Any, n: int, name: str = "features", where: jax.Array | None = None
+  features: Any,
+  n: int,
+  name: str = "features",
+  where: jax.Array | None = None,
+  *,
+  rows: bool = False,
 ) -> jax.Array:
   """Validates an ``(n, D)`` feature matrix: ``D >= 1`` columns, finite values.
 
   With ``where`` (a validated ``(n,)`` bool mask, :func:`check_where`) only
-  the selected rows are checked.
+  the selected rows are checked. Traced features with bad values come back
+  as NaN: the whole matrix, or with ``rows`` (for row-wise maps, without
+  ``where``) only the bad rows.
   """
   f = as_float(features, name)
   if f.ndim != 2:
@@ -1665,8 +1706,11 @@ def check_features(
     raise ValueError(
       f"{name} must have at least one column (shape (n, D) with D >= 1), got {tuple(f.shape)}"
     )
-  spec = _Spec(xs=(_Arr("finite", name, 2, 0.0),), has_where=where is not None, empty_where=True)
+  a = _Arr("finite", name, 2, 0.0)
+  spec = _Spec(xs=(a,), has_where=where is not None, empty_where=True)
   ok, _ = _validate(spec, (f,), None, where)
+  if ok is not None and rows and where is None:
+    return _fold_rows(f, a)
   return fold(f, ok)
 
 

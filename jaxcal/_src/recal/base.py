@@ -148,7 +148,7 @@ class Recalibrator:
     Raises:
       ValueError: bad inputs (eager calls), or ``C`` differs from the fit's.
     """
-    x = check_inputs(inputs, self.from_logits)
+    x = check_inputs(inputs, self.from_logits, rows=True)
     check_num_classes(self, x.shape[1])
     q = self.apply(x)
     return q if V.is_concrete(x) else nan_rows(q, x)
@@ -428,16 +428,21 @@ def fold_fit(rc: Any, ok: jax.Array | None) -> Any:
   return rc
 
 
-def check_inputs(inputs: ArrayLike, from_logits: bool, name: str = "inputs") -> jax.Array:
+def check_inputs(
+  inputs: ArrayLike, from_logits: bool, name: str = "inputs", *, rows: bool = False
+) -> jax.Array:
   """Validates ``(n, C)`` logits (``from_logits=True``: finite) or probabilities (on the simplex).
+
+  Under a transformation bad values come back as NaN: the whole matrix (a
+  fit), or with ``rows`` (an apply, a row-wise map) only the bad rows.
 
   Raises:
     ValueError: ``from_logits`` is not a bool, or ``inputs`` (called ``name``)
       are not finite logits / probabilities on the simplex.
   """
   if V.check_flag(from_logits, "from_logits"):
-    return V.check_logits(inputs, name)
-  return V.check_probs(inputs, name)
+    return V.check_logits(inputs, name, rows=rows)
+  return V.check_probs(inputs, name, rows=rows)
 
 
 @functools.partial(jax.jit, static_argnums=1)

@@ -421,13 +421,13 @@ class LocalNet(Recalibrator):
     return jax.nn.softmax(self._forward(z, features)[1], axis=-1)
 
   def _check(self, inputs: ArrayLike, features: ArrayLike | None):
-    x = check_inputs(inputs, self.from_logits)
+    x = check_inputs(inputs, self.from_logits, rows=True)
     check_num_classes(self, x.shape[1])
     if features is None:
       raise ValueError(
         f"a {type(self).__name__} needs the backbone features: rc(logits, features=phi)"
       )
-    f = V.check_features(features, x.shape[0])
+    f = V.check_features(features, x.shape[0], rows=True)
     if f.shape[1] != self.feature_dim:
       raise ValueError(
         f"features have dimension {f.shape[1]} but the {type(self).__name__} was fitted on "

@@ -240,7 +240,7 @@ class Patching(Recalibrator):
       >>> rc.trajectory(z).shape
       (4, 300, 4)
     """
-    x = check_inputs(inputs, self.from_logits)
+    x = check_inputs(inputs, self.from_logits, rows=True)
     check_num_classes(self, x.shape[1])
     p = to_probs(x, self.from_logits)
 
