@@ -454,7 +454,7 @@ def test_mcb_dsc_plot_isolines_carry_their_score_and_cover_the_window():
   assert ax.get_legend() is not None
   paths = [c.get_paths()[0].vertices for c in ax.collections]
   assert len(paths[0]) != len(paths[1])  # "o" and "s" markers
-  with pytest.raises(ValueError, match="must be finite"):
+  with pytest.raises(ValueError, match="unc must be a finite number, got nan"):
     plots.mcb_dsc_plot(pts, unc=np.nan)
 
 
@@ -514,11 +514,18 @@ def test_log_ticks_pick_powers_of_ten_from_two_decades_and_1_2_5_steps_below():
   assert ax.yaxis.get_major_locator().numticks == 12
   _mpl.log_ticks(ax, "y", 1.0, 10**8.5)  # beyond eight decades: every other one labelled
   assert ax.yaxis.get_major_locator().numticks == 6
-  _mpl.log_ticks(ax, "x", 1.0, 4.0)  # 0.6 decades: 1, 1.5, 2, 3, 5, 7 steps
+  _mpl.log_ticks(ax, "x", 1.0, 4.0)  # 0.6 decades: evenly spaced round values
   ticks = ax.xaxis.get_major_locator().tick_values(1.0, 4.0)
-  assert {1.5, 3.0} <= set(np.round(ticks, 9))
+  inside = ticks[(ticks >= 1.0) & (ticks <= 4.0)]
+  assert len(inside) >= 2 and np.allclose(np.diff(ticks), ticks[1] - ticks[0])
   fmt = ax.xaxis.get_major_formatter()
-  assert [fmt(v, 0) for v in (1.0, 3.0, 0.2)] == ["1", "3", report.format_number(0.2, 2)]
+  assert [fmt(v, 0) for v in (1.0, 3.0, 0.2, 2.5, 3.25e-4)] == [
+    "1",
+    "3",
+    report.format_number(0.2, 2),
+    "2.5",
+    "3.25e-4",
+  ]
   _mpl.log_ticks(ax, "x", 1.0, 6.0)  # 0.78 decades: 1-2-5 steps
   assert 1.5 not in set(np.round(ax.xaxis.get_major_locator().tick_values(1.0, 6.0), 9))
   plt.close(fig)
@@ -672,3 +679,132 @@ def test_savefig_bad_arguments_raise(tmp_path):
   with pytest.raises(TypeError, match="fig must be a matplotlib Figure, got NoneType"):
     plots.savefig(None, tmp_path / "f")
   assert not list(tmp_path.iterdir())
+
+
+def test_plot_options_take_the_library_s_own_scalars():
+  """``unc`` and ``reference`` accept 0-d numpy / JAX numbers (a decomposition's, a metric's)."""
+  import jax.numpy as jnp
+
+  from jaxcal import scores
+
+  d = scores.decompose(jnp.array([[0.8, 0.2], [0.6, 0.4], [0.3, 0.7], [0.1, 0.9]]), [0, 1, 0, 1])
+  fig = plots.mcb_dsc_plot({"m": (d.mcb, d.dsc)}, d.unc)
+  np.testing.assert_allclose(fig.axes[0].collections[0].get_offsets()[0], [d.mcb, d.dsc])
+  fig = plots.interval_plot(
+    {"m": (0.02, 0.01, 0.03)}, metric="ConfECE", reference=jnp.float32(0.025)
+  )
+  assert any(np.allclose(ln.get_xdata(), 0.025) for ln in fig.axes[0].lines)
+  fig = plots.lce_bandwidth_plot([1.0, 10.0], {"m": [0.02, 0.01]}, reference={"m": np.array(0.03)})
+  assert any(np.allclose(ln.get_ydata(), 0.03) for ln in fig.axes[0].lines)
+  with pytest.raises(ValueError, match="unc must be a number"):
+    plots.mcb_dsc_plot({"m": (0.1, 0.2)}, jnp.ones(2))
+
+
+def test_narrow_log_axes_label_each_tick_with_its_value():
+  """Every visible tick label of a narrow log axis reads as its position, and there are two."""
+
+  def labelled(fig, axis="x"):
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+    ticks = (ax.xaxis if axis == "x" else ax.yaxis).get_majorticklabels()
+    return [
+      (t.get_position()[0 if axis == "x" else 1], t.get_text())
+      for t in ticks
+      if t.get_text() and lo <= t.get_position()[0 if axis == "x" else 1] <= hi
+    ]
+
+  figs = [
+    plots.lce_bandwidth_plot(g, {"m": [0.010, 0.011]})
+    for g in ([12.5, 13.8], [10.0, 12.0], [2.1, 2.6], [1.0, 30.0])
+  ]
+  figs.append(
+    plots.interval_plot(
+      {"a": (2.9e-4, 2.8e-4, 3.5e-4), "b": (3.0e-4, 2.9e-4, 3.2e-4)},
+      metric="ConfCE_corr(qua;15)",
+      log_x=True,
+    )
+  )
+  for fig in figs:
+    ticks = labelled(fig)
+    assert len(ticks) >= 2, ticks
+    for at, text in ticks:
+      assert float(text) == pytest.approx(at, rel=1e-9), ticks
+
+
+def test_bad_plot_arguments_raise_before_drawing(toy):
+  plt = pytest.importorskip("matplotlib.pyplot")
+  p, y = toy
+  pts = {"a": (0.01, 0.08), "b": (0.02, 0.07)}
+  cases = [
+    (
+      lambda: plots.mcb_dsc_plot(pts, 0.1, markers=["o", "s"]),
+      TypeError,
+      "markers must be a mapping",
+    ),
+    (
+      lambda: plots.mcb_dsc_plot(pts, 0.1, colors={"c": "red"}),
+      ValueError,
+      r"colors has entries \['c'\]",
+    ),
+    (
+      lambda: plots.ecdf_plot({"A": np.full((2, 30), 0.1)}),
+      ValueError,
+      r"curve 'A' must be one row of numbers, got shape \(2, 30\)",
+    ),
+    (
+      lambda: plots.bin_robustness_plot([10, 2, 5], {"ConfECE": [0.3, 0.1, 0.2]}),
+      ValueError,
+      r"num_bins must be increasing .* got \[10.0, 2.0, 5.0\]",
+    ),
+    (
+      lambda: plots.lce_bandwidth_plot(
+        [1.0, 10.0], {"m": [0.02, 0.01]}, bands={"m": ([0.03, 0.0], [0.01, 0.02])}
+      ),
+      ValueError,
+      "band 'm' has lo > hi at index 0",
+    ),
+    (
+      lambda: plots.lce_bandwidth_plot(
+        [1.0, 10.0], {"m": [0.02, 0.01]}, bands={"m": [0.01, 0.02, 0.03]}
+      ),
+      ValueError,
+      "band 'm' must be a pair",
+    ),
+    (
+      lambda: plots.reliability_diagram(
+        p,
+        y,
+        10,
+        "quantile",
+        bands=bootstrap.consistency_bands(jax.random.key(0), p, 10, "fixed", num_resamples=20),
+      ),
+      ValueError,
+      "bands were computed on other data or with another binning",
+    ),
+  ]
+  for call, kind, match in cases:
+    before = plt.get_fignums()
+    with pytest.raises(kind, match=match):
+      call()
+    assert plt.get_fignums() == before, match  # no figure left open by a refused call
+
+
+def test_a_plot_keeps_the_backend_the_user_chose(tmp_path):
+  """``matplotlib.use("svg")`` stays after a jaxcal plot (it used to switch to Agg without DISPLAY)."""
+  import os
+  import subprocess
+  import sys
+
+  code = (
+    "import matplotlib; matplotlib.use('svg'); import matplotlib.pyplot as plt\n"
+    "from jaxcal import plots; plots.ecdf_plot({'a': [0.1, 0.2]})\n"
+    "print(matplotlib.get_backend())\n"
+  )
+  env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MPLBACKEND")}
+  env["JAX_PLATFORMS"] = "cpu"
+  out = subprocess.run(
+    [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path
+  )
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip().lower() == "svg"

@@ -2144,7 +2144,22 @@ def check_float_option(
     Traceback (most recent call last):
     ...
     ValueError: tol must be a finite number, got nan
+
+  A concrete 0-d numpy or JAX real array (a metric's value) is read as its
+  number; a traced one raises (an option must be static).
   """
+  if (
+    isinstance(value, np.ndarray | jax.Array)
+    and not isinstance(value, jax.core.Tracer)
+    and value.ndim == 0
+    and (jnp.issubdtype(value.dtype, jnp.integer) or jnp.issubdtype(value.dtype, jnp.floating))
+  ):
+    value = value.item()
+  if isinstance(value, jax.core.Tracer):
+    raise ValueError(
+      f"{name} must be a static number, got a traced value (an argument of a jitted or "
+      "vmapped function); pass it as a Python number"
+    )
   if isinstance(value, (bool, np.bool_)) or not isinstance(
     value, (int, float, np.integer, np.floating)
   ):

@@ -79,14 +79,25 @@ _RC = {
 
 
 def pyplot():
-  """Imports ``matplotlib.pyplot``, selecting the Agg backend when headless."""
+  """Imports ``matplotlib.pyplot``, selecting the Agg backend on a headless Linux.
+
+  Only when no backend was chosen: one the user chose (``matplotlib.use``,
+  ``MPLBACKEND``, a pyplot already imported) is left as it is, and on macOS
+  and Windows (no ``DISPLAY`` there) matplotlib picks its own.
+  """
+  import sys
+
   import matplotlib
 
-  if not os.environ.get("DISPLAY") and "MPLBACKEND" not in os.environ:
-    try:
-      matplotlib.use("Agg")
-    except Exception:  # pragma: no cover - backend already fixed by the user
-      pass
+  chosen = getattr(matplotlib.rcParams, "_get_backend_or_none", lambda: "unknown")()
+  if (
+    chosen is None
+    and sys.platform.startswith("linux")
+    and "matplotlib.pyplot" not in sys.modules
+    and not os.environ.get("DISPLAY")
+    and "MPLBACKEND" not in os.environ
+  ):
+    matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
   return plt
@@ -128,16 +139,43 @@ def check_keys(value: Any, known: Any, name: str, of: str, what: str) -> None:
 
 
 def numbers(value: Any, name: str, *, finite: bool = True) -> np.ndarray:
-  """``value`` as a 1-D float64 array; a ValueError naming ``name`` if it is not real numbers
-  or (``finite``) holds NaN or inf: a figure of such values would mislead."""
+  """``value`` as a 1-D float64 array; a ValueError naming ``name`` if it is not real numbers,
+  has more than one axis longer than 1 (a stack of rows), or (``finite``) holds NaN or inf:
+  a figure of such values would mislead."""
   try:
-    a = np.asarray(value, np.float64).ravel()
+    a = np.asarray(value, np.float64)
   except (TypeError, ValueError):
     raise ValueError(f"{name} must be real numbers, got {value!r:.80}") from None
+  if sum(d > 1 for d in a.shape) > 1:  # a (k, M) stack is k curves, not one
+    raise ValueError(f"{name} must be one row of numbers, got shape {a.shape}")
+  a = a.ravel()
   if finite and not np.all(np.isfinite(a)):
     i = int(np.argmin(np.isfinite(a)))
     raise ValueError(f"{name} must be finite, got {a[i]} at index {i}")
   return a
+
+
+def bands(bands: Any, data: Mapping[str, Any], k: int, of: str, key: str) -> dict:
+  """``key -> (lo, hi)`` of keys in ``data`` (``of`` names them), each ``(k,)``, ``lo <= hi``.
+
+  NaN ends are allowed (not drawn). A band that is not a pair, has another
+  length or ``lo > hi`` somewhere raises a ``ValueError`` naming it.
+  """
+  if bands is None:
+    return {}
+  check_keys(bands, data, "bands", of, f"{key} -> (lo, hi)")
+  out = {}
+  for name, b in bands.items():
+    if isinstance(b, str) or not isinstance(b, Sequence | np.ndarray) or len(b) != 2:
+      raise ValueError(f"band {name!r} must be a pair (lo, hi) of {k} values each")
+    lo, hi = (numbers(v, f"band {name!r}", finite=False) for v in b)
+    if lo.size != k or hi.size != k:
+      raise ValueError(f"band {name!r} must have {k} lower and upper values")
+    if np.any(lo > hi):
+      i = int(np.argmax(lo > hi))
+      raise ValueError(f"band {name!r} has lo > hi at index {i}: {lo[i]} > {hi[i]}")
+    out[name] = (lo, hi)
+  return out
 
 
 def new_axes(ax=None, figsize=(5.0, 4.0)):
@@ -192,8 +230,11 @@ def log_ticks(ax, axis: str = "y", lo: float | None = None, hi: float | None = N
 
   Spanning at least two decades: labelled powers of ten (``10^-3``) and
   unlabelled minor ticks (every other decade labelled beyond eight decades).
-  Narrower: labels at 1-2-5 steps (``0.02``, ``0.05``, ``0.1``), so a narrow
-  log axis never shows a single label. ``lo``/``hi`` default to the current
+  From 0.7 to two decades: labels at 1-2-5 steps (``0.02``, ``0.05``,
+  ``0.1``). Narrower: evenly spaced round values (steps of 1, 2, 2.5 or 5
+  times a power of ten), so a narrow log axis always shows at least two
+  labels. Every label is its tick's value, with as many significant digits
+  as that takes (``12.5``, not ``12``). ``lo``/``hi`` default to the current
   limits.
   """
   from matplotlib import ticker
@@ -216,8 +257,10 @@ def log_ticks(ax, axis: str = "y", lo: float | None = None, hi: float | None = N
         ticker.LogLocator(base=10, numticks=max(3, int(decades // 2) + 2), subs=(1.0,))
       )
     return
-  subs = (1.0, 2.0, 5.0) if decades > 0.7 else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
-  a.set_major_locator(ticker.LogLocator(base=10, subs=subs, numticks=15))
+  if decades > 0.7:  # at least two of 1-2-5 lie in any 0.7 decades
+    a.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=15))
+  else:  # LogLocator would fall back to linear steps its labels cannot name
+    a.set_major_locator(ticker.MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]))
   a.set_major_formatter(ticker.FuncFormatter(lambda v, _: _short(v)))
   a.set_minor_formatter(ticker.NullFormatter())
 
@@ -233,11 +276,23 @@ def tick_label(v: float) -> str:
 
 
 def _short(v: float) -> str:
+  """A log-axis tick label: the value itself, in the fewest significant digits (2 to 6).
+
+  Example:
+    >>> [_short(v) for v in (100.0, 12.5, 0.000275, 0.05)]
+    ['100', '12.5', '2.75e-4', '0.050']
+  """
   from jaxcal._src.names import format_number
 
   if 1 <= v < 1e4 and v == round(v):  # whole tick values: "100", not "1.0e2"; "2", not "2.0"
     return f"{int(round(v))}"
-  return format_number(v, 2) if v > 0 else ""
+  if not v > 0:
+    return ""
+  for digits in range(2, 7):
+    text = format_number(v, digits)
+    if abs(float(text) - v) <= 1e-9 * v:
+      return text
+  return text
 
 
 def savefig(

@@ -57,9 +57,11 @@ def mcb_dsc_plot(
     The matplotlib ``Figure``.
 
   Raises:
-    TypeError: ``points`` not a mapping, ``ax`` not a matplotlib ``Axes``.
+    TypeError: ``points``, ``markers`` or ``colors`` not a mapping, ``ax``
+      not a matplotlib ``Axes``.
     ValueError: no points, a point that is not a pair of numbers,
-      non-finite values, or ``num_isolines`` not an int in ``[1, 100]``.
+      non-finite values, ``markers`` / ``colors`` keys that are not labels
+      of ``points``, or ``num_isolines`` not an int in ``[1, 100]``.
 
   Example:
     >>> fig = mcb_dsc_plot({"base": (0.06, 8.28), "CW-HB": (0.01, 7.18)}, unc=9.0)
@@ -80,12 +82,12 @@ def mcb_dsc_plot(
       raise ValueError(f"points[{name!r}] must be a pair (mcb, dsc), got {a.size} values")
     pairs.append(a)
   mcb, dsc = np.stack(pairs).T
-  try:
-    unc = V.check_float_option(unc, "unc")
-  except ValueError as e:
-    raise ValueError(f"mcb, dsc and unc must be finite: {e}") from None
+  unc = V.check_float_option(unc, "unc")  # a number (a decomposition's jax scalar too), finite
   if not (np.all(np.isfinite(mcb)) and np.all(np.isfinite(dsc))):
-    raise ValueError("mcb, dsc and unc must be finite")
+    raise ValueError("mcb and dsc must be finite")
+  for what, m in (("markers", markers), ("colors", colors)):
+    if m is not None:
+      _mpl.check_keys(m, points, what, "labels of points", f"label -> {what[:-1]}")
   if num_isolines is not None:  # an isoline per step: a huge count would loop for ages
     num_isolines = V.check_int_option(num_isolines, "num_isolines", minimum=1, maximum=100)
   pad_x = 0.1 * (np.ptp(mcb) or abs(mcb.max()) or 1.0)

@@ -89,9 +89,8 @@ def lce_bandwidth_plot(
   _mpl.check_ax(ax)
   if g.size == 0 or not np.all(np.isfinite(g) & (g > 0)):
     raise ValueError("bandwidths must be positive and finite (the kernel widths γ)")
-  for what, m in (("bands", bands), ("reference", reference)):
-    if m is not None:
-      _mpl.check_keys(m, curves, what, "methods of curves", "method -> values")
+  if reference is not None:
+    _mpl.check_keys(reference, curves, "reference", "methods of curves", "method -> values")
   if reference:
     reference = {k: V.check_float_option(v, f"reference[{k!r}]") for k, v in reference.items()}
 
@@ -104,9 +103,7 @@ def lce_bandwidth_plot(
     return a
 
   data = {name: _vals(f"curve {name!r}", v) for name, v in curves.items()}
-  bands = {
-    k: (_vals(f"band {k!r}", lo), _vals(f"band {k!r}", hi)) for k, (lo, hi) in (bands or {}).items()
-  }
+  bands = _mpl.bands(bands, curves, g.size, "methods of curves", "method")
   fl = None if floor is None else _vals("floor", floor)
   what = "LCE against the kernel bandwidth γ" + (f" on {features}" if features else "")
   with _mpl.style():

@@ -107,6 +107,12 @@ def reliability_diagram(
       f"{num_bins}; compute them with the same num_bins and binning"
     )
   cnt = np.asarray(s.counts)
+  if isinstance(bands, ConsistencyBands) and not np.array_equal(np.asarray(bands.counts), cnt):
+    raise ValueError(
+      "bands were computed on other data or with another binning: their samples per bin "
+      f"{np.asarray(bands.counts).tolist()} differ from the diagram's {cnt.tolist()}; compute "
+      "them from the same probabilities, num_bins and binning"
+    )
   conf, acc = np.asarray(s.confidence), np.asarray(s.accuracy)
   lo, hi = np.asarray(s.lower), np.asarray(s.upper)
   n = int(cnt.sum())

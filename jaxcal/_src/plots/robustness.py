@@ -25,30 +25,15 @@ def _kind(name: str) -> str:
 
 
 def _bin_counts(num_bins: Any) -> np.ndarray:
-  """``num_bins`` as float64 ``(k,)``: at least one, each a positive integer."""
+  """``num_bins`` as float64 ``(k,)``: at least one, each a positive integer, increasing."""
   m = _mpl.numbers(num_bins, "num_bins")
   if m.size == 0 or not np.all((m >= 1) & (m == np.round(m))):
     raise ValueError(f"num_bins must be one or more integers >= 1, got {m.tolist()}")
+  if np.any(np.diff(m) <= 0):  # a line through unsorted counts zig-zags
+    raise ValueError(
+      f"num_bins must be increasing (curves are drawn in this order), got {m.tolist()}"
+    )
   return m
-
-
-def _bands(bands: Any, data: Mapping[str, np.ndarray], k: int) -> dict:
-  """``label -> (lo, hi)`` of known labels, each ``(k,)`` with ``lo <= hi`` (NaN: not drawn)."""
-  if bands is None:
-    return {}
-  _mpl.check_keys(bands, data, "bands", "labels of curves", "label -> (lo, hi)")
-  out = {}
-  for name, b in bands.items():
-    if isinstance(b, str) or not isinstance(b, Sequence | np.ndarray) or len(b) != 2:
-      raise ValueError(f"band {name!r} must be a pair (lo, hi) of {k} values each")
-    lo, hi = (_mpl.numbers(v, f"band {name!r}", finite=False) for v in b)
-    if lo.size != k or hi.size != k:
-      raise ValueError(f"band {name!r} must have {k} lower and upper values")
-    if np.any(lo > hi):
-      i = int(np.argmax(lo > hi))
-      raise ValueError(f"band {name!r} has lo > hi at index {i}: {lo[i]} > {hi[i]}")
-    out[name] = (lo, hi)
-  return out
 
 
 def bin_robustness_plot(
@@ -139,7 +124,7 @@ def bin_robustness_plot(
         f"curve {name!r} has {v.size} values for {m.size} bin counts; give one value per bin count"
       )
     data[name] = v
-  bands = _bands(bands, data, m.size)
+  bands = _mpl.bands(bands, data, m.size, "labels of curves", "label")
   if reference is not None:
     _mpl.check_keys(reference, data, "reference", "labels of curves", "label -> values")
   refs = {}
