@@ -236,6 +236,11 @@ def load_split(path: str | os.PathLike, split: str = "test") -> tuple[np.ndarray
   Raises:
     ValueError: as :func:`load_predictions` (a missing or unreadable file,
       no such arrays, bad scores or labels), naming the file.
+
+  Example:
+    >>> scores, labels, found = load_split(DEFAULT_PREDICTIONS, split="val")
+    >>> scores.shape, labels.shape, found
+    ((5000, 10), (5000,), True)
   """
   if not isinstance(path, str | bytes | os.PathLike):
     raise ValueError(f"path must be a file or folder path, got {path!r}")
@@ -291,6 +296,20 @@ def default_predictions(split: str = "test") -> tuple[np.ndarray, np.ndarray]:
   Returns:
     ``(logits (n, 10) float32, labels (n,) int32)``; provenance and license
     in ``jaxcal/_data/README.md``.
+
+  Raises:
+    ValueError: ``split`` neither ``"test"`` nor ``"val"``.
+
+  Example:
+    >>> logits, labels = default_predictions()
+    >>> logits.shape, logits.dtype, labels.dtype
+    ((10000, 10), dtype('float32'), dtype('int32'))
+    >>> float((logits.argmax(axis=1) == labels).mean())  # the ResNet-110's accuracy
+    0.9452
+
+  Reference: Gupta & Ramdas (2022), "Top-label calibration and
+  multiclass-to-binary reductions", ICLR, arXiv:2107.08353 (the logits
+  published with the paper's code).
   """
   return load_predictions(DEFAULT_PREDICTIONS, split=split)
 

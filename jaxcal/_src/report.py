@@ -911,6 +911,20 @@ def write_report(
       not creatable or not writable, or ``scores_in`` of another shape than
       the report's predictions (checked before anything is written).
     TypeError: ``out_dir`` not a path.
+
+  Example:
+    A hand-made report with ``formats=()`` (``report.json`` alone; a report
+    from :func:`calibration_report` with ``formats=("png",)`` also gets its
+    figures):
+
+    >>> import json, os, tempfile
+    >>> rep = {"settings": {"num_bins": 15}, "metrics": {"accuracy": {"estimate": 0.9452}}}
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...   paths = write_report(rep, out_dir=os.path.join(tmp, "report"), formats=())
+    ...   with open(paths["json"]) as f:
+    ...     saved = json.load(f)
+    >>> sorted(paths), os.path.basename(paths["json"]), saved["metrics"]
+    (['json'], 'report.json', {'accuracy': {'estimate': 0.9452}})
   """
   from jaxcal import plots
 

@@ -219,7 +219,9 @@ def log_loss(
 
   Reference: Good (1952), *Rational Decisions*, JRSS B 14(1); Lu, Wu,
   Hartline & Hu (2025), *Truthful Calibration Errors for Multi-Class
-  Prediction*, arXiv:2510.06388, App. B.2.
+  Prediction*, arXiv:2510.06388, §5.1 (the cross-entropy loss among the
+  evaluation losses; App. B.2 defines only the Brier loss and the
+  classification error).
   """
   return _evaluate(log_loss_per_sample, probs, labels, per_sample, from_logits, where)
 
@@ -258,7 +260,8 @@ def spherical(
 
   Reference: Gneiting & Raftery (2007), *Strictly Proper Scoring Rules,
   Prediction, and Estimation*, JASA 102(477), §3.1 (spherical score); Lu, Wu,
-  Hartline & Hu (2025), arXiv:2510.06388, App. B.2.
+  Hartline & Hu (2025), arXiv:2510.06388, §5.1 (the spherical loss among the
+  evaluation losses).
   """
   return _evaluate(spherical_per_sample, probs, labels, per_sample, from_logits, where)
 

@@ -151,9 +151,12 @@ def fit_histogram(
   Reference: Zadrozny & Elkan (2001), "Obtaining calibrated probability
   estimates from decision trees and naive Bayesian classifiers", ICML;
   Gupta & Ramdas (2022), "Top-label calibration and multiclass-to-binary
-  reductions", ICLR, arXiv:2107.08353; Resin (2025), "Calibration in
-  context: a case study with score decompositions", §3 (15 equal-mass bins,
-  CW-HB / N-HB).
+  reductions", ICLR, arXiv:2107.08353 (CW-HB, the class-wise binning without
+  normalisation; the default of 15 uniform-mass bins is that of their
+  binary histogram binning, ``HB_binary(n_bins=15)`` in the paper's code,
+  github.com/aigen/df-posthoc-calibration); Resin (2025), "Calibration in
+  context: a case study with score decompositions", §3 (CW-HB against
+  N-HB, "as used by Gupta and Ramdas (2022)"; the paper gives no bin count).
   """
   normalize = V.check_flag(normalize, "normalize")
   p, onehot, ok = fit_arrays(

@@ -124,6 +124,17 @@ def _check_loop(data, key, loss_fn, batch_size: int, keyed: bool) -> tuple:
 
 
 class TrainResult(NamedTuple):
+  """What :func:`train_classifier` returns.
+
+  Attributes:
+    model: the trained nnx model (a new module; the one passed in is not
+      changed).
+    train_loss: ``(epochs,)`` float64, the mean training cross-entropy of
+      each epoch (over the epoch's mini-batches, so the parameters change
+      while it is measured).
+    seconds: wall time of the epochs, compilation included.
+  """
+
   model: nnx.Module
   train_loss: np.ndarray  # (epochs,) mean training cross-entropy per epoch
   seconds: float  # wall time of the epochs (compilation included)
@@ -161,17 +172,54 @@ def train_epoch(
 ) -> tuple[nnx.State, optax.OptState, jax.Array]:
   """One pass over ``data`` in shuffled mini-batches, one compiled ``lax.scan``.
 
-  The batch order is ``jax.random.permutation(key)``; the last, partial batch
-  is padded and masked (``weights = 0``), so every sample counts once.
+  The batch order is a permutation drawn from ``key`` (a second key, split
+  from it, seeds the dropout of each batch); the last, partial batch is
+  padded and masked (``weights = 0``), so every sample counts once. Each
+  batch ``b`` takes one optimiser step on ``loss_fn``'s first output, and the
+  epoch reports ``terms = (1/n) sum_b B_b * terms_b`` with ``B_b`` the number
+  of real rows of batch ``b``: the per-sample mean of ``loss_fn``'s terms,
+  each batch measured with the parameters it started from.
+
+  Args:
+    graphdef: the model's graph definition, from ``nnx.split(model, ...)``
+      (static: a new one compiles anew).
+    tx: the optax optimiser (static; hashable, as optax's are).
+    params: the trainable state from the same ``nnx.split``.
+    opt_state: ``tx.init(params)``, or the state a previous epoch returned.
+    data: a tuple of arrays ``(n, ...)`` with the same number ``n >= 1`` of
+      rows (e.g. ``(features, labels)``); batches index all of them alike.
+    key: a JAX PRNG key for this epoch (e.g. ``fold_in(key, epoch)``).
+    loss_fn: ``loss_fn(model, batch, weights, key) -> (loss, terms)`` (see
+      ``LossFn`` in this module): ``loss`` the weighted mean over the batch
+      to minimise, ``terms`` a ``(k,)`` vector of weighted means to report.
+      Static, so hashable: a module-level function or a frozen dataclass.
+    batch_size: rows per mini-batch, an int ``>= 1`` (static).
 
   Returns:
-    ``(params, opt_state, terms)`` with ``terms`` ``(k,)`` the per-sample means
-    over the epoch of what ``loss_fn`` reports.
+    ``(params, opt_state, terms)``: the updated state, the optimiser state
+    and ``terms`` ``(k,)``, the per-sample means over the epoch of what
+    ``loss_fn`` reports.
 
   Raises:
     TypeError: ``data`` not a non-empty tuple, ``loss_fn`` not callable.
     ValueError: arrays of ``data`` with different (or no) rows, a bad ``key``,
       ``batch_size`` not an int ``>= 1``.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, optax
+    >>> from flax import nnx
+    >>> def squared_error(model, batch, weights, key):
+    ...   x, y = batch
+    ...   loss = jnp.sum(weights * (model(x)[:, 0] - y) ** 2) / jnp.sum(weights)
+    ...   return loss, loss[None]
+    >>> graphdef, params = nnx.split(nnx.Linear(1, 1, rngs=nnx.Rngs(0)), nnx.Param)
+    >>> tx = optax.sgd(0.1)
+    >>> x = jnp.linspace(-1.0, 1.0, 10)[:, None]
+    >>> params, opt_state, terms = train_epoch(
+    ...   graphdef, tx, params, tx.init(params), (x, 2 * x[:, 0]), jax.random.key(0),
+    ...   loss_fn=squared_error, batch_size=4)
+    >>> terms.shape
+    (1,)
   """
   batch_size = _check_loop(data, key, loss_fn, batch_size, keyed=True)
   return _train_epoch(
@@ -210,10 +258,45 @@ def evaluate(
   loss_fn: LossFn,
   batch_size: int,
 ) -> jax.Array:
-  """Per-sample means of ``loss_fn``'s terms over ``data`` in fixed consecutive
-  batches (no shuffling, no dropout: deterministic), ``(k,)``.
+  """Mean of ``loss_fn``'s reported terms over ``data``, without training.
 
-  Raises as :func:`train_epoch` does."""
+  ``data`` is read in fixed consecutive batches (no shuffling) and
+  ``loss_fn`` gets ``key=None`` (no dropout), so the result is deterministic:
+  ``terms = (1/n) sum_b B_b * terms_b`` with ``B_b`` the number of real rows
+  of batch ``b`` (the last, partial batch is padded and masked). The batch
+  size bounds the memory, not the result.
+
+  Args:
+    graphdef: the model's graph definition, from ``nnx.split`` (static).
+    params: the model's state from the same ``nnx.split``.
+    data: a tuple of arrays ``(n, ...)`` with the same number ``n >= 1`` of
+      rows.
+    loss_fn: as for :func:`train_epoch`; it is called with ``key=None``.
+    batch_size: rows per batch, an int ``>= 1`` (static).
+
+  Returns:
+    ``(k,)`` the per-sample means over ``data`` of what ``loss_fn`` reports.
+
+  Raises:
+    TypeError: ``data`` not a non-empty tuple, ``loss_fn`` not callable.
+    ValueError: arrays of ``data`` with different (or no) rows,
+      ``batch_size`` not an int ``>= 1``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> from flax import nnx
+    >>> def squared_error(model, batch, weights, key):
+    ...   x, y = batch
+    ...   loss = jnp.sum(weights * (model(x)[:, 0] - y) ** 2) / jnp.sum(weights)
+    ...   return loss, loss[None]
+    >>> model = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+    >>> graphdef, params = nnx.split(model, nnx.Param)
+    >>> x = jnp.linspace(-1.0, 1.0, 10)[:, None]
+    >>> terms = evaluate(graphdef, params, (x, 2 * x[:, 0]), loss_fn=squared_error, batch_size=4)
+    >>> mse = jnp.mean((model(x)[:, 0] - 2 * x[:, 0]) ** 2)
+    >>> bool(jnp.allclose(terms[0], mse))
+    True
+  """
   batch_size = _check_loop(data, None, loss_fn, batch_size, keyed=False)
   return _evaluate(graphdef, params, data, loss_fn=loss_fn, batch_size=batch_size)
 
@@ -278,6 +361,24 @@ def train_classifier(
       option (``epochs`` an int ``>= 0``, ``batch_size`` ``>= 1``,
       ``learning_rate`` a finite number ``>= 0``, ``seed`` an int,
       ``verbose`` a bool).
+
+  Example:
+    >>> import numpy as np
+    >>> from jaxcal.train import make_model
+    >>> rng = np.random.default_rng(0)
+    >>> images = rng.integers(0, 256, (8, 28, 28), dtype=np.uint8)
+    >>> labels = np.arange(8) % 2
+    >>> result = train_classifier(make_model("mlp_s"), images, labels,
+    ...                           epochs=1, batch_size=4, verbose=False)
+    >>> result.train_loss.shape
+    (1,)
+
+  Reference: the setup (Adam on the categorical cross-entropy, dropout
+  before the linear head) follows Barbera et al. (2025), "Multiclass Local
+  Calibration with the Jensen-Shannon Distance", arXiv:2510.26566, App. D.1;
+  per-epoch checkpoints (``on_epoch``) give the predictor traces of Lu, Wu,
+  Hartline & Hu (2025), "Truthful Calibration Errors for Multi-Class
+  Prediction", arXiv:2510.06388, §5.1 and App. F.
   """
   _check_model(model)
   epochs = V.check_int_option(epochs, "epochs", minimum=0)
@@ -347,28 +448,83 @@ def _num_classes(graphdef, params, images) -> int:
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "with_features"))
-def _predict_block(graphdef, params, xb, *, with_features):
-  model = nnx.merge(graphdef, params)
-  h = model.features(to_float_images(xb))
-  logits = model.logits_from_features(h)
-  return (logits, h) if with_features else (logits, None)
+def _predict_block(graphdef, state, xb, *, with_features):
+  model = nnx.merge(graphdef, state)
+  x = to_float_images(xb)
+  if not with_features:
+    return model(x), None
+  h = model.features(x)
+  return model.logits_from_features(h), h
+
+
+def _check_feature_methods(model) -> None:
+  """Raises unless ``model`` has ``features`` and ``logits_from_features`` (as MLP and CNN do)."""
+  missing = [
+    m for m in ("features", "logits_from_features") if not callable(getattr(model, m, None))
+  ]
+  if missing:
+    raise TypeError(
+      f"with_features=True needs a model with the methods features(x) -> (n, D) and "
+      f"logits_from_features(h) -> (n, C) (as jaxcal.train.MLP and CNN have); "
+      f"{type(model).__name__} has no {' or '.join(missing)}. Pass with_features=False "
+      "for the logits model(x) alone."
+    )
 
 
 def predict(
   model: nnx.Module, images: np.ndarray, *, batch_size: int = 2048, with_features: bool = False
 ) -> tuple[np.ndarray, np.ndarray | None]:
-  """Logits ``(n, C)`` (and penultimate features ``(n, D)``) in float32, batched.
+  """Logits (and penultimate features) of a classifier on uint8 images, in batches.
+
+  The images are scaled by :func:`to_float_images` (``x / 255 - 0.5``) and
+  the model runs without a dropout key: the logits are ``model(x)``; with
+  ``with_features=True`` they are ``logits_from_features(h)`` with
+  ``h = features(x)`` (the same function for :class:`MLP` and :class:`CNN`),
+  and ``h`` comes back too. Batches of ``batch_size`` images are compiled
+  once (the last is padded), and the results are gathered on the host as
+  float32 numpy arrays.
+
+  Any flax nnx module that maps float images ``(b, ...)`` to ``(b, C)``
+  logits works; its whole state is used as it is (call ``model.eval()``
+  first if it has batch-norm layers in training mode).
+
+  Args:
+    model: an nnx classifier, ``model(x) -> (b, C)`` logits; with
+      ``with_features=True`` it must also have ``features(x) -> (b, D)`` and
+      ``logits_from_features(h) -> (b, C)``, as :class:`MLP` and
+      :class:`CNN` do.
+    images: ``(n, ...)`` integer images with pixels in ``[0, 255]`` (e.g.
+      ``(n, 28, 28)`` uint8), ``n >= 1``.
+    batch_size: images per compiled batch, an int ``>= 1``.
+    with_features: also return the penultimate features.
+
+  Returns:
+    ``(logits, features)``: ``logits`` ``(n, C)`` float32 and ``features``
+    ``(n, D)`` float32, or ``None`` without ``with_features``.
 
   Raises:
-    TypeError: ``model`` not an nnx module.
-    ValueError: ``images`` not integer pixels, empty, ``batch_size`` not an int
-      ``>= 1`` or ``with_features`` not a bool.
+    TypeError: ``model`` not an nnx module, or ``with_features=True`` and it
+      lacks ``features`` / ``logits_from_features``.
+    ValueError: ``images`` not integer pixels, empty, or of a shape the model
+      does not take; the model's output not ``(b, C)``; ``batch_size`` not an
+      int ``>= 1`` or ``with_features`` not a bool.
+
+  Example:
+    >>> import numpy as np
+    >>> from jaxcal.train import make_model
+    >>> images = np.zeros((3, 28, 28), np.uint8)
+    >>> logits, feats = predict(make_model("mlp_s"), images, with_features=True)
+    >>> logits.shape, feats.shape, logits.dtype
+    ((3, 10), (3, 64), dtype('float32'))
   """
   _check_model(model)
   batch_size = V.check_int_option(batch_size, "batch_size", minimum=1)
   with_features = V.check_flag(with_features, "with_features")
+  if with_features:
+    _check_feature_methods(model)
   images = _image_batch(images)
-  graphdef, params = nnx.split(model, nnx.Param)
+  graphdef, state = nnx.split(model)
+  _num_classes(graphdef, state, images)  # the image shape and (b, C) logits, before any work
   n = images.shape[0]
   outs_l, outs_h = [], []
   for s in range(0, n, batch_size):
@@ -376,7 +532,7 @@ def predict(
     pad = batch_size - xb.shape[0] if n > batch_size else 0
     if pad:
       xb = np.concatenate([xb, np.zeros((pad,) + xb.shape[1:], xb.dtype)])
-    lo, h = _predict_block(graphdef, params, jnp.asarray(xb), with_features=with_features)
+    lo, h = _predict_block(graphdef, state, jnp.asarray(xb), with_features=with_features)
     keep = xb.shape[0] - pad
     outs_l.append(np.asarray(lo[:keep], np.float32))
     if with_features:

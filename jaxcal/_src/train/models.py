@@ -36,9 +36,30 @@ class _Backbone(nnx.Module):
 
 
 class MLP(_Backbone):
-  """``input -> [Dense -> ReLU] * len(hidden) -> Dropout -> Dense(C)``.
+  """A multilayer perceptron classifier on flattened inputs.
 
-  The features are the last hidden layer's activations.
+  ``input -> [Dense -> ReLU] * len(hidden) -> Dropout -> Dense(C)``; the
+  features are the last hidden layer's activations.
+
+  Args:
+    in_dim: number of inputs after flattening (784 for 28x28 images).
+    hidden: widths of the hidden layers; the last (``in_dim`` when there is
+      none) is the feature dimension ``D`` (``model.feature_dim``).
+    num_classes: ``C``.
+    dropout: rate of the dropout before the head, applied only when a key
+      is passed (``model(x, key=k)``).
+    rngs: ``nnx.Rngs`` for the parameter initialisation.
+
+  Calling ``model(x, key=None)`` maps ``(b, ...)`` float inputs to ``(b, C)``
+  logits; ``model.features(x)`` gives the ``(b, D)`` features and
+  ``model.logits_from_features(h, key=None)`` the logits from them.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> from flax import nnx
+    >>> model = MLP(16, (8,), 3, rngs=nnx.Rngs(0))
+    >>> model(jnp.zeros((2, 4, 4))).shape, model.features(jnp.zeros((2, 4, 4))).shape
+    ((2, 3), (2, 8))
   """
 
   def __init__(
@@ -64,11 +85,43 @@ class MLP(_Backbone):
 
 
 class CNN(_Backbone):
-  """``[Conv3x3 stride 2 -> ReLU] * len(channels) -> Dense(hidden) -> ReLU
-  -> Dropout -> Dense(C)``; the features are the ``hidden``-d activations.
+  """A small convolutional classifier for square single-channel images.
+
+  ``[Conv 3x3, stride 2 -> ReLU] * len(channels) -> Dense(hidden) -> ReLU
+  -> Dropout -> Dense(C)``; the features are the ``hidden``-d activations
+  before the dropout (the backbone features ``phi(x)`` that a LoCal Net
+  takes). The convolutions use ``"SAME"`` padding, so each halves the side
+  (rounding up).
 
   Strided convolutions instead of conv + max-pool: on CPU the backward pass
   of ``reduce_window`` max-pooling costs several times the convolutions.
+
+  Args:
+    image_size: side ``H = W`` of the input images.
+    channels: output channels of each convolution, in order.
+    hidden: width of the dense layer, the feature dimension ``D``
+      (``model.feature_dim``).
+    num_classes: ``C``.
+    dropout: rate of the dropout before the head, applied only when a key
+      is passed (``model(x, key=k)``).
+    rngs: ``nnx.Rngs`` for the parameter initialisation.
+
+  Calling ``model(x, key=None)`` maps float images ``(b, H, W)`` or
+  ``(b, H, W, 1)`` to ``(b, C)`` logits; ``model.features(x)`` gives the
+  ``(b, D)`` features and ``model.logits_from_features(h, key=None)`` the
+  logits from them.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> from flax import nnx
+    >>> model = CNN(8, (4,), 16, 3, rngs=nnx.Rngs(0))
+    >>> model(jnp.zeros((2, 8, 8))).shape, model.features(jnp.zeros((2, 8, 8))).shape
+    ((2, 3), (2, 16))
+
+  Reference: Barbera et al. (2025), "Multiclass Local Calibration with the
+  Jensen-Shannon Distance", arXiv:2510.26566, §7 (the features ``phi(x)``)
+  and App. D.1 (their backbones, ResNets, likewise end in dropout and a
+  linear head).
   """
 
   def __init__(
@@ -119,10 +172,30 @@ ARCHITECTURES: dict[str, Callable[..., nnx.Module]] = {
 def make_model(arch: str, num_classes: int = 10, seed: int = 0) -> nnx.Module:
   """Builds a registered architecture with parameters initialised from ``seed``.
 
+  The architectures (``ARCHITECTURES``) take 28x28 images: ``"mlp_s"``
+  (hidden 64), ``"mlp"`` (256), ``"mlp_2x"`` (256, 128), ``"cnn_xs"``
+  (channels 8, 16; hidden 32), ``"cnn_s"`` (8, 16; 128) and ``"cnn"``
+  (16, 32; 128; dropout 0.2).
+
+  Args:
+    arch: a name in ``ARCHITECTURES``.
+    num_classes: ``C``, an int ``>= 2``.
+    seed: seed of the parameter initialisation (``nnx.Rngs(params=seed)``),
+      an int; the same seed gives the same parameters.
+
+  Returns:
+    The untrained nnx model (an :class:`MLP` or :class:`CNN`), mapping
+    ``(b, 28, 28)`` float images to ``(b, C)`` logits.
+
   Raises:
     TypeError: ``arch`` is not a string.
     ValueError: an unknown ``arch``, ``num_classes`` not an int ``>= 2`` or
       ``seed`` not an int.
+
+  Example:
+    >>> model = make_model("mlp_s", seed=0)
+    >>> type(model).__name__, model.feature_dim
+    ('MLP', 64)
   """
   if not isinstance(arch, str):
     raise TypeError(f"arch must be an architecture name (str), got {type(arch).__name__}")

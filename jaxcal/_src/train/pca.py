@@ -120,21 +120,63 @@ def _check_input(pca: PCA, x: ArrayLike) -> jax.Array:
 
 
 def standardize(pca: PCA, x: jax.Array) -> jax.Array:
-  """``(x - mean) / scale`` with the fitting set's statistics: ``(n, D) -> (n, D)``.
+  """Standardises features with the mean and scale of the PCA's fitting set.
+
+  ``z = (x - mean) / scale``, per feature: the input of the PCA's
+  projection, zero mean and unit standard deviation on the fitting set
+  (constant features keep scale 1). Traceable.
+
+  Args:
+    pca: a :class:`PCA` from :func:`fit_pca`.
+    x: ``(n, D)`` (or ``(D,)``) real features with the PCA's ``D``.
+
+  Returns:
+    ``z`` of ``x``'s shape.
 
   Raises:
     TypeError: ``pca`` is not a :class:`PCA`.
     ValueError: ``x`` not a real array with the PCA's ``D`` columns.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> x = jnp.array([[0.0, 5.0], [2.0, 5.0]])
+    >>> standardize(fit_pca(x, 1), x).tolist()
+    [[-1.0, 0.0], [1.0, 0.0]]
+
+  Reference: Barbera et al. (2025), "Multiclass Local Calibration with the
+  Jensen-Shannon Distance", arXiv:2510.26566, App. D.2 (the PCA-reduced
+  features of the LoCal Nets; the standardisation is jaxcal's choice).
   """
   x = _check_input(pca, x)
   return (x - pca.mean) / pca.scale
 
 
 def pca_transform(pca: PCA, x: jax.Array) -> jax.Array:
-  """``((x - mean) / scale) @ components``: ``(n, D) -> (n, k)``.
+  """Projects features onto the fitted principal components.
+
+  ``phi_PCA(x) = ((x - mean) / scale) @ components``: the standardised
+  features (:func:`standardize`) in the basis of the top ``k`` components,
+  ``(n, D) -> (n, k)``. Traceable.
+
+  Args:
+    pca: a :class:`PCA` from :func:`fit_pca`.
+    x: ``(n, D)`` (or ``(D,)``) real features with the PCA's ``D``.
+
+  Returns:
+    ``(n, k)`` (or ``(k,)``) component scores.
 
   Raises:
     TypeError: ``pca`` is not a :class:`PCA`.
     ValueError: ``x`` not a real array with the PCA's ``D`` columns.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> x = jnp.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    >>> [round(v, 4) for v in pca_transform(fit_pca(x, 1), x)[:, 0].tolist()]
+    [-1.7321, 0.0, 1.7321]
+
+  Reference: Barbera et al. (2025), "Multiclass Local Calibration with the
+  Jensen-Shannon Distance", arXiv:2510.26566, App. D.2 (``phi_PCA``, ``k =
+  50``, the reduced features a LoCal Net refines).
   """
   return jnp.matmul(standardize(pca, x), pca.components, precision=PRECISION)
