@@ -1309,3 +1309,28 @@ def test_cv_search_on_unconverged_strengths(monkeypatch, converges, want_finite,
   rc = R.fit("vector", z, y, reg_grid=(0.5, 8.0, 0.1, 2.0), num_folds=2, cv_max_iter=77)
   assert np.isfinite(np.asarray(rc.cv_nll)).tolist() == want_finite
   assert float(rc.reg_lambda) == want_lambda
+
+
+def test_strong_vector_scaling_is_temperature_scaling(c10):
+  """At ``lambda = mu = 1e5`` (the first strength of the default grid) the penalty pins the
+  scales' spread and the bias, and the common scale is temperature scaling's ``1 / T``.
+
+  The fit used to stall at ``a = 1`` (the identity, reported converged) on 9 of the 12
+  CIFAR models: the preconditioner put the penalty's curvature on the common scale too.
+  Checked against the documented objective in float64."""
+  zv, yv, _, _ = c10
+  rc = R.fit_vector(zv, yv, reg_lambda=1e5)
+  a, b = np.diag(np.asarray(rc.weight, np.float64)), np.asarray(rc.bias, np.float64)
+  inv_t = 1.0 / float(R.fit_temperature(zv, yv).temperature)
+  assert abs(inv_t - 1.0) > 0.05  # the identity would fail below
+  np.testing.assert_allclose(a, inv_t, rtol=2e-4)
+  np.testing.assert_allclose(b, 0.0, atol=1e-4)
+  z64, c = zv.astype(np.float64), zv.shape[1]
+
+  def objective(a, b):
+    lg = z64 * a + b
+    nll = np.mean(logsumexp(lg, axis=1) - lg[np.arange(len(yv)), yv])
+    return nll + 1e5 / c * np.sum((a - a.mean()) ** 2) + 1e5 / c * np.sum(b**2)
+
+  assert objective(a, b) <= objective(np.full(c, inv_t), np.zeros(c)) + 1e-7
+  assert bool(rc.converged)

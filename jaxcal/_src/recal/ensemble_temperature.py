@@ -66,7 +66,8 @@ class EnsembleTemperatureScaling(Recalibrator):
     weights: ``(3,)`` simplex weights ``w``.
     num_iter: L-BFGS iterations (of the temperature fit, plus those of the
       weights' fit for ``loss="nll"``).
-    converged: whether every L-BFGS fit's gradient norm reached ``tol``.
+    converged: whether every L-BFGS fit stopped by its rule (gradient norm
+      below ``tol``, or no decrease at working precision) within its limit.
     num_classes: ``C`` (static).
   """
 

@@ -13,7 +13,8 @@
 probability inputs (``softmax(log p) = p``, so every method starts from the
 identity map). Objectives are means over samples, minimised with
 ``optax.lbfgs`` (zoom line search) inside one ``lax.while_loop``; the result
-carries ``num_iter`` and ``converged`` (gradient norm below ``tol``), and an
+carries ``num_iter`` and ``converged`` (gradient norm below ``tol``, or the
+objective no longer decreasing at working precision: :func:`lbfgs_minimize`), and an
 eager fit that did not converge warns.
 
 **Regularisation chosen by cross-validation.** Matrix and Dirichlet scaling
@@ -348,7 +349,9 @@ class TemperatureScaling(Recalibrator):
   Attributes:
     temperature: scalar ``T``.
     num_iter: L-BFGS iterations.
-    converged: whether the gradient norm reached ``tol``.
+    converged: whether L-BFGS stopped by its rule (:func:`lbfgs_minimize`:
+      gradient norm below ``tol``, or two steps that no longer lowered the
+      objective at working precision) within ``max_iter``.
     num_classes: ``C`` seen at fit time (static).
   """
 
@@ -452,7 +455,9 @@ class LinearScaling(Recalibrator):
       first; ``inf`` where the search stopped before it or its fold fits did
       not converge (``(0,)`` when no cross-validation ran).
     num_iter: L-BFGS iterations of the final fit.
-    converged: whether the final fit's gradient norm reached ``tol``.
+    converged: whether the final fit stopped by L-BFGS's rule
+      (:func:`lbfgs_minimize`: gradient norm below ``tol``, or two steps that
+      no longer lowered the objective at working precision) within ``max_iter``.
     on_log_probs: apply to ``log softmax(logits)`` instead of the logits (static).
     num_classes: ``C`` (static).
   """
@@ -514,6 +519,12 @@ def _solve_linear(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol) ->
   log-probability inputs span orders of magnitude, and the unpenalised
   diagonal next to a strongly penalised off-diagonal makes the problem badly
   conditioned, which costs plain L-BFGS thousands of iterations on C = 100.
+  Vector scaling's scales are ``a = t + (d - mean(d))``: the common scale
+  ``t`` (temperature scaling's, unpenalised) and the deviations ``d``
+  (penalised) get their own curvatures. Preconditioning the scales alone put
+  the penalty's ``2 lambda / C`` on every scale, also along the common
+  direction the penalty leaves free, so at ``lambda = 1e5`` that direction was
+  too flat for float32 to move: the fit stalled at ``a = 1``.
   """
   c = z.shape[1]
   off = 1.0 - jnp.eye(c, dtype=z.dtype)
@@ -534,17 +545,35 @@ def _solve_linear(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol) ->
   floor = 1e-6 * jnp.maximum(jnp.max(hw), jnp.max(hb))
   sw, sb = jnp.sqrt(jnp.maximum(hw, floor)), jnp.sqrt(jnp.maximum(hb, floor))
 
-  def loss(u):
-    w, b = u[0] / sw, u[1] / sb
-    val = jnp.sum(weights * _nll_per_sample(_linear_logits(z, w, b, diagonal), onehot)) / total
-    if diagonal:
-      val = val + lam_n * jnp.sum((w - jnp.mean(w)) ** 2)
-    else:
-      val = val + lam_n * jnp.sum((w * off) ** 2)
-    return val + mu_n * jnp.sum(b**2)
+  if diagonal:
+    # the common scale's curvature: d2/dt2 of the mean log loss of z (a + t) + b is
+    # E[sum_k p_k z_k^2 - (sum_k p_k z_k)^2]; the deviations': the scales' own
+    pz = p0 * z
+    ht = jnp.sum(weights * (jnp.sum(pz * z, axis=1) - jnp.sum(pz, axis=1) ** 2)) / total
+    st = jnp.sqrt(jnp.maximum(ht, floor))
 
-  res = lbfgs_minimize(loss, (init[0] * sw, init[1] * sb), max_iter=max_iter, tol=tol)
-  return res._replace(params=(res.params[0] / sw, res.params[1] / sb))
+    def weight(u):  # u = (t st, d sw, b sb): the scales and their deviations
+      d = u[1] / sw
+      return u[0] / st + (d - jnp.mean(d)), d - jnp.mean(d)
+
+    t0 = jnp.mean(init[0])
+    start = (t0 * st, (init[0] - t0) * sw, init[1] * sb)
+  else:
+
+    def weight(u):  # u = (W sw, b sb)
+      w = u[0] / sw
+      return w, w * off
+
+    start = (init[0] * sw, init[1] * sb)
+
+  def loss(u):
+    w, penalised = weight(u)
+    b = u[-1] / sb
+    val = jnp.sum(weights * _nll_per_sample(_linear_logits(z, w, b, diagonal), onehot)) / total
+    return val + lam_n * jnp.sum(penalised**2) + mu_n * jnp.sum(b**2)
+
+  res = lbfgs_minimize(loss, start, max_iter=max_iter, tol=tol)
+  return res._replace(params=(weight(res.params)[0], res.params[-1] / sb))
 
 
 def _identity(c: int, dtype, diagonal: bool):
@@ -745,7 +774,8 @@ def fit_vector(
     num_folds: cross-validation folds (default 5).
     seed: seed of the fold assignment (default 0).
     max_iter: L-BFGS iteration limit of the final fit (default 1000).
-    tol: gradient-norm tolerance (default 1e-5).
+    tol: gradient-norm tolerance (default 1e-5; the fit also stops, converged,
+      once the objective no longer decreases at working precision).
     cv_max_iter: iteration limit of each cross-validation fit (default 150;
       a strength whose fold fits do not converge within it is not selected).
 
@@ -814,7 +844,8 @@ def fit_matrix(
     num_folds: cross-validation folds (default 5, as Kull et al.).
     seed: seed of the fold assignment (default 0).
     max_iter: L-BFGS iteration limit of the final fit (default 1000).
-    tol: gradient-norm tolerance (default 1e-5).
+    tol: gradient-norm tolerance (default 1e-5; the fit also stops, converged,
+      once the objective no longer decreases at working precision).
     cv_max_iter: iteration limit of each cross-validation fit (default 150;
       a strength whose fold fits do not converge within it is not selected).
 
@@ -883,7 +914,8 @@ def fit_dirichlet(
     num_folds: cross-validation folds (default 5, as Kull et al.).
     seed: seed of the fold assignment (default 0).
     max_iter: L-BFGS iteration limit of the final fit (default 1000).
-    tol: gradient-norm tolerance (default 1e-5).
+    tol: gradient-norm tolerance (default 1e-5; the fit also stops, converged,
+      once the objective no longer decreases at working precision).
     cv_max_iter: iteration limit of each cross-validation fit (default 150;
       a strength whose fold fits do not converge within it is not selected).
 
