@@ -252,7 +252,18 @@ def test_a_jax_probability_array_is_not_consumed_and_x64_fits():
   assert not p.is_deleted()
   np.testing.assert_array_equal(np.asarray(p), before)
   with jax.enable_x64(True):
-    rc64 = R.fit("patching", z, y, max_steps=3, num_samples=0, progress=False)
+    rc64 = R.fit("patching", z.astype(np.float64), y, max_steps=3, num_samples=0, progress=False)
+    assert rc64.eta.dtype == jnp.float64
+    # a float64 fit applies to float32 / float16 inputs too, in float64 (its scan's
+    # carry changed dtype: a TypeError)
+    want = np.asarray(rc64(z))
+    for dt in (np.float32, np.float16):
+      zd = z.astype(dt)
+      got, steps = rc64(zd), rc64.trajectory(zd)
+      assert got.dtype == steps.dtype == jnp.float64
+      np.testing.assert_allclose(np.asarray(got), np.asarray(rc64(zd.astype(np.float64))))
+      np.testing.assert_allclose(np.asarray(steps[-1]), np.asarray(got))
+    np.testing.assert_allclose(np.asarray(rc64(z.astype(np.float32))), want, atol=1e-5)
   assert rc64.num_steps == rc.num_steps == 3
   np.testing.assert_allclose(np.asarray(rc64.errors), np.asarray(rc.errors), rtol=1e-4)
 

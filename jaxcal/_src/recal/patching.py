@@ -220,8 +220,13 @@ class Patching(Recalibrator):
     """The patch fields, each with a leading ``(T,)`` axis."""
     return {f: getattr(self, f) for f in _PATCH_FIELDS}
 
+  def _start(self, x: jax.Array) -> jax.Array:
+    """The probabilities of ``x`` in the dtype the patches move them in (fit's and input's)."""
+    x = x.astype(jnp.result_type(x.dtype, self.eta.dtype))  # the scan's carry keeps one dtype
+    return to_probs(x, self.from_logits)
+
   def apply(self, inputs: jax.Array) -> jax.Array:
-    p = to_probs(inputs, self.from_logits)
+    p = self._start(inputs)
     return jax.lax.scan(lambda q, pt: (apply_patch(q, pt), None), p, self.patches())[0]
 
   def trajectory(self, inputs: ArrayLike) -> jax.Array:
@@ -242,7 +247,7 @@ class Patching(Recalibrator):
     """
     x = check_inputs(inputs, self.from_logits, rows=True)
     check_num_classes(self, x.shape[1])
-    p = to_probs(x, self.from_logits)
+    p = self._start(x)
 
     def step(q, pt):
       q = apply_patch(q, pt)
