@@ -234,7 +234,9 @@ def test_apply_value_errors(setup):
     rc(logits[te], features=phi[te, :9])  # feature dim mismatch
   with pytest.raises(ValueError, match="features"):
     rc(logits[te])  # features missing
-  with pytest.raises(ValueError):
+  with pytest.raises(
+    ValueError, match=r"features has 500 rows but the predictions have n = 1000 rows"
+  ):
     rc(logits[te], features=phi[2000:2500])  # row mismatch
   bad = phi[te].copy()
   bad[0, 0] = np.nan
@@ -916,3 +918,33 @@ def test_training_utilities_refuse_bad_input():
     train.calibration_fit_val(10, 0, val_fraction=-0.5)
   with pytest.raises(ValueError, match=r"val_fraction must be in \[0, 1\]"):
     train.calibration_fit_val(10, 0, val_fraction=1.5)
+
+
+def test_kernel_calibrator_keeps_a_class_missing_from_its_memory_positive():
+  """A class the memory split lacks gets a tiny positive probability, with a warning (it was
+  exactly 0: a test log loss of inf); with every class present nothing changes."""
+  from jaxcal._src.recal.local_net import _kernel_predict
+
+  rng = np.random.default_rng(0)
+  q, mem = rng.normal(size=(5, 3)), rng.normal(size=(8, 3))
+  onehot = np.eye(3)[np.array([0, 1, 0, 1, 0, 1, 0, 1])]  # class 2 absent
+  got = np.asarray(
+    _kernel_predict(jnp.asarray(q), jnp.asarray(mem), jnp.asarray(onehot), 1.0, 1e-6)
+  )
+  assert np.all(got[:, 2] > 0) and np.all(got[:, 2] < 1e-5)
+  np.testing.assert_allclose(got.sum(1), 1.0, rtol=1e-6)
+  full = np.eye(3)[np.array([0, 1, 2, 1, 0, 1, 0, 1])]
+  w = np.exp(-((q[:, None] - mem[None]) ** 2).sum(-1) / 2)
+  w = np.maximum(w / w.sum(1, keepdims=True), 1e-6)
+  np.testing.assert_allclose(
+    np.asarray(_kernel_predict(jnp.asarray(q), jnp.asarray(mem), jnp.asarray(full), 1.0, 1e-6)),
+    w @ full / w.sum(1, keepdims=True),
+    rtol=1e-5,
+  )
+  phi = jax.random.normal(jax.random.key(0), (300, 8))
+  y = jnp.where(phi[:, 0] > 0, 1, 0).at[:3].set(2)  # class 2: three samples, none in memory
+  logits = jnp.stack([-phi[:, 0], phi[:, 0], jnp.zeros(300)], 1)
+  net = base.fit("local_net", logits, y, features=phi, pca_dim=4, epochs=1, verbose=False)
+  with pytest.warns(UserWarning, match=r"holds no sample of 1 of the 3 classes \(2\)"):
+    kc = kernel_calibrator(net, logits[100:], y[100:], phi[100:])
+  assert float(jnp.min(kc(logits, features=phi))) > 0

@@ -55,6 +55,7 @@ import math
 import os
 import pathlib
 import time
+import warnings
 from typing import Any, ClassVar, NamedTuple
 
 import flax.serialization
@@ -474,7 +475,11 @@ class KernelCalibrator(LocalNet):
       w_j(x) = max(k(phi'(x), phi'_j) / sum_l k(phi'(x), phi'_l), weight_floor),
 
   over the memory points ``j`` (the floor, 1e-6 in the authors' code, keeps
-  every class probability positive). Fitted by :func:`fit_kcal` (the paper's
+  the probability of every class the memory holds positive). A class the
+  memory does not hold (a small validation split of many classes) counts as
+  one pseudo-point of weight ``weight_floor``, so its probability is tiny
+  but positive, never 0 (a log loss of ``inf``); :func:`kernel_calibrator`
+  warns when it builds such a memory. Fitted by :func:`fit_kcal` (the paper's
   KC) or built from any LoCal Net by :func:`kernel_calibrator` (the paper's
   KO: a LoCal Net predicting with its kernel).
 
@@ -503,15 +508,21 @@ class KernelCalibrator(LocalNet):
 
 
 def _kernel_predict(q, mem, onehot, bandwidth, floor, chunk=2048):
-  """Floored Nadaraya–Watson class probabilities at queries ``q`` ``(n, k)``."""
+  """Floored Nadaraya–Watson class probabilities at queries ``q`` ``(n, k)``.
+
+  A class without memory points gets one pseudo-point of weight ``floor``
+  (exactly nothing changes when every class has memory points).
+  """
   centre = jnp.mean(mem, axis=0, keepdims=True)
   mem = mem - centre
   mem_sq = jnp.sum(mem * mem, axis=1)
+  absent = jnp.where(jnp.sum(onehot, axis=0) == 0, jnp.asarray(floor, onehot.dtype), 0)
 
   def one(qi):
     logk = gaussian_log_kernel(qi[None, :] - centre, mem, bandwidth, b_sq=mem_sq)
     w = jnp.maximum(jax.nn.softmax(logk, axis=1), floor)
-    return (jnp.matmul(w, onehot, precision=PRECISION) / jnp.sum(w, axis=1, keepdims=True))[0]
+    num = jnp.matmul(w, onehot, precision=PRECISION) + absent
+    return (num / (jnp.sum(w, axis=1, keepdims=True) + jnp.sum(absent)))[0]
 
   return map_batches(one, q, chunk)
 
@@ -991,6 +1002,18 @@ def kernel_calibrator(
   y = V.check_labels(labels, x.shape[0], net.num_classes)
   _check_weight_floor(weight_floor)
   phi_ref = _jit_forward(net, to_logits(x, net.from_logits), f)[0]
+  if V.is_concrete(y):
+    counts = jnp.zeros((net.num_classes,), jnp.int32).at[y].add(1)  # (C,): a small read
+    missing = np.flatnonzero(np.asarray(counts) == 0)
+    if missing.size:
+      shown = ", ".join(map(str, missing[:10].tolist())) + (", ..." if missing.size > 10 else "")
+      warnings.warn(
+        f"the kernel calibrator's memory ({y.shape[0]} samples) holds no sample of "
+        f"{missing.size} of the {net.num_classes} classes ({shown}): they get only the "
+        f"floor probability (about {weight_floor:g} / the kernel weights' sum). Give it more "
+        "memory (a larger val_fraction, or validation_data holding every class).",
+        stacklevel=2,
+      )
   # a KernelCalibrator's own memory is replaced: only the LoCal Net's fields are kept
   fields = {k.name: getattr(net, k.name) for k in dataclasses.fields(LocalNet)}
   return KernelCalibrator(
