@@ -1334,3 +1334,33 @@ def test_strong_vector_scaling_is_temperature_scaling(c10):
 
   assert objective(a, b) <= objective(np.full(c, inv_t), np.zeros(c)) + 1e-7
   assert bool(rc.converged)
+
+
+def test_reg_grid_array_and_a_big_endian_file(tmp_path):
+  """``reg_grid`` as a (G,) array is the same grid as a list (it was refused as "not a
+  sequence of numbers"); a saved file whose arrays are big-endian (as ``save`` allows, from
+  another host) loads (it raised a JAX TypeError naming no file)."""
+  z = 3.0 * np.cos(np.arange(800.0)).reshape(200, 4).astype(np.float32)
+  y = np.arange(200) % 4
+  a = R.fit_vector(z, y, reg_grid=np.array([10.0, 0.1]))
+  b = R.fit_vector(z, y, reg_grid=[10.0, 0.1])
+  np.testing.assert_array_equal(np.asarray(a.cv_nll), np.asarray(b.cv_nll))
+  np.testing.assert_array_equal(np.asarray(a.weight), np.asarray(b.weight))
+  with pytest.raises(ValueError, match="reg_grid must be a non-empty sequence"):
+    R.fit_vector(z, y, reg_grid=np.zeros((0,)))
+  rc = R.fit("matrix", z, y, reg_lambda=1.0)
+  path = tmp_path / "m.msgpack"
+  R.save(rc, path)
+  doc = msgpack.unpackb(path.read_bytes(), raw=False)
+  header = json.loads(doc["header"])
+  for k, e in doc["arrays"].items():
+    arr = np.frombuffer(e["data"], np.dtype(e["dtype"])).reshape(e["shape"])
+    big = arr.astype(arr.dtype.newbyteorder(">"))
+    e["dtype"] = header["arrays"][k]["dtype"] = big.dtype.str
+    e["data"] = big.tobytes()
+  doc["header"] = json.dumps(header)
+  other = tmp_path / "m_big.msgpack"
+  other.write_bytes(msgpack.packb(doc, use_bin_type=True))
+  back = R.load(other)
+  np.testing.assert_array_equal(np.asarray(back.weight), np.asarray(rc.weight))
+  np.testing.assert_array_equal(np.asarray(back(z)), np.asarray(rc(z)))

@@ -22,9 +22,10 @@ on probabilities take ``softmax(logits)``; methods that work on logits take
 function starts from :func:`fit_arrays` (validated ``(x, onehot, ok)``) and
 ends with :func:`fold_fit` (under ``jax.jit`` a fit on bad data gives NaN parameters).
 
-**Files.** :func:`save` writes one format for every method: an uncompressed
-``.npz`` archive (``numpy.savez``) holding the array fields and a JSON header
-(``__header__``: method, static fields, and each array's dtype and shape).
+**Files.** :func:`save` writes one layout for every method, as an uncompressed
+``.npz`` archive (``numpy.savez``; a path ending in ``.msgpack``: a MessagePack
+map) holding the array fields and a JSON header (``__header__``: method,
+static fields, and each array's dtype and shape).
 :func:`load` never unpickles, reads the ``.npy`` headers before any array
 data, and checks every shape against the method's declared shapes, so a
 truncated, foreign or forged file is a ``ValueError`` naming the file and the
@@ -897,8 +898,9 @@ def _rebuild(path: Any, method: str, cls: type, static: dict, arrays: dict) -> R
   """The recalibrator from its checked static fields and arrays."""
 
   def get(prefix: str) -> Any:
-    if prefix in arrays:
-      return jnp.asarray(arrays[prefix])
+    if prefix in arrays:  # native byte order: JAX refuses big-endian numpy arrays
+      a = arrays[prefix]
+      return jnp.asarray(a.astype(a.dtype.newbyteorder("=")) if not a.dtype.isnative else a)
     if prefix + "/__dict__" in static:
       return {k: get(f"{prefix}/{k}") for k in static[prefix + "/__dict__"]}
     if prefix + "/__seq__" in static:

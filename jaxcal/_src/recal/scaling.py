@@ -49,6 +49,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax import lax
 from jax.typing import ArrayLike
@@ -692,6 +693,8 @@ def _fit_linear_public(
   if opts.reg_lambda is not None:
     grid = (V.check_float_option(opts.reg_lambda, "reg_lambda", minimum=0.0),)
   else:
+    if isinstance(reg_grid, np.ndarray | jax.Array) and reg_grid.ndim == 1:
+      reg_grid = reg_grid.tolist()  # a (G,) array of strengths is a sequence of them
     if isinstance(reg_grid, (str, bytes)) or not isinstance(reg_grid, Sequence) or not reg_grid:
       raise ValueError(f"reg_grid must be a non-empty sequence of numbers >= 0, got {reg_grid!r}")
     grid = tuple(
