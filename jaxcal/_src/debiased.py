@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
@@ -130,6 +131,19 @@ def debiased_ce(
   if mode not in _MODES:
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
   # Bin counts above n act as n (no equal-mass rule to refuse them): no binning check.
+  # Concrete ones are clamped to n first, so the per-bin arrays never outgrow the data
+  # (num_bins = 10**7 on n = 100 sized them at 10**7) and any count above n is taken.
+  rows = np.shape(probs)[0] if np.ndim(probs) == 2 else None
+  if rows and (
+    (isinstance(num_bins, int | np.integer) and not isinstance(num_bins, bool))
+    or (
+      isinstance(num_bins, np.ndarray | jax.Array)
+      and not isinstance(num_bins, jax.core.Tracer)
+      and jnp.issubdtype(num_bins.dtype, jnp.integer)
+    )
+  ):
+    num_bins = np.minimum(np.asarray(num_bins), rows)
+    num_bins = int(num_bins) if num_bins.ndim == 0 else num_bins
   bins = V.check_bins(num_bins, "fixed", max_bins)._replace(binning=None)
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
   return _run(_debiased_core, d, bins, mode=mode, squared=V.check_flag(squared, "squared"))
