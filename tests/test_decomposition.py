@@ -186,7 +186,9 @@ def test_mcb_dsc_plot_draws_points_and_isolines():
   assert len(ax.lines) >= 2  # iso-score lines
   x, yv = ax.lines[0].get_data()
   assert np.allclose(np.diff(yv) / np.diff(x), 1.0)  # slope 1: DSC = MCB + UNC - S
-  with pytest.raises(ValueError):
+  with pytest.raises(
+    ValueError, match=r"points must hold at least one label -> \(mcb, dsc\) entry"
+  ):
     mcb_dsc_plot({}, unc=1.0)
   import matplotlib.pyplot as plt
 

@@ -63,10 +63,24 @@ def test_header(tiny):
   assert F.idx_header(root / "t10k-labels-idx1-ubyte.gz") == (2049, (3,))
 
 
-@pytest.mark.parametrize(
-  "corruption", ["magic", "type", "truncated", "padded", "gzip", "count", "label_range", "header"]
-)
-def test_corrupt_files_raise(tiny, corruption):
+# Each corruption with (a regex of) its own message. The element-type case is
+# reported by the magic-number check, which compares all four bytes first.
+CORRUPTIONS = {
+  "magic": r"train-labels-idx1-ubyte\.gz: IDX magic number 2051 \(0x00000803\), expected 2049",
+  "type": r"train-labels-idx1-ubyte\.gz: IDX magic number 3329 \(0x00000d01\), expected 2049",
+  "truncated": r"train-images-idx3-ubyte\.gz: header says shape \(5, 28, 28\) \(3920 bytes of "
+  r"data\) but the file holds 3913 bytes",
+  "padded": r"train-images-idx3-ubyte\.gz: header says shape \(5, 28, 28\) \(3920 bytes of "
+  r"data\) but the file holds 3921 bytes",
+  "gzip": r"train-images-idx3-ubyte\.gz: corrupt or truncated gzip file \(",
+  "count": r"^train split: 5 images but 4 labels$",
+  "label_range": r"train-labels-idx1-ubyte\.gz: labels must lie in \[0, 10\), found 10",
+  "header": r"train-images-idx3-ubyte\.gz: too short for an IDX header \(2 bytes\)",
+}
+
+
+@pytest.mark.parametrize("corruption, message", list(CORRUPTIONS.items()), ids=list(CORRUPTIONS))
+def test_corrupt_files_raise(tiny, corruption, message):
   root, data = tiny
   lab = root / "train-labels-idx1-ubyte.gz"
   img = root / "train-images-idx3-ubyte.gz"
@@ -87,7 +101,7 @@ def test_corrupt_files_raise(tiny, corruption):
     _write(lab, _idx(np.array([0, 1, 10, 3, 3], np.uint8)))
   elif corruption == "header":
     _write(img, b"\x00\x00")
-  with pytest.raises(ValueError):
+  with pytest.raises(ValueError, match=message):
     F.load_fashion_mnist(root)
 
 

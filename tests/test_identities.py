@@ -7,9 +7,15 @@ P(fail) ~ 6e-5 per check for a correct implementation); the seeds are fixed,
 so the tests are deterministic.
 """
 
+import pathlib
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+import _reference as REF
 
 from jaxcal import metrics, scores
 
@@ -48,6 +54,27 @@ def test_bias_variance_decomposition_lin_ce():
     vals = jax.vmap(lambda s: metrics.lin_ce(u.astype(np.float32), s, bins, 5))(onehot)
     means[name], _ = _check_mean(vals, bias + noise_term)
   assert means["truthful"] < means["tempered"]  # truthfulness: the truth scores best
+
+
+def test_lin_ce_vmap_over_distinct_data_sets_equals_the_loop():
+  # vmap over data sets with their own reports, signals and bins (the mean
+  # of the Monte Carlo test above cannot see a batch that permutes them):
+  # each member equals its own eager call and the float64 reference
+  rng = np.random.default_rng(3)
+  k, c = 4, 3
+  u = rng.dirichlet(np.ones(c), (k, N)).astype(np.float32)
+  s = jax.nn.one_hot(rng.integers(0, c, (k, N)), c).astype(np.float32)
+  b = rng.integers(0, 5, (k, N))
+  got = np.asarray(jax.vmap(lambda a, bb, cc: metrics.lin_ce(a, bb, cc, 5))(u, s, b))
+  loop = np.array([float(metrics.lin_ce(u[i], s[i], b[i], 5)) for i in range(k)])
+  assert len(np.unique(loop)) == k, loop
+  np.testing.assert_allclose(got, loop, rtol=1e-6, atol=1e-8)
+  want = [REF.lin_ce(u[i], np.asarray(s[i]), b[i], 5) for i in range(k)]
+  np.testing.assert_allclose(loop, want, rtol=1e-5, atol=1e-8)
+  # with one bin assignment shared by the batch (in_axes None), as in the test above
+  got = np.asarray(jax.vmap(lambda a, bb: metrics.lin_ce(a, bb, b[0], 5))(u, s))
+  want = [REF.lin_ce(u[i], np.asarray(s[i]), b[0], 5) for i in range(k)]
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-8)
 
 
 def test_calibrated_predictor_identities():

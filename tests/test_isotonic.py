@@ -189,9 +189,17 @@ def test_jit_and_vmap_equal_eager_loop():
     jax.vmap(jax.vmap(isotonic_regression, in_axes=(0, 0, None)), in_axes=(None, 0, None))
   )(xs, np.stack([ys, ys[::-1]]), ws[0])
   assert nested.shape == (2, 5, N)
-  np.testing.assert_array_equal(
-    np.asarray(nested[0, 1]), np.asarray(isotonic_regression(xs[1], ys[1], ws[0]))
-  )
+  # every one of the 10 fits: nested[i, j] fits the targets (ys, ys[::-1])[i][j]
+  # at xs[j] (the outer vmap batches the targets but not x)
+  targets = np.stack([ys, ys[::-1]])
+  for i in range(2):
+    for j in range(5):
+      np.testing.assert_array_equal(
+        np.asarray(nested[i, j]),
+        np.asarray(isotonic_regression(xs[j], targets[i, j], ws[0])),
+        err_msg=f"nested[{i}, {j}]",
+      )
+  assert np.abs(np.asarray(nested[1] - nested[0])).max() > 0.01  # the two target sets differ
 
 
 def test_fit_predict_step_function_left_continuous_and_flat_outside():

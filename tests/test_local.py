@@ -381,14 +381,24 @@ def test_ecce_float32_default_and_sum(data):
 def test_ecce_jit_vmap_and_bad_reduction(data):
   p, y, _ = data
   p = p.astype(np.float32)
+  # three distinct data sets (other seeds: other predictions and labels), for the vmap
+  sets = [(p, y)] + [_data(seed)[:2] for seed in (1, 2)]
+  pb = np.stack([a.astype(np.float32) for a, _ in sets])
+  yb = np.stack([b for _, b in sets])
   for red in ("mean", "sum"):
     eager = metrics.ecce(p, y, reduction=red)
     jitted = jax.jit(lambda a, b, r=red: metrics.ecce(a, b, reduction=r))(p, y)
     np.testing.assert_allclose(float(jitted), float(eager), rtol=1e-6)
-    batched = jax.vmap(lambda a, b, r=red: metrics.ecce(a, b, reduction=r))(
-      np.stack([p, p[::-1]]), np.stack([y, y[::-1]])
-    )
-    np.testing.assert_allclose(np.asarray(batched), [float(eager)] * 2, rtol=1e-5)
+    # vmap over the data sets == a loop of eager calls == the authors' formula
+    batched = jax.vmap(lambda a, b, r=red: metrics.ecce(a, b, reduction=r))(pb, yb)
+    loop = [float(metrics.ecce(a, b, reduction=red)) for a, b in zip(pb, yb)]
+    assert len(set(loop)) == 3, loop
+    np.testing.assert_allclose(np.asarray(batched), loop, rtol=1e-5)
+    if red == "sum":
+      want = [ecce_sum_ref(a, b) for a, b in zip(pb, yb)]
+    else:
+      want = [authors_metrics(a, b, np.zeros((len(a), 1)))[0] for a, b in zip(pb, yb)]
+    np.testing.assert_allclose(loop, want, rtol=1e-5)
     arr = metrics.ecce(p, y, np.array([5, 15]), reduction=red)
     np.testing.assert_allclose(
       np.asarray(arr), [float(metrics.ecce(p, y, k, reduction=red)) for k in (5, 15)], rtol=1e-6
@@ -431,6 +441,24 @@ def test_nadaraya_watson_matches_reference():
   # the distances are taken on centred features
   far = nadaraya_watson((phi + 300).astype(np.float32), t.astype(np.float32), 1.5)
   np.testing.assert_allclose(np.asarray(far), nw_ref(phi, t, 1.5), atol=1e-4)
+
+
+def test_nadaraya_watson_vmap_over_distinct_data_sets_equals_the_loop():
+  # three data sets (own features and targets) with a bandwidth each: every
+  # member of the batch equals its own eager call (float32, n = 40, D = 3: the
+  # program of the float32 call above) and the float64 loop
+  rng = np.random.default_rng(4)
+  phi = rng.normal(size=(3, 40, 3)) * 2
+  t = np.eye(3)[rng.integers(0, 3, (3, 40))]
+  bw = np.array([1.5, 0.7, 3.0])
+  f32 = np.float32
+  got = jax.vmap(nadaraya_watson)(phi.astype(f32), t.astype(f32), bw.astype(f32))
+  assert got.shape == (3, 40, 3)
+  for k in range(3):
+    eager = np.asarray(nadaraya_watson(phi[k].astype(f32), t[k].astype(f32), float(bw[k])))
+    np.testing.assert_allclose(np.asarray(got[k]), eager, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(eager, nw_ref(phi[k], t[k], bw[k]), atol=1e-5)
+  assert np.abs(np.asarray(got[0] - got[1])).max() > 0.1  # the data sets' estimates differ
 
 
 def test_nadaraya_watson_isolated_points_and_gradient():

@@ -253,6 +253,42 @@ def test_vmap_over_datasets_equals_loop(name, binning):
   )
 
 
+@pytest.mark.parametrize("binning", ["quantile", "fixed"])
+def test_binary_ce_vmap_over_distinct_datasets_equals_loop(binning):
+  # three data sets with their own scores and outcomes, and an array of bin
+  # counts: each member equals its own eager call and the float64 reference
+  rng = np.random.default_rng(8)
+  s = rng.random((3, 60)).astype(np.float32)
+  y = (rng.random((3, 60)) < s ** np.array([[0.5], [1.0], [2.0]])).astype(np.int32)
+  ms = np.array([4, 15])
+  got = np.asarray(jax.vmap(lambda a, b: metrics.binary_ce(a, b, ms, binning))(s, y))
+  assert got.shape == (3, 2)
+  want = np.stack([np.asarray(metrics.binary_ce(s[k], y[k], ms, binning)) for k in range(3)])
+  assert len(np.unique(want[:, 1])) == 3, want
+  np.testing.assert_allclose(got, want, atol=ATOL)
+  ref_ = [[R.binary_ce(s[k], y[k], int(m), binning) for m in ms] for k in range(3)]
+  np.testing.assert_allclose(want, ref_, atol=ATOL)
+
+
+@pytest.mark.parametrize("binning", ["fixed", "quantile"])
+def test_reliability_stats_vmap_over_distinct_datasets_equals_loop(binning):
+  # every field of every member against its own eager call and the reference
+  rng = np.random.default_rng(9)
+  ps = np.stack([_dirichlet(rng, 60, 3, a) for a in (0.3, 0.7, 2.0)])
+  ys = rng.integers(0, 3, (3, 60))
+  got = jax.vmap(lambda p, y: metrics.reliability_stats(p, y, 6, binning))(ps, ys)
+  assert got.counts.shape == (3, 6)
+  for k in range(3):
+    eager = metrics.reliability_stats(ps[k], ys[k], 6, binning)
+    want = R.reliability_stats(ps[k], ys[k], 6, binning)
+    np.testing.assert_array_equal(got.counts[k], eager.counts)
+    np.testing.assert_array_equal(eager.counts, want[0])
+    for name, g, e, w in zip(eager._fields[1:], got[1:], eager[1:], want[1:]):
+      np.testing.assert_allclose(g[k], e, rtol=1e-6, atol=1e-7, err_msg=name)
+      np.testing.assert_allclose(e, w, atol=ATOL, err_msg=name)
+  assert np.abs(np.asarray(got.confidence[0] - got.confidence[2])).max() > 0.05  # they differ
+
+
 SWEEP = [
   ("conf_ece", "fixed"),
   ("conf_ce", "quantile"),

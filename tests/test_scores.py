@@ -35,15 +35,41 @@ def test_score_matches_reference(name):
   want = getattr(R, name)(P, Y)
   np.testing.assert_allclose(f(P, Y, per_sample=True), want, rtol=1e-6, atol=1e-6)
   np.testing.assert_allclose(f(P, Y), want.mean(), rtol=1e-6, atol=1e-6)
-  # jit == eager; vmap over data sets == loop; from_logits == softmax first
+  # jit == eager; from_logits == softmax first
   np.testing.assert_allclose(jax.jit(f)(P, Y), f(P, Y), atol=1e-7)
-  ps = np.stack([P, P[::-1]])
-  ys = np.stack([Y, Y[::-1]])
-  np.testing.assert_allclose(jax.vmap(f)(ps, ys), [f(P, Y), f(P[::-1], Y[::-1])], atol=1e-7)
   z = np.log(np.maximum(P, 1e-30)) + 1.5
   np.testing.assert_allclose(
     f(z, Y, from_logits=True), f(np.asarray(jax.nn.softmax(z)), Y), atol=1e-6
   )
+
+
+def _other_data_sets(k=3):
+  """k data sets of P's shape, each with its own probabilities and labels."""
+  rng = np.random.default_rng(17)
+  ps = rng.dirichlet(np.full(4, 0.7), (k, 80)).astype(np.float32)
+  return ps / ps.sum(axis=-1, keepdims=True), rng.integers(0, 4, (k, 80))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_vmap_over_distinct_data_sets_equals_the_loop(name):
+  # P and three other data sets (different probabilities and labels, not
+  # permutations of one set): each member of the batch equals its own eager
+  # call and the float64 reference, so a batch that gave any member another
+  # one's value would fail (the scores of the four sets all differ).
+  f = getattr(scores, name)
+  others, labels = _other_data_sets()
+  ps, ys = np.concatenate([P[None], others]), np.concatenate([Y[None], labels])
+  loop = np.array([float(f(p, y)) for p, y in zip(ps, ys)])
+  assert len(np.unique(loop)) == len(loop), loop
+  np.testing.assert_allclose(jax.vmap(f)(ps, ys), loop, rtol=1e-6, atol=1e-7)
+  want = [getattr(R, name)(p, y).mean() for p, y in zip(ps, ys)]
+  np.testing.assert_allclose(loop, want, rtol=1e-6, atol=1e-6)
+  # per sample, and from logits
+  per = jax.vmap(lambda p, y: f(p, y, per_sample=True))(ps, ys)
+  np.testing.assert_allclose(per, [f(p, y, per_sample=True) for p, y in zip(ps, ys)], atol=1e-7)
+  zs = np.log(np.maximum(ps, 1e-30)) + 0.5
+  got = jax.vmap(lambda z, y: f(z, y, from_logits=True))(zs, ys)
+  np.testing.assert_allclose(got, [f(z, y, from_logits=True) for z, y in zip(zs, ys)], atol=1e-7)
 
 
 def test_score_edge_values():

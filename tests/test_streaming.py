@@ -257,6 +257,39 @@ def test_update_jit_equals_eager():
   assert np.isnan(jax.jit(lambda s: s.compute(3)["conf_ece"])(over))
 
 
+def test_fixed_bins_update_vmap_over_distinct_batches_equals_the_loop():
+  # a batch of three streams: three different batches (own predictions, labels
+  # and masks) into one empty state, then a second batch each into the batched
+  # states. Every member equals its own eager updates (counts bitwise) and the
+  # float64 reference on its kept rows.
+  rng = np.random.default_rng(6)
+  ps = np.stack([rng.dirichlet(np.full(4, a), (2, 40)) for a in (0.3, 1.0, 3.0)])
+  ps = (ps / ps.sum(-1, keepdims=True)).astype(np.float32)  # (stream, step, n, C)
+  ys = rng.integers(0, 4, (3, 2, 40))
+  ws = rng.random((3, 2, 40)) < 0.8
+  bins = np.array([3, 10])
+  empty = streaming.FixedBins.empty(4, bins)
+  first = jax.vmap(lambda p, y, w: empty.update(p, y, w))(ps[:, 0], ys[:, 0], ws[:, 0])
+  both = jax.vmap(lambda s, p, y, w: s.update(p, y, w))(first, ps[:, 1], ys[:, 1], ws[:, 1])
+  values = []
+  for k in range(3):
+    eager = empty.update(ps[k, 0], ys[k, 0], ws[k, 0]).update(ps[k, 1], ys[k, 1], ws[k, 1])
+    member = jax.tree.map(lambda a: a[k], both)
+    for a, b in zip(jax.tree.leaves(eager), jax.tree.leaves(member)):
+      if jnp.issubdtype(a.dtype, jnp.floating):  # batched sums may fuse differently
+        np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+      else:
+        np.testing.assert_array_equal(b, a)
+    got = member.compute()
+    keep = ws[k].ravel()
+    p, y = ps[k].reshape(80, 4)[keep], ys[k].ravel()[keep]
+    for name in ("conf_ece", "classwise_ce"):
+      want = [getattr(R, name)(p, y, int(m), "fixed") for m in bins]
+      np.testing.assert_allclose(got[name], want, rtol=0, atol=ATOL, err_msg=(k, name))
+    values.append(float(got["conf_ece"][1]))
+  assert len(set(values)) == 3, values  # the streams' errors differ
+
+
 def test_psum_of_states_is_a_merge():
   """Sum states merge by adding leaves: what psum does across devices."""
   rng = np.random.default_rng(2)
