@@ -720,3 +720,21 @@ def test_debiased_ce_bin_counts_above_n_act_as_n():
     )
   with pytest.raises(ValueError, match="num_bins must be >= 1, got 0"):
     metrics.debiased_ce(p, y, 0)
+
+
+def test_smooth_ece_bandwidth_takes_where():
+  """``where=`` as in smooth_ece: the subset's bandwidth; masked rows (NaN) are never read."""
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(4), 300).astype(np.float32)
+  y = rng.integers(0, 4, 300)
+  w = rng.random(300) < 0.6
+  pn = p.copy()
+  pn[~w] = np.nan
+  for mode in ("top_label", "classwise"):
+    want = np.asarray(metrics.smooth_ece_bandwidth(p[w], y[w], mode=mode))
+    got = metrics.smooth_ece_bandwidth(pn, y, mode=mode, where=w)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    jitted = jax.jit(lambda a, b, m: metrics.smooth_ece_bandwidth(a, b, mode=mode, where=m))
+    np.testing.assert_array_equal(np.asarray(jitted(pn, y, w)), want)
+  with pytest.raises(ValueError, match="where selects no samples"):
+    metrics.smooth_ece_bandwidth(p, y, where=np.zeros(300, bool))

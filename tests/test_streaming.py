@@ -494,3 +494,13 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="cannot merge Records of different kinds or class"):
       fits.merge(other)
   np.testing.assert_array_equal(p, np.full((4, 3), 1 / 3, np.float32))  # inputs untouched
+
+
+def test_merge_across_processes_refuses_what_is_not_a_state():
+  """One process returns the state as it is, but a wrong argument raises there too (it came
+  back unchanged, and failed only in a multi-process run)."""
+  s = streaming.Scores.empty(2).update(jnp.array([[0.5, 0.5]]), jnp.array([0]))
+  assert streaming.merge_across_processes(s) is s
+  for bad in (None, {"count": 1}, jnp.zeros(3)):
+    with pytest.raises(TypeError, match="merge_across_processes takes a FixedBins, Scores"):
+      streaming.merge_across_processes(bad)

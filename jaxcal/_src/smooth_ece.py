@@ -497,6 +497,7 @@ def smooth_ece_bandwidth(
   *,
   mode: str = "top_label",
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """The automatic smooth-ECE bandwidth ``sigma*`` (the fixed point ``sigma = smECE_sigma``).
 
@@ -508,6 +509,8 @@ def smooth_ece_bandwidth(
     labels: ``(n,)`` integer labels.
     mode: ``"top_label"`` (scalar result) or ``"classwise"`` (``(C,)``).
     from_logits: treat ``probs`` as logits.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (the bandwidth :func:`smooth_ece` uses with the same ``where``).
 
   Returns:
     Scalar (top label) or ``(C,)`` bandwidths, multiples of ``1/1024``; NaN
@@ -525,11 +528,9 @@ def smooth_ece_bandwidth(
   Reference: Błasiok & Nakkiran (2023), arXiv:2309.12236, §5.
   """
   mode = _check_mode(mode)
-  d = V.check_predictions(probs, labels, from_logits=from_logits)
-  # (``where`` passed as smooth_ece passes it: one compiled search serves both)
-  _, sig = _auto_core(
-    d.probs(), d.labels, None, mode=mode, sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH)
-  )
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  p, y = d.neutral()  # masked-out rows: valid neutral values, weight 0
+  _, sig = _auto_core(p, y, d.where, mode=mode, sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH))
   # the bisection's comparisons swallow NaN: the validity flag is folded in
   return V.fold(sig[0] if mode == "top_label" else sig, d.ok)
 

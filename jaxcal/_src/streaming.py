@@ -1186,6 +1186,11 @@ def merge_across_processes(state: Any) -> Any:
     >>> int(merge_across_processes(s).count)
     1
   """
+  if not isinstance(state, _Streaming):  # on one process too: a wrong call is found at once
+    raise TypeError(
+      "merge_across_processes takes a FixedBins, Scores, Records or Calibration state, "
+      f"got {type(state).__name__}"
+    )
   if jax.process_count() == 1:
     return state
   from jax.experimental import multihost_utils
@@ -1215,11 +1220,6 @@ def _layout(state: Any) -> str:
   Equal on every process that made its state with the same arguments (the
   capacity of the records may differ: the merge grows them to one size).
   """
-  if not isinstance(state, _Streaming):
-    raise TypeError(
-      "merge_across_processes takes a FixedBins, Scores, Records or Calibration state, "
-      f"got {type(state).__name__}"
-    )
   recs = _records_of(state)
   rest = None if recs is state else state
   if recs is not None:

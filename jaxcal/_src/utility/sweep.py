@@ -481,10 +481,13 @@ def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
 
   Args:
     name: ``"tce"``, ``"cwe"``, ``"topk"`` or ``"comb"``.
-    num_classes: ``C``.
+    num_classes: ``C >= 2``.
 
   Returns:
     A tuple of utility batches (one, or two for ``"comb"``).
+
+  Raises:
+    ValueError: an unknown ``name``, or ``num_classes`` not an int ``>= 2``.
 
   Example:
     >>> [u.params.shape for u in family("comb", 5)]
@@ -493,6 +496,9 @@ def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
   Reference: Hegazy, Jordan & Dieuleveut (2025), Scalable Utility-Aware
   Multiclass Calibration, Examples 3.4 and 3.6, §5.
   """
+  if name not in FAMILIES:
+    raise ValueError(f"family must be one of {FAMILIES}, got {name!r}")
+  num_classes = V.check_int_option(num_classes, "num_classes", minimum=2)
   if name == "tce":
     return (F.Utility(F.top_class().params[None], "top_class"),)
   if name == "cwe":
