@@ -35,7 +35,8 @@ UC_comb      utility.uc_class(..., "comb")    utility     no        -
 ===========  ===============================  ==========  ========  ========
 
 Numbers are written with three significant digits, in scientific notation
-below 1e-3 and from 1e4 (:func:`format_number`); ``report.json`` keeps six
+below 1e-3 and from 1e3 (what three digits cannot write; integers in full,
+:func:`format_number`); ``report.json`` keeps six
 significant digits, which drops float32 round-off noise.
 """
 

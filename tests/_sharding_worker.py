@@ -7,6 +7,7 @@ one-device results.
 """
 
 import sys
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,8 @@ import jaxcal
 from jaxcal import metrics, scores, streaming, utility
 
 BINS = np.array([2, 5, 15, 40])
+#: Samples of the sample-sharded comparisons: the first 296 of the 300, a multiple of 4 and 8.
+N_SHARDED = 296
 METRICS = ["conf_ece", "conf_ce_corr", "classwise_ce", "classwise_ece", "ecce", "brier", "uc_tce"]
 
 
@@ -104,7 +107,129 @@ def main() -> None:
       same = (ps.sharding, ys.sharding) == before
       same &= np.array_equal(np.asarray(ps), pb, equal_nan=True)
       out[f"bad/{name}/{fname}/unchanged"] = np.array(same and np.array_equal(np.asarray(ys), yb))
+
+  out.update(sample_sharded(z, y, p))
   np.savez(sys.argv[2], **out)
+
+
+def sample_sharded(z: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:
+  """Every :func:`cases` function on the first ``N_SHARDED`` samples of each model.
+
+  ``samples/NAME/LEAF`` ``(M, ...)``: ``jit(vmap(fn))`` over the ``M`` models, the
+  ``(M, n, C)`` / ``(M, n)`` inputs sharded over the samples (a 1-D mesh of every
+  device), one compilation per function; ``eager/NAME/LEAF`` for :data:`EAGER`: the
+  eager call on each model's ``(n, C)`` / ``(n,)`` rows, still sharded over the samples.
+  """
+  mesh = Mesh(np.array(jax.devices()), ("data",))
+  stack = tuple(
+    jax.device_put(a[:, :N_SHARDED], NamedSharding(mesh, P(None, "data"))) for a in (p, y, z)
+  )
+  out = {}
+  fns = cases(z.shape[-1])
+  for name, fn in fns.items():
+    for j, leaf in enumerate(jax.tree.leaves(jax.jit(jax.vmap(fn))(*stack))):
+      out[f"samples/{name}/{j}"] = np.asarray(leaf)
+  for name in EAGER:  # the eager call, one model at a time, on (n, C) / (n,) shards
+    rows = []
+    for i in range(len(z)):
+      args = [jax.device_put(a[i, :N_SHARDED], NamedSharding(mesh, P("data"))) for a in (p, y, z)]
+      rows.append(jax.tree.leaves(fns[name](*args)))
+    for j, col in enumerate(zip(*rows, strict=True)):
+      out[f"eager/{name}/{j}"] = np.stack([np.asarray(v) for v in col])
+  return out
+
+
+#: Cases also called eagerly on each model's sample-sharded rows (the promise of the
+#: same bits on any layout is per call form).
+EAGER = ("conf_ce", "binary_ce")
+
+
+#: The public functions of ``jaxcal.metrics`` and ``jaxcal.scores`` that :func:`cases`
+#: calls (test_sharding.py checks that these and ``LEFT_OUT`` are all of them).
+COVERED = {
+  "bin_ids",
+  "binary_ce",
+  "conf_ce",
+  "debiased_ce",
+  "ks_ce",
+  "lce",
+  "lin_ce",
+  "lin_ece",
+  "mmce",
+  "nadaraya_watson",
+  "reliability_stats",
+  "skce",
+  "smooth_ece",
+  "smooth_ece_bandwidth",
+  "smooth_reliability",
+  "classification_error",
+  "confidence_loss",
+  "log_loss",
+  "spherical",
+}
+#: The public functions not in :func:`cases`, and where they are compared instead.
+LEFT_OUT = {
+  **dict.fromkeys(
+    ["conf_ece", "conf_ce_corr", "classwise_ce", "classwise_ece", "ecce", "brier"],
+    "main(): evaluate over models-sharded data (and, but brier, streaming over samples)",
+  ),
+  "decompose": "isotonic fits, the slowest compile here (1-2 s a process); "
+  "test_multiprocess.py runs it (in evaluate) over samples split between processes",
+}
+
+
+def cases(c: int) -> dict[str, Callable]:
+  """``{name: fn(probs, labels, logits)}``: the public functions of one ``(n, C)`` data set.
+
+  Shared with test_sharding.py, which calls each on one device. Every public function
+  of ``jaxcal.metrics`` and ``jaxcal.scores`` (:data:`COVERED`; :data:`LEFT_OUT` says
+  where the others are compared), and ``utility.uc`` / ``utility.ecdf`` (``uc_sweep``
+  and ``uc_class`` are in ``main()``).
+
+  ``smooth_ece`` appears with the automatic bandwidth / top label and with fixed
+  bandwidths / class-wise; ``smooth_ece_bandwidth`` and ``smooth_reliability`` with the
+  top label (class-wise, the bandwidth is one search per class: 2 s more per process
+  here), ``smooth_reliability`` at a fixed bandwidth (its automatic one is
+  ``smooth_ece_bandwidth``); ``skce`` with its unbiased and block estimators; ``bin_ids``
+  (quantile: a sort over the sharded samples) feeds ``lin_ce`` / ``lin_ece``.
+  """
+  top = utility.top_class()
+
+  def onehot(y):
+    return jax.nn.one_hot(y, c, dtype=jnp.float32)
+
+  def lin(p, y, z):
+    ids = metrics.bin_ids(jnp.max(p, axis=1), 15, "quantile")
+    return ids, metrics.lin_ce(p, onehot(y), ids, 15), metrics.lin_ece(p, onehot(y), ids, 15)
+
+  def binary(p, y, z):
+    return metrics.binary_ce(p[:, 1], (y == 1).astype(jnp.int32), BINS)
+
+  return {
+    "conf_ce": lambda p, y, z: metrics.conf_ce(p, y, BINS),
+    "binary_ce": binary,
+    "bin_ids+lin_ce+lin_ece": lin,
+    "reliability_stats": lambda p, y, z: metrics.reliability_stats(p, y, 15, "quantile"),
+    "smooth_ece": lambda p, y, z: metrics.smooth_ece(p, y),
+    "smooth_ece_classwise": lambda p, y, z: metrics.smooth_ece(
+      p, y, np.array([0.02, 0.1]), mode="classwise"
+    ),
+    "smooth_ece_bandwidth": lambda p, y, z: metrics.smooth_ece_bandwidth(p, y),
+    "smooth_reliability": lambda p, y, z: metrics.smooth_reliability(p, y, 0.05, num_points=50),
+    "ks_ce": lambda p, y, z: metrics.ks_ce(p, y),
+    "debiased_ce": lambda p, y, z: metrics.debiased_ce(p, y, BINS),
+    "skce": lambda p, y, z: metrics.skce(p, y),
+    "skce_block": lambda p, y, z: metrics.skce(p, y, estimator="block"),
+    "mmce": lambda p, y, z: metrics.mmce(p, y),
+    "lce": lambda p, y, z: metrics.lce(p, y, z),
+    "nadaraya_watson": lambda p, y, z: metrics.nadaraya_watson(z, onehot(y)),
+    "log_loss": lambda p, y, z: scores.log_loss(p, y),
+    "spherical": lambda p, y, z: scores.spherical(p, y),
+    "classification_error": lambda p, y, z: scores.classification_error(p, y),
+    "confidence_loss": lambda p, y, z: scores.confidence_loss(p, y),
+    "uc": lambda p, y, z: utility.uc(p, y, top),
+    "ecdf": lambda p, y, z: utility.ecdf(p[:, 1]),
+  }
 
 
 #: Eager entry points checked on bad sample-sharded input (``binary_ce`` on column 1

@@ -4,6 +4,10 @@ The device count must be set before JAX starts, so the sharded half runs in a
 fresh process (tests/_sharding_worker.py) per device count; this process
 computes the references on its one device. Real data: 6 CIFAR-10 models,
 300 test samples each (6 models on 4 or 8 devices: the model axis is padded).
+The worker runs once per device count (the module fixture ``got``); one test
+checks the study call, ``uc_sweep``, streaming and bad input, the other every
+remaining public function of ``(n, C)`` data on the first 296 samples sharded
+over the devices (``_sharding_worker.cases``).
 """
 
 import pathlib
@@ -17,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 from _cpu_devices import ROOT, cpu_devices_env
-from _sharding_worker import BAD_FNS, bad_cases
+from _sharding_worker import BAD_FNS, COVERED, EAGER, LEFT_OUT, N_SHARDED, bad_cases, cases
 from conftest import load_cifar
 
 from jaxcal import metrics, scores, utility
@@ -59,13 +63,20 @@ def _run(path, out, devices):
   return dict(np.load(out))
 
 
-@pytest.mark.parametrize(
-  "devices", [4, pytest.param(8, marks=pytest.mark.slow)]
+@pytest.fixture(
+  scope="module", params=[4, pytest.param(8, marks=pytest.mark.slow)]
 )  # 8: CI has 2 cores
-def test_sharded_equals_one_device(data, tmp_path, devices):
+def got(request, data, tmp_path_factory):
+  """The worker's results on ``request.param`` devices (one run per device count)."""
+  out = tmp_path_factory.mktemp(f"sharding{request.param}") / "out.npz"
+  res = _run(data[2], out, request.param)
+  assert int(res["devices"]) == request.param
+  return res
+
+
+def test_sharded_equals_one_device(data, got):
   z, y, path = data
-  got = _run(path, tmp_path / "out.npz", devices)
-  assert int(got["devices"]) == devices
+  devices = int(got["devices"])
   assert int(np.prod(got["mesh"])) == devices and got["mesh"][1] > 1  # 2-D mesh with utilities
   p = np.asarray(jax.nn.softmax(jnp.asarray(z)))
   lin = utility.sample_linear(jax.random.key(0), 11, z.shape[-1])
@@ -112,3 +123,98 @@ def test_sharded_equals_one_device(data, tmp_path, devices):
       assert str(got[f"bad/{name}/{fname}"]) == str(one.value), (name, fname)
       assert f"{row}" in str(one.value)
       assert bool(got[f"bad/{name}/{fname}/unchanged"]), (name, fname)
+
+
+# float32 tolerance of a sum whose order depends on the layout (each device sums its
+# shard, then the partial sums are added): n = 296 terms (C = 10 per row) of magnitude
+# <= 1, reassociated, move a result by a few ulp (measured on 4 and 8 devices: at most
+# 3.5e-7 relative, nadaraya_watson; 2 ulp of reliability_stats' bin means near 1).
+# rtol = 1e-6 is 8 ulp. The atol is for results that cancel to near 0: skce's
+# U-statistic of pair terms up to 1e-2 comes to 6e-6 and moves by 2.2e-11 (3.8e-6
+# relative); 1e-9 is 45x that, and below 1e-5 of every other result here (>= 1.7e-4).
+F32 = {"rtol": 1e-6, "atol": 1e-9}
+#: Cases whose floats are exact integer per-bin sums (README "Bitwise reproducibility":
+#: the same bits on any layout for one call form), and ecdf (a sort and ``k / M``: no
+#: arithmetic on the data): bitwise. Integer outputs (bin ids, bin counts) are bitwise
+#: in every case.
+BITWISE = {"conf_ce", "binary_ce", "ecdf"}
+#: Cases that differ from the one-device value by more than rounding (library bugs,
+#: reported): ``{name: reason}``, each an xfail(strict=True).
+KNOWN_BAD: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def one_device(data):
+  """``{name: [leaf (M, ...)]}``: the worker's ``jit(vmap(fn))`` of each case on one device.
+
+  And ``{"eager/" + name: ...}``: the eager calls of ``EAGER``, one model at a time.
+  """
+  z, y, _ = data
+  k = N_SHARDED
+  pd = jax.nn.softmax(jnp.asarray(z))[:, :k]  # as the worker: the softmax of all 300
+  zd, yd = jnp.asarray(z[:, :k]), jnp.asarray(y[:, :k])
+  out = {}
+  fns = cases(z.shape[-1])
+  for name, fn in fns.items():
+    out[name] = [np.asarray(v) for v in jax.tree.leaves(jax.jit(jax.vmap(fn))(pd, yd, zd))]
+  for name in EAGER:
+    rows = [jax.tree.leaves(fns[name](pd[i], yd[i], zd[i])) for i in range(len(z))]
+    out["eager/" + name] = [np.stack([np.asarray(v) for v in col]) for col in zip(*rows)]
+  return out
+
+
+def _check(name, got, want, msg):
+  """The leaves ``got == want``: bitwise, or within the case's float32 tolerance."""
+  assert len(got) == len(want), msg
+  if name == "smooth_reliability":
+    # (mesh, accuracy, density, bandwidth, smooth_ece). The FFT smoothing's round-off is
+    # absolute, at the scale of the density's peak, and the accuracy is a ratio of two
+    # smoothed sums, round-off over round-off where the density vanishes (its docstring):
+    # accuracy * density and density within 1e-6 of the peak (measured: 7e-8, 1 ulp).
+    mesh, acc, dens, bw, ece = got
+    atol = 1e-6 * np.max(want[2], axis=-1, keepdims=True)
+    np.testing.assert_array_equal(mesh, want[0], err_msg=msg)
+    assert np.all(np.abs(dens - want[2]) <= atol), msg
+    assert np.all(np.abs(acc * want[2] - want[1] * want[2]) <= atol), msg
+    got, want = [bw, ece], [want[3], want[4]]
+  for g, w in zip(got, want, strict=True):
+    assert g.shape == w.shape and g.dtype == w.dtype, (msg, g.shape, w.shape, g.dtype, w.dtype)
+    if name in BITWISE or not np.issubdtype(w.dtype, np.floating):
+      np.testing.assert_array_equal(g, w, err_msg=msg)
+    else:
+      np.testing.assert_allclose(g, w, **F32, err_msg=msg)
+
+
+@pytest.mark.parametrize(
+  "name",
+  [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_BAD[n]))
+    if n in KNOWN_BAD
+    else n
+    for n in cases(10)
+  ],
+)
+def test_sample_sharded_equals_one_device(got, one_device, name):
+  """A public function on samples sharded over every device = its one-device value.
+
+  ``jit(vmap(fn))`` over the 6 models, samples sharded over a 1-D mesh of every device,
+  against the same call on one device; for ``EAGER``, the eager call too.
+  """
+  for key in [name, "eager/" + name] if name in EAGER else [name]:
+    want = one_device[key]
+    prefix = key if key.startswith("eager/") else "samples/" + key
+    n = len(want)
+    assert f"{prefix}/{n}" not in got
+    _check(name, [got[f"{prefix}/{j}"] for j in range(n)], want, key)
+
+
+def test_every_public_function_is_compared():
+  """A new public metric or score needs a case in the worker (or a reason in LEFT_OUT)."""
+  public = {
+    name
+    for mod in (metrics, scores)
+    for name in mod.__all__
+    if callable(getattr(mod, name)) and not isinstance(getattr(mod, name), type)
+  }
+  assert not COVERED & set(LEFT_OUT)
+  assert COVERED | set(LEFT_OUT) == public

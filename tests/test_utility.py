@@ -625,3 +625,27 @@ def test_bad_inputs_raise():
     U.uc(p * 0.5, y, U.top_class())
   with pytest.raises(ValueError, match="non-empty"):
     U.ecdf(jnp.zeros((0,)))
+
+
+def test_uc_and_uc_class_take_where():
+  """``where=`` (README: every metric takes it): the subset's error; masked rows (NaN, label
+  out of range) are never read; jit == eager; a mask selecting nothing raises."""
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(4), 200).astype(np.float32)
+  y = rng.integers(0, 4, 200)
+  w = rng.random(200) < 0.6
+  pn, yn = p.copy(), y.copy()
+  pn[~w], yn[~w] = np.nan, 9
+  for fam in SW.FAMILIES:
+    want = float(U.uc_class(p[w], y[w], fam))
+    assert float(U.uc_class(pn, yn, fam, where=w)) == pytest.approx(want, rel=1e-6, abs=1e-7)
+    jitted = jax.jit(lambda a, b, m, fam=fam: U.uc_class(a, b, fam, where=m))
+    assert float(jitted(pn, yn, w)) == pytest.approx(want, rel=1e-6, abs=1e-7)
+  u = U.top_class()
+  want = U.uc(p[w], y[w], u)
+  for got in (U.uc(pn, yn, u, where=w), jax.jit(lambda a, b, m: U.uc(a, b, u, where=m))(pn, yn, w)):
+    np.testing.assert_allclose([float(v) for v in got], [float(v) for v in want], rtol=1e-6)
+  with pytest.raises(ValueError, match="where selects no samples"):
+    U.uc_class(p, y, "tce", where=np.zeros(200, bool))
+  with pytest.raises(ValueError, match="where selects no samples"):
+    U.uc(p, y, u, where=np.zeros(200, bool))

@@ -23,7 +23,8 @@ What streams, and how exactly:
   every ``m`` of the set, so per-interval sums and counts are sufficient for
   all of them and every sample lands in exactly the one-shot rule's bin.
   Memory: ``K + 1`` entries top-label and ``C (K + 1)`` class-wise, with
-  ``K = m - 1`` for one bin count and ``K = 12,525`` for all of ``2..200``.
+  ``K = m - 1`` for one bin count and ``K = 12,524`` for all of ``2..200``
+  (``K + 1 = 12,525`` entries).
 * :class:`Scores` -- proper scores (Brier, log, spherical, confidence
   loss), accuracy, label counts and optionally the confusion matrix.
 * :class:`Records` -- the exact path for what needs a global order

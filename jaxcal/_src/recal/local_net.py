@@ -140,10 +140,10 @@ class LocalNetModule(nnx.Module):
     rngs: nnx.Rngs,
   ):
     init = {} if init_scale is None else {"kernel_init": nnx.initializers.normal(init_scale)}
-    self.hidden = nnx.Linear(in_dim, hidden, rngs=rngs, **init)
+    self.hidden = nnx.Linear(in_dim, hidden, rngs=rngs, precision=PRECISION, **init)
     self.dropout = nnx.Dropout(dropout)
-    self.head_features = nnx.Linear(hidden, pca_dim, rngs=rngs, **init)
-    self.head_logits = nnx.Linear(hidden, num_classes, rngs=rngs, **init)
+    self.head_features = nnx.Linear(hidden, pca_dim, rngs=rngs, precision=PRECISION, **init)
+    self.head_logits = nnx.Linear(hidden, num_classes, rngs=rngs, precision=PRECISION, **init)
     kf, kg = jax.random.split(rngs.params())
     shape_f, shape_g = ((pca_dim,), (num_classes,)) if residual_vectors else ((), ())
     self.w_phi = nnx.Param(jnp.ones(shape_f))

@@ -525,7 +525,12 @@ _uc_class_jit = jax.jit(uc_class_core, static_argnums=(2, 3))
 
 
 def uc_class(
-  probs: ArrayLike, labels: ArrayLike, family: str, *, from_logits: bool = False
+  probs: ArrayLike,
+  labels: ArrayLike,
+  family: str,
+  *,
+  from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Worst utility calibration error over a finite family (measured exactly).
 
@@ -539,6 +544,8 @@ def uc_class(
     labels: ``(n,)`` integer labels.
     family: ``"tce"``, ``"cwe"``, ``"topk"`` or ``"comb"``.
     from_logits: apply a softmax to ``probs`` first.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     Scalar error.
@@ -559,6 +566,10 @@ def uc_class(
   """
   if family not in FAMILIES:
     raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
-  p, y = _prepare_data(probs, labels, from_logits)
+  if where is None:
+    p, y = _prepare_data(probs, labels, from_logits)
+    return _uc_class_jit(p, y, family, default_chunk_size("linear", p.shape[0], p.shape[1]))
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  p, y = d.neutral()  # masked-out rows: valid neutral values, weight 0
   chunk = default_chunk_size("linear", p.shape[0], p.shape[1])
-  return _uc_class_jit(p, y, family, chunk)
+  return V.fold(_uc_class_jit(p, y, family, chunk, d.where), d.ok)

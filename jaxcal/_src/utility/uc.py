@@ -119,14 +119,19 @@ def uc_from_scores(v: jax.Array, u: jax.Array, *, where: jax.Array | None = None
 
 
 @jax.jit
-def _uc_jit(p, y, utility):
+def _uc_jit(p, y, utility, where=None):
   prep = F.prepare(utility.kind, p, y)
   v, u = F.predicted_realized(utility.kind, prep, utility.params)
-  return uc_from_scores(v, u)
+  return uc_from_scores(v, u, where=where)
 
 
 def uc(
-  probs: ArrayLike, labels: ArrayLike, utility: F.Utility, *, from_logits: bool = False
+  probs: ArrayLike,
+  labels: ArrayLike,
+  utility: F.Utility,
+  *,
+  from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> UCResult:
   """Utility calibration error of one utility, with its worst interval and sign.
 
@@ -149,6 +154,8 @@ def uc(
     utility: a single :class:`~jaxcal.utility.Utility` (for a batch use
       :func:`~jaxcal.utility.uc_sweep`, or ``jax.vmap`` over it).
     from_logits: apply a softmax to ``probs`` first.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (``n`` is the number of ``True`` entries).
 
   Returns:
     :class:`UCResult` ``(value, lo, hi, sign)``: the error, the worst interval
@@ -172,9 +179,10 @@ def uc(
   Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
   Multiclass Calibration*, arXiv:2510.25458, eq. (3.2) and Lemma 3.3.
   """
-  d = V.check_predictions(probs, labels, from_logits=from_logits)
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   utility = F.check_utility(utility, d.scores.shape[1], batched=False)
-  return V.fold(_uc_jit(d.probs(), d.labels, utility), d.ok)
+  p, y = d.neutral()  # masked-out rows: valid neutral values, weight 0
+  return V.fold(_uc_jit(p, y, utility, d.where), d.ok)
 
 
 def ecdf(errors: ArrayLike) -> tuple[jax.Array, jax.Array]:
