@@ -504,3 +504,22 @@ def test_merge_across_processes_refuses_what_is_not_a_state():
   for bad in (None, {"count": 1}, jnp.zeros(3)):
     with pytest.raises(TypeError, match="merge_across_processes takes a FixedBins, Scores"):
       streaming.merge_across_processes(bad)
+
+
+def test_records_and_calibration_compute_under_a_bare_vmap():
+  """``jax.vmap`` of update + compute (no outer jit, no where) equals the loop; it raised a
+  ConcretizationTypeError (the count was concrete, the invalid-batch count traced)."""
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(3), (2, 12)).astype(np.float32)
+  y = rng.integers(0, 3, (2, 12)).astype(np.int32)
+
+  def rec(pi, yi):
+    return streaming.Records.empty(16, 3).update(pi, yi).compute(3)["conf_ece"]
+
+  def cal(pi, yi):
+    return streaming.Calibration.empty(3, 3, capacity=16).update(pi, yi).compute()["conf_ce"]
+
+  for fn in (rec, cal):
+    got = np.asarray(jax.vmap(fn)(p, y))
+    np.testing.assert_allclose(got, [float(fn(p[i], y[i])) for i in range(2)], rtol=1e-6)
+    assert got[0] != got[1]  # distinct data sets

@@ -976,7 +976,9 @@ class Records(_Streaming):
     """
     binning = V.check_binning(binning)
     counts, shape = _bin_counts(num_bins)
-    n = self._checked_count(poisoned_ok=True) if V.is_concrete(self.count) else None
+    # all three scalars concrete (under a bare vmap the count may be while `invalid` is not)
+    concrete = V.is_concrete(self.count, self.overflow, self.invalid)
+    n = self._checked_count(poisoned_ok=True) if concrete else None
     if n is not None:
       if binning == "quantile" and max(counts) > n:
         raise ValueError(
