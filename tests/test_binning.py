@@ -624,3 +624,27 @@ def test_rows_in_chunks_equal_rows_in_one_batch(binning, monkeypatch):
   for g, w in zip(got, want):
     assert g.shape == w.shape
     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_bin_ids_of_a_bad_score_under_jit_are_all_minus_one():
+  """Under jit a selected NaN / inf score makes every id -1 (integers cannot be NaN; NaN
+  used to land in bin 0 and inf in the last, shifting the others' quantile positions); a
+  NaN in a masked-out row is not read, eagerly too (it raised)."""
+  from jaxcal.metrics import bin_ids
+
+  s = np.array([0.1, 0.5, np.nan, 0.9], np.float32)
+  w = np.array([True, True, False, True])
+  for binning in ("fixed", "quantile"):
+    want = np.asarray(bin_ids(s[w], 2, binning))
+    got = np.asarray(bin_ids(s, 2, binning, where=w))
+    np.testing.assert_array_equal(got[w], want)
+    assert got[2] == -1
+    jitted = jax.jit(lambda a, m, b=binning: bin_ids(a, 2, b, where=m))
+    np.testing.assert_array_equal(np.asarray(jitted(s, w)), got)
+    for bad in (np.nan, np.inf):
+      t = s.copy()
+      t[2] = bad
+      out = np.asarray(jax.jit(lambda a, b=binning: bin_ids(a, 2, b))(t))
+      np.testing.assert_array_equal(out, -1)
+      with pytest.raises(ValueError, match=r"non-finite values .* scores\[2\]"):
+        bin_ids(t, 2, binning)

@@ -580,11 +580,13 @@ def bin_ids(
       only the others) and get bin ``-1``.
 
   Returns:
-    ``(n,)`` int32 in ``[0, m)`` (``-1`` for masked-out samples).
+    ``(n,)`` int32 in ``[0, m)`` (``-1`` for masked-out samples; under
+    ``jit`` / ``vmap`` every id is ``-1`` when a selected score is NaN or
+    inf).
 
   Raises:
-    ValueError: scores not a non-empty finite vector, bad ``num_bins`` or
-      ``where``, or unknown ``binning`` (eager calls).
+    ValueError: scores not a non-empty vector, finite where selected, bad
+      ``num_bins`` or ``where``, or unknown ``binning`` (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -602,13 +604,13 @@ def bin_ids(
   s = V.as_float(scores, "scores")
   if s.ndim != 1 or s.shape[0] == 0:
     raise ValueError(f"scores must have shape (n,) with n >= 1, got shape {tuple(s.shape)}")
-  V.check_finite(s, "scores")
   binning = V.check_binning(binning)
   mm = V.check_num_bins(num_bins)
   if jnp.ndim(mm) != 0:
     raise ValueError(f"num_bins must be a scalar for bin_ids, got shape {jnp.shape(mm)}")
   n = s.shape[0]
   w = None if where is None else _check_where(where, n)
+  V.check_values(s, "scores", where=w)  # eager: raises for a selected NaN / inf
   if binning == "quantile" and V.is_concrete(mm) and int(mm) > n:
     raise ValueError(
       f"quantile binning with num_bins = {int(mm)} needs at least that many samples, got n = {n}"
@@ -616,10 +618,17 @@ def bin_ids(
   m = jnp.asarray(mm, jnp.int32)
   if binning == "fixed":
     b = fixed_bin_1based(s, m) - 1
-    return b if w is None else jnp.where(w, b, -1)
-  order = jnp.argsort(masked_last(s, w), stable=True)
-  ids = quantile_bin_of_position(sample_count(w, n), m, n)
-  return jnp.zeros((n,), jnp.int32).at[order].set(ids)
+    out = b if w is None else jnp.where(w, b, -1)
+  else:
+    order = jnp.argsort(masked_last(s, w), stable=True)
+    ids = quantile_bin_of_position(sample_count(w, n), m, n)
+    out = jnp.zeros((n,), jnp.int32).at[order].set(ids)
+  if V.is_concrete(s, w):
+    return out
+  # traced: a selected NaN / inf would get a plausible bin (and shift the quantile
+  # positions of the others); integers cannot be NaN, so every id becomes -1 (no bin)
+  bad = ~jnp.isfinite(s) if w is None else w & ~jnp.isfinite(s)
+  return jnp.where(jnp.any(bad), -1, out)
 
 
 # --------------------------------------------------------------------------

@@ -1656,12 +1656,15 @@ def check_values(
   bounds: tuple[float, float] | None = None,
   allow_inf: bool = False,
   tol: float | None = None,
+  where: jax.Array | None = None,
 ) -> jax.Array:
   """Checks that a concrete array is finite (and within ``bounds`` if given).
 
   One fused reduction; returns the array in the compute dtype (traced inputs
   with bad values come back as NaN). ``allow_inf=True`` only rejects NaN.
   ``tol`` (default :func:`simplex_atol` of the dtype) widens the bounds.
+  ``where`` (a validated ``(n,)`` bool mask of a 1-d ``x``) checks only the
+  selected entries.
   """
   arr = as_float(x, name)
   if arr.size == 0:
@@ -1672,8 +1675,8 @@ def check_values(
     a = _Arr("unit", name, flat.ndim, t, float(bounds[0]), float(bounds[1]))
   else:
     a = _Arr("notnan" if allow_inf else "finite", name, flat.ndim, t)
-  spec = _Spec(xs=(a,))
-  ok, _ = _validate(spec, (flat,))
+  spec = _Spec(xs=(a,), has_where=where is not None, empty_where=True)
+  ok, _ = _validate(spec, (flat,), None, where)
   return fold(arr, ok)
 
 
