@@ -619,3 +619,29 @@ def test_top_label_without_n_by_c_temporary(c):
   for f in (lambda p, y: CE._confidence_parts(p), CE._confidence):
     temp = jax.jit(f).lower(pd, yd).compile().memory_analysis().temp_size_in_bytes
     assert temp < p.nbytes // 4, temp
+
+
+def test_counts_of_bad_input_under_jit_are_minus_one():
+  """``reliability_stats`` and ``consistency_bands`` under jit with a NaN row: the floats are
+  NaN and the counts -1 (they came back as plausible counts, ``[1, 1, 7, 3]``); vmap keeps
+  the good member's counts."""
+  from jaxcal import bootstrap
+
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(3), 12).astype(np.float32)
+  y = rng.integers(0, 3, 12)
+  bad = p.copy()
+  bad[4] = np.nan
+  stats = jax.jit(lambda a, b: metrics.reliability_stats(a, b, 4))
+  s = stats(bad, y)
+  assert np.all(np.asarray(s.counts) == -1) and np.all(np.isnan(np.asarray(s.accuracy)))
+  good = metrics.reliability_stats(p, y, 4)
+  both = jax.vmap(lambda a, b: metrics.reliability_stats(a, b, 4))(
+    np.stack([p, bad]), np.stack([y, y])
+  )
+  np.testing.assert_array_equal(np.asarray(both.counts[0]), np.asarray(good.counts))
+  assert np.all(np.asarray(both.counts[1]) == -1)
+  bands = jax.jit(lambda a: bootstrap.consistency_bands(jax.random.key(0), a, 4, num_resamples=8))
+  out = bands(bad)
+  assert np.all(np.asarray(out.counts) == -1) and np.all(np.isnan(np.asarray(out.lo)))
+  np.testing.assert_array_equal(np.asarray(bands(p).counts), np.asarray(good.counts))

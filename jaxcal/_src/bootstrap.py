@@ -673,7 +673,11 @@ def consistency_bands(
   num_resamples = V.check_int(num_resamples, "num_resamples", 2)
   level = _check_confidence(confidence)
   batch = _auto_batch(p.size * p.dtype.itemsize, num_resamples)
-  return _consistency(key, p, m, binning, num_resamples, batch, level)
+  out = _consistency(key, p, m, binning, num_resamples, batch, level)
+  if V.is_concrete(p):
+    return out
+  # traced: bad input made p NaN; the counts (integers) say so with -1, as the bands' NaN
+  return out._replace(counts=jnp.where(jnp.all(jnp.isfinite(p)), out.counts, -1))
 
 
 def _normal_confidence(z: float) -> float:

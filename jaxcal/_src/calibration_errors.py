@@ -1138,7 +1138,8 @@ def reliability_stats(
       every bin.
 
   Returns:
-    :class:`ReliabilityStats` of ``(num_bins,)`` arrays.
+    :class:`ReliabilityStats` of ``(num_bins,)`` arrays (under ``jit`` /
+    ``vmap``, for bad input: NaN, and counts of ``-1``).
 
   Raises:
     ValueError: bad probabilities, labels or mask, a bin count that is not a
@@ -1163,4 +1164,4 @@ def reliability_stats(
       f"quantile binning with num_bins = {m} needs at least that many samples, got n = {d.count}"
     )
   out = _reliability_core(d.probs(), d.labels, m, binning, where=d.where)
-  return V.fold(out, d.ok)
+  return V.fold(out, d.ok, ints=-1)  # counts of bad input: -1, as FixedBins.reliability

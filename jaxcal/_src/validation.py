@@ -306,11 +306,13 @@ def trace_check(ok: jax.Array, message: str, **values: jax.Array) -> None:
     checkify.check(ok, message, **values)
 
 
-def fold(out: Any, ok: jax.Array | None) -> Any:
+def fold(out: Any, ok: jax.Array | None, ints: int | None = None) -> Any:
   """``out`` with every floating leaf replaced by NaN where ``ok`` is False.
 
   ``ok`` is ``None`` after an eager check (nothing to fold) or a traced bool
-  scalar (a ``(batch,)`` array under ``vmap``, handled by ``vmap``).
+  scalar (a ``(batch,)`` array under ``vmap``, handled by ``vmap``). With
+  ``ints`` (e.g. ``-1`` for counts, which cannot be NaN) integer leaves
+  become that value too; otherwise they are kept.
   """
   if ok is None:
     return out
@@ -318,7 +320,9 @@ def fold(out: Any, ok: jax.Array | None) -> Any:
   def one(v):
     v = jnp.asarray(v)
     if not jnp.issubdtype(v.dtype, jnp.inexact):
-      return v
+      if ints is None or not jnp.issubdtype(v.dtype, jnp.integer):
+        return v
+      return jnp.where(ok, v, jnp.asarray(ints, v.dtype))
     return jnp.where(ok, v, jnp.asarray(jnp.nan, v.dtype))
 
   return jax.tree_util.tree_map(one, out)
