@@ -3,6 +3,7 @@ ports of the local calibration paper's code (Barbera et al. 2025,
 arXiv:2510.26566)."""
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -500,3 +501,30 @@ def test_nadaraya_watson_value_errors(kw, fragment):
   args = dict(features=PHI3, targets=T3, bandwidth=1.0) | kw
   with pytest.raises(ValueError, match=fragment):
     nadaraya_watson(**args)
+
+
+def test_lce_in_checked_mode_names_the_bad_label_every_call():
+  """``jaxcal.checked(jit(lce))`` reports the bad label as an eager call does, on every call
+  (from the second call on it named an internal array "scores": lce ran the public bin_ids
+  check on its own already-checked probabilities). In a fresh process: the wrong message
+  depended on what the process had compiled before."""
+  import subprocess
+  import sys
+
+  code = """
+import jax, jax.numpy as jnp, jaxcal
+from jaxcal import metrics as M
+p = jax.nn.softmax(jax.random.normal(jax.random.key(0), (12, 3)) * 1.5)
+y = jnp.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 1, 0, 2]).at[2].set(3)
+f = jax.random.normal(jax.random.key(1), (12, 2))
+for _ in range(3):
+  try:
+    jaxcal.checked(jax.jit(lambda a, b: M.lce(a, b, f, 2, 1, 1.0)))(p, y)
+  except ValueError as e:
+    print(str(e).splitlines()[0])
+"""
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+  assert out.returncode == 0, out.stderr[-2000:]
+  want = "labels must lie in [0, 3); 1 entries do not, the first is labels[2] = 3"
+  assert out.stdout.splitlines() == [want] * 3, out.stdout

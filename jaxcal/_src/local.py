@@ -317,7 +317,9 @@ def _lce_one_class(
   """
   n = s.shape[0]
   A, Bc = block_size, candidate_block
-  b = jnp.where(keep, B.bin_ids(s, m, "fixed"), max_bins)  # (n,) 0-based, sentinel last
+  # (n,) 0-based, sentinel last; the unchecked rule (the public bin_ids would check the
+  # already-checked scores again, and in checked mode name them "scores")
+  b = jnp.where(keep, B.fixed_bin_1based(s, m) - 1, max_bins)
   order = jnp.argsort(b, stable=True)
   counts = jax.ops.segment_sum(jnp.ones((n,), jnp.int32), b, num_segments=max_bins + 1)
   ends = jnp.cumsum(counts)
