@@ -133,17 +133,7 @@ def debiased_ce(
   # Bin counts above n act as n (no equal-mass rule to refuse them): no binning check.
   # Concrete ones are clamped to n first, so the per-bin arrays never outgrow the data
   # (num_bins = 10**7 on n = 100 sized them at 10**7) and any count above n is taken.
-  rows = np.shape(probs)[0] if np.ndim(probs) == 2 else None
-  if rows and (
-    (isinstance(num_bins, int | np.integer) and not isinstance(num_bins, bool))
-    or (
-      isinstance(num_bins, np.ndarray | jax.Array)
-      and not isinstance(num_bins, jax.core.Tracer)
-      and jnp.issubdtype(num_bins.dtype, jnp.integer)
-    )
-  ):
-    num_bins = np.minimum(np.asarray(num_bins), rows)
-    num_bins = int(num_bins) if num_bins.ndim == 0 else num_bins
-  bins = V.check_bins(num_bins, "fixed", max_bins)._replace(binning=None)
+  rows = np.shape(probs)[0] if np.ndim(probs) == 2 and np.shape(probs)[0] else None
+  bins = V.check_bins(num_bins, "fixed", max_bins, at_most=rows)._replace(binning=None)
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
   return _run(_debiased_core, d, bins, mode=mode, squared=V.check_flag(squared, "squared"))

@@ -1812,20 +1812,25 @@ def looks_like_probs(x: Any) -> bool:
 # --------------------------------------------------------------------------
 
 
-def check_num_bins(num_bins: Any, name: str = "num_bins") -> jax.Array | int:
+def check_num_bins(
+  num_bins: Any, name: str = "num_bins", at_most: int | None = None
+) -> jax.Array | int:
   """Validates a bin count: a positive int, or an integer array of them.
 
   Returns a Python int when given one, an int32 numpy array for a concrete
   array (numpy or JAX: read with one explicit ``device_get``; bin counts are
   small), and a traced int32 array otherwise. Integral floats (``15.0``) are
   accepted on concrete inputs; booleans, strings, ``None`` and non-integral
-  values are not.
+  values are not. With ``at_most`` (for rules where counts above it act as
+  it), concrete counts are clamped to it before the ``MAX_NUM_BINS`` bound.
   """
   if isinstance(num_bins, bool | np.bool_):
     raise ValueError(f"{name} must be an integer >= 1, got {num_bins!r}")
   if isinstance(num_bins, int | np.integer):
     if int(num_bins) < 1:
       raise ValueError(f"{name} must be >= 1, got {int(num_bins)}")
+    if at_most is not None:
+      num_bins = min(int(num_bins), at_most)
     if int(num_bins) > MAX_NUM_BINS:
       raise ValueError(f"{name} must be <= {MAX_NUM_BINS}, got {int(num_bins)}")
     return int(num_bins)
@@ -1847,6 +1852,8 @@ def check_num_bins(num_bins: Any, name: str = "num_bins") -> jax.Array | int:
       raise ValueError(f"{name} must be finite and integer-valued, got {bad}")
     if a.size and a.min() < 1:
       raise ValueError(f"{name} must be >= 1, got minimum {a.min():g}")
+    if at_most is not None:
+      a = np.minimum(a, at_most)
     if a.size and a.max() > MAX_NUM_BINS:
       raise ValueError(f"{name} must be <= {MAX_NUM_BINS}, got maximum {a.max():g}")
     return a.astype(np.int32)
@@ -2066,7 +2073,7 @@ def check_max_bins(max_bins: Any) -> None:
     )
 
 
-def check_bins(num_bins: Any, binning: str, max_bins: Any) -> BinCounts:
+def check_bins(num_bins: Any, binning: str, max_bins: Any, at_most: int | None = None) -> BinCounts:
   """Validates ``num_bins`` / ``binning`` / ``max_bins`` and picks the static bound.
 
   The bound that sizes the per-bin arrays (one compilation per value) is
@@ -2083,6 +2090,7 @@ def check_bins(num_bins: Any, binning: str, max_bins: Any) -> BinCounts:
     num_bins: a Python int, an integer array (numpy or JAX), or a traced int.
     binning: ``"fixed"`` or ``"quantile"``.
     max_bins: ``None`` or a static Python int ``>= 1``.
+    at_most: concrete counts above it act as it (:func:`check_num_bins`).
 
   Returns:
     :class:`BinCounts` ``(m, largest, max_bins, binning)``.
@@ -2096,7 +2104,7 @@ def check_bins(num_bins: Any, binning: str, max_bins: Any) -> BinCounts:
     (16, 128)
   """
   binning = check_binning(binning)
-  m = check_num_bins(num_bins)
+  m = check_num_bins(num_bins, at_most=at_most)
   check_max_bins(max_bins)
   if isinstance(m, int):
     largest = m
