@@ -144,29 +144,6 @@ def sample_sharded(z: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, np.
 EAGER = ("conf_ce", "binary_ce")
 
 
-#: The public functions of ``jaxcal.metrics`` and ``jaxcal.scores`` that :func:`cases`
-#: calls (test_sharding.py checks that these and ``LEFT_OUT`` are all of them).
-COVERED = {
-  "bin_ids",
-  "binary_ce",
-  "conf_ce",
-  "debiased_ce",
-  "ks_ce",
-  "lce",
-  "lin_ce",
-  "lin_ece",
-  "mmce",
-  "nadaraya_watson",
-  "reliability_stats",
-  "skce",
-  "smooth_ece",
-  "smooth_ece_bandwidth",
-  "smooth_reliability",
-  "classification_error",
-  "confidence_loss",
-  "log_loss",
-  "spherical",
-}
 #: The public functions not in :func:`cases`, and where they are compared instead.
 LEFT_OUT = {
   **dict.fromkeys(
@@ -182,9 +159,10 @@ def cases(c: int) -> dict[str, Callable]:
   """``{name: fn(probs, labels, logits)}``: the public functions of one ``(n, C)`` data set.
 
   Shared with test_sharding.py, which calls each on one device. Every public function
-  of ``jaxcal.metrics`` and ``jaxcal.scores`` (:data:`COVERED`; :data:`LEFT_OUT` says
-  where the others are compared), and ``utility.uc`` / ``utility.ecdf`` (``uc_sweep``
-  and ``uc_class`` are in ``main()``).
+  of ``jaxcal.metrics`` and ``jaxcal.scores`` (:data:`LEFT_OUT` says where the others
+  are compared), and ``utility.uc`` / ``utility.ecdf`` (``uc_sweep`` and ``uc_class``
+  are in ``main()``). A key names the functions its case calls: ``name``,
+  ``name:variant`` or ``a+b+c`` (:func:`called`).
 
   ``smooth_ece`` appears with the automatic bandwidth / top label and with fixed
   bandwidths / class-wise; ``smooth_ece_bandwidth`` and ``smooth_reliability`` with the
@@ -211,7 +189,7 @@ def cases(c: int) -> dict[str, Callable]:
     "bin_ids+lin_ce+lin_ece": lin,
     "reliability_stats": lambda p, y, z: metrics.reliability_stats(p, y, 15, "quantile"),
     "smooth_ece": lambda p, y, z: metrics.smooth_ece(p, y),
-    "smooth_ece_classwise": lambda p, y, z: metrics.smooth_ece(
+    "smooth_ece:classwise": lambda p, y, z: metrics.smooth_ece(
       p, y, np.array([0.02, 0.1]), mode="classwise"
     ),
     "smooth_ece_bandwidth": lambda p, y, z: metrics.smooth_ece_bandwidth(p, y),
@@ -219,7 +197,7 @@ def cases(c: int) -> dict[str, Callable]:
     "ks_ce": lambda p, y, z: metrics.ks_ce(p, y),
     "debiased_ce": lambda p, y, z: metrics.debiased_ce(p, y, BINS),
     "skce": lambda p, y, z: metrics.skce(p, y),
-    "skce_block": lambda p, y, z: metrics.skce(p, y, estimator="block"),
+    "skce:block": lambda p, y, z: metrics.skce(p, y, estimator="block"),
     "mmce": lambda p, y, z: metrics.mmce(p, y),
     "lce": lambda p, y, z: metrics.lce(p, y, z),
     "nadaraya_watson": lambda p, y, z: metrics.nadaraya_watson(z, onehot(y)),
@@ -230,6 +208,11 @@ def cases(c: int) -> dict[str, Callable]:
     "uc": lambda p, y, z: utility.uc(p, y, top),
     "ecdf": lambda p, y, z: utility.ecdf(p[:, 1]),
   }
+
+
+def called(c: int = 3) -> set[str]:
+  """The names of the functions :func:`cases` calls, read from its keys."""
+  return {f for key in cases(c) for f in key.split(":")[0].split("+")}
 
 
 #: Eager entry points checked on bad sample-sharded input (``binary_ce`` on column 1
