@@ -496,8 +496,7 @@ def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
   Reference: Hegazy, Jordan & Dieuleveut (2025), Scalable Utility-Aware
   Multiclass Calibration, Examples 3.4 and 3.6, §5.
   """
-  if name not in FAMILIES:
-    raise ValueError(f"family must be one of {FAMILIES}, got {name!r}")
+  _check_family(name)
   num_classes = V.check_int_option(num_classes, "num_classes", minimum=2)
   if name == "tce":
     return (F.Utility(F.top_class().params[None], "top_class"),)
@@ -505,9 +504,13 @@ def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
     return (F.classwise(jnp.arange(num_classes), num_classes),)
   if name == "topk":
     return (F.top_k(jnp.arange(1, num_classes + 1), num_classes),)
-  if name == "comb":
-    return family("cwe", num_classes) + family("topk", num_classes)
-  raise ValueError(f"family must be one of {FAMILIES}, got {name!r}")
+  return family("cwe", num_classes) + family("topk", num_classes)  # "comb"
+
+
+def _check_family(name: Any) -> None:
+  """Raises unless ``name`` is one of :data:`FAMILIES`."""
+  if name not in FAMILIES:
+    raise ValueError(f"family must be one of {FAMILIES}, got {name!r}")
 
 
 def uc_class_core(
@@ -564,8 +567,7 @@ def uc_class(
   Multiclass Calibration, Examples 3.4 and 3.6 (U_TCE, U_CWE, U_topK) and §5
   (U_comb).
   """
-  if family not in FAMILIES:
-    raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+  _check_family(family)
   if where is None:
     p, y = _prepare_data(probs, labels, from_logits)
     return _uc_class_jit(p, y, family, default_chunk_size("linear", p.shape[0], p.shape[1]))
