@@ -362,6 +362,13 @@ def _fold_rows(x: jax.Array, a: _Arr) -> jax.Array:
   return jnp.where(good[:, None], x, jnp.asarray(jnp.nan, x.dtype))
 
 
+def _fold_matrix(x: jax.Array, ok: jax.Array | None, a: _Arr, rows: bool) -> jax.Array:
+  """A checked ``(n, k)`` matrix, NaN-folded when traced and bad: whole, or with ``rows`` by row."""
+  if ok is not None and rows:
+    return _fold_rows(x, a)
+  return fold(x, ok)
+
+
 class _Spec(NamedTuple):
   """Static description of one validation call (hashable: a jit static argument)."""
 
@@ -1622,9 +1629,7 @@ def check_probs(
   tol = simplex_atol(x.dtype) if atol is None else float(atol)
   a = _Arr("probs", name, 2, tol)
   ok, _ = _validate(_Spec(xs=(a,)), (x,))
-  if ok is not None and rows:
-    return _fold_rows(upcast(x), a)
-  return fold(upcast(x), ok)
+  return _fold_matrix(upcast(x), ok, a, rows)
 
 
 def check_logits(logits: Any, name: str = "logits", *, rows: bool = False) -> jax.Array:
@@ -1636,9 +1641,7 @@ def check_logits(logits: Any, name: str = "logits", *, rows: bool = False) -> ja
   x = _device(_matrix(logits, name))
   a = _Arr("finite", name, 2, 0.0)
   ok, _ = _validate(_Spec(xs=(a,)), (x,))
-  if ok is not None and rows:
-    return _fold_rows(upcast(x), a)
-  return fold(upcast(x), ok)
+  return _fold_matrix(upcast(x), ok, a, rows)
 
 
 def check_labels(labels: Any, n: int, num_classes: int | None, name: str = "labels") -> jax.Array:
@@ -1716,9 +1719,7 @@ def check_features(
   a = _Arr("finite", name, 2, 0.0)
   spec = _Spec(xs=(a,), has_where=where is not None, empty_where=True)
   ok, _ = _validate(spec, (f,), None, where)
-  if ok is not None and rows and where is None:
-    return _fold_rows(f, a)
-  return fold(f, ok)
+  return _fold_matrix(f, ok, a, rows and where is None)
 
 
 def probs_or_logits(x: Any, name: str = "predictions") -> bool:
