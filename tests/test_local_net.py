@@ -255,6 +255,7 @@ def test_apply_value_errors(setup):
     ("nan", "NaN"),
     ("bandwidth0", "bandwidth"),
     ("bandwidth_neg", "bandwidth"),
+    ("bandwidth_tiny", r"bandwidth = 1e-20 is below the smallest supported bandwidth 1.08e-19"),
     ("alignment", "alignment must be one of"),
     ("monitor", "monitor must be one of"),
     ("rows", "rows"),
@@ -292,6 +293,8 @@ def test_fit_value_errors(bad, match):
     kw["bandwidth"] = 0.0
   elif bad == "bandwidth_neg":
     kw["bandwidth"] = -3.0
+  elif bad == "bandwidth_tiny":  # its square underflows: every prediction was NaN
+    kw["bandwidth"] = 1e-20
   elif bad == "alignment":
     kw["alignment"] = "paper"
   elif bad == "monitor":

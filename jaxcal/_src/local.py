@@ -31,6 +31,7 @@ This module never imports training code or recalibrators.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -74,18 +75,25 @@ def squared_distances(
   b: jax.Array,
   a_sq: jax.Array | None = None,
   b_sq: jax.Array | None = None,
+  *,
+  snap: float = 0.0,
 ) -> jax.Array:
   """All squared Euclidean distances ``||a_i - b_j||^2``, ``(na, nb)``.
 
   Computed as ``|a|^2 + |b|^2 - 2 a.b`` (one matrix product) and clamped at 0;
   centre the features first when their norms are large. ``a_sq`` / ``b_sq``
-  are the precomputed squared row norms, when the caller has them.
+  are the precomputed squared row norms, when the caller has them. The form
+  resolves distances only down to a few ``eps * (|a|^2 + |b|^2)``: exact
+  copies come out as rounding noise of that size, not 0. With ``snap > 0``
+  every entry at most ``snap * (|a_i|^2 + |b_j|^2)`` is set to 0, so exact
+  copies are at distance 0 (and so is anything closer than the form can tell).
 
   Args:
     a: ``(na, D)`` points.
     b: ``(nb, D)`` points.
     a_sq: optional ``(na,)`` squared norms of ``a``.
     b_sq: optional ``(nb,)`` squared norms of ``b``.
+    snap: relative resolution below which a distance is 0 (default 0: off).
 
   Returns:
     ``(na, nb)`` squared distances, ``>= 0``.
@@ -97,7 +105,10 @@ def squared_distances(
   """
   a_sq = jnp.sum(a * a, axis=-1) if a_sq is None else a_sq
   b_sq = jnp.sum(b * b, axis=-1) if b_sq is None else b_sq
-  d2 = a_sq[:, None] + b_sq[None, :] - 2.0 * jnp.matmul(a, b.T, precision=PRECISION)
+  norms = a_sq[:, None] + b_sq[None, :]
+  d2 = norms - 2.0 * jnp.matmul(a, b.T, precision=PRECISION)
+  if snap:
+    return jnp.where(d2 <= snap * norms, 0.0, d2)
   return jnp.maximum(d2, 0.0)
 
 
@@ -107,6 +118,8 @@ def gaussian_log_kernel(
   bandwidth: ArrayLike,
   a_sq: jax.Array | None = None,
   b_sq: jax.Array | None = None,
+  *,
+  snap: float = 0.0,
 ) -> jax.Array:
   """Log of the Gaussian kernel for all pairs, ``(na, nb)``.
 
@@ -119,6 +132,7 @@ def gaussian_log_kernel(
     bandwidth: ``gamma > 0``.
     a_sq: optional ``(na,)`` squared norms of ``a``.
     b_sq: optional ``(nb,)`` squared norms of ``b``.
+    snap: relative resolution of the distances (:func:`squared_distances`).
 
   Returns:
     ``(na, nb)`` log-kernel values, ``<= 0``.
@@ -132,7 +146,7 @@ def gaussian_log_kernel(
   "Multiclass Local Calibration with the Jensen-Shannon Distance",
   arXiv:2510.26566, §4 (Eq. 2) and App. D.3.
   """
-  d2 = squared_distances(a, b, a_sq, b_sq)
+  d2 = squared_distances(a, b, a_sq, b_sq, snap=snap)
   return -d2 / (2.0 * jnp.asarray(bandwidth, d2.dtype) ** 2)
 
 
@@ -313,9 +327,14 @@ def _lce_one_class(
   sentinel bin ``max_bins`` after the real ones: they are neither anchors nor
   neighbours and do not count towards bin sizes. The anchor's own kernel is
   exactly 1 (its distance from ``|a|^2 + |b|^2 - 2 a.b`` is rounding noise,
-  which a small bandwidth would turn into a kernel of 0 and an error of 0).
+  which a small bandwidth would turn into a kernel of 0 and an error of 0),
+  and so is the kernel of an exact copy of the anchor: distances below the
+  form's resolution, ``4 sqrt(D) eps (|a|^2 + |b|^2)``, are 0
+  (:func:`squared_distances`' ``snap``; at the paper's ``gamma = 10`` that
+  moves a kernel by at most a few ``1e-7``).
   """
   n = s.shape[0]
+  snap = 4.0 * math.sqrt(feats.shape[1]) * float(jnp.finfo(feats.dtype).eps)
   A, Bc = block_size, candidate_block
   # (n,) 0-based, sentinel last; the unchecked rule (the public bin_ids would check the
   # already-checked scores again, and in checked mode name them "scores")
@@ -354,7 +373,7 @@ def _lce_one_class(
       qc = jax.lax.dynamic_slice_in_dim(qs, c0, Bc)
       bc = jax.lax.dynamic_slice_in_dim(bs, c0, Bc)
       rc = jax.lax.dynamic_slice_in_dim(rs, c0, Bc)
-      logk = gaussian_log_kernel(fa, fc, bandwidth, qa, qc)
+      logk = gaussian_log_kernel(fa, fc, bandwidth, qa, qc, snap=snap)
       if itself:  # the anchor's own kernel is exactly 1
         same = (a0 + jnp.arange(A))[:, None] == (c0 + jnp.arange(Bc))[None, :]
         logk = jnp.where(same, 0.0, logk)
@@ -510,8 +529,9 @@ def lce(
     bandwidth: Gaussian kernel bandwidth ``gamma > 0`` (paper: 10), a finite
       scalar at least ``sqrt`` of the smallest normal float (1.1e-19 in
       float32, so that ``gamma**2`` does not underflow; below about
-      ``sqrt(eps) * ||phi||`` only the anchor itself and neighbours at
-      distance 0 after rounding keep weight: the ``gamma -> 0`` limit).
+      ``sqrt(eps) * ||phi||`` only the anchor itself and its exact copies,
+      with anything the distances cannot tell from them, keep weight: the
+      ``gamma -> 0`` limit).
     class_weights: ``(C,)`` weights ``pi`` (default uniform ``1/C``; the paper
       uses training-label priors, uniform on balanced data).
     mlce: ``"weighted"`` (default, the paper's MLCE) or ``"global"`` (the
@@ -535,7 +555,8 @@ def lce(
     ValueError: bad probabilities/labels, features that are not ``(n, D)``
       with the same ``n`` and ``D >= 1`` or hold NaN/inf, a ``bandwidth``
       that is not a finite scalar ``> 0`` (or a bool, or below 1.1e-19 in
-      float32), a ``min_bin_size`` that is not an integer ``>= 0``, unknown
+      float32), a ``min_bin_size`` that is not an integer ``>= 0`` (or,
+      traced, not of an integer dtype), unknown
       ``mlce``, or no bin of any class holding more than ``min_bin_size``
       samples (nothing to average: lower ``min_bin_size`` or ``num_bins``).
 
@@ -567,6 +588,12 @@ def lce(
     mbs = np.asarray(min_bin_size)
     if mbs.ndim != 0 or not np.issubdtype(mbs.dtype, np.number) or mbs != np.round(mbs) or mbs < 0:
       raise ValueError(f"min_bin_size must be an integer >= 0, got {min_bin_size!r}")
+  elif not jnp.issubdtype(jnp.result_type(min_bin_size), jnp.integer) or jnp.ndim(min_bin_size):
+    # traced: the dtype is static; a float would be truncated to a plausible count
+    raise ValueError(
+      f"min_bin_size must be an integer scalar when traced, got "
+      f"{jnp.result_type(min_bin_size)} of shape {jnp.shape(min_bin_size)}"
+    )
   for name, v in (("block_size", block_size), ("candidate_block", candidate_block)):
     if not isinstance(v, int) or v < 1:
       raise ValueError(f"{name} must be a positive int, got {v!r}")

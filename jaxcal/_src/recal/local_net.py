@@ -662,6 +662,8 @@ def _train(
   y = V.check_labels(labels, n, num_classes)
   f = V.check_features(features, n)
   bandwidth = V.check_float_option(bandwidth, "bandwidth", positive=True)
+  # the metric's rule: a bandwidth whose square underflows makes every kernel weight 0
+  V.check_bandwidth(bandwidth, V.compute_dtype(f.dtype), squared=True)
   if alignment not in ALIGNMENTS:
     raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
   if monitor not in MONITORS:
@@ -911,7 +913,8 @@ def fit_local_net(
 
   Raises:
     ValueError: ``features`` missing, bad logits/labels/features (NaN,
-      shape), ``bandwidth <= 0``, a ``learning_rate`` that is not a finite
+      shape), a ``bandwidth`` that is not finite and ``> 0`` or whose
+      square underflows (below 1.1e-19 in float32), a ``learning_rate`` that is not a finite
       number ``>= 0``, ``dropout`` / ``val_fraction`` outside ``[0, 1)``,
       ``seed`` not an int ``>= 0``,
       a bool option (``standardize_input``, ``restore_best``, ``verbose``,
