@@ -287,6 +287,19 @@ def test_features_need_a_column():
     V.check_features(np.zeros((3, 0), np.float32), 3)
 
 
+def test_a_float64_value_beyond_float32_is_named_in_the_message():
+  # without x64 a finite 1e200 becomes inf on conversion: the message said only "inf"
+  phi = np.ones((5, 2))
+  phi[3, 1] = 1e200
+  msg = r"column 1: inf \(a float64 input beyond float32's range, about 3.4e38, becomes inf too"
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # JAX's truncation warning, numpy's overflow in the cast
+    with pytest.raises(ValueError, match=msg):
+      V.check_features(phi, 5)
+  with pytest.raises(ValueError, match=r"column 0: nan$"):  # no hint for a NaN
+    V.check_features(np.array([[np.nan], [1.0]]), 2)
+
+
 def test_checked_mode_gives_the_eager_message():
   bad = P * 0.5
   with pytest.raises(ValueError) as eager:

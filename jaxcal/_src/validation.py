@@ -763,7 +763,14 @@ def _raise_first_problem(spec: _Spec, xs, y, where, w) -> None:
       fields = {k: v.item() for k, v in pr._asdict().items()}
       if getattr(fn, "sentinel", False) and fields["value"] == _NOT_A_LABEL:
         fields["value"] = _NOT_A_LABEL_TEXT
-      raise ValueError(template.format(**fields))
+      msg = template.format(**fields)
+      value = fields["value"]
+      if isinstance(value, float) and math.isinf(value) and not jax.config.jax_enable_x64:
+        msg += (
+          " (a float64 input beyond float32's range, about 3.4e38, becomes inf too:"
+          " without jax_enable_x64 JAX computes in float32)"
+        )
+      raise ValueError(msg)
   raise AssertionError(
     f"a value check failed but no problem was found ({spec})"
   )  # pragma: no cover
