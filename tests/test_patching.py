@@ -431,6 +431,65 @@ def test_bad_options_raise():
     R.fit("patching", bad, y)
 
 
+def test_every_draw_of_sample_witnesses_is_checked():
+  # only one draw (with a key the fit never uses) was checked: a later draw with
+  # parameters outside [-1, 1] was patched against silently, and one that U.linear
+  # turned into NaN under the trace ended the fit as "no Brier decrease"
+  z, y = _synthetic(n=120)
+
+  def sampler(k):  # valid on most keys, scaled out of range on about a third of them
+    scale = jnp.where(jax.random.uniform(k) < 0.35, 5.0, 0.5)
+    return U.Utility(scale * jax.random.uniform(jax.random.fold_in(k, 1), (3, 5)), "linear")
+
+  assert float(jax.random.uniform(jax.random.key(0))) >= 0.35  # the probe draw is valid
+  with pytest.raises(
+    ValueError, match=r"sample_witnesses drew utilities .* at step \d+ of the fit"
+  ):
+    R.fit_patching(
+      z,
+      y,
+      max_steps=30,
+      tol=0.0,
+      family=None,
+      num_samples=0,
+      sample_witnesses=sampler,
+      progress=False,
+    )
+
+
+def test_patch_storage_grows_with_the_patches_taken(monkeypatch):
+  import jaxcal._src.recal.patching as P
+
+  z, y = _synthetic(seed=4)
+  seen = []
+  run = P._run_block
+  monkeypatch.setattr(
+    P,
+    "_run_block",
+    lambda state, *a, **k: seen.append(state.patches["vec"].shape[0]) or run(state, *a, **k),
+  )
+  # a large max_steps that tol ends at once: storage for 64 patches, not 2**20
+  rc = R.fit_patching(z, y, **{**FIT, "max_steps": 10**6, "tol": 10.0})
+  assert rc.num_steps == 0 and rc.stop_reason == "tol" and max(seen) == 64
+  # 150 one-step blocks: the storage doubles 64 -> 128 -> 256, same fit as unpadded
+  seen.clear()
+  monkeypatch.setattr(P.np, "clip", lambda x, lo, hi: lo)
+  a = R.fit_patching(z, y, **{**FIT, "max_steps": 150})
+  assert seen[0] == 64 and max(seen) == 256 and a.num_steps == 150
+  monkeypatch.setattr(P, "_FIRST_SLOTS", 256)
+  b = R.fit_patching(z, y, **{**FIT, "max_steps": 150})
+  for f in ("kind", "vec", "lo", "hi", "xi", "eta", "errors", "briers"):
+    np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)), f)
+
+
+def test_fitting_under_a_transformation_says_it_runs_eagerly():
+  z, y = _synthetic(n=50)
+  for wrap in (jax.jit, jax.vmap):
+    zz = z if wrap is jax.jit else z[None]
+    with pytest.raises(ValueError, match="fit_patching runs eagerly"):
+      wrap(lambda a: R.fit_patching(a, y, **FIT).vec)(zz)
+
+
 def test_fitted_on_ten_classes_applied_to_eight_raises():
   z, y = _synthetic(n=100, c=10)
   rc = R.fit_patching(z, y, max_steps=1, num_samples=0, progress=False)

@@ -375,6 +375,37 @@ def test_traced_class_index_and_k_out_of_range_give_nan_utilities():
     checked(jax.jit(lambda k: U.top_k(k, 5).params))(jnp.array(6))
 
 
+def test_traced_bad_input_gives_nan_for_the_bad_utility_or_data_set_only():
+  """jit / vmap on bad values: NaN where a loop gives NaN, and no direction (sign 0)."""
+  from jaxcal import checked
+
+  p, y = _data(seed=3, c=5)
+  good = np.asarray(U.sample_linear(jax.random.key(1), 3, 5).params)
+  bad = good.copy()
+  bad[1, 2] = 3.0  # outside [-1, 1]
+  sweep = np.asarray(jax.jit(lambda a: U.uc_sweep(p, y, U.linear(a)))(bad))
+  loop = [float(jax.jit(lambda a: U.uc(p, y, U.linear(a)).value)(b)) for b in bad]
+  assert np.isnan(sweep[1]) and np.isnan(loop[1])  # the whole sweep was NaN
+  np.testing.assert_allclose(sweep[[0, 2]], np.asarray(loop)[[0, 2]], rtol=1e-6)
+  with pytest.raises(ValueError, match=r"must be finite and in \[-1, 1\]"):
+    checked(jax.jit(lambda a: U.uc_sweep(p, y, U.Utility(a, "linear"))))(bad)
+  # bad labels: a NaN error had sign +-1, which patching reads as the witness direction
+  for label in (5, -1):
+    yb = y.copy()
+    yb[0] = label
+    r = jax.jit(lambda yy: U.uc(p, yy, U.top_class()))(yb)
+    assert np.isnan(float(r.value)) and int(r.sign) == 0
+  r = jax.jit(lambda a: U.uc(p, y, U.linear(a)))(bad[1])
+  assert np.isnan(float(r.value)) and int(r.sign) == 0
+
+
+def test_integer_parameters_are_taken_as_floats_from_any_array():
+  p, y = _data(seed=3, c=3)
+  want = float(U.uc(p, y, U.Utility([1.0, 0.0, 0.0], "linear")).value)
+  for prm in ([1, 0, 0], np.array([1, 0, 0]), jnp.array([1, 0, 0]), np.array([True, False, False])):
+    assert float(U.uc(p, y, U.Utility(prm, "linear")).value) == want, type(prm)
+
+
 def test_uc_bounds_binned_tce():
   """m · UC(U_TCE) >= TCE_bin with any m bins (paper App. B.2)."""
   from jaxcal.metrics import conf_ece

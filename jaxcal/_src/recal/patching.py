@@ -61,7 +61,8 @@ __all__ = ["Patching", "fit_patching", "project_simplex", "apply_patch"]
 #: Witness kinds, by the code stored in :attr:`Patching.kind`.
 LINEAR, RANK, DECISION = 0, 1, 2
 #: Why a fit stopped, by the code of the loop state.
-_REASONS = ("running", "tol", "max_steps", "no Brier decrease")
+_REASONS = ("running", "tol", "max_steps", "no Brier decrease", "bad sample_witnesses draw")
+_BAD_DRAW = 4
 
 
 def project_simplex(x: jax.Array) -> jax.Array:
@@ -331,7 +332,7 @@ class _State(NamedTuple):
   t: jax.Array  # patches applied
   done: jax.Array  # bool
   reason: jax.Array  # index into _REASONS
-  patches: dict[str, jax.Array]  # each (slots, ...), slots >= max_steps a power of two
+  patches: dict[str, jax.Array]  # each (slots, ...), slots a power of two (grown by the host)
   errors: jax.Array  # (slots + 1,)
   briers: jax.Array  # (slots + 1,)
 
@@ -364,9 +365,13 @@ def _audit(p, y, cands: _Witnesses, chunk: int):
 
 
 def _step(p, y, key, fixed: _Witnesses, scale, cfg):
-  """One audit and (if it is kept) one patch: ``(err, patch, p_new, brier, brier_new)``."""
+  """One audit and (if it is kept) one patch: ``(err, patch, p_new, brier, brier_new, ok)``.
+
+  ``ok``: the draw of ``sample_witnesses`` (if any) is finite and in ``[-1, 1]``.
+  """
   n, c = p.shape
   cands = fixed
+  ok = jnp.bool_(True)
   if cfg["num_samples"]:
     k1, k2, key = jax.random.split(key, 3)
     s = cfg["num_samples"]
@@ -378,6 +383,9 @@ def _step(p, y, key, fixed: _Witnesses, scale, cfg):
     )
   if cfg["sampler"] is not None:
     fresh = _group(_as_tuple(cfg["sampler"](key)), c, p.dtype)
+    bound = 1.0 + F._UTILITY_ATOL
+    for a in fresh:  # every draw, not only the one checked before the fit
+      ok = ok & jnp.all(jnp.isfinite(a) & (jnp.abs(a) <= bound))
     cands = _Witnesses(
       *(jnp.concatenate([a, b.astype(a.dtype)]) if b.shape[0] else a for a, b in zip(cands, fresh))
     )
@@ -406,7 +414,7 @@ def _step(p, y, key, fixed: _Witnesses, scale, cfg):
     "eta": eta.astype(p.dtype),
   }
   p_new = apply_patch(p, patch)
-  return err, patch, p_new, b0, _brier(p_new, y)
+  return err, patch, p_new, b0, _brier(p_new, y), ok
 
 
 def _as_tuple(u: Any) -> tuple[F.Utility, ...]:
@@ -423,11 +431,12 @@ def _run_block(
   def body(carry):
     s, i = carry
     key = jax.random.fold_in(base_key, s.t)
-    err, patch, p_new, b0, b1 = _step(s.p, y, key, fixed, scale, cfg)
+    err, patch, p_new, b0, b1, ok = _step(s.p, y, key, fixed, scale, cfg)
     stop_tol = err <= tol
     stop_max = s.t >= max_steps
     stop_brier = ~(b1 < b0)
     reason = jnp.where(stop_tol, 1, jnp.where(stop_max, 2, jnp.where(stop_brier, 3, 0)))
+    reason = jnp.where(ok, reason, _BAD_DRAW)
     reason = reason.astype(s.reason.dtype)  # int64 under x64: the loop carries int32
     keep = reason == 0
     slot = jnp.minimum(s.t, slots - 1)
@@ -450,6 +459,23 @@ def _run_block(
     return ~s.done & (i < budget)
 
   return jax.lax.while_loop(cond, body, (state, jnp.zeros((), jnp.int32)))[0]
+
+
+#: Patch slots allocated before the first block (then doubled as needed).
+_FIRST_SLOTS = 64
+
+
+def _grown(state: _State, slots: int) -> _State:
+  """``state`` with its patch storage padded (zeros) to ``slots`` patches."""
+
+  def pad(a: jax.Array, rows: int) -> jax.Array:
+    return jnp.concatenate([a, jnp.zeros((rows - a.shape[0], *a.shape[1:]), a.dtype)])
+
+  return state._replace(
+    patches={f: pad(a, slots) for f, a in state.patches.items()},
+    errors=pad(state.errors, slots + 1),
+    briers=pad(state.briers, slots + 1),
+  )
 
 
 @jax.jit
@@ -509,7 +535,8 @@ def fit_patching(
       (linear, rank, top_class or decision kinds; default none).
     sample_witnesses: ``key -> Utility`` batch(es) drawn afresh at every step
       (traceable; default none). One draw is made and checked as
-      ``witnesses`` are before the fit starts.
+      ``witnesses`` are before the fit starts, and every draw of the fit is
+      checked for values (finite, in ``[-1, 1]``) on the device.
     stepsize: initial line-search step: ``"err_over_c"`` (default, ``err/C``),
       ``"quadratic"`` (``err / mean ||w||²``, the minimiser of the Brier
       upper bound without projection), or a float multiplying ``err/C``.
@@ -524,7 +551,9 @@ def fit_patching(
   Raises:
     ValueError: bad inputs or options, ``witnesses`` or a draw of
       ``sample_witnesses`` that is not a Utility batch (or a list of them)
-      for ``C`` classes with parameters in ``[-1, 1]``.
+      for ``C`` classes with parameters in ``[-1, 1]`` (a bad draw during
+      the fit raises when the fit stops there), or a call under
+      ``jax.jit`` / ``jax.vmap`` (the fit is a host loop).
 
   Example:
     >>> import jax.numpy as jnp
@@ -579,6 +608,11 @@ def _fit(
   progress=True,
 ) -> tuple[Patching, jax.Array]:
   """:func:`fit_patching`, also returning the final calibration predictions."""
+  if any(isinstance(a, jax.core.Tracer) for a in (inputs, labels)):
+    raise ValueError(
+      "fit_patching runs eagerly (a host loop over blocks of patches): call it outside "
+      "jax.jit / jax.vmap; the fitted Patching's apply is traceable"
+    )
   progress = V.check_flag(progress, "progress")
   p = to_probs(check_inputs(inputs, from_logits), from_logits)
   n, c = p.shape
@@ -641,7 +675,11 @@ def _fit(
     chunk=chunk,
     quadratic=quadratic,
   )
-  slots = 1 << max(max_steps - 1, 0).bit_length()  # a power of two: fewer compilations
+  # Patch storage grows with the patches taken (doubling, a power of two: few
+  # compilations), up to the power of two >= max_steps; not sized to max_steps
+  # up front (a large max_steps with gain-matrix witnesses held GBs unused).
+  cap = 1 << max(max_steps - 1, 0).bit_length()
+  slots = min(cap, _FIRST_SLOTS)
   state = _State(
     p=jnp.copy(p),  # _run_block donates its state: never the caller's own buffer
     t=jnp.zeros((), jnp.int32),
@@ -661,6 +699,9 @@ def _fit(
   bar = Progress(max_steps, "patching", enabled=progress)
   budget, done, t = 1, False, 0
   while not done:
+    if slots < min(t + budget, cap):
+      slots = min(cap, 1 << (t + budget - 1).bit_length())
+      state = _grown(state, slots)
     t0 = time.perf_counter()
     state = _run_block(
       state,
@@ -679,6 +720,11 @@ def _fit(
     elapsed = time.perf_counter() - t0
     budget = int(np.clip(budget * 0.5 / max(elapsed, 1e-3), 1, 256))
   reason = _REASONS[int(state.reason)]
+  if int(state.reason) == _BAD_DRAW:
+    raise ValueError(
+      f"sample_witnesses drew utilities that are not finite or lie outside [-1, 1] at "
+      f"step {t} of the fit: every draw must be a valid Utility batch"
+    )
   errors, briers = state.errors[: t + 1], state.briers[: t + 1]
   bar.close(
     f"{reason}: err {float(errors[-1]):.5f}, Brier {float(briers[0]):.5f} -> "

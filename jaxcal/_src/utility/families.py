@@ -635,10 +635,16 @@ def _check_params(u: Utility, num_classes: int | None = None, name: str = "utili
       )
   if prm.size == 0:
     return u
+  what = f"{name} parameters ({u.kind})"
+  if prm.ndim > ndim and not V.is_concrete(prm):
+    # a traced batch: NaN for each bad utility only, as a loop over them would give
+    lo, hi = -1.0 - _UTILITY_ATOL, 1.0 + _UTILITY_ATOL
+    axes = tuple(range(prm.ndim - ndim, prm.ndim))
+    good = jnp.all(jnp.isfinite(prm) & (prm >= lo) & (prm <= hi), axis=axes, keepdims=True)
+    V.trace_check(jnp.all(good), f"{what} must be finite and in [-1, 1]")
+    return Utility(jnp.where(good, prm, jnp.asarray(jnp.nan, prm.dtype)), u.kind)
   # one fused device reduction (finite, in [-1, 1]); traced bad values become NaN
-  checked = V.check_values(
-    prm, f"{name} parameters ({u.kind})", bounds=(-1.0, 1.0), tol=_UTILITY_ATOL
-  )
+  checked = V.check_values(prm, what, bounds=(-1.0, 1.0), tol=_UTILITY_ATOL)
   return Utility(checked, u.kind)
 
 
@@ -689,9 +695,13 @@ def check_utility(
     raise ValueError(
       f"{name}: unknown utility kind {utility.kind!r}; expected one of {sorted(KINDS)}"
     )
-  if not isinstance(utility.params, jax.Array | jax.core.Tracer | np.ndarray):
-    # e.g. Utility("abc") or a list: convert (a string or object array raises here)
-    utility = Utility(V.as_float(utility.params, f"{name}.params"), utility.kind)
+  prm = utility.params
+  if not isinstance(prm, jax.Array | jax.core.Tracer | np.ndarray) or not jnp.issubdtype(
+    prm.dtype, jnp.floating
+  ):
+    # e.g. Utility("abc"), a list or an integer array: convert (a string or
+    # object array raises here)
+    utility = Utility(V.as_float(prm, f"{name}.params"), utility.kind)
   nb = len(utility.batch_shape)
   if batched is True and nb != 1:
     raise ValueError(

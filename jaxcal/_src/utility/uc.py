@@ -37,8 +37,9 @@ class UCResult(NamedTuple):
       ``[lo, hi]`` (closed, it holds whole groups of tied ``v``).
     sign: ``+1`` when realised utility exceeds predicted utility on the
       interval (``Σ_I (u - v) = n · value``), ``-1`` when it falls short,
-      ``0`` when ``value = 0`` (then ``[lo, hi]`` is arbitrary). The patching
-      witness direction is ``ξ = -sign``.
+      ``0`` when ``value = 0`` (then ``[lo, hi]`` is arbitrary) and when it
+      is NaN (bad input under a transformation). The patching witness
+      direction is ``ξ = -sign``.
   """
 
   value: jax.Array
@@ -182,7 +183,9 @@ def uc(
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   utility = F.check_utility(utility, d.scores.shape[1], batched=False)
   p, y = d.neutral()  # masked-out rows: valid neutral values, weight 0
-  return V.fold(_uc_jit(p, y, utility, d.where), d.ok)
+  r = V.fold(_uc_jit(p, y, utility, d.where), d.ok)
+  # a NaN error (bad data or utility under a transformation) has no direction
+  return r._replace(sign=jnp.where(jnp.isnan(r.value), 0, r.sign).astype(r.sign.dtype))
 
 
 def ecdf(errors: ArrayLike) -> tuple[jax.Array, jax.Array]:
