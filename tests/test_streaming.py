@@ -147,6 +147,40 @@ def test_fixed_bins_match_float64_reference():
     np.testing.assert_allclose(g, v, atol=ATOL)
 
 
+def test_a_large_label_sorted_batch_matches_float64():
+  # one update of 2**20 rows stored by label: a float32 scatter-add of the batch's
+  # residuals drifted (its bins' sums run to 10^5 before they cancel); the batch's
+  # interval sums now come from the one-shot integer engine, as exact float32 terms
+  rng = np.random.default_rng(2)
+  n, m = 1 << 20, 15
+  c = np.float32(0.7) + (rng.random(n).astype(np.float32) - np.float32(0.5)) * np.float32(0.02)
+  y = np.where(rng.random(n) < c, 0, 1)
+  order = np.argsort(y, kind="stable")
+  p, y = np.stack([c, 1 - c], 1)[order], y[order]
+  conf = p.max(1)
+  b = np.clip(np.ceil(conf * np.float32(m)).astype(int), 1, m) - 1
+  want = np.abs(np.bincount(b, weights=conf.astype(np.float64) - (y == 0), minlength=m)).sum() / n
+  cw = sum(  # classwise ECE, 1/C weights, from the float64 per-class bin sums
+    np.abs(
+      np.bincount(
+        np.clip(np.ceil(p[:, r] * np.float32(m)).astype(int), 1, m) - 1,
+        weights=p[:, r].astype(np.float64) - (y == r),
+        minlength=m,
+      )
+    ).sum()
+    / n
+    / 2
+    for r in range(2)
+  )
+  one = streaming.FixedBins.empty(2, m, classwise=True).update(p, y).compute()
+  halves = streaming.FixedBins.empty(2, m, classwise=True)
+  for part in (slice(0, n // 2), slice(n // 2, n)):  # one label per batch: they cancel
+    halves = halves.update(p[part], y[part])
+  for st in (one, halves.compute()):
+    np.testing.assert_allclose(float(st["conf_ece"]), want, rtol=1e-5)
+    np.testing.assert_allclose(float(st["classwise_ece"]), cw, rtol=1e-5)
+
+
 def test_scalar_num_bins_and_float64():
   rng = np.random.default_rng(4)
   p = rng.dirichlet(np.ones(3), 50)
@@ -307,11 +341,13 @@ def test_update_and_merge_keep_the_rounding_error_of_the_sums():
 
   One sample of large losses (log loss 27.63: p_y = 0 clipped at 1e-12) and one of losses
   below half an ulp of those in float32 (6e-8: p_y = 1 - 2^-24); a float32 sum drops the
-  small ones, the compensated pair keeps them. Class-wise: residuals 1 and 2^-30 in one bin.
+  small ones, the compensated pair keeps them. Class-wise: residuals 1 and 2^-26 in one bin
+  (a float32 step of 1 is 2^-23; the batch sums are exact on the one-shot engine's grid of
+  2^-29, so a residual below that grid would be rounded away as the one-shot metric does).
   """
   cases = (
     (streaming.Scores.empty(2), ("hi", "lo"), [[1.0, 0.0]], [1], [[1 - 2**-24, 2**-24]], [0]),
-    (streaming.FixedBins.empty(2, 1), ("cw_hi", "cw_lo"), [[0.0, 1.0]], [0], [[1.0, 2**-30]], [0]),
+    (streaming.FixedBins.empty(2, 1), ("cw_hi", "cw_lo"), [[0.0, 1.0]], [0], [[1.0, 2**-26]], [0]),
   )
   for empty, (hi, lo), p_big, y_big, p_small, y_small in cases:
     big = (np.array(p_big, np.float32), np.array(y_big))

@@ -856,12 +856,11 @@ def _parts(words: jax.Array, layout: _Layout) -> jax.Array:
   return ((words[..., None] >> shifts) & masks).astype(jnp.int32) + add
 
 
-def _parts_to_residual(parts: jax.Array, layout: _Layout) -> jax.Array:
-  """``sum(s) - sum(b)`` (float32) of a set of samples from its summed parts.
+def _normalised_limbs(parts: jax.Array, layout: _Layout) -> tuple[jax.Array, list[jax.Array]]:
+  """``(top, low limbs)`` of summed parts: carries propagated, the bits taken off the top.
 
-  The low limbs are normalised (carries into the next limb, then the top),
-  the bits are subtracted from the top in integers, and the result is
-  rounded to float32 once (within 2 ulp of the exact sum).
+  ``sum(s) - sum(b) = top 2**(layout.top - 29) + sum_k low_k 2**(off_k - 29)``
+  exactly, each ``low_k`` in ``[0, 2**widths[k])``.
   """
   top = parts[..., 0]
   low = [parts[..., 1 + k] for k in range(len(layout.widths))]
@@ -874,6 +873,38 @@ def _parts_to_residual(parts: jax.Array, layout: _Layout) -> jax.Array:
       top = top + carry
   if layout.bit:
     top = top - (parts[..., 1 + len(layout.widths)] << (_FRAC_BITS - layout.top))
+  return top, low
+
+
+def _parts_to_terms(parts: jax.Array, layout: _Layout) -> list[jax.Array]:
+  """``sum(s) - sum(b)`` of summed parts as float32 terms, each exact, summing to it exactly.
+
+  For a compensated (TwoSum) accumulator that keeps more than float32: the
+  top limb split into its high and low 15 bits, then the low limbs (each
+  below ``2**15``), largest first.
+  """
+  top, low = _normalised_limbs(parts, layout)
+  scale = 2.0 ** (layout.top - _FRAC_BITS)
+  top_hi = (top >> 15) << 15
+  terms = [
+    top_hi.astype(jnp.float32) * np.float32(scale),
+    (top - top_hi).astype(jnp.float32) * np.float32(scale),
+  ]
+  off = 0
+  for k, w in enumerate(layout.widths):
+    terms.append(low[k].astype(jnp.float32) * np.float32(2.0 ** (off - _FRAC_BITS)))
+    off += w
+  return terms[:2] + terms[2:][::-1]
+
+
+def _parts_to_residual(parts: jax.Array, layout: _Layout) -> jax.Array:
+  """``sum(s) - sum(b)`` (float32) of a set of samples from its summed parts.
+
+  The low limbs are normalised (carries into the next limb, then the top),
+  the bits are subtracted from the top in integers, and the result is
+  rounded to float32 once (within 2 ulp of the exact sum).
+  """
+  top, low = _normalised_limbs(parts, layout)
   out = top.astype(jnp.float32) * np.float32(2.0 ** (layout.top - _FRAC_BITS))
   frac = jnp.zeros(top.shape, jnp.float32)
   off = 0
