@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import re
 import sys
 
 import numpy as np
@@ -100,6 +101,26 @@ def test_cli_reports_bad_input_without_traceback(tmp_path, capsys):
   argv = ["recalibrate", "temperature", str(bad), str(bad), "--out", str(tmp_path / "x.npz")]
   assert cli.main([*argv, "--options", '{"from_logits": false}']) == 2
   assert "--options: from_logits is not an option here" in capsys.readouterr().err
+
+
+def test_an_array_named_probs_is_never_taken_for_logits(tmp_path, capsys):
+  # percentages, or one-vs-rest sigmoid outputs, stored as 'probs' were softmaxed as
+  # logits (the guess from the values) and reported with exit 0
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(4), 50).astype(np.float32)
+  y = rng.integers(0, 4, 50)
+  for bad, what in ((100 * p, "must lie in \\[0, 1\\]"), (rng.random((50, 4)), "must sum to 1")):
+    f = tmp_path / "bad.npz"
+    np.savez(f, probs=bad.astype(np.float32), labels=y)
+    sweep = ["sweep", str(f), "--m", "5", "--out", str(tmp_path / "s.json")]
+    for cmd in (["report", str(f), "--out", str(tmp_path / "r")], sweep):
+      assert cli.main(cmd) == 2
+      err = capsys.readouterr().err
+      assert re.search(what, err) and "an array named probs is read as probabilities" in err
+  ok = tmp_path / "ok.npz"
+  np.savez(ok, probs=p, labels=y)  # valid probabilities still pass
+  assert cli.main(["sweep", str(ok), "--m", "5", "--out", str(tmp_path / "s2.json")]) == 0
+  capsys.readouterr()
 
 
 def test_output_paths_are_checked_before_any_computation(tmp_path, capsys, monkeypatch):

@@ -32,6 +32,18 @@ def rep(small):
   )
 
 
+def test_accuracy_of_a_model_wrong_on_every_sample_is_zero_not_negative(monkeypatch):
+  # under jit (outside the tests' -O0 flag) 1 - error was fma(-sum, 1/n, 1) = -5.2e-8
+  # at n = 15 with no hit: the report's accuracy is clipped to [0, 1]
+  from jaxcal._src import report as R
+
+  x, y = data.default_predictions()
+  monkeypatch.setattr(R.scores, "classification_error", lambda p, y: np.float32(1 + 2**-23))
+  assert float(R._FUNCTIONS["accuracy"](x[:15], y[:15], None, None)) == 0.0
+  monkeypatch.setattr(R.scores, "classification_error", lambda p, y: np.float32(-(2**-23)))
+  assert float(R._FUNCTIONS["accuracy"](x[:15], y[:15], None, None)) == 1.0
+
+
 def test_json_schema_settings_and_provenance(rep):
   assert set(rep) >= {"jaxcal", "input", "settings", "seeds", "metrics", "robustness", "utility"}
   assert set(rep) >= {"decomposition", "timing"}

@@ -204,7 +204,17 @@ def _load(path: str | None, split: str):
   if path is None:
     x, y = data.default_predictions(split)
     return x, y, f"embedded CIFAR-10 ResNet-110 ({split})"
-  x, y, found = data.load_split(path, split=split)
+  x, y, found, kind = data._load_split(path, split)
+  if kind == "probs":  # named probabilities: checked as such, never taken for logits
+    from jaxcal._src.validation import check_probs
+
+    try:
+      check_probs(x, name=f"{path}: probs")
+    except ValueError as e:
+      what = str(e).split(" Pass logits")[0]  # the Python API's advice
+      raise UserError(
+        f"{what} (an array named probs is read as probabilities; save logits as 'logits')"
+      ) from None
   name = os.path.basename(os.path.normpath(path))
   if found:
     return x, y, f"{name} ({split})"

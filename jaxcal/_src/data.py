@@ -9,7 +9,7 @@ import pathlib
 import zipfile
 import zlib
 from collections.abc import Callable
-from typing import BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -109,10 +109,14 @@ def _npz_members(zf: zipfile.ZipFile, path: str) -> dict[str, Callable[[], np.nd
   return members
 
 
+#: Score-array names that say what the scores are (the others leave it to the values).
+_PROBS_STEMS = ("probs", "probabilities")
+
+
 def _pick(
   mapping: dict[str, Callable[[], np.ndarray]], split: str, path: str
-) -> tuple[np.ndarray, np.ndarray, bool]:
-  """``(scores, labels, whether they are the split's own arrays)``.
+) -> tuple[np.ndarray, np.ndarray, bool, str]:
+  """``(scores, labels, whether they are the split's own arrays, the scores' name stem)``.
 
   ``{split}_<scores>`` with ``{split}_labels`` first; else the unsplit
   ``<scores>`` with ``labels``/``y`` (a file of one data set). The scores and
@@ -134,7 +138,7 @@ def _pick(
       if k in keys:
         for lk in label_keys:
           if lk in keys:
-            return mapping[k](), mapping[lk](), own
+            return mapping[k](), mapping[lk](), own, stem
         want = " or ".join(repr(x) for x in label_keys)
         raise ValueError(f"{path}: found {k!r} but no labels array ({want})")
   raise ValueError(
@@ -143,10 +147,10 @@ def _pick(
   )
 
 
-def _load_raw(p: str, split: str) -> tuple[np.ndarray, np.ndarray, bool]:
+def _load_raw(p: str, split: str) -> tuple[np.ndarray, np.ndarray, bool, str]:
   if "," in p and not os.path.exists(p):
     a, b = p.split(",", 1)
-    return _npy_file(a), _npy_file(b), False
+    return _npy_file(a), _npy_file(b), False, "scores"
   if os.path.isdir(p):
     names = sorted(os.listdir(p))
     files = {f[:-4]: os.path.join(p, f) for f in names if f.endswith(".npy")}
@@ -242,11 +246,21 @@ def load_split(path: str | os.PathLike, split: str = "test") -> tuple[np.ndarray
     >>> scores.shape, labels.shape, found
     ((5000, 10), (5000,), True)
   """
+  return _load_split(path, split)[:3]
+
+
+def _load_split(path: Any, split: str) -> tuple[np.ndarray, np.ndarray, bool, str | None]:
+  """:func:`load_split` and what the scores' array name says they are.
+
+  The fourth item is ``"probs"`` for an array named ``probs`` /
+  ``probabilities``, ``"logits"`` for ``logits``, ``None`` for a name that
+  says neither (``predictions``, ``scores``, a pair of ``.npy`` files).
+  """
   if not isinstance(path, str | bytes | os.PathLike):
     raise ValueError(f"path must be a file or folder path, got {path!r}")
   p = os.fsdecode(os.fspath(path))
   try:
-    scores, labels, found = _load_raw(p, split)
+    scores, labels, found, stem = _load_raw(p, split)
   except FileNotFoundError as e:
     raise ValueError(f"predictions not found: {e.filename or p}") from None
   except IsADirectoryError as e:
@@ -283,7 +297,8 @@ def load_split(path: str | os.PathLike, split: str = "test") -> tuple[np.ndarray
         f"{p}: scores{list(i)} = {scores[i]:g} exceeds the float32 range (jaxcal computes "
         "in float32); rescale the scores"
       )
-  return scores.astype(np.float32), np.asarray(labels, np.int32), found
+  kind = "probs" if stem in _PROBS_STEMS else "logits" if stem == "logits" else None
+  return scores.astype(np.float32), np.asarray(labels, np.int32), found, kind
 
 
 def default_predictions(split: str = "test") -> tuple[np.ndarray, np.ndarray]:
