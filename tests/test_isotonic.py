@@ -233,6 +233,23 @@ def test_zero_weights_do_not_influence_and_follow_the_step_function():
   np.testing.assert_allclose(np.asarray(isotonic_predict(f, jnp.array([0.5]))), [1.0])
 
 
+def test_the_fit_does_not_depend_on_the_scale_of_the_weights():
+  # the first pass compares block means through products of sums and weights: at a
+  # weight scale of 1e20 (overflow) or 1e-19 (flushed to 0) in float32 it merged
+  # blocks that were in order, a plausible wrong fit ([0, 7/6, 7/6, 7/6])
+  x, y = jnp.arange(1.0, 5.0), jnp.array([0.0, 1.0, 0.5, 2.0])
+  for scale in (1e20, 1e30, 1e-19, 1e-30):
+    w = jnp.full((4,), scale, jnp.float32)
+    np.testing.assert_allclose(isotonic_regression(x, y, w), [0.0, 0.75, 0.75, 2.0], rtol=1e-6)
+  rng = np.random.default_rng(0)
+  xs, ys, ws = rng.normal(size=200), rng.random(200), rng.random(200) + 0.1
+  want = isotonic_regression(xs, ys, ws)
+  np.testing.assert_allclose(isotonic_regression(xs, ys, ws * 1e25), want, rtol=1e-5)
+  np.testing.assert_allclose(
+    isotonic_fit(xs, ys, ws * 1e-25).y, isotonic_fit(xs, ys, ws).y, rtol=1e-5
+  )
+
+
 def test_single_point_and_constant_x():
   assert isotonic_regression(jnp.array([3.0]), jnp.array([2.0])).tolist() == [2.0]
   np.testing.assert_allclose(

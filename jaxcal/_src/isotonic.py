@@ -476,7 +476,13 @@ def _prepare(x, y, weights):
       good = (low >= 0) & positive
       ok = good if ok is None else ok & good
   dt = _float_dtype(xa, ya, wa)
-  return xa.astype(dt), ya.astype(dt), None if wa is None else wa.astype(dt), ok
+  if wa is not None:
+    # the fit is invariant to the weights' scale; the first pass compares block means
+    # through products of sums and weights, which overflow (1e20 in float32) or flush
+    # to 0 (1e-19) at extreme scales and then merged blocks that are in order
+    wa = wa.astype(dt)
+    wa = wa / jnp.max(wa)
+  return xa.astype(dt), ya.astype(dt), wa, ok
 
 
 @jax.jit
