@@ -354,7 +354,8 @@ def test_user_errors_come_before_the_computation(small_file, tmp_path, capsys, m
   for cmd in (["report"], ["sweep"]):
     out = ["--out", str(tmp_path / ("s.json" if cmd == ["sweep"] else "r3"))]
     assert cli.main(cmd + [str(tmp_path / "round.npz")] + out) == 2
-    assert "every entry lies in [0, 1] as in probabilities, but rows" in capsys.readouterr().err
+    err = capsys.readouterr().err  # named probs: checked as probabilities at load
+    assert "probs must sum to 1" in err and "an array named probs is read as" in err
 
 
 def test_names_options_and_same_data():
@@ -543,3 +544,27 @@ def test_an_output_path_deep_under_a_file_is_refused(tmp_path):
   with pytest.raises(cli.UserError, match=r"--out .*/a/b: cannot write there: .* is a file"):
     cli._check_out_dir(str(blocker / "a" / "b"))
   cli._check_out_dir(str(tmp_path / "new" / "deeper"))  # folders that can be made
+
+
+def test_unnormalised_class_wise_outputs_are_written_as_scores(tmp_path, capsys):
+  # the --help's own example, normalize=false (CW-HB), fitted, then failed in the
+  # before/after table of probability metrics (exit 2, nothing written)
+  rng = np.random.default_rng(4)
+  splits = {}
+  for split, n in (("val", 200), ("test", 100)):
+    y = rng.integers(0, 3, n)
+    splits[f"{split}_logits"] = (3 * rng.normal(size=(n, 3)) + 2 * np.eye(3)[y]).astype(np.float32)
+    splits[f"{split}_labels"] = y
+  f, out = str(tmp_path / "s.npz"), tmp_path / "o.npz"
+  np.savez(f, **splits)
+  argv = ["recalibrate", "histogram", f, f, "--out", str(out), "--options", '{"normalize": false}']
+  assert cli.main(argv) == 0
+  assert "no before/after table" in capsys.readouterr().out
+  z = np.load(out)
+  assert sorted(z.keys()) == ["labels", "scores"] and not np.allclose(z["scores"].sum(1), 1)
+
+
+def test_an_empty_output_path_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+  monkeypatch.chdir(tmp_path)  # it wrote ./report.json, printed the report, then exited 2
+  assert cli.main(["report", "--out", ""]) == 2
+  assert "--out is empty" in capsys.readouterr().err and not list(tmp_path.iterdir())

@@ -523,17 +523,17 @@ def test_calibration_report_hands_each_section_its_settings(monkeypatch):
   ):
     monkeypatch.setattr(R, s, record(s))
   p, y = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]]), np.array([0, 1, 1])
-  settings = dict(num_bins=3, resamples=5, confidence=0.8, interval="bca", seed=7)
+  settings = dict(num_bins=2, resamples=5, confidence=0.8, interval="bca", seed=7)
   rep = R.calibration_report(
     p, y, num_utilities=4, robustness_resamples=0, source="s", path="rel/x.npz", **settings
   )
   keys = jax.random.key_data(jax.random.split(jax.random.key(7), 3))
   k, probs, yy, *rest = calls["_headline_section"]
   np.testing.assert_allclose(probs, p, rtol=1e-6)
-  assert yy.tolist() == [0, 1, 1] and rest == [3, 5, 0.8, "bca"]
+  assert yy.tolist() == [0, 1, 1] and rest == [2, 5, 0.8, "bca"]
   assert np.array_equal(jax.random.key_data(k), keys[0])
   k, _, _, *rest = calls["_robustness_section"]
-  assert rest == [3, 0, 0.8, "bca"] and np.array_equal(jax.random.key_data(k), keys[1])
+  assert rest == [2, 0, 0.8, "bca"] and np.array_equal(jax.random.key_data(k), keys[1])
   assert calls["_utility_section"][2:] == (4, 7)
   assert rep["input"] == {
     "source": "s",
@@ -543,7 +543,7 @@ def test_calibration_report_hands_each_section_its_settings(monkeypatch):
     "kind": "probabilities",
   }
   assert rep["settings"] == dict(
-    num_bins=3,
+    num_bins=2,  # BCa: 3 bins would not fit the jackknife's 2 samples
     num_utilities=4,
     resamples=5,
     robustness_resamples=0,
@@ -678,3 +678,16 @@ def test_format_comparison_refuses_bad_tables():
   with pytest.raises(TypeError, match="rows must be a dict"):
     R.format_comparison([("NLL", {"a": 1.0})], ("a",))
   assert R.format_comparison({1: {2: 0.5}}, (2,)).splitlines() == ["  metric  2", "  1       0.500"]
+
+
+def test_bca_intervals_on_few_samples_keep_the_grids_within_the_jackknife():
+  # the bin-count grid reached n quantile bins, but BCa's delete-a-group jackknife
+  # evaluates on n - n/100 samples: "too few samples for the bins" after the headline
+  # (compare_report's rank grid is cut by the same report._binnable)
+  x, y = data.default_predictions("test")
+  rep = report.calibration_report(
+    x[:150], y[:150], interval="bca", num_utilities=0, resamples=0, robustness_resamples=2
+  )
+  assert max(rep["robustness"]["num_bins"]) == 148
+  with pytest.raises(ValueError, match=r"BCa's jackknife evaluations, .*: 148 of n = 150"):
+    report.calibration_report(x[:150], y[:150], num_bins=150, interval="bca", resamples=2)

@@ -126,6 +126,8 @@ def _parent_problem(path: str) -> str | None:
 
 
 def _check_out_dir(path: str, option: str = "--out") -> None:
+  if not path:
+    raise UserError(f"{option} is empty: give a folder (e.g. {option} .)")
   if os.path.exists(path) and not os.path.isdir(path):
     raise UserError(f"{option} {path}: exists and is a file; the report needs a folder")
   problem = _parent_problem(os.path.join(path, "x"))  # path itself, or its first existing ancestor
@@ -386,18 +388,28 @@ def _cmd_recalibrate(args) -> int:
   after = np.asarray(rc(xt))
   from jaxcal._src.report import format_comparison
 
-  rows = _recal_rows(before, after, yt)
   head = (
     f"{args.method}: fitted on {len(yc):,} samples of {cal_source} in {fit_s:.3g} s; "
     f"tested on {len(yt):,} samples of {test_source}"
   )
+  if options.get("normalize", True) is False:
+    # the class-wise maps' own outputs (CW-HB, CW-IR): rows need not sum to one, so
+    # there is no before/after table of probability metrics, and the file says "scores"
+    rows, kind = None, "scores"
+    table = (
+      "  normalize=false: the outputs are per-class scores whose rows need not sum to 1; "
+      "no before/after table of probability metrics"
+    )
+  else:
+    rows, kind = _recal_rows(before, after, yt), "probs"
+    table = format_comparison(rows, ("before", "after"), markdown=args.format == "md")
   out = args.out
   _mkdirs_for(out)
-  np.savez(out, probs=after.astype(np.float32), labels=np.asarray(yt))
+  np.savez(out, **{kind: after.astype(np.float32)}, labels=np.asarray(yt))
   if args.save_model:
     _mkdirs_for(args.save_model)
     recalibrate.save(rc, args.save_model)
-  text = head + "\n" + format_comparison(rows, ("before", "after"), markdown=args.format == "md")
+  text = head + "\n" + table
   data = {
     "method": args.method,
     "options": options,
@@ -413,7 +425,8 @@ def _cmd_recalibrate(args) -> int:
   }
   _emit(args, text, data)
   if args.format != "json":
-    print(f"  wrote recalibrated test probabilities to {out}")
+    what = "probabilities" if kind == "probs" else "scores"
+    print(f"  wrote recalibrated test {what} to {out}")
     if args.save_model:
       print(f"  wrote the fitted recalibrator to {args.save_model}")
   return 0

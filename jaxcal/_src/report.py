@@ -230,6 +230,19 @@ def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool]:
   return probs, y, is_probs
 
 
+def _binnable(n: int, interval: str) -> int:
+  """The most quantile bins every evaluation of a statistic on ``n`` samples can hold.
+
+  BCa's delete-a-group jackknife (100 groups, fewer for ``n < 100``; see
+  :func:`jaxcal.bootstrap.bootstrap`) evaluates it without one group:
+  ``n - ceil(n / groups)`` samples. The other intervals resample ``n``.
+  """
+  if interval != "bca":
+    return n
+  groups = min(100, n)
+  return n - -(-n // groups)
+
+
 def _check_settings(num_bins, resamples, confidence, interval, n):
   from jaxcal._src.bootstrap import METHODS, _check_confidence
 
@@ -244,6 +257,12 @@ def _check_settings(num_bins, resamples, confidence, interval, n):
   if num_bins > n:
     raise ValueError(
       f"num_bins = {num_bins} quantile bins need at least that many samples, got n = {n}"
+    )
+  if resamples and num_bins > _binnable(n, interval):
+    raise ValueError(
+      f"num_bins = {num_bins} quantile bins need at least that many samples in each of BCa's "
+      f"jackknife evaluations, which leave out a group: {_binnable(n, interval)} of n = {n}; "
+      "use fewer bins or another interval"
     )
   return num_bins, resamples, confidence
 
@@ -312,7 +331,9 @@ def _calibrated_values(probs: jax.Array) -> dict:
 
 
 def _robustness_section(key, probs, y, num_bins, resamples, confidence, interval) -> dict:
-  bins = np.union1d(robustness_bins(probs.shape[0]), [num_bins])  # the headline m on the grid
+  # the grid's largest count fits every jackknife evaluation of a BCa interval too
+  n = _binnable(probs.shape[0], interval if resamples else "percentile")
+  bins = np.union1d(robustness_bins(n), [num_bins])  # the headline m on the grid
   stat = _Curves(bins)
   est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval)
   order = [label(nm, b) for nm, b in stat.names]  # tree_map sorts dict keys: restore the order
@@ -692,9 +713,10 @@ def compare_report(
   for name, (p, _, _) in prepared.items():
     groups.setdefault(tuple(p.shape), []).append(name)
   for shape, names in groups.items():
-    if len(names) >= 3 and sum(m <= shape[0] for m in rank_bins) < 2:
+    n = _binnable(shape[0], interval if resamples else "percentile")
+    if len(names) >= 3 and sum(m <= n for m in rank_bins) < 2:
       raise ValueError(
-        f"rank_bins {list(rank_bins)} leave fewer than two bin counts <= n = {shape[0]} "
+        f"rank_bins {list(rank_bins)} leave fewer than two bin counts <= n = {n} "
         f"to compare the ranking of models {names}"
       )
   rep: dict[str, Any] = {
@@ -713,7 +735,7 @@ def compare_report(
   }
   t0 = time.perf_counter()
   for g, (shape, names) in enumerate(groups.items()):
-    n = shape[0]
+    n = _binnable(shape[0], interval if resamples else "percentile")
     bins = tuple(int(m) for m in rank_bins if int(m) <= n)
     probs = [prepared[k][0] for k in names]
     labs = [prepared[k][1] for k in names]
