@@ -532,6 +532,31 @@ def test_bad_inputs():
   np.testing.assert_array_equal(p, np.full((4, 3), 1 / 3, np.float32))  # inputs untouched
 
 
+def test_merge_refuses_states_of_another_dtype_in_either_order():
+  """FixedBins refused a float64 state; Scores and Records promoted to float64, or
+  (Records, float64 first) raised lax's TypeError."""
+  p = np.array([[0.7, 0.3], [0.2, 0.8]])
+  y = np.array([0, 0])
+  with jax.enable_x64(True):
+    makers = (
+      lambda dt: streaming.FixedBins.empty(2, 5, dtype=dt),
+      lambda dt: streaming.Scores.empty(2, dtype=dt),
+      lambda dt: streaming.Records.empty(4, 2, dtype=dt),
+      lambda dt: streaming.Records.empty(4, 2, "full", dtype=dt),
+      lambda dt: streaming.Calibration.empty(2, 5, capacity=4, dtype=dt),
+    )
+    for make in makers:
+      f32, f64 = make(jnp.float32).update(p, y), make(jnp.float64).update(p, y)
+      for a, b in ((f32, f64), (f64, f32)):
+        with pytest.raises(ValueError, match="cannot merge a .* of a different configuration"):
+          a.merge(b)
+      # the same dtype merges, empty or not (x64 widens an updated int32 count to int64)
+      for dt, st in ((jnp.float32, f32), (jnp.float64, f64)):
+        merged = make(dt).merge(st).merge(st)
+        count = merged.scores.count if isinstance(merged, streaming.Calibration) else merged.count
+        assert int(count) == 4
+
+
 def test_merge_across_processes_refuses_what_is_not_a_state():
   """One process returns the state as it is, but a wrong argument raises there too (it came
   back unchanged, and failed only in a multi-process run)."""

@@ -188,6 +188,41 @@ def test_integer_bool_and_half_predictions_compute_as_the_one_shot_functions():
       np.testing.assert_allclose(res["decompose"][i, 0], dec.score, rtol=1e-6)
 
 
+def test_models_of_different_dtypes_are_each_checked_at_their_own_tolerance():
+  """A bfloat16 softmax (rows off by up to 5e-3, within bfloat16's 1.6e-2) listed with a
+  float32 model of the same C was stacked as float32 and refused at float32's 1e-3."""
+  rng = np.random.default_rng(7)
+  n, c = 200, 10
+  z = rng.normal(size=(n, c)).astype(np.float32) * 3
+  pb = jax.nn.softmax(jnp.asarray(z, jnp.bfloat16), axis=-1)
+  assert float(jnp.max(jnp.abs(pb.astype(jnp.float32).sum(1) - 1))) > 2e-3
+  pf = np.asarray(jax.nn.softmax(z))
+  y = rng.integers(0, c, n)
+  onehot = np.eye(c, dtype=np.int32)[y[:120]]  # int32 with bfloat16: no bfloat16 stack
+  names = ["conf_ece", "classwise_ece", "brier"]
+  cases = (
+    [pb, pf],  # one stack
+    [pf[:150], pb],  # two sizes (padding), the float32 model first
+    [np.asarray(pb), pf, onehot],  # host arrays (numpy cannot promote int32 with bfloat16)
+  )
+  for ps in cases:
+    ys = [y[: len(p)] for p in ps]
+    res = jaxcal.evaluate(ps, ys, names, num_bins=np.array([5, 15]))
+    for i, (p, yi) in enumerate(zip(ps, ys)):
+      for name in names[:2]:
+        want = getattr(metrics, name)(p, yi, np.array([5, 15]))
+        np.testing.assert_allclose(res[name][i], want, atol=ATOL, err_msg=f"{name} {i}")
+      np.testing.assert_allclose(res["brier"][i], scores.brier(p, yi), rtol=1e-6)
+  # each model still at its own tolerance: float32 rows 2e-3 off are refused next to
+  # bfloat16 (not accepted at its 1.6e-2), and the first bad model in order is named
+  off = pf * np.float32(1.002)
+  for ps, bad in (([pb, off], 1), ([off, pb * 1.05], 0), ([pb, off, pb * 1.05], 1)):
+    with pytest.raises(ValueError, match=f"model 'model_{bad}': rows of probs must sum to 1"):
+      jaxcal.evaluate(ps, [y] * len(ps), ["brier"])
+  with pytest.raises(ValueError, match=r"model 'model_1': probs .*\(tolerance 0\.0156"):
+    jaxcal.evaluate([pf, pb * 1.05], [y, y], ["brier"])
+
+
 def test_one_bin_count_is_recorded_and_summary_checks_it(logits):
   # summary(num_bins=20) of a study of 15 bins printed the 15-bin values, unlabelled
   z, y = logits
@@ -248,6 +283,13 @@ def test_result_conversions(logits):
   assert "conf_ece@15" in text and "model_1" in text and "decompose mcb (Brier/C)" in text
   scalar = jaxcal.evaluate(z[:1, :100], y[:1, :100], ["conf_ece"], num_bins=15, from_logits=True)
   assert scalar["conf_ece"].shape == (1,) and scalar.axes["conf_ece"] == ("model",)
+  # a 0-d array is one bin count too: no axis, the count in info (as evaluate's docstring says)
+  zero_d = jaxcal.evaluate(
+    z[:1, :100], y[:1, :100], ["conf_ece"], num_bins=np.array(15), from_logits=True
+  )
+  assert zero_d["conf_ece"].shape == (1,) and zero_d.axes["conf_ece"] == ("model",)
+  assert zero_d.info["num_bins"] == 15 and "num_bins" not in zero_d.coords
+  np.testing.assert_array_equal(zero_d["conf_ece"], scalar["conf_ece"])
   # a 2-D array of bin counts (the same program: two bin counts)
   kw = {"num_bins": np.array([[5], [15]]), "from_logits": True}
   grid = jaxcal.evaluate(z[:2, :100], y[:2, :100], ["conf_ece", "brier", "decompose"], **kw)

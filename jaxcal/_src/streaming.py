@@ -636,8 +636,21 @@ def _fixed_reliability(state: FixedBins, num_bins: int) -> ReliabilityStats:
   return state._reliability(num_bins)
 
 
-def _check_same(a: Any, b: Any) -> None:
-  if type(a) is not type(b) or jax.tree.structure(a) != jax.tree.structure(b):
+def _float_dtypes(state: Any) -> list:
+  """The dtypes of a state's float leaves: its sums or records.
+
+  Counts are left out: under x64 an update may widen an int32 count to int64.
+  """
+  return [x.dtype for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
+
+
+def _check_same(a: Any, b: Any, *, structure: bool = True) -> None:
+  """Refuses to merge states of another type, float dtype or (``structure``) configuration."""
+  if (
+    type(a) is not type(b)
+    or (structure and jax.tree.structure(a) != jax.tree.structure(b))
+    or _float_dtypes(a) != _float_dtypes(b)
+  ):
     raise ValueError(
       f"cannot merge a {type(a).__name__} with a {type(b).__name__} of a different "
       "configuration (bin counts, classes, dtype or parts kept must match)"
@@ -766,7 +779,12 @@ class Scores(_Streaming):
     )
 
   def merge(self, other: Scores) -> Scores:
-    """The state of both data sets (associative and commutative)."""
+    """The state of both data sets (associative and commutative).
+
+    Raises:
+      ValueError: ``other`` is not a :class:`Scores` of the same class
+        count, dtype and parts kept (as :meth:`FixedBins.merge`).
+    """
     return _merge_sums(self, other, (("hi", "lo"),))
 
   def compute(self) -> dict[str, jax.Array]:
@@ -902,12 +920,18 @@ class Records(_Streaming):
     return dataclasses.replace(self, **fields)
 
   def merge(self, other: Records) -> Records:
-    """Both buffers' records, ``other``'s after ``self``'s (capacity: the sum)."""
+    """Both buffers' records, ``other``'s after ``self``'s (capacity: the sum).
+
+    Raises:
+      ValueError: ``other`` is not :class:`Records` of the same kind, class
+        count and dtype (the capacities may differ).
+    """
     if type(other) is not Records or (self.kind, self.num_classes) != (
       other.kind,
       other.num_classes,
     ):
       raise ValueError("cannot merge Records of different kinds or class counts")
+    _check_same(self, other, structure=False)  # the capacities may differ, the dtype not
     cap = self.capacity + other.capacity
     start = jnp.minimum(self.count, self.capacity)
 

@@ -711,7 +711,7 @@ def _check(x2, y1, from_logits: bool, where=None) -> None:
 
 
 def _validate_stack(
-  x, y, sizes: list[int], names: list[str], from_logits: bool, where=None
+  x, y, sizes: list[int], names: list[str], from_logits: bool, where=None, parts=None
 ) -> None:
   """One validation of a padded ``(M, n, C)`` stack (its 2-D view) through the validation layer.
 
@@ -719,19 +719,25 @@ def _validate_stack(
   construction in any dtype: probabilities ``(1, 0, ..., 0)`` or zero
   logits, label 0; or, with
   ``where``, the ``(M, n)`` mask of the rows of a stack assembled across
-  processes, not checked). On failure, the models are checked one by one to
-  name the first bad one.
+  processes, not checked). ``parts``: models of different dtypes
+  (:attr:`_Stack.parts`, without ``where``): one reduction per dtype, each
+  at that dtype's tolerance. On failure, the models are checked one by one
+  (each in its own dtype) to name the first bad one.
   """
+  parts = parts or [(list(range(len(sizes))), x, y)]
   try:
     flat = None if where is None else where.reshape((-1,))
-    _check(x.reshape((-1, x.shape[-1])), y.reshape((-1,)), from_logits, flat)
+    for _, x_d, y_d in parts:
+      _check(x_d.reshape((-1, x_d.shape[-1])), y_d.reshape((-1,)), from_logits, flat)
   except ValueError as e:
+    own = {i: (x_d, y_d, r) for at, x_d, y_d in parts for r, i in enumerate(at)}
     for i, (k, name) in enumerate(zip(sizes, names)):
+      x_d, y_d, r = own[i]
       try:
         if where is None:
-          _check(x[i, :k], y[i, :k], from_logits)
+          _check(x_d[r, :k], y_d[r, :k], from_logits)
         else:
-          _check(x[i], y[i], from_logits, where[i])
+          _check(x_d[r], y_d[r], from_logits, where[i])
       except ValueError as e_model:
         raise ValueError(f"model {name!r}: {e_model}") from None
     raise ValueError(f"models {names}: {e}") from None
@@ -754,6 +760,10 @@ class _Stack:
   y: Any
   where: Any  # (M, n) bool, or None when no row is padding
   sizes: list[int]  # real rows per model
+  # models of different dtypes: per dtype, (positions in this stack, x, y) of its
+  # models stacked in that dtype, validated at its tolerance (x is then in at
+  # least float32); None when the models share one dtype (x is in it)
+  parts: list[tuple[list[int], Any, Any]] | None = None
 
 
 def _labels_array(y, n: int, name: str):
@@ -814,11 +824,25 @@ def _list_stacks(entries, from_logits: bool) -> dict[int, list[_Stack]]:
         row = xp.zeros((1, c), xa.dtype) if from_logits else xp.eye(1, c, dtype=xa.dtype)
         xs.append(xp.concatenate([xa, xp.broadcast_to(row, (nb - k, c))]))
         ys.append(xp.concatenate([ya, xp.zeros((nb - k,), dtype=ya.dtype if xp is np else int)]))
-      x, y = xp.stack(xs), xp.stack(ys)
+      y = xp.stack(ys)
+      dtypes = [a.dtype for a in xs]
+      parts = None
+      if len(set(dtypes)) > 1:
+        # a stack promotes its models to one dtype (bfloat16 with float32:
+        # float32), whose simplex tolerance is not theirs: each dtype's models
+        # are also stacked in their own dtype, for the validation at its
+        # tolerance; the stack computed on holds each model in its compute
+        # dtype, at least float32 (int32 with bfloat16 would give bfloat16)
+        parts = []
+        for dt in dict.fromkeys(dtypes):
+          at = [j for j, d in enumerate(dtypes) if d == dt]
+          parts.append((at, xp.stack([xs[j] for j in at]), xp.stack([ys[j] for j in at])))
+        xs = [V.upcast(a) for a in xs]
+      x = xp.stack(xs)
       w = None
       if any(k < nb for k in sizes):
         w = np.arange(nb)[None, :] < np.asarray(sizes)[:, None]
-      out.setdefault(c, []).append(_Stack([i for i, _, _ in mem], x, y, w, sizes))
+      out.setdefault(c, []).append(_Stack([i for i, _, _ in mem], x, y, w, sizes, parts))
   return out
 
 
@@ -893,8 +917,13 @@ def evaluate(
     labels: ``(M, n)`` or ``(n,)`` (shared) for a stack; a list (or one
       ``(n,)`` array shared by all) for a list; a dict or one array for a dict.
     metrics: metric names (default :data:`DEFAULT_METRICS`); see above.
-    num_bins: a bin count or an int array of them (results get a
-      ``num_bins`` axis of that length when it is an array).
+    num_bins: a bin count or an int array of them. The binned errors get
+      one axis per dimension of the array: a 1-D array of ``K`` counts adds
+      a ``num_bins`` axis of length ``K``; an array of ``d >= 2`` dimensions
+      adds ``d`` axes ``num_bins_0, ..., num_bins_{d-1}`` of its shape
+      (coordinates: positions; ``coords["num_bins"]`` holds the counts in
+      row-major order); an int or a 0-d array adds none (the count is in
+      ``info["num_bins"]``).
     utilities: a Utility batch, a list of them, or a dict name -> batch; a
       dict value may also be a function ``C -> batch`` (e.g.
       ``lambda c: utility.sample_linear(key, 1500, c)``) for studies with
@@ -910,7 +939,8 @@ def evaluate(
 
   Returns:
     :class:`StudyResult`: ``values[metric]`` is ``(M,)`` (scores, UC
-    families), ``(M, K)`` (binned errors with ``K`` bin counts), ``(M, 4)``
+    families), ``(M,) + num_bins.shape`` (binned errors: ``(M,)`` for one
+    bin count, ``(M, K)`` for a 1-D array of ``K``), ``(M, 4)``
     (decompositions: score, mcb, dsc, unc) or ``(M, U)`` (UC over ``U``
     utilities); ``to_table()``, ``to_dict()``, ``to_json()``, ``summary()``.
 
@@ -1034,8 +1064,9 @@ def evaluate(
         # judges the bins by the union's sample counts
         st = _assemble_processes(mesh, st)
         _validate_stack(st.x, st.y, st.sizes, names_here, from_logits, st.where)
-      else:
-        _validate_stack(st.x, st.y, st.sizes, names_here, from_logits)
+      else:  # models of different dtypes: each at its own dtype's tolerance (parts)
+        _validate_stack(st.x, st.y, st.sizes, names_here, from_logits, parts=st.parts)
+        st.parts = None  # the models in their own dtypes: not kept once validated
       # validated in the caller's dtype (its tolerance), computed as the one-shot
       # functions compute: in at least float32 (an int32 one-hot matrix binned
       # every confidence as 0)
