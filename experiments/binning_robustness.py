@@ -51,7 +51,7 @@ Run:  python experiments/binning_robustness.py           (full, all four sets, 1
                                                           samples, 4 resamples; a smoke test)
 Options: ``--resamples B`` (default 100), ``--sets cifar12,cifar10,fmnist_within,fmnist_cross``,
 ``--out DIR``. Writes results.json, README.md and PNGs to
-experiments/results/binning_robustness/.
+experiments/results/binning_robustness/ (``--quick``: binning_robustness_quick/).
 """
 
 from __future__ import annotations
@@ -755,17 +755,19 @@ def main(argv=None) -> dict:
   ap.add_argument(
     "--quick", action="store_true", help="4 CIFAR-10 models, 1000 samples, 4 resamples"
   )
-  ap.add_argument("--out", type=pathlib.Path, default=OUT)
+  ap.add_argument("--out", type=pathlib.Path, default=None)
   ap.add_argument("--resamples", type=int, default=100)
   ap.add_argument("--sets", default="cifar12,cifar10,fmnist_within,fmnist_cross")
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args(argv)
-  res = run(args.quick, args.out, args.resamples, args.sets.split(","), args.seed)
+  name = "binning_robustness_quick" if args.quick else "binning_robustness"
+  out = args.out if args.out else OUT.parent / name
+  res = run(args.quick, out, args.resamples, args.sets.split(","), args.seed)
   for s in res["sets"]:
     print(f"== {s['name']} (P={s['num_predictors']}), chain {len(s['chain'])}")
     for t in s["table"]:
       print(f"  {t['item1']:>22} vs {t['item2']:<18} {t['spearman']:+.3f} ± {t['ci95']:.3f}")
-  print(f"{res['runtime_s']} s -> {args.out}")
+  print(f"{res['runtime_s']} s -> {out}")
   return res
 
 

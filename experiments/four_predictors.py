@@ -9,7 +9,7 @@ Run:  python experiments/four_predictors.py            (full: 9 min wall / 2.8 m
       python experiments/four_predictors.py --quick    (n = 200, 100 replicates, 3 bin counts:
                                                         ~10 s CPU; a smoke test)
 Writes experiments/results/four_predictors/{results.json, README.md, four_predictors.png}
-(``--out DIR`` to write elsewhere).
+(``--quick``: four_predictors_quick/; ``--out DIR`` to write elsewhere).
 
 Setup
 -----
@@ -541,15 +541,17 @@ def figure(res: dict, path: pathlib.Path) -> None:
 def main(argv=None) -> dict:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--quick", action="store_true", help="tiny grid (seconds)")
-  ap.add_argument("--out", type=pathlib.Path, default=OUT)
+  ap.add_argument("--out", type=pathlib.Path, default=None)
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args(argv)
-  res = run(args.quick, args.out, args.seed)
+  name = "four_predictors_quick" if args.quick else "four_predictors"
+  out = args.out if args.out else OUT.parent / name
+  res = run(args.quick, out, args.seed)
   s = res["summary"]
   print(
     f"{s['comparisons']} comparisons, |z|>3: {s['beyond_3se']} "
     f"(~{s['expected_beyond_3se_by_chance']} by chance), max|z| {s['max_abs_z']:.2f}; "
-    f"{res['runtime_s']} s -> {args.out}"
+    f"{res['runtime_s']} s -> {out}"
   )
   return res
 

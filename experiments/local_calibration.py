@@ -56,7 +56,8 @@ before looking at the results:
   features (a standardised feature space of dimension D has total variance
   D); it is fixed here, not tuned.
 
-Outputs (``experiments/results/local_calibration/``): ``results.json`` (every
+Outputs (``experiments/results/local_calibration/``; ``--quick``: local_calibration_quick/,
+``--out DIR`` to write elsewhere): ``results.json`` (every
 seed x method x metric, the means and sample sd (ddof = 1), the sweep, the
 diagnostics, LN/KC training statistics, settings, timings, machine and load),
 ``results.md`` (the tables), ``figure.png`` (boxplots of the six metrics over
@@ -566,13 +567,14 @@ def main(argv=None):
   ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
   ap.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
   ap.add_argument("--no-arm2", action="store_true", help=f"skip the gamma = {GAMMA_INFO:g} arm")
-  ap.add_argument("--out", default=str(OUT))
+  ap.add_argument("--out", default=None)
   ap.add_argument("--quick", action="store_true")
   args = ap.parse_args(argv)
   if args.quick:
     args.seeds = args.seeds[:1]
   methods = [m for m in METHODS if m in args.methods]
-  out = pathlib.Path(args.out)
+  name = "local_calibration_quick" if args.quick else "local_calibration"
+  out = pathlib.Path(args.out) if args.out else OUT.parent / name
   out.mkdir(parents=True, exist_ok=True)
   load_start = list(os.getloadavg())
   t0 = time.perf_counter()

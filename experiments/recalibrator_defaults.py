@@ -43,12 +43,12 @@ import numpy as np
 
 from jaxcal import recalibrate, scores
 from jaxcal._src.recal.base import METHODS as TABLE
+from jaxcal.data import dataset_dir
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments" / "bench"))
 from _common import device_info  # versions, device, load, date
 
-DATA = ROOT.parent / "shared" / "data" / "cifar_logits"
 SETTINGS = [
   f"{prefix}{arch}"
   for prefix in ("cifar10_", "focal_cifar10_", "cifar100_")
@@ -74,7 +74,7 @@ CHECKED = ("vector", "matrix", "dirichlet")
 
 
 def load(setting: str, split: str, limit: int | None):
-  d = DATA / setting
+  d = dataset_dir("cifar_logits") / setting
   z = np.load(d / f"{split}_logits.npy").astype(np.float32)
   y = np.load(d / f"{split}_labels.npy").astype(np.int32)
   return (z[:limit], y[:limit]) if limit else (z, y)

@@ -59,12 +59,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal import metrics, recalibrate, scores, utility
+from jaxcal.data import dataset_dir
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments" / "bench"))
 from _common import device_info  # versions, device, load, date
 
-DATA = ROOT.parent / "shared" / "data" / "cifar_logits"
 ARCHS = {
   "densenet121": "DenseNet-121",
   "resnet110": "ResNet-110",
@@ -171,7 +171,7 @@ def evaluate(p, y, dcg: utility.Utility) -> dict[str, float]:
 
 
 def load(setting: str, limit: int | None = None):
-  d = DATA / setting
+  d = dataset_dir("cifar_logits") / setting
   z = np.concatenate([np.load(d / "val_logits.npy"), np.load(d / "test_logits.npy")])
   y = np.concatenate([np.load(d / "val_labels.npy"), np.load(d / "test_labels.npy")])
   z, y = z.astype(np.float32), y.astype(np.int32)

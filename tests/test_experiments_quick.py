@@ -75,6 +75,15 @@ def test_four_predictors_quick(fp, tmp_path):
     assert c["flip"][met]["f2_vs_f3_flips_with_m"]
 
 
+def test_a_quick_run_keeps_the_committed_results(fp, tmp_path, monkeypatch):
+  """``--quick`` without ``--out`` writes ``four_predictors_quick/``: it once
+  replaced the committed full-run results with the smoke test's."""
+  monkeypatch.setattr(fp, "OUT", tmp_path / "four_predictors")
+  fp.main(["--quick"])
+  assert (tmp_path / "four_predictors_quick" / "results.json").is_file()
+  assert not (tmp_path / "four_predictors").exists()
+
+
 def test_binning_robustness_quick(tmp_path, cifar_dir):
   br = load_script("binning_robustness")
   res = br.main(["--quick", "--out", str(tmp_path)])
