@@ -79,6 +79,13 @@ def test_dominance_chain_is_a_longest_valid_chain():
     assert len(chain) == ref_longest_chain_length(tuple(map(tuple, L)))
 
 
+def test_dominance_chain_compares_integers_exactly_as_the_matrix_does():
+  # int64 losses above 2**53 were cast to float64 and tied: the chain missed a dominance
+  losses = np.array([[2**53 + 1, 5], [2**53, 5]], np.int64)  # row 1 dominates row 0
+  assert np.asarray(D.dominance_matrix(losses)).astype(int).tolist() == [[0, 0], [1, 0]]
+  assert D.dominance_chain(losses).tolist() == [1, 0]
+
+
 def test_dominance_chain_ties_and_edge_cases():
   # identical rows are incomparable: at most one of them, the smallest index
   L = np.array([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [2.0, 2.0]])

@@ -201,7 +201,8 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
     or x.dtype == np.bool_
   ):
     raise ValueError(f"losses must be real numeric, got dtype {x.dtype}")
-  x = x.astype(np.float64)
+  if x.dtype == np.bool_ or jnp.issubdtype(x.dtype, jnp.floating):
+    x = x.astype(np.float64)  # integers are compared as they are (int64 above 2**53 exactly)
   for bad, what in ((np.isnan(x), "NaN"), (np.isinf(x), "infinite (±inf)")):
     if bad.any():
       i, j = np.argwhere(bad)[0]

@@ -514,7 +514,9 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
   the whole output NaN instead of raising.
 
   Args:
-    x: ``(n,)`` finite inputs.
+    x: ``(n,)`` finite inputs, in the compute dtype: without x64, float64 or
+      integer values that float32 cannot tell apart (int64 timestamps near
+      ``1.7e9``, say) become ties and are pooled; rank or centre them first.
     y: ``(n,)`` finite targets.
     weights: optional ``(n,)`` non-negative weights (at least one positive);
       default all ones.
