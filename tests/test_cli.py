@@ -465,16 +465,22 @@ def test_save_model_needs_a_model_file_name(tmp_path, capsys):
   assert f"--save-model {tmp_path / 'm.txt'}: use a .npz or .msgpack file name" in err
 
 
-def test_recalibrate_scores_the_test_split_before_and_after(tmp_path, capsys):
-  from scipy.special import softmax
-
+def _split_file(path, n_val: int, n_test: int) -> dict:
+  """An .npz of 3-class val/test logits and labels at ``path``; returns its arrays."""
   rng = np.random.default_rng(4)
   splits = {}
-  for split, n in (("val", 60), ("test", 40)):
+  for split, n in (("val", n_val), ("test", n_test)):
     y = rng.integers(0, 3, n)
     splits[f"{split}_logits"] = (3 * rng.normal(size=(n, 3)) + 2 * np.eye(3)[y]).astype(np.float32)
     splits[f"{split}_labels"] = y
-  np.savez(tmp_path / "s.npz", **splits)
+  np.savez(path, **splits)
+  return splits
+
+
+def test_recalibrate_scores_the_test_split_before_and_after(tmp_path, capsys):
+  from scipy.special import softmax
+
+  splits = _split_file(tmp_path / "s.npz", 60, 40)
   out = tmp_path / "o.npz"
   f = str(tmp_path / "s.npz")
   assert cli.main(["recalibrate", "temperature", f, f, "--out", str(out), "--format", "json"]) == 0
@@ -549,14 +555,8 @@ def test_an_output_path_deep_under_a_file_is_refused(tmp_path):
 def test_unnormalised_class_wise_outputs_are_written_as_scores(tmp_path, capsys):
   # the --help's own example, normalize=false (CW-HB), fitted, then failed in the
   # before/after table of probability metrics (exit 2, nothing written)
-  rng = np.random.default_rng(4)
-  splits = {}
-  for split, n in (("val", 200), ("test", 100)):
-    y = rng.integers(0, 3, n)
-    splits[f"{split}_logits"] = (3 * rng.normal(size=(n, 3)) + 2 * np.eye(3)[y]).astype(np.float32)
-    splits[f"{split}_labels"] = y
   f, out = str(tmp_path / "s.npz"), tmp_path / "o.npz"
-  np.savez(f, **splits)
+  _split_file(f, 200, 100)
   argv = ["recalibrate", "histogram", f, f, "--out", str(out), "--options", '{"normalize": false}']
   assert cli.main(argv) == 0
   assert "no before/after table" in capsys.readouterr().out
