@@ -383,9 +383,8 @@ def _step(p, y, key, fixed: _Witnesses, scale, cfg):
     )
   if cfg["sampler"] is not None:
     fresh = _group(_as_tuple(cfg["sampler"](key)), c, p.dtype)
-    bound = 1.0 + F._UTILITY_ATOL
     for a in fresh:  # every draw, not only the one checked before the fit
-      ok = ok & jnp.all(jnp.isfinite(a) & (jnp.abs(a) <= bound))
+      ok = ok & F.params_in_range(a)
     cands = _Witnesses(
       *(jnp.concatenate([a, b.astype(a.dtype)]) if b.shape[0] else a for a, b in zip(cands, fresh))
     )

@@ -609,6 +609,15 @@ def _misaligned(key, m, num_classes, num_groups, gain):
 _UTILITY_ATOL = 1e-6
 
 
+def params_in_range(prm: jax.Array, axis: Any = None) -> jax.Array:
+  """Whether utility parameters are finite and in ``[-1, 1]`` (within 1e-6), reduced over ``axis``.
+
+  The traced form of the value check (kept dimensions, for a per-utility NaN).
+  """
+  bound = 1.0 + _UTILITY_ATOL
+  return jnp.all(jnp.isfinite(prm) & (jnp.abs(prm) <= bound), axis=axis, keepdims=axis is not None)
+
+
 def _check_params(u: Utility, num_classes: int | None = None, name: str = "utility") -> Utility:
   if u.kind not in KINDS:
     raise ValueError(f"{name}: unknown utility kind {u.kind!r}; expected one of {sorted(KINDS)}")
@@ -638,9 +647,7 @@ def _check_params(u: Utility, num_classes: int | None = None, name: str = "utili
   what = f"{name} parameters ({u.kind})"
   if prm.ndim > ndim and not V.is_concrete(prm):
     # a traced batch: NaN for each bad utility only, as a loop over them would give
-    lo, hi = -1.0 - _UTILITY_ATOL, 1.0 + _UTILITY_ATOL
-    axes = tuple(range(prm.ndim - ndim, prm.ndim))
-    good = jnp.all(jnp.isfinite(prm) & (prm >= lo) & (prm <= hi), axis=axes, keepdims=True)
+    good = params_in_range(prm, axis=tuple(range(prm.ndim - ndim, prm.ndim)))
     V.trace_check(jnp.all(good), f"{what} must be finite and in [-1, 1]")
     return Utility(jnp.where(good, prm, jnp.asarray(jnp.nan, prm.dtype)), u.kind)
   # one fused device reduction (finite, in [-1, 1]); traced bad values become NaN
