@@ -680,14 +680,25 @@ def test_format_comparison_refuses_bad_tables():
   assert R.format_comparison({1: {2: 0.5}}, (2,)).splitlines() == ["  metric  2", "  1       0.500"]
 
 
-def test_bca_intervals_on_few_samples_keep_the_grids_within_the_jackknife():
+def test_bca_intervals_on_few_samples_keep_the_grids_within_the_jackknife(monkeypatch):
   # the bin-count grid reached n quantile bins, but BCa's delete-a-group jackknife
   # evaluates on n - n/100 samples: "too few samples for the bins" after the headline
-  # (compare_report's rank grid is cut by the same report._binnable)
+  # (compare_report's rank grid is cut by the same report._binnable). The grid is read
+  # where the bootstrap would get it (a real BCa run of the section: 23 s in CI).
+  from jaxcal._src import report as R
+
+  grids = []
+
+  def estimate(key, stat, probs, y, resamples, confidence, interval):
+    grids.append((np.asarray(stat.bins).tolist(), interval))
+    raise StopIteration
+
+  monkeypatch.setattr(R, "_estimate_and_interval", estimate)
   x, y = data.default_predictions("test")
-  rep = report.calibration_report(
-    x[:150], y[:150], interval="bca", num_utilities=0, resamples=0, robustness_resamples=2
-  )
-  assert max(rep["robustness"]["num_bins"]) == 148
+  for n, interval, top in ((150, "bca", 148), (150, "percentile", 150), (1000, "bca", 990)):
+    with pytest.raises(StopIteration):
+      R._robustness_section(jax.random.key(0), x[:n], y[:n], 15, 2, 0.9, interval)
+    assert max(grids[-1][0]) == top
+  assert R._binnable(150, "bca") == 148 and R._binnable(50, "bca") == 49
   with pytest.raises(ValueError, match=r"BCa's jackknife evaluations, .*: 148 of n = 150"):
     report.calibration_report(x[:150], y[:150], num_bins=150, interval="bca", resamples=2)
