@@ -131,8 +131,13 @@ def _add_pairs(a: tuple, b: tuple) -> tuple[jax.Array, jax.Array]:
   return s, a[1] + b[1] + e
 
 
-def _interval_residual_sums(s, b, labels, where, thr) -> list[jax.Array]:
-  """``(R, K)`` sums of ``s - b`` per threshold interval, as exact float32 terms.
+def _interval_residual_sums(
+  s, b, labels, where, thr
+) -> tuple[list[jax.Array], jax.Array, jax.Array]:
+  """``(R, K)`` sums of ``s - b`` per threshold interval, as exact terms; and the counts.
+
+  Returns ``(terms, counts, bits)``: float arrays whose sum is the residual
+  sum, the selected samples and their set bits per interval (int32).
 
   ``s``: ``(n, R)`` float32 scores in ``[0, 1]``; the bits ``b`` ``(n, R)``
   bool, or (``b=None``) ``labels`` ``(n,)`` with row ``r``'s bit ``[labels ==
@@ -144,14 +149,28 @@ def _interval_residual_sums(s, b, labels, where, thr) -> list[jax.Array]:
   a few float32 arrays whose sum is exact (:func:`~jaxcal._src.binning._parts_to_terms`),
   for the state's TwoSum pairs (one rounded float32 per batch still drifted
   when batches of one label cancel each other: 3e-5 relative in batches of
-  ``2**20``).
+  ``2**20``). float64 scores: one float64 scatter-add (as accurate as the
+  state's TwoSum pairs).
   """
   k = thr.shape[0] + 1
-  layout = B._layout(s.shape[0])
-  bucket = lambda ss: jnp.searchsorted(thr, ss, side="left").astype(jnp.int32)
+  n, rows = s.shape
   wr = jnp.broadcast_to(where[:, None], s.shape)
-  prefix, _ = B._edge_prefix(s, b, labels, wr, bucket, k, layout)
-  return B._parts_to_terms(prefix[:, 1:] - prefix[:, :-1], layout)
+  if s.dtype == jnp.float32:
+    layout = B._layout(n, count=True)
+    bucket = lambda ss: jnp.searchsorted(thr, ss, side="left").astype(jnp.int32)
+    prefix, _ = B._edge_prefix(s, b, labels, wr, bucket, k, layout)
+    per = prefix[:, 1:] - prefix[:, :-1]  # (R, K, columns), exact
+    return B._parts_to_terms(per, layout), per[..., -1], per[..., 1 + len(layout.widths)]
+  bits = b if b is not None else labels[:, None] == jnp.arange(rows)[None, :]
+  bits = bits & wr
+  seg = (jnp.searchsorted(thr, s, side="left") + k * jnp.arange(rows)[None, :]).ravel()
+  tot = rows * k
+
+  def per_interval(v):
+    return jax.ops.segment_sum(v.ravel(), seg, tot).reshape(rows, k)
+
+  sums = per_interval(jnp.where(wr, s - bits.astype(s.dtype), 0.0))
+  return [sums], per_interval(wr.astype(jnp.int32)), per_interval(bits.astype(jnp.int32))
 
 
 def _check_dtype(dtype: Any) -> str:
@@ -493,37 +512,21 @@ class FixedBins(_Streaming):
   def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array) -> FixedBins:
     p = p.astype(self.dtype_name)
     thr = jnp.asarray(self.thresholds)
-    k = thr.shape[0] + 1
     r, c = _confidence_parts(p)
     z = (r == y) & w
-    bucket = jnp.searchsorted(thr, c, side="left")
-    if p.dtype == jnp.float32:  # the batch's interval sums exactly (not a float32 scatter)
-      terms = [t[0] for t in _interval_residual_sums(c[:, None], z[:, None], None, w, thr)]
-    else:  # float64: a float64 scatter is as accurate as its TwoSum state
-      terms = [jax.ops.segment_sum(jnp.where(w, c - z.astype(p.dtype), 0.0), bucket, k)]
+    # the batch's interval sums exactly (not a float32 scatter), with the counts
+    terms, n_in, z_in = _interval_residual_sums(c[:, None], z[:, None], None, w, thr)
     conf_hi, conf_lo = self.conf_hi, self.conf_lo
     for t in terms:
-      conf_hi, conf_lo = _add(conf_hi, conf_lo, t)
-    conf_n = self.conf_n + jax.ops.segment_sum(w.astype(jnp.int32), bucket, k)
-    conf_z = self.conf_z + jax.ops.segment_sum(z.astype(jnp.int32), bucket, k)
+      conf_hi, conf_lo = _add(conf_hi, conf_lo, t[0])
+    conf_n, conf_z = self.conf_n + n_in[0], self.conf_z + z_in[0]
     cw = (self.cw_hi, self.cw_lo, self.cw_n)
     if self.cw_hi is not None:
-      pt = p.T  # (C, B)
-      seg = jnp.searchsorted(thr, pt, side="left") + k * jnp.arange(self.num_classes)[:, None]
-      tot = self.num_classes * k
-      if p.dtype == jnp.float32:
-        terms = _interval_residual_sums(p, None, y, w, thr)
-      else:
-        onehot = y[None, :] == jnp.arange(self.num_classes)[:, None]
-        res = jnp.where(w[None, :], pt - onehot.astype(p.dtype), 0.0)
-        terms = [jax.ops.segment_sum(res.ravel(), seg.ravel(), tot).reshape(self.num_classes, k)]
-      cnt = jax.ops.segment_sum(
-        jnp.broadcast_to(w, pt.shape).astype(jnp.int32).ravel(), seg.ravel(), tot
-      )
+      terms, cnt, _ = _interval_residual_sums(p, None, y, w, thr)
       hi, lo = self.cw_hi, self.cw_lo
       for t in terms:
         hi, lo = _add(hi, lo, t)
-      cw = (hi, lo, self.cw_n + cnt.reshape(self.num_classes, k))
+      cw = (hi, lo, self.cw_n + cnt)
     return dataclasses.replace(
       self,
       count=self.count + jnp.sum(w, dtype=jnp.int32),
