@@ -398,16 +398,16 @@ def test_report_passes_every_setting_and_names_the_models(tmp_path, capsys, monk
   monkeypatch.setattr(report, "calibration_report", record("one"))
   monkeypatch.setattr(report, "compare_report", record("many"))
   monkeypatch.setattr(report, "write_report", lambda rep, *a, **k: {"json": "r/report.json"})
-  monkeypatch.setattr(report, "format_summary", lambda rep: f"summary of {rep['kind']}")
-  monkeypatch.setattr(report, "format_markdown", lambda rep: f"markdown of {rep['kind']}")
-  for k in range(2):
-    np.savez(tmp_path / f"m{k}.npz", logits=np.full((4, 2), k, np.float32), labels=np.ones(4, int))
+  monkeypatch.setattr(report, "format_summary", lambda rep, **k: f"summary of {rep['kind']}")
+  monkeypatch.setattr(report, "format_markdown", lambda rep, **k: f"markdown of {rep['kind']}")
+  for k in range(2):  # n = 8 >= --bins 7 (the command checks the settings before the report)
+    np.savez(tmp_path / f"m{k}.npz", logits=np.full((8, 2), k, np.float32), labels=np.ones(8, int))
   out = str(tmp_path / "r")
   settings = ["--bins", "7", "--resamples", "3", "--confidence", "0.8", "--interval", "basic"]
   settings += ["--seed", "5", "--utilities", "9", "--out", out]
   assert cli.main(["report", str(tmp_path / "m1.npz"), *settings]) == 0
   (kind, (x, y), kw), *_ = calls
-  assert kind == "one" and x[0, 0] == 1 and y.tolist() == [1, 1, 1, 1]
+  assert kind == "one" and x[0, 0] == 1 and y.tolist() == [1] * 8
   assert kw == dict(
     num_utilities=9,
     source="m1.npz (no 'test' split: the file's one data set)",
@@ -426,6 +426,7 @@ def test_report_passes_every_setting_and_names_the_models(tmp_path, capsys, monk
   capsys.readouterr()
   calls.clear()
   files = [str(tmp_path / f"m{k}.npz") for k in range(2)]
+  settings = settings[: settings.index("--utilities")] + settings[settings.index("9") + 1 :]
   assert cli.main(["report", *files, *settings, "--format", "md"]) == 0
   (kind, (models,), kw), *_ = calls
   assert kind == "many" and list(models) == ["m0", "m1"] and models["m1"][0][0, 0] == 1
@@ -445,7 +446,7 @@ def test_sweep_writes_into_a_new_folder_what_it_prints(tmp_path, capsys):
   argv = ["sweep", str(tmp_path / "p.npz"), "--m", "5", "--seed", "3", "--family", "rank"]
   assert cli.main(argv + ["--out", str(out), "--format", "json"]) == 0
   printed = json.loads(capsys.readouterr().out)
-  us = utility.sample_rank(jax.random.key(3), 5, 3)
+  us = utility.sample_rank(jax.random.split(jax.random.key(3))[1], 5, 3)  # report's rank key
   want = np.asarray(utility.uc_sweep(x, y, us, from_logits=True), np.float64)
   z = np.load(out)
   np.testing.assert_allclose(z["errors"], want, rtol=1e-6)
@@ -510,7 +511,7 @@ def test_parser_defaults():
     out="jaxcal-report",
     split="test",
     bins=15,
-    utilities=1500,
+    utilities=None,  # 1500 for one model; None: not given (refused when comparing models)
     resamples=200,
     confidence=0.95,
     interval="percentile",
@@ -568,3 +569,134 @@ def test_an_empty_output_path_is_refused_before_any_work(tmp_path, capsys, monke
   monkeypatch.chdir(tmp_path)  # it wrote ./report.json, printed the report, then exited 2
   assert cli.main(["report", "--out", ""]) == 2
   assert "--out is empty" in capsys.readouterr().err and not list(tmp_path.iterdir())
+
+
+def test_an_internal_value_error_keeps_its_traceback(small_file, tmp_path, capsys, monkeypatch):
+  # main() turned every ValueError into one line and exit 2: a ValueError from deep inside
+  # JAX or numpy (a bug, not a message about the input) lost its traceback
+  from jaxcal import utility
+  from jaxcal._src import report
+
+  def deep(*args, **kwargs):
+    raise ValueError("operands could not be broadcast together with shapes (3,) (4,)")
+
+  monkeypatch.setattr(utility, "uc_sweep", deep)
+  with pytest.raises(ValueError, match="could not be broadcast"):
+    cli.main(["sweep", str(small_file), "--m", "4", "--out", str(tmp_path / "s.json")])
+  monkeypatch.setattr(report, "_headline_section", deep)  # the first step of calibration_report
+  with pytest.raises(ValueError, match="could not be broadcast"):
+    cli.main(["report", str(small_file), "--out", str(tmp_path / "r"), "--figures", ""])
+  assert capsys.readouterr().err == ""
+
+
+def test_user_input_errors_stay_one_line(small_file, tmp_path, capsys, monkeypatch):
+  """Input the commands check before computing: settings, splits, model folders, fit options."""
+  from jaxcal._src import report
+
+  monkeypatch.setattr(report, "calibration_report", lambda *a, **k: pytest.fail("computed"))
+  monkeypatch.setattr(report, "compare_report", lambda *a, **k: pytest.fail("compared"))
+  out = ["--out", str(tmp_path / "r")]
+  x, y = data.default_predictions()
+  (tmp_path / "one" / "m").mkdir(parents=True)  # a folder of one model folder
+  np.savez(tmp_path / "one" / "m" / "p.npz", logits=np.asarray(x[:20]), labels=np.asarray(y[:20]))
+  tiny = tmp_path / "tiny"  # three models of 6 samples: fewer than two rank bin counts <= n
+  tiny.mkdir()
+  for k in range(3):
+    np.savez(tiny / f"t{k}.npz", logits=np.asarray(x[:6]) * (k + 1), labels=np.asarray(y[:6]))
+  for argv, want in (
+    (["report", str(small_file), "--confidence", "1.5"], "confidence must lie in (0, 1)"),
+    (["report", str(small_file), "--bins", "2000"], "num_bins = 2000 quantile bins need"),
+    (["report", "--split", "nope"], "--split nope: "),
+    (["report", str(tmp_path / "one")], "holds one model (m); a comparison needs at least two"),
+    (["report", str(tiny), "--bins", "5"], "leave fewer than two bin counts <= n = 6"),
+  ):
+    assert cli.main(argv + out) == 2, argv
+    err = capsys.readouterr().err
+    assert err.startswith("jaxcal report: error: ") and want in err and err.count("\n") == 1, err
+  f = str(tmp_path / "s.npz")
+  _split_file(f, 60, 40)
+  argv = ["recalibrate", "histogram", f, f, "--out", str(tmp_path / "o.npz")]
+  assert cli.main(argv + ["--options", '{"num_bins": 0}']) == 2  # checked by the fit itself
+  assert capsys.readouterr().err == "jaxcal recalibrate: error: num_bins must be >= 1, got 0\n"
+
+
+def test_sweep_reproduces_the_reports_utilities(small_file, tmp_path, capsys):
+  # report drew family f with jax.random.split(key(seed))[f], sweep with key(seed) itself: the
+  # same --seed gave other utilities, so a sweep could not reproduce the report's UC
+  argv = ["report", str(small_file), "--out", str(tmp_path / "r"), "--utilities", "40"]
+  argv += ["--resamples", "0", "--figures", "", "--seed", "7", "--format", "json"]
+  assert cli.main(argv) == 0
+  uc = json.loads(capsys.readouterr().out)["utility"]
+  for family in ("linear", "rank"):
+    out = tmp_path / f"{family}.json"
+    argv = ["sweep", str(small_file), "--family", family, "--m", "40", "--seed", "7"]
+    assert cli.main(argv + ["--out", str(out), "--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)["quantiles"]
+    want = uc[family]["quantiles"]
+    for q, key in (("10%", "0.1"), ("50%", "0.5"), ("90%", "0.9"), ("100%", "1.0")):
+      assert printed[q] == pytest.approx(want[key], rel=1e-5), (family, q)
+    errs = np.sort(json.loads(out.read_text())["errors"])
+    np.testing.assert_allclose(errs, uc[family]["errors"], rtol=1e-5)
+
+
+def test_summaries_name_the_figure_files_written(small_file, tmp_path, capsys):
+  # the summary and the markdown named bin_robustness.png and utility_ecdf.png whatever
+  # --figures wrote (svg here: no .png exists)
+  out = tmp_path / "rep"
+  argv = ["report", str(small_file), "--out", str(out), "--utilities", "8", "--resamples", "0"]
+  assert cli.main(argv + ["--figures", "svg", "--format", "md"]) == 0
+  text = capsys.readouterr().out
+  assert not list(out.glob("*.png")) and (out / "bin_robustness.svg").exists()
+  assert "Errors across the bin count m (bin_robustness.svg):" in text
+  assert "Utility calibration UC over sampled utilities (utility_ecdf.svg):" in text
+  assert ".png" not in text
+  assert cli.main(argv + ["--figures", "", "--out", str(tmp_path / "none")]) == 0
+  text = capsys.readouterr().out  # no figure: none named
+  assert "  bin count: one model's errors change with m" in text and "bin_robustness" not in text
+
+
+def test_compare_mode_without_resamples_and_with_utilities(tmp_path, capsys, monkeypatch):
+  from jaxcal._src import report
+
+  x, y = data.default_predictions()
+  folder = tmp_path / "models"
+  folder.mkdir()
+  for t in (0.5, 1.0, 2.0):
+    np.savez(folder / f"T{t}.npz", logits=np.asarray(x[:300]) / t, labels=np.asarray(y[:300]))
+  argv = ["report", str(folder), "--out", str(tmp_path / "cmp"), "--figures", ""]
+  assert cli.main(argv + ["--resamples", "0"]) == 0
+  text = capsys.readouterr().out  # it said "Spearman (paired bootstrap)" with no resample drawn
+  assert "no intervals (resamples = 0)" in text and "Spearman (estimates, no intervals)" in text
+  assert "bootstrap" not in text
+  # compare_report samples no utilities: --utilities was silently ignored
+  monkeypatch.setattr(report, "compare_report", lambda *a, **k: pytest.fail("compared"))
+  assert cli.main(argv + ["--utilities", "50"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("jaxcal report: error: --utilities: a comparison of several models")
+  assert err.count("\n") == 1
+
+
+def test_invalid_values_of_a_predictions_file_name_the_file(tmp_path, capsys, monkeypatch):
+  # NaN logits in an .npz said "predictions contains non-finite values" (report) or "logits
+  # contains ..." (sweep): which of the user's files was not said
+  from jaxcal import utility
+  from jaxcal._src import report
+
+  monkeypatch.setattr(report, "calibration_report", lambda *a, **k: pytest.fail("computed"))
+  monkeypatch.setattr(utility, "uc_sweep", lambda *a, **k: pytest.fail("swept"))
+  rng = np.random.default_rng(1)
+  z, y = rng.normal(size=(30, 4)).astype(np.float32), np.arange(30) % 4
+  nan = tmp_path / "nan_logits.npz"
+  z_nan = z.copy()
+  z_nan[2, 1] = np.nan
+  np.savez(nan, logits=z_nan, labels=y)
+  label = tmp_path / "label_eq_C.npz"
+  np.savez(label, logits=z, labels=np.where(np.arange(30) == 5, 4, y))  # a label == C
+  for path, want in ((nan, "contains non-finite values"), (label, "labels must lie in [0, 4)")):
+    for cmd in (
+      ["report", str(path), "--out", str(tmp_path / "r")],
+      ["sweep", str(path), "--m", "4", "--out", str(tmp_path / "s.json")],
+    ):
+      assert cli.main(cmd) == 2, cmd
+      err = capsys.readouterr().err
+      assert f"error: {path}" in err and want in err and err.count("\n") == 1, err

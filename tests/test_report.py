@@ -354,6 +354,22 @@ def test_summary_of_one_model_reads_the_right_numbers():
   assert "†" not in text  # no headline estimate outside its interval
 
 
+def test_summaries_name_the_figure_files_that_were_written():
+  # they named bin_robustness.png (and utility_ecdf.png) whatever write_report had written
+  rep = _one_model_rep()
+  rep["utility"] = {
+    "linear": {"num_utilities": 8, "quantiles": {"0.5": 0.1, "0.9": 0.2, "1.0": 0.3}}
+  }
+  written = {"bin_robustness": "out/bin_robustness.svg", "utility_ecdf": "out/utility_ecdf.svg"}
+  text = report.format_summary(rep, figures=written)
+  assert "  bin count (bin_robustness.svg): one model's errors" in text and ".png" not in text
+  md = report.format_markdown(rep, figures=written)
+  assert "Errors across the bin count m (bin_robustness.svg):" in md
+  assert "Utility calibration UC over sampled utilities (utility_ecdf.svg):" in md
+  for fmt in (report.format_summary, report.format_markdown):  # nothing written: none named
+    assert "bin_robustness" not in fmt(rep) and "utility_ecdf" not in fmt(rep, figures={})
+
+
 def test_markdown_of_one_model_has_the_first_middle_and_last_bin_count():
   from jaxcal._src.report import OUTSIDE_NOTE
 
@@ -412,7 +428,10 @@ def test_comparison_summary_and_markdown_read_the_right_cells():
   rep = _compare_rep()
   text = report.format_summary(rep)
   assert "ranking of 3 models (n = 600, C = 10) kept between 5 and 50 bins" in text
-  assert "(paired bootstrap)" in text
+  # resamples = 0 (no interval drawn) said "(paired bootstrap)" all the same
+  assert "Spearman (estimates, no intervals):" in text and "bootstrap" not in text
+  resampled = {**rep, "settings": {**rep["settings"], "resamples": 10}}
+  assert "Spearman (paired bootstrap):" in report.format_summary(resampled)
   assert text.endswith("\n    ConfCE(qua)       0.030")  # between 5 and 50 bins: [0][3]
   head = text.splitlines()[1].split()
   assert head == ["accuracy", "ConfECE(fix;15)", "smECE", "LinCE_cw(qua;15)"]

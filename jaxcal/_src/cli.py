@@ -4,11 +4,21 @@ A user error (a bad argument, a missing or unreadable file, invalid
 predictions, an output path that cannot be written) prints one line on stderr
 and exits with status 2, before any computation where it can be known then.
 Anything else is a bug and keeps its traceback.
+
+The rule: :func:`main` turns only a :class:`UserError` into that one line.
+The commands raise it for their own checks, and the calls that check the
+user's input (loading and validating a predictions file, the report's
+settings, a recalibration method, its options and fit) run inside
+:func:`_user_input`, which turns jaxcal's validation ``ValueError`` (a
+message that names the input) into a ``UserError``. The computations run
+outside such blocks, so a ``ValueError`` they raise (from deep inside JAX or
+numpy, say) is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -23,6 +33,26 @@ __all__ = ["main", "build_parser", "enable_compilation_cache"]
 
 class UserError(ValueError):
   """A problem with the command's arguments or files (exit status 2, no traceback)."""
+
+
+@contextlib.contextmanager
+def _user_input(prefix: str = ""):
+  """A block that checks the user's input: its ``ValueError`` becomes a :class:`UserError`.
+
+  Put only validation in such a block (jaxcal's checks raise ``ValueError``
+  with a message that names the input and the fix); a computation inside one
+  would turn its bugs into one-line user errors.
+
+  Args:
+    prefix: put before the message (e.g. the file's path when the message
+      names only the argument).
+  """
+  try:
+    yield
+  except UserError:
+    raise
+  except ValueError as e:
+    raise UserError(f"{prefix}{e}") from None
 
 
 def enable_compilation_cache() -> str | None:
@@ -201,22 +231,33 @@ def _mkdirs_for(path: str) -> None:
 
 
 def _load(path: str | None, split: str):
+  """``(scores, labels, source)`` of a predictions file, checked as the commands read them.
+
+  A file that cannot be read, or whose labels or scores are invalid (labels
+  outside ``[0, C)``, non-finite logits, probabilities off the simplex), is a
+  :class:`UserError` naming the file.
+  """
   from jaxcal._src import data
+  from jaxcal._src import validation as V
 
   if path is None:
-    x, y = data.default_predictions(split)
+    with _user_input(f"--split {split}: "):
+      x, y = data.default_predictions(split)
     return x, y, f"embedded CIFAR-10 ResNet-110 ({split})"
-  x, y, found, kind = data._load_split(path, split)
+  with _user_input():  # data's messages name the file
+    x, y, found, kind = data._load_split(path, split)
   if kind == "probs":  # named probabilities: checked as such, never taken for logits
-    from jaxcal._src.validation import check_probs
-
     try:
-      check_probs(x, name=f"{path}: probs")
+      V.check_probs(x, name=f"{path}: probs")
     except ValueError as e:
       what = str(e).split(" Pass logits")[0]  # the Python API's advice
       raise UserError(
         f"{what} (an array named probs is read as probabilities; save logits as 'logits')"
       ) from None
+  else:  # the one rule of the report and the metrics, named by the file
+    with _user_input():
+      if not V.probs_or_logits(x, name=path):  # (probabilities: checked there)
+        V.check_logits(x, name=path)
   name = os.path.basename(os.path.normpath(path))
   if found:
     return x, y, f"{name} ({split})"
@@ -255,23 +296,50 @@ def _cmd_report(args) -> int:
     seed=args.seed,
   )
   if models:
+    if len(models) < 2:  # a folder of one model folder
+      raise UserError(
+        f"{args.predictions[0]}: holds one model ({', '.join(models)}); a comparison needs at "
+        "least two: give that model's own path to report it"
+      )
+    if args.utilities:  # compare_report samples no utilities: the option would be ignored
+      raise UserError(
+        "--utilities: a comparison of several models samples no utilities (only one model's "
+        "report has UC eCDFs); report each model on its own, or drop --utilities"
+      )
     loaded = {name: _load(path, args.split)[:2] for name, path in models.items()}
+    with _user_input():  # compare_report's own checks, before its computation
+      report._check_settings(
+        args.bins,
+        args.resamples,
+        args.confidence,
+        args.interval,
+        min(x.shape[0] for x, _ in loaded.values()),
+      )
+      report._groups(
+        {name: x.shape for name, (x, _) in loaded.items()},
+        report.RANK_BINS,
+        args.interval,
+        args.resamples,
+      )
     rep = report.compare_report(loaded, paths=models, **options)
     paths = report.write_report(rep, out_dir=args.out, formats=args.figures)
   else:
     path = args.predictions[0] if args.predictions else None
     x, y, source = _load(path, args.split)
+    with _user_input():  # calibration_report's own checks, before its computation
+      report._check_settings(args.bins, args.resamples, args.confidence, args.interval, len(y))
     rep = report.calibration_report(
       x,
       y,
-      num_utilities=args.utilities,
+      num_utilities=1500 if args.utilities is None else args.utilities,
       source=source,
       path=path,
       **options,
       **({"robustness_resamples": 0} if args.resamples == 0 else {}),  # "0: none": no bands
     )
     paths = report.write_report(rep, x, y, args.out, formats=args.figures)
-  text = report.format_markdown(rep) if args.format == "md" else report.format_summary(rep)
+  fmt = report.format_markdown if args.format == "md" else report.format_summary
+  text = fmt(rep, figures=paths)  # names the figure files written, in their format
   _emit(args, text, {k: v for k, v in rep.items()})
   if args.format != "json":
     figures = ", ".join(sorted(k for k in paths if k != "json"))
@@ -284,10 +352,8 @@ def _probs_or_logits(x, path: str) -> bool:
   """The file's scores as probabilities (True) or logits; probabilities off the simplex refused."""
   from jaxcal._src.validation import probs_or_logits
 
-  try:
+  with _user_input():
     return probs_or_logits(x, name=path)
-  except ValueError as e:
-    raise UserError(str(e)) from None
 
 
 def _name(path: str, depth: int = 1) -> str:
@@ -331,7 +397,8 @@ def _cmd_recalibrate(args) -> int:
   from jaxcal import recalibrate
   from jaxcal._src.recal.base import _lookup
 
-  _lookup(args.method)  # an unknown method is named before any file is read
+  with _user_input():
+    _lookup(args.method)  # an unknown method is named before any file is read
   options = _parse_options(args.options)
   if "from_logits" in options:  # else fit() "got multiple values for keyword argument"
     raise UserError(
@@ -370,15 +437,13 @@ def _cmd_recalibrate(args) -> int:
     raise UserError(
       f"the calibration file has C = {xc.shape[1]} classes but the test file has C = {xt.shape[1]}"
     )
-  from_logits = not cal_probs
-  if from_logits:  # (probabilities passed the same checks in _probs_or_logits)
-    from jaxcal._src import validation as V
-
-    for x, path in ((xc, args.cal_file), (xt, args.test_file)):  # before the fit, named
-      V.check_logits(x, name=path)
+  from_logits = not cal_probs  # (both files' scores were checked by _load, named)
   t0 = time.perf_counter()
   try:
-    rc = recalibrate.fit(args.method, xc, yc, from_logits=from_logits, **options)
+    # fit checks the option names and values and the calibration data (classes present,
+    # enough samples for its folds) as it goes: its ValueErrors are about the user's choices
+    with _user_input():
+      rc = recalibrate.fit(args.method, xc, yc, from_logits=from_logits, **options)
   except TypeError as e:  # Python's own message for a keyword the method does not take
     if "keyword argument" not in str(e):
       raise
@@ -433,16 +498,15 @@ def _cmd_recalibrate(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
-  import jax
-
   from jaxcal import utility
+  from jaxcal._src.report import _utility_key
 
   if not args.out.endswith((".json", ".npz")):
     raise UserError(f"--out {args.out}: use a .json or .npz file name")
   _check_out_file(args.out, "--out", args.force)
   x, y, source = _load(args.predictions, args.split)
   from_logits = not _probs_or_logits(x, args.predictions)
-  key = jax.random.key(args.seed)
+  key = _utility_key(args.seed, args.family)  # jaxcal report's key of this family
   sampler = {"linear": utility.sample_linear, "rank": utility.sample_rank}[args.family]
   us = sampler(key, args.m, x.shape[1])
   t0 = time.perf_counter()
@@ -451,7 +515,10 @@ def _cmd_sweep(args) -> int:
   e, frac = (np.asarray(a) for a in utility.ecdf(errs))
   from jaxcal._src.names import format_number
 
-  qs = {f"{int(100 * q)}%": float(np.quantile(errs, q)) for q in (0.1, 0.5, 0.9, 1.0)}
+  # in float64, as the report's quantiles
+  qs = {
+    f"{int(100 * q)}%": float(np.quantile(errs.astype(np.float64), q)) for q in (0.1, 0.5, 0.9, 1.0)
+  }
   if args.format == "md":
     text = "\n".join(
       [f"UC over {args.m:,} {args.family} utilities on {source}", "", "| quantile | UC |"]
@@ -530,8 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
   r.add_argument(
     "--utilities",
     type=_non_negative,
-    default=1500,
-    help="utilities sampled per family for the eCDFs (1500; 0 skips)",
+    default=None,  # 1500 (None tells an explicit value apart: refused when comparing models)
+    help="utilities sampled per family for the eCDFs of one model's report (1500; 0 skips; "
+    "not with several models)",
   )
   r.add_argument(
     "--resamples",
@@ -552,7 +620,12 @@ def build_parser() -> argparse.ArgumentParser:
     default=("png", "pdf"),
     help='figure formats, comma-separated (png,pdf; also svg; "" for none)',
   )
-  r.add_argument("--seed", type=_seed, default=0, help="the one seed of every random draw (0)")
+  r.add_argument(
+    "--seed",
+    type=_seed,
+    default=0,
+    help="the one seed of every random draw (0); the utilities are jaxcal sweep's of this seed",
+  )
   _format_arg(r)
   r.set_defaults(func=_cmd_report)
 
@@ -599,7 +672,14 @@ def build_parser() -> argparse.ArgumentParser:
     default=None,
     help="utilities per compiled chunk (default: sized to the memory)",
   )
-  s.add_argument("--seed", type=_seed, default=0, help="seed of the sampled utilities (0)")
+  s.add_argument(
+    "--seed",
+    type=_seed,
+    default=0,
+    help="seed of the sampled utilities (0): the key of family linear/rank is "
+    "jax.random.split(jax.random.key(seed))[0/1], as in jaxcal report, so --m M --seed S "
+    "gives the UC of jaxcal report --utilities M --seed S",
+  )
   s.add_argument("--split", default="test", help="split to read from multi-split files (test)")
   s.add_argument("--out", required=True, help="output .npz (errors, eCDF) or .json")
   s.add_argument("--force", action="store_true", help="overwrite an existing output file")
@@ -614,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
   try:
     enable_compilation_cache()
     return args.func(args)
-  except ValueError as e:  # bad arguments, files or predictions: one line, no traceback
+  except UserError as e:  # bad arguments, files or predictions: one line, no traceback
     print(f"jaxcal {args.command}: error: {e}", file=sys.stderr)
     return 2
 

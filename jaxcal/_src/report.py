@@ -346,18 +346,30 @@ def _robustness_section(key, probs, y, num_bins, resamples, confidence, interval
   }
 
 
+#: The utility families of the report's eCDFs, in the order of their keys (:func:`_utility_key`).
+UTILITY_FAMILIES: tuple[str, ...] = ("linear", "rank")
+
+
+def _utility_key(seed: int, family: str) -> jax.Array:
+  """The key of one family's sampled utilities: ``jax.random.split(jax.random.key(seed))[i]``.
+
+  ``i`` is the family's place in ``UTILITY_FAMILIES`` (linear 0, rank 1);
+  ``jaxcal sweep`` draws its utilities with the same key, so that a sweep of
+  ``m`` utilities of one family reproduces the report's eCDF of that family.
+  """
+  return jax.random.split(jax.random.key(int(seed)))[UTILITY_FAMILIES.index(family)]
+
+
 def _utility_section(probs, y, num_utilities: int, seed: int) -> dict:
   from jaxcal import utility
 
   out: dict[str, Any] = {}
   if num_utilities <= 0:
     return out
-  key_lin, key_rank = jax.random.split(jax.random.key(seed))
   c = probs.shape[1]
-  for name, us in (
-    ("linear", utility.sample_linear(key_lin, num_utilities, c)),
-    ("rank", utility.sample_rank(key_rank, num_utilities, c)),
-  ):
+  samplers = {"linear": utility.sample_linear, "rank": utility.sample_rank}
+  for name in UTILITY_FAMILIES:
+    us = samplers[name](_utility_key(seed, name), num_utilities, c)
     errs = np.sort(np.asarray(utility.uc_sweep(probs, y, us), np.float64))
     out[name] = {
       "num_utilities": int(num_utilities),
@@ -709,16 +721,8 @@ def compare_report(
     for k, v in paths.items():
       if not isinstance(v, str | os.PathLike):
         raise TypeError(f"paths[{k!r}] must be a path, got {type(v).__name__}")
-  groups: dict[tuple[int, int], list[str]] = {}
-  for name, (p, _, _) in prepared.items():
-    groups.setdefault(tuple(p.shape), []).append(name)
-  for shape, names in groups.items():
-    n = _binnable(shape[0], interval if resamples else "percentile")
-    if len(names) >= 3 and sum(m <= n for m in rank_bins) < 2:
-      raise ValueError(
-        f"rank_bins {list(rank_bins)} leave fewer than two bin counts <= n = {n} "
-        f"to compare the ranking of models {names}"
-      )
+  shapes = {name: tuple(p.shape) for name, (p, _, _) in prepared.items()}
+  groups = _groups(shapes, rank_bins, interval, resamples)
   rep: dict[str, Any] = {
     "jaxcal": _environment(),
     "settings": {
@@ -813,6 +817,27 @@ def compare_report(
       )
   rep["timing"] = {"total_s": time.perf_counter() - t0}
   return rep
+
+
+def _groups(
+  shapes: Mapping[str, tuple[int, ...]], rank_bins: Sequence[int], interval: str, resamples: int
+) -> dict[tuple[int, ...], list[str]]:
+  """The models grouped by their ``(n, C)``, in order; raises for a group that cannot be ranked.
+
+  A group of at least three models needs two bin counts of ``rank_bins`` that
+  every evaluation of its statistic can hold (:func:`_binnable`).
+  """
+  groups: dict[tuple[int, ...], list[str]] = {}
+  for name, shape in shapes.items():
+    groups.setdefault(tuple(shape), []).append(name)
+  for shape, names in groups.items():
+    n = _binnable(shape[0], interval if resamples else "percentile")
+    if len(names) >= 3 and sum(m <= n for m in rank_bins) < 2:
+      raise ValueError(
+        f"rank_bins {list(rank_bins)} leave fewer than two bin counts <= n = {n} "
+        f"to compare the ranking of models {names}"
+      )
+  return groups
 
 
 def _check_rank_bins(rank_bins: Any) -> tuple[int, ...]:
@@ -1109,13 +1134,20 @@ def _robustness_lines(rob: dict) -> list[str]:
   return lines
 
 
+def _figure(figures: Mapping[str, str] | None, name: str) -> str:
+  """`` (<file name>)`` of figure ``name`` as written (``write_report``'s paths), or ``""``."""
+  if not figures or name not in figures:
+    return ""
+  return f" ({os.path.basename(figures[name])})"
+
+
 def _check_report(rep: Any) -> None:
   """A report dict from :func:`calibration_report` or :func:`compare_report`, else a ValueError."""
   if not isinstance(rep, dict) or "settings" not in rep or "metrics" not in rep:
     raise ValueError("rep must be a report dict from calibration_report or compare_report")
 
 
-def format_summary(rep: dict) -> str:
+def format_summary(rep: dict, *, figures: Mapping[str, str] | None = None) -> str:
   """The terminal summary of a report (one model or several).
 
   Numbers have three significant digits; ``*`` marks the truthful errors.
@@ -1127,6 +1159,9 @@ def format_summary(rep: dict) -> str:
       ``input`` (one model) or ``models`` (several); the ``robustness``,
       ``utility``, ``decomposition`` and ``timing`` sections are shown when
       present.
+    figures: the files :func:`write_report` wrote (its name -> path); a
+      section names its figure's file (e.g. ``bin_robustness.svg``) only
+      when it is there. ``None`` (default): no figure file is named.
 
   Returns:
     The summary as one ``str`` of newline-separated lines (no trailing
@@ -1172,8 +1207,8 @@ def format_summary(rep: dict) -> str:
   rob = rep.get("robustness")
   if rob:
     lines.append(
-      "  bin count (bin_robustness.png): one model's errors change with m; squared errors "
-      "fall toward a calibrated predictor's value"
+      f"  bin count{_figure(figures, 'bin_robustness')}: one model's errors change with m; "
+      "squared errors fall toward a calibrated predictor's value"
     )
     lines += _robustness_lines(rob)
   u = rep.get("utility") or {}
@@ -1197,6 +1232,13 @@ def format_summary(rep: dict) -> str:
   return "\n".join(lines)
 
 
+def _rank_interval_text(rep: dict, block: dict) -> str:
+  """How the rank correlations of a group got their intervals (none without resamples)."""
+  if not rep["settings"].get("resamples"):
+    return "estimates, no intervals"
+  return f"{'paired' if block['paired'] else 'unpaired'} bootstrap"
+
+
 def _compare_summary(rep: dict) -> str:
   s = rep["settings"]
   lines = [f"jaxcal report — {len(rep['models'])} models; {_interval_text(rep)}"]
@@ -1218,7 +1260,7 @@ def _compare_summary(rep: dict) -> str:
     lines.append(
       f"  ranking of {len(block['models'])} models (n = {block['n']:,}, C = "
       f"{block['num_classes']}) kept between {a} and {b} bins — Spearman "
-      f"({'paired' if block['paired'] else 'unpaired'} bootstrap):"
+      f"({_rank_interval_text(rep, block)}):"
     )
     for lab, v in block["errors"].items():
       bb = v["between_bins"]
@@ -1236,7 +1278,7 @@ def _compare_summary(rep: dict) -> str:
   return "\n".join(lines)
 
 
-def format_markdown(rep: dict) -> str:
+def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> str:
   """The report as markdown tables (metrics with intervals; rankings for several models).
 
   Args:
@@ -1245,6 +1287,9 @@ def format_markdown(rep: dict) -> str:
       ``rank_stability`` section). It needs ``settings``, ``metrics`` and
       ``input`` (one model); the ``robustness``, ``utility`` and
       ``decomposition`` sections get their own tables when present.
+    figures: the files :func:`write_report` wrote (its name -> path); a
+      table names its figure's file (e.g. ``utility_ecdf.svg``) only when it
+      is there. ``None`` (default): no figure file is named.
 
   Returns:
     The markdown text, a ``str`` ending in a newline. One model: a metric |
@@ -1322,7 +1367,7 @@ def format_markdown(rep: dict) -> str:
   if rob:
     bins = rob["num_bins"]
     cols = sorted({bins[0], bins[len(bins) // 2], bins[-1]})
-    out += ["", "Errors across the bin count m (bin_robustness.png):", ""]
+    out += ["", f"Errors across the bin count m{_figure(figures, 'bin_robustness')}:", ""]
     out.append("| error | " + " | ".join(f"m = {b}" for b in cols) + " | calibrated predictor |")
     out.append("|---" * (len(cols) + 2) + "|")
     outside = False
@@ -1345,7 +1390,8 @@ def format_markdown(rep: dict) -> str:
       out += ["", OUTSIDE_NOTE + "."]
   u = rep.get("utility") or {}
   if u:
-    out += ["", "Utility calibration UC over sampled utilities (utility_ecdf.png):", ""]
+    fig = _figure(figures, "utility_ecdf")
+    out += ["", f"Utility calibration UC over sampled utilities{fig}:", ""]
     out += ["| family | utilities | median | 90% | max |", "|---|---|---|---|---|"]
     for fam, v in u.items():
       q = v["quantiles"]
