@@ -11,7 +11,8 @@ records the fraction of replicates whose interval covers the truth, the mean
 interval width, and the mean position of the resamples relative to the
 estimate (``mean(θ*) − θ̂``, the upward shift of binned ℓ1 errors).
 
-Run (one command; writes ``experiments/results/bootstrap_coverage.json``)::
+Run (one command; writes ``experiments/results/bootstrap_coverage.json``, or into
+``--out DIR``; ``--quick`` writes ``bootstrap_coverage_quick.json``, not committed)::
 
     nice -n 5 python experiments/bootstrap_coverage.py            # R = 200, n in 500, 2000, 10000
     python experiments/bootstrap_coverage.py --quick               # R = 20, n = 500 (a minute)
@@ -104,6 +105,12 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--resamples", type=int, default=1000)
   ap.add_argument("--sizes", default="500,2000,10000")
   ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument(
+    "--out",
+    default=None,
+    help="folder of the JSON (default experiments/results/; the file is"
+    " bootstrap_coverage.json, --quick: bootstrap_coverage_quick.json)",
+  )
   args = ap.parse_args(argv)
   if args.quick:
     args.replicates, args.resamples, args.sizes = 20, 200, "500"
@@ -128,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     print(n, {m: result["by_n"][str(n)][m] for m in bootstrap.METHODS}, flush=True)
   result["seconds"] = time.perf_counter() - t0
   name = "bootstrap_coverage_quick" if args.quick else "bootstrap_coverage"
-  print("wrote", write_result(name, {**result, **device_info()}))
+  print("wrote", write_result(name, {**result, **device_info()}, args.out))
 
 
 if __name__ == "__main__":

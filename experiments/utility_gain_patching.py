@@ -12,7 +12,9 @@ R_{i, j*(p)}`` with ``j*(p) = argmax_j Σ_i p_i R_ij``. Two classes:
   utilities).
 
 On one 70/30 calibration/test split of a CIFAR-100 model (pooled val+test, as
-in the tables), patching (Algorithm 1) is fitted against each class alone:
+in the tables; the paper used ViT and ResNet-56 checkpoints, App. C.2, and
+prints no numbers for these figures: the bundled ResNet-110 stands in for its
+ResNet-56), patching (Algorithm 1) is fitted against each class alone:
 every step audits 512 utilities freshly drawn from the class (the paper's
 number), with the library's default step rule except ``stepsize="quadratic"``
 (as in ``utility_table.py``). A separate, fixed draw of 512 utilities of the
@@ -180,7 +182,8 @@ def write_readme(result: dict, out_dir: pathlib.Path) -> None:
     f"{result['runtime_s'] / 60:.1f} min on {result['meta']['device']} "
     f"({result['meta']['cpu_count']} cores, 1-minute load {result['load_avg_at_end'][0]:.1f} "
     f"at the end), {result['meta']['date'][:10]}. Figures: `fig2_{setting}.png`, "
-    f"`fig3_{setting}.png`.",
+    f"`fig3_{setting}.png`. The paper's CIFAR-100 checkpoints were ViT and ResNet-56 (it "
+    "prints no numbers for Figs. 2-3); this is the bundled model named in the title.",
     "",
     "| class | predictor | worst UC (×10³) | median UC (×10³) |",
     "|---|---|---|---|",

@@ -104,6 +104,23 @@ def test_binning_robustness_quick(tmp_path, cifar_dir):
   assert "Table 1" in (tmp_path / "README.md").read_text()
 
 
+def test_binning_robustness_stops_without_the_traces_it_was_asked_for(tmp_path, monkeypatch):
+  """Without the Fashion-MNIST traces a run asking for their sets stops before
+  any work and writes nothing: it used to print a line, run CIFAR only and
+  exit 0, replacing the committed Table 1 with one lacking the columns that
+  are comparable with the paper. Unknown set names stop it too."""
+  br = load_script("binning_robustness")
+  monkeypatch.setattr(br, "TRACES", tmp_path / "no_traces")
+  out = tmp_path / "out"
+  with pytest.raises(SystemExit, match="no Fashion-MNIST traces at .*fashion_mnist/traces.py"):
+    br.main(["--sets", "fmnist_within", "--out", str(out)])
+  with pytest.raises(SystemExit, match="unknown --sets cifar_10: choose from cifar12,cifar10"):
+    br.main(["--sets", "cifar_10", "--out", str(out)])
+  assert not out.exists()
+  # a set's resamples follow its name, not its position among the sets run
+  assert len({br._set_key(name) for name in br.SETS}) == len(br.SETS)
+
+
 def test_a_partial_peers_run_keeps_the_full_record():
   """``peers.py --part single`` (or ``measures``) writes a file of its own:
   it once replaced the committed ``peers.json`` with half of it."""
