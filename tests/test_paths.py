@@ -19,6 +19,7 @@ def no_env(monkeypatch):
 
 def test_jaxcal_data_is_the_only_place_when_set(no_env, tmp_path):
   (tmp_path / "cifar_logits").mkdir()
+  (tmp_path / "cifar_logits" / "README").touch()
   no_env.setenv("JAXCAL_DATA", str(tmp_path))
   assert dataset_dir("cifar_logits") == tmp_path / "cifar_logits"
   no_env.setenv("JAXCAL_DATA", str(tmp_path / "empty"))
@@ -28,11 +29,29 @@ def test_jaxcal_data_is_the_only_place_when_set(no_env, tmp_path):
 
 def test_older_jaxcal_shared_names_the_shared_folder(no_env, tmp_path):
   (tmp_path / "data" / "cifar_logits").mkdir(parents=True)
+  (tmp_path / "data" / "cifar_logits" / "README").touch()
   no_env.setenv("JAXCAL_SHARED", str(tmp_path))
   assert dataset_dir("cifar_logits") == tmp_path / "data" / "cifar_logits"
   no_env.setenv("JAXCAL_DATA", str(tmp_path / "elsewhere"))  # JAXCAL_DATA wins
   with pytest.raises(FileNotFoundError, match="elsewhere"):
     dataset_dir("cifar_logits")
+
+
+def test_an_empty_folder_hides_a_data_set(no_env, tmp_path):
+  """README: pointing a variable at an empty folder hides the data set. It
+  did not for Fashion-MNIST (the variable names the folder itself): the
+  empty folder was returned, and the tests needing the data failed inside the
+  loader instead of skipping."""
+  (tmp_path / "fmnist").mkdir()
+  no_env.setenv("JAXCAL_FASHION_MNIST", str(tmp_path / "fmnist"))
+  with pytest.raises(FileNotFoundError, match=r"fashion_mnist not found \(looked in .*fmnist\)"):
+    dataset_dir("fashion_mnist")
+  (tmp_path / "data" / "cifar_logits").mkdir(parents=True)
+  no_env.setenv("JAXCAL_DATA", str(tmp_path / "data"))
+  with pytest.raises(FileNotFoundError, match="cifar_logits not found"):
+    dataset_dir("cifar_logits")
+  (tmp_path / "fmnist" / "t10k-labels-idx1-ubyte.gz").touch()
+  assert dataset_dir("fashion_mnist") == tmp_path / "fmnist"
 
 
 def test_default_is_shared_data_beside_the_checkout(no_env, tmp_path):
@@ -71,6 +90,7 @@ def test_missing_data_message_says_how_to_provide_it(no_env, tmp_path):
 def test_fashion_mnist_default_and_override(no_env, tmp_path):
   assert paths._candidates("fashion_mnist") == [pathlib.Path(fashion_mnist.DEFAULT_ROOT)]
   no_env.setenv("JAXCAL_FASHION_MNIST", str(tmp_path))
+  (tmp_path / "train-images-idx3-ubyte.gz").touch()
   assert dataset_dir("fashion_mnist") == tmp_path
 
 

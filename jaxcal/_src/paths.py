@@ -78,7 +78,8 @@ def dataset_dir(name: str) -> pathlib.Path:
   Fashion-MNIST (``"fashion_mnist"``) is looked up in ``$JAXCAL_FASHION_MNIST``
   when set, otherwise in ``/usr/share/datasets/fashion-mnist`` (the Debian
   package ``dataset-fashion-mnist``). A variable that is set is the only place
-  looked at, so pointing it at an empty folder hides the data set.
+  looked at, and an empty folder does not count, so pointing the variable at
+  an empty folder hides the data set.
 
   Args:
     name: ``"cifar_logits"`` or ``"fashion_mnist"``.
@@ -105,10 +106,18 @@ def dataset_dir(name: str) -> pathlib.Path:
     raise ValueError(f"name must be one of {sorted(DATASETS)}, got {name!r}")
   places = _candidates(name)
   for path in places:
-    if path.is_dir():
+    if _holds_files(path):
       return path
   looked = ", ".join(str(p) for p in places)
   raise FileNotFoundError(f"{name} not found (looked in {looked}); {_HOW_TO_GET[name]}")
+
+
+def _holds_files(path: pathlib.Path) -> bool:
+  """Whether ``path`` is a folder with something in it (an empty folder hides a data set)."""
+  try:
+    return path.is_dir() and any(path.iterdir())
+  except OSError:  # unreadable: not a data set jaxcal can use
+    return False
 
 
 def output_folder(folder: Any, name: str, *, create: bool = True) -> pathlib.Path:
