@@ -263,7 +263,7 @@ if len(chain) >= 3:
 # `E[LinCE_cw] = E[Brier]/(C n)` and `E[ConfCE_corr] = E[l_conf]/n` (the
 # dotted line). Temperature scaling leaves these models only *nearly*
 # calibrated: in the figure their truthful errors approach the line only at
-# many bins, and at m = 5 and 20 they sit several times (up to ~25×) above
+# many bins, and at m = 5 and 20 they sit several times (up to ~29×) above
 # it. That excess is the residual miscalibration the errors are there to
 # measure; it shrinks as m grows because finer bins average less of it. The
 # papers' binning-robustness claim is about the *ordering of models*

@@ -237,7 +237,7 @@ class Patching(Recalibrator):
 
     Raises:
       ValueError: bad inputs (eager calls), or inputs with another number of
-      classes than the fit's.
+        classes than the fit's.
 
     Example:
       >>> import jax.numpy as jnp
