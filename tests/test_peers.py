@@ -1,8 +1,9 @@
 """Agreement with the peer implementations, on the real CIFAR logits and on random data.
 
 Each test skips (with the reason) when its peer is not installed; the peers
-are test-only dependencies (``dev`` extra: relplot, netcal, betacal,
-uncertainty-calibration; ``peers`` extra: torchmetrics, which needs torch).
+are test-only dependencies (``dev`` extra: relplot, betacal,
+uncertainty-calibration; ``peers`` extra: netcal and torchmetrics, which need
+torch).
 
 * relplot 1.0.3 ``smECE`` / ``smECE_sigma``: smooth ECE, same estimator.
 * netcal 1.4.0 ``MMCE``: same estimator (netcal builds the n x n matrix, so
