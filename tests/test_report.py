@@ -718,6 +718,6 @@ def test_bca_intervals_on_few_samples_keep_the_grids_within_the_jackknife(monkey
     with pytest.raises(StopIteration):
       R._robustness_section(jax.random.key(0), x[:n], y[:n], 15, 2, 0.9, interval)
     assert max(grids[-1][0]) == top
-  assert R._binnable(150, "bca") == 148 and R._binnable(50, "bca") == 49
+  assert R._binnable(150, "bca", 2) == 148 and R._binnable(50, "bca", 2) == 49
   with pytest.raises(ValueError, match=r"BCa's jackknife evaluations, .*: 148 of n = 150"):
     report.calibration_report(x[:150], y[:150], num_bins=150, interval="bca", resamples=2)

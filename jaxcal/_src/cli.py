@@ -231,11 +231,14 @@ def _mkdirs_for(path: str) -> None:
 
 
 def _load(path: str | None, split: str):
-  """``(scores, labels, source)`` of a predictions file, checked as the commands read them.
+  """``(scores, labels, source, probs)`` of a predictions file, checked as the commands read them.
 
-  A file that cannot be read, or whose labels or scores are invalid (labels
-  outside ``[0, C)``, non-finite logits, probabilities off the simplex), is a
-  :class:`UserError` naming the file.
+  ``probs``: whether the scores are probabilities (else logits), by the
+  array's name or, where that says neither, by the values
+  (:func:`~jaxcal._src.validation.probs_or_logits`). A file that cannot be
+  read, or whose labels or scores are invalid (labels outside ``[0, C)``,
+  non-finite logits, probabilities off the simplex), is a :class:`UserError`
+  naming the file.
   """
   from jaxcal._src import data
   from jaxcal._src import validation as V
@@ -243,7 +246,7 @@ def _load(path: str | None, split: str):
   if path is None:
     with _user_input(f"--split {split}: "):
       x, y = data.default_predictions(split)
-    return x, y, f"embedded CIFAR-10 ResNet-110 ({split})"
+    return x, y, f"embedded CIFAR-10 ResNet-110 ({split})", False  # (logits)
   with _user_input():  # data's messages name the file
     x, y, found, kind = data._load_split(path, split)
   if kind == "probs":  # named probabilities: checked as such, never taken for logits
@@ -254,14 +257,16 @@ def _load(path: str | None, split: str):
       raise UserError(
         f"{what} (an array named probs is read as probabilities; save logits as 'logits')"
       ) from None
+    probs = True
   else:  # the one rule of the report and the metrics, named by the file
     with _user_input():
-      if not V.probs_or_logits(x, name=path):  # (probabilities: checked there)
+      probs = V.probs_or_logits(x, name=path)  # (probabilities off the simplex: refused there)
+      if not probs:
         V.check_logits(x, name=path)
   name = os.path.basename(os.path.normpath(path))
   if found:
-    return x, y, f"{name} ({split})"
-  return x, y, f"{name} (no '{split}' split: the file's one data set)"
+    return x, y, f"{name} ({split})", probs
+  return x, y, f"{name} (no '{split}' split: the file's one data set)", probs
 
 
 def _same_data(xc, yc, xt, yt) -> bool:
@@ -325,7 +330,7 @@ def _cmd_report(args) -> int:
     paths = report.write_report(rep, out_dir=args.out, formats=args.figures)
   else:
     path = args.predictions[0] if args.predictions else None
-    x, y, source = _load(path, args.split)
+    x, y, source, _ = _load(path, args.split)
     with _user_input():  # calibration_report's own checks, before its computation
       report._check_settings(args.bins, args.resamples, args.confidence, args.interval, len(y))
     rep = report.calibration_report(
@@ -346,14 +351,6 @@ def _cmd_report(args) -> int:
     drawn = f" and the figures {figures} ({', '.join(args.figures)})" if figures else ""
     print(f"  wrote {os.path.relpath(paths['json'])}{drawn} in {os.path.relpath(args.out)}")
   return 0
-
-
-def _probs_or_logits(x, path: str) -> bool:
-  """The file's scores as probabilities (True) or logits; probabilities off the simplex refused."""
-  from jaxcal._src.validation import probs_or_logits
-
-  with _user_input():
-    return probs_or_logits(x, name=path)
 
 
 def _name(path: str, depth: int = 1) -> str:
@@ -417,16 +414,14 @@ def _cmd_recalibrate(args) -> int:
         f"--out and --save-model are the same file ({args.out}): the model would replace the "
         "recalibrated probabilities; give two file names"
       )
-  xc, yc, cal_source = _load(args.cal_file, args.cal_split)
-  xt, yt, test_source = _load(args.test_file, args.test_split)
+  xc, yc, cal_source, cal_probs = _load(args.cal_file, args.cal_split)
+  xt, yt, test_source, test_probs = _load(args.test_file, args.test_split)
   if _same_data(xc, yc, xt, yt):
     raise UserError(
       f"the calibration data ({cal_source}) and the test data ({test_source}) are the same "
       f"{len(yc):,} samples: a recalibrator scored on the samples it was fitted on looks "
       "better than it is; give a file with val_* and test_* arrays, or two different files"
     )
-  cal_probs = _probs_or_logits(xc, args.cal_file)
-  test_probs = _probs_or_logits(xt, args.test_file)
   if cal_probs != test_probs:
     kinds = {True: "probabilities", False: "logits"}
     raise UserError(
@@ -499,16 +494,14 @@ def _cmd_recalibrate(args) -> int:
 
 def _cmd_sweep(args) -> int:
   from jaxcal import utility
-  from jaxcal._src.report import _utility_key
+  from jaxcal._src.report import _sampled_utilities
 
   if not args.out.endswith((".json", ".npz")):
     raise UserError(f"--out {args.out}: use a .json or .npz file name")
   _check_out_file(args.out, "--out", args.force)
-  x, y, source = _load(args.predictions, args.split)
-  from_logits = not _probs_or_logits(x, args.predictions)
-  key = _utility_key(args.seed, args.family)  # jaxcal report's key of this family
-  sampler = {"linear": utility.sample_linear, "rank": utility.sample_rank}[args.family]
-  us = sampler(key, args.m, x.shape[1])
+  x, y, source, probs = _load(args.predictions, args.split)
+  from_logits = not probs
+  us = _sampled_utilities(args.seed, args.family, args.m, x.shape[1])  # jaxcal report's
   t0 = time.perf_counter()
   errs = np.asarray(utility.uc_sweep(x, y, us, chunk_size=args.chunk_size, from_logits=from_logits))
   dt = time.perf_counter() - t0

@@ -230,14 +230,16 @@ def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool]:
   return probs, y, is_probs
 
 
-def _binnable(n: int, interval: str) -> int:
+def _binnable(n: int, interval: str, resamples: int) -> int:
   """The most quantile bins every evaluation of a statistic on ``n`` samples can hold.
 
   BCa's delete-a-group jackknife (100 groups, fewer for ``n < 100``; see
   :func:`jaxcal.bootstrap.bootstrap`) evaluates it without one group:
-  ``n - ceil(n / groups)`` samples. The other intervals resample ``n``.
+  ``n - ceil(n / groups)`` samples. The other intervals resample ``n``, and
+  without resamples (``resamples = 0``) nothing but the ``n`` samples is
+  evaluated.
   """
-  if interval != "bca":
+  if interval != "bca" or not resamples:
     return n
   groups = min(100, n)
   return n - -(-n // groups)
@@ -258,10 +260,11 @@ def _check_settings(num_bins, resamples, confidence, interval, n):
     raise ValueError(
       f"num_bins = {num_bins} quantile bins need at least that many samples, got n = {n}"
     )
-  if resamples and num_bins > _binnable(n, interval):
+  if num_bins > _binnable(n, interval, resamples):
     raise ValueError(
       f"num_bins = {num_bins} quantile bins need at least that many samples in each of BCa's "
-      f"jackknife evaluations, which leave out a group: {_binnable(n, interval)} of n = {n}; "
+      f"jackknife evaluations, which leave out a group: {_binnable(n, interval, resamples)} "
+      f"of n = {n}; "
       "use fewer bins or another interval"
     )
   return num_bins, resamples, confidence
@@ -332,7 +335,7 @@ def _calibrated_values(probs: jax.Array) -> dict:
 
 def _robustness_section(key, probs, y, num_bins, resamples, confidence, interval) -> dict:
   # the grid's largest count fits every jackknife evaluation of a BCa interval too
-  n = _binnable(probs.shape[0], interval if resamples else "percentile")
+  n = _binnable(probs.shape[0], interval, resamples)
   bins = np.union1d(robustness_bins(n), [num_bins])  # the headline m on the grid
   stat = _Curves(bins)
   est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval)
@@ -346,18 +349,23 @@ def _robustness_section(key, probs, y, num_bins, resamples, confidence, interval
   }
 
 
-#: The utility families of the report's eCDFs, in the order of their keys (:func:`_utility_key`).
+#: The utility families of the report's eCDFs, in the order of their keys
+#: (:func:`_sampled_utilities`).
 UTILITY_FAMILIES: tuple[str, ...] = ("linear", "rank")
 
 
-def _utility_key(seed: int, family: str) -> jax.Array:
-  """The key of one family's sampled utilities: ``jax.random.split(jax.random.key(seed))[i]``.
+def _sampled_utilities(seed: int, family: str, m: int, num_classes: int):
+  """The report's ``m`` sampled utilities of one family (``jaxcal sweep`` draws the same).
 
-  ``i`` is the family's place in ``UTILITY_FAMILIES`` (linear 0, rank 1);
-  ``jaxcal sweep`` draws its utilities with the same key, so that a sweep of
-  ``m`` utilities of one family reproduces the report's eCDF of that family.
+  The key of family ``i`` (its place in ``UTILITY_FAMILIES``: linear 0, rank
+  1) is ``jax.random.split(jax.random.key(seed))[i]``, so a sweep of ``m``
+  utilities of one family reproduces the report's eCDF of that family.
   """
-  return jax.random.split(jax.random.key(int(seed)))[UTILITY_FAMILIES.index(family)]
+  from jaxcal import utility
+
+  sampler = {"linear": utility.sample_linear, "rank": utility.sample_rank}[family]
+  key = jax.random.split(jax.random.key(int(seed)))[UTILITY_FAMILIES.index(family)]
+  return sampler(key, m, num_classes)
 
 
 def _utility_section(probs, y, num_utilities: int, seed: int) -> dict:
@@ -366,10 +374,8 @@ def _utility_section(probs, y, num_utilities: int, seed: int) -> dict:
   out: dict[str, Any] = {}
   if num_utilities <= 0:
     return out
-  c = probs.shape[1]
-  samplers = {"linear": utility.sample_linear, "rank": utility.sample_rank}
   for name in UTILITY_FAMILIES:
-    us = samplers[name](_utility_key(seed, name), num_utilities, c)
+    us = _sampled_utilities(seed, name, num_utilities, probs.shape[1])
     errs = np.sort(np.asarray(utility.uc_sweep(probs, y, us), np.float64))
     out[name] = {
       "num_utilities": int(num_utilities),
@@ -739,7 +745,7 @@ def compare_report(
   }
   t0 = time.perf_counter()
   for g, (shape, names) in enumerate(groups.items()):
-    n = _binnable(shape[0], interval if resamples else "percentile")
+    n = _binnable(shape[0], interval, resamples)
     bins = tuple(int(m) for m in rank_bins if int(m) <= n)
     probs = [prepared[k][0] for k in names]
     labs = [prepared[k][1] for k in names]
@@ -831,7 +837,7 @@ def _groups(
   for name, shape in shapes.items():
     groups.setdefault(tuple(shape), []).append(name)
   for shape, names in groups.items():
-    n = _binnable(shape[0], interval if resamples else "percentile")
+    n = _binnable(shape[0], interval, resamples)
     if len(names) >= 3 and sum(m <= n for m in rank_bins) < 2:
       raise ValueError(
         f"rank_bins {list(rank_bins)} leave fewer than two bin counts <= n = {n} "
