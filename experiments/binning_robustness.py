@@ -737,13 +737,15 @@ def run(
   num_bins = (250, 20, 5) if quick else (2000, 20, 5)
   if quick:
     resamples = min(resamples, 4)
+  fmnist: list[CheckpointSet] = []  # first: without the traces the run stops before any work
+  if not quick and {"fmnist_within", "fmnist_cross"} & set(sets):
+    fmnist = [c for c in fmnist_sets(None, None) if c.name in sets]
   todo: list[CheckpointSet] = []
   if quick:  # 4 CIFAR-10 models (2 cross-entropy, 2 focal): one stack, one compilation
     todo += cifar_sets(subsample, seed, CIFAR_SETTINGS[:2] + CIFAR_SETTINGS[4:6])
   elif {"cifar12", "cifar10"} & set(sets):
     todo += [c for c in cifar_sets(subsample, seed) if c.name in sets]
-  if not quick and {"fmnist_within", "fmnist_cross"} & set(sets):
-    todo += [c for c in fmnist_sets(None, None) if c.name in sets]
+  todo += fmnist
   key = jax.random.PRNGKey(seed)
   results = []
   for cs in todo:

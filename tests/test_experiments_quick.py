@@ -114,6 +114,10 @@ def test_binning_robustness_stops_without_the_traces_it_was_asked_for(tmp_path, 
   out = tmp_path / "out"
   with pytest.raises(SystemExit, match="no Fashion-MNIST traces at .*fashion_mnist/traces.py"):
     br.main(["--sets", "fmnist_within", "--out", str(out)])
+  # with every set (the default), before the CIFAR sets are loaded and fitted
+  monkeypatch.setattr(br, "cifar_sets", lambda *a, **k: pytest.fail("CIFAR sets loaded"))
+  with pytest.raises(SystemExit, match="no Fashion-MNIST traces"):
+    br.main(["--out", str(out)])
   with pytest.raises(SystemExit, match="unknown --sets cifar_10: choose from cifar12,cifar10"):
     br.main(["--sets", "cifar_10", "--out", str(out)])
   assert not out.exists()
