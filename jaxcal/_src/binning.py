@@ -32,9 +32,10 @@ or a streamed one give the same bits, and a float32 error at ``n = 10**6`` is
 as accurate as a float64 one down to that resolution: a bin's mean residual
 is within ``2**-30`` (9.3e-10) of its float64 value, so an error whose own
 size is about 1e-9 (probabilities below 1e-9 on every other class of a very
-confident model) is not resolved in float32; compute those in float64. A score outside ``(-2, 2)`` (or NaN) makes its
-row's sums NaN (probabilities never are; validated inputs cannot be).
-float64 scores (under ``jax.experimental.enable_x64``) are summed in float64.
+confident model) is not resolved in float32; compute those in float64. A
+score outside ``(-2, 2)`` (or NaN) makes its row's sums NaN (probabilities
+never are; validated inputs cannot be). float64 scores (with 64-bit JAX on,
+``jax.enable_x64(True)``) are summed in float64.
 
 Two strategies find the bins:
 

@@ -126,6 +126,13 @@ def _add(hi: jax.Array, lo: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Arr
   return s, lo + e
 
 
+def _add_terms(hi: jax.Array, lo: jax.Array, terms: list[jax.Array]) -> tuple[jax.Array, jax.Array]:
+  """``(hi, lo)`` with each of ``terms`` added in turn (:func:`_add`)."""
+  for t in terms:
+    hi, lo = _add(hi, lo, t)
+  return hi, lo
+
+
 def _add_pairs(a: tuple, b: tuple) -> tuple[jax.Array, jax.Array]:
   s, e = _two_sum(a[0], b[0])
   return s, a[1] + b[1] + e
@@ -516,16 +523,12 @@ class FixedBins(_Streaming):
     z = (r == y) & w
     # the batch's interval sums exactly (not a float32 scatter), with the counts
     terms, n_in, z_in = _interval_residual_sums(c[:, None], z[:, None], None, w, thr)
-    conf_hi, conf_lo = self.conf_hi, self.conf_lo
-    for t in terms:
-      conf_hi, conf_lo = _add(conf_hi, conf_lo, t[0])
+    conf_hi, conf_lo = _add_terms(self.conf_hi, self.conf_lo, [t[0] for t in terms])
     conf_n, conf_z = self.conf_n + n_in[0], self.conf_z + z_in[0]
     cw = (self.cw_hi, self.cw_lo, self.cw_n)
     if self.cw_hi is not None:
       terms, cnt, _ = _interval_residual_sums(p, None, y, w, thr)
-      hi, lo = self.cw_hi, self.cw_lo
-      for t in terms:
-        hi, lo = _add(hi, lo, t)
+      hi, lo = _add_terms(self.cw_hi, self.cw_lo, terms)
       cw = (hi, lo, self.cw_n + cnt)
     return dataclasses.replace(
       self,
