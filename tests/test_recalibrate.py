@@ -318,11 +318,11 @@ def test_default_fit_is_safe(c10, fitted, method):
   assert float(brier(q, yt)) < float(brier(zt, yt, from_logits=True))
 
 
-def _odir_reference(z, y, lam, mu, diagonal, weights=None):
-  """Float64 L-BFGS-B fit of Kull et al. (2019)'s ODIR objective: the (weighted) mean log
-  loss of ``softmax(z W^T + b)`` + ``lam / (C (C - 1)) sum_{i != j} W_ij^2 + mu / C sum b^2``;
-  ``diagonal``: vector scaling ``softmax(a z + b)`` with ``lam / C sum (a_c - mean a)^2``."""
-  scipy_optimize = pytest.importorskip("scipy.optimize")
+def _odir_objective(z, y, lam, mu, diagonal, weights=None):
+  """Float64 value and gradient of Kull et al. (2019)'s ODIR objective at ``x = (W.ravel(), b)``
+  (``(a, b)`` when ``diagonal``): the (weighted) mean log loss of ``softmax(z W^T + b)`` +
+  ``lam / (C (C - 1)) sum_{i != j} W_ij^2 + mu / C sum b^2``; ``diagonal``: vector scaling
+  ``softmax(a z + b)`` with ``lam / C sum (a_c - mean a)^2``."""
   z = np.asarray(z, np.float64)
   n, c = z.shape
   onehot = np.eye(c)[y]
@@ -345,10 +345,48 @@ def _odir_reference(z, y, lam, mu, diagonal, weights=None):
       gw = (g.T @ z + 2 * lam_n * w * off).ravel()
     return f, np.concatenate([gw, g.sum(0) + 2 * mu_n * b])
 
+  return fun
+
+
+def _odir_reference(z, y, lam, mu, diagonal, weights=None):
+  """``(W, b)`` minimising :func:`_odir_objective` (float64 L-BFGS-B from the identity)."""
+  scipy_optimize = pytest.importorskip("scipy.optimize")
+  c = np.shape(z)[1]
+  fun = _odir_objective(z, y, lam, mu, diagonal, weights)
   x0 = np.concatenate([np.ones(c) if diagonal else np.eye(c).ravel(), np.zeros(c)])
-  opts = dict(gtol=1e-8, ftol=1e-15, maxiter=20000)
+  opts = dict(gtol=1e-8, ftol=1e-15, maxiter=20000, maxcor=30)
   x = scipy_optimize.minimize(fun, x0, jac=True, method="L-BFGS-B", options=opts).x
   return (np.diag(x[:c]) if diagonal else x[: c * c].reshape(c, c)), x[-c:]
+
+
+def test_linear_fits_reach_the_float64_optimum_where_l_bfgs_stalls(c10):
+  """Matrix scaling of logits x 1000 (a one-hot softmax at the identity) stalled at 1.0157
+  against the optimum 0.9573, and Dirichlet scaling of 600 rows 8e-5 above it (1.6e-3 inside
+  ``vmap``), each saying converged: the fits start at temperature scaling's ``I / T`` and
+  restart L-BFGS, re-preconditioned, where it stalls."""
+
+  def gap(rc, z, y, lam, kind):
+    x = z - logsumexp(z, axis=1, keepdims=True) if kind == "dirichlet" else z
+    fun = _odir_objective(x, y, lam, lam, diagonal=False)
+    w, b = _odir_reference(x, y, lam, lam, diagonal=False)
+    at = np.concatenate([np.asarray(rc.weight, np.float64).ravel(), np.asarray(rc.bias)])
+    return fun(at)[0] - fun(np.concatenate([w.ravel(), b]))[0]
+
+  z, y = _synthetic(n=300, c=5, seed=0)
+  z = z * np.float32(1000)
+  rc = R.fit("matrix", z, y, reg_lambda=1.0)
+  assert bool(rc.converged)
+  assert gap(rc, z.astype(np.float64), y, 1.0, "matrix") < 1e-6
+  zv, yv, zt, _ = c10
+  zv, yv = zv[:600], yv[:600]
+  eager = R.fit("dirichlet", zv, yv, reg_lambda=1.0)
+  fit = jax.jit(jax.vmap(lambda a, b: R.fit_dirichlet(a, b, reg_lambda=1.0)))
+  member = jax.tree.map(lambda leaf: leaf[0], fit(np.stack([zv, 0.8 * zv]), np.stack([yv, yv])))
+  for rc in (eager, member):
+    assert bool(rc.converged)
+    assert gap(rc, zv.astype(np.float64), yv, 1.0, "dirichlet") < 2e-6
+  # vmap == loop up to the flat directions' freedom (it was 0.70 in a probability)
+  np.testing.assert_allclose(np.asarray(member(zt)), np.asarray(eager(zt)), atol=5e-3)
 
 
 def test_cross_validated_odir(c10, fitted):
@@ -364,7 +402,9 @@ def test_cross_validated_odir(c10, fitted):
   zv, yv, _, _ = c10
   fixed = R.fit("dirichlet", zv, yv, reg_lambda=float(fitted["dirichlet"].reg_lambda))
   assert fixed.cv_nll.shape == (0,)
-  np.testing.assert_allclose(fixed.weight, fitted["dirichlet"].weight, atol=1e-5)
+  # the same fit in two compiled programs: their roundings differ, and the map moves by
+  # ~5e-5 along directions where the objective changes by < 1e-7 (1e-3 from the optimum's)
+  np.testing.assert_allclose(fixed.weight, fitted["dirichlet"].weight, atol=2e-4)
   # given strengths: the ODIR objective's minimiser, with lambda / (C (C - 1)) on the
   # off-diagonal and mu / C on the intercepts (Dirichlet: on log p), and vector scaling's
   # lambda / C on the scales' spread around their mean
@@ -419,6 +459,20 @@ def _cv_reference(z, y, grid, diagonal, num_folds=5, seed=0):
     if curve[g] > 1.01 * curve[:g].min(initial=np.inf):
       break
   return curve, grid[int(np.argmin(curve))]
+
+
+def test_dirichlet_cv_curve_of_a_small_split_matches_the_float64_procedure(c10):
+  """600 rows, the strongest strengths: one fold's fit at lambda = 1e5 stopped 5e-4 above its
+  optimum, saying converged (the Jacobi floor, set by the penalty's curvature, stretched a
+  nearly flat direction of the loss), and its held-out loss 0.2389 led the curve (0.1868)."""
+  zv, yv, _, _ = c10
+  zv, yv = zv[:600], yv[:600]
+  grid = (1e5, 1e4, 1e3)
+  rc = R.fit("dirichlet", zv, yv, reg_grid=grid)
+  z64 = zv.astype(np.float64)
+  curve, lam = _cv_reference(z64 - logsumexp(z64, axis=1, keepdims=True), yv, grid, False)
+  np.testing.assert_allclose(np.asarray(rc.cv_nll), curve, rtol=2e-5)
+  assert float(rc.reg_lambda) == lam
 
 
 def test_cv_picks_strong_regularisation_when_the_map_would_overfit():

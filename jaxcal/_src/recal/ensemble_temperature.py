@@ -8,7 +8,8 @@ second, both by the same loss, by default the mean squared error
 ``loss="nll"`` uses the log loss instead).
 
 * ``T = exp(theta)`` by L-BFGS over ``theta`` (the authors bound ``T`` to
-  ``[0.05, 5]`` with L-BFGS-B; here it is unbounded).
+  ``[0.05, 5]`` with L-BFGS-B; here it is unbounded), started at ``T = 1`` or
+  at temperature scaling's ``T``, whichever has the lower loss.
 * For ``loss="mse"`` the weight problem is a 3-variable convex quadratic
   program on the simplex, solved exactly: the KKT system of each of its 7
   faces (vertices, edges, interior) is solved and the best feasible point
@@ -37,7 +38,7 @@ from jaxcal._src.recal.base import (
   to_logits,
   warn_if_not_converged,
 )
-from jaxcal._src.recal.scaling import check_solver_options, lbfgs_minimize
+from jaxcal._src.recal.scaling import _fit_temperature, check_solver_options, lbfgs_minimize
 
 __all__ = ["EnsembleTemperatureScaling", "fit_ensemble_temperature"]
 
@@ -113,9 +114,18 @@ def _simplex_qp(a: jax.Array, b: jax.Array) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("loss", "max_iter"))
 def _fit_ets(z, onehot, *, loss, max_iter, tol):
+  def temperature_loss(th):
+    return _loss_of(jax.nn.softmax(z * jnp.exp(-th), axis=-1), onehot, loss)
+
+  # start at T = 1 or at the log-loss temperature, whichever has the lower loss: where
+  # softmax(z) is one-hot in float32 (logits ~1e4) the loss is flat at T = 1 and the fit
+  # stayed there (mean squared error 0.156 against 0.103 at the optimum T = 1.1e4)
+  nll_theta = jnp.log(_fit_temperature(z, onehot, 200, jnp.asarray(1e-6, z.dtype))[0])
+  zero = jnp.zeros((), z.dtype)
+  start = jnp.where(temperature_loss(nll_theta) < temperature_loss(zero), nll_theta, zero)
   res = lbfgs_minimize(
-    lambda th: _loss_of(jax.nn.softmax(z * jnp.exp(-th), axis=-1), onehot, loss),
-    jnp.zeros((), z.dtype),
+    temperature_loss,
+    start,
     max_iter=max_iter,
     tol=tol,
     ftol=0.0,  # stop on the gradient only, as the authors' scipy fit does
