@@ -171,6 +171,19 @@ def test_unreadable_file_is_a_user_error(tmp_path, capsys, monkeypatch):
   assert "not readable (permission denied)" in capsys.readouterr().err
 
 
+def test_an_unreadable_folder_of_models_is_a_user_error(tmp_path, capsys, monkeypatch):
+  import os
+
+  def denied(path):
+    raise PermissionError(13, "Permission denied", str(path))
+
+  monkeypatch.setattr(os, "listdir", denied)
+  assert cli.main(["report", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+  err = capsys.readouterr().err
+  assert f"{tmp_path}: the folder is not readable (permission denied)" in err
+  assert "Traceback" not in err
+
+
 def test_cli_enables_the_persistent_compilation_cache(tmp_path):
   import os
   import subprocess

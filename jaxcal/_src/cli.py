@@ -292,7 +292,12 @@ def _cmd_report(args) -> int:
   if len(args.predictions) > 1:
     models = dict(zip(_unique_names(args.predictions), args.predictions))
   elif len(args.predictions) == 1:
-    models = report.find_models(args.predictions[0])
+    try:
+      models = report.find_models(args.predictions[0])
+    except OSError as e:  # a folder that cannot be listed
+      raise UserError(
+        f"{args.predictions[0]}: the folder is not readable ({(e.strerror or str(e)).lower()})"
+      ) from None
   options = dict(
     num_bins=args.bins,
     resamples=args.resamples,
