@@ -290,6 +290,17 @@ def test_the_estimate_is_the_eager_statistic_and_the_program_is_reused(small_pre
     ((), {}, ValueError, "at least one data array"),
     ((np.zeros(5), np.zeros(4)), {}, ValueError, "same number of samples"),
     ((np.zeros(5), np.zeros(4)), {"groups": (0,)}, ValueError, "groups has"),
+    # float labels were truncated: 0.2 and 0.9 made one paired group
+    (
+      (np.zeros(5), np.zeros(5)),
+      {"groups": (0.2, 0.9)},
+      ValueError,
+      r"each entry of groups must be an int, got 0.2 \(float\)",
+    ),
+    ((np.zeros(5), np.zeros(5)), {"groups": ("a", "b")}, ValueError, "each entry of groups"),
+    ((np.zeros((5, 2)),), {"sample_axis": True}, ValueError, "sample_axis must be an int or"),
+    ((np.zeros((5, 2)),), {"sample_axis": 1.0}, ValueError, "sample_axis must be an int or"),
+    ((np.zeros((5, 2)),), {"sample_axis": (True,)}, ValueError, "sample_axis True out of range"),
     ((np.zeros(5),), {"num_resamples": 1}, ValueError, "num_resamples must be an integer >= 2"),
     ((np.zeros(5),), {"num_resamples": 2.5}, ValueError, "num_resamples must be an integer"),
     ((np.zeros(5),), {"sample_axis": 1}, ValueError, "out of range"),

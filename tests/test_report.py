@@ -1,5 +1,6 @@
 """The calibration report: JSON schema, rounding, one vocabulary, rank stability."""
 
+import functools
 import json
 import pathlib
 import sys
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxcal import data, metrics, report, scores
+from jaxcal import bootstrap, data, metrics, report, scores
 from jaxcal._src.names import round_floats
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
@@ -443,6 +444,12 @@ def test_comparison_summary_and_markdown_read_the_right_cells():
   assert "| c | 0.300 | 0.301 |" in md
   rep["rank_stability"] = []
   assert "no group of >= 3 models" in report.format_summary(rep)
+  # an estimate outside its interval is marked and explained, as in the markdown
+  lab = text.splitlines()[1].split()[1]
+  rep["metrics"]["bb"][lab].update(lo=0.3, hi=0.4, estimate_outside_interval=True)
+  text = report.format_summary(rep)
+  assert "† the estimate lies outside its bootstrap interval" in text
+  assert [line.count("†") for line in text.splitlines()[2:5]] == [0, 1, 0]
 
 
 def test_find_models(tmp_path):
@@ -517,6 +524,18 @@ def test_rank_stability_checks_its_input_and_takes_kendall():
     report.rank_stability(e[:, 0])
   with pytest.raises(ValueError, match="'spearman' or 'kendall', got 'pearson'"):
     report.rank_stability(e, method="pearson")
+  # traced NaN: the whole matrix NaN (NaN's rank was finite: [[1, -0.6], [-0.6, 1]])
+  bad = e.copy()
+  bad[1, 1] = np.nan
+  assert np.isnan(np.asarray(jax.jit(report.rank_stability)(bad))).all()
+  assert np.isnan(np.asarray(jax.vmap(report.rank_stability)(bad[None]))).all()
+  with pytest.raises(ValueError, match="errors contains non-finite values"):
+    report.rank_stability(bad)
+  # an error equal for every model orders nothing: NaN in its row and column
+  flat = e.copy()
+  flat[:, 2] = 0.5
+  r = np.asarray(report.rank_stability(flat))
+  assert np.isnan(r[2]).all() and np.isnan(r[:, 2]).all() and r[0, 0] == r[1, 1] == 1
 
 
 def test_calibration_report_hands_each_section_its_settings(monkeypatch):
@@ -714,10 +733,40 @@ def test_bca_intervals_on_few_samples_keep_the_grids_within_the_jackknife(monkey
 
   monkeypatch.setattr(R, "_estimate_and_interval", estimate)
   x, y = data.default_predictions("test")
-  for n, interval, top in ((150, "bca", 148), (150, "percentile", 150), (1000, "bca", 990)):
+  # the jackknife leaves out n // 100 samples (it computed ceil(n / 100): 148 for n = 150,
+  # refusing 149 bins the bootstrap itself computes)
+  for n, interval, top in ((150, "bca", 149), (150, "percentile", 150), (1000, "bca", 990)):
     with pytest.raises(StopIteration):
       R._robustness_section(jax.random.key(0), x[:n], y[:n], 15, 2, 0.9, interval)
     assert max(grids[-1][0]) == top
-  assert R._binnable(150, "bca", 2) == 148 and R._binnable(50, "bca", 2) == 49
-  with pytest.raises(ValueError, match=r"BCa's jackknife evaluations, .*: 148 of n = 150"):
+  assert R._binnable(150, "bca", 2) == 149 and R._binnable(50, "bca", 2) == 49
+  assert R._binnable(199, "bca", 2) == 198 and R._binnable(150, "bca", 0) == 150
+  with pytest.raises(ValueError, match=r"BCa's jackknife evaluations, .*: 149 of n = 150"):
     report.calibration_report(x[:150], y[:150], num_bins=150, interval="bca", resamples=2)
+  stat = functools.partial(metrics.conf_ece, num_bins=149, binning="quantile", from_logits=True)
+  r = bootstrap.bootstrap(jax.random.key(0), stat, x[:150], y[:150], num_resamples=4, method="bca")
+  assert np.isfinite(float(r.lo)), "the bootstrap computes what the report allows"
+
+
+def test_bca_comparison_reports_the_models_sample_count(monkeypatch):
+  """The rank block's n was the jackknife's sample count (148 of 150); its bin grid is cut at
+  what the jackknife holds (149). The bootstrap is replaced by the plain estimate."""
+  from jaxcal._src import report as R
+  from jaxcal._src.bootstrap import BootstrapResult
+
+  full = R._Headline
+  monkeypatch.setattr(R, "_Headline", lambda m: full(m, (("accuracy", None),)))
+  monkeypatch.setattr(R, "RANK_ERRORS", (("ConfECE", "quantile"),))
+
+  def plain(key, fn, *arrays, method, **kwargs):
+    assert method == "bca"
+    est = jax.jit(fn)(*arrays)
+    return BootstrapResult(est, est, est, est, None)
+
+  monkeypatch.setattr(R, "bootstrap", plain)
+  rng = np.random.default_rng(2)
+  y = rng.integers(0, 3, 150)
+  models = {f"m{k}": (rng.normal(size=(150, 3)) + k * np.eye(3)[y], y) for k in range(3)}
+  rep = R.compare_report(models, num_bins=5, rank_bins=(2, 149, 150), resamples=2, interval="bca")
+  (block,) = rep["rank_stability"]
+  assert block["n"] == 150 and block["num_bins"] == [2, 149]

@@ -421,6 +421,10 @@ def bootstrap(
       64 on accelerators).
     jackknife_groups: groups of the delete-a-group jackknife for BCa's
       acceleration (at most ``n``; ``n`` gives the ordinary jackknife).
+      With BCa, ``fn`` is also evaluated on ``n - n // G`` samples (one
+      group of ``n // G`` left out, ``G = min(jackknife_groups, n)``): a
+      statistic that needs ``m`` samples (``m`` quantile bins) needs
+      ``m <= n - n // G``, and its error then names that smaller ``n``.
 
   Returns:
     :class:`BootstrapResult` ``(estimate, sd, lo, hi, samples)``. ``lo`` and
@@ -435,7 +439,9 @@ def bootstrap(
       or ``groups``, arrays of one group with different sample counts, a
       data set with fewer than 2 samples (every resample of one sample is
       that sample: sd 0 and a zero-width interval), ``num_resamples < 2``,
-      an unknown ``method`` or a ``confidence`` outside ``(0, 1)``.
+      an unknown ``method`` or a ``confidence`` outside ``(0, 1)``; and any
+      error ``fn`` raises while it is traced (with BCa on the jackknife's
+      ``n - n // G`` samples too).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -460,17 +466,29 @@ def bootstrap(
   confidence = _check_confidence(confidence)
   jackknife_groups = V.check_int(jackknife_groups, "jackknife_groups", 2)
   arrs = [jnp.asarray(V._array(a, f"bootstrap data array {i}")) for i, a in enumerate(arrays)]
-  axes = [sample_axis] * len(arrs) if isinstance(sample_axis, int) else list(sample_axis)
+  if isinstance(sample_axis, bool | np.bool_) or not isinstance(
+    sample_axis, int | np.integer | Sequence
+  ):
+    raise ValueError(
+      f"sample_axis must be an int or a sequence of one int per array, got {sample_axis!r}"
+    )
+  one_axis = isinstance(sample_axis, int | np.integer)
+  axes = [sample_axis] * len(arrs) if one_axis else list(sample_axis)
   if len(axes) != len(arrs):
     raise ValueError(f"sample_axis has {len(axes)} entries for {len(arrs)} arrays")
-  grp = [0] * len(arrs) if groups is None else [int(g) for g in groups]
+  # integers only: float labels were truncated (0.2 and 0.9 made one paired group)
+  grp = (
+    [0] * len(arrs)
+    if groups is None
+    else [V.check_int_option(g, "each entry of groups") for g in groups]
+  )
   if len(grp) != len(arrs):
     raise ValueError(f"groups has {len(grp)} entries for {len(arrs)} arrays")
   names = list(dict.fromkeys(grp))  # groups in order of first appearance
   ns: dict[int, int] = {}
   axes_norm = []
   for i, (a, ax, g) in enumerate(zip(arrs, axes, grp)):
-    if not isinstance(ax, int | np.integer) or not -a.ndim <= ax < a.ndim:
+    if isinstance(ax, bool) or not isinstance(ax, int | np.integer) or not -a.ndim <= ax < a.ndim:
       raise ValueError(f"sample_axis {ax!r} out of range for array {i} of shape {tuple(a.shape)}")
     ax = int(ax) % a.ndim
     axes_norm.append(ax)

@@ -234,15 +234,15 @@ def _binnable(n: int, interval: str, resamples: int) -> int:
   """The most quantile bins every evaluation of a statistic on ``n`` samples can hold.
 
   BCa's delete-a-group jackknife (100 groups, fewer for ``n < 100``; see
-  :func:`jaxcal.bootstrap.bootstrap`) evaluates it without one group:
-  ``n - ceil(n / groups)`` samples. The other intervals resample ``n``, and
-  without resamples (``resamples = 0``) nothing but the ``n`` samples is
-  evaluated.
+  :func:`jaxcal.bootstrap.bootstrap`) evaluates it without one group of
+  ``n // groups`` samples: on ``n - n // groups``. The other intervals
+  resample ``n``, and without resamples (``resamples = 0``) nothing but the
+  ``n`` samples is evaluated.
   """
   if interval != "bca" or not resamples:
     return n
   groups = min(100, n)
-  return n - -(-n // groups)
+  return n - n // groups
 
 
 def _check_settings(num_bins, resamples, confidence, interval, n):
@@ -564,7 +564,10 @@ def rank_stability(errors: ArrayLike, method: str = "spearman") -> jax.Array:
     method: ``"spearman"`` or ``"kendall"``.
 
   Returns:
-    ``(k, k)`` symmetric matrix with ones on the diagonal; jit- and vmap-able.
+    ``(k, k)`` symmetric matrix with ones on the diagonal, NaN in the row and
+    column of a bin count where every model has the same error (no order to
+    compare); jit- and vmap-able, all NaN for traced errors holding NaN or
+    ±inf.
 
   Raises:
     ValueError: ``errors`` not 2-D, not finite, or fewer than 3 models.
@@ -581,12 +584,13 @@ def rank_stability(errors: ArrayLike, method: str = "spearman") -> jax.Array:
   e = V.as_float(errors, "errors")
   if e.ndim != 2:
     raise ValueError(f"errors must be (num_models, num_bin_counts), got shape {tuple(e.shape)}")
-  V.check_finite(e, "errors")  # a NaN error has no rank (the correlation came back NaN)
+  e = V.check_finite(e, "errors")  # a NaN error has no rank: all NaN when traced
   if e.shape[0] < 3:
     raise ValueError(f"ranking needs at least 3 models, got {e.shape[0]}")
   if method not in ("spearman", "kendall"):
     raise ValueError(f"method must be 'spearman' or 'kendall', got {method!r}")
-  return _rank_matrix(e, method)
+  # the ranks of NaN are finite (searchsorted places it): the matrix is NaN instead
+  return jnp.where(jnp.all(jnp.isfinite(e)), _rank_matrix(e, method), jnp.nan)
 
 
 def _rank_matrix(e: jax.Array, method: str = "spearman") -> jax.Array:
@@ -745,8 +749,8 @@ def compare_report(
   }
   t0 = time.perf_counter()
   for g, (shape, names) in enumerate(groups.items()):
-    n = _binnable(shape[0], interval, resamples)
-    bins = tuple(int(m) for m in rank_bins if int(m) <= n)
+    binnable = _binnable(shape[0], interval, resamples)
+    bins = tuple(int(m) for m in rank_bins if int(m) <= binnable)
     probs = [prepared[k][0] for k in names]
     labs = [prepared[k][1] for k in names]
     paired = all(bool(jnp.array_equal(labs[0], lb)) for lb in labs[1:])
@@ -812,7 +816,7 @@ def compare_report(
       rep["rank_stability"].append(
         {
           "group": g,
-          "n": int(n),
+          "n": int(shape[0]),
           "num_classes": int(shape[1]),
           "models": names,
           "paired": paired,
@@ -1098,9 +1102,11 @@ def _interval_text(rep: dict) -> str:
 
 #: Footnote of the rows whose estimate lies outside its own interval.
 OUTSIDE_NOTE = (
-  "† the estimate lies outside its bootstrap interval: the resampled errors of a biased "
-  "estimator (binned ℓ1 errors grow under resampling) are shifted; --interval basic or "
-  "bca corrects for such a shift"
+  "† the estimate lies outside its bootstrap interval: the error's estimator is biased "
+  "upward, more so on a resample (which duplicates samples), so the resampled errors lie "
+  "above the estimate; the interval is the spread of the estimate, shifted, and no "
+  "interval method removes that bias (--interval basic reflects the shift to the other "
+  "side and can fall below 0)"
 )
 
 
@@ -1256,10 +1262,14 @@ def _compare_summary(rep: dict) -> str:
   names = [x["name"] for x in rep["models"]]
   w = max(len(x) for x in names)
   lines.append("    " + " " * w + "  " + "  ".join(f"{x:26s}" for x in show))
+  outside = False
   for name in names:
     e = rep["metrics"][name]
-    vals = [format_interval(e[x]["estimate"], e[x].get("lo"), e[x].get("hi")) for x in show]
+    vals = [_interval_cell(e[x]) for x in show]
+    outside = outside or any(e[x].get("estimate_outside_interval") for x in show)
     lines.append(f"    {name:{w}s}  " + "  ".join(f"{v:26s}" for v in vals))
+  if outside:
+    lines.append(f"    ({OUTSIDE_NOTE})")
   for block in rep["rank_stability"]:
     bins = block["num_bins"]
     a, b = bins[0], bins[-1]

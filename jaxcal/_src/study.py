@@ -17,8 +17,9 @@ every sum count only real samples). Inside the program every binned error
 comes from at most two binning engines (fixed and quantile), each run once
 over the ``C`` class-wise rows and the top-label row, under one ``vmap`` over
 the bin counts. The bin counts and utility parameters are arguments of that
-program, not constants: a new array of the same length reuses it, and the
-utility values are checked inside it. The data are validated once per stack
+program, not constants: a new array of the same length whose largest
+count rounds up to the same power of two (the static ``max_bins``) reuses
+it, and the utility values are checked inside it. The data are validated once per stack
 (one fused reduction); so a study compiles two programs per (``C``, size),
 and a second call with the same shapes compiles nothing.
 

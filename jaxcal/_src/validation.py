@@ -1694,9 +1694,13 @@ def check_values(
   return fold(arr, ok)
 
 
-def check_finite(x: Any, name: str) -> None:
-  """Raises if a concrete ``x`` holds NaN or ±inf (one fused reduction, no copy)."""
-  check_values(x, name)
+def check_finite(x: Any, name: str) -> jax.Array:
+  """Raises if a concrete ``x`` holds NaN or ±inf (one fused reduction, no copy).
+
+  Returns ``x`` in the compute dtype; a traced ``x`` holding NaN or ±inf comes
+  back all NaN (use the result: the check cannot raise under ``jit``).
+  """
+  return check_values(x, name)
 
 
 def check_features(

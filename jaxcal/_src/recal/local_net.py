@@ -460,7 +460,7 @@ class LocalNet(Recalibrator):
     f = V.as_float(features, "features")
     if f.ndim != 2 or f.shape[1] != self.feature_dim:
       raise ValueError(f"features must have shape (n, {self.feature_dim}), got {tuple(f.shape)}")
-    V.check_finite(f, "features")
+    f = V.check_finite(f, "features")
     return pca_transform(self.pca, f.astype(self.pca_mean.dtype))
 
 

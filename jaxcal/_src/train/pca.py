@@ -69,7 +69,7 @@ def fit_pca(x: ArrayLike, k: int) -> PCA:
   x = V.as_float(x, "x")
   if x.ndim != 2:
     raise ValueError(f"x must have shape (n, D), got shape {tuple(x.shape)}")
-  V.check_finite(x, "x")
+  x = V.check_finite(x, "x")
   n, d = x.shape
   if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
     raise ValueError(f"k must be an integer number of components, got {k!r}")
