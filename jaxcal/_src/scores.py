@@ -9,6 +9,7 @@ validation entry point the other metrics share.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import jax
@@ -81,12 +82,32 @@ def prepare(
   return V.fold(d.probs(), d.ok), d.labels
 
 
-def brier_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
-  """``sum_r (p_r - 1[y = r])^2`` per sample (no validation)."""
-  # sum(p^2) - 2 p_y + 1: one fused reduction of p, no (n, C) one-hot temporary
-  # (8x faster on CPU than summing (p - onehot)^2, and as accurate in float32)
+def _squares(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """``(p_y, M, sum_r p_r^2, sum_{r != y} p_r^2)`` per sample, free of cancellation.
+
+  ``sum_r p_r^2 - 2 p_y + 1`` (one reduction) subtracts numbers near 1 when
+  ``p_y`` is: its float32 error is ~1e-7 whatever the loss, so a confident
+  row's Brier score (2.5e-8 on CIFAR-10) came out 0. Instead
+  ``M = sum_r min(p_r, 1 - p_r)^2`` holds every entry up to 1/2 as itself
+  and the one entry above 1/2 (at most one on the simplex) as its
+  complement: where ``p_y > 1/2``, ``M`` is the Brier score itself, term by
+  term; elsewhere the loss is at least 1/4 and ``sum_r p_r^2 = M +
+  [max p > 1/2] (2 max p - 1)`` is accurate. Two vectorised reductions
+  (``M`` and the row maximum) and no ``(n, C)`` mask, which XLA:CPU does
+  not vectorise (a masked sum took 31 against 9 ms at n = 10^5, C = 100).
+  """
   py = jnp.take_along_axis(p, y[..., None], axis=-1)[..., 0]
-  return jnp.sum(p * p, axis=-1) - 2.0 * py + 1.0
+  m2 = jnp.sum(jnp.square(jnp.minimum(p, 1.0 - p)), axis=-1)
+  top = jnp.max(p, axis=-1)
+  sumsq = m2 + jnp.where(top > 0.5, 2.0 * top - 1.0, 0.0)
+  confident = py > 0.5
+  off = jnp.where(confident, m2 - jnp.square(1.0 - py), sumsq - jnp.square(py))
+  return py, jnp.where(confident, m2, sumsq - 2.0 * py + 1.0), sumsq, off
+
+
+def brier_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
+  """``sum_r (p_r - 1[y = r])^2`` per sample (no validation), accurate near 0 (:func:`_squares`)."""
+  return _squares(p, y)[1]
 
 
 def log_loss_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
@@ -95,10 +116,35 @@ def log_loss_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
   return -jnp.log(jnp.maximum(py, LOG_CLIP))
 
 
+def _log_loss_of_logits(x: jax.Array, y: jax.Array) -> jax.Array:
+  """``-log softmax(x)_y`` per sample, clipped like :func:`log_loss_per_sample`, accurate near 0.
+
+  ``log(sum_r e_r)`` with ``e_r = exp(x_r - x_y)`` is ``log(1 + 5e-8)``, 0 in
+  float32, for a confident row (so is ``log_softmax``: the log of the softmax
+  gave 2.4e-8 for 5.2e-8 at a logit gap of 20). Where ``sum_r e_r < 1.5``,
+  ``y`` is the top class and every other ``e_r < 1/2``, so ``sum_r min(e_r,
+  |1 - e_r|)`` is ``sum_{r != y} e_r`` term by term (``e_y = 1`` counts 0)
+  and the loss is its ``log1p``; elsewhere the loss is above ``log 1.5`` and
+  ``log_softmax`` is accurate (and finite where ``e_r`` overflows).
+  """
+  xy = jnp.take_along_axis(x, y[:, None], axis=-1)
+  e = jnp.exp(x - xy)
+  total = jnp.sum(e, axis=-1)
+  others = jnp.sum(jnp.minimum(e, jnp.abs(1.0 - e)), axis=-1)
+  plain = -jnp.take_along_axis(jax.nn.log_softmax(x, axis=-1), y[:, None], axis=-1)[:, 0]
+  loss = jnp.where(total < 1.5, jnp.log1p(jnp.where(total < 1.5, others, 0.0)), plain)
+  return jnp.minimum(loss, -math.log(LOG_CLIP))
+
+
 def spherical_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
-  """``1 - p_y / ||p||_2`` per sample (no validation)."""
-  py = jnp.take_along_axis(p, y[:, None], axis=-1)[:, 0]
-  return 1.0 - py / jnp.linalg.norm(p, axis=-1)
+  """``1 - p_y / ||p||_2`` per sample (no validation), accurate near 0.
+
+  As ``sum_{r != y} p_r^2 / (||p|| (||p|| + p_y))``: ``1 - p_y / ||p||``
+  cancels when ``p_y`` is near 1 (up to 15x the loss on CIFAR-10 rows).
+  """
+  py, _, sumsq, off = _squares(p, y)
+  norm = jnp.sqrt(sumsq)
+  return off / (norm * (norm + py))
 
 
 def classification_error_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
@@ -119,6 +165,8 @@ def _scorer(per_sample_fn: Callable, per_sample: bool, from_logits: bool) -> Cal
   """The jitted mean (or per-sample) score ``(x, y, where) -> loss`` (one per rule and mode)."""
 
   def rows(x, y):
+    if from_logits and per_sample_fn is log_loss_per_sample:
+      return _log_loss_of_logits(x, y)
     return per_sample_fn(jax.nn.softmax(x, axis=-1) if from_logits else x, y)
 
   def score(x, y, where):
