@@ -82,32 +82,29 @@ def prepare(
   return V.fold(d.probs(), d.ok), d.labels
 
 
-def _squares(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-  """``(p_y, M, sum_r p_r^2, sum_{r != y} p_r^2)`` per sample, free of cancellation.
+def _squares(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """``(p_y, M, sum_r p_r^2)`` per sample, ``M = sum_r min(p_r, 1 - p_r)^2``.
 
   ``sum_r p_r^2 - 2 p_y + 1`` (one reduction) subtracts numbers near 1 when
   ``p_y`` is: its float32 error is ~1e-7 whatever the loss, so a confident
-  row's Brier score (2.5e-8 on CIFAR-10) came out 0. Instead
-  ``M = sum_r min(p_r, 1 - p_r)^2`` holds every entry up to 1/2 as itself
-  and the one entry above 1/2 (at most one on the simplex) as its
-  complement: where ``p_y > 1/2``, ``M`` is the Brier score itself, term by
-  term; elsewhere the loss is at least 1/4 and ``sum_r p_r^2 = M +
-  [max p > 1/2] (2 max p - 1)`` is accurate. Two vectorised reductions
-  (``M`` and the row maximum) and no ``(n, C)`` mask, which XLA:CPU does
-  not vectorise (a masked sum took 31 against 9 ms at n = 10^5, C = 100).
+  row's Brier score (2.5e-8 on CIFAR-10) came out 0. ``M`` holds every entry
+  up to 1/2 as itself and the one entry above 1/2 (at most one on the
+  simplex) as its complement: where ``p_y > 1/2``, ``M`` is the Brier score
+  itself, term by term; elsewhere the loss is at least 1/4 and ``sum_r p_r^2
+  = M + [max p > 1/2] (2 max p - 1)`` is accurate. Two vectorised reductions
+  (``M`` and the row maximum) and no ``(n, C)`` mask, which XLA:CPU does not
+  vectorise (a masked sum took 31 against 9 ms at n = 10^5, C = 100).
   """
   py = jnp.take_along_axis(p, y[..., None], axis=-1)[..., 0]
   m2 = jnp.sum(jnp.square(jnp.minimum(p, 1.0 - p)), axis=-1)
   top = jnp.max(p, axis=-1)
-  sumsq = m2 + jnp.where(top > 0.5, 2.0 * top - 1.0, 0.0)
-  confident = py > 0.5
-  off = jnp.where(confident, m2 - jnp.square(1.0 - py), sumsq - jnp.square(py))
-  return py, jnp.where(confident, m2, sumsq - 2.0 * py + 1.0), sumsq, off
+  return py, m2, m2 + jnp.where(top > 0.5, 2.0 * top - 1.0, 0.0)
 
 
 def brier_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
   """``sum_r (p_r - 1[y = r])^2`` per sample (no validation), accurate near 0 (:func:`_squares`)."""
-  return _squares(p, y)[1]
+  py, m2, sumsq = _squares(p, y)
+  return jnp.where(py > 0.5, m2, sumsq - 2.0 * py + 1.0)
 
 
 def log_loss_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
@@ -142,7 +139,9 @@ def spherical_per_sample(p: jax.Array, y: jax.Array) -> jax.Array:
   As ``sum_{r != y} p_r^2 / (||p|| (||p|| + p_y))``: ``1 - p_y / ||p||``
   cancels when ``p_y`` is near 1 (up to 15x the loss on CIFAR-10 rows).
   """
-  py, _, sumsq, off = _squares(p, y)
+  py, m2, sumsq = _squares(p, y)
+  # sum_{r != y} p_r^2: M less the label's complement where p_y > 1/2 (see _squares)
+  off = jnp.where(py > 0.5, m2 - jnp.square(1.0 - py), sumsq - jnp.square(py))
   norm = jnp.sqrt(sumsq)
   return off / (norm * (norm + py))
 
