@@ -174,6 +174,21 @@ def test_smooth_ece_vmap_over_data_sets_with_bandwidths_in_different_buckets():
   np.testing.assert_allclose(got, loop, rtol=2e-6)
 
 
+def test_smooth_ece_does_not_drift_with_n():
+  # The samples' float32 scatter-add onto the grid drifted with n: 1.3e-5
+  # relative at 10^6 CIFAR-10 scores, 9.3e-5 at 10^7. Tiling leaves smECE_sigma
+  # unchanged, so the float64 reference is the base set's.
+  rng = np.random.default_rng(5)
+  z = 8.0 * rng.standard_normal((2000, 10))
+  p = np.exp(z - z.max(1, keepdims=True))
+  p = (p / p.sum(1, keepdims=True)).astype(np.float32)
+  y = (rng.random(2000)[:, None] > np.cumsum(p, 1)).sum(1).clip(0, 9)
+  f, zz = R.top_label(p, y)
+  want = R.smooth_ece_sum(f, zz, 0.05)
+  got = float(metrics.smooth_ece(np.tile(p, (500, 1)), np.tile(y, 500), 0.05))
+  assert abs(got - want) < 1e-6 * want, (got, want)
+
+
 @pytest.mark.parametrize("n", [1500])
 def test_smooth_ece_of_a_calibrated_predictor_tends_to_zero(n):
   key = jax.random.key(0)

@@ -32,7 +32,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
-from jaxcal._src.numerics import by_rows, join_rows, row_reduce
+from jaxcal._src.numerics import by_rows, join_rows, row_reduce, segment_sum_accurate
 from jaxcal._src.sorting import stable_argsort
 
 __all__ = [
@@ -958,7 +958,7 @@ def _lin_sums(reports, signals, bin_ids, num_bins, where):
   r = u - s.astype(u.dtype)
   if wh is not None:
     r = jnp.where(wh[:, None], r, 0.0)
-  sums = jax.ops.segment_sum(r, b, num_segments=int(num_bins))
+  sums = segment_sum_accurate(r, b, int(num_bins))  # no drift with n (a float scatter-add has)
   ones = jnp.ones(b.shape, jnp.int32) if wh is None else wh.astype(jnp.int32)
   counts = jax.ops.segment_sum(ones, b, num_segments=int(num_bins))
   n = float(count) if isinstance(count, int) else count.astype(sums.dtype)  # traced with where
@@ -1100,7 +1100,7 @@ def _reliability_core(p, y, num_bins, binning, where=None):
     ids = jnp.where(ids < 0, num_bins, ids)
     b = jnp.zeros((n,), jnp.int32).at[order].set(ids)
   cnt = jax.ops.segment_sum(jnp.ones((n,), jnp.int32), b, num_segments=num_bins)
-  sums = jax.ops.segment_sum(jnp.stack([c, z], axis=1), b, num_segments=num_bins)
+  sums = segment_sum_accurate(jnp.stack([c, z], axis=1), b, num_bins)
   safe = jnp.maximum(cnt, 1)[:, None].astype(acc)
   means = jnp.where((cnt > 0)[:, None], sums / safe, 0.0)
   if binning == "fixed":

@@ -9,7 +9,9 @@ references. ``tests/test_precision.py`` checks the source for it.
 :func:`row_reduce` is how a reduction over classes of a computed ``(n, C)``
 quantity is written without an ``(n, C)`` temporary, and :func:`row_sum_min`
 how the row sums and row minima of a probability matrix are found in one
-pass where the rows are narrow. :func:`map_batches` is
+pass where the rows are narrow. :func:`two_sum` is Knuth's error-free sum,
+and :func:`segment_sum_accurate` a float segment sum over many samples that
+does not drift with their number (chunks, added with it). :func:`map_batches` is
 ``jax.lax.map`` in batches with one compiled body (bootstrap resamples, rank
 correlations, kernel predictions). :class:`RowBlocks` and :func:`by_rows` let a
 computation that works row by row (a softmax, the top label, a per-sample
@@ -17,6 +19,7 @@ score) run on a matrix held as two consecutive blocks of rows (a caller's host
 buffer read in place, see ``validation.check_predictions(..., borrow=True)``).
 """
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -33,6 +36,8 @@ __all__ = [
   "map_batches",
   "row_reduce",
   "row_sum_min",
+  "segment_sum_accurate",
+  "two_sum",
 ]
 
 #: Full float32 products on every backend (no TF32 on GPU, no bf16 passes on TPU).
@@ -132,6 +137,103 @@ def row_sum_min(x: jax.Array, dtype: Any = None) -> tuple[jax.Array, jax.Array]:
   acc = x.dtype if dtype is None else dtype
   cols = [x[..., r] for r in range(x.shape[-1])]
   return _pairwise([c.astype(acc) for c in cols], jnp.add), _pairwise(cols, jnp.minimum)
+
+
+def two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``s = fl(a + b)`` and its exact rounding error ``e``: ``a + b = s + e`` (Knuth's TwoSum).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> s, e = two_sum(jnp.float32(1.0), jnp.float32(2.0**-30))
+    >>> float(s), float(e) == 2.0**-30
+    (1.0, True)
+  """
+  s = a + b
+  bb = s - a
+  return s, (a - (s - bb)) + (b - bb)
+
+
+#: Samples per partial sum of :func:`segment_sum_accurate`.
+SEGMENT_BLOCK = 512
+
+#: Most partial sums :func:`segment_sum_accurate` holds at once.
+SEGMENT_GROUP = 64
+
+#: Most entries (partial sums x segments x trailing size) it holds at once.
+SEGMENT_ENTRIES = 1 << 17
+
+
+def segment_sum_accurate(
+  values: jax.Array, segment_ids: jax.Array, num_segments: int, block: int = SEGMENT_BLOCK
+) -> jax.Array:
+  """``jax.ops.segment_sum`` over the leading axis, accurate whatever the number of samples.
+
+  ``out[k] = sum_{i : ids_i = k} values_i``. A float scatter-add adds the
+  terms one at a time, and once a segment's total is many times its terms
+  each rounding is a larger share of them and biased alike: at 10^6 float32
+  samples LinCE was 4 % off (10^7 samples), a bin's mean confidence 0.3 %
+  and the smoothed ECE 1.3e-5 (CIFAR-10 tiled). Here each ``block`` of
+  samples is summed by one ``segment_sum``, up to :data:`SEGMENT_GROUP` such
+  partial sums at once are added as a balanced tree, and the groups' sums
+  are added with :func:`two_sum` into a ``(hi, lo)`` pair: the error is that
+  of a sum of ``block`` terms plus ``log2`` of the group, whatever ``n``.
+  Up to ``block`` samples it is one ``segment_sum``.
+
+  Args:
+    values: ``(n, *rest)`` values, or ``(n, j, *rest)`` with ``segment_ids``
+      ``(n, j)`` (``j`` entries per sample, e.g. the two grid points a
+      sample is split between).
+    segment_ids: ``(n,)`` or ``(n, j)`` int32 segments; ids outside
+      ``[0, num_segments)`` are dropped.
+    num_segments: number of segments (static).
+    block: samples per partial sum (static).
+
+  Returns:
+    ``(num_segments, *rest)`` sums in ``values``' dtype.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> v = 0.5 * jnp.linspace(0.9, 1.0, 10**6, dtype=jnp.float32)  # sums to 474999.99
+    >>> ids = jnp.zeros((10**6,), jnp.int32)
+    >>> round(float(jax.ops.segment_sum(v, ids, 1)[0])), round(float(segment_sum_accurate(v, ids, 1)[0]))
+    (475751, 475000)
+  """
+  n = values.shape[0]
+  k = segment_ids.ndim  # leading axes of values that index samples
+  rest = values.shape[k:]
+
+  def sums(v, ids):
+    return jax.ops.segment_sum(v.reshape((-1,) + rest), ids.reshape(-1), num_segments)
+
+  if n <= block:
+    return sums(values, segment_ids)
+  blocks = -(-n // block)
+  width = num_segments * max(1, math.prod(rest))
+  group = max(1, min(blocks, SEGMENT_GROUP, SEGMENT_ENTRIES // width))
+  steps = -(-blocks // group)
+  pad = steps * group * block - n
+  if pad:  # padded samples go to no segment
+    segment_ids = jnp.concatenate(
+      [segment_ids, jnp.full((pad,) + segment_ids.shape[1:], num_segments, segment_ids.dtype)]
+    )
+    values = jnp.concatenate([values, jnp.zeros((pad,) + values.shape[1:], values.dtype)])
+  ids = segment_ids.reshape((steps, group, block) + segment_ids.shape[1:])
+  vals = values.reshape((steps, group, block) + values.shape[1:])
+
+  def group_sum(v, i):
+    part = jax.vmap(sums)(v, i)  # (group, num_segments, *rest)
+    return _pairwise([part[j] for j in range(group)], jnp.add)
+
+  if steps == 1:
+    return group_sum(vals[0], ids[0])
+
+  def body(j, acc):
+    hi, e = two_sum(acc[0], group_sum(vals[j], ids[j]))
+    return hi, acc[1] + e
+
+  zero = jnp.zeros((num_segments,) + rest, values.dtype)
+  hi, lo = jax.lax.fori_loop(0, steps, body, (zero, zero))
+  return hi + lo
 
 
 def map_batches(f: Callable, xs: Any, batch_size: int) -> Any:

@@ -59,6 +59,7 @@ from jaxcal._src.calibration_errors import (
   _top_label,
   _weights_or_uniform,
 )
+from jaxcal._src.numerics import segment_sum_accurate
 
 __all__ = [
   "smooth_ece",
@@ -124,8 +125,10 @@ def _smoothed_grid(f, v, sigma, sizes: _Sizes):
   x = f.astype(dt) * gm1
   b = jnp.clip(jnp.floor(x).astype(jnp.int32), 0, g - 2)
   frac = (x - b.astype(dt))[:, None]
-  vals = jnp.zeros((sizes.grid, v.shape[1]), dt)
-  vals = vals.at[b].add((1.0 - frac) * v).at[b + 1].add(frac * v)
+  # each sample split between its two grid points, summed without drift in n
+  vals = segment_sum_accurate(
+    jnp.stack([(1.0 - frac) * v, frac * v], axis=1), jnp.stack([b, b + 1], axis=1), sizes.grid
+  )
   # Extended signal E[e] = vals reflected at u = e - (G - 1), for e <= 3G - 3.
   e = jnp.arange(sizes.fft, dtype=jnp.int32)
   u = e - (g - 1)

@@ -98,6 +98,7 @@ from jaxcal._src import calibration_errors as CE
 from jaxcal._src import scores as S
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import ReliabilityStats, _confidence_parts
+from jaxcal._src.numerics import two_sum
 
 __all__ = [
   "FixedBins",
@@ -114,15 +115,8 @@ __all__ = [
 # --------------------------------------------------------------------------
 
 
-def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """``s = fl(a + b)`` and its exact rounding error ``e`` (``a + b = s + e``)."""
-  s = a + b
-  bb = s - a
-  return s, (a - (s - bb)) + (b - bb)
-
-
 def _add(hi: jax.Array, lo: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-  s, e = _two_sum(hi, x)
+  s, e = two_sum(hi, x)
   return s, lo + e
 
 
@@ -134,7 +128,7 @@ def _add_terms(hi: jax.Array, lo: jax.Array, terms: list[jax.Array]) -> tuple[ja
 
 
 def _add_pairs(a: tuple, b: tuple) -> tuple[jax.Array, jax.Array]:
-  s, e = _two_sum(a[0], b[0])
+  s, e = two_sum(a[0], b[0])
   return s, a[1] + b[1] + e
 
 
