@@ -353,6 +353,39 @@ def test_bin_robustness_plot_scales_only_wide_ranges_logarithmically():
   assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
 
 
+def test_plots_keep_a_linear_error_axis_where_a_value_is_not_positive():
+  """A log axis drops values <= 0 (a bias-corrected curve crossing 0, an LCE of 0) unseen."""
+  fig = plots.bin_robustness_plot([2, 20], {"a": [0.026, 0.0036], "b": [0.0, -0.0015]})
+  ax = fig.axes[0]
+  assert ax.get_yscale() == "linear" and ax.get_ylim()[0] < -0.0015
+  fig = plots.lce_bandwidth_plot([1.0, 10.0], {"a": [0.05, 0.01]}, floor=[0.0, 0.006])
+  assert fig.axes[0].get_yscale() == "linear"
+  fig = plots.lce_bandwidth_plot([1.0, 10.0], {"a": [0.05, 0.01]}, floor=[0.004, 0.006])
+  assert fig.axes[0].get_yscale() == "log"
+
+
+def test_reliability_diagram_quantile_bins_of_one_value_stay_visible_and_apart():
+  """Bins of one value at 1.0 were drawn beyond the axis, bins of one tie on top of each other."""
+  # 4 equal-mass bins: 0.4-0.6, then three bins holding only confidence 1.0
+  conf = np.array([0.4, 0.6, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+  p = np.stack([conf, (1 - conf) / 2, (1 - conf) / 2], axis=1)
+  fig = plots.reliability_diagram(p, _LABELS, 4, "quantile")
+  bars = _bars(fig.axes[0].containers[0])
+  left, right = bars[:, 0], bars[:, 0] + bars[:, 1]
+  assert np.all(left >= 0) and np.all(right <= 1 + 1e-12)
+  assert np.all(left[1:] >= right[:-1] - 1e-12)  # none overlaps the next
+  np.testing.assert_allclose(bars[1:, 1], 0.004)
+  np.testing.assert_allclose(bars[0, :2], [0.4, 0.2])  # the first bin keeps its range
+  counts = _bars(fig.axes[1].containers[0])
+  np.testing.assert_allclose(counts[:, 0], left)
+  np.testing.assert_allclose(counts[:, 3], [2, 2, 2, 2])
+  # five bins of one tied value 0.7 are drawn side by side from 0.7
+  p = np.tile(np.float32([0.7, 0.3]), (500, 1))
+  y = (np.random.default_rng(1).random(500) > 0.7).astype(int)
+  bars = _bars(plots.reliability_diagram(p, y, 5, "quantile").axes[0].containers[0])
+  np.testing.assert_allclose(bars[:, 0], 0.7 + 0.004 * np.arange(5), atol=1e-6)
+
+
 def test_bin_robustness_plot_one_panel_of_mixed_kinds_is_labelled_generically():
   plt = pytest.importorskip("matplotlib.pyplot")
   fig, (a, b) = plt.subplots(1, 2)
@@ -445,7 +478,7 @@ def test_mcb_dsc_plot_isolines_carry_their_score_and_cover_the_window():
   for ln, si in zip(ax.lines, s):
     np.testing.assert_allclose(ln.get_xydata(), [[x0, x0 + 9.0 - si], [x1, x1 + 9.0 - si]])
   labels = {t.get_text(): t.xy for t in ax.texts}
-  assert set(labels) <= {f"S = {v:.3g}" for v in s} and len(labels) >= 3
+  assert set(labels) <= {f"S = {v:.2f}" for v in s} and len(labels) >= 3  # the step's decimals
   for text, (x, y) in labels.items():
     assert x - y + 9.0 == pytest.approx(float(text[4:]))  # on its own line
     assert y == pytest.approx(y1) or x == pytest.approx(x1)  # where it leaves the window
@@ -456,6 +489,14 @@ def test_mcb_dsc_plot_isolines_carry_their_score_and_cover_the_window():
   assert len(paths[0]) != len(paths[1])  # "o" and "s" markers
   with pytest.raises(ValueError, match="unc must be a finite number, got nan"):
     plots.mcb_dsc_plot(pts, unc=np.nan)
+  # lines 0.005 apart at S ~ 1.1 (CIFAR-100 log scores): 3 significant digits
+  # labelled 1.095 and 1.105 "S = 1.09" and "S = 1.1"; each label names its line
+  ax = plots.mcb_dsc_plot({"a": (0.19921, 3.70537), "b": (0.21, 3.7)}, unc=4.60517).axes[0]
+  texts = [t.get_text() for t in ax.texts]
+  assert len(texts) >= 3 and len(set(texts)) == len(texts)
+  for t in ax.texts:
+    x, y = t.xy
+    assert float(t.get_text()[4:]) == pytest.approx(x - y + 4.60517, abs=1e-9)
 
 
 def test_lce_bandwidth_plot_draws_curves_reference_floor_and_limits():
@@ -560,7 +601,7 @@ def test_mcb_dsc_plot_labels_each_isoline_where_it_leaves_the_window():
   ax = fig.axes[0]
   # window [0.16, 0.64] x [0.46, 0.94], S in [0.22, 1.18]: lines every 0.2 from 0.4 to 1.2
   want = {"S = 0.4": (0.34, 0.94), "S = 0.6": (0.54, 0.94), "S = 0.8": (0.64, 0.84)}
-  want["S = 1"] = (0.64, 0.64)  # S = 1.2 leaves below the window: no label
+  want["S = 1.0"] = (0.64, 0.64)  # S = 1.2 leaves below the window: no label
   got = {t.get_text(): t.xy for t in ax.texts}
   assert set(got) == set(want)
   for k, xy in want.items():
@@ -584,6 +625,9 @@ def test_plots_skip_what_is_not_finite():
   # a log axis with no positive error is left linear, its limits in order
   ax = plots.ecdf_plot({"a": [0.0, 0.0]}, log_x=True).axes[0]
   assert ax.get_xscale() == "linear" and ax.get_xlim()[0] < ax.get_xlim()[1]
+  # one distinct positive error was drawn on a linear axis too: now a log one around it
+  ax = plots.ecdf_plot({"a": [0.02, 0.02], "b": [0.0, 0.02]}, log_x=True).axes[0]
+  assert ax.get_xscale() == "log" and ax.get_xlim() == pytest.approx((0.02 / 3, 0.06))
 
 
 _P = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4], [0.5, 0.25, 0.25]])
@@ -637,6 +681,23 @@ _C = {"a": [0.1, 0.2, 0.3]}
       lambda: plots.bin_robustness_plot(_M, _C, bands={"a": ([1] * 3, [0] * 3)}),
       ValueError,
       "band 'a' has lo > hi at index 0",
+    ),
+    # infinite band ends were drawn to the axes' edge, an infinite reference not at all
+    # (its legend entry was)
+    (
+      lambda: plots.lce_bandwidth_plot([1, 2], {"a": [1, 2]}, bands={"a": ([0, 1], [2, np.inf])}),
+      ValueError,
+      r"band 'a' has an infinite end at index 1: \[1.0, inf\]",
+    ),
+    (
+      lambda: plots.bin_robustness_plot(_M, _C, bands={"a": ([-np.inf] * 3, [1] * 3)}),
+      ValueError,
+      "band 'a' has an infinite end at index 0",
+    ),
+    (
+      lambda: plots.bin_robustness_plot(_M, _C, reference={"a": np.inf}),
+      ValueError,
+      r"reference 'a' must be finite \(or NaN: not drawn\), got \[inf\]",
     ),
     # bin counts: numpy's "zero-size array", matplotlib's "Axis limits cannot be NaN",
     # 5.5 silently drawn as 5, correlations outside [-1, 1] drawn clipped

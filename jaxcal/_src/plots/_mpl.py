@@ -159,7 +159,8 @@ def bands(bands: Any, data: Mapping[str, Any], k: int, of: str, key: str) -> dic
   """``key -> (lo, hi)`` of keys in ``data`` (``of`` names them), each ``(k,)``, ``lo <= hi``.
 
   NaN ends are allowed (not drawn). A band that is not a pair, has another
-  length or ``lo > hi`` somewhere raises a ``ValueError`` naming it.
+  length, an infinite end or ``lo > hi`` somewhere raises a ``ValueError``
+  naming it.
   """
   if bands is None:
     return {}
@@ -171,6 +172,11 @@ def bands(bands: Any, data: Mapping[str, Any], k: int, of: str, key: str) -> dic
     lo, hi = (numbers(v, f"band {name!r}", finite=False) for v in b)
     if lo.size != k or hi.size != k:
       raise ValueError(f"band {name!r} must have {k} lower and upper values")
+    if np.any(np.isinf(lo)) or np.any(np.isinf(hi)):  # drawn to the axes' edge: not an interval
+      i = int(np.argmax(np.isinf(lo) | np.isinf(hi)))
+      raise ValueError(
+        f"band {name!r} has an infinite end at index {i}: [{lo[i]}, {hi[i]}] (NaN: not drawn)"
+      )
     if np.any(lo > hi):
       i = int(np.argmax(lo > hi))
       raise ValueError(f"band {name!r} has lo > hi at index {i}: {lo[i]} > {hi[i]}")
@@ -302,7 +308,8 @@ def savefig(
 
   Args:
     fig: a matplotlib ``Figure``.
-    path: file name; its suffix, if any, is replaced by each format's.
+    path: file name; a ``.png``, ``.pdf`` or ``.svg`` suffix is replaced by each
+      format's, any other is kept (``run.v2`` is written as ``run.v2.png``).
     formats: any of ``"png"``, ``"pdf"``, ``"svg"`` (default PNG and PDF).
     dpi: resolution of raster formats.
 

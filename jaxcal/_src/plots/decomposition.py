@@ -23,6 +23,10 @@ def _nice_step(span: float, count: int = 5) -> float:
   return float(10 * mag)
 
 
+#: Most points the legend names (beyond it a legend would not fit beside the axes).
+_LEGEND_POINTS = 24
+
+
 def mcb_dsc_plot(
   points: Mapping[str, Sequence[float]],
   unc: float,
@@ -40,7 +44,8 @@ def mcb_dsc_plot(
   Every point is one decomposition ``S = MCB − DSC + UNC``; points on the
   same grey line ``DSC = MCB + UNC − S`` have the same mean score ``S``
   (each line is labelled with its ``S`` where it leaves the plot). Better forecasts lie up and to the left. The legend is drawn to the
-  right of the axes.
+  right of the axes, for at most 24 points (with more, none is drawn: label
+  the points on the returned axes, or plot fewer).
 
   Args:
     points: label -> ``(mcb, dsc)``.
@@ -97,6 +102,9 @@ def mcb_dsc_plot(
   # score range covered by the plotted window: S = MCB - DSC + UNC
   s_lo, s_hi = x0 - y1 + unc, x1 - y0 + unc
   step = _nice_step(s_hi - s_lo, num_isolines or 6)
+  # as many decimals as the step has (0.0025: 4), so each label names its own line
+  mag = int(np.floor(np.log10(step) + 1e-9))
+  decimals = max(0, -mag + (1 if round(step / 10.0**mag, 6) == 2.5 else 0))
   with _mpl.style():
     fig, ax = _mpl.new_axes(ax, figsize=(5.6, 4.0))
     xs = np.array([x0, x1])
@@ -116,7 +124,7 @@ def mcb_dsc_plot(
         continue
       placed.append((fx, fy))
       ax.annotate(
-        f"S = {s:.3g}",
+        f"S = {s:.{decimals}f}",
         at,
         xytext=(-2, -2 if va == "top" else 2),
         textcoords="offset points",
@@ -134,6 +142,6 @@ def mcb_dsc_plot(
     ax.set_xlabel("MCB (miscalibration)")
     ax.set_ylabel("DSC (discrimination)")
     ax.set_title(title or _mpl.title("MCB-DSC plot", model, n))
-    if len(points) <= 24:
+    if len(points) <= _LEGEND_POINTS:
       _mpl.legend_outside(ax, "right")
   return fig

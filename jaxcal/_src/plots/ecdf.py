@@ -34,7 +34,7 @@ def ecdf_plot(
     curves: ``{label: errors}``, each ``(M,)`` errors (e.g. from
       :func:`jaxcal.utility.uc_sweep`); the curves are drawn in dict order.
     log_x: logarithmic error axis (non-positive errors are drawn at the
-      smallest positive error).
+      smallest positive error; with none the axis stays linear).
     ax: a matplotlib ``Axes`` to draw on (default: a new figure).
     xlabel: x-axis label.
     title: the full title (default: "eCDF of UC over M utilities — model (n = ...)").
@@ -86,8 +86,8 @@ def ecdf_plot(
         label=str(label_),
         color=_mpl.PALETTE[i % len(_mpl.PALETTE)],
       )
-    if log_x and big > floor:
-      lo, hi = floor / 1.2, big * 1.2
+    if log_x and positive:  # (one distinct value: a decade around it)
+      lo, hi = (floor / 1.2, big * 1.2) if big > floor else (floor / 3.0, floor * 3.0)
       ax.set_xlim(lo, hi)
       _mpl.log_ticks(ax, "x", lo, hi)
     ax.set_xlabel(xlabel)

@@ -67,9 +67,10 @@ def lce_bandwidth_plot(
     TypeError: ``curves``, ``bands`` or ``reference`` not a mapping, ``ax``
       not a matplotlib ``Axes``.
     ValueError: no curves, a bandwidth that is not positive, a curve, band
-      or floor whose length differs from ``bandwidths`` or that is not
-      finite, a band or reference for a method that is not a curve, or a
-      reference that is not a finite number.
+      or floor whose length differs from ``bandwidths``, a curve or floor
+      that is not finite, a band with an infinite end or ``lo > hi`` (NaN
+      ends are not drawn), a band or reference for a method that is not a
+      curve, or a reference that is not a finite number.
 
   Example:
     >>> import numpy as np
@@ -131,7 +132,8 @@ def lce_bandwidth_plot(
       _mpl.log_ticks(ax, "x", g.min() / 1.1, g.max() * 1.1)
       ax.set_xlim(g.min() / 1.1, g.max() * 1.1)
     allv = np.concatenate(ys)
-    pos = allv[np.isfinite(allv) & (allv > 0)]
+    fin = allv[np.isfinite(allv)]  # a log axis would drop values <= 0: linear then
+    pos = fin if fin.size and fin.min() > 0 else fin[:0]
     if pos.size and pos.max() / pos.min() > 3:
       lo_y, hi_y = pos.min() / 1.3, pos.max() * 1.3
       ax.set_ylim(lo_y, hi_y)

@@ -18,6 +18,38 @@ _GAP = "#DD8452"
 _BAND = "0.35"
 
 
+#: Narrowest bar of a quantile bin (as a share of the confidence axis).
+_MIN_WIDTH = 0.004
+
+
+def _quantile_bars(
+  lo: np.ndarray, hi: np.ndarray, keep: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+  """Left ends and widths of the non-empty quantile bins' bars: in ``[0, 1]``, none overlapping.
+
+  A bar spans its bin's confidences ``[lo, hi]`` where that is at least
+  :data:`_MIN_WIDTH` wide and clear of its neighbours. A bin of one value
+  (every confidence 1.0 in float32, or a tie split across bins) would be
+  invisible, or hidden under the next: each bar starts where the one before
+  it ends and is at least :data:`_MIN_WIDTH` wide, then each ends where the
+  one after it starts (and at 1), shortened or, below that width, moved left.
+  """
+  idx = np.flatnonzero(keep)
+  w = min(_MIN_WIDTH, 1.0 / max(len(idx), 1))
+  left, right = lo.astype(np.float64).copy(), hi.astype(np.float64).copy()
+  end = 0.0
+  for b in idx:  # no bar starts before the previous one ends
+    left[b] = max(left[b], end)
+    right[b] = max(right[b], left[b] + w)
+    end = right[b]
+  start = 1.0
+  for b in idx[::-1]:  # nor ends after the next one starts
+    right[b] = min(right[b], start)
+    left[b] = min(left[b], right[b] - w)
+    start = left[b]
+  return left, right - left
+
+
 def reliability_diagram(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -43,7 +75,10 @@ def reliability_diagram(
   is evidence of miscalibration in that bin; inside it, the gap is within
   sampling noise. The lower panel counts the samples per bin (log scale).
   Quantile bins are drawn between the smallest and largest confidence they
-  hold.
+  hold, at least 0.004 wide and not overlapping, inside ``[0, 1]``: a bin
+  of one value (all confidences 1.0, or a tie split across bins) is drawn
+  beside its neighbours, which are shortened or moved just enough (the
+  consistency bands stay at the bins' mean confidences).
 
   Args:
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
@@ -118,8 +153,8 @@ def reliability_diagram(
   n = int(cnt.sum())
   keep = cnt > 0
   width = hi - lo  # fixed bins: 1 / num_bins; quantile bins: their range of confidences
-  if binning == "quantile":  # degenerate bins (one distinct value) get a visible sliver
-    width = np.maximum(width, 0.004)
+  if binning == "quantile":
+    lo, width = _quantile_bars(lo, hi, keep)
   with _mpl.style():
     hist_ax = None
     if ax is None:

@@ -54,7 +54,8 @@ def bin_robustness_plot(
   Each curve is drawn in the panel of its kind (the ℓ1 errors ConfECE and
   CWE_bin; the squared errors ConfCE, ConfCE_corr and LinCE_cw; names that
   are not metric labels share an "other" panel), with its bootstrap band
-  when given, on logarithmic axes.
+  when given, on logarithmic axes (a linear error axis where a value is
+  at most 0, or where the values span at most a factor of 3).
 
   What to expect. A single model's binned errors are *not* constant in the
   bin count ``m``: for a miscalibrated model the squared errors fall roughly
@@ -96,8 +97,9 @@ def bin_robustness_plot(
       not a matplotlib ``Axes``.
     ValueError: no curves; ``num_bins`` not integers ``>= 1``; a curve that is
       not finite; a curve, band or reference curve whose length differs from
-      ``num_bins``; a band with ``lo > hi`` or not a pair; a band or
-      reference for a label that is not a curve; ``legend`` not a bool.
+      ``num_bins``; a band with ``lo > hi``, an infinite end or not a pair
+      (NaN ends and references are not drawn); an infinite reference; a band
+      or reference for a label that is not a curve; ``legend`` not a bool.
 
   Example:
     >>> import numpy as np
@@ -130,6 +132,8 @@ def bin_robustness_plot(
   refs = {}
   for name, r in (reference or {}).items():
     r = _mpl.numbers(r, f"reference {name!r}", finite=False)  # NaN: not drawn
+    if np.any(np.isinf(r)):
+      raise ValueError(f"reference {name!r} must be finite (or NaN: not drawn), got {r.tolist()}")
     if r.size not in (1, m.size):
       raise ValueError(
         f"reference {name!r} has {r.size} values; give one value or one per bin count ({m.size})"
@@ -180,7 +184,8 @@ def bin_robustness_plot(
       ax.set_xlabel("number of bins m")
       ax.set_ylabel(KIND_AXIS_LABEL.get(kind, "calibration error"))
       allv = np.concatenate(ys)
-      pos = allv[np.isfinite(allv) & (allv > 0)]
+      fin = allv[np.isfinite(allv)]  # a log axis would drop values <= 0: linear then
+      pos = fin if fin.size and fin.min() > 0 else fin[:0]
       if m.min() > 0 and m.max() / m.min() >= 10:
         _mpl.log_ticks(ax, "x", m.min(), m.max())
       if m.max() > m.min():  # (one bin count: matplotlib's own margins around the point)
