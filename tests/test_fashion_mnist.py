@@ -79,6 +79,15 @@ CORRUPTIONS = {
 }
 
 
+def test_a_path_that_cannot_be_read_is_not_called_a_corrupt_gzip_file(tmp_path):
+  # a folder (or an unreadable file) was reported as "corrupt or truncated gzip file"
+  for fn in (F.read_idx, F.idx_header):
+    with pytest.raises(ValueError, match=r": cannot be read \(Is a directory\)"):
+      fn(tmp_path)
+  with pytest.raises(FileNotFoundError):
+    F.read_idx(tmp_path / "missing")
+
+
 @pytest.mark.parametrize("corruption, message", list(CORRUPTIONS.items()), ids=list(CORRUPTIONS))
 def test_corrupt_files_raise(tiny, corruption, message):
   root, data = tiny

@@ -747,6 +747,13 @@ def test_debiased_ce_bin_counts_above_n_act_as_n():
     )
   with pytest.raises(ValueError, match="num_bins must be >= 1, got 0"):
     metrics.debiased_ce(p, y, 0)
+  # a concrete 0-d count (15.0, np.array(15), a jax scalar) was refused as "traced", and
+  # one above max_bins gave NaN eagerly
+  want = float(metrics.debiased_ce(p, y, 15))
+  for m in (15.0, np.float32(15), np.array(15), jnp.array(15)):
+    assert float(metrics.debiased_ce(p, y, m)) == want, m
+  with pytest.raises(ValueError, match="num_bins = 40 exceeds max_bins = 16"):
+    metrics.debiased_ce(p, y, np.array(40), max_bins=16)
 
 
 def test_smooth_ece_bandwidth_takes_where():

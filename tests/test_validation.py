@@ -315,7 +315,7 @@ def test_a_float64_value_beyond_float32_is_named_in_the_message():
   # without x64 a finite 1e200 becomes inf on conversion: the message said only "inf"
   phi = np.ones((5, 2))
   phi[3, 1] = 1e200
-  msg = r"column 1: inf \(a float64 input beyond float32's range, about 3.4e38, becomes inf too"
+  msg = r"column 1: inf \(if the input was float64: a value beyond float32's range, about 3.4e38"
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # JAX's truncation warning, numpy's overflow in the cast
     with pytest.raises(ValueError, match=msg):
@@ -520,6 +520,29 @@ def test_eager_calls_copy_no_data_sized_array_to_the_host(monkeypatch, capfd):
   if accelerator:
     logged = _transfer_sizes(capfd.readouterr().err)
     assert logged and max(logged) <= 4, logged
+
+
+def test_a_failing_eager_check_reads_no_data_sized_array_to_the_host(monkeypatch):
+  # The program that locates a problem was lowered under compile-time evaluation:
+  # its argmax's (n,) iota became a device array read back into the program (32 MB
+  # of HLO at n = 4e6). Every host read of a device array goes through _value.
+  array_impl = pytest.importorskip("jax._src.array").ArrayImpl
+  real = array_impl._value
+  sizes = []
+
+  def value(self):
+    sizes.append(self.size)
+    return real.fget(self)
+
+  p, y = _data(3001, 8)
+  p[50, 7] = np.nan
+  pd, yd = jax.device_put(p), jax.device_put(y.astype(np.int32))
+  monkeypatch.setattr(array_impl, "_value", property(value))
+  for call in (lambda: metrics.skce(pd, yd), lambda: V.check_probs(pd)):
+    sizes.clear()
+    with pytest.raises(ValueError, match="row 50, column 7: nan"):
+      call()
+    assert sizes and max(sizes) <= 8, sizes  # flags, counts and the problem's fields
 
 
 def test_transfer_sizes_are_read_from_the_guard_log():

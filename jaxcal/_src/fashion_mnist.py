@@ -46,17 +46,21 @@ def _read_bytes(path: pathlib.Path) -> bytes:
       with gzip.open(path, "rb") as f:
         return f.read()
     return path.read_bytes()
-  except (OSError, EOFError, zlib.error) as e:
-    if isinstance(e, FileNotFoundError):
-      raise
+  except (gzip.BadGzipFile, EOFError, zlib.error) as e:
     raise ValueError(f"{path}: corrupt or truncated gzip file ({e})") from None
+  except FileNotFoundError:
+    raise
+  except OSError as e:  # a folder, no permission, an I/O error: not the file's content
+    raise ValueError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
 def idx_header(path: str | os.PathLike) -> tuple[int, tuple[int, ...]]:
   """``(magic, shape)`` of an IDX file (``.gz`` or raw), reading only its header.
 
   Raises:
-    ValueError: a header that is not IDX, or a corrupt gzip stream.
+    ValueError: a header that is not IDX, a corrupt gzip stream, or a path
+      that cannot be read (a folder, no permission).
+    FileNotFoundError: no such file.
   """
   path = pathlib.Path(path)
   try:
@@ -68,6 +72,10 @@ def idx_header(path: str | os.PathLike) -> tuple[int, tuple[int, ...]]:
       dims = f.read(4 * head[3])
   except (EOFError, zlib.error, gzip.BadGzipFile) as e:
     raise ValueError(f"{path}: corrupt or truncated gzip file ({e})") from None
+  except FileNotFoundError:
+    raise
+  except OSError as e:  # a folder, no permission, an I/O error (as read_idx says)
+    raise ValueError(f"{path}: cannot be read ({e.strerror or e})") from None
   if len(dims) < 4 * head[3]:
     raise ValueError(f"{path}: truncated IDX header")
   shape = tuple(int.from_bytes(dims[4 * k : 4 * k + 4], "big") for k in range(head[3]))
@@ -87,8 +95,9 @@ def read_idx(path: str | os.PathLike, expected_magic: int | None = None) -> np.n
 
   Raises:
     ValueError: bad magic number, unsupported element type, or a data size
-      that does not match the header (truncated or padded file), or a
-      corrupt gzip stream.
+      that does not match the header (truncated or padded file), a
+      corrupt gzip stream, or a path that cannot be read (a folder, no
+      permission).
     FileNotFoundError: the file does not exist.
 
   Example:
