@@ -134,7 +134,7 @@ def test_row_sum_min_matches_a_float64_reference(c):
     row_sum_min(np.zeros((2, 33), np.float32))
 
 
-@pytest.mark.parametrize("n", [1, 511, 512, 513, 5000, 40000])
+@pytest.mark.parametrize("n", [1, 512, 513, 40000])
 def test_segment_sum_accurate_matches_a_float64_reference(n):
   from jaxcal._src.numerics import segment_sum_accurate
 
