@@ -136,7 +136,7 @@ def test_row_sum_min_matches_a_float64_reference(c):
 
 @pytest.mark.parametrize("n", [1, 512, 513, 40000])
 def test_segment_sum_accurate_matches_a_float64_reference(n):
-  from jaxcal._src.numerics import segment_sum_accurate
+  from jaxcal._src.numerics import _chunked_segment_sum, segment_sum_accurate
 
   rng = np.random.default_rng(n)
   v = rng.uniform(0.9, 1.0, (n, 2, 3)).astype(np.float32)
@@ -145,9 +145,12 @@ def test_segment_sum_accurate_matches_a_float64_reference(n):
   for i, j in zip(ids.ravel(), v.reshape(-1, 3).astype(np.float64)):
     if 0 <= i < 5:
       want[i] += j
-  for block in (512, 64):  # 40000 rows in 64-row blocks: 10 groups added with TwoSum
+  for block in (512, 64):  # 40000 rows in 64-row blocks: 10 chunks added with TwoSum
     got = segment_sum_accurate(jnp.asarray(v), jnp.asarray(ids), 5, block=block)
     np.testing.assert_allclose(got, want, rtol=2e-6)  # a sum of at most 512 terms
+  if n >= 64:  # the accelerators' chunks (up to 1024 blocks per scatter), run here
+    got = _chunked_segment_sum(v, ids, num_segments=5, block=64, group=min(n // 64, 1024))
+    np.testing.assert_allclose(got, want, rtol=2e-6)
   # one id per sample, under jit and vmap (each data set its own sums)
   f = jax.jit(lambda a, b: segment_sum_accurate(a, b, 5))
   np.testing.assert_allclose(f(v[:, 0], ids[:, 0]), segment_sum_accurate(v[:, 0], ids[:, 0], 5))

@@ -18,19 +18,21 @@
 #   7. fixed bins of one bin count histogrammed straight into its bins against
 #      the shared threshold table (fewer, more contended scatter targets on a
 #      GPU), experiments/bench/single_count.py;
-#   8. the tests whose numbers depend on the backend (sort paths, precision,
+#   8. float sums per segment without drift against one scatter-add (the
+#      accelerators' chunks are not timed elsewhere), segment_sums.py;
+#   9. the tests whose numbers depend on the backend (sort paths, precision,
 #      UC sweeps, isotonic, binned errors and scatter orders) and the check
 #      that the suite's CPU-only compile flag stays off on the GPU, with -n 4.
 # Each step has its own time limit, so a slow step costs its limit and the
 # next one still runs. The H200 run's steps took 408 s before uc_precision
 # and the library sweeps with other products were added to uc_stages; the
-# step limits now add up to 670 s, past one 600 s device command, so on a
+# step limits now add up to 700 s, past one 600 s device command, so on a
 # lent GPU run it as two commands, back to back while the machine is warm:
-#   GPU_CHECKS_STEPS="machine uc_stages uc_precision single_count"    (limits 320 s)
+#   GPU_CHECKS_STEPS="machine uc_stages uc_precision single_count segment_sums"    (limits 350 s)
 #   GPU_CHECKS_STEPS="uc_sweep isotonic sort_strategies tests"    (350 s)
 # GPU_CHECKS_STEPS names the steps to run (default: all of "machine
-# uc_stages uc_precision single_count uc_sweep isotonic sort_strategies
-# tests"), so the device time of a lease can be split over two commands.
+# uc_stages uc_precision single_count segment_sums uc_sweep isotonic
+# sort_strategies tests"), so the device time of a lease can be split over two commands.
 #
 # Results: <name>_gpu.json (experiments/bench/_common.write_result names the
 # backend) and gpu_checks_log.txt, in $OUT when it is set (the device tool's
@@ -61,6 +63,7 @@ if [ -n "${GPU_CHECKS_QUICK:-}" ]; then
   ISO_ARGS=(--n 2000 --classes 10 --repeat 2 --sklearn-repeat 1 --name isotonic_quick)
   SORT_ARGS=(--small --repeat 2)
   COUNT_ARGS=(--small --repeat 3)
+  SEG_ARGS=(--small --repeat 3)
   TESTS=(tests/test_sorting.py tests/test_precision.py
     tests/test_xla_emitters.py::test_the_optimisation_level_follows_the_backend_this_run_uses)
   WORKERS=1
@@ -71,13 +74,16 @@ else
   ISO_ARGS=(--repeat 3 --sklearn-repeat 1)
   SORT_ARGS=(--repeat 5)
   COUNT_ARGS=(--repeat 31)
+  SEG_ARGS=(--repeat 15)
   TESTS=(tests/test_sorting.py tests/test_precision.py tests/test_utility.py
     tests/test_isotonic.py tests/test_metrics.py tests/test_binning.py
+    "tests/test_validation.py::test_segment_sum_accurate_matches_a_float64_reference"
+    tests/test_measures.py::test_smooth_ece_does_not_drift_with_n
     tests/test_xla_emitters.py::test_the_optimisation_level_follows_the_backend_this_run_uses)
   WORKERS=4
 fi
 
-STEPS=" ${GPU_CHECKS_STEPS:-machine uc_stages uc_precision single_count uc_sweep isotonic sort_strategies tests} "
+STEPS=" ${GPU_CHECKS_STEPS:-machine uc_stages uc_precision single_count segment_sums uc_sweep isotonic sort_strategies tests} "
 
 step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs its status
   local limit=$1 name=$2
@@ -97,6 +103,7 @@ step() {  # step SECONDS NAME COMMAND...: runs COMMAND under a time limit, logs 
   step 200 uc_stages "$PY" experiments/bench/uc_stages.py "${STAGE_ARGS[@]}"
   step 60 uc_precision "$PY" experiments/bench/uc_precision.py "${PREC_ARGS[@]}"
   step 40 single_count "$PY" experiments/bench/single_count.py "${COUNT_ARGS[@]}"
+  step 30 segment_sums "$PY" experiments/bench/segment_sums.py "${SEG_ARGS[@]}"
   step 90 uc_sweep "$PY" experiments/bench/uc_sweep.py "${UC_ARGS[@]}"
   step 30 isotonic "$PY" experiments/bench/isotonic.py "${ISO_ARGS[@]}"
   step 20 sort_strategies "$PY" experiments/bench/sort_strategies.py "${SORT_ARGS[@]}"

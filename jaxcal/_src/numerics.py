@@ -19,6 +19,7 @@ score) run on a matrix held as two consecutive blocks of rows (a caller's host
 buffer read in place, see ``validation.check_predictions(..., borrow=True)``).
 """
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -156,13 +157,15 @@ def two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
 #: Fewest and most samples per partial sum of :func:`segment_sum_accurate`.
 SEGMENT_BLOCK = (512, 8192)
 
-#: Most partial sums :func:`segment_sum_accurate` holds at once.
-SEGMENT_GROUP = 64
+#: Most blocks one scatter of :func:`segment_sum_accurate` sums apart.
+SEGMENT_GROUP = {"cpu": 64, "default": 1024}
 
-#: Most entries (partial sums x segments x trailing size) one scatter writes
-#: (32 KB of float32: a wider target leaves the cache, and the scatter slows
-#: 3-5x).
-SEGMENT_ENTRIES = 1 << 13
+#: Most entries (partial sums x segments x trailing size) one scatter writes,
+#: on the CPU and on accelerators. On the CPU 32 KB of float32: a wider target
+#: leaves the cache, and the scatter slows 3-5x. On a GPU each chunk is a few
+#: kernel launches, so a chunk holds up to 8 MB of partial sums (not yet
+#: timed on a GPU).
+SEGMENT_ENTRIES = {"cpu": 1 << 13, "default": 1 << 21}
 
 
 def segment_sum_accurate(
@@ -177,7 +180,7 @@ def segment_sum_accurate(
   and the smoothed ECE 1.3e-5 (CIFAR-10 tiled). Here each ``block`` of
   samples has partial sums of its own (a few blocks per scatter, into
   segments offset per block, as many as keep its target within
-  :data:`SEGMENT_ENTRIES`), and the blocks' sums are added with
+  :data:`SEGMENT_ENTRIES` for the backend), and the blocks' sums are added with
   :func:`two_sum` into a ``(hi, lo)`` pair: the error is that of a sum of
   ``block`` terms, whatever ``n``. The block is at least twice the segments
   per sample (512 to 8192 samples), so that the additions cost at most about
@@ -213,7 +216,23 @@ def segment_sum_accurate(
     block = min(high, max(low, 1 << max(0, -(-2 * num_segments // per_sample) - 1).bit_length()))
   if n <= block:
     return jax.ops.segment_sum(values.reshape((-1,) + rest), segment_ids.reshape(-1), num_segments)
-  group = max(1, min(n // block, SEGMENT_GROUP, SEGMENT_ENTRIES // width))
+  chunked = {
+    platform: functools.partial(
+      _chunked_segment_sum,
+      num_segments=num_segments,
+      block=block,
+      group=max(1, min(n // block, SEGMENT_GROUP[platform], entries // width)),
+    )
+    for platform, entries in SEGMENT_ENTRIES.items()
+  }
+  return jax.lax.platform_dependent(values, segment_ids, **chunked)
+
+
+def _chunked_segment_sum(values, segment_ids, *, num_segments: int, block: int, group: int):
+  """:func:`segment_sum_accurate` in chunks of ``group`` blocks of ``block`` samples."""
+  n = values.shape[0]
+  k = segment_ids.ndim
+  rest = values.shape[k:]
   chunk = group * block
   steps = -(-n // chunk)
   # block j of a chunk sums into segments j * num_segments + id (one scatter)
