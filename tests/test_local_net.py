@@ -338,6 +338,9 @@ def test_fit_value_errors(bad, match):
   for method in ("local_net", "kcal"):
     with pytest.raises(ValueError, match=match):
       base.fit(method, logits, y, **kw)
+  if bad == "bandwidth_tiny":  # float64 features under x64: the network still runs in float32
+    with jax.enable_x64(True), pytest.raises(ValueError, match=match):
+      base.fit("kcal", logits.astype(np.float64), y, **{**kw, "features": phi.astype(np.float64)})
 
 
 # ---------------------------------------------------------------- K-Cal
@@ -441,6 +444,41 @@ def test_explicit_validation_data(setup):
       validation_data=(logits[va], y[va], phi[va, :5]),
       **OPTS,
     )
+  # one validation row has no other row to estimate it from: with val_fraction=0 it
+  # was accepted (a constant validation CE of 18.4), else refused naming val_fraction
+  for vf in (0.1, 0.0):
+    with pytest.raises(ValueError, match=r"validation_data has 1 row\(s\)"):
+      base.fit(
+        "local_net",
+        logits[tr],
+        y[tr],
+        features=phi[tr],
+        validation_data=(logits[1800:1801], y[1800:1801], phi[1800:1801]),
+        val_fraction=vf,
+        **OPTS,
+      )
+
+
+def test_the_validation_monitor_does_not_follow_the_callers_row_order():
+  # The validation loss estimates each row from the other rows of its batch; batches
+  # taken in the caller's order (sorted by class: one class per batch) made it read
+  # 0.15 where shuffled rows read 1.0, and another epoch was restored.
+  phi, logits, y = _make(seed=3, n=1500)
+  va = np.arange(900, 1500)
+  sorted_va = va[np.argsort(y[va], kind="stable")]
+  ce = []
+  for rows in (va, sorted_va):
+    rc = base.fit(
+      "local_net",
+      logits[:900],
+      y[:900],
+      features=phi[:900],
+      validation_data=(logits[rows], y[rows], phi[rows]),
+      seed=0,
+      **{**OPTS, "epochs": 2, "batch_size": 128},
+    )
+    ce.append(rc.history[:, HISTORY_COLUMNS.index("val_ce")])
+  np.testing.assert_allclose(ce[1], ce[0], rtol=0.1)
 
 
 # ------------------------------------------------------------------- PCA
@@ -775,6 +813,13 @@ def test_train_classifier_and_predict():
   )
   np.testing.assert_allclose(out.train_loss, [ce.mean()] * 2, rtol=1e-5)
   assert [e for e, _ in seen] == [1, 2] and np.allclose([v for _, v in seen], out.train_loss)
+  # a second fit with the same settings reuses the compiled epoch (a new optax.adam per
+  # call, compared by identity, compiled it again: 5 s a call for the small CNN)
+  from jaxcal._src.train import loop
+
+  compiled = loop._train_epoch._cache_size()
+  train.train_classifier(model, images, labels, epochs=1, batch_size=16, learning_rate=0.0)
+  assert loop._train_epoch._cache_size() == compiled
   fit = train.train_classifier(
     model, images, labels, epochs=3, batch_size=16, learning_rate=1e-2, verbose=False
   )

@@ -63,7 +63,6 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 from jax.typing import ArrayLike
 
@@ -78,7 +77,7 @@ from jaxcal._src.recal.base import (
   nan_rows,
   to_logits,
 )
-from jaxcal._src.train.loop import evaluate, train_epoch
+from jaxcal._src.train.loop import adam, evaluate, train_epoch
 from jaxcal._src.train.pca import PCA, _fit_pca, pca_transform, standardize
 from jaxcal._src.train.splits import calibration_fit_val
 
@@ -613,13 +612,6 @@ def _setup(
 _MAX_BATCH = math.isqrt(2**31 - 1)
 
 
-@functools.cache
-def _adam(learning_rate: float) -> optax.GradientTransformation:
-  """One optimizer object per learning rate: the compiled epoch (``tx`` is a
-  static argument) is then reused by every fit with the same settings."""
-  return optax.adam(learning_rate)
-
-
 def _train(
   inputs,
   labels,
@@ -663,7 +655,8 @@ def _train(
   f = V.check_features(features, n)
   bandwidth = V.check_float_option(bandwidth, "bandwidth", positive=True)
   # the metric's rule: a bandwidth whose square underflows makes every kernel weight 0
-  V.check_bandwidth(bandwidth, V.compute_dtype(f.dtype), squared=True)
+  # the network and its kernel run in float32 whatever the features' dtype (x64 too)
+  V.check_bandwidth(bandwidth, jnp.float32, squared=True)
   if alignment not in ALIGNMENTS:
     raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
   if monitor not in MONITORS:
@@ -706,6 +699,11 @@ def _train(
     fv = V.check_features(validation_data[2], xv.shape[0], "validation features")
     if fv.shape[1] != f.shape[1]:
       raise ValueError(f"validation features have dimension {fv.shape[1]}, features {f.shape[1]}")
+    if xv.shape[0] < 2:
+      raise ValueError(
+        f"validation_data has {xv.shape[0]} row(s); the kernel estimate of a validation row "
+        "is over the other rows of its batch: give at least 2"
+      )
     tr = np.arange(n)
     va = np.arange(n, n + xv.shape[0])
     x = jnp.concatenate([x, xv.astype(x.dtype)])
@@ -713,8 +711,13 @@ def _train(
     f = jnp.concatenate([f, fv.astype(f.dtype)])
   else:
     tr, va = calibration_fit_val(n, seed, val_fraction)
-  if tr.size < 2 or (val_fraction > 0 and va.size < 2):
+  if tr.size < 2 or (validation_data is None and val_fraction > 0 and va.size < 2):
     raise ValueError(f"too few samples ({n}) for a LoCal Net with val_fraction={val_fraction}")
+  # The validation loss estimates each row from the other rows of its batch: batches
+  # in the caller's row order (e.g. sorted by class) gave another value and another
+  # restored epoch. One seeded order, as the authors' shuffled split (the memory keeps
+  # the caller's order).
+  va_batches = va[np.random.default_rng([seed, 1]).permutation(va.size)]
   if pca_dim > min(f.shape):
     raise ValueError(
       f"pca_dim = {pca_dim} exceeds min(n, D) = {min(f.shape)} of the calibration features; "
@@ -729,7 +732,7 @@ def _train(
     to_logits(x, from_logits),
     y,
     jnp.asarray(tr),
-    jnp.asarray(va),
+    jnp.asarray(va_batches),
     jax.random.key(seed),
     pca_dim=int(pca_dim),
     hidden=int(hidden),
@@ -744,7 +747,7 @@ def _train(
   graphdef = _graphdef(*shape)
   loss_fn = _TrainLoss(float(bandwidth), float(lam), alignment, float(alignment_weight))
   k_train = jax.random.fold_in(jax.random.key(seed), 1)
-  tx = _adam(float(learning_rate))
+  tx = adam(float(learning_rate))
   opt_state = jax.jit(tx.init)(params)
   col = {"loss": 0, "alignment": 1, "ce": 2}[monitor]
   best_params, best_val, best_epoch, stale, stopped = params, np.inf, 0, 0, False

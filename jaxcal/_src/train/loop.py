@@ -25,12 +25,28 @@ from jaxcal._src import validation as V
 
 __all__ = [
   "TrainResult",
+  "adam",
   "train_classifier",
   "train_epoch",
   "evaluate",
   "predict",
   "to_float_images",
 ]
+
+
+@functools.cache
+def adam(learning_rate: float) -> optax.GradientTransformation:
+  """``optax.adam(learning_rate)``, one object per learning rate.
+
+  The epoch is compiled with the optimizer as a static argument, and optax's
+  objects compare by identity: a new ``optax.adam`` per fit compiled a new
+  epoch each time (5 s a call for the small CNN) and grew the cache.
+
+  Example:
+    >>> adam(1e-3) is adam(1e-3)
+    True
+  """
+  return optax.adam(learning_rate)
 
 
 def to_float_images(x: jax.Array) -> jax.Array:
@@ -263,8 +279,11 @@ def evaluate(
   ``data`` is read in fixed consecutive batches (no shuffling) and
   ``loss_fn`` gets ``key=None`` (no dropout), so the result is deterministic:
   ``terms = (1/n) sum_b B_b * terms_b`` with ``B_b`` the number of real rows
-  of batch ``b`` (the last, partial batch is padded and masked). The batch
-  size bounds the memory, not the result.
+  of batch ``b`` (the last, partial batch is padded and masked). For a loss
+  of each row alone the batch size bounds the memory, not the result; a loss
+  that couples the rows of a batch (the LoCal Net's kernel estimate over the
+  batch's other rows) depends on which rows share a batch, so its caller
+  orders ``data`` (a seeded permutation, not the file's order).
 
   Args:
     graphdef: the model's graph definition, from ``nnx.split`` (static).
@@ -400,7 +419,7 @@ def train_classifier(
       f"labels has {np.shape(labels)[0]} entries but images has n = {images.shape[0]} rows"
     )
   y = V.check_labels(labels, images.shape[0], num_classes)
-  tx = optax.adam(learning_rate)
+  tx = adam(float(learning_rate))
   opt_state = tx.init(params)
   x = jnp.asarray(images)
   key = jax.random.key(seed)

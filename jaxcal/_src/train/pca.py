@@ -42,8 +42,10 @@ def fit_pca(x: ArrayLike, k: int) -> PCA:
   eigenvectors of the standardised features' covariance ``Z^T Z / (n - 1)``
   (the right singular vectors of ``Z``, which scikit-learn's ``PCA`` finds by
   SVD), each with its largest-magnitude entry made positive (deterministic
-  signs). The LoCal Nets paper reduces backbone features this way to
-  ``k = 50``, fitted on the calibration split.
+  signs). The LoCal Nets paper reduces backbone features by PCA to ``k =
+  50``, fitted on the calibration split (App. D.2); the standardisation is
+  jaxcal's choice (a unit that fires on a handful of samples gets a whole
+  component).
 
   Args:
     x: ``(n, D)`` finite features.
