@@ -198,6 +198,16 @@ def main() -> None:
   out["scores"] = {k: np.asarray(v).tolist() for k, v in sc.compute().items()}
   rec = streaming.merge_across_processes(streaming.Records.empty(p.shape[0], c).update(p, y))
   out["records"] = {k: np.asarray(v).tolist() for k, v in rec.compute(15).items()}
+  # a state updated with global arrays (the first 200 rows of each process) already
+  # holds the union: merging it raised JAX's own device_put error
+  from jax.sharding import Mesh, NamedSharding
+  from jax.sharding import PartitionSpec as P
+
+  mesh = Mesh(np.array(jax.devices()), ("rows",))
+  pg = jax.make_array_from_process_local_data(NamedSharding(mesh, P("rows", None)), p[:200])
+  yg = jax.make_array_from_process_local_data(NamedSharding(mesh, P("rows")), y[:200])
+  glob = streaming.merge_across_processes(streaming.Scores.empty(c).update(pg, yg))
+  out["global_scores"] = {k: float(v) for k, v in glob.compute().items() if np.ndim(v) == 0}
   with open(out_path, "w") as f:
     json.dump(out, f)
   jax.distributed.shutdown()

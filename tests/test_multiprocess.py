@@ -122,7 +122,11 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
     np.testing.assert_allclose(r["fixed_bins"]["conf_ce_corr"], fixed_corr, rtol=1e-5)
     np.testing.assert_allclose(r["scores"]["brier"], scores.brier(p, y), rtol=1e-6)
     np.testing.assert_allclose(r["records"]["conf_ce_corr"], metrics.conf_ce_corr(p, y), rtol=1e-5)
+    first = np.r_[0:200, 300:500]  # the global rows: 200 of each shard (cut at 300)
+    want_brier = float(scores.brier(p[first], y[first]))
+    np.testing.assert_allclose(r["global_scores"]["brier"], want_brier, rtol=1e-6)
   assert results[0]["uc_sweep"] == results[1]["uc_sweep"]  # identical on both hosts
+  assert results[0]["global_scores"] == results[1]["global_scores"]
 
 
 BAD_CASES = ("nan", "off_simplex", "label_c", "label_minus_1")

@@ -1223,8 +1223,10 @@ def merge_across_processes(state: Any) -> Any:
   Each process passes its own state (same configuration on all); the states
   are gathered device to device (an XLA all-gather over one device per
   process, nothing through the host) and merged in process order, so
-  :class:`Records` hold process 0's samples first. With one process the
-  state is returned unchanged.
+  :class:`Records` hold process 0's samples first. With one process, or a
+  state updated with global arrays (rows on every process, as
+  ``jax.make_array_from_process_local_data`` makes them: it holds every
+  process's samples already), the state is returned unchanged.
 
   Bad input: update the states inside ``jax.jit`` (the eval step), so a bad
   batch on any process poisons its state and the merged state is NaN on
@@ -1254,6 +1256,10 @@ def merge_across_processes(state: Any) -> Any:
       f"got {type(state).__name__}"
     )
   if jax.process_count() == 1:
+    return state
+  if any(  # updated with global arrays (rows on every process): already the union
+    isinstance(x, jax.Array) and not x.is_fully_addressable for x in jax.tree.leaves(state)
+  ):
     return state
   from jax.experimental import multihost_utils
 
