@@ -370,23 +370,29 @@ def test_linear_fits_reach_the_float64_optimum_where_l_bfgs_stalls(c10):
     fun = _odir_objective(x, y, lam, lam, diagonal=False)
     w, b = _odir_reference(x, y, lam, lam, diagonal=False)
     at = np.concatenate([np.asarray(rc.weight, np.float64).ravel(), np.asarray(rc.bias)])
-    return fun(at)[0] - fun(np.concatenate([w.ravel(), b]))[0]
+    best = fun(np.concatenate([w.ravel(), b]))[0]
+    return (fun(at)[0] - best) / best  # relative to the optimum's objective
 
   z, y = _synthetic(n=300, c=5, seed=0)
   z = z * np.float32(1000)
   rc = R.fit("matrix", z, y, reg_lambda=1.0)
   assert bool(rc.converged)
-  assert gap(rc, z.astype(np.float64), y, 1.0, "matrix") < 1e-6
+  assert gap(rc, z.astype(np.float64), y, 1.0, "matrix") < 1e-6  # (it was 6e-2)
   zv, yv, zt, _ = c10
   zv, yv = zv[:600], yv[:600]
-  eager = R.fit("dirichlet", zv, yv, reg_lambda=1.0)
-  fit = jax.jit(jax.vmap(lambda a, b: R.fit_dirichlet(a, b, reg_lambda=1.0)))
-  member = jax.tree.map(lambda leaf: leaf[0], fit(np.stack([zv, 0.8 * zv]), np.stack([yv, yv])))
-  for rc in (eager, member):
-    assert bool(rc.converged)
-    assert gap(rc, zv.astype(np.float64), yv, 1.0, "dirichlet") < 2e-6
-  # vmap == loop up to the flat directions' freedom (it was 0.70 in a probability)
-  np.testing.assert_allclose(np.asarray(member(zt)), np.asarray(eager(zt)), atol=5e-3)
+  slack = 16 * float(np.finfo(np.float32).eps)  # a restart's gain that counts as none
+  for lam in (1.0, 0.1):
+    eager = R.fit("dirichlet", zv, yv, reg_lambda=lam)
+    fit = jax.jit(jax.vmap(lambda a, b, lam=lam: R.fit_dirichlet(a, b, reg_lambda=lam)))
+    member = jax.tree.map(lambda leaf: leaf[0], fit(np.stack([zv, 0.8 * zv]), np.stack([yv, yv])))
+    for rc in (eager, member):
+      # converged means within the restart slack: a restart stopped by the two short
+      # steps of its empty memory settled lambda = 0.1 at 5e-7 (5x the slack)
+      assert bool(rc.converged)
+      assert gap(rc, zv.astype(np.float64), yv, lam, "dirichlet") < slack
+    # vmap == loop up to the flat directions' freedom (it was 0.70 in a probability, then
+    # 5e-3 at lambda = 0.1)
+    np.testing.assert_allclose(np.asarray(member(zt)), np.asarray(eager(zt)), atol=3e-3)
 
 
 def test_cross_validated_odir(c10, fitted):

@@ -66,7 +66,8 @@ class EnsembleTemperatureScaling(Recalibrator):
     temperature: scalar ``T``.
     weights: ``(3,)`` simplex weights ``w``.
     num_iter: L-BFGS iterations (of the temperature fit, plus those of the
-      weights' fit for ``loss="nll"``).
+      weights' fit for ``loss="nll"``; not those of the log-loss temperature
+      fit, of at most 200 iterations, that may give its starting point).
     converged: whether every L-BFGS fit stopped by its rule (gradient norm
       below ``tol``, or no decrease at working precision) within its limit.
     num_classes: ``C`` (static).
