@@ -38,6 +38,7 @@ __all__ = [
   "cpu_load",
   "machine_note",
   "json_child",
+  "interleaved",
 ]
 
 #: experiments/results/ beside this folder.
@@ -85,6 +86,36 @@ def timeit(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> dict:
     "times_s": times,
     "first_s": first,
     "repeat": len(times),
+  }
+
+
+def interleaved(paths: dict[str, tuple[Callable, tuple]], repeat: int) -> dict[str, dict]:
+  """Times each ``fn(*args)`` of ``paths`` call by call in turn, blocking on every result.
+
+  Each path's first call (tracing and compilation) is timed alone first; then
+  ``repeat`` rounds call every path once each, so the paths share the
+  machine's state. Returns ``name -> {"median_s", "best_s", "first_call_s",
+  "times_s"}``.
+  """
+
+  def once(fn, args) -> float:
+    t0 = time.perf_counter()
+    _block(fn(*args))
+    return time.perf_counter() - t0
+
+  first = {k: once(fn, a) for k, (fn, a) in paths.items()}
+  times: dict[str, list[float]] = {k: [] for k in paths}
+  for _ in range(max(1, repeat)):
+    for k, (fn, a) in paths.items():
+      times[k].append(once(fn, a))
+  return {
+    k: {
+      "median_s": statistics.median(t),
+      "best_s": min(t),
+      "first_call_s": first[k],
+      "times_s": t,
+    }
+    for k, t in times.items()
   }
 
 

@@ -22,23 +22,15 @@ arrays, interleaved call by call (medians), with the first calls
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import jax
 import numpy as np
-from _common import device_info, machine_note, write_result
+from _common import device_info, interleaved, machine_note, write_result
 
 from jaxcal._src.numerics import segment_sum_accurate
 
 N = 1_000_000
-
-
-def _time(fn, args) -> float:
-  t0 = time.perf_counter()
-  jax.block_until_ready(fn(*args))
-  return time.perf_counter() - t0
 
 
 def _cases(n: int, rng: np.random.Generator):
@@ -90,25 +82,12 @@ def main(argv=None) -> int:
       want = np.stack([_float64_sums(v64[r], ids64[r], s) for r in range(rows)])
     else:
       want = _float64_sums(v64, ids64, s)
-    first, error = {}, {}
+    row = interleaved({key: (f, (a, b)) for key, f in forms.items()}, args.repeat)
+    error, first = {}, {key: r["first_call_s"] for key, r in row.items()}
     for key, f in forms.items():
-      first[key] = _time(f, (a, b))
       got = np.asarray(f(a, b), np.float64)
       error[key] = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-30)))
-    times = {key: [] for key in forms}
-    for _ in range(args.repeat):
-      for key, f in forms.items():
-        times[key].append(_time(f, (a, b)))
-    row = {
-      key: {
-        "median_s": statistics.median(t),
-        "best_s": min(t),
-        "first_call_s": first[key],
-        "max_rel_error_vs_float64": error[key],
-        "times_s": t,
-      }
-      for key, t in times.items()
-    }
+      row[key]["max_rel_error_vs_float64"] = error[key]
     ratio = row["accurate"]["median_s"] / row["scatter_add"]["median_s"]
     out[name] = {"n": n, "segments": s, "rows": rows, "forms": row, "accurate_over_scatter": ratio}
     print(

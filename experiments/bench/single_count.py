@@ -27,14 +27,12 @@ that says whether it pays there too.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import device_info, machine_note, write_result
+from _common import device_info, interleaved, machine_note, write_result
 from single_call import synthetic
 
 from jaxcal import metrics
@@ -42,12 +40,6 @@ from jaxcal import metrics
 SIZES = ((10_000, 10), (100_000, 100))
 METRICS = ("conf_ece", "classwise_ece", "ecce")
 NUM_BINS, MAX_BINS = 15, 16
-
-
-def _time(fn, args) -> float:
-  t0 = time.perf_counter()
-  jax.block_until_ready(fn(*args))
-  return time.perf_counter() - t0
 
 
 def main(argv=None) -> int:
@@ -69,27 +61,14 @@ def main(argv=None) -> int:
         "direct": (jax.jit(lambda a, b, f=f: f(a, b, NUM_BINS)), (pd, yd)),
         "table": (jax.jit(lambda a, b, k, f=f: f(a, b, k, max_bins=MAX_BINS)), (pd, yd, m)),
       }
-      first, values = {}, {}
-      for k, (fn, a) in paths.items():
-        first[k] = _time(fn, a)  # tracing and compilation included
-        values[k] = float(fn(*a))
+      row = interleaved(paths, args.repeat)  # first calls (compilation) included
+      first = {k: r["first_call_s"] for k, r in row.items()}
+      values = {k: float(fn(*a)) for k, (fn, a) in paths.items()}
       if not np.isclose(values["direct"], values["table"], rtol=1e-6, atol=0.0):
         print(f"  {name} n={n} C={c}: the paths differ: {values}", file=sys.stderr)
         return 1
-      times = {k: [] for k in paths}
-      for _ in range(args.repeat):
-        for k, (fn, a) in paths.items():
-          times[k].append(_time(fn, a))
-      row = {
-        k: {
-          "median_s": statistics.median(t),
-          "best_s": min(t),
-          "first_call_s": first[k],
-          "value": values[k],
-          "times_s": t,
-        }
-        for k, t in times.items()
-      }
+      for k in row:
+        row[k]["value"] = values[k]
       ratio = row["table"]["median_s"] / row["direct"]["median_s"]
       out[f"{name}_n{n}_c{c}"] = {
         "n": n,
