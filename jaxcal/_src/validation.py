@@ -251,8 +251,8 @@ def checked(fn: Callable) -> Callable:
   compiled program through ``jax.experimental.checkify``, and the call raises
   the first failed check as a ``ValueError`` with the same message an eager
   call gives (less its note, after an ``inf``, on float64 values beyond
-  float32's range). Without ``checked``, a jaxcal metric traced under ``jit`` returns
-  NaN for non-finite values, rows off the simplex, labels out of range, bad
+  float32's range). Without ``checked``, a jaxcal metric traced under
+  ``jit`` returns NaN for non-finite values, rows off the simplex, labels out of range, bad
   weights or an empty mask (its validity flag is folded into the result);
   eager calls always raise.
 

@@ -126,8 +126,9 @@ def lbfgs_minimize(
   Stops when the gradient norm falls below ``tol``, when the objective has
   stopped decreasing at working precision (two consecutive steps each lower
   it by at most ``ftol |f|``, after at least ``min_iter`` iterations), or
-  after ``max_iter`` iterations; the first two count as converged. Traceable (``jit``; under ``vmap`` the loop runs until
-  every member of the batch stops).
+  after ``max_iter`` iterations; the first two count as converged.
+  Traceable (``jit``; under ``vmap`` the loop runs until every member of the
+  batch stops).
 
   Args:
     fun: scalar objective of a pytree of parameters.
