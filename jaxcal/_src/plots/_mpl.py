@@ -231,6 +231,19 @@ def legend_outside(ax, where: str = "right", ncol: int | None = None, handles=No
   raise ValueError(f"where must be 'right' or 'below', got {where!r}")
 
 
+def error_axis(ax, values: list) -> None:
+  """A log ``y`` axis for ``values`` spanning more than 3x, all positive (else linear).
+
+  A log axis would leave values <= 0 out unseen; NaN and inf are not drawn.
+  """
+  allv = np.concatenate(values)
+  fin = allv[np.isfinite(allv)]
+  if fin.size and fin.min() > 0 and fin.max() / fin.min() > 3:
+    lo, hi = fin.min() / 1.3, fin.max() * 1.3
+    ax.set_ylim(lo, hi)
+    log_ticks(ax, "y", lo, hi)
+
+
 def log_ticks(ax, axis: str = "y", lo: float | None = None, hi: float | None = None) -> None:
   """Readable logarithmic ticks on ``axis`` (``"x"`` or ``"y"``).
 

@@ -131,13 +131,7 @@ def lce_bandwidth_plot(
     if g.max() / g.min() > 1:
       _mpl.log_ticks(ax, "x", g.min() / 1.1, g.max() * 1.1)
       ax.set_xlim(g.min() / 1.1, g.max() * 1.1)
-    allv = np.concatenate(ys)
-    fin = allv[np.isfinite(allv)]  # a log axis would drop values <= 0: linear then
-    pos = fin if fin.size and fin.min() > 0 else fin[:0]
-    if pos.size and pos.max() / pos.min() > 3:
-      lo_y, hi_y = pos.min() / 1.3, pos.max() * 1.3
-      ax.set_ylim(lo_y, hi_y)
-      _mpl.log_ticks(ax, "y", lo_y, hi_y)
+    _mpl.error_axis(ax, ys)
     _mpl.legend_outside(ax, "below", ncol=2)
     ax.set_title(title or _mpl.title(what, model, n))
   return fig

@@ -183,17 +183,11 @@ def bin_robustness_plot(
         ax.plot([], [], ls="--", color="0.4", lw=1, label=reference_label)
       ax.set_xlabel("number of bins m")
       ax.set_ylabel(KIND_AXIS_LABEL.get(kind, "calibration error"))
-      allv = np.concatenate(ys)
-      fin = allv[np.isfinite(allv)]  # a log axis would drop values <= 0: linear then
-      pos = fin if fin.size and fin.min() > 0 else fin[:0]
       if m.min() > 0 and m.max() / m.min() >= 10:
         _mpl.log_ticks(ax, "x", m.min(), m.max())
       if m.max() > m.min():  # (one bin count: matplotlib's own margins around the point)
         ax.set_xlim(m.min(), m.max())
-      if pos.size and pos.max() / pos.min() > 3:
-        lo_y, hi_y = pos.min() / 1.3, pos.max() * 1.3
-        ax.set_ylim(lo_y, hi_y)
-        _mpl.log_ticks(ax, "y", lo_y, hi_y)
+      _mpl.error_axis(ax, ys)
       if legend:
         _mpl.legend_outside(ax, "below", ncol=1)
     text = title or _mpl.title("Calibration error against the bin count", model, n)
