@@ -375,11 +375,16 @@ def test_traced_class_index_and_k_out_of_range_give_nan_utilities():
     checked(jax.jit(lambda k: U.top_k(k, 5).params))(jnp.array(6))
 
 
-def test_traced_bad_input_gives_nan_for_the_bad_utility_or_data_set_only():
-  """jit / vmap on bad values: NaN where a loop gives NaN, and no direction (sign 0)."""
+@pytest.mark.parametrize("n", [60, 4400])
+def test_traced_bad_input_gives_nan_for_the_bad_utility_or_data_set_only(n):
+  """jit / vmap on bad values: NaN where a loop gives NaN, and no direction (sign 0).
+
+  Also past 4,096 samples, where XLA:CPU's max / min skip a NaN: a bad
+  utility's error read -inf there (the sum of its residuals decides).
+  """
   from jaxcal import checked
 
-  p, y = _data(seed=3, c=5)
+  p, y = _data(n=n, seed=3, c=5)
   good = np.asarray(U.sample_linear(jax.random.key(1), 3, 5).params)
   bad = good.copy()
   bad[1, 2] = 3.0  # outside [-1, 1]
@@ -397,6 +402,33 @@ def test_traced_bad_input_gives_nan_for_the_bad_utility_or_data_set_only():
     assert np.isnan(float(r.value)) and int(r.sign) == 0
   r = jax.jit(lambda a: U.uc(p, y, U.linear(a)))(bad[1])
   assert np.isnan(float(r.value)) and int(r.sign) == 0
+
+
+def test_subnormal_probabilities_rank_as_the_sorts_rank_them():
+  """The label's rank compares integer keys: XLA:CPU's float compares flush subnormals.
+
+  A numpy softmax keeps entries like 1e-40 that jaxcal's own flushes to 0; the
+  label's rank then counted 1e-40 as tied with 0 while the sorted predicted
+  utility kept it apart, and a rank utility's UC read 1.0 for 0.25.
+  """
+  p = np.array(
+    [[1.0, 0.0, 1e-40], [1.0, 0.0, 1e-40], [1.0, 1e-40, 0.0], [1.0, 1e-40, 0.0]], np.float32
+  )
+  y = np.array([2, 2, 1, 1])  # the label holds the second largest entry in every row
+  theta = np.array([1.0, 0.5, -1.0], np.float32)
+  u = U.Utility(theta, "rank")
+  ubar = np.asarray(u.values(p))  # (n, C): the label's entry is the realised utility
+  np.testing.assert_array_equal(ubar[np.arange(4), y], [0.5] * 4)
+  # realised = predicted utility of the sorted row, 1 + 0.5 * 1e-40 - 1 * 0 ~ 1: residual -0.5
+  for got in (U.uc(p, y, u).value, U.uc_sweep(p, y, U.Utility(theta[None], "rank"))[0]):
+    np.testing.assert_allclose(float(got), 0.5, atol=1e-6)
+
+
+def test_uc_from_scores_of_no_sample_is_all_zeros():
+  from jaxcal._src.utility.uc import uc_from_scores
+
+  r = uc_from_scores(jnp.array([0.2, 0.8]), jnp.array([1.0, 0.0]), where=jnp.zeros(2, bool))
+  assert [float(r.value), float(r.lo), float(r.hi), int(r.sign)] == [0.0, 0.0, 0.0, 0]
 
 
 def test_integer_parameters_are_taken_as_floats_from_any_array():

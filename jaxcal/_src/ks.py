@@ -94,7 +94,7 @@ def ks_ce(
       absent (``n`` is the number of ``True`` entries).
 
   Returns:
-    Scalar in ``[0, 1]``.
+    Scalar in ``[0, 1]`` (class-wise: in ``[0, sum_c w_c]``, weights used as given).
 
   Raises:
     ValueError: bad probabilities or labels, an unknown ``mode``, or

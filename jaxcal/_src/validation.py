@@ -1718,13 +1718,17 @@ def check_features(
   where: jax.Array | None = None,
   *,
   rows: bool = False,
-) -> jax.Array:
+  with_ok: bool = False,
+) -> Any:
   """Validates an ``(n, D)`` feature matrix: ``D >= 1`` columns, finite values.
 
   With ``where`` (a validated ``(n,)`` bool mask, :func:`check_where`) only
   the selected rows are checked. Traced features with bad values come back
   as NaN: the whole matrix, or with ``rows`` (for row-wise maps, without
-  ``where``) only the bad rows.
+  ``where``) only the bad rows. With ``with_ok``, ``(features, ok)``: ``ok``
+  the traced check's flag (None after an eager check), for a caller that
+  folds its result with it rather than rely on the NaN reaching it (a max
+  over 4,096 or more entries skips a NaN on XLA:CPU).
   """
   f = as_float(features, name)
   if f.ndim != 2:
@@ -1738,7 +1742,8 @@ def check_features(
   a = _Arr("finite", name, 2, 0.0)
   spec = _Spec(xs=(a,), has_where=where is not None, empty_where=True)
   ok, _ = _validate(spec, (f,), None, where)
-  return _fold_matrix(f, ok, a, rows and where is None)
+  f = _fold_matrix(f, ok, a, rows and where is None)
+  return (f, ok) if with_ok else f
 
 
 def probs_or_logits(x: Any, name: str = "predictions") -> bool:

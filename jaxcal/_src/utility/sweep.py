@@ -52,7 +52,6 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
 from jaxcal._src.numerics import PRECISION
-from jaxcal._src.scores import prepare as _prepare_data
 from jaxcal._src.utility import families as F
 from jaxcal._src.utility.uc import UCResult, uc_from_scores
 
@@ -428,10 +427,12 @@ def uc_sweep(
     and not (_spans_processes(probs) or _spans_processes(labels))
   )
   name = "logits" if from_logits else "probs"
+  ok = None  # the traced check's flag: the result is folded with it, not left to NaN inputs
   if shard:  # a shape, class-count or dtype error on one process raises on every process
     p, y = V.process_shard(probs, labels, name=name)
   else:
-    p, y = _prepare_data(probs, labels, from_logits)
+    d = V.check_predictions(probs, labels, from_logits=from_logits, name=name)
+    p, y, ok = d.probs(), d.labels, d.ok
   utilities = F.check_utility(utilities, p.shape[1], batched=True, name="utilities")
   m = utilities.batch_shape[0]
   if m == 0:
@@ -464,7 +465,8 @@ def uc_sweep(
   chunk = _balanced_chunk(per_dev, min(int(chunk_size), per_dev))  # one compile per shape
   masked = len(args) == 3
   if traced:
-    return _sweep_fn(utilities.kind, chunk, mesh, m, masked)(*args[:2], utilities.params, *args[2:])
+    out = _sweep_fn(utilities.kind, chunk, mesh, m, masked)(*args[:2], utilities.params, *args[2:])
+    return V.fold(out, ok)
   if mesh is not None:
     rep = NamedSharding(mesh, P())
     args = tuple(_placed(a, rep) for a in args)
@@ -568,10 +570,11 @@ def uc_class(
   (U_comb).
   """
   _check_family(family)
-  if where is None:
-    p, y = _prepare_data(probs, labels, from_logits)
-    return _uc_class_jit(p, y, family, default_chunk_size("linear", p.shape[0], p.shape[1]))
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  if where is None:
+    p, y = d.probs(), d.labels
+    chunk = default_chunk_size("linear", p.shape[0], p.shape[1])
+    return V.fold(_uc_class_jit(p, y, family, chunk), d.ok)
   p, y = d.neutral()  # masked-out rows: valid neutral values, weight 0
   chunk = default_chunk_size("linear", p.shape[0], p.shape[1])
   return V.fold(_uc_class_jit(p, y, family, chunk, d.where), d.ok)

@@ -100,7 +100,8 @@ def uc_from_scores(v: jax.Array, u: jax.Array, *, where: jax.Array | None = None
     where = jnp.asarray(where, bool)
     r = jnp.where(where, r, 0)
     v = masked_last(v, where)  # after every sample: S is flat over them
-  count = jnp.maximum(sample_count(where, n), 1).astype(dt)
+  kept = sample_count(where, n)
+  count = jnp.maximum(kept, 1).astype(dt)
   # S is read only between distinct values, so the order among ties is immaterial
   vs, rs = sort_with_payload(v, r)
   s = jnp.concatenate([jnp.zeros((1,), dt), blocked_cumsum(rs)]) / count  # S_0..S_n
@@ -108,13 +109,17 @@ def uc_from_scores(v: jax.Array, u: jax.Array, *, where: jax.Array | None = None
   at_cuts_hi, at_cuts_lo = jnp.where(cut, s, -jnp.inf), jnp.where(cut, s, jnp.inf)
   # the value by plain reductions: a caller that reads only it (the sweeps)
   # never runs the index reductions below, which XLA then drops
-  value = jnp.max(at_cuts_hi) - jnp.min(at_cuts_lo)
+  # NaN from the sum, not the reductions: XLA:CPU's max / min over 4,096 or more
+  # entries skip a NaN (a bad input's UC read -inf under jit)
+  value = jnp.where(jnp.isnan(s[-1]), jnp.nan, jnp.max(at_cuts_hi) - jnp.min(at_cuts_lo))
   kmax = jnp.argmax(at_cuts_hi)  # first maximum: never past the samples
   kmin = jnp.argmin(at_cuts_lo)
   a = jnp.minimum(kmax, kmin)
   b = jnp.maximum(kmax, kmin)
   lo = vs[jnp.minimum(a, n - 1)]
   hi = vs[jnp.clip(b - 1, a, n - 1)]
+  if where is not None:  # no sample left: lo = hi = 0, not masked_last's sentinel
+    lo, hi = jnp.where(kept > 0, lo, 0), jnp.where(kept > 0, hi, 0)
   sign = jnp.sign(kmax - kmin).astype(jnp.int32)
   return UCResult(value=value, lo=lo, hi=hi, sign=sign)
 
