@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from jaxcal import bootstrap, data, metrics, report, scores
+from jaxcal._src import report as report_src
 from jaxcal._src.names import round_floats
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
@@ -159,6 +160,16 @@ def test_one_vocabulary_in_summary_markdown_and_json(rep):
 )
 def test_format_number(value, text):
   assert report.format_number(value) == text
+
+
+@pytest.mark.parametrize(
+  "conf, text", [(0.95, "95%"), (0.9, "90%"), (0.9999, "99.99%"), (0.99999, "99.999%")]
+)
+def test_interval_text_names_the_confidence(conf, text):
+  # three significant digits and stripped zeros read 0.9999 as "1%"
+  s = {"resamples": 200, "confidence": conf, "interval": "percentile"}
+  got = report_src._interval_text({"settings": s})
+  assert got == f"{text} percentile bootstrap intervals over 200 resamples"
 
 
 def test_label_round_trip_and_bad_names():

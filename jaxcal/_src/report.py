@@ -1096,7 +1096,8 @@ def _interval_text(rep: dict) -> str:
   s = rep["settings"]
   if not s.get("resamples"):
     return "no intervals (resamples = 0)"
-  pct = format_number(100 * s["confidence"], 3).rstrip("0").rstrip(".")
+  # enough digits for 99.99 (three significant digits read "100", stripped to "1")
+  pct = format(100 * s["confidence"], ".6g")
   return f"{pct}% {s['interval']} bootstrap intervals over {s['resamples']} resamples"
 
 

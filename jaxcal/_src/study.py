@@ -361,6 +361,11 @@ def _models(predictions: Any, labels: Any, names: Sequence[str] | None):
         f"predictions must be a stack (M, n, C), one (n, C) array, or a list/dict of (n, C) "
         f"arrays; got shape {tuple(x.shape)}"
       )
+    if x.shape[0] == 0:
+      raise ValueError(
+        f"predictions is empty: a stack of M = 0 models (shape {tuple(x.shape)}); give at "
+        "least one model"
+      )
     y = labels if isinstance(labels, jax.Array) else np.asarray(labels)
     if y.ndim == 1:
       y = y[None]
@@ -589,15 +594,23 @@ def binned_errors(
   return _binned_all(p, y, where, bins, specs, max_bins, weights)
 
 
-def _scalar_metrics(p, y, w, bins, metrics, max_bins):
-  """Every metric without a utility axis, for one model: dict name -> array."""
+def _scalar_metrics(p, y, w, bins, metrics, max_bins, logits=None):
+  """Every metric without a utility axis, for one model: dict name -> array.
+
+  ``logits``: the model's logits when ``p`` is their softmax; the log loss is
+  then computed from them, as ``scores.log_loss(..., from_logits=True)`` does
+  (the log of the float32 softmax is 6 % off a near-perfect model's 1e-6).
+  """
   c = p.shape[-1]
   weights = CE._class_weights(None, c, p.dtype)
   specs = {mt.name: mt.spec for mt in metrics if mt.family == "binned"}
   out = _binned_all(p, y, w, bins, specs, max_bins, weights) if specs else {}
   for mt in metrics:
     if mt.family == "score":
-      losses = _SCORES[mt.name](p, y)
+      if logits is not None and mt.name == "log_loss":
+        losses = S._log_loss_of_logits(logits, y)
+      else:
+        losses = _SCORES[mt.name](p, y)
       if w is None:
         out[mt.name] = jnp.mean(losses)
       else:
@@ -646,7 +659,8 @@ def _program(
 
     def one(args):
       xi, yi, wi = args
-      return _scalar_metrics(probs(xi), yi, wi, bins, scalar, max_bins)
+      logits = xi if from_logits else None
+      return _scalar_metrics(probs(xi), yi, wi, bins, scalar, max_bins, logits)
 
     res = jax.lax.map(one, (xs, ys, ws))
     if du > 1:
@@ -807,13 +821,16 @@ def _list_stacks(entries, from_logits: bool) -> dict[int, list[_Stack]]:
     if xa.ndim != 2 or xa.shape[0] == 0:
       raise ValueError(f"model {name!r}: predictions must be (n, C) with n >= 1, got {xa.shape}")
     ya = _labels_array(y, xa.shape[0], name)
-    models.setdefault(int(xa.shape[1]), []).append((i, xa, ya))
-  by_c: dict[int, dict[int, list]] = {}
-  for c, mem in models.items():
+    # grouped by compute dtype too: a float32 model stacked with a float64 one
+    # (under x64) was binned in float64, its ConfECE 16 % off its own call's
+    key = (int(xa.shape[1]), np.dtype(V.compute_dtype(xa.dtype)).name)
+    models.setdefault(key, []).append((i, xa, ya))
+  by_c: dict[tuple[int, str], dict[int, list]] = {}
+  for key, mem in models.items():
     for entry, nb in zip(mem, _shared_buckets([xa.shape[0] for _, xa, _ in mem])):
-      by_c.setdefault(c, {}).setdefault(nb, []).append(entry)
+      by_c.setdefault(key, {}).setdefault(nb, []).append(entry)
   out: dict[int, list[_Stack]] = {}
-  for c, buckets in by_c.items():
+  for (c, _), buckets in by_c.items():
     for nb, mem in sorted(buckets.items()):
       xp = _xp(*[a for _, xa, ya in mem for a in (xa, ya)])
       xs, ys, sizes = [], [], []
@@ -1071,7 +1088,10 @@ def evaluate(
       # validated in the caller's dtype (its tolerance), computed as the one-shot
       # functions compute: in at least float32 (an int32 one-hot matrix binned
       # every confidence as 0)
-      st = dataclasses.replace(st, x=V.upcast(st.x))
+      # labels checked integral and in range: int32, as the one-shot functions take
+      # them (float or bool labels failed in the scores' gathers)
+      y32 = st.y if st.y.dtype == np.int32 else st.y.astype(np.int32)
+      st = dataclasses.replace(st, x=V.upcast(st.x), y=y32)
       if quantile and int(bins_np.max()) > min(st.sizes):
         small = [nm for nm, k in zip(names_here, st.sizes) if k < int(bins_np.max())]
         raise ValueError(
