@@ -486,6 +486,13 @@ def test_consistency_bands_quantile_logits_and_bad_input():
   np.testing.assert_array_equal(np.asarray(b5.counts), np.ones(5))
   with pytest.raises(ValueError, match="rows of probs must sum to 1"):
     BS.consistency_bands(jax.random.key(0), np.ones((4, 3)), 2)
+  # under jit bad probabilities give NaN bands and confidences (the confidence read 0)
+  p = np.array(jax.nn.softmax(x[:500]))
+  p[7] = np.nan
+  tb = jax.jit(lambda q: BS.consistency_bands(jax.random.key(0), q, 5, num_resamples=4))(p)
+  for a in (tb.confidence, tb.lo, tb.hi):
+    assert np.isnan(np.asarray(a)).all()
+  assert (np.asarray(tb.counts) == -1).all() and float(tb.level) == pytest.approx(0.9)
   with pytest.raises(ValueError, match="confidence"):
     BS.consistency_bands(jax.random.key(0), x[:50], 3, confidence=0, from_logits=True)
   with warnings.catch_warnings():

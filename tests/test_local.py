@@ -286,6 +286,9 @@ def test_bad_features_or_probabilities_under_jit_give_nan_at_large_n(mlce):
   p_bad[5] = np.nan
   for args in ((p, y, phi_bad), (p_bad, y, phi)):
     assert np.isnan(np.asarray(f(*args))).all()
+  # bad class weights: MLCE "global" reads none of them, but the call is refused eagerly
+  g = jax.jit(lambda w: lce(p, y, phi, bandwidth=2.0, mlce=mlce, class_weights=w))
+  assert np.isnan(np.asarray(g(np.array([np.nan, 0.5, 0.25, 0.25], np.float32)))).all()
 
 
 def test_jit_vmap_and_num_bins_array(data):

@@ -497,6 +497,10 @@ def test_fit_pca_against_numpy_and_bad_inputs():
   bad[3, 2] = np.nan
   with pytest.raises(ValueError, match="NaN"):
     train.fit_pca(bad, 3)
+  from jaxcal._src.train.pca import _fit_pca
+
+  traced = jax.jit(_fit_pca, static_argnums=1)(bad.astype(np.float32), 3)
+  assert np.isnan(np.asarray(traced.scale)[2])  # was 1.0 beside NaN mean and components
   with pytest.raises(ValueError, match="pass 1 <= k <= min"):
     train.fit_pca(x, 0)
   with pytest.raises(ValueError, match=r"min\(n, D\) = 6"):
@@ -709,6 +713,16 @@ def test_kernel_calibrator_takes_a_local_net_or_a_kernel_calibrator():
   # any other recalibrator is named (was an AttributeError: no '_check')
   with pytest.raises(TypeError, match="net must be a fitted LocalNet .*got TemperatureScaling"):
     kernel_calibrator(base.fit("temperature", logits, y), logits[:50], y[:50], phi[:50])
+  # under jit a memory label out of range makes the predictions NaN (they were the
+  # memory's class frequencies: the traced check's flag was dropped)
+  bad = np.array(y[:50]).copy()
+  bad[3] = 7
+  kcb = jax.jit(lambda yy: kernel_calibrator(net, logits[:50], yy, phi[:50]))(bad)
+  assert np.isnan(np.asarray(kcb(logits, features=phi))).all()
+  good = jax.jit(lambda yy: kernel_calibrator(net, logits[:50], yy, phi[:50]))(y[:50])
+  np.testing.assert_allclose(
+    np.asarray(good(logits, features=phi)), np.asarray(kc(logits, features=phi)), rtol=1e-6
+  )
 
 
 # ------------------------------------------------- training utilities

@@ -390,6 +390,13 @@ def test_one_rule_for_logits_or_probabilities():
   assert V.looks_like_probs(p) and V.looks_like_probs(jnp.asarray(p))
   assert not V.looks_like_probs(np.log(p)) and not V.looks_like_probs(p * 0.9)
   assert not V.looks_like_probs(p[0]) and not V.looks_like_probs(np.where(p > 0.5, np.nan, p))
+  # one NaN entry past 4,096 entries: XLA:CPU's min / max skipped it, so the rows read as
+  # probabilities and were refused as such ("every entry lies in [0, 1] ...")
+  big = np.tile(p, (5000 // len(p) + 1, 1))
+  big[7, 1] = np.nan
+  assert not V.probs_or_logits(big)
+  with pytest.raises(ValueError, match=r"^predictions contains non-finite"):
+    V.probs_or_logits(big, name="predictions") or V.check_logits(big, name="predictions")
   # the rule is exactly "would pass check_probs"
   for x in (p, p * 1.0005, p * 1.002, np.abs(np.log(p))):
     try:

@@ -694,8 +694,11 @@ def consistency_bands(
   out = _consistency(key, p, m, binning, num_resamples, batch, level)
   if V.is_concrete(p):
     return out
-  # traced: bad input made p NaN; the counts (integers) say so with -1, as the bands' NaN
-  return out._replace(counts=jnp.where(jnp.all(jnp.isfinite(p)), out.counts, -1))
+  # traced: bad input made p NaN; every float of the result NaN (the confidence read 0.0
+  # in some bins) and the counts (integers) -1
+  ok = jnp.all(jnp.isfinite(p))
+  conf, lo, hi, counts = V.fold((out.confidence, out.lo, out.hi, out.counts), ok, ints=-1)
+  return out._replace(confidence=conf, lo=lo, hi=hi, counts=counts)  # level: a setting, kept
 
 
 def _normal_confidence(z: float) -> float:

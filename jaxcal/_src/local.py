@@ -627,6 +627,8 @@ def lce(
   # folded with the checks' flags: a NaN input does not reach MLCE, whose max over
   # 4,096 or more entries skips a NaN on XLA:CPU (it read 0 under jit)
   ok = V.both_ok(V.both_ok(d.ok, f_ok), g_ok)
+  if not V.is_concrete(w):  # traced bad class weights come back NaN: MLCE too (global reads none)
+    ok = V.both_ok(ok, jnp.all(~jnp.isnan(w)))
   return V.fold(LocalCalibration(out[0].reshape(shape), out[pick].reshape(shape)), ok)
 
 

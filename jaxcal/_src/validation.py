@@ -1671,6 +1671,21 @@ def check_labels(labels: Any, n: int, num_classes: int | None, name: str = "labe
   return _to_int32(y)
 
 
+def check_labels_ok(
+  labels: Any, n: int, num_classes: int | None, name: str = "labels"
+) -> tuple[jax.Array, jax.Array | None]:
+  """:func:`check_labels` and the traced check's flag (None after an eager check).
+
+  For callers that must fold their result with it: traced labels out of
+  range are not NaN-able, and an int32 label of 7 with ``C = 2`` would
+  otherwise reach the result as a plausible number.
+  """
+  y, kind = _labels(labels, n, num_classes, name, None)
+  y = _device(y)
+  ok, _ = _validate(_Spec(y_kind=kind, y_name=name, num_classes=num_classes), (), y)
+  return _to_int32(y), ok
+
+
 def check_values(
   x: Any,
   name: str,
@@ -1799,9 +1814,15 @@ def probs_or_logits(x: Any, name: str = "predictions") -> bool:
 
 @jax.jit
 def _ranges(x: jax.Array) -> jax.Array:
-  """``[min, max]`` of the ``(n, C)`` entries and of the row sums (NaN propagates)."""
+  """``[min, max]`` of the ``(n, C)`` entries and of the row sums; all NaN if a sum is.
+
+  The NaN comes from the sums, not the min / max: XLA:CPU's over 4,096 or more
+  entries skip a NaN (a NaN entry of otherwise valid probabilities was then
+  read as probabilities and refused with a message that contradicted itself).
+  """
   s = jnp.sum(x, axis=1, dtype=jnp.float32)
-  return jnp.stack([jnp.min(x), jnp.max(x), jnp.min(s), jnp.max(s)]).astype(jnp.float32)
+  r = jnp.stack([jnp.min(x), jnp.max(x), jnp.min(s), jnp.max(s)]).astype(jnp.float32)
+  return jnp.where(jnp.isnan(jnp.sum(s)), jnp.nan, r)
 
 
 def looks_like_probs(x: Any) -> bool:

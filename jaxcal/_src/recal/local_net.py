@@ -497,13 +497,17 @@ class KernelCalibrator(LocalNet):
     if features is None:
       raise ValueError("a KernelCalibrator needs the backbone features: rc(logits, features=phi)")
     phi_ref = self._forward(to_logits(inputs, self.from_logits), features)[0]
-    return _kernel_predict(
+    out = _kernel_predict(
       phi_ref,
       self.memory_features,
       jax.nn.one_hot(self.memory_labels, self.num_classes, dtype=phi_ref.dtype),
       self.bandwidth,
       self.weight_floor,
     )
+    # a memory built under jit from bad labels is NaN (kernel_calibrator): so are the
+    # predictions, read from a sum (XLA:CPU's max with the weight floor dropped the NaN
+    # and gave the class frequencies)
+    return V.fold(out, ~jnp.isnan(jnp.sum(self.memory_features)))
 
 
 def _kernel_predict(q, mem, onehot, bandwidth, floor, chunk=2048):
@@ -1005,9 +1009,10 @@ def kernel_calibrator(
   if not isinstance(net, LocalNet):
     raise TypeError(f"net must be a fitted LocalNet (fit_local_net), got {type(net).__name__}")
   x, f = net._check(inputs, features)
-  y = V.check_labels(labels, x.shape[0], net.num_classes)
+  y, y_ok = V.check_labels_ok(labels, x.shape[0], net.num_classes)
   _check_weight_floor(weight_floor)
-  phi_ref = _jit_forward(net, to_logits(x, net.from_logits), f)[0]
+  # traced labels out of range: a NaN memory (its predictions NaN), not a plausible one
+  phi_ref = V.fold(_jit_forward(net, to_logits(x, net.from_logits), f)[0], y_ok)
   if V.is_concrete(y):
     counts = jnp.zeros((net.num_classes,), jnp.int32).at[y].add(1)  # (C,): a small read
     missing = np.flatnonzero(np.asarray(counts) == 0)

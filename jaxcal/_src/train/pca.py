@@ -92,7 +92,7 @@ def _fit_pca(x: jax.Array, k: int) -> PCA:
   const = jnp.all(x == x[:1], axis=0)
   mean = jnp.where(const, x[0], jnp.mean(x, axis=0))
   std = jnp.std(x, axis=0)
-  scale = jnp.where(~const & (std > 1e-12), std, 1.0)
+  scale = jnp.where(~const & ~(std <= 1e-12), std, 1.0)  # NaN stays NaN (traced bad input)
   z = (x - mean) / scale
   cov = jnp.matmul(z.T, z, precision=PRECISION) / max(n - 1, 1)  # (D, D)
   evals, evecs = jnp.linalg.eigh(cov)  # ascending
