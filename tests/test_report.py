@@ -524,6 +524,31 @@ def test_compare_report_ranks_models_by_their_errors(monkeypatch):
     np.testing.assert_allclose(got["with_error_rate"]["estimate"], want, atol=1e-5)
 
 
+def test_nll_of_logits_is_the_log_loss_of_the_logits(monkeypatch):
+  """The report's NLL of logits came from their float32 softmax: 1.0729e-6 for a
+  near-perfect model's 1.0128e-6 (every label 16 above the other logits)."""
+  from jaxcal._src import report as R
+
+  full = R._Headline  # NLL as the one headline metric: a small compile
+  monkeypatch.setattr(R, "_Headline", lambda m: full(m, (("NLL", None),)))
+  monkeypatch.setattr(R, "RANK_ERRORS", (("ConfECE", "fixed"),))
+  y = np.arange(300) % 10
+  z = np.zeros((300, 10), np.float32)
+  z[np.arange(300), y] = 16.0
+  want = float(scores.log_loss(z, y, from_logits=True))
+  assert want == pytest.approx(9 * np.exp(-16.0), rel=1e-5)
+  probs, yy, _, nll = R._prepare(z, y)
+  head = R._headline_section(jax.random.key(0), probs, yy, nll, 5, 0, 0.9, "percentile")
+  assert head["NLL"]["estimate"] == pytest.approx(want, rel=1e-5)
+  models = {"a": (z, y), "b": (z * 0.5, y), "c": (np.asarray(jax.nn.softmax(z)), y)}
+  for rs in (0, 4):
+    rep = R.compare_report(models, num_bins=5, rank_bins=(2, 5), resamples=rs)
+    got = rep["metrics"]["a"]["NLL"]["estimate"]
+    assert got == pytest.approx(want, rel=1e-5), rs
+    want_b = float(scores.log_loss(z * 0.5, y, from_logits=True))
+    assert rep["metrics"]["b"]["NLL"]["estimate"] == pytest.approx(want_b, rel=1e-5)
+
+
 def test_rank_stability_checks_its_input_and_takes_kendall():
   e = np.array([[1.0, 3.0, 2.0], [2.0, 1.0, 3.0], [3.0, 2.0, 2.5], [4.0, 0.5, 1.0]])
   r = np.asarray(report.rank_stability(e, method="kendall"))
@@ -577,8 +602,9 @@ def test_calibration_report_hands_each_section_its_settings(monkeypatch):
     p, y, num_utilities=4, robustness_resamples=0, source="s", path="rel/x.npz", **settings
   )
   keys = jax.random.key_data(jax.random.split(jax.random.key(7), 3))
-  k, probs, yy, *rest = calls["_headline_section"]
+  k, probs, yy, nll, *rest = calls["_headline_section"]
   np.testing.assert_allclose(probs, p, rtol=1e-6)
+  np.testing.assert_allclose(nll, -np.log(p[[0, 1, 2], [0, 1, 1]]), rtol=1e-6)
   assert yy.tolist() == [0, 1, 1] and rest == [2, 5, 0.8, "bca"]
   assert np.array_equal(jax.random.key_data(k), keys[0])
   k, _, _, *rest = calls["_robustness_section"]

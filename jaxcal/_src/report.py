@@ -173,7 +173,11 @@ _FUNCTIONS: dict[str, Callable] = {
 
 
 class _Headline:
-  """``f(probs, labels) -> {label: scalar}`` of the headline metrics (hashable by value)."""
+  """``f(probs, labels, nll=None) -> {label: scalar}`` of the headline metrics (hashable by value).
+
+  ``nll``: ``(n,)`` per-sample log losses (:func:`_prepare`); NLL is their
+  mean, else ``scores.log_loss(probs, labels)``.
+  """
 
   def __init__(self, num_bins: int, names: tuple[tuple[str, str | None], ...] = HEADLINE):
     self.num_bins = int(num_bins)
@@ -182,9 +186,12 @@ class _Headline:
   def labels(self) -> list[str]:
     return [label(nm, b, self.num_bins if b else None) for nm, b in self.names]
 
-  def __call__(self, p, y):
+  def __call__(self, p, y, nll=None):
     return {
-      lab: _FUNCTIONS[nm](p, y, self.num_bins, b) for lab, (nm, b) in zip(self.labels(), self.names)
+      lab: jnp.mean(nll)
+      if nm == "NLL" and nll is not None
+      else _FUNCTIONS[nm](p, y, self.num_bins, b)
+      for lab, (nm, b) in zip(self.labels(), self.names)
     }
 
   def __hash__(self):
@@ -219,15 +226,28 @@ def _plain(tree: Any) -> Any:
   return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64).tolist(), tree)
 
 
-def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool]:
+def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool, jax.Array]:
+  """``(probs, labels, is_probs, nll)``: ``nll`` the ``(n,)`` per-sample log loss.
+
+  From logits the log loss is computed from them (``scores.log_loss(...,
+  from_logits=True)``): the log of their float32 softmax read 1.0729e-6 for a
+  near-perfect model's 1.0128e-6. The headline NLL is the mean of ``nll``,
+  resampled with the rows.
+  """
   x = np.asarray(scores_in)
   is_probs = V.probs_or_logits(x)  # the one rule; probabilities off the simplex raise
   if is_probs:
     probs = V.check_probs(x, name="predictions")
+    z = None
   else:
-    probs = jax.nn.softmax(V.check_logits(x, name="predictions"), axis=-1)
+    z = V.check_logits(x, name="predictions")
+    probs = jax.nn.softmax(z, axis=-1)
   y = V.check_labels(labels, probs.shape[0], probs.shape[1])
-  return probs, y, is_probs
+  if is_probs:
+    nll = scores.log_loss(probs, y, per_sample=True)
+  else:
+    nll = scores.log_loss(z, y, per_sample=True, from_logits=True)
+  return probs, y, is_probs, nll
 
 
 def _binnable(n: int, interval: str, resamples: int) -> int:
@@ -298,19 +318,22 @@ def _metric_entry(lab: str, nm: str, binning: str | None, m: int | None) -> dict
   }
 
 
-def _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval):
-  """``(estimate, lo, hi)`` of ``stat`` as plain numbers; no interval (``None``) without resamples."""
+def _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval, *rows):
+  """``(estimate, lo, hi)`` of ``stat`` as plain numbers; no interval (``None``) without resamples.
+
+  ``rows``: further ``(n,)`` arrays resampled with the samples (the per-sample log loss).
+  """
   if not resamples:
-    return _plain(jax.jit(stat)(probs, y)), None, None
+    return _plain(jax.jit(stat)(probs, y, *rows)), None, None
   r = bootstrap(
-    key, stat, probs, y, num_resamples=resamples, method=interval, confidence=confidence
+    key, stat, probs, y, *rows, num_resamples=resamples, method=interval, confidence=confidence
   )
   return _plain(r.estimate), _plain(r.lo), _plain(r.hi)
 
 
-def _headline_section(key, probs, y, num_bins, resamples, confidence, interval) -> dict:
+def _headline_section(key, probs, y, nll, num_bins, resamples, confidence, interval) -> dict:
   stat = _Headline(num_bins)
-  est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval)
+  est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval, nll)
   out = {}
   for lab, (nm, b) in zip(stat.labels(), stat.names):
     entry = _with_interval(est[lab], None if lo is None else (lo[lab], hi[lab]))
@@ -488,7 +511,7 @@ def calibration_report(
   §4-5 (smECE with its automatic bandwidth).
   """
   t0 = time.perf_counter()
-  probs, y, is_probs = _prepare(scores_in, labels)
+  probs, y, is_probs, nll = _prepare(scores_in, labels)
   n, c = probs.shape
   num_bins, resamples, confidence = _check_settings(num_bins, resamples, confidence, interval, n)
   # both were passed through int(): 2.5 utilities became 2, seed "7" became 7
@@ -523,7 +546,9 @@ def calibration_report(
       "consistency bands; utilities: jax.random.split(jax.random.key(seed)) -> linear, rank",
     },
   }
-  rep["metrics"] = _headline_section(k_head, probs, y, num_bins, resamples, confidence, interval)
+  rep["metrics"] = _headline_section(
+    k_head, probs, y, nll, num_bins, resamples, confidence, interval
+  )
   t1 = time.perf_counter()
   rep["robustness"] = _robustness_section(
     k_rob, probs, y, num_bins, rob_resamples, confidence, interval
@@ -609,17 +634,18 @@ class _Compare:
     self.rank_bins = tuple(int(m) for m in rank_bins)
     self.paired = paired
 
-  def _one(self, p, y):
+  def _one(self, p, y, nll):
     m = np.asarray(self.rank_bins)
     errs = jnp.stack([_FUNCTIONS[nm](p, y, m, b) for nm, b in RANK_ERRORS])
-    return self.head(p, y), errs, scores.classification_error(p, y)
+    return self.head(p, y, nll), errs, scores.classification_error(p, y)
 
   def __call__(self, *arrays):
+    # paired: (probs (M, n, C), labels (n,), nll (M, n)); else (p, y, nll) per model
     if self.paired:
-      probs, y = arrays
-      head, errs, cls = jax.vmap(self._one, in_axes=(0, None))(probs, y)
+      probs, y, nll = arrays
+      head, errs, cls = jax.vmap(self._one, in_axes=(0, None, 0))(probs, y, nll)
     else:
-      outs = [self._one(p, yy) for p, yy in zip(arrays[0::2], arrays[1::2])]
+      outs = [self._one(*arrays[i : i + 3]) for i in range(0, len(arrays), 3)]
       head = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *[o[0] for o in outs])
       errs = jnp.stack([o[1] for o in outs])
       cls = jnp.stack([o[2] for o in outs])
@@ -716,7 +742,7 @@ def compare_report(
       prepared[name] = _prepare(*pair)
     except ValueError as e:
       raise ValueError(f"model {name!r}: {e}") from None
-  min_n = min(p.shape[0] for p, _, _ in prepared.values())
+  min_n = min(v[0].shape[0] for v in prepared.values())
   num_bins, resamples, confidence = _check_settings(
     num_bins, resamples, confidence, interval, min_n
   )
@@ -731,7 +757,7 @@ def compare_report(
     for k, v in paths.items():
       if not isinstance(v, str | os.PathLike):
         raise TypeError(f"paths[{k!r}] must be a path, got {type(v).__name__}")
-  shapes = {name: tuple(p.shape) for name, (p, _, _) in prepared.items()}
+  shapes = {name: tuple(v[0].shape) for name, v in prepared.items()}
   groups = _groups(shapes, rank_bins, interval, resamples)
   rep: dict[str, Any] = {
     "jaxcal": _environment(),
@@ -753,16 +779,17 @@ def compare_report(
     bins = tuple(int(m) for m in rank_bins if int(m) <= binnable)
     probs = [prepared[k][0] for k in names]
     labs = [prepared[k][1] for k in names]
+    nlls = [prepared[k][3] for k in names]
     paired = all(bool(jnp.array_equal(labs[0], lb)) for lb in labs[1:])
     stat = _Compare(num_bins, bins, paired)
     if paired:
-      arrays: list[Any] = [jnp.stack(probs), labs[0]]
-      axes: list[int] = [1, 0]
-      grp = [0, 0]
+      arrays: list[Any] = [jnp.stack(probs), labs[0], jnp.stack(nlls)]
+      axes: list[int] = [1, 0, 1]
+      grp = [0, 0, 0]
     else:
-      arrays = [a for pair in zip(probs, labs) for a in pair]
+      arrays = [a for trio in zip(probs, labs, nlls) for a in trio]
       axes = [0] * len(arrays)
-      grp = [i // 2 for i in range(len(arrays))]
+      grp = [i // 3 for i in range(len(arrays))]
     key = jax.random.fold_in(jax.random.key(seed), g)
     if len(names) < 3:
       stat_fn = _HeadOnly(stat)
@@ -783,7 +810,7 @@ def compare_report(
     else:
       est, lo, hi = _plain(jax.jit(stat_fn)(*arrays)), None, None
     for i, name in enumerate(names):
-      p_, _, is_probs = prepared[name]
+      p_, _, is_probs, _ = prepared[name]
       rep["models"].append(
         {
           "name": name,
@@ -870,10 +897,10 @@ class _HeadOnly:
 
   def __call__(self, *arrays):
     if self.stat.paired:
-      probs, y = arrays
-      head = jax.vmap(self.stat.head, in_axes=(0, None))(probs, y)
+      probs, y, nll = arrays
+      head = jax.vmap(self.stat.head, in_axes=(0, None, 0))(probs, y, nll)
     else:
-      outs = [self.stat.head(p, yy) for p, yy in zip(arrays[0::2], arrays[1::2])]
+      outs = [self.stat.head(*arrays[i : i + 3]) for i in range(0, len(arrays), 3)]
       head = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *outs)
     return {"metrics": head}
 
@@ -1031,7 +1058,7 @@ def _write_single_figures(rep, scores_in, labels, save):
   inp = rep["input"]
   model, n = inp.get("source") or None, inp["n"]
   if scores_in is not None and labels is not None:
-    probs, y, _ = _prepare(scores_in, labels)
+    probs, y, *_ = _prepare(scores_in, labels)
     m = rep["settings"]["num_bins"]
     key = _keys(rep["seeds"]["seed"])[2]
     bands = consistency_bands(key, probs, m, "fixed", confidence=rep["settings"]["confidence"])
