@@ -106,7 +106,8 @@ def debiased_ce(
     squared: return the debiased squared error itself (the mean of ``SQ_c``
       for marginal), unclipped and without the square root; it can be
       negative, and it is the quantity whose bias the correction removes.
-    max_bins: static bound on a traced ``num_bins``.
+    max_bins: static bound on a traced ``num_bins`` (a traced count above it
+      gives NaN; a concrete one is checked, and counts above ``n`` act as ``n``).
     from_logits: treat ``probs`` as logits.
     where: optional ``(n,)`` bool mask; masked-out samples are treated as
       absent (``n`` is the number of ``True`` entries).

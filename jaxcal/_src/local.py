@@ -524,7 +524,9 @@ def lce(
     labels: ``(n,)`` integer labels.
     features: ``(n, D)`` features ``phi(x)`` (the paper: PCA-50 of the
       standardised penultimate features, fitted on the calibration split;
-      for a LoCal Net, its refined features ``phi'``).
+      for a LoCal Net, its refined features ``phi'``). Computed in the
+      probabilities' dtype (at least float32): float64 features with float32
+      probabilities are rounded to float32.
     num_bins: equal-width bins per class: a Python int, or an int array (one
       compiled call; the results then have its shape); under a user's
       ``jit``/``vmap`` it may be traced, bounded by ``max_bins``.

@@ -34,7 +34,10 @@ Grid sizes depend on ``sigma``; here they are traced values under static
 bounds (``G <= 5121`` for the automatic bandwidth, whose smallest possible
 result is ``2/1024``), and the correlation runs as one FFT of static length,
 so the whole search is one compiled function that also works under
-``vmap``. Bandwidths below ``SMOOTH_ECE_MIN_BANDWIDTH`` (``1e-4``) are
+``vmap``. Under ``vmap`` the batch shares the FFT length of its smallest
+bandwidth, so a member's value can differ from its own call's by float32
+rounding of the longer transform (about 2e-7 relative; a member NaN from bad
+input counts as the smallest). Bandwidths below ``SMOOTH_ECE_MIN_BANDWIDTH`` (``1e-4``) are
 refused: the grid would exceed ``G = 100,001`` points (an FFT of ``2**19``
 points and ``10**5`` evaluation points per column; ``1e-7`` would need
 ``5.4e8``).
