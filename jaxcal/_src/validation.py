@@ -1665,10 +1665,7 @@ def check_labels(labels: Any, n: int, num_classes: int | None, name: str = "labe
   Float labels must be integral; numpy integers wider than int32 are checked
   before the cast. Values are checked on concrete inputs (one fused pass).
   """
-  y, kind = _labels(labels, n, num_classes, name, None)
-  y = _device(y)
-  _validate(_Spec(y_kind=kind, y_name=name, num_classes=num_classes), (), y)
-  return _to_int32(y)
+  return check_labels_ok(labels, n, num_classes, name)[0]
 
 
 def check_labels_ok(
