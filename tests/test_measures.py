@@ -231,6 +231,16 @@ def test_skce_block_sizes_gaussian_kernel_and_float64():
   assert got == pytest.approx(R.skce(P_SMALL.astype(np.float64), Y_SMALL, 0.3), rel=1e-12)
 
 
+def test_skce_of_confident_rows_is_the_inner_product_of_their_residuals():
+  # 1[y_i = y_j] - p_j[y_i] - p_i[y_j] + <p_i, p_j> cancelled terms near 1: 0 for 9.1e-13
+  c = np.float32(1 - 2**-20)
+  p = np.array([[c, 1 - c, 0], [c, 0, 1 - c]], np.float32)
+  want = R.skce(p.astype(np.float64), np.array([0, 0]), 1.0, "unbiased")
+  assert want > 0
+  got = float(metrics.skce(p, np.array([0, 0]), metrics.LaplacianKernel(1.0), "unbiased"))
+  assert got == pytest.approx(want, rel=1e-5, abs=0)  # approx's default abs is 1e-12
+
+
 def test_skce_jit_vmap_and_custom_kernel():
   bws = jnp.array([0.3, 1.0, 0.0, -1.0, jnp.inf, 1e-30])  # traced bad bandwidths: NaN
   out = jax.vmap(lambda b: metrics.skce(P_SMALL, Y_SMALL, metrics.LaplacianKernel(b)))(bws)
