@@ -579,6 +579,9 @@ CLI_CASES = [
   ("sweep out exists", ["sweep", DEFAULT, "--out", "{tmp}/exists.json"], r"exists; pass --force"),
   ("sweep out extension", ["sweep", DEFAULT, "--out", "{tmp}/s.txt"], r"use a .json or .npz"),
   ("sweep out is a folder", ["sweep", DEFAULT, "--out", "{tmp}/dir.json"], r"is a folder"),
+  ("sweep out is its input", ["sweep", "{tmp}/good.npz", "--out", "{tmp}/good.npz", "--force"], r"is an input file of this command"),
+  ("recal out is its input", ["recalibrate", "temperature", "{tmp}/good.npz", "{tmp}/good.npz", "--out", "{tmp}/good.npz", "--force"], r"is an input file of this command"),
+  ("report json is a folder", ["report", "--out", "{tmp}/jsondir"], r"holds a folder named report.json"),
   ("recal out exists", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/exists.npz"], r"exists; pass --force"),
   ("recal out extension", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.csv"], r"use a .npz"),
   ("recal model under a file", ["recalibrate", "temperature", DEFAULT, DEFAULT, "--out", "{tmp}/o.npz", "--save-model", "{tmp}/empty.npz/m.npz"], r"--save-model.*is a file"),
@@ -607,6 +610,7 @@ def cli_files(tmp_path, monkeypatch):
   (tmp_path / "exists.json").write_text("{}")
   (tmp_path / "exists.npz").write_bytes(raw)
   (tmp_path / "dir.json").mkdir()
+  (tmp_path / "jsondir" / "report.json").mkdir(parents=True)
   return tmp_path
 
 

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from jaxcal import data, plots
+from jaxcal import data, metrics, plots
 from jaxcal._src import cli
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
@@ -420,7 +420,8 @@ def test_report_passes_every_setting_and_names_the_models(tmp_path, capsys, monk
   settings += ["--seed", "5", "--utilities", "9", "--out", out]
   assert cli.main(["report", str(tmp_path / "m1.npz"), *settings]) == 0
   (kind, (x, y), kw), *_ = calls
-  assert kind == "one" and x[0, 0] == 1 and y.tolist() == [1] * 8
+  # named logits arrive shifted by each row's maximum (never read as probabilities)
+  assert kind == "one" and np.all(np.asarray(x) == 0) and y.tolist() == [1] * 8
   assert kw == dict(
     num_utilities=9,
     source="m1.npz (no 'test' split: the file's one data set)",
@@ -442,7 +443,7 @@ def test_report_passes_every_setting_and_names_the_models(tmp_path, capsys, monk
   settings = settings[: settings.index("--utilities")] + settings[settings.index("9") + 1 :]
   assert cli.main(["report", *files, *settings, "--format", "md"]) == 0
   (kind, (models,), kw), *_ = calls
-  assert kind == "many" and list(models) == ["m0", "m1"] and models["m1"][0][0, 0] == 1
+  assert kind == "many" and list(models) == ["m0", "m1"] and models["m1"][0][0, 0] == 0
   assert kw["paths"] == {"m0": files[0], "m1": files[1]} and kw["num_bins"] == 7
   assert capsys.readouterr().out.startswith("markdown of many\n")
 
@@ -575,7 +576,28 @@ def test_unnormalised_class_wise_outputs_are_written_as_scores(tmp_path, capsys)
   assert cli.main(argv) == 0
   assert "no before/after table" in capsys.readouterr().out
   z = np.load(out)
-  assert sorted(z.keys()) == ["labels", "scores"] and not np.allclose(z["scores"].sum(1), 1)
+  assert sorted(z.keys()) == ["classwise_scores", "labels"]
+  assert not np.allclose(z["classwise_scores"].sum(1), 1)
+  # saved as "scores" they were read back as logits (rows summing to up to 5), softmaxed
+  # and reported with exit 0; this name is refused
+  assert cli.main(["report", str(out), "--out", str(tmp_path / "r"), "--resamples", "0"]) == 2
+  assert "classwise_scores" in capsys.readouterr().err
+
+
+def test_named_logits_are_logits_whatever_their_values(tmp_path, capsys):
+  # logits (l, 1 - l) lie on the simplex: an array named logits was reported as probabilities
+  rng = np.random.default_rng(0)
+  lo = rng.uniform(0.2, 0.8, 600).astype(np.float32)
+  z = np.stack([lo, 1 - lo], 1)
+  y = (rng.random(600) < 0.5).astype(np.int64)
+  np.savez(tmp_path / "b.npz", logits=z, labels=y)
+  out = tmp_path / "r"
+  argv = ["report", str(tmp_path / "b.npz"), "--out", str(out), "--resamples", "0"]
+  assert cli.main(argv + ["--utilities", "4", "--figures", ""]) == 0
+  rep = json.loads((out / "report.json").read_text())
+  assert rep["input"]["kind"] == "logits"
+  want = float(metrics.conf_ece(z, y, from_logits=True))
+  assert rep["metrics"]["ConfECE(fix;15)"]["estimate"] == pytest.approx(want, rel=1e-5)
 
 
 def test_an_empty_output_path_is_refused_before_any_work(tmp_path, capsys, monkeypatch):

@@ -125,3 +125,22 @@ def test_output_folder_creates_parents_and_refuses_what_it_cannot_write(tmp_path
   monkeypatch.setattr(paths.os, "access", lambda path, mode: False)
   with pytest.raises(ValueError, match=r"out_dir '.*b' is not writable"):
     paths.output_folder(made, "out_dir")
+
+
+def test_atomic_file_replaces_whole_or_leaves_the_old_file(tmp_path):
+  # the command line wrote its outputs in place: a full disk left a truncated .npz and,
+  # with --force, the previous output was already gone
+  import numpy as np
+
+  from jaxcal._src.paths import atomic_file
+
+  p = tmp_path / "out.npz"
+  p.write_bytes(b"old")
+  with pytest.raises(RuntimeError), atomic_file(p, "wb") as f:
+    f.write(b"half of the new")
+    raise RuntimeError("disk full")
+  assert p.read_bytes() == b"old" and sorted(x.name for x in tmp_path.iterdir()) == ["out.npz"]
+  with atomic_file(p, "wb") as f:
+    np.savez(f, a=np.arange(3))
+  assert np.load(p)["a"].tolist() == [0, 1, 2]
+  assert sorted(x.name for x in tmp_path.iterdir()) == ["out.npz"]

@@ -28,6 +28,8 @@ from typing import NoReturn
 
 import numpy as np
 
+from jaxcal._src.paths import atomic_file
+
 __all__ = ["main", "build_parser", "enable_compilation_cache"]
 
 
@@ -160,14 +162,25 @@ def _check_out_dir(path: str, option: str = "--out") -> None:
     raise UserError(f"{option} is empty: give a folder (e.g. {option} .)")
   if os.path.exists(path) and not os.path.isdir(path):
     raise UserError(f"{option} {path}: exists and is a file; the report needs a folder")
+  if os.path.isdir(os.path.join(path, "report.json")):  # found only after all the work
+    raise UserError(f"{option} {path}: holds a folder named report.json; the report writes a file")
   problem = _parent_problem(os.path.join(path, "x"))  # path itself, or its first existing ancestor
   if problem:
     raise UserError(f"{option} {path}: cannot write there: {problem}")
 
 
-def _check_out_file(path: str, option: str, force: bool) -> None:
+def _check_out_file(path: str, option: str, force: bool, inputs: tuple = ()) -> None:
+  """Refuses an output file that is a folder, exists without ``force``, or is an input.
+
+  ``inputs``: the command's input paths (None for the embedded default): with
+  ``--force`` an output named as an input replaced it (a val + test file
+  lost its val split).
+  """
   if os.path.isdir(path):
     raise UserError(f"{option} {path}: is a folder; give a file name")
+  for src in inputs:
+    if src and os.path.exists(path) and os.path.exists(src) and os.path.samefile(path, src):
+      raise UserError(f"{option} {path}: is an input file of this command; write elsewhere")
   if os.path.exists(path) and not force:
     raise UserError(f"{option} {path}: the file exists; pass --force to overwrite it")
   problem = _parent_problem(path)
@@ -230,6 +243,20 @@ def _mkdirs_for(path: str) -> None:
 # --------------------------------------------------------------------------
 
 
+def _for_report(x, y, source, probs) -> tuple:
+  """``(scores, labels)`` as the report reads the loader's decision.
+
+  The report tells probabilities from logits by their values; logits (by
+  their name) are handed to it shifted by each row's maximum (the softmax and
+  the log loss are unchanged): every row then holds a 0 and otherwise negative
+  entries, which are never probabilities (logits ``(l, 1 - l)`` on the simplex
+  were reported as probabilities).
+  """
+  if probs:
+    return x, y
+  return np.asarray(x - np.max(x, axis=1, keepdims=True), np.float32), y
+
+
 def _load(path: str | None, split: str):
   """``(scores, labels, source, probs)`` of a predictions file, checked as the commands read them.
 
@@ -258,6 +285,10 @@ def _load(path: str | None, split: str):
         f"{what} (an array named probs is read as probabilities; save logits as 'logits')"
       ) from None
     probs = True
+  elif kind == "logits":  # named logits: logits, whatever their values
+    with _user_input():
+      V.check_logits(x, name=path)
+    probs = False
   else:  # the one rule of the report and the metrics, named by the file
     with _user_input():
       probs = V.probs_or_logits(x, name=path)  # (probabilities off the simplex: refused there)
@@ -316,7 +347,7 @@ def _cmd_report(args) -> int:
         "--utilities: a comparison of several models samples no utilities (only one model's "
         "report has UC eCDFs); report each model on its own, or drop --utilities"
       )
-    loaded = {name: _load(path, args.split)[:2] for name, path in models.items()}
+    loaded = {name: _for_report(*_load(path, args.split)) for name, path in models.items()}
     with _user_input():  # compare_report's own checks, before its computation
       report._check_settings(
         args.bins,
@@ -335,7 +366,8 @@ def _cmd_report(args) -> int:
     paths = report.write_report(rep, out_dir=args.out, formats=args.figures)
   else:
     path = args.predictions[0] if args.predictions else None
-    x, y, source, _ = _load(path, args.split)
+    x, y, source, probs = _load(path, args.split)
+    x, y = _for_report(x, y, source, probs)
     with _user_input():  # calibration_report's own checks, before its computation
       report._check_settings(args.bins, args.resamples, args.confidence, args.interval, len(y))
     rep = report.calibration_report(
@@ -409,11 +441,12 @@ def _cmd_recalibrate(args) -> int:
     )
   if not args.out.endswith(".npz"):
     raise UserError(f"--out {args.out}: use a .npz file name")
-  _check_out_file(args.out, "--out", args.force)
+  ins = (args.cal_file, args.test_file)
+  _check_out_file(args.out, "--out", args.force, ins)
   if args.save_model:
     if not args.save_model.endswith((".npz", ".msgpack")):
       raise UserError(f"--save-model {args.save_model}: use a .npz or .msgpack file name")
-    _check_out_file(args.save_model, "--save-model", args.force)
+    _check_out_file(args.save_model, "--save-model", args.force, ins)
     if os.path.abspath(args.save_model) == os.path.abspath(args.out):
       raise UserError(
         f"--out and --save-model are the same file ({args.out}): the model would replace the "
@@ -459,8 +492,10 @@ def _cmd_recalibrate(args) -> int:
   )
   if options.get("normalize", True) is False:
     # the class-wise maps' own outputs (CW-HB, CW-IR): rows need not sum to one, so
-    # there is no before/after table of probability metrics, and the file says "scores"
-    rows, kind = None, "scores"
+    # there is no before/after table of probability metrics, and the file says
+    # "classwise_scores": a name the predictions loader refuses (as "scores" they were
+    # read back as logits, softmaxed and reported with exit 0)
+    rows, kind = None, "classwise_scores"
     table = (
       "  normalize=false: the outputs are per-class scores whose rows need not sum to 1; "
       "no before/after table of probability metrics"
@@ -470,7 +505,8 @@ def _cmd_recalibrate(args) -> int:
     table = format_comparison(rows, ("before", "after"), markdown=args.format == "md")
   out = args.out
   _mkdirs_for(out)
-  np.savez(out, **{kind: after.astype(np.float32)}, labels=np.asarray(yt))
+  with atomic_file(out, "wb") as f:
+    np.savez(f, **{kind: after.astype(np.float32)}, labels=np.asarray(yt))
   if args.save_model:
     _mkdirs_for(args.save_model)
     recalibrate.save(rc, args.save_model)
@@ -503,7 +539,7 @@ def _cmd_sweep(args) -> int:
 
   if not args.out.endswith((".json", ".npz")):
     raise UserError(f"--out {args.out}: use a .json or .npz file name")
-  _check_out_file(args.out, "--out", args.force)
+  _check_out_file(args.out, "--out", args.force, (args.predictions,))
   x, y, source, probs = _load(args.predictions, args.split)
   from_logits = not probs
   us = _sampled_utilities(args.seed, args.family, args.m, x.shape[1])  # jaxcal report's
@@ -535,7 +571,7 @@ def _cmd_sweep(args) -> int:
   out = args.out
   _mkdirs_for(out)
   if out.endswith(".json"):
-    with open(out, "w") as f:
+    with atomic_file(out) as f:
       json.dump(
         {
           "family": args.family,
@@ -547,7 +583,8 @@ def _cmd_sweep(args) -> int:
         f,
       )
   else:
-    np.savez(out, errors=errs, sorted_errors=e, fractions=frac)
+    with atomic_file(out, "wb") as f:
+      np.savez(f, errors=errs, sorted_errors=e, fractions=frac)
   if args.format != "json":
     print(f"  wrote {out}")
   return 0
@@ -635,7 +672,12 @@ def build_parser() -> argparse.ArgumentParser:
   )
   c.add_argument("cal_file", help="predictions to fit on (.npz, folder or 'scores.npy,labels.npy')")
   c.add_argument("test_file", help="predictions to recalibrate and score (same forms)")
-  c.add_argument("--out", required=True, help="output .npz with recalibrated test probs and labels")
+  c.add_argument(
+    "--out",
+    required=True,
+    help="output .npz with the recalibrated test probs (classwise_scores with "
+    "normalize=false) and labels",
+  )
   c.add_argument(
     "--cal-split", default="val", help="split of CAL_FILE to fit on, in multi-split files (val)"
   )

@@ -8,16 +8,20 @@ Tests, notebooks and experiments all find them through :func:`dataset_dir`,
 so one environment variable moves them everywhere at once.
 
 :func:`output_folder` is the one check of a folder that jaxcal writes into (a
-report's figures, LoCal Net checkpoints).
+report's figures, LoCal Net checkpoints); :func:`atomic_file` writes a file
+whole or not at all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
-from typing import Any
+import tempfile
+from collections.abc import Iterator
+from typing import IO, Any
 
-__all__ = ["DATASETS", "dataset_dir", "output_folder"]
+__all__ = ["DATASETS", "atomic_file", "dataset_dir", "output_folder"]
 
 #: The optional data sets :func:`dataset_dir` knows, with the environment
 #: variable that overrides its location.
@@ -159,3 +163,38 @@ def output_folder(folder: Any, name: str, *, create: bool = True) -> pathlib.Pat
   if not os.access(path, os.W_OK | os.X_OK):
     raise ValueError(f"{name} {str(path)!r} is not writable")
   return path
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
+  """An open file whose contents replace ``path`` only once written whole.
+
+  Written to a temporary file in the same folder, then moved over ``path``
+  (``os.replace``, atomic on one file system). On any error the temporary
+  file is removed and ``path`` is left as it was: a full disk truncated the
+  output in place, and with ``--force`` the previous output was already gone.
+
+  Args:
+    path: the file to write.
+    mode: ``"w"`` (text) or ``"wb"`` (binary, e.g. for ``np.savez``).
+
+  Example:
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.txt")
+    >>> with atomic_file(p) as f:
+    ...   _ = f.write("done")
+    >>> open(p).read()
+    'done'
+  """
+  path = os.fspath(path)
+  fd, tmp = tempfile.mkstemp(
+    dir=os.path.dirname(os.path.abspath(path)), prefix=f".{os.path.basename(path)}.", suffix=".tmp"
+  )
+  try:
+    with os.fdopen(fd, mode) as f:
+      yield f
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.unlink(tmp)
+    raise

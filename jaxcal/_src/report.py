@@ -38,7 +38,7 @@ from jaxcal._src.names import (
   metric,
   round_floats,
 )
-from jaxcal._src.paths import output_folder
+from jaxcal._src.paths import atomic_file, output_folder
 
 __all__ = [
   "HEADLINE",
@@ -1046,7 +1046,7 @@ def write_report(
     else:
       _write_single_figures(rep, scores_in, labels, save)
   paths["json"] = os.path.join(out_dir, "report.json")
-  with open(paths["json"], "w") as f:
+  with atomic_file(paths["json"]) as f:
     json.dump(_json_ready(rep), f, indent=1)
     f.write("\n")
   return paths
