@@ -1,5 +1,6 @@
 """Where the optional real data sets are found (``jaxcal.data.dataset_dir``), and output folders."""
 
+import os
 import pathlib
 
 import pytest
@@ -143,4 +144,7 @@ def test_atomic_file_replaces_whole_or_leaves_the_old_file(tmp_path):
   with atomic_file(p, "wb") as f:
     np.savez(f, a=np.arange(3))
   assert np.load(p)["a"].tolist() == [0, 1, 2]
+  umask = os.umask(0)
+  os.umask(umask)
+  assert p.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it, not mkstemp's 0600
   assert sorted(x.name for x in tmp_path.iterdir()) == ["out.npz"]

@@ -193,6 +193,9 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
   try:
     with os.fdopen(fd, mode) as f:
       yield f
+    umask = os.umask(0)  # read (and restore) it: mkstemp's file is private (0600),
+    os.umask(umask)  # the output gets the permissions an open() would have given it
+    os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, path)
   except BaseException:
     with contextlib.suppress(OSError):
