@@ -481,13 +481,20 @@ def _run_top_label(core: Callable, d: V.Checked, *rest: Any, **static: Any) -> j
 
 def _class_weights(class_weights: ArrayLike | None, num_classes: int, dtype) -> jax.Array:
   """Validated ``(C,)`` class weights (finite, non-negative, positive sum); default ``1/C``."""
+  return _class_weights_ok(class_weights, num_classes, dtype)[0]
+
+
+def _class_weights_ok(
+  class_weights: ArrayLike | None, num_classes: int, dtype
+) -> tuple[jax.Array, jax.Array | None]:
+  """:func:`_class_weights` and the traced check's flag (None when concrete or default)."""
   if class_weights is None:
-    return jnp.full((num_classes,), 1.0 / num_classes, dtype)
+    return jnp.full((num_classes,), 1.0 / num_classes, dtype), None
   w = V.as_float(class_weights, "class_weights")
   if w.shape != (num_classes,):
     raise ValueError(f"class_weights must have shape ({num_classes},), got {tuple(w.shape)}")
   ok, _ = V._validate(V._Spec(w_name="class_weights"), (), None, None, w)
-  return V.fold(w.astype(dtype), ok)
+  return V.fold(w.astype(dtype), ok), ok
 
 
 def _weights_or_uniform(d: V.Checked) -> jax.Array | np.ndarray:

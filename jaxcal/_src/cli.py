@@ -243,7 +243,7 @@ def _mkdirs_for(path: str) -> None:
 # --------------------------------------------------------------------------
 
 
-def _for_report(x, y, source, probs) -> tuple:
+def _for_report(x, y, probs) -> tuple:
   """``(scores, labels)`` as the report reads the loader's decision.
 
   The report tells probabilities from logits by their values; logits (by
@@ -347,7 +347,10 @@ def _cmd_report(args) -> int:
         "--utilities: a comparison of several models samples no utilities (only one model's "
         "report has UC eCDFs); report each model on its own, or drop --utilities"
       )
-    loaded = {name: _for_report(*_load(path, args.split)) for name, path in models.items()}
+    loaded = {}
+    for name, path in models.items():
+      x, y, _, probs = _load(path, args.split)
+      loaded[name] = _for_report(x, y, probs)
     with _user_input():  # compare_report's own checks, before its computation
       report._check_settings(
         args.bins,
@@ -367,7 +370,7 @@ def _cmd_report(args) -> int:
   else:
     path = args.predictions[0] if args.predictions else None
     x, y, source, probs = _load(path, args.split)
-    x, y = _for_report(x, y, source, probs)
+    x, y = _for_report(x, y, probs)
     with _user_input():  # calibration_report's own checks, before its computation
       report._check_settings(args.bins, args.resamples, args.confidence, args.interval, len(y))
     rep = report.calibration_report(

@@ -41,7 +41,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
-from jaxcal._src.calibration_errors import _class_weights
+from jaxcal._src.calibration_errors import _class_weights_ok
 from jaxcal._src.numerics import PRECISION
 
 __all__ = [
@@ -583,7 +583,7 @@ def lce(
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   p, y = d.neutral()  # masked-out rows: uniform, label 0 (never NaN)
   # finite (selected rows), D >= 1
-  f, f_ok = V.check_features(features, p.shape[0], where=d.where, with_ok=True)
+  f, f_ok = V.check_features_ok(features, p.shape[0], where=d.where)
   g, g_ok = _check_bandwidth(bandwidth, p.dtype)
   if mlce not in MLCE_MODES:
     raise ValueError(f"mlce must be one of {MLCE_MODES}, got {mlce!r}")
@@ -606,7 +606,7 @@ def lce(
     raise ValueError(
       f"candidate_block ({candidate_block}) must be a multiple of block_size ({block_size})"
     )
-  w = _class_weights(class_weights, p.shape[1], p.dtype)
+  w, w_ok = _class_weights_ok(class_weights, p.shape[1], p.dtype)
   m = V.check_num_bins(num_bins)
   V.check_max_bins(max_bins)
   mb = B.resolve_max_bins(m, p.shape[0], max_bins)
@@ -628,9 +628,8 @@ def lce(
   shape = jnp.shape(m)
   # folded with the checks' flags: a NaN input does not reach MLCE, whose max over
   # 4,096 or more entries skips a NaN on XLA:CPU (it read 0 under jit)
-  ok = V.both_ok(V.both_ok(d.ok, f_ok), g_ok)
-  if not V.is_concrete(w):  # traced bad class weights come back NaN: MLCE too (global reads none)
-    ok = V.both_ok(ok, jnp.all(~jnp.isnan(w)))
+  # (bad traced class weights too: MLCE "global" reads none of them)
+  ok = V.both_ok(V.both_ok(d.ok, f_ok), V.both_ok(g_ok, w_ok))
   return V.fold(LocalCalibration(out[0].reshape(shape), out[pick].reshape(shape)), ok)
 
 

@@ -39,6 +39,7 @@ from jaxcal._src.names import (
   round_floats,
 )
 from jaxcal._src.paths import atomic_file, output_folder
+from jaxcal._src.scores import _log_loss_of_logits, log_loss_per_sample
 
 __all__ = [
   "HEADLINE",
@@ -243,10 +244,8 @@ def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool, j
     z = V.check_logits(x, name="predictions")
     probs = jax.nn.softmax(z, axis=-1)
   y = V.check_labels(labels, probs.shape[0], probs.shape[1])
-  if is_probs:
-    nll = scores.log_loss(probs, y, per_sample=True)
-  else:
-    nll = scores.log_loss(z, y, per_sample=True, from_logits=True)
+  # the per-sample cores of scores.log_loss (the inputs are checked above)
+  nll = log_loss_per_sample(probs, y) if is_probs else _log_loss_of_logits(z, y)
   return probs, y, is_probs, nll
 
 

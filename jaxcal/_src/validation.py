@@ -1730,17 +1730,29 @@ def check_features(
   where: jax.Array | None = None,
   *,
   rows: bool = False,
-  with_ok: bool = False,
-) -> Any:
+) -> jax.Array:
   """Validates an ``(n, D)`` feature matrix: ``D >= 1`` columns, finite values.
 
   With ``where`` (a validated ``(n,)`` bool mask, :func:`check_where`) only
   the selected rows are checked. Traced features with bad values come back
   as NaN: the whole matrix, or with ``rows`` (for row-wise maps, without
-  ``where``) only the bad rows. With ``with_ok``, ``(features, ok)``: ``ok``
-  the traced check's flag (None after an eager check), for a caller that
-  folds its result with it rather than rely on the NaN reaching it (a max
-  over 4,096 or more entries skips a NaN on XLA:CPU).
+  ``where``) only the bad rows.
+  """
+  return check_features_ok(features, n, name, where, rows=rows)[0]
+
+
+def check_features_ok(
+  features: Any,
+  n: int,
+  name: str = "features",
+  where: jax.Array | None = None,
+  *,
+  rows: bool = False,
+) -> tuple[jax.Array, jax.Array | None]:
+  """:func:`check_features` and the traced check's flag (None after an eager check).
+
+  For callers that fold their result with it rather than rely on the NaN
+  reaching it (a max over 4,096 or more entries skips a NaN on XLA:CPU).
   """
   f = as_float(features, name)
   if f.ndim != 2:
@@ -1754,8 +1766,7 @@ def check_features(
   a = _Arr("finite", name, 2, 0.0)
   spec = _Spec(xs=(a,), has_where=where is not None, empty_where=True)
   ok, _ = _validate(spec, (f,), None, where)
-  f = _fold_matrix(f, ok, a, rows and where is None)
-  return (f, ok) if with_ok else f
+  return _fold_matrix(f, ok, a, rows and where is None), ok
 
 
 def probs_or_logits(x: Any, name: str = "predictions") -> bool:

@@ -52,6 +52,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
+from jaxcal._src.paths import atomic_file
 
 __all__ = [
   "Recalibrator",
@@ -627,8 +628,8 @@ def save(rc: Recalibrator, path: str | os.PathLike) -> None:
     path: destination file.
 
   Returns:
-    ``None``; the file at ``path`` is created or overwritten (read it back
-    with :func:`load`).
+    ``None``; the file at ``path`` is created or overwritten, whole or not at
+    all (:func:`~jaxcal._src.paths.atomic_file`; read it back with :func:`load`).
 
   Raises:
     ValueError: ``rc`` is not a recalibrator, holds traced arrays, or has a
@@ -678,10 +679,10 @@ def save(rc: Recalibrator, path: str | os.PathLike) -> None:
         for k, a in arrays.items()
       },
     }
-    with open(path, "wb") as f:
+    with atomic_file(path, "wb") as f:
       f.write(msgpack.packb(doc, use_bin_type=True))
     return
-  with open(path, "wb") as f:  # a file object: numpy adds no ".npz" suffix
+  with atomic_file(path, "wb") as f:  # a file object: numpy adds no ".npz" suffix
     np.savez(f, __header__=np.array(header), **{f"a:{k}": a for k, a in arrays.items()})
 
 

@@ -69,7 +69,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.local import _nw_core, gaussian_log_kernel
 from jaxcal._src.numerics import PRECISION, map_batches
-from jaxcal._src.paths import output_folder
+from jaxcal._src.paths import atomic_file, output_folder
 from jaxcal._src.recal.base import (
   Recalibrator,
   check_inputs,
@@ -560,9 +560,8 @@ def save_checkpoint(path: str | os.PathLike, params: dict, meta: dict | None = N
   )
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_suffix(path.suffix + ".tmp")
-  tmp.write_bytes(blob)
-  os.replace(tmp, path)
+  with atomic_file(path, "wb") as f:
+    f.write(blob)
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
