@@ -250,6 +250,50 @@ def test_the_fit_does_not_depend_on_the_scale_of_the_weights():
   )
 
 
+def test_weights_and_targets_of_extreme_relative_size_give_the_float64_fit():
+  # the first pass compared block means as cross products of sums and weights, which
+  # flush to 0 or overflow: weights [1, 1e-20 x 4] fit [-1, .9, .9, .9, .9]; targets
+  # ~1e36 in tie groups merged blocks in order; dividing the weights by their maximum
+  # made 1e-30 next to 1e10 subnormal (read as 0: the point was dropped)
+  x, y = np.arange(5.0), np.array([-1.0, 0.1, 1.0, 0.5, 2.0])
+  for tiny in (1e-10, 1e-19, 1e-20, 1e-22):
+    w = np.array([1.0, tiny, tiny, tiny, tiny])
+    got = isotonic_regression(x.astype(np.float32), y.astype(np.float32), w.astype(np.float32))
+    np.testing.assert_allclose(got, pav_reference(x, y, w), rtol=1e-6)
+  x2, y2 = np.array([1.0, 2.0], np.float32), np.array([0.0, 5.0], np.float32)
+  for w2 in ([1e10, 1e-30], [1e20, 1e-26], [1e-30, 1e20]):
+    got = isotonic_regression(x2, y2, np.array(w2, np.float32))
+    np.testing.assert_allclose(got, [0.0, 5.0], rtol=1e-6)
+  xs = np.repeat(np.arange(4.0), 20).astype(np.float32)
+  yb = np.repeat(np.array([0.0, 1.0, 0.5, 2.0]), 20)
+  for scale in (1e30, 1e36):
+    got = np.asarray(isotonic_regression(xs, (yb * scale).astype(np.float32))) / np.float32(scale)
+    np.testing.assert_allclose(got, pav_reference(xs, yb), rtol=1e-6)
+  with jax.enable_x64(True):
+    got = isotonic_regression(
+      x2.astype(np.float64), y2.astype(np.float64), np.array([1e200, 1e-200])
+    )
+    np.testing.assert_allclose(got, [0.0, 5.0], rtol=1e-12)
+    got = isotonic_regression(xs.astype(np.float64), yb * 1e306) / 1e306
+    np.testing.assert_allclose(got, pav_reference(xs, yb), rtol=1e-12)
+
+
+def test_subnormal_or_too_widely_spread_weights_are_refused_not_dropped():
+  # XLA:CPU reads a subnormal weight as 0: its point was silently left out of the fit
+  x, y = jnp.array([1.0, 2.0]), jnp.array([0.0, 5.0])
+  w = np.array([1.0, 1e-44], np.float32)
+  with pytest.raises(ValueError, match=r"weights has 1 positive entry below 1.18e-38 \(subnormal"):
+    isotonic_regression(x, y, w)
+  with pytest.raises(ValueError, match="2 positive entries below"):
+    isotonic_fit(x, y, np.full(2, 1e-40, np.float32))
+  # scaled down to keep the sums finite (y ~ 1e30), the smallest weight would become 0
+  with pytest.raises(ValueError, match="weights span too wide a range for float32"):
+    isotonic_regression(x, jnp.array([0.0, 1e30]), np.array([1e30, 1e-30], np.float32))
+  for bad in (w, np.array([1e30, 1e-30], np.float32)):
+    yy = y if bad is w else jnp.array([0.0, 1e30])
+    assert np.isnan(np.asarray(jax.jit(isotonic_regression)(x, yy, bad))).all()
+
+
 def test_single_point_and_constant_x():
   assert isotonic_regression(jnp.array([3.0]), jnp.array([2.0])).tolist() == [2.0]
   np.testing.assert_allclose(

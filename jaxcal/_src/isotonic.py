@@ -151,7 +151,10 @@ def _level1(s, w, code, length, head_open):
   position; further merges are left to level 2 (any merge of adjacent
   violators is a PAV step, so stopping early is exact). The two blocks
   under the current one are kept in registers and re-read after the step's
-  row write, so XLA updates the memory in place.
+  row write, so XLA updates the memory in place. Block means are compared
+  as quotients, as in level 2: cross products of sums and weights flush to 0
+  or overflow where the weights (or targets) differ by ~1e19 or more, and
+  then merged blocks that were in order.
 
   Args:
     s: ``(L, lanes)`` weighted targets ``w * y``; position ``t`` of lane ``j``.
@@ -185,12 +188,12 @@ def _level1(s, w, code, length, head_open):
     # last tie group runs on into the next lane is full: no step lies past its end)
     complete = has & ~joins
     frozen = (depth == 1) & head_open  # the block below is a partial tie group
-    pop = complete & (depth >= 1) & ~frozen & (bs * cw >= cs * bw)
+    pop = complete & (depth >= 1) & ~frozen & (bs / bw >= cs / cw)
     cw, cs = jnp.where(pop, cw + bw, cw), jnp.where(pop, cs + bs, cs)
     bw, bs, brow = jnp.where(pop, nbw, bw), jnp.where(pop, nbs, bs), jnp.where(pop, bprev, brow)
     depth = depth - pop.astype(jnp.int32)
     partial = (depth == 0) & head_open  # the current block is a partial tie group
-    absorb = joins | (inb & has & ~next_joins & ~partial & (cs * ew >= es * cw))
+    absorb = joins | (inb & has & ~next_joins & ~partial & (cs / cw >= es / ew))
     push = inb & ~absorb
     real = push & has
     mw = lax.dynamic_update_index_in_dim(mw, cw, t, 0)
@@ -436,9 +439,18 @@ def _core(x: jax.Array, y: jax.Array, w: jax.Array | None) -> _Core:
 
 
 @jax.jit
-def _weight_stats(w: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """``(min(w), any(w > 0))`` in one fused reduction (no host copy of ``w``)."""
-  return jnp.min(w), jnp.any(w > 0)
+def _weight_stats(w: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """``(min(w), any(w > 0), positive subnormal entries)`` in one fused reduction.
+
+  Subnormal entries are found from their bits: XLA:CPU reads them as 0 in
+  arithmetic and comparisons, so such a weight would silently drop its point.
+  """
+  bits = lax.bitcast_convert_type(w, jnp.dtype(f"int{w.dtype.itemsize * 8}"))
+  normal = lax.bitcast_convert_type(
+    jnp.asarray(jnp.finfo(w.dtype).smallest_normal, w.dtype), bits.dtype
+  )
+  subnormal = jnp.sum((bits > 0) & (bits < normal), dtype=jnp.int32)
+  return jnp.min(w), jnp.any(w > 0), subnormal
 
 
 def _prepare(x, y, weights):
@@ -466,23 +478,55 @@ def _prepare(x, y, weights):
   arrays = {"x": xa, "y": ya} if wa is None else {"x": xa, "y": ya, "weights": wa}
   _, _, _, ok, _ = V.check_arrays(arrays)  # finite: raises eagerly, a traced flag otherwise
   if wa is not None:
-    low, positive = _weight_stats(wa)
+    low, positive, subnormal = _weight_stats(wa)
     if V.is_concrete(wa):
       if float(low) < 0:
         raise ValueError(f"weights must be >= 0; found minimum {float(low):.4g}")
+      if int(subnormal):
+        tiny = jnp.finfo(wa.dtype).smallest_normal
+        raise ValueError(
+          f"weights has {int(subnormal)} positive entr{'y' if int(subnormal) == 1 else 'ies'} "
+          f"below {tiny:.3g} (subnormal "
+          f"{wa.dtype.name}), which XLA reads as 0: scale the weights up (the fit does not "
+          "depend on their scale) or compute in float64"
+        )
       if not bool(positive):
         raise ValueError("weights must have at least one positive entry (all are 0)")
     else:
-      good = (low >= 0) & positive
+      good = (low >= 0) & positive & (subnormal == 0)
       ok = good if ok is None else ok & good
   dt = _float_dtype(xa, ya, wa)
+  xa, ya = xa.astype(dt), ya.astype(dt)
   if wa is not None:
-    # the fit is invariant to the weights' scale; the first pass compares block means
-    # through products of sums and weights, which overflow (1e20 in float32) or flush
-    # to 0 (1e-19) at extreme scales and then merged blocks that are in order
-    wa = wa.astype(dt)
-    wa = wa / jnp.max(wa)
-  return xa.astype(dt), ya.astype(dt), wa, ok
+    wa, lost = _scaled_weights(wa.astype(dt), ya)
+    if V.is_concrete(lost):
+      if bool(lost):
+        raise ValueError(
+          f"weights span too wide a range for {dt.name}: scaled down so that the sums of "
+          "weights x y stay finite, their smallest positive entries become 0; rescale y or "
+          "compute in float64 (jax.enable_x64)"
+        )
+    else:
+      ok = ~lost if ok is None else ok & ~lost
+  return xa, ya, wa, ok
+
+
+@jax.jit
+def _scaled_weights(w: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``(w * 2^k, lost)``: the weights scaled by a power of two so that ``n max w max(1, |y|)``
+  stays below a quarter of the dtype's largest value (``k = 0`` when it already does).
+
+  The fit is invariant to the weights' scale and a power of two scales
+  exactly, so the fit is unchanged; only weights large enough to overflow the
+  block sums are scaled. (Dividing by the maximum made a positive weight
+  ``1e-30`` next to ``1e10`` subnormal, which XLA:CPU reads as 0.) ``lost``:
+  a positive weight became 0 (or subnormal) in the scaling.
+  """
+  big = jnp.finfo(w.dtype).max
+  limit = big / (4.0 * w.shape[0]) / jnp.maximum(jnp.max(jnp.abs(y)), 1.0)
+  k = jnp.minimum(jnp.frexp(limit)[1] - 1 - jnp.frexp(jnp.max(w))[1], 0)
+  scaled = jnp.ldexp(w, k)
+  return scaled, jnp.any((w > 0) & ~(scaled > 0))
 
 
 @jax.jit
