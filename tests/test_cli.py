@@ -735,3 +735,90 @@ def test_invalid_values_of_a_predictions_file_name_the_file(tmp_path, capsys, mo
       assert cli.main(cmd) == 2, cmd
       err = capsys.readouterr().err
       assert f"error: {path}" in err and want in err and err.count("\n") == 1, err
+
+
+def test_recalibrate_json_says_why_metrics_are_absent_and_names_the_saved_model(tmp_path, capsys):
+  # normalize=false printed "metrics": null with no reason, and the JSON did not name the
+  # --save-model file it had written
+  f, out, model = str(tmp_path / "s.npz"), tmp_path / "o.npz", tmp_path / "m.npz"
+  _split_file(f, 200, 100)
+  argv = ["recalibrate", "histogram", f, f, "--out", str(out), "--format", "json"]
+  opts = ["--options", '{"normalize": false}', "--save-model", str(model)]
+  assert cli.main(argv + opts) == 0
+  rep = json.loads(capsys.readouterr().out)
+  assert rep["metrics"] is None and "normalize=false" in rep["metrics_note"]
+  assert "no before/after table" in rep["metrics_note"]
+  assert rep["out_array"] == "classwise_scores" and "classwise_scores" in np.load(out)
+  assert rep["save_model"] == str(model.resolve()) and model.stat().st_size > 0
+  # with probabilities: metrics, no note; no --save-model: null
+  assert cli.main(argv + ["--force"]) == 0
+  rep = json.loads(capsys.readouterr().out)
+  assert set(rep["metrics"]) >= {"NLL", "accuracy"} and rep["metrics_note"] is None
+  assert rep["out_array"] == "probs" and rep["save_model"] is None
+
+
+def _closed_stdout(argv, env_extra, tmp_path):
+  """``python -m jaxcal ARGV`` whose stdout reader closes at once: (status, stderr)."""
+  import os
+  import subprocess
+
+  env = dict(os.environ, JAXCAL_CACHE_DIR=str(tmp_path / "cache"))
+  env.pop("PYTHONUNBUFFERED", None)  # stdout to a pipe is then block-buffered
+  env.update(env_extra)
+  proc = subprocess.Popen(
+    [sys.executable, "-m", "jaxcal", *argv],
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    env=env,
+    text=True,
+  )
+  proc.stdout.close()  # `| head -1` gone before anything was written
+  _, err = proc.communicate(timeout=300)
+  return proc.returncode, err
+
+
+def test_a_closed_stdout_pipe_is_no_traceback(tmp_path):
+  # `jaxcal sweep ... | head -1`: a BrokenPipeError traceback (a print mid-command, stdout
+  # unbuffered) or "Exception ignored ... BrokenPipeError" and status 120 (at exit's flush)
+  out = tmp_path / "s.json"
+  argv = ["sweep", str(data.DEFAULT_PREDICTIONS), "--m", "8", "--out", str(out)]
+  for buffering in ({"PYTHONUNBUFFERED": "1"}, {}):
+    status, err = _closed_stdout(argv + ["--force"], buffering, tmp_path)
+    assert status == 1 and "Traceback" not in err and "BrokenPipe" not in err, err
+    assert len(json.loads(out.read_text())["errors"]) == 8  # written before the summary
+    out.unlink()
+  status, err = _closed_stdout(["--version"], {}, tmp_path)  # flushed at exit, after argparse
+  assert status == 1 and "BrokenPipe" not in err, err
+
+
+def test_savefig_writes_each_file_whole_or_not_at_all(tmp_path, monkeypatch):
+  # an error mid-write (a full disk) left a truncated figure, or a truncated copy over
+  # the previous one; report figures are written by savefig
+  import os
+
+  fig = plots.ecdf_plot({"a": [0.01, 0.02, 0.04]})
+  (path,) = plots.savefig(fig, tmp_path / "ok", ("png",))
+  umask = os.umask(0)
+  os.umask(umask)
+  assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask  # as open() gives, not mkstemp's 0600
+  assert open(path, "rb").read(4) == b"\x89PNG"
+
+  def half_then_fail(target, **kwargs):
+    if isinstance(target, str | os.PathLike):  # (a path: how savefig called it)
+      with open(target, "wb") as f:
+        f.write(b"\x89PNG half a figure")
+    else:
+      target.write(b"\x89PNG half a figure")
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(fig, "savefig", half_then_fail)
+  folder = tmp_path / "new"
+  folder.mkdir()
+  with pytest.raises(OSError, match="No space left"):
+    plots.savefig(fig, folder / "f", ("png",))
+  assert list(folder.iterdir()) == []  # no truncated file, no temporary file
+  (folder / "g.pdf").write_bytes(b"%PDF the previous figure")
+  with pytest.raises(OSError, match="No space left"):
+    plots.savefig(fig, folder / "g", ("pdf",))
+  assert [p.name for p in folder.iterdir()] == ["g.pdf"]
+  assert (folder / "g.pdf").read_bytes() == b"%PDF the previous figure"

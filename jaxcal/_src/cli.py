@@ -499,12 +499,13 @@ def _cmd_recalibrate(args) -> int:
     # "classwise_scores": a name the predictions loader refuses (as "scores" they were
     # read back as logits, softmaxed and reported with exit 0)
     rows, kind = None, "classwise_scores"
-    table = (
-      "  normalize=false: the outputs are per-class scores whose rows need not sum to 1; "
+    note = (
+      "normalize=false: the outputs are per-class scores whose rows need not sum to 1; "
       "no before/after table of probability metrics"
     )
+    table = "  " + note
   else:
-    rows, kind = _recal_rows(before, after, yt), "probs"
+    rows, kind, note = _recal_rows(before, after, yt), "probs", None
     table = format_comparison(rows, ("before", "after"), markdown=args.format == "md")
   out = args.out
   _mkdirs_for(out)
@@ -525,7 +526,10 @@ def _cmd_recalibrate(args) -> int:
     "n_calibration": len(yc),
     "n_test": len(yt),
     "metrics": rows,
+    "metrics_note": note,  # why "metrics" is null (None when it is not)
     "out": os.path.abspath(out),
+    "out_array": kind,  # the array of the scores in "out": probs or classwise_scores
+    "save_model": os.path.abspath(args.save_model) if args.save_model else None,
   }
   _emit(args, text, data)
   if args.format != "json":
@@ -566,11 +570,6 @@ def _cmd_sweep(args) -> int:
     text = f"UC over {args.m:,} {args.family} utilities on {source}: {format_number(dt)} s\n" + (
       "\n".join(f"  {k:>4s} of utilities have UC <= {format_number(v)}" for k, v in qs.items())
     )
-  _emit(
-    args,
-    text,
-    {"family": args.family, "m": args.m, "seed": args.seed, "source": source, "quantiles": qs},
-  )
   out = args.out
   _mkdirs_for(out)
   if out.endswith(".json"):
@@ -588,6 +587,11 @@ def _cmd_sweep(args) -> int:
   else:
     with atomic_file(out, "wb") as f:
       np.savez(f, errors=errs, sorted_errors=e, fractions=frac)
+  _emit(  # after the file: a reader that closes stdout early (`| head -1`) keeps it
+    args,
+    text,
+    {"family": args.family, "m": args.m, "seed": args.seed, "source": source, "quantiles": qs},
+  )
   if args.format != "json":
     print(f"  wrote {out}")
   return 0
@@ -732,14 +736,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-  """Runs the command line; returns the exit status (2 for a user error)."""
-  args = build_parser().parse_args(argv)
+  """Runs the command line; returns the exit status (2 for a user error).
+
+  A reader of stdout that stops early (``jaxcal sweep ... | head -1``) ends the
+  command with status 1 and nothing on stderr, as the Python docs recommend
+  (https://docs.python.org/3/library/signal.html#note-on-sigpipe), rather than a
+  ``BrokenPipeError`` traceback; the output files are written before the summary.
+  """
   try:
-    enable_compilation_cache()
-    return args.func(args)
-  except UserError as e:  # bad arguments, files or predictions: one line, no traceback
-    print(f"jaxcal {args.command}: error: {e}", file=sys.stderr)
-    return 2
+    try:
+      args = build_parser().parse_args(argv)
+    except SystemExit:  # --help, --version (and parser errors, on stderr)
+      sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below
+      raise
+    try:
+      enable_compilation_cache()
+      status = args.func(args)
+      sys.stdout.flush()
+      return status
+    except UserError as e:  # bad arguments, files or predictions: one line, no traceback
+      print(f"jaxcal {args.command}: error: {e}", file=sys.stderr)
+      return 2
+  except BrokenPipeError:
+    # Python flushes stdout again at exit: point it at devnull, or that flush fails too
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # (no fd under capture)
+      os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

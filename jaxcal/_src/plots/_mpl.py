@@ -333,6 +333,8 @@ def savefig(
     TypeError: ``fig`` is not a matplotlib ``Figure``.
     ValueError: an unknown format, ``formats`` empty or a bare string, or
       ``dpi`` not an int ``>= 1``.
+    OSError: a file cannot be written; each file is written whole or not at
+      all (an existing file is kept), files of the earlier formats stay.
 
   Example:
     >>> import tempfile, os
@@ -360,10 +362,15 @@ def savefig(
   for fmt in formats:
     if fmt not in allowed:
       raise ValueError(f"formats must be among {allowed}, got {fmt!r}")
+  from jaxcal._src.paths import atomic_file
+
   plt = pyplot()
   with plt.rc_context(_RC):
     for fmt in formats:
       p = f"{stem}.{fmt}"
-      fig.savefig(p, dpi=dpi if fmt == "png" else None, bbox_inches="tight", format=fmt)
+      # whole or not at all: an error mid-write left a truncated file (and, over an
+      # existing one, lost it); the temporary file is removed, the old file kept
+      with atomic_file(p, "wb") as f:
+        fig.savefig(f, dpi=dpi if fmt == "png" else None, bbox_inches="tight", format=fmt)
       out.append(p)
   return out
