@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcal._src.decomposition import decompose_core
+from jaxcal._src.decomposition import decompose_all, decompose_core
 from jaxcal.scores import Decomposition, decompose
 
 
@@ -122,6 +122,19 @@ def test_core_mask_equals_the_subset(score, mode):
   np.testing.assert_allclose(
     [float(v) for v in subset], decompose_reference(p[keep], y[keep], score, mode), atol=1e-10
   )
+
+
+def test_decompositions_sharing_one_set_of_fits_equal_the_single_calls():
+  # the report (and the study call) compute every mode from one set of isotonic fits
+  p, y = _data(7)
+  specs = (("brier", "classwise"), ("log", "normalized"), ("brier", "normalized"))
+  both = decompose_all(jnp.asarray(p, jnp.float32), jnp.asarray(y), specs)
+  for (score, mode), d in zip(specs, both):
+    want = decompose(p.astype(np.float32), y, score, mode)
+    np.testing.assert_allclose([float(v) for v in d], [float(v) for v in want], rtol=1e-6, atol=0)
+    np.testing.assert_allclose(
+      [float(v) for v in d], decompose_reference(p, y, score, mode), rtol=1e-4, atol=1e-6
+    )
 
 
 def test_classwise_log_score_clips_probabilities_within_the_tolerance():

@@ -17,6 +17,7 @@ by its sum. This module imports no recalibrator.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -27,7 +28,14 @@ from jaxcal._src import isotonic as iso
 from jaxcal._src import validation as V
 from jaxcal._src.scores import LOG_CLIP
 
-__all__ = ["Decomposition", "decompose", "decompose_core", "classwise_fits"]
+__all__ = [
+  "Decomposition",
+  "decompose",
+  "decompose_core",
+  "decompose_from_fits",
+  "decompose_all",
+  "classwise_fits",
+]
 
 _SCORES = ("brier", "log")
 _MODES = ("classwise", "normalized")
@@ -99,9 +107,23 @@ def decompose_core(
   p: jax.Array, y: jax.Array, score: str, mode: str, where: jax.Array | None = None
 ) -> Decomposition:
   """Unvalidated, traceable core of :func:`decompose`; ``where`` selects samples."""
-  c = p.shape[-1]
-  onehot = jax.nn.one_hot(y, c, dtype=p.dtype)
-  fit = classwise_fits(p, onehot, where)
+  onehot = jax.nn.one_hot(y, p.shape[-1], dtype=p.dtype)
+  return decompose_from_fits(p, onehot, classwise_fits(p, onehot, where), score, mode, where)
+
+
+def decompose_from_fits(
+  p: jax.Array,
+  onehot: jax.Array,
+  fit: jax.Array,
+  score: str,
+  mode: str,
+  where: jax.Array | None = None,
+) -> Decomposition:
+  """:func:`decompose_core` given ``fit = classwise_fits(p, onehot, where)``.
+
+  The fits (``C`` isotonic regressions) are the costly part and the same for
+  every score and mode: several decompositions of one data set share them.
+  """
   if mode == "normalized":
     s = jnp.sum(fit, axis=-1, keepdims=True)
     fit = fit / jnp.where(s > 0, s, 1)
@@ -118,6 +140,26 @@ def decompose_core(
 
 
 _decompose = jax.jit(decompose_core, static_argnames=("score", "mode"))
+
+
+@functools.partial(jax.jit, static_argnames=("specs",))
+def decompose_all(
+  p: jax.Array, y: jax.Array, specs: tuple[tuple[str, str], ...]
+) -> tuple[Decomposition, ...]:
+  """Unvalidated decompositions of one data set: one program, one set of isotonic fits.
+
+  Args:
+    p: ``(n, C)`` checked probabilities.
+    y: ``(n,)`` checked integer labels.
+    specs: static ``((score, mode), ...)`` as for :func:`decompose`.
+
+  Returns:
+    One :class:`Decomposition` per entry of ``specs``, each equal to
+    :func:`decompose` with that score and mode.
+  """
+  onehot = jax.nn.one_hot(y, p.shape[-1], dtype=p.dtype)
+  fit = classwise_fits(p, onehot)
+  return tuple(decompose_from_fits(p, onehot, fit, score, mode) for score, mode in specs)
 
 
 def decompose(

@@ -408,11 +408,15 @@ def _utility_section(probs, y, num_utilities: int, seed: int) -> dict:
 
 
 def _decomposition_section(probs, y) -> dict:
-  out = {}
-  for mode in ("classwise", "normalized"):
-    d = scores.decompose(probs, y, score="brier", mode=mode)
-    out[mode] = {k.upper() if k != "score" else "S": float(getattr(d, k)) for k in d._fields}
-  return out
+  """Both Brier decompositions of the checked ``probs`` (one program: the fits are shared)."""
+  from jaxcal._src.decomposition import decompose_all
+
+  modes = ("classwise", "normalized")
+  both = decompose_all(probs, y, tuple(("brier", m) for m in modes))
+  return {
+    mode: {k.upper() if k != "score" else "S": float(getattr(d, k)) for k in d._fields}
+    for mode, d in zip(modes, both)
+  }
 
 
 def _keys(seed: int) -> jax.Array:
