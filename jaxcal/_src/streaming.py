@@ -198,7 +198,10 @@ def _prepare(probs, labels, where, from_logits, num_classes):
   probabilities and label 0, so no NaN of theirs reaches a sum; a batch of
   padding only adds nothing). ``bad``: int32 1 when the traced check
   failed, else 0 (always 0 eagerly). The NaN probabilities poison the float
-  sums; ``bad`` is what poisons the integer counts.
+  sums; ``bad`` is what poisons the integer counts. ``nll``: with
+  ``from_logits``, the per-sample log loss computed from the logits
+  themselves (:func:`jaxcal._src.scores._log_loss_of_logits`; the log of the
+  float32 softmax read 3.58e-7 for 3.84e-7 on a confident model), else None.
   """
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, empty_where=True)
   p, y = d.neutral()
@@ -210,7 +213,10 @@ def _prepare(probs, labels, where, from_logits, num_classes):
     )
   bad = np.int32(0) if d.ok is None else (~d.ok).astype(jnp.int32)
   w = jnp.ones((p.shape[0],), bool) if d.where is None else d.where
-  return p, y, w, bad
+  nll = None
+  if from_logits:  # masked-out rows (label 0 from neutral) are dropped by the sums' where
+    nll = V.fold(S._log_loss_of_logits(d.scores.astype(p.dtype), y), d.ok)
+  return p, y, w, bad, nll
 
 
 def _num_classes(num_classes: Any) -> int:
@@ -510,7 +516,9 @@ class FixedBins(_Streaming):
     return _interval_thresholds(self.bin_counts, self.dtype_name)
 
   @jax.jit
-  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array) -> FixedBins:
+  def _ingest(
+    self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array, nll: jax.Array | None = None
+  ) -> FixedBins:
     p = p.astype(self.dtype_name)
     thr = jnp.asarray(self.thresholds)
     r, c = _confidence_parts(p)
@@ -754,9 +762,14 @@ class Scores(_Streaming):
     return cls(zero, zero, zero, z, z, jnp.zeros((c,), jnp.int32), conf, c)
 
   @jax.jit
-  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array) -> Scores:
+  def _ingest(
+    self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array, nll: jax.Array | None = None
+  ) -> Scores:
     p = p.astype(self.hi.dtype)
-    losses = jnp.stack([f(p, y) for f in _PER_SAMPLE], axis=0)  # (4, B)
+    losses = [f(p, y) for f in _PER_SAMPLE]
+    if nll is not None:  # from the logits (accurate near 0), not from their softmax
+      losses[_SCORE_NAMES.index("log_loss")] = nll.astype(p.dtype)
+    losses = jnp.stack(losses, axis=0)  # (4, B)
     batch = jnp.sum(jnp.where(w[None, :], losses, 0.0), axis=1)
     hi, lo = _add(self.hi, self.lo, batch)
     r, _ = _confidence_parts(p)
@@ -901,7 +914,9 @@ class Records(_Streaming):
     )
 
   @jax.jit
-  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array) -> Records:
+  def _ingest(
+    self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array, nll: jax.Array | None = None
+  ) -> Records:
     pos = self.count + jnp.cumsum(w.astype(jnp.int32)) - 1
     idx = jnp.where(w & (pos < self.capacity), pos, self.capacity)  # out of range: dropped
     new_count = self.count + jnp.sum(w, dtype=jnp.int32)
@@ -1159,12 +1174,14 @@ class Calibration(_Streaming):
     """``C``."""
     return self.bins.num_classes
 
-  def _ingest(self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array) -> Calibration:
+  def _ingest(
+    self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array, nll: jax.Array | None = None
+  ) -> Calibration:
     recs = None if self.records is None else self.records._ingest(p, y, w, bad)
     return dataclasses.replace(
       self,
       bins=self.bins._ingest(p, y, w, bad),
-      scores=self.scores._ingest(p, y, w, bad),
+      scores=self.scores._ingest(p, y, w, bad, nll),
       records=recs,
     )
 
