@@ -575,11 +575,36 @@ def test_merge_refuses_states_of_another_dtype_in_either_order():
       for a, b in ((f32, f64), (f64, f32)):
         with pytest.raises(ValueError, match="cannot merge a .* of a different configuration"):
           a.merge(b)
-      # the same dtype merges, empty or not (x64 widens an updated int32 count to int64)
+      # the same dtype merges, empty or not
       for dt, st in ((jnp.float32, f32), (jnp.float64, f64)):
         merged = make(dt).merge(st).merge(st)
         count = merged.scores.count if isinstance(merged, streaming.Calibration) else merged.count
         assert int(count) == 4
+
+
+def test_update_keeps_every_leafs_dtype_under_x64():
+  # under x64 Scores.update widened its int32 count to int64: a lax.scan / fori_loop of
+  # update failed on its carry type, and merge_across_processes refused the state of a
+  # process without rows (an empty state's int32 count against the others' int64)
+  rng = np.random.default_rng(5)
+  p = rng.dirichlet(np.ones(4), 400).astype(np.float32)
+  y = rng.integers(0, 4, 400)
+  with jax.enable_x64(True):
+    for dt in (jnp.float32, jnp.float64):
+      for st in (
+        streaming.FixedBins.empty(4, dtype=dt),
+        streaming.Scores.empty(4, confusion=True, dtype=dt),
+        streaming.Calibration.empty(4, capacity=400, dtype=dt),
+      ):
+        after = st.update(p[:100], y[:100])
+        before = [a.dtype for a in jax.tree.leaves(st)]
+        assert [a.dtype for a in jax.tree.leaves(after)] == before, type(st).__name__
+        out, _ = jax.lax.scan(
+          lambda s, b: (s.update(b[0], b[1]), None), st, (p.reshape(4, 100, 4), y.reshape(4, 100))
+        )
+        assert (
+          int(jax.tree.leaves(out.count if hasattr(out, "count") else out.scores.count)[0]) == 400
+        )
 
 
 def test_merge_across_processes_refuses_what_is_not_a_state():

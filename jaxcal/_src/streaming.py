@@ -782,7 +782,7 @@ class Scores(_Streaming):
       confusion = confusion + jax.ops.segment_sum(wi, y * c + r, c * c).reshape(c, c)
     return dataclasses.replace(
       self,
-      count=self.count + jnp.sum(wi),
+      count=self.count + jnp.sum(wi, dtype=jnp.int32),
       invalid=self.invalid + bad,
       correct=self.correct + jnp.sum(hit, dtype=jnp.int32),
       hi=hi,
