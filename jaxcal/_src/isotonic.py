@@ -570,8 +570,11 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
     of the inputs.
 
   Raises:
-    ValueError: wrong shapes, non-finite values, negative or all-zero weights
-      (values: on concrete inputs; traced ones give NaN).
+    ValueError: wrong shapes, non-finite values, negative or all-zero weights,
+      positive weights below the dtype's smallest normal number (XLA reads them
+      as 0), or weights spanning so wide a range that keeping the sums of
+      ``weights * y`` finite would round the smallest to 0 (values: on concrete
+      inputs; traced ones give NaN).
 
   Example:
     >>> import jax.numpy as jnp
