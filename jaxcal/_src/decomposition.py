@@ -17,7 +17,6 @@ by its sum. This module imports no recalibrator.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
@@ -32,7 +31,7 @@ __all__ = [
   "Decomposition",
   "decompose",
   "decompose_core",
-  "decompose_from_fits",
+  "decompose_many",
   "decompose_all",
   "classwise_fits",
 ]
@@ -107,11 +106,36 @@ def decompose_core(
   p: jax.Array, y: jax.Array, score: str, mode: str, where: jax.Array | None = None
 ) -> Decomposition:
   """Unvalidated, traceable core of :func:`decompose`; ``where`` selects samples."""
+  return decompose_many(p, y, ((score, mode),), where)[0]
+
+
+def decompose_many(
+  p: jax.Array,
+  y: jax.Array,
+  specs: tuple[tuple[str, str], ...],
+  where: jax.Array | None = None,
+) -> tuple[Decomposition, ...]:
+  """Unvalidated decompositions ``(score, mode)`` of one data set from one set of fits.
+
+  The fits (``C`` isotonic regressions) are the costly part and the same for
+  every score and mode: the report and the study call share them.
+
+  Args:
+    p: ``(n, C)`` checked probabilities.
+    y: ``(n,)`` checked integer labels.
+    specs: static ``((score, mode), ...)`` as for :func:`decompose`.
+    where: optional ``(n,)`` bool mask of the samples to use.
+
+  Returns:
+    One :class:`Decomposition` per entry of ``specs``, each equal to
+    :func:`decompose` with that score and mode.
+  """
   onehot = jax.nn.one_hot(y, p.shape[-1], dtype=p.dtype)
-  return decompose_from_fits(p, onehot, classwise_fits(p, onehot, where), score, mode, where)
+  fit = classwise_fits(p, onehot, where)
+  return tuple(_from_fits(p, onehot, fit, score, mode, where) for score, mode in specs)
 
 
-def decompose_from_fits(
+def _from_fits(
   p: jax.Array,
   onehot: jax.Array,
   fit: jax.Array,
@@ -119,11 +143,7 @@ def decompose_from_fits(
   mode: str,
   where: jax.Array | None = None,
 ) -> Decomposition:
-  """:func:`decompose_core` given ``fit = classwise_fits(p, onehot, where)``.
-
-  The fits (``C`` isotonic regressions) are the costly part and the same for
-  every score and mode: several decompositions of one data set share them.
-  """
+  """One decomposition given ``fit = classwise_fits(p, onehot, where)``."""
   if mode == "normalized":
     s = jnp.sum(fit, axis=-1, keepdims=True)
     fit = fit / jnp.where(s > 0, s, 1)
@@ -142,24 +162,8 @@ def decompose_from_fits(
 _decompose = jax.jit(decompose_core, static_argnames=("score", "mode"))
 
 
-@functools.partial(jax.jit, static_argnames=("specs",))
-def decompose_all(
-  p: jax.Array, y: jax.Array, specs: tuple[tuple[str, str], ...]
-) -> tuple[Decomposition, ...]:
-  """Unvalidated decompositions of one data set: one program, one set of isotonic fits.
-
-  Args:
-    p: ``(n, C)`` checked probabilities.
-    y: ``(n,)`` checked integer labels.
-    specs: static ``((score, mode), ...)`` as for :func:`decompose`.
-
-  Returns:
-    One :class:`Decomposition` per entry of ``specs``, each equal to
-    :func:`decompose` with that score and mode.
-  """
-  onehot = jax.nn.one_hot(y, p.shape[-1], dtype=p.dtype)
-  fit = classwise_fits(p, onehot)
-  return tuple(decompose_from_fits(p, onehot, fit, score, mode) for score, mode in specs)
+#: :func:`decompose_many` of the whole data set as one compiled program (the report's).
+decompose_all = jax.jit(decompose_many, static_argnames=("specs",))
 
 
 def decompose(

@@ -60,7 +60,7 @@ from jaxcal._src import binning as B
 from jaxcal._src import calibration_errors as CE
 from jaxcal._src import scores as S
 from jaxcal._src import validation as V
-from jaxcal._src.decomposition import classwise_fits, decompose_from_fits
+from jaxcal._src.decomposition import decompose_many
 from jaxcal._src.utility import families as F
 from jaxcal._src.utility import sweep as SW
 
@@ -605,7 +605,9 @@ def _scalar_metrics(p, y, w, bins, metrics, max_bins, logits=None):
   weights = CE._class_weights(None, c, p.dtype)
   specs = {mt.name: mt.spec for mt in metrics if mt.family == "binned"}
   out = _binned_all(p, y, w, bins, specs, max_bins, weights) if specs else {}
-  fits = onehot = None
+  # every decomposition of the data set from one set of isotonic fits
+  dec_specs = tuple(dict.fromkeys(mt.spec for mt in metrics if mt.family == "decompose"))
+  decs = dict(zip(dec_specs, decompose_many(p, y, dec_specs, w))) if dec_specs else {}
   for mt in metrics:
     if mt.family == "score":
       if logits is not None and mt.name == "log_loss":
@@ -617,11 +619,7 @@ def _scalar_metrics(p, y, w, bins, metrics, max_bins, logits=None):
       else:
         out[mt.name] = jnp.sum(jnp.where(w, losses, 0.0)) / jnp.sum(w).astype(p.dtype)
     elif mt.family == "decompose":
-      if fits is None:  # one set of isotonic fits for every score and mode
-        onehot = jax.nn.one_hot(y, c, dtype=p.dtype)
-        fits = classwise_fits(p, onehot, w)
-      score, mode = mt.spec
-      out[mt.name] = jnp.stack(decompose_from_fits(p, onehot, fits, score, mode, w))
+      out[mt.name] = jnp.stack(decs[mt.spec])
     elif mt.family == "uc_class":
       chunk = SW.default_chunk_size("linear", p.shape[0], c)
       out[mt.name] = SW.uc_class_core(p, y, mt.spec[0], chunk, w)
