@@ -266,13 +266,25 @@ def test_a_missing_split_is_named_not_claimed(small_file, tmp_path, capsys):
   assert printed["input"]["source"] == "resnet.npz (no 'val' split: the file's one data set)"
 
 
-def test_version_and_the_method_list_of_the_help(capsys):
+def test_version_and_the_method_list_of_the_help(capsys, monkeypatch):
+  import importlib.metadata
+
   from jaxcal import __version__, recalibrate
 
   assert cli.RECALIBRATION_METHODS == recalibrate.methods()
   with pytest.raises(SystemExit) as e:
     cli.main(["--version"])
   assert e.value.code == 0 and capsys.readouterr().out.strip() == f"jaxcal {__version__}"
+
+  # the running package's version, also from a source tree with no installed
+  # metadata (PYTHONPATH on a bare machine) or beside another install's
+  def no_metadata(name):
+    raise importlib.metadata.PackageNotFoundError(name)
+
+  monkeypatch.setattr(importlib.metadata, "version", no_metadata)
+  with pytest.raises(SystemExit) as e:
+    cli.main(["--version"])
+  assert capsys.readouterr().out.strip() == f"jaxcal {__version__}"
 
 
 def test_integer_options_take_their_minimum():

@@ -226,12 +226,15 @@ RECALIBRATION_METHODS = (
 
 
 def _version() -> str:
-  from importlib.metadata import PackageNotFoundError, version
+  """The running package's version, as the report records it (``jaxcal.__version__``).
 
-  try:
-    return version("jaxcal")
-  except PackageNotFoundError:  # pragma: no cover - a source tree without metadata
-    return "unknown"
+  Not the installed distribution's metadata: a source tree on ``PYTHONPATH``
+  has none ("unknown" on the H200's image), and beside an older install the
+  metadata names that one.
+  """
+  import jaxcal
+
+  return jaxcal.__version__
 
 
 def _mkdirs_for(path: str) -> None:

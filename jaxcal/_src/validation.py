@@ -995,7 +995,9 @@ def _device(x: Any) -> jax.Array:
   there). On an accelerator ``device_put`` reads the host buffer
   asynchronously, after it returns (seen on an H200, jax 0.11.2: a write
   right after the call showed in the device array), so the call waits for
-  that transfer to finish. A JAX array is returned as it is.
+  that transfer to finish. A JAX array is returned as it is. Under a trace
+  (a jitted caller closing over a host array) ``device_put`` gives a tracer of
+  a constant the compiler keeps a copy of, and nothing is waited for.
   """
   if isinstance(x, jax.Array | jax.core.Tracer):
     return x
@@ -1004,7 +1006,10 @@ def _device(x: Any) -> jax.Array:
     if a.nbytes >= _OWN_COPY or a.ctypes.data % _ALIGN == 0:
       a = _aligned_copy(a)
     return jax.device_put(a)
-  return jax.device_put(a).block_until_ready()  # the caller may write to ``a`` next
+  out = jax.device_put(a)
+  if isinstance(out, jax.core.Tracer):
+    return out
+  return out.block_until_ready()  # the caller may write to ``a`` next
 
 
 #: A borrowed block's row count is a multiple of this (XLA:CPU's row reductions
