@@ -35,7 +35,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 # (tests/test_xla_emitters.py). ``JAXCAL_TEST_XLA_DEFAULTS=1`` tests with
 # XLA's own defaults. Set in the first pytest process, before JAX starts;
 # the xdist workers, notebook kernels (but those of
-# tests/test_notebooks.py's XLA_DEFAULTS_NOTEBOOKS) and child processes inherit it
+# tests/test_notebooks.py's XLA_FLAGS_LEFT_OUT) and child processes inherit it
 # (tests/_cpu_devices.py adds to it). A flag this jaxlib does not know is
 # left out (an unknown flag in XLA_FLAGS aborts the process), and so is the
 # optimisation level where JAX may run on an accelerator (it is not a CPU-only
