@@ -190,8 +190,8 @@ def _check_dtype(dtype: Any) -> str:
   return name
 
 
-def _prepare(probs, labels, where, from_logits, num_classes):
-  """Validated ``(p, y, where, bad)`` of one batch for a state made for ``num_classes``.
+def _prepare(probs, labels, where, from_logits, num_classes, log_loss=False):
+  """Validated ``(p, y, where, bad, nll)`` of one batch for a state made for ``num_classes``.
 
   As the metrics do: eager bad input raises, traced bad input gives NaN
   probabilities, and masked-out rows are absent (not checked; uniform
@@ -199,7 +199,8 @@ def _prepare(probs, labels, where, from_logits, num_classes):
   padding only adds nothing). ``bad``: int32 1 when the traced check
   failed, else 0 (always 0 eagerly). The NaN probabilities poison the float
   sums; ``bad`` is what poisons the integer counts. ``nll``: with
-  ``from_logits``, the per-sample log loss computed from the logits
+  ``from_logits`` and ``log_loss`` (a state that sums the log loss), the
+  per-sample log loss computed from the logits
   themselves (:func:`jaxcal._src.scores._log_loss_of_logits`; the log of the
   float32 softmax read 3.58e-7 for 3.84e-7 on a confident model), else None.
   """
@@ -214,7 +215,8 @@ def _prepare(probs, labels, where, from_logits, num_classes):
   bad = np.int32(0) if d.ok is None else (~d.ok).astype(jnp.int32)
   w = jnp.ones((p.shape[0],), bool) if d.where is None else d.where
   nll = None
-  if from_logits:  # masked-out rows (label 0 from neutral) are dropped by the sums' where
+  # (masked-out rows, label 0 from neutral, are dropped by the sums' where)
+  if from_logits and log_loss:
     nll = V.fold(S._log_loss_of_logits(d.scores.astype(p.dtype), y), d.ok)
   return p, y, w, bad, nll
 
@@ -343,6 +345,9 @@ def _per_bin(values: jax.Array, ends: np.ndarray) -> jax.Array:
 class _Streaming:
   """What every streaming state shares: ``update`` (validate, then ingest) and ``reduce``."""
 
+  #: whether ``_ingest`` sums the log loss (given logits, it is computed from them)
+  _sums_log_loss: bool = False
+
   def update(
     self,
     probs: ArrayLike,
@@ -368,7 +373,8 @@ class _Streaming:
         of range) in the selected rows. Traced bad values raise nothing:
         the batch is counted in ``invalid`` and ``compute`` gives NaN.
     """
-    return self._ingest(*_prepare(probs, labels, where, from_logits, self.num_classes))
+    batch = _prepare(probs, labels, where, from_logits, self.num_classes, self._sums_log_loss)
+    return self._ingest(*batch)
 
   def reduce(self) -> Any:
     """Merges states stacked along a leading axis (e.g. after ``all_gather``) into one, in order."""
@@ -745,6 +751,7 @@ class Scores(_Streaming):
   label_counts: jax.Array
   confusion: jax.Array | None
   num_classes: int
+  _sums_log_loss = True  # (a class constant, not a field)
 
   @classmethod
   def empty(cls, num_classes: int, *, confusion: bool = False, dtype: Any = jnp.float32) -> Scores:
@@ -1134,6 +1141,7 @@ class Calibration(_Streaming):
   bins: FixedBins
   scores: Scores
   records: Records | None
+  _sums_log_loss = True  # (a class constant, not a field)
 
   @classmethod
   def empty(
