@@ -284,7 +284,7 @@ def test_version_and_the_method_list_of_the_help(capsys, monkeypatch):
   monkeypatch.setattr(importlib.metadata, "version", no_metadata)
   with pytest.raises(SystemExit) as e:
     cli.main(["--version"])
-  assert capsys.readouterr().out.strip() == f"jaxcal {__version__}"
+  assert e.value.code == 0 and capsys.readouterr().out.strip() == f"jaxcal {__version__}"
 
 
 def test_integer_options_take_their_minimum():
