@@ -278,6 +278,36 @@ def test_weights_and_targets_of_extreme_relative_size_give_the_float64_fit():
     np.testing.assert_allclose(got, pav_reference(xs, yb), rtol=1e-12)
 
 
+def test_targets_near_the_largest_float_fit_finite_values_not_inf():
+  # unweighted block sums of y overflowed: ten float32 targets near 3e38 (five 3e38
+  # before five 2e38) fitted to inf everywhere, finite input and a silently wrong fit
+  x = np.arange(10.0)
+  y = np.repeat([3e38, 2e38], 5)
+  want = pav_reference(x, y)  # float64: 2.5e38 everywhere
+  x32, y32 = x.astype(np.float32), y.astype(np.float32)
+  for w in (None, np.ones(10, np.float32)):
+    got = np.asarray(isotonic_regression(x32, y32, w))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(
+      np.asarray(jax.jit(isotonic_regression)(x32, y32, w)), want, rtol=1e-6
+    )
+    np.testing.assert_allclose(np.asarray(isotonic_fit(x32, y32, w).y), want, rtol=1e-6)
+  rows = np.asarray(jax.vmap(isotonic_regression)(np.stack([x32, x32]), np.stack([y32, -y32])))
+  np.testing.assert_allclose(rows, [want, pav_reference(x, -y)], rtol=1e-6)
+  # the scaling (2^-4 here) would flush a small nonzero target: refused, NaN when traced
+  tiny = y32.copy()
+  tiny[-1] = 1e-37
+  with pytest.raises(ValueError, match="y spans too wide a range for float32"):
+    isotonic_regression(x32, tiny)
+  assert np.isnan(np.asarray(jax.jit(isotonic_regression)(x32, tiny))).all()
+  # targets that need no scaling are untouched: the unscaled fit, bit for bit
+  small = np.array([1e-37, 0.0, 2e-37, 5e-38], np.float32)
+  np.testing.assert_array_equal(
+    np.asarray(isotonic_regression(np.arange(4.0, dtype=np.float32), small)),
+    np.repeat([(small[0] + small[1]) / 2, (small[2] + small[3]) / 2], 2),
+  )
+
+
 def test_subnormal_or_too_widely_spread_weights_are_refused_not_dropped():
   # XLA:CPU reads a subnormal weight as 0: its point was silently left out of the fit
   x, y = jnp.array([1.0, 2.0]), jnp.array([0.0, 5.0])

@@ -454,7 +454,7 @@ def _weight_stats(w: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
 
 
 def _prepare(x, y, weights):
-  """Validated ``(x, y, weights or None, ok)`` in their common float dtype.
+  """Validated ``(x, y 2^-k, weights or None, k, ok)`` in their common float dtype.
 
   Shapes always; values (finite; weights non-negative with a positive
   entry) in one fused reduction that raises on concrete inputs. Under a
@@ -496,22 +496,53 @@ def _prepare(x, y, weights):
       good = (low >= 0) & positive & (subnormal == 0)
       ok = good if ok is None else ok & good
   dt = _float_dtype(xa, ya, wa)
-  xa, ya = xa.astype(dt), ya.astype(dt)
-  if wa is not None:
-    wa, lost = _scaled_weights(wa.astype(dt), ya)
-    if V.is_concrete(lost):
-      if bool(lost):
-        raise ValueError(
-          f"weights span too wide a range for {dt.name}: scaled down so that the sums of "
-          "weights x y stay finite, their smallest positive entries become 0; rescale y or "
-          "compute in float64 (jax.enable_x64)"
-        )
-    else:
-      ok = ~lost if ok is None else ok & ~lost
-  return xa, ya, wa, ok
+  xa = xa.astype(dt)
+  ya, wa, k, lost_y, lost_w = _scaled(ya.astype(dt), None if wa is None else wa.astype(dt))
+  if V.is_concrete(lost_y):
+    if bool(lost_y):
+      raise ValueError(
+        f"y spans too wide a range for {dt.name}: scaled down by 2^k so that the block sums "
+        "of y stay finite, its smallest nonzero entries become 0 (or subnormal); rescale y "
+        "or compute in float64 (jax.enable_x64)"
+      )
+    if bool(lost_w):
+      raise ValueError(
+        f"weights span too wide a range for {dt.name}: scaled down so that the sums of "
+        "weights x y stay finite, their smallest positive entries become 0; rescale y or "
+        "compute in float64 (jax.enable_x64)"
+      )
+  else:
+    good = ~(lost_y | lost_w)
+    ok = good if ok is None else ok & good
+  return xa, ya, wa, k, ok
 
 
 @jax.jit
+def _scaled(y: jax.Array, w: jax.Array | None):
+  """``(y 2^-k, w 2^j, k, lost_y, lost_w)``: the targets and weights scaled by powers of two
+  so that the block sums of the fit stay finite.
+
+  ``k >= 0`` is the smallest with ``n max |y| 2^-k`` below a quarter of the
+  dtype's largest value (``k = 0``, no change, for any ``|y|`` below ~1e30
+  in float32), and the fitted values are scaled back by ``2^k``: the fit is
+  equivariant to ``y``'s scale, and powers of two scale exactly. (Without
+  it, ten float32 targets near 3e38 fitted to ``inf``.) The weights are then
+  scaled as in :func:`_scaled_weights` (``w`` None: unit weights, ``j = 0``).
+  ``lost_y``: a nonzero target fell below the smallest normal number in the
+  scaling (XLA:CPU reads it as 0); ``lost_w``: likewise a positive weight.
+  """
+  big = jnp.finfo(y.dtype).max
+  limit = big / (4.0 * y.shape[0])
+  k = jnp.maximum(jnp.frexp(jnp.max(jnp.abs(y)))[1] - jnp.frexp(limit)[1] + 1, 0)
+  scaled = jnp.ldexp(y, -k)
+  tiny = jnp.finfo(y.dtype).smallest_normal
+  lost_y = jnp.any((jnp.abs(y) >= tiny) & ~(jnp.abs(scaled) >= tiny))
+  if w is None:
+    return scaled, None, k, lost_y, jnp.zeros((), bool)
+  w, lost_w = _scaled_weights(w, scaled)
+  return scaled, w, k, lost_y, lost_w
+
+
 def _scaled_weights(w: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   """``(w * 2^k, lost)``: the weights scaled by a power of two so that ``n max w max(1, |y|)``
   stays below a quarter of the dtype's largest value (``k = 0`` when it already does).
@@ -530,14 +561,14 @@ def _scaled_weights(w: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 @jax.jit
-def _jit_fitted(x, y, w):
-  return _core(x, y, w).fitted
+def _jit_fitted(x, y, w, k):
+  return jnp.ldexp(_core(x, y, w).fitted, k)
 
 
 @jax.jit
-def _jit_step(x, y, w):
+def _jit_step(x, y, w, k):
   core = _core(x, y, w)
-  return IsotonicFit(core.sorted_x, core.sorted_fit)
+  return IsotonicFit(core.sorted_x, jnp.ldexp(core.sorted_fit, k))
 
 
 def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -> jax.Array:
@@ -573,8 +604,10 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
     ValueError: wrong shapes, non-finite values, negative or all-zero weights,
       positive weights below the dtype's smallest normal number (XLA reads them
       as 0), or weights spanning so wide a range that keeping the sums of
-      ``weights * y`` finite would round the smallest to 0 (values: on concrete
-      inputs; traced ones give NaN).
+      ``weights * y`` finite would round the smallest to 0, or targets so large
+      (``n max |y|`` near the dtype's largest value) that scaling them to keep
+      the block sums finite would flush the smallest nonzero ones (values: on
+      concrete inputs; traced ones give NaN).
 
   Example:
     >>> import jax.numpy as jnp
@@ -592,8 +625,8 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
   """
   from jaxcal._src import validation as V
 
-  xa, ya, wa, ok = _prepare(x, y, weights)
-  return V.fold(_jit_fitted(xa, ya, wa), ok)
+  xa, ya, wa, k, ok = _prepare(x, y, weights)
+  return V.fold(_jit_fitted(xa, ya, wa, k), ok)
 
 
 def isotonic_fit_sorted(x: jax.Array, y: jax.Array, weights: jax.Array | None = None) -> _Core:
@@ -650,8 +683,8 @@ def isotonic_fit(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -
   """
   from jaxcal._src import validation as V
 
-  xa, ya, wa, ok = _prepare(x, y, weights)
-  return V.fold(_jit_step(xa, ya, wa), ok)
+  xa, ya, wa, k, ok = _prepare(x, y, weights)
+  return V.fold(_jit_step(xa, ya, wa, k), ok)
 
 
 def predict_unchecked(fit: IsotonicFit, t: jax.Array) -> jax.Array:
