@@ -96,6 +96,30 @@ def test_bca_matches_a_numpy_jackknife_reference():
   assert float(p.lo) != pytest.approx(float(r.lo), rel=1e-3)
 
 
+def test_intervals_and_sd_do_not_depend_on_the_scale_of_the_statistic():
+  # float32 BCa cubed the jackknife deviations unscaled: a statistic of size 1e15
+  # overflowed them and one of 1e-12 underflowed them to 0/0, a NaN interval; the
+  # normal interval's sd overflowed for samples of size 1e36 and was 0 at 1e-20
+  x = jnp.asarray(np.random.default_rng(0).exponential(size=40), jnp.float32)
+  key = jax.random.key(1)
+  xs = np.asarray(x, np.float64)
+  idx = np.asarray(BS.resample_indices(key, 40, 300))
+  jack = np.array([np.delete(xs, i).mean() for i in range(40)])
+  for scale in (1e-20, 1e-12, 1.0, 1e15, 1e30):
+    stat = lambda v, c=scale: jnp.mean(v) * c
+    r = BS.bootstrap(key, stat, x, num_resamples=300, method="bca", jackknife_groups=40)
+    lo, hi = ref_interval(
+      xs.mean() * scale, xs[idx].mean(1) * scale, "bca", 0.95, ref_acceleration(jack * scale)
+    )
+    assert (float(r.lo), float(r.hi)) == pytest.approx((lo, hi), rel=2e-4)
+    assert float(r.sd) == pytest.approx(np.std(xs[idx].mean(1) * scale, ddof=1), rel=1e-4)
+  for scale in (1e-20, 1e36):
+    samples = (np.float32([1.0, 1.5, 2.0, 0.5]) * np.float32(scale)).astype(np.float32)
+    lo, hi = BS.interval(np.float32(scale), samples, "normal")
+    want = ref_interval(scale, samples.astype(np.float64), "normal", 0.95)
+    assert (float(lo), float(hi)) == pytest.approx(want, rel=1e-5)
+
+
 def test_bca_of_two_independent_samples_matches_the_multi_sample_acceleration():
   # the jackknife values of each sample with the other kept whole (ref_acceleration)
   rng = np.random.default_rng(2)
