@@ -240,6 +240,26 @@ def test_tight_clusters_far_from_the_mean_keep_their_distances():
     np.testing.assert_allclose(float(got.lce), want[0], rtol=rtol, err_msg=str(g))
 
 
+def test_one_outlying_feature_row_leaves_the_other_distances_exact():
+  # the features were centred on their mean, which one row at 1e10 moved by 3e7: every
+  # other distance became rounding noise (LCE 8 %, MLCE 18 % off float64; 2 % at 1e6).
+  # Centred on the median, the inliers' distances are those of the data without it
+  rng = np.random.default_rng(2)
+  p = rng.dirichlet(np.ones(3), 300).astype(np.float32)
+  p /= p.sum(1, keepdims=True)
+  y = rng.integers(0, 3, 300)
+  base = rng.normal(size=(300, 4))
+  for far in (1e6, 1e10, 1e15):
+    phi = np.vstack([base[:-1], [[far, 0.0, 0.0, 0.0]]]).astype(np.float32)
+    got = lce(p, y, phi, num_bins=5, min_bin_size=10, bandwidth=1.0, **BLOCKS)
+    want = lce_ref(p, y, phi, 5, 10, 1.0)
+    np.testing.assert_allclose([float(got.lce), float(got.mlce)], want, rtol=1e-4, err_msg=far)
+    t = np.eye(3)[y[:40]]
+    nw = nadaraya_watson(phi[-40:], t.astype(np.float32), 1.0)
+    want = nw_ref(phi[-40:].astype(np.float64), t, 1.0)
+    np.testing.assert_allclose(np.asarray(nw)[:-1], want[:-1], atol=1e-5, err_msg=far)
+
+
 def test_bin_of_exactly_min_bin_size_is_skipped():
   # 2 classes; p[:, 0] puts exactly 20 samples in the bin (0.6, 2/3] and 30 in (1/15*14, 1]
   rng = np.random.default_rng(1)

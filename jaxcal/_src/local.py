@@ -18,7 +18,7 @@ only the candidate blocks that overlap the bins of its anchors are visited
 the kernel between anchors and candidates is masked to equal bins. Memory is
 ``O(block_size * candidate_block + n * D)``; work is ``O(sum_b |b|^2 D)`` plus
 the block rounding, never ``n^2`` beyond one bin. Squared distances use
-``|a|^2 + |b|^2 - 2 a.b`` on mean-centred features (one matmul per block),
+``|a|^2 + |b|^2 - 2 a.b`` on median-centred features (one matmul per block),
 clamped at 0. The anchor's own distance is rounding noise in that form
 (about ``eps ||phi||^2``), which a small bandwidth would turn into a kernel
 of 0 and an error of 0: its kernel is set to exactly 1, in the candidate
@@ -50,6 +50,7 @@ __all__ = [
   "nadaraya_watson",
   "gaussian_log_kernel",
   "squared_distances",
+  "feature_centre",
   "MLCE_MODES",
 ]
 
@@ -114,6 +115,44 @@ def squared_distances(
     copy = (a_sq[:, None] == b_sq[None, :]) & (d2 <= snap * norms)
     return jnp.where(copy, 0.0, jnp.maximum(d2, 0.0))
   return jnp.maximum(d2, 0.0)
+
+
+def feature_centre(f: jax.Array, keep: jax.Array | None = None) -> jax.Array:
+  """The per-feature median of the rows (of those with ``keep``), the point features are centred on.
+
+  .. math::
+    c_d = \\operatorname{median}_{i : \\text{keep}_i} \\phi_{id}
+
+  :func:`squared_distances` resolves a distance only to a few ``eps (|a -
+  c|^2 + |b - c|^2)``, so the centre must sit among the data, not be pulled
+  away by a few outlying rows: with the mean, one feature row at ``1e10``
+  among 299 standard-normal ones moved ``c`` by ``3e7`` and every other
+  distance was rounding noise (LCE 8 % and MLCE 18 % off float64); the median
+  does not move. Distances do not depend on ``c``, so no gradient flows
+  through it (``stop_gradient``).
+
+  Args:
+    f: ``(n, D)`` features.
+    keep: optional ``(n,)`` bool, the rows to take the median of (all: ``None``).
+
+  Returns:
+    ``(1, D)`` the centre (0 when no row is kept).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> feature_centre(jnp.array([[0.0], [1.0], [2.0], [1e10]])).tolist()
+    [[1.5]]
+  """
+  n = f.shape[0]
+  if keep is None:
+    srt, k = jnp.sort(f, axis=0), n
+  else:
+    srt = jnp.sort(jnp.where(keep[:, None], f, jnp.inf), axis=0)  # kept rows first
+    k = jnp.sum(keep, dtype=jnp.int32)
+  lo = srt[jnp.clip((k - 1) // 2, 0, n - 1)]
+  hi = srt[jnp.clip(k // 2, 0, n - 1)]
+  centre = jnp.where(k > 0, lo + (hi - lo) / 2, 0.0)
+  return jax.lax.stop_gradient(centre[None, :])
 
 
 def gaussian_log_kernel(
@@ -282,7 +321,7 @@ def _nw_core(f, t, bandwidth, *, include_self=False, mask=None, queries=None):
   scale = _overflow_scale(amax, f.shape[1], f.dtype)
   f = f / scale
   bandwidth = _scaled_bandwidth(bandwidth, scale, f.dtype)
-  centre = jnp.mean(f, axis=0, keepdims=True)
+  centre = feature_centre(f)
   f = f - centre
   q = f if queries is None else queries / scale - centre
   logk = gaussian_log_kernel(q, f, bandwidth)
@@ -424,9 +463,7 @@ def _lce_core(
   scale = _overflow_scale(amax, feats.shape[1], dtype)
   feats = feats / scale
   bandwidth = _scaled_bandwidth(bandwidth, scale, dtype)
-  centre = jnp.sum(jnp.where(keep[:, None], feats, 0.0), axis=0) / jnp.maximum(
-    jnp.sum(keep), 1
-  ).astype(dtype)
+  centre = feature_centre(feats, keep)
   feats = jnp.where(keep[:, None], feats - centre, 0.0)  # absent rows: 0, never NaN
   sq = jnp.sum(feats * feats, axis=1)
   resid = jnp.where(keep[:, None], p - jax.nn.one_hot(y, num_classes, dtype=dtype), 0.0)

@@ -67,7 +67,7 @@ from flax import nnx
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.local import _nw_core, gaussian_log_kernel
+from jaxcal._src.local import _nw_core, feature_centre, gaussian_log_kernel
 from jaxcal._src.numerics import PRECISION, map_batches
 from jaxcal._src.paths import atomic_file, output_folder
 from jaxcal._src.recal.base import (
@@ -516,7 +516,7 @@ def _kernel_predict(q, mem, onehot, bandwidth, floor, chunk=2048):
   A class without memory points gets one pseudo-point of weight ``floor``
   (exactly nothing changes when every class has memory points).
   """
-  centre = jnp.mean(mem, axis=0, keepdims=True)
+  centre = feature_centre(mem)
   mem = mem - centre
   mem_sq = jnp.sum(mem * mem, axis=1)
   absent = jnp.where(jnp.sum(onehot, axis=0) == 0, jnp.asarray(floor, onehot.dtype), 0)
