@@ -441,6 +441,41 @@ def test_empty_state_raises_eagerly_and_gives_nan_under_jit():
     assert float(eager[k]) == pytest.approx(float(one[k])), k
 
 
+def test_more_samples_than_int32_counts_hold_raise_eagerly_and_give_nan_under_jit():
+  # the int32 sample count wrapped past 2^31 - 1: two merges of 2^30 samples gave a
+  # count of -2^31 and Brier -0.18 (for 0.18), ConfECE -0.30 (for 0.30), no error
+  import dataclasses
+
+  from jaxcal._src.streaming import MAX_COUNT
+
+  p, y = np.array([[0.3, 0.7]], np.float32), np.array([1])
+  s = streaming.Scores.empty(2).update(p, y)
+  f = streaming.FixedBins.empty(2, num_bins=15).update(p, y)
+  for _ in range(30):  # 2^30 copies of the sample, by the public merge
+    s, f = s.merge(s), f.merge(f)
+  assert int(s.count) == 2**30
+  assert float(s.compute()["brier"]) == pytest.approx(0.18, rel=1e-6)
+  assert float(f.compute()["conf_ece"]) == pytest.approx(0.3, rel=1e-6)
+  full = lambda st: dataclasses.replace(st, count=jnp.int32(MAX_COUNT))
+  too_many = {
+    "merge": (s.merge(s), f.merge(f)),  # 2^31
+    "update": (full(s).update(p, y), full(f).update(p, y)),  # 2^31 - 1 + 1
+    "sticky": (s.merge(s).merge(s), f.merge(f).update(p, y)),  # no wrap back to >= 0
+  }
+  for how, (s2, f2) in too_many.items():
+    assert int(s2.count) < 0 and int(f2.count) < 0, how
+    for st in (s2, f2):
+      with pytest.raises(ValueError, match=r"more than 2\^31 - 1 = 2,147,483,647 samples"):
+        st.compute()
+    assert np.isnan(jax.jit(lambda st: st.compute()["brier"])(s2)), how
+    assert np.isnan(jax.jit(lambda st: st.compute()["conf_ece"])(f2)), how
+    rel = f2.reliability(15)
+    assert np.all(np.asarray(rel.counts) == -1) and np.all(np.isnan(np.asarray(rel.accuracy)))
+  # a merge that ends exactly at the limit is still exact
+  top = full(s).merge(streaming.Scores.empty(2))
+  assert int(top.count) == MAX_COUNT and np.isfinite(float(top.compute()["brier"]))
+
+
 def test_invalid_batches_under_jit_poison_every_output():
   """A batch that fails the traced check is counted; every output is NaN (counts -1)."""
   p, y = np.full((4, 3), 1 / 3, np.float32), np.zeros(4, np.int32)

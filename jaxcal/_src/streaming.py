@@ -39,7 +39,9 @@ What streams, and how exactly:
 * :class:`Calibration` -- the three together, what a training loop logs.
 
 "Exactly" means: counts are int32 and bitwise equal to the one-shot
-counts under any batching and any merge order; sums are compensated float
+counts under any batching and any merge order (up to 2^31 - 1 samples per
+state, :data:`MAX_COUNT`: an update or merge past it marks the state
+overflowed, and ``compute`` raises, or gives NaN under ``jit``); sums are compensated float
 pairs (``hi + lo``, Knuth's TwoSum), equal to the one-shot sums up to float
 rounding of the sums themselves (the one-shot metric rounds too; both are
 within a few ulps of a float64 computation). A float32 batch's fixed-bin
@@ -74,7 +76,9 @@ round trip inside ``jit``).
 Devices and hosts: :class:`FixedBins` and :class:`Scores` are sums of their
 leaves, so ``jax.lax.psum(state, axis)`` inside ``shard_map`` merges the
 devices' states (the compensation terms are summed as they are: one extra
-rounding per summand). A :class:`Records` state is gathered with
+rounding per summand; a ``psum`` adds the counts without the overflow
+check, so a total past 2^31 - 1 is caught only where it wraps to a negative
+count). A :class:`Records` state is gathered with
 ``jax.lax.all_gather(state, axis)`` and then ``.reduce()``-d. Across
 ``jax.distributed`` processes, :func:`merge_across_processes` gathers every
 process's state and merges them in process order, so every host computes
@@ -225,16 +229,40 @@ def _num_classes(num_classes: Any) -> int:
   return V.check_int(num_classes, "num_classes", 2)
 
 
+#: The most samples a :class:`FixedBins` or :class:`Scores` state counts (its int32 counts).
+MAX_COUNT = 2**31 - 1
+
+
+def _add_count(a: jax.Array, b: jax.Array) -> jax.Array:
+  """``a + b`` for int32 sample counts, ``-1`` (and ``-1`` ever after) past :data:`MAX_COUNT`.
+
+  The counts are int32 (exact, and the same under x64); a sum past ``2^31 -
+  1`` wrapped to a negative count, and ``compute`` returned negative errors
+  and scores (two merges of 2^30 samples: Brier -0.18 for 0.18). A state
+  whose count is negative has overflowed: ``compute`` raises eagerly and
+  gives NaN under ``jit``.
+  """
+  total = a + b
+  return jnp.where((a < 0) | (b < 0) | (total < a), jnp.int32(-1), total)
+
+
 def _checked_state(count: jax.Array, invalid: jax.Array, what: str) -> None:
-  """Eager ``compute`` of a concrete state: raises when it has seen no sample.
+  """Eager ``compute`` of a concrete state: raises when it has seen no sample, or too many.
 
   One read of two scalars. A poisoned state (``invalid > 0``) does not
-  raise: its results are NaN, whatever the count. A traced state (inside
-  ``jit``) is not read: its results are NaN when empty or poisoned.
+  raise for being empty: its results are NaN, whatever the count. A traced
+  state (inside ``jit``) is not read: its results are NaN when empty,
+  overflowed or poisoned.
   """
   if not V.is_concrete(count, invalid):
     return
   count, invalid = jax.device_get((count, invalid))
+  if int(count) < 0:
+    raise ValueError(
+      f"{what} has seen more than 2^31 - 1 = {MAX_COUNT:,} samples, more than its int32 "
+      "counts hold: keep one state per part of the stream below that and combine the parts' "
+      "metrics, weighted by their sample counts"
+    )
   if int(invalid) == 0 and int(count) == 0:
     raise ValueError(
       f"{what} is empty: it has seen no sample (never updated, or every sample was masked "
@@ -540,7 +568,7 @@ class FixedBins(_Streaming):
       cw = (hi, lo, self.cw_n + cnt)
     return dataclasses.replace(
       self,
-      count=self.count + jnp.sum(w, dtype=jnp.int32),
+      count=_add_count(self.count, jnp.sum(w, dtype=jnp.int32)),
       invalid=self.invalid + bad,
       correct=self.correct + jnp.sum(z, dtype=jnp.int32),
       conf_hi=conf_hi,
@@ -598,7 +626,7 @@ class FixedBins(_Streaming):
       per = jnp.sum(jnp.where(cn > 0, jnp.abs(cum), 0.0), axis=-1) / n
       nonempty = jnp.maximum(jnp.sum(cn > 0, axis=-1), 1).astype(per.dtype)  # K_c
       out["ecce"] = jnp.sum(per / nonempty * w, axis=-1).reshape(shape)
-    ok = self.invalid == 0
+    ok = (self.invalid == 0) & (self.count >= 0)
     return {k: V.fold(v, ok) for k, v in out.items()}
 
   def reliability(self, num_bins: int) -> ReliabilityStats:
@@ -610,8 +638,8 @@ class FixedBins(_Streaming):
     Returns:
       :class:`~jaxcal.metrics.ReliabilityStats` of ``(num_bins,)`` arrays, as
       ``metrics.reliability_stats(probs, labels, num_bins, "fixed")``; when
-      a batch updated under ``jit`` was invalid, NaN confidences and
-      accuracies and counts of -1.
+      a batch updated under ``jit`` was invalid, or the state has seen more
+      than 2^31 - 1 samples, NaN confidences and accuracies and counts of -1.
 
     Raises:
       ValueError: ``num_bins`` is not one of the state's bin counts.
@@ -634,7 +662,7 @@ class FixedBins(_Streaming):
     safe = jnp.maximum(cnt, 1).astype(dt)
     acc = jnp.where(cnt > 0, hits.astype(dt) / safe, 0.0)
     conf = jnp.where(cnt > 0, (resid + hits.astype(dt)) / safe, 0.0)
-    ok = self.invalid == 0
+    ok = (self.invalid == 0) & (self.count >= 0)
     conf, acc = V.fold((conf, acc), ok)
     edges = jnp.arange(num_bins + 1, dtype=dt) / num_bins
     return ReliabilityStats(jnp.where(ok, cnt, -1), conf, acc, edges[:-1], edges[1:])
@@ -679,6 +707,7 @@ def _merge_sums(a: Any, b: Any, pairs: tuple[tuple[str, str], ...]) -> Any:
     if getattr(a, hi) is not None:
       pair_a, pair_b = (getattr(a, hi), getattr(a, lo)), (getattr(b, hi), getattr(b, lo))
       fixes[hi], fixes[lo] = _add_pairs(pair_a, pair_b)
+  fixes["count"] = _add_count(a.count, b.count)
   return dataclasses.replace(jax.tree.map(jnp.add, a, b), **fixes)
 
 
@@ -789,7 +818,7 @@ class Scores(_Streaming):
       confusion = confusion + jax.ops.segment_sum(wi, y * c + r, c * c).reshape(c, c)
     return dataclasses.replace(
       self,
-      count=self.count + jnp.sum(wi, dtype=jnp.int32),
+      count=_add_count(self.count, jnp.sum(wi, dtype=jnp.int32)),
       invalid=self.invalid + bad,
       correct=self.correct + jnp.sum(hit, dtype=jnp.int32),
       hi=hi,
@@ -828,7 +857,7 @@ class Scores(_Streaming):
     out["accuracy"] = acc
     out["classification_error"] = 1.0 - acc
     out["label_frequencies"] = self.label_counts.astype(n.dtype) / n
-    ok = self.invalid == 0
+    ok = (self.invalid == 0) & (self.count >= 0)
     out = {k: V.fold(v, ok) for k, v in out.items()}
     if self.confusion is not None:
       out["confusion"] = jnp.where(ok, self.confusion, -1)  # int counts: no NaN
