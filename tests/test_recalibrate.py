@@ -1065,6 +1065,23 @@ def test_public_train_module_reexports_private_one():
 # ----------------------------------------------------------- the contract's helpers
 
 
+def test_a_linear_fit_that_diverges_on_finite_logits_raises_instead_of_returning_nan():
+  # one calibration row with a logit of 1e20 made vector, matrix and Dirichlet
+  # scaling fit NaN parameters (every prediction NaN) behind only a convergence warning
+  rng = np.random.default_rng(6)
+  z = (rng.normal(size=(60, 3)) * 3).astype(np.float32)
+  y = rng.integers(0, 3, 60)
+  z[0] = [1e20, 0.0, 0.0]
+  for method, what in (("vector", "logit"), ("matrix", "logit"), ("dirichlet", "log-probability")):
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", RuntimeWarning)
+      with pytest.raises(ValueError, match=rf"{method} scaling diverged: .* \|{what}\| is 1e\+20"):
+        R.fit(method, z, y)
+  z[0] = [3.0, 0.0, 0.0]  # the same data with an ordinary row: a finite fit, no error
+  rc = R.fit("vector", z, y)
+  assert np.isfinite(np.asarray(rc.weight)).all() and np.isfinite(np.asarray(rc(z))).all()
+
+
 def test_prepare_fit_names_at_most_ten_missing_classes():
   from jaxcal._src.recal.base import prepare_fit
 
