@@ -534,7 +534,7 @@ def _scaled(y: jax.Array, w: jax.Array | None):
   big = jnp.finfo(y.dtype).max
   limit = big / (4.0 * y.shape[0])
   k = jnp.maximum(jnp.frexp(jnp.max(jnp.abs(y)))[1] - jnp.frexp(limit)[1] + 1, 0)
-  scaled = jnp.ldexp(y, -k)
+  scaled = y * _pow2(-k, y.dtype)  # 2^-k >= 2^-(log2(n) + 4): a normal number, exact product
   tiny = jnp.finfo(y.dtype).smallest_normal
   lost_y = jnp.any((jnp.abs(y) >= tiny) & ~(jnp.abs(scaled) >= tiny))
   if w is None:
@@ -560,15 +560,21 @@ def _scaled_weights(w: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   return scaled, jnp.any((w > 0) & ~(scaled > 0))
 
 
+def _pow2(k: jax.Array, dtype: jnp.dtype) -> jax.Array:
+  """``2^k`` as a scalar of ``dtype`` (a product with it is exact where the result is normal)."""
+  return jnp.ldexp(jnp.ones((), dtype), k)
+
+
 @jax.jit
 def _jit_fitted(x, y, w, k):
-  return jnp.ldexp(_core(x, y, w).fitted, k)
+  fitted = _core(x, y, w).fitted
+  return fitted * _pow2(k, fitted.dtype)
 
 
 @jax.jit
 def _jit_step(x, y, w, k):
   core = _core(x, y, w)
-  return IsotonicFit(core.sorted_x, jnp.ldexp(core.sorted_fit, k))
+  return IsotonicFit(core.sorted_x, core.sorted_fit * _pow2(k, core.sorted_fit.dtype))
 
 
 def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -> jax.Array:
