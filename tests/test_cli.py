@@ -29,7 +29,19 @@ def small_file(tmp_path_factory):
   return path
 
 
-def test_report_text_json_and_figures(small_file, tmp_path, capsys):
+def test_report_text_json_and_figures(small_file, tmp_path, capsys, monkeypatch):
+  from jaxcal._src import report
+
+  calls = []
+
+  def recording(*args, **kwargs):  # the report of the first call, reused by the second
+    calls.append(kwargs)
+    if len(calls) == 1:
+      calls.append(compute(*args, **kwargs))
+    return json.loads(json.dumps(calls[1]))
+
+  compute = report.calibration_report
+  monkeypatch.setattr(report, "calibration_report", recording)
   out = tmp_path / "rep"
   argv = ["report", str(small_file), "--out", str(out), "--utilities", "32", "--resamples", "10"]
   assert cli.main(argv + ["--figures", "png,svg"]) == 0
@@ -47,9 +59,12 @@ def test_report_text_json_and_figures(small_file, tmp_path, capsys):
   for name in ("reliability", "bin_robustness", "utility_ecdf"):
     assert (out / f"{name}.png").stat().st_size > 10_000
     assert (out / f"{name}.svg").exists()
-  # --format md prints every section as markdown tables; --figures "" draws none
+  # --format md prints every section as markdown tables; --figures "" draws none. The
+  # output options only change how the report is written: the same computation's report
+  # (the same settings) is written again, not computed again (9 s at the suite's -O0)
   argv[argv.index(str(out))] = str(tmp_path / "md")
   assert cli.main(argv + ["--format", "md", "--figures", ""]) == 0
+  assert len(calls) == 3 and calls[2] == calls[0]
   assert sorted(p.name for p in (tmp_path / "md").iterdir()) == ["report.json"]
   text = capsys.readouterr().out
   assert "report.json in" in text and "figures" not in text
