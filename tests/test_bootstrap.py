@@ -359,6 +359,31 @@ def test_bad_input(args, kwargs, exc, msg):
     BS.bootstrap(jax.random.key(0), jnp.mean, *args, **kwargs)
 
 
+def test_integers_that_int32_cannot_hold_are_refused_not_wrapped():
+  # without x64 jnp.asarray wrapped int64 to int32: a label 2**32 + 1 became 1 and
+  # the bootstrap of conf_ece gave the error of another data set, no NaN, no error
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(4), 50).astype(np.float32)
+  y = rng.integers(0, 4, 50)
+  bad = y.copy()
+  bad[3] = 2**32 + 1
+  with pytest.raises(
+    ValueError, match=r"array 1 holds int64 values that int32 cannot hold \(entry 3 = 4294967297\)"
+  ):
+    BS.bootstrap(jax.random.key(0), metrics.conf_ece, p, bad, num_resamples=4)
+  big = np.array([[1, 2**32]], np.uint64)
+  with pytest.raises(
+    ValueError, match=r"array 0 holds uint64 values .* \(entry \(0, 1\) = 4294967296\)"
+  ):
+    BS.bootstrap(jax.random.key(0), jnp.sum, big, num_resamples=4, sample_axis=1)
+  # int64 data that int32 holds are used as they are
+  r = BS.bootstrap(jax.random.key(0), metrics.conf_ece, p, y.astype(np.int64), num_resamples=4)
+  assert float(r.estimate) == float(metrics.conf_ece(p, y))
+  with jax.enable_x64(True):  # x64 keeps int64: nothing to refuse
+    r = BS.bootstrap(jax.random.key(0), jnp.max, np.array([2**40, 1]), num_resamples=4)
+    assert int(r.estimate) == 2**40
+
+
 def test_fn_must_be_callable_and_inputs_are_not_modified():
   with pytest.raises(TypeError, match="fn must be callable"):
     BS.bootstrap(jax.random.key(0), 3, np.zeros(3))

@@ -512,7 +512,11 @@ def bootstrap(
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
   confidence = _check_confidence(confidence)
   jackknife_groups = V.check_int(jackknife_groups, "jackknife_groups", 2)
-  arrs = [jnp.asarray(V._array(a, f"bootstrap data array {i}")) for i, a in enumerate(arrays)]
+  arrs = [
+    jnp.asarray(V.exact_on_device(V._array(a, name), name))
+    for i, a in enumerate(arrays)
+    for name in (f"bootstrap data array {i}",)
+  ]
   if isinstance(sample_axis, bool | np.bool_) or not isinstance(
     sample_axis, int | np.integer | Sequence
   ):

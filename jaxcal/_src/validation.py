@@ -1066,6 +1066,53 @@ def _borrowed_rows(a: np.ndarray) -> RowBlocks | None:
   return RowBlocks(tuple(parts))
 
 
+def exact_on_device(a: Any, name: str) -> Any:
+  """A numpy integer array JAX would narrow (int64, uint64 without x64), checked to survive it.
+
+  Without ``jax_enable_x64``, ``jnp.asarray`` casts int64 to int32 and uint64
+  to uint32 by wrapping: ``2**32 + 1`` became 1, a plausible value
+  (``bootstrap`` of labels gave the error of a different data set). One host
+  pass over the caller's numpy array (no device transfer); anything else is
+  returned as it is.
+
+  Args:
+    a: an array (numpy arrays are checked).
+    name: the argument's name in the error message.
+
+  Returns:
+    ``a``, unchanged.
+
+  Raises:
+    ValueError: an entry outside the range of the 32-bit type JAX would
+      store it in.
+
+  Example:
+    >>> import numpy as np
+    >>> exact_on_device(np.array([1, 2], np.int64), "x").tolist()
+    [1, 2]
+  """
+  if (
+    not isinstance(a, np.ndarray)
+    or a.dtype.kind not in "iu"
+    or a.dtype.itemsize <= 4
+    or not a.size
+    or jax.config.jax_enable_x64
+  ):
+    return a
+  info = np.iinfo(np.int32 if a.dtype.kind == "i" else np.uint32)
+  lo, hi = a.min(), a.max()
+  if lo < info.min or hi > info.max:
+    bad = int(np.argmax((a < info.min) | (a > info.max)))
+    at = tuple(int(i) for i in np.unravel_index(bad, a.shape))
+    raise ValueError(
+      f"{name} holds {a.dtype.name} values that {info.dtype.name} cannot hold (entry "
+      f"{at[0] if len(at) == 1 else at} = {a.flat[bad]}), and without jax_enable_x64 JAX "
+      f"stores it as {info.dtype.name}, wrapping them to other values; enable x64 "
+      "(jax.config.update('jax_enable_x64', True)) or map the values into that range"
+    )
+  return a
+
+
 def as_float(x: Any, name: str = "input") -> jax.Array:
   """Converts to a floating JAX array of at least float32 (never in place).
 
