@@ -903,6 +903,53 @@ def test_load_rejects_forged_headers_dtypes_and_shapes(tmp_path):
       R.load(tmp_path / f"{name}.npz")
 
 
+def test_load_rejects_values_that_no_fit_writes(fitted, tmp_path):
+  """A file whose arrays have the right dtype and shape but impossible values.
+
+  A temperature of -1 loaded and predicted ``softmax(-z)`` (valid-looking
+  rows, the top class never the input's), ensemble weights of ``[1, 1, 1]``
+  rows that sum to 3, and reversed isotonic knots shifted predictions by 0.67.
+  """
+  cases = {
+    "temperature": (
+      "temperature",
+      np.float32(-1.0),
+      r"temperature must be finite and > 0 \(found -1\)",
+    ),
+    "ensemble_temperature": (
+      "weights",
+      np.ones(3, np.float32),
+      "weights must be >= 0 and summing to 1",
+    ),
+    "isotonic": ("x", lambda a: a[:, ::-1].copy(), "x must be non-decreasing along its last axis"),
+    "histogram": ("values", lambda a: a + 1.0, r"values must be in \[0, 1\] \(found 1\."),
+  }
+  fits = {m: fitted[m] if m in fitted else R.fit(m, *_synthetic(n=200)) for m in cases}
+  for method, (field, value, match) in cases.items():
+    good = tmp_path / f"{method}.npz"
+    R.save(fits[method], good)
+    with np.load(good, allow_pickle=False) as f:
+      old = f[f"a:{field}"]
+    new = value(old) if callable(value) else np.asarray(value, old.dtype)
+    for path in (tmp_path / f"bad_{method}.npz", tmp_path / f"bad_{method}.msgpack"):
+      if path.suffix == ".npz":
+        _rewrite(good, path, arrays={f"a:{field}": new})
+      else:
+        R.save(fits[method], path)
+        doc = msgpack.unpackb(path.read_bytes())
+        doc["arrays"][field]["data"] = new.tobytes()
+        path.write_bytes(msgpack.packb(doc, use_bin_type=True))
+      with pytest.raises(ValueError, match=f"{path.name}.*its {match}"):
+        R.load(path)
+  # a float field stored as another dtype that the header also claims: bool True as 1.0
+  good = tmp_path / "temperature.npz"
+  h = _header(good)
+  h["arrays"]["temperature"]["dtype"] = "|b1"
+  _rewrite(good, tmp_path / "tb.npz", header=h, arrays={"a:temperature": np.array(True)})
+  with pytest.raises(ValueError, match="its temperature is bool, not floating point"):
+    R.load(tmp_path / "tb.npz")
+
+
 def test_load_rejects_static_flags_that_are_not_booleans(tmp_path):
   """A forged ``normalize="no"`` would otherwise load and act as True."""
   good = tmp_path / "hb.npz"

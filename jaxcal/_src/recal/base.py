@@ -123,11 +123,14 @@ class Recalibrator:
   Subclasses set ``method`` (the :data:`METHODS` key), declare a static
   ``num_classes`` field, and may declare ``shapes``: each array field's shape
   in symbols (``"C"`` is ``num_classes``, other names must agree across
-  fields), checked by :func:`load`.
+  fields), checked by :func:`load`; and ``value_rules``: the
+  :data:`VALUE_RULES` each float field's values meet, also checked by
+  :func:`load`.
   """
 
   method: ClassVar[str] = ""
   shapes: ClassVar[dict[str, tuple[str | int, ...]]] = {}
+  value_rules: ClassVar[dict[str, tuple[str, ...]]] = {}
   from_logits: bool = static_field(default=True)
 
   @classmethod
@@ -726,6 +729,55 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Any) -> np.nd
     raise _bad(path, f"member {info.filename!r} is unreadable ({e})") from None
 
 
+#: What :func:`load` checks of a field named in a class's ``value_rules``
+#: (NaN entries pass every rule: a fit of bad data under ``jit`` is NaN, and
+#: loads as NaN).
+VALUE_RULES: dict[str, str] = {
+  "positive": "finite and > 0",
+  "unit": "in [0, 1]",
+  "sorted": "non-decreasing along its last axis",
+  "simplex": ">= 0 and summing to 1 along its last axis",
+}
+
+
+def _value_problem(a: np.ndarray, rules: tuple[str, ...]) -> str | None:
+  """What ``a`` (a field read from a file) breaks of ``rules``, or None."""
+  if a.dtype.kind != "f":
+    return f"is {a.dtype.name}, not floating point"
+  x = a.astype(np.float64)
+  nan = np.isnan(x)
+  for rule in rules:
+    if rule == "positive":
+      bad = ~nan & ~(np.isfinite(x) & (x > 0))
+    elif rule == "unit":
+      bad = ~nan & ~((x >= 0) & (x <= 1))
+    elif rule == "sorted":
+      bad = np.diff(x, axis=-1) < 0  # NaN differences are not < 0
+    else:  # simplex
+      total = np.sum(x, axis=-1)
+      bad = np.isfinite(total) & ((np.min(x, axis=-1) < 0) | (np.abs(total - 1) > 1e-4))
+    if np.any(bad):
+      first = x.flat[int(np.argmax(bad))] if bad.shape == x.shape else None
+      found = "" if first is None else f" (found {first:.6g})"
+      return f"must be {VALUE_RULES[rule]}{found}"
+  return None
+
+
+def _check_values(cls: type, arrays: dict[str, np.ndarray], path: Any) -> None:
+  """Refuses a file whose fields break their class's ``value_rules``.
+
+  A file with a temperature of -1 loaded and predicted ``softmax(-z)``
+  (valid-looking probabilities, the top class never the input's), ensemble
+  weights of ``[1, 1, 1]`` rows summing to 3, reversed isotonic knots shifted
+  predictions by up to 0.67: ``save`` never writes such values.
+  """
+  for field, rules in cls.value_rules.items():
+    if field in arrays:
+      problem = _value_problem(arrays[field], rules)
+      if problem:
+        raise _bad(path, f"its {field} {problem}")
+
+
 def _check_shapes(cls: type, shapes: dict[str, tuple[int, ...]], static: dict, path: Any) -> None:
   """Checks the stored array shapes against ``cls.shapes`` (``"C"`` = ``num_classes``)."""
   c = static.get("num_classes")
@@ -896,7 +948,8 @@ def _read_npz(path: Any) -> tuple[str, type, dict, dict]:
 
 
 def _rebuild(path: Any, method: str, cls: type, static: dict, arrays: dict) -> Recalibrator:
-  """The recalibrator from its checked static fields and arrays."""
+  """The recalibrator from its checked static fields and arrays (their values checked here)."""
+  _check_values(cls, arrays, path)
 
   def get(prefix: str) -> Any:
     if prefix in arrays:  # native byte order: JAX refuses big-endian numpy arrays

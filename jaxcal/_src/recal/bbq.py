@@ -103,6 +103,7 @@ class BBQ(ClasswiseRecalibrator):
 
   method = "bbq"
   shapes = {"thresholds": ("C", "K"), "values": ("C", "K1")}
+  value_rules = {"thresholds": ("sorted",), "values": ("unit",)}
   thresholds: jax.Array
   values: jax.Array
 

@@ -74,6 +74,7 @@ class HistogramBinning(ClasswiseRecalibrator):
 
   method = "histogram"
   shapes = {"thresholds": ("C", "m1"), "values": ("C", "m")}
+  value_rules = {"thresholds": ("sorted",), "values": ("unit",)}
   thresholds: jax.Array
   values: jax.Array
 
@@ -198,6 +199,7 @@ class IsotonicRecalibrator(ClasswiseRecalibrator):
 
   method = "isotonic"
   shapes = {"x": ("K", "m"), "y": ("K", "m")}
+  value_rules = {"x": ("sorted",), "y": ("unit", "sorted")}
   x: jax.Array
   y: jax.Array
   shared: bool = static_field(default=False)
@@ -307,6 +309,7 @@ class SmoothIsotonicRecalibrator(ClasswiseRecalibrator):
 
   method = "smooth_isotonic"
   shapes = {"knots_x": ("C", "k"), "knots_y": ("C", "k")}
+  value_rules = {"knots_x": ("sorted",), "knots_y": ("unit",)}
   knots_x: jax.Array
   knots_y: jax.Array
 

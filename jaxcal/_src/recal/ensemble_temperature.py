@@ -75,6 +75,7 @@ class EnsembleTemperatureScaling(Recalibrator):
 
   method = "ensemble_temperature"
   shapes = {"temperature": (), "weights": (3,), "num_iter": (), "converged": ()}
+  value_rules = {"temperature": ("positive",), "weights": ("simplex",)}
   temperature: jax.Array
   weights: jax.Array
   num_iter: jax.Array

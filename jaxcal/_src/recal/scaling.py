@@ -365,6 +365,7 @@ class TemperatureScaling(Recalibrator):
 
   method = "temperature"
   shapes = {"temperature": (), "num_iter": (), "converged": ()}
+  value_rules = {"temperature": ("positive",)}
   temperature: jax.Array
   num_iter: jax.Array
   converged: jax.Array
