@@ -524,6 +524,31 @@ def test_compare_report_ranks_models_by_their_errors(monkeypatch):
     np.testing.assert_allclose(got["with_error_rate"]["estimate"], want, atol=1e-5)
 
 
+def test_rankings_of_identical_models_say_why_they_are_nan(monkeypatch):
+  """Three models with the same predictions: every correlation is NaN (no order), and the
+  text and markdown say why instead of printing bare ``nan [nan, nan]``."""
+  from jaxcal._src import report as R
+
+  full = R._Headline
+  monkeypatch.setattr(R, "_Headline", lambda m: full(m, (("accuracy", None),)))
+  monkeypatch.setattr(R, "HEADLINE", (("accuracy", None),))  # what the formats show
+  monkeypatch.setattr(R, "RANK_ERRORS", (("ConfECE", "fixed"),))
+  rng = np.random.default_rng(1)
+  y = rng.integers(0, 3, 40)
+  x = rng.normal(size=(40, 3))
+  rep = R.compare_report({k: (x, y) for k in "abc"}, num_bins=5, rank_bins=(2, 5), resamples=0)
+  (block,) = rep["rank_stability"]
+  assert np.isnan(block["errors"]["ConfECE(fix)"]["between_bins"]["estimate"][0][1])
+  assert R.UNRANKED_NOTE in R.format_summary(rep)
+  assert R.UNRANKED_NOTE + "." in R.format_markdown(rep)
+  models = {k: (x + s * np.eye(3)[y], y) for k, s in zip("abc", (0.0, 1.0, 3.0))}
+  ranked = R.compare_report(models, num_bins=5, rank_bins=(2, 5), resamples=0)
+  assert not np.isnan(
+    ranked["rank_stability"][0]["errors"]["ConfECE(fix)"]["between_bins"]["estimate"][0][1]
+  )
+  assert R.UNRANKED_NOTE not in R.format_summary(ranked) + R.format_markdown(ranked)
+
+
 def test_nll_of_logits_is_the_log_loss_of_the_logits(monkeypatch):
   """The report's NLL of logits came from their float32 softmax: 1.0729e-6 for a
   near-perfect model's 1.0128e-6 (every label 16 above the other logits)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import platform
 import time
@@ -1132,6 +1133,22 @@ def _interval_text(rep: dict) -> str:
 
 
 #: Footnote of the rows whose estimate lies outside its own interval.
+#: Why a rank correlation between two bin counts reads ``nan``.
+UNRANKED_NOTE = (
+  "nan: at one of the two bin counts every model has the same error, so there is no order "
+  "to compare"
+)
+
+
+def _unranked(block: dict, cells: list[tuple[int, int]]) -> bool:
+  """Whether one of the ``(i, j)`` correlations shown of a ranking block is NaN (or null)."""
+  return any(
+    v is None or (isinstance(v, float) and math.isnan(v))
+    for e in block["errors"].values()
+    for v in (e["between_bins"]["estimate"][i][j] for i, j in cells)
+  )
+
+
 OUTSIDE_NOTE = (
   "† the estimate lies outside its bootstrap interval: the error's estimator is biased "
   "upward, more so on a resample (which duplicates samples), so the resampled errors lie "
@@ -1320,6 +1337,8 @@ def _compare_summary(rep: dict) -> str:
         2,
       )
       lines.append(f"    {lab:17s} {text}")
+    if _unranked(block, [(0, len(bins) - 1)]):
+      lines.append(f"    ({UNRANKED_NOTE})")
   if not rep["rank_stability"]:
     lines.append("  (no group of >= 3 models with the same n and C: no ranking comparison)")
   return "\n".join(lines)
@@ -1395,6 +1414,8 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
             )
           )
         out.append(f"| {lab} | " + " | ".join(cells) + " |")
+      if _unranked(block, [(bins.index(a), bins.index(b)) for a, b in pairs]):
+        out += ["", UNRANKED_NOTE + "."]
     return "\n".join(out) + "\n"
   inp = rep["input"]
   out = [
