@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxcal import data, metrics, scores
+from jaxcal._src.data import _load_split
 
 
 def test_default_predictions_are_the_shared_cifar_logits(cifar_dir):
@@ -101,15 +102,48 @@ def test_load_refuses_what_it_would_have_to_guess_or_distort(tmp_path):
     data.load_predictions(tmp_path / "u64.npz")
   big = z.copy()
   big[4, 1] = 1e300  # inf after the float32 cast
-  np.savez(tmp_path / "big.npz", logits=big, labels=y)
+  np.savez(tmp_path / "big.npz", scores=big, labels=y)
   with pytest.raises(ValueError, match=r"scores\[4, 1\] = 1e\+300 exceeds the float32 range"):
     data.load_predictions(tmp_path / "big.npz")
   big[4, 1] = -1e300  # -inf after the cast
-  np.savez(tmp_path / "big.npz", logits=big, labels=y)
+  np.savez(tmp_path / "big.npz", scores=big, labels=y)
   with pytest.raises(ValueError, match=r"scores\[4, 1\] = -1e\+300 exceeds the float32 range"):
     data.load_predictions(tmp_path / "big.npz")
+  # for report and sweep, logits are shifted by their row's maximum first: only a row
+  # wider than float32 is refused
+  np.savez(tmp_path / "big.npz", logits=big, labels=y)
+  with pytest.raises(ValueError, match=r"logits row 4 spans -1e\+300 to 8, wider than the float32"):
+    _load_split(tmp_path / "big.npz", "test", shift_logits=True)
+  far = z - 1e10  # rows far from 0 (float32 steps of 1024 there): shifted, exact
+  np.savez(tmp_path / "far.npz", logits=far, labels=y)
+  shifted = _load_split(tmp_path / "far.npz", "test", shift_logits=True)[0]
+  np.testing.assert_array_equal(shifted, [[-1.0, 0.0]] * 6)
+  # the public loaders give the file's values (vector scaling is not shift-invariant)
+  np.testing.assert_array_equal(
+    data.load_predictions(tmp_path / "far.npz")[0], far.astype(np.float32)
+  )
   with pytest.raises(ValueError, match="path must be a file or folder path, got None"):
     data.load_predictions(None)
+
+
+def test_float64_logits_far_from_0_keep_their_precision_in_report_and_sweep(tmp_path):
+  # jaxcal report / sweep cast float64 sequence log-likelihoods near -1e5 to float32
+  # before shifting them by their row's maximum:
+  # steps of 2^-7, the log loss off in the 5th digit; shifted in float64 first, the
+  # float32 logits give the float64 softmax to float32 rounding
+  rng = np.random.default_rng(0)
+  z = rng.normal(size=(500, 5)) * 0.01 - 1e5
+  y = rng.integers(0, 5, 500)
+  np.savez(tmp_path / "seq.npz", logits=z, labels=y)
+  x = _load_split(tmp_path / "seq.npz", "test", shift_logits=True)[0]  # report, sweep
+  p64 = np.exp(z - z.max(1, keepdims=True))
+  p64 /= p64.sum(1, keepdims=True)
+  want = -np.mean(np.log(p64[np.arange(500), y]))
+  assert float(scores.log_loss(x, y, from_logits=True)) == pytest.approx(want, rel=1e-6)
+  np.savez(tmp_path / "p.npz", probs=p64, labels=y)  # probabilities are never shifted
+  np.testing.assert_array_equal(
+    _load_split(tmp_path / "p.npz", "test", shift_logits=True)[0], p64.astype(np.float32)
+  )
 
 
 def test_load_rejects_pickle_and_bad_files(tmp_path):

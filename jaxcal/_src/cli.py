@@ -260,8 +260,12 @@ def _for_report(x, y, probs) -> tuple:
   return np.asarray(x - np.max(x, axis=1, keepdims=True), np.float32), y
 
 
-def _load(path: str | None, split: str):
+def _load(path: str | None, split: str, shift_logits: bool = False):
   """``(scores, labels, source, probs)`` of a predictions file, checked as the commands read them.
+
+  ``shift_logits``: float64 logits are shifted by each row's maximum before
+  the float32 cast (``data._load_split``), for the commands that only read
+  their softmax (``report``, ``sweep``), not ``recalibrate``.
 
   ``probs``: whether the scores are probabilities (else logits), by the
   array's name or, where that says neither, by the values
@@ -278,7 +282,7 @@ def _load(path: str | None, split: str):
       x, y = data.default_predictions(split)
     return x, y, f"embedded CIFAR-10 ResNet-110 ({split})", False  # (logits)
   with _user_input():  # data's messages name the file
-    x, y, found, kind = data._load_split(path, split)
+    x, y, found, kind = data._load_split(path, split, shift_logits)
   if kind == "probs":  # named probabilities: checked as such, never taken for logits
     try:
       V.check_probs(x, name=f"{path}: probs")
@@ -352,7 +356,7 @@ def _cmd_report(args) -> int:
       )
     loaded = {}
     for name, path in models.items():
-      x, y, _, probs = _load(path, args.split)
+      x, y, _, probs = _load(path, args.split, shift_logits=True)
       loaded[name] = _for_report(x, y, probs)
     with _user_input():  # compare_report's own checks, before its computation
       report._check_settings(
@@ -372,7 +376,7 @@ def _cmd_report(args) -> int:
     paths = report.write_report(rep, out_dir=args.out, formats=args.figures)
   else:
     path = args.predictions[0] if args.predictions else None
-    x, y, source, probs = _load(path, args.split)
+    x, y, source, probs = _load(path, args.split, shift_logits=True)
     x, y = _for_report(x, y, probs)
     with _user_input():  # calibration_report's own checks, before its computation
       report._check_settings(args.bins, args.resamples, args.confidence, args.interval, len(y))
@@ -550,7 +554,7 @@ def _cmd_sweep(args) -> int:
   if not args.out.endswith((".json", ".npz")):
     raise UserError(f"--out {args.out}: use a .json or .npz file name")
   _check_out_file(args.out, "--out", args.force, (args.predictions,))
-  x, y, source, probs = _load(args.predictions, args.split)
+  x, y, source, probs = _load(args.predictions, args.split, shift_logits=True)
   from_logits = not probs
   us = _sampled_utilities(args.seed, args.family, args.m, x.shape[1])  # jaxcal report's
   t0 = time.perf_counter()
