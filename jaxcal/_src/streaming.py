@@ -41,8 +41,8 @@ What streams, and how exactly:
 "Exactly" means: counts are int32 and bitwise equal to the one-shot
 counts under any batching and any merge order (up to 2^31 - 1 samples per
 state, :data:`MAX_COUNT`: an update or merge past it marks the state
-overflowed, and ``compute`` raises, or gives NaN under ``jit``); sums are compensated float
-pairs (``hi + lo``, Knuth's TwoSum), equal to the one-shot sums up to float
+overflowed, and ``compute`` raises, or gives NaN under ``jit``); sums are
+compensated float pairs (``hi + lo``, Knuth's TwoSum), equal to the one-shot sums up to float
 rounding of the sums themselves (the one-shot metric rounds too; both are
 within a few ulps of a float64 computation). A float32 batch's fixed-bin
 sums are the one-shot integer engine's (scores on a grid of ``2**-29``, any
