@@ -752,7 +752,8 @@ def _value_problem(a: np.ndarray, rules: tuple[str, ...]) -> str | None:
     elif rule == "unit":
       bad = ~nan & ~((x >= 0) & (x <= 1))
     elif rule == "sorted":
-      bad = np.diff(x, axis=-1) < 0  # NaN differences are not < 0
+      with np.errstate(invalid="ignore"):  # inf - inf (+inf padding) is NaN, not < 0
+        bad = np.diff(x, axis=-1) < 0
     else:  # simplex
       total = np.sum(x, axis=-1)
       bad = np.isfinite(total) & ((np.min(x, axis=-1) < 0) | (np.abs(total - 1) > 1e-4))
