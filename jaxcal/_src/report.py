@@ -1132,7 +1132,6 @@ def _interval_text(rep: dict) -> str:
   return f"{pct}% {s['interval']} bootstrap intervals over {s['resamples']} resamples"
 
 
-#: Footnote of the rows whose estimate lies outside its own interval.
 #: Why a rank correlation between two bin counts reads ``nan``.
 UNRANKED_NOTE = (
   "nan: at one of the two bin counts every model has the same error, so there is no order "
@@ -1149,6 +1148,7 @@ def _unranked(block: dict, cells: list[tuple[int, int]]) -> bool:
   )
 
 
+#: Footnote of the rows whose estimate lies outside its own interval.
 OUTSIDE_NOTE = (
   "† the estimate lies outside its bootstrap interval: the error's estimator is biased "
   "upward, more so on a resample (which duplicates samples), so the resampled errors lie "
