@@ -796,23 +796,22 @@ def _fit_linear_public(
     num_classes=int(z.shape[1]),
     from_logits=opts.from_logits,
   )
-  if ok is None and V.is_concrete(w, b):
-    finite, zmax = jax.device_get(_finite_and_largest(w, b, z))
-    if not finite:
-      raise ValueError(
-        f"{cls.method} scaling diverged: the fit of finite inputs has non-finite parameters "
-        f"(the largest |{'log-probability' if on_log_probs else 'logit'}| is {zmax:.3g}, "
-        f"too large for {z.dtype.name}); rescale the inputs or compute in float64 "
-        "(jax.enable_x64)"
-      )
+  if ok is None and V.is_concrete(w, b) and not bool(_all_finite(w, b)):
+    zmax = float(jnp.max(jnp.abs(z)))  # read only for the message
+    raise ValueError(
+      f"{cls.method} scaling diverged: the fit of finite inputs has non-finite parameters "
+      f"(the largest |{'log-probability' if on_log_probs else 'logit'}| is {zmax:.3g}, "
+      f"too large for {z.dtype.name}); rescale the inputs or compute in float64 "
+      "(jax.enable_x64)"
+    )
   warn_if_not_converged(rc, f"{cls.method} scaling")
   return fold_fit(rc, ok)
 
 
 @jax.jit
-def _finite_and_largest(w: jax.Array, b: jax.Array, z: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Whether the fitted ``w`` and ``b`` are all finite, and ``max |z|`` (one program)."""
-  return jnp.all(jnp.isfinite(w)) & jnp.all(jnp.isfinite(b)), jnp.max(jnp.abs(z))
+def _all_finite(w: jax.Array, b: jax.Array) -> jax.Array:
+  """Whether the fitted ``w`` and ``b`` (``(C, C)`` or ``(C,)``, and ``(C,)``) are all finite."""
+  return jnp.all(jnp.isfinite(w)) & jnp.all(jnp.isfinite(b))
 
 
 def fit_vector(
