@@ -180,6 +180,15 @@ def _quantile(sorted_samples: jax.Array, q: jax.Array) -> jax.Array:
   return a + frac * (b - a)
 
 
+def _unit_exponent(*xs: jax.Array) -> jax.Array:
+  """Per element over axis 0 of all ``xs``: ``e`` with ``2^(e-1) <= max |x| < 2^e``.
+
+  ``ldexp(x, -e)`` then brings the values to order 1 exactly (a power of two);
+  ``e = 0`` where every value is 0.
+  """
+  return jnp.frexp(functools.reduce(jnp.maximum, [jnp.max(jnp.abs(x), axis=0) for x in xs]))[1]
+
+
 def _std(s: jax.Array) -> jax.Array:
   """``std(s, axis=0, ddof=1)``, scale-free: the samples are brought to order 1 by a power of two.
 
@@ -187,7 +196,7 @@ def _std(s: jax.Array) -> jax.Array:
   constant 1e36 sample had ``sd = nan``, its normal interval NaN), and the
   squares of samples of size 1e-20 underflowed (``sd = 0``).
   """
-  e = jnp.frexp(jnp.max(jnp.abs(s), axis=0))[1]
+  e = _unit_exponent(s)
   return jnp.ldexp(jnp.std(jnp.ldexp(s, -e), axis=0, ddof=1), e)
 
 
@@ -202,15 +211,10 @@ def _acceleration(*jacks: jax.Array) -> jax.Array:
   the cubes: unscaled, a statistic of size 1e15 overflowed them and one of
   1e-12 underflowed them to 0/0, a NaN interval in float32.
   """
-
-  def exponent(xs):  # per element: 2^(e-1) <= max |x| < 2^e (0 where all are 0)
-    big = functools.reduce(jnp.maximum, [jnp.max(jnp.abs(x), axis=0) for x in xs])
-    return jnp.frexp(big)[1]
-
-  e = exponent(jacks)
+  e = _unit_exponent(*jacks)
   units = [jnp.ldexp(v, -e) for v in jacks]
   devs = [(v.shape[0] - 1) / v.shape[0] * (jnp.mean(v, axis=0) - v) for v in units]
-  f = exponent(devs)
+  f = _unit_exponent(*devs)
   devs = [jnp.ldexp(d, -f) for d in devs]
   num = sum(jnp.sum(d**3, axis=0) for d in devs)
   den = sum(jnp.sum(d**2, axis=0) for d in devs)  # >= 1/4 unless every deviation is 0
@@ -600,17 +604,13 @@ def _summary(estimate, samples, jack, *, method: str, confidence: float):
   if jack is None:
     bounds = tree.tree_map(ends, estimate, samples)
   else:
-    bounds = tree.tree_map(ends, estimate, samples, _combined_acceleration(jack))
+    # the acceleration of each leaf, over every independently resampled data set
+    bounds = tree.tree_map(ends, estimate, samples, tree.tree_map(_acceleration, *jack))
   treedef = tree.tree_structure(estimate)
   pairs = treedef.flatten_up_to(bounds)
   lo = tree.tree_unflatten(treedef, [p[0] for p in pairs])
   hi = tree.tree_unflatten(treedef, [p[1] for p in pairs])
   return sd, lo, hi
-
-
-def _combined_acceleration(jack: list[Any]) -> Any:
-  """Acceleration over several independently resampled data sets (:func:`_acceleration`, per leaf)."""
-  return jax.tree_util.tree_map(_acceleration, *jack)
 
 
 # --------------------------------------------------------------------------
