@@ -128,9 +128,9 @@ def test_load_refuses_what_it_would_have_to_guess_or_distort(tmp_path):
 
 def test_float64_logits_far_from_0_keep_their_precision_in_report_and_sweep(tmp_path):
   # jaxcal report / sweep cast float64 sequence log-likelihoods near -1e5 to float32
-  # before shifting them by their row's maximum:
-  # steps of 2^-7, the log loss off in the 5th digit; shifted in float64 first, the
-  # float32 logits give the float64 softmax to float32 rounding
+  # before shifting them by their row's maximum: steps of 2^-7, the log loss off in the
+  # 5th digit; shifted in float64 first, the float32 logits give the float64 softmax
+  # to float32 rounding
   rng = np.random.default_rng(0)
   z = rng.normal(size=(500, 5)) * 0.01 - 1e5
   y = rng.integers(0, 5, 500)

@@ -294,7 +294,7 @@ def test_targets_near_the_largest_float_fit_finite_values_not_inf():
     np.testing.assert_allclose(np.asarray(isotonic_fit(x32, y32, w).y), want, rtol=1e-6)
   rows = np.asarray(jax.vmap(isotonic_regression)(np.stack([x32, x32]), np.stack([y32, -y32])))
   np.testing.assert_allclose(rows, [want, pav_reference(x, -y)], rtol=1e-6)
-  # the scaling (2^-4 here) would flush a small nonzero target: refused, NaN when traced
+  # the scaling (2^-6 here) would flush a small nonzero target: refused, NaN when traced
   tiny = y32.copy()
   tiny[-1] = 1e-37
   with pytest.raises(ValueError, match="y spans too wide a range for float32"):
