@@ -1250,8 +1250,8 @@ def test_no_converged_strength_selects_the_strongest(monkeypatch):
   from jaxcal._src.recal import scaling
 
   def never(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol):
-    # in the CV, one fold's fits converge, the other's do not
-    conv = weights[0] > 0 if max_iter == 77 else jnp.asarray(False)
+    # in the CV, one fold's fits converge, the other's do not (max_iter is traced)
+    conv = jnp.where(max_iter == 77, weights[0] > 0, False)
     return scaling.OptimResult(init, jnp.zeros((), z.dtype), jnp.ones((), jnp.int32), conv)
 
   body = scaling._fit_linear.__wrapped__
@@ -1419,7 +1419,7 @@ def test_cv_search_on_unconverged_strengths(monkeypatch, converges, want_finite,
   from jaxcal._src.recal import scaling
 
   def solver(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol):
-    conv = converges(lam) if max_iter == 77 else jnp.asarray(True)
+    conv = jnp.where(max_iter == 77, converges(lam), True)  # max_iter is traced
     return scaling.OptimResult(init, jnp.zeros((), z.dtype), jnp.ones((), jnp.int32), conv)
 
   body = scaling._fit_linear.__wrapped__

@@ -671,6 +671,16 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
   strength is never selected (its held-out loss is not that of the final,
   converged fit) and is recorded as ``inf``, like the strengths never
   evaluated. If no strength converged, the strongest is used.
+
+  Every fit (each fold at each strength, then the final one) is one
+  iteration of a single loop around one :func:`_solve_linear`, its data
+  weights, strengths, start and iteration limit chosen per iteration: the
+  program holds one copy of the solver. With the folds batched by ``vmap``
+  and the final fit apart (two copies, one of them batched), the first
+  ``fit("vector")`` of the embedded CIFAR-10 validation split took 8.0 s
+  against 3.6 s now, and ``fit("dirichlet")`` 11.4 against 5.6 s; once
+  compiled 2.5 against 0.7 s, as the batched loop ran every fold until the
+  slowest had stopped (2 CPU cores, 2026-11-30).
   """
   n, c = z.shape
   # start at temperature scaling's map I / T, the strongest penalty's limit: from the
@@ -680,42 +690,63 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
   eye, zeros = _identity(c, z.dtype, diagonal)
   init = (eye / temperature, zeros)
   g_total = lams.shape[0]
-  if g_total > 1:
-    held = _folds(n, num_folds, seed).astype(z.dtype)  # (k, n)
+  k = num_folds if g_total > 1 else 1
+  held = _folds(n, k, seed).astype(z.dtype) if g_total > 1 else jnp.zeros((1, n), z.dtype)
+  ones = jnp.ones((n,), z.dtype)
+  inf = jnp.full((g_total,), jnp.inf, z.dtype)
+  big = jnp.asarray(jnp.finfo(z.dtype).max, z.dtype)  # the first strength never stops the search
+  zero = jnp.zeros((), jnp.int32)
 
-    def fold_fit(lam, mu, h, start):
-      res = _solve_linear(z, onehot, 1.0 - h, lam, mu, start, diagonal, cv_max_iter, tol)
-      logits = _linear_logits(z, *res.params, diagonal)
-      return jnp.sum(h * _nll_per_sample(logits, onehot)), res.params, res.converged
+  def body(carry):
+    g, f, starts, total, conv, cv, best, search, _ = carry
+    final = ~search
+    pick = jnp.where(final, jnp.argmin(cv), g)  # the first (strongest) on ties, 0 if all inf
+    h = held[f]
+    start = jax.tree.map(lambda s, i: jnp.where(final, i, s[f]), starts, init)
+    res = _solve_linear(
+      z,
+      onehot,
+      jnp.where(final, ones, 1.0 - h),
+      lams[pick],
+      mus[pick],
+      start,
+      diagonal,
+      jnp.where(final, max_iter, cv_max_iter),
+      tol,
+    )
+    # a cross-validation fit: its held-out loss, its start for the next strength
+    held_nll = jnp.sum(h * _nll_per_sample(_linear_logits(z, *res.params, diagonal), onehot))
+    starts = jax.tree.map(lambda s, p: s.at[f].set(p), starts, res.params)
+    total, conv = total + held_nll, conv & res.converged
+    last = f == k - 1
+    val = jnp.where(conv, total / n, jnp.inf)
+    # also when unconverged (val = inf) once a strength has converged: until then
+    # best is the largest float, 1.01 * best overflows to inf, and inf > inf is False
+    stop = last & ((val > _CV_STOP_RATIO * best) | (g + 1 >= g_total))
+    cv = jnp.where(last, cv.at[g].set(val), cv)
+    best = jnp.where(last, jnp.minimum(val, best), best)
+    g, f = jnp.where(last, g + 1, g), jnp.where(last, 0, f + 1)
+    total, conv = jnp.where(last, 0.0, total).astype(z.dtype), conv | last
+    return g, f, starts, total, conv, cv, best, search & ~stop, (res, pick, final)
 
-    def body(carry):
-      g, starts, cv, best, _ = carry
-      held_nll, params, conv = jax.vmap(fold_fit, in_axes=(None, None, 0, 0))(
-        lams[g], mus[g], held, starts
-      )
-      val = jnp.where(jnp.all(conv), jnp.sum(held_nll) / n, jnp.inf)
-      # also when unconverged (val = inf) once a strength has converged: until then
-      # best is the largest float, 1.01 * best overflows to inf, and inf > inf is False
-      stop = val > _CV_STOP_RATIO * best
-      return g + 1, params, cv.at[g].set(val), jnp.minimum(val, best), stop
+  def cond(carry):
+    return ~carry[-1][2]
 
-    def cond(carry):
-      g, _, _, _, stop = carry
-      return (g < g_total) & ~stop
-
-    starts = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_folds,) + a.shape), init)
-    inf = jnp.full((g_total,), jnp.inf, z.dtype)
-    big = jnp.asarray(jnp.finfo(z.dtype).max, z.dtype)  # the first strength never stops the search
-    carry = (jnp.zeros((), jnp.int32), starts, inf, big, jnp.zeros((), bool))
-    cv_nll = lax.while_loop(cond, body, carry)[2]
-    best = jnp.argmin(cv_nll)  # the first (strongest) on ties, 0 if all are inf
-  else:
-    cv_nll = jnp.zeros((0,), z.dtype)
-    best = 0
-  lam, mu = lams[best], mus[best]
-  res = _solve_linear(z, onehot, jnp.ones((n,), z.dtype), lam, mu, init, diagonal, max_iter, tol)
+  starts = jax.tree.map(lambda a: jnp.broadcast_to(a, (k,) + a.shape), init)
+  first = (_empty_result(init, z.dtype), zero, jnp.zeros((), bool))
+  search = jnp.asarray(g_total > 1)
+  carry = (zero, zero, starts, jnp.zeros((), z.dtype), jnp.ones((), bool), inf, big, search, first)
+  out = lax.while_loop(cond, body, carry)
+  res, best, _ = out[-1]
+  cv_nll = out[5] if g_total > 1 else jnp.zeros((0,), z.dtype)
   w, b = res.params
+  lam, mu = lams[best], mus[best]
   return (jnp.diag(w) if diagonal else w), b, lam, mu, cv_nll, res.num_iter, res.converged
+
+
+def _empty_result(params, dtype) -> OptimResult:
+  """A placeholder :class:`OptimResult` of ``params``' structure (a loop's initial carry)."""
+  return OptimResult(params, jnp.zeros((), dtype), jnp.zeros((), jnp.int32), jnp.zeros((), bool))
 
 
 class _LinearOptions(NamedTuple):
