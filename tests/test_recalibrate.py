@@ -1488,3 +1488,19 @@ def test_reg_grid_array_and_a_big_endian_file(tmp_path):
   back = R.load(other)
   np.testing.assert_array_equal(np.asarray(back.weight), np.asarray(rc.weight))
   np.testing.assert_array_equal(np.asarray(back(z)), np.asarray(rc(z)))
+
+
+def test_cross_validated_fit_in_checked_jit():
+  """``jaxcal.checked(jit(fit_vector))``: the cross-validation's folds are iterations of one
+  loop (they were a ``vmap``, and checkify refuses a batched ``while_loop``), so the checked
+  fit runs, equals the eager fit, and raises the eager call's message on a NaN logit."""
+  import jaxcal
+
+  z, y = _synthetic(n=200, c=3)
+  f = jaxcal.checked(jax.jit(lambda z, y: R.fit_vector(z, y, reg_grid=(10.0, 0.1)).weight))
+  eager = R.fit_vector(z, y, reg_grid=(10.0, 0.1)).weight
+  np.testing.assert_allclose(np.asarray(f(z, y)), np.asarray(eager), rtol=1e-5, atol=1e-6)
+  bad = z.copy()
+  bad[7, 1] = np.nan
+  with pytest.raises(ValueError, match=r"non-finite values .* the first is row 7, column 1"):
+    f(bad, y)
