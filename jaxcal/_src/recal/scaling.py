@@ -28,13 +28,12 @@ vector scaling's ``2C`` overfit mildly when classes have few samples. As in
 Kull et al. (2019), the penalty strengths are chosen by ``k``-fold
 cross-validation of the held-out log loss: each fold's fit is the same
 objective with the held-out samples weighted 0 (a mask, so shapes never
-change), the ``k`` folds are one ``vmap``, and the grid is a
-``lax.while_loop`` from the strongest to the weakest penalty with warm starts
-that stops once a strength's held-out loss is 1 % above the best (or, after
-some strength has converged, its fits do not converge within ``cv_max_iter``
-iterations); the
-selected strength is refitted on the whole split, all in one traceable
-computation. L-BFGS runs on Jacobi-preconditioned coordinates, which cuts
+change), and the grid runs from the strongest to the weakest penalty with
+warm starts, stopping once a strength's held-out loss is 1 % above the best
+(or, after some strength has converged, its fits do not converge within
+``cv_max_iter`` iterations); the selected strength is refitted on the whole
+split. Every fold fit and the final fit are iterations of one
+``lax.while_loop`` around one solver, all in one traceable computation. L-BFGS runs on Jacobi-preconditioned coordinates, which cuts
 the iterations of the strongly penalised fits from thousands to tens.
 
 Every fit here is traceable: ``jax.jit(fit_temperature)`` and
