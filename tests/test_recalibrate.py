@@ -1504,3 +1504,18 @@ def test_cross_validated_fit_in_checked_jit():
   bad[7, 1] = np.nan
   with pytest.raises(ValueError, match=r"non-finite values .* the first is row 7, column 1"):
     f(bad, y)
+
+
+@pytest.mark.parametrize("kwargs", [{"reg_lambda": 1.0}, {"reg_grid": (10.0, 0.1), "num_folds": 2}])
+def test_linear_fits_in_float64(kwargs):
+  """With ``jax.enable_x64`` the linear fits run in float64 (the divergence error advises it)
+  and agree with the float32 fit; the one-loop cross-validation raised a TypeError there
+  (its strength index became int64 in the loop's carry)."""
+  z, y = _synthetic(n=200, c=3)
+  f32 = R.fit_dirichlet(z, y, **kwargs)
+  with jax.enable_x64(True):
+    f64 = R.fit_dirichlet(z.astype(np.float64), y, **kwargs)
+    assert f64.weight.dtype == np.float64
+    assert float(f64.reg_lambda) == pytest.approx(float(f32.reg_lambda), rel=1e-6)
+    np.testing.assert_allclose(np.asarray(f64.weight), np.asarray(f32.weight), atol=2e-3)
+    np.testing.assert_allclose(np.asarray(f64.bias), np.asarray(f32.bias), atol=2e-3)

@@ -708,7 +708,8 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
   def body(carry):
     g, f, starts, total, conv, cv, best, search, _ = carry
     final = ~search
-    pick = jnp.where(final, jnp.argmin(cv), g)  # the first (strongest) on ties, 0 if all inf
+    # the first (strongest) on ties, 0 if all inf; int32 as g is (argmin is int64 under x64)
+    pick = jnp.where(final, jnp.argmin(cv).astype(jnp.int32), g)
     h = held[f]
     start = jax.tree.map(lambda s, i: jnp.where(final, i, s[f]), starts, init)
     res = _solve_linear(
