@@ -83,8 +83,9 @@ def prepare(
 
 
 def _squares(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """``(p_y, Q)`` per sample: ``Q = sum_r q_r^2``, ``q_r = min(p_r, 1 - p_r)`` where ``p_y > 1/2``, else ``p_r``.
+  """``(p_y, Q)``, ``Q = sum_r q_r^2``: the Brier score where ``p_y > 1/2``, else ``sum p^2``.
 
+  ``q_r = min(p_r, 1 - p_r)`` where ``p_y > 1/2``, else ``p_r``.
   ``sum_r p_r^2 - 2 p_y + 1`` (one reduction) subtracts numbers near 1 when
   ``p_y`` is: its float32 error is ~1e-7 whatever the loss, so a confident
   row's Brier score (2.5e-8 on CIFAR-10) came out 0. Where ``p_y > 1/2``,

@@ -33,8 +33,9 @@ warm starts, stopping once a strength's held-out loss is 1 % above the best
 (or, after some strength has converged, its fits do not converge within
 ``cv_max_iter`` iterations); the selected strength is refitted on the whole
 split. Every fold fit and the final fit are iterations of one
-``lax.while_loop`` around one solver, all in one traceable computation. L-BFGS runs on Jacobi-preconditioned coordinates, which cuts
-the iterations of the strongly penalised fits from thousands to tens.
+``lax.while_loop`` around one solver, all in one traceable computation.
+L-BFGS runs on Jacobi-preconditioned coordinates, which cuts the iterations
+of the strongly penalised fits from thousands to tens.
 
 Every fit here is traceable: ``jax.jit(fit_temperature)`` and
 ``jax.vmap(fit_temperature)`` (over models, or bootstrap resamples) work; value
