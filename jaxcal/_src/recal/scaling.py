@@ -707,7 +707,7 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
   zero = jnp.zeros((), jnp.int32)
 
   def body(carry):
-    g, f, starts, total, conv, cv, best, search, _ = carry
+    g, f, starts, total, conv, cv, lowest, search, _ = carry
     final = ~search
     # the first (strongest) on ties, 0 if all inf; int32 as g is (argmin is int64 under x64)
     pick = jnp.where(final, jnp.argmin(cv).astype(jnp.int32), g)
@@ -731,24 +731,24 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
     last = f == k - 1
     val = jnp.where(conv, total / n, jnp.inf)
     # also when unconverged (val = inf) once a strength has converged: until then
-    # best is the largest float, 1.01 * best overflows to inf, and inf > inf is False
-    stop = last & ((val > _CV_STOP_RATIO * best) | (g + 1 >= g_total))
+    # lowest is the largest float, 1.01 * lowest overflows to inf, and inf > inf is False
+    stop = last & ((val > _CV_STOP_RATIO * lowest) | (g + 1 >= g_total))
     cv = jnp.where(last, cv.at[g].set(val), cv)
-    best = jnp.where(last, jnp.minimum(val, best), best)
+    lowest = jnp.where(last, jnp.minimum(val, lowest), lowest)
     g, f = jnp.where(last, g + 1, g), jnp.where(last, 0, f + 1)
     total, conv = jnp.where(last, 0.0, total).astype(z.dtype), conv | last
-    return g, f, starts, total, conv, cv, best, search & ~stop, (res, pick, final)
+    return g, f, starts, total, conv, cv, lowest, search & ~stop, (res, pick, final)
 
   def cond(carry):
-    return ~carry[-1][2]
+    *_, (_, _, final_done) = carry  # the final fit has run
+    return ~final_done
 
   starts = jax.tree.map(lambda a: jnp.broadcast_to(a, (k,) + a.shape), init)
   first = (_empty_result(init, z.dtype), zero, jnp.zeros((), bool))
   search = jnp.asarray(g_total > 1)
   carry = (zero, zero, starts, jnp.zeros((), z.dtype), jnp.ones((), bool), inf, big, search, first)
-  out = lax.while_loop(cond, body, carry)
-  res, best, _ = out[-1]
-  cv_nll = out[5] if g_total > 1 else jnp.zeros((0,), z.dtype)
+  *_, cv, _, _, (res, best, _) = lax.while_loop(cond, body, carry)
+  cv_nll = cv if g_total > 1 else jnp.zeros((0,), z.dtype)
   w, b = res.params
   lam, mu = lams[best], mus[best]
   return (jnp.diag(w) if diagonal else w), b, lam, mu, cv_nll, res.num_iter, res.converged
