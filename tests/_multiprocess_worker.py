@@ -10,7 +10,7 @@ With ``bad``, ``DATA.npz`` also holds bad versions of the union
 (``probs_<case>``, ``labels_<case>``, the bad row in process 1's rows), and
 the worker records, per case and entry point, the ``ValueError`` raised
 eagerly and the values under ``jax.jit`` (see :func:`bad_inputs`). With
-``mismatch``, process 1's input is shaped unlike process 0's (see
+``mismatch``, process 1's input is shaped unlike process 0's, or empty (see
 :func:`mismatches`).
 """
 
@@ -85,7 +85,9 @@ def mismatches(pid: int, data, out: dict) -> None:
 
   Shape, class-count and configuration errors of one process's own input
   must raise on every process (the same error), not on that process only
-  while the other waits in a collective.
+  while the other waits in a collective. A process with no rows is not an
+  error (``empty_shard``: the union is the other's rows); no rows on any
+  process is (``empty_union``).
   """
   import numpy as np
 
@@ -131,6 +133,22 @@ def mismatches(pid: int, data, out: dict) -> None:
   # capacities alone may differ
   same = streaming.Calibration.empty(c, 15, capacity=p.shape[0] + 7 * pid).update(p, y)
   out["capacity"] = {"merge": attempt(lambda: streaming.merge_across_processes(same))}
+
+  # process 1 holds no rows: the union is process 0's rows; and no process holds any
+  def values(f):
+    try:
+      return {"value": np.asarray(f()).tolist()}
+    except ValueError as e:
+      return {"error": str(e)}
+
+  for case, keep in (("empty_shard", pid == 0), ("empty_union", False)):
+    pe, ye = (p, y) if keep else (p[:0], y[:0])
+    out[case] = {
+      "uc_sweep": values(lambda: utility.uc_sweep(pe, ye, us, chunk_size=5)),
+      "evaluate": values(
+        lambda: jaxcal.evaluate(pe[None], ye[None], ["conf_ece", "brier"], num_bins=15)["conf_ece"]
+      ),
+    }
 
 
 def main() -> None:

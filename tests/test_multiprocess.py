@@ -212,7 +212,8 @@ def test_two_processes_bad_rows_raise_the_same_error(bad_union, tmp_path):
 def test_input_shaped_differently_on_one_process_raises_on_every_process(union, tmp_path):
   # process 1 alone passes C - 1 classes, one label too few, two models or a
   # state made with other bin counts: each raised on process 1 only (or not at
-  # all) while process 0 waited in the collective; now both raise one error
+  # all) while process 0 waited in the collective; now both raise one error.
+  # A process with no rows is no error; no rows on any process is.
   _, _, path = union
   results = _run_two(path, tmp_path, 2, "mismatch")
   want = {
@@ -235,3 +236,25 @@ def test_input_shaped_differently_on_one_process_raises_on_every_process(union, 
     assert "error" in got[0] and got[0]["error"].startswith(text), (case, call, got[0])
   for r in results:  # records of different capacities still merge
     assert r["capacity"]["merge"] == {"value": None}, r["capacity"]
+  # process 1 holds no rows: both give the result of process 0's rows alone
+  # (this refused "on process 1: probs is empty" before); no rows anywhere raises
+  p, y = np.load(path)["probs"], np.load(path)["labels"]
+  p0, y0 = p[: int(np.load(path)["cut"])], y[: int(np.load(path)["cut"])]
+  us = utility.sample_linear(jax.random.key(0), 10, p.shape[1])
+  dev = jax.devices()[:1]
+  want_uc = np.asarray(utility.uc_sweep(p0, y0, us, chunk_size=5, devices=dev))
+  want_ece = np.asarray(metrics.conf_ece(p0, y0, 15))
+  for r in results:
+    got = r["empty_shard"]
+    assert "value" in got["uc_sweep"] and "value" in got["evaluate"], (r["process"], got)
+    np.testing.assert_allclose(got["uc_sweep"]["value"], want_uc, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got["evaluate"]["value"], [want_ece], rtol=1e-6, atol=1e-7)
+  for call, name in (("uc_sweep", "probs"), ("evaluate", "predictions")):
+    got = [r["empty_union"][call] for r in results]
+    assert (
+      got[0]
+      == got[1]
+      == {
+        "error": f"{name} is empty on every process (n = 0 samples in the union of 2 processes' rows)"
+      }
+    ), (call, got)

@@ -1195,4 +1195,5 @@ def _assemble_processes(mesh: Mesh, st: _Stack) -> _Stack:
     y1.reshape((m, n)),
     row_axis=1,
   )
+  V.check_union_rows(sizes, "predictions")
   return _Stack(st.index, x, y, w, [int(np.sum(sizes))] * len(st.index))

@@ -69,6 +69,7 @@ __all__ = [
   "check_predictions",
   "on_every_process",
   "process_shard",
+  "check_union_rows",
   "run_checked",
   "neutral",
   "neutral_program",
@@ -1139,7 +1140,9 @@ def _host_float(arr: Any, name: str) -> Any:
   return arr
 
 
-def _matrix(x: Any, name: str, *, min_classes: int = 2, what: str = "C") -> Any:
+def _matrix(
+  x: Any, name: str, *, min_classes: int = 2, what: str = "C", allow_empty: bool = False
+) -> Any:
   arr = _host_float(_array(x, name), name)
   if arr.ndim != 2:
     hint = ""
@@ -1147,7 +1150,7 @@ def _matrix(x: Any, name: str, *, min_classes: int = 2, what: str = "C") -> Any:
       hint = " (a single row? use x[None])"
     raise ValueError(f"{name} must have shape (n, {what}), got shape {tuple(arr.shape)}{hint}")
   n, c = arr.shape
-  if n == 0:
+  if n == 0 and not allow_empty:
     raise ValueError(f"{name} is empty (n = 0 samples)")
   if c < min_classes:
     raise ValueError(f"{name} must have at least {min_classes} classes (columns), got {what} = {c}")
@@ -1508,14 +1511,15 @@ def process_shard(
   union's row (a check of the shard alone would raise on its process only,
   naming the shard's row, while the others wait in the next collective).
   The shape checks, the class count and the dtype are shared the same way
-  (:func:`on_every_process`).
+  (:func:`on_every_process`). A process may hold no rows (``n = 0``); the
+  union may not (:func:`check_union_rows`).
 
   Returns:
     ``(scores, labels)``: host arrays stay host arrays; labels are int32.
   """
 
   def local():
-    x = _matrix(scores, name)
+    x = _matrix(scores, name, allow_empty=True)
     y, _ = _labels(labels, x.shape[0], x.shape[1], labels_name, None, defer=True)
     if isinstance(y, np.ndarray):  # narrowed on the host already (see _host_labels)
       return x, y.astype(np.int32, copy=False)
@@ -1530,6 +1534,27 @@ def process_shard(
       f"the dtype of {name}": jax.dtypes.canonicalize_dtype(out[0].dtype),
     },
   )
+
+
+def check_union_rows(sizes: Any, name: str = "probs") -> None:
+  """Raises on every process when no process holds a row of ``name``.
+
+  Args:
+    sizes: ``(num_processes,)`` row counts, the same on every process (an
+      all-gather's result), so every process raises or none does.
+    name: the argument's name in the message.
+
+  Raises:
+    ValueError: the union of the processes' rows is empty.
+
+  Example:
+    >>> check_union_rows([0, 3])
+  """
+  if int(np.sum(sizes)) == 0:
+    raise ValueError(
+      f"{name} is empty on every process (n = 0 samples in the union of "
+      f"{len(np.atleast_1d(sizes))} processes' rows)"
+    )
 
 
 #: Bytes each process sends in :func:`on_every_process` (its error message, or

@@ -301,7 +301,8 @@ def process_shards(
   the global arrays are built with
   ``jax.make_array_from_process_local_data``, the rows sharded over
   ``axis``. Also returns the global mask of real rows, shaped like the
-  arrays' axes up to ``row_axis``, and every process's row count.
+  arrays' axes up to ``row_axis``, and every process's row count. A process
+  with no rows pads with zeros (masked: absent, never read as data).
 
   Args:
     mesh: a mesh over every process's devices.
@@ -326,7 +327,10 @@ def process_shards(
   out = []
   for a in arrays:
     a = jnp.asarray(a)
-    first = jax.lax.slice_in_dim(a, 0, 1, axis=row_axis)
+    if n:
+      first = jax.lax.slice_in_dim(a, 0, 1, axis=row_axis)
+    else:
+      first = jnp.zeros(a.shape[:row_axis] + (1,) + a.shape[row_axis + 1 :], a.dtype)
     shape = list(a.shape)
     shape[row_axis] = rows - n
     pad = jnp.broadcast_to(first, tuple(shape))
@@ -453,7 +457,8 @@ def uc_sweep(
         f"of processes {sorted({dev.process_index for dev in devs})}); leave devices=None"
       )
     if shard:
-      (p, y), where, _ = process_shards(mesh, "u", p, y)  # this process's rows of the union
+      (p, y), where, sizes = process_shards(mesh, "u", p, y)  # this process's rows of the union
+      V.check_union_rows(sizes, name)
       chk = V.check_predictions(p, y, from_logits=from_logits, where=where, padding=True, name=name)
       p, y = chk.probs(), chk.labels
       args = (p, y, where)
