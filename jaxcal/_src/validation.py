@@ -230,13 +230,25 @@ def _checking_on():
       _LOCAL.on = prev
 
 
+def _first_outside(a: np.ndarray, info: np.iinfo) -> int | None:
+  """The flat index of ``a``'s first entry outside ``info``'s range, or ``None`` (one host pass).
+
+  The one range test of the host integer checks: :func:`_host_wide_ints`
+  (``checked``'s arguments, against int32) and :func:`exact_on_device` (the
+  32-bit type JAX would store ``a`` in).
+  """
+  if not a.size or (a.min() >= info.min and a.max() <= info.max):
+    return None
+  return int(np.argmax((a < info.min) | (a > info.max)))
+
+
 def _host_wide_ints(tree: Any) -> None:
   """Rejects numpy integer arrays that JAX would wrap into int32."""
   for i, leaf in enumerate(jax.tree_util.tree_leaves(tree)):
     if isinstance(leaf, np.ndarray | np.integer) and np.issubdtype(leaf.dtype, np.integer):
       if leaf.dtype.itemsize > 4 or leaf.dtype == np.uint32:
         a = np.asarray(leaf)
-        if a.size and (a.min() < _INT32.min or a.max() > _INT32.max):
+        if _first_outside(a, _INT32) is not None:
           raise ValueError(
             f"argument leaf {i} is a {a.dtype} array with values beyond the int32 range "
             f"(found [{a.min()}, {a.max()}]); JAX would wrap them. Check or convert it first."
@@ -1101,9 +1113,8 @@ def exact_on_device(a: Any, name: str) -> Any:
   ):
     return a
   info = np.iinfo(np.int32 if a.dtype.kind == "i" else np.uint32)
-  lo, hi = a.min(), a.max()
-  if lo < info.min or hi > info.max:
-    bad = int(np.argmax((a < info.min) | (a > info.max)))
+  bad = _first_outside(a, info)
+  if bad is not None:
     at = tuple(int(i) for i in np.unravel_index(bad, a.shape))
     raise ValueError(
       f"{name} holds {a.dtype.name} values that {info.dtype.name} cannot hold (entry "
