@@ -1519,3 +1519,18 @@ def test_linear_fits_in_float64(kwargs):
     assert float(f64.reg_lambda) == pytest.approx(float(f32.reg_lambda), rel=1e-6)
     np.testing.assert_allclose(np.asarray(f64.weight), np.asarray(f32.weight), atol=2e-3)
     np.testing.assert_allclose(np.asarray(f64.bias), np.asarray(f32.bias), atol=2e-3)
+
+
+def test_another_iteration_limit_reuses_the_compiled_linear_fit():
+  """``max_iter`` and ``cv_max_iter`` are loop values of the one-loop fit, not static: a
+  second limit compiles nothing (each value compiled its own program before), and the limit
+  still binds (one iteration leaves the final fit unconverged)."""
+  from jaxcal._src.recal import scaling
+
+  z, y = _synthetic(n=200, c=3)
+  R.fit_vector(z, y, reg_grid=(10.0, 0.1), num_folds=2, max_iter=300, cv_max_iter=100)
+  size = scaling._fit_linear._cache_size()
+  with pytest.warns(RuntimeWarning, match="did not converge in 1 iterations"):
+    short = R.fit_vector(z, y, reg_grid=(10.0, 0.1), num_folds=2, max_iter=1, cv_max_iter=7)
+  assert scaling._fit_linear._cache_size() == size
+  assert int(short.num_iter) <= 1 and not bool(short.converged)

@@ -664,11 +664,12 @@ _CV_MAX_ITER = 300
 _CV_STOP_RATIO = 1.01
 
 
-@functools.partial(
-  jax.jit, static_argnames=("diagonal", "max_iter", "cv_max_iter", "num_folds", "seed")
-)
+@functools.partial(jax.jit, static_argnames=("diagonal", "num_folds", "seed"))
 def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_folds, seed):
   """Cross-validates ``(lams[g], mus[g])`` (when ``G > 1``), then fits on everything.
+
+  ``max_iter`` and ``cv_max_iter`` are traced (each fit's limit is a loop
+  value): another limit reuses the compiled program.
 
   The grid runs from the strongest penalty down, each fold's fit warm-started
   from the previous strength's, and stops at the first strength whose
