@@ -141,6 +141,9 @@ def test_options_passed_on_through_kwargs_are_checked_against_the_target():
     ("histogram", {"num_bins": 0}, "num_bins must be >= 1"),
     ("histogram", {"num_bins": 61}, "num_bins must be <= 60"),
     ("temperature", {"max_iter": 10.5}, "max_iter must be an int"),
+    # the solvers count in int32: under x64 2^31 wrapped to a negative limit (0 iterations)
+    ("vector", {"max_iter": 2**31}, "max_iter must be <= 2147483647, got 2147483648"),
+    ("dirichlet", {"cv_max_iter": 2**31}, "cv_max_iter must be <= 2147483647"),
     ("temperature", {"tol": float("nan")}, "tol must be a finite number"),
     ("platt", {"tol": -1.0}, "tol must be > 0"),
     ("dirichlet", {"reg_lambda": -1.0}, "reg_lambda must be >= 0"),
@@ -1257,7 +1260,7 @@ def test_no_converged_strength_selects_the_strongest(monkeypatch):
   body = scaling._fit_linear.__wrapped__
   fit_linear = jax.jit(  # a function of its own: its trace is never the real fit's
     functools.wraps(body)(lambda *a, **k: body(*a, **k)),
-    static_argnames=("diagonal", "max_iter", "cv_max_iter", "num_folds", "seed"),
+    static_argnames=("diagonal", "num_folds", "seed"),  # as the real fit
   )
   monkeypatch.setattr(scaling, "_solve_linear", never)
   monkeypatch.setattr(scaling, "_fit_linear", fit_linear)
@@ -1425,7 +1428,7 @@ def test_cv_search_on_unconverged_strengths(monkeypatch, converges, want_finite,
   body = scaling._fit_linear.__wrapped__
   fit_linear = jax.jit(  # a function of its own: no other case's trace, nor the real fit's
     functools.wraps(body)(lambda *a, **k: body(*a, **k)),
-    static_argnames=("diagonal", "max_iter", "cv_max_iter", "num_folds", "seed"),
+    static_argnames=("diagonal", "num_folds", "seed"),  # as the real fit
   )
   monkeypatch.setattr(scaling, "_solve_linear", solver)
   monkeypatch.setattr(scaling, "_fit_linear", fit_linear)

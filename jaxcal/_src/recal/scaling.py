@@ -336,13 +336,19 @@ def _nll_per_sample(logits: jax.Array, onehot: jax.Array) -> jax.Array:
   return -jnp.sum(onehot * jax.nn.log_softmax(logits, axis=-1), axis=-1)
 
 
+#: The largest iteration limit: the solvers count iterations in int32.
+_MAX_ITER_LIMIT = int(np.iinfo(np.int32).max)
+
+
 def check_solver_options(max_iter: Any, tol: Any, dtype: Any) -> tuple[int, jax.Array]:
   """Validates the L-BFGS options of a fit: ``(max_iter, tol)`` as an int and a scalar array.
 
   Raises:
-    ValueError: ``max_iter`` is not an int ``>= 1`` or ``tol`` not a finite number ``> 0``.
+    ValueError: ``max_iter`` is not an int in ``[1, 2^31 - 1]`` or ``tol`` not a finite
+      number ``> 0``.
   """
-  max_iter = V.check_int_option(max_iter, "max_iter", minimum=1)
+  # an int32 loop counter: a larger limit wrapped to a negative one under x64
+  max_iter = V.check_int_option(max_iter, "max_iter", minimum=1, maximum=_MAX_ITER_LIMIT)
   return max_iter, jnp.asarray(V.check_float_option(tol, "tol", positive=True), dtype)
 
 
@@ -793,7 +799,9 @@ def _fit_linear_public(
     require_all_classes=True,
   )
   max_iter, tol = check_solver_options(opts.max_iter, opts.tol, z.dtype)
-  cv_max_iter = V.check_int_option(opts.cv_max_iter, "cv_max_iter", minimum=1)
+  cv_max_iter = V.check_int_option(
+    opts.cv_max_iter, "cv_max_iter", minimum=1, maximum=_MAX_ITER_LIMIT
+  )
   seed = V.check_int_option(opts.seed, "seed")
   reg_mu, reg_grid = opts.reg_mu, opts.reg_grid
   if reg_mu is not None:
