@@ -149,6 +149,12 @@ def mismatches(pid: int, data, out: dict) -> None:
         lambda: jaxcal.evaluate(pe[None], ye[None], ["conf_ece", "brier"], num_bins=15)["conf_ece"]
       ),
     }
+  # a state updated with the empty shard merges (its update raised on process 1 alone,
+  # and process 0 waited in the merge)
+  pe, ye = (p, y) if pid == 0 else (p[:0], y[:0])
+  state = streaming.Calibration.empty(c, 15, capacity=p.shape[0]).update(pe, ye)
+  merged = values(lambda: streaming.merge_across_processes(state).compute()["conf_ece"])
+  out["empty_shard"]["streaming"] = merged
 
 
 def main() -> None:

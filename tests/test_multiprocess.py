@@ -246,9 +246,10 @@ def test_input_shaped_differently_on_one_process_raises_on_every_process(union, 
   want_ece = np.asarray(metrics.conf_ece(p0, y0, 15))
   for r in results:
     got = r["empty_shard"]
-    assert "value" in got["uc_sweep"] and "value" in got["evaluate"], (r["process"], got)
+    assert all("value" in v for v in got.values()), (r["process"], got)
     np.testing.assert_allclose(got["uc_sweep"]["value"], want_uc, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(got["evaluate"]["value"], [want_ece], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got["streaming"]["value"], want_ece, rtol=1e-6, atol=1e-7)
   for call, name in (("uc_sweep", "probs"), ("evaluate", "predictions")):
     got = [r["empty_union"][call] for r in results]
     assert (

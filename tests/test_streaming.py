@@ -441,6 +441,37 @@ def test_empty_state_raises_eagerly_and_gives_nan_under_jit():
     assert float(eager[k]) == pytest.approx(float(one[k])), k
 
 
+def test_a_batch_of_no_rows_adds_nothing():
+  """``update`` with ``B = 0`` rows (a process's empty shard, an empty last batch) returns the
+  state as it is, eagerly and under ``jit``, with or without a mask and from logits; its
+  shapes are still checked. It raised "probs is empty", on that process only."""
+  p, y = np.full((4, 3), 1 / 3, np.float32), np.array([0, 1, 2, 0])
+  step = jax.jit(lambda s, a, b: s.update(a, b))
+  for st in (
+    streaming.Calibration.empty(3, np.array([5, 15]), capacity=8),
+    streaming.FixedBins.empty(3, 5),
+    streaming.Scores.empty(3),
+    streaming.Records.empty(8, 3),
+  ):
+    full = st.update(p, y)
+    for before, got in (
+      (full, full.update(p[:0], y[:0])),
+      (full, step(full, p[:0], y[:0])),
+      (full, full.update(p[:0], y[:0], np.zeros(0, bool), from_logits=True)),
+      (st, st.update(p[:0], y[:0])),  # an empty state stays empty
+    ):
+      assert jax.tree.structure(got) == jax.tree.structure(before)
+      for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(before)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  for a, b, match in (
+    (np.zeros((0, 4), np.float32), y[:0], "C = 4 classes but the state was made for C = 3"),
+    (p[:0], y[:1], "labels has 1 entries but the predictions have n = 0 rows"),
+    (p[0], y[:1], r"probs must have shape \(n, C\), got shape \(3,\)"),
+  ):
+    with pytest.raises(ValueError, match=match):
+      streaming.Scores.empty(3).update(a, b)
+
+
 def test_more_samples_than_int32_counts_hold_raise_eagerly_and_give_nan_under_jit():
   # the int32 sample count wrapped past 2^31 - 1: two merges of 2^30 samples gave a
   # count of -2^31 and Brier -0.18 (for 0.18), ConfECE -0.30 (for 0.30), no error

@@ -208,7 +208,9 @@ def _prepare(probs, labels, where, from_logits, num_classes, log_loss=False):
   themselves (:func:`jaxcal._src.scores._log_loss_of_logits`; the log of the
   float32 softmax read 3.58e-7 for 3.84e-7 on a confident model), else None.
   """
-  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, empty_where=True)
+  d = V.check_predictions(
+    probs, labels, from_logits=from_logits, where=where, empty_where=True, allow_empty=True
+  )
   p, y = d.neutral()
   p = V.fold(p, d.ok)
   if p.shape[1] != num_classes:
@@ -393,7 +395,8 @@ class _Streaming:
       from_logits: apply a softmax first.
 
     Returns:
-      The updated state (validated once, however many parts it has).
+      The updated state (validated once, however many parts it has); a
+      batch of no rows (``B = 0``, shapes checked) returns the state as it is.
 
     Raises:
       ValueError: a wrong shape, class count or ``where`` mask; on eager
@@ -402,6 +405,8 @@ class _Streaming:
         the batch is counted in ``invalid`` and ``compute`` gives NaN.
     """
     batch = _prepare(probs, labels, where, from_logits, self.num_classes, self._sums_log_loss)
+    if batch[0].shape[0] == 0:  # no rows add nothing (a process's empty shard, a last batch)
+      return self
     return self._ingest(*batch)
 
   def reduce(self) -> Any:

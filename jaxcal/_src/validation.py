@@ -1405,6 +1405,7 @@ def check_predictions(
   defer: bool = False,
   borrow: bool = False,
   empty_where: bool = False,
+  allow_empty: bool = False,
   padding: bool = False,
 ) -> Checked:
   """Validates one data set ``(scores, labels)`` with one fused device reduction.
@@ -1442,6 +1443,8 @@ def check_predictions(
       caller keeps nothing.
     empty_where: accept a ``where`` that selects no sample (a streaming
       batch of padding only adds nothing); by default it raises.
+    allow_empty: accept ``n = 0`` rows (a streaming batch of no rows adds
+      nothing); by default it raises.
     padding: ``where`` marks padding rows (every process's shard assembled
       into one global array by
       :func:`jaxcal._src.utility.sweep.process_shards`, each
@@ -1458,7 +1461,7 @@ def check_predictions(
   """
   from_logits = check_flag(from_logits, "from_logits")
   name = name or ("logits" if from_logits else "probs")
-  x = _matrix(scores, name)
+  x = _matrix(scores, name, allow_empty=allow_empty)
   n, c = x.shape
   wh = check_where(where, n)
   y, y_kind = _labels(labels, n, c, labels_name, where)
@@ -1501,6 +1504,8 @@ def check_predictions(
     blocks = spec._replace(xs=spec.xs * len(x.parts))
     pending = _Pending(blocks, x.parts, y, None, w, locate=(spec, host))
     return Checked(x, labels, None, w, None, n, from_logits, pending)
+  if n == 0:  # allow_empty: no value to check
+    return Checked(upcast(x), _to_int32(y), wh, w, None, 0, from_logits)
   if defer:
     pending = _Pending(spec, (x,), y, wh, w)
     return Checked(upcast(x), labels, wh, w, None, n, from_logits, pending)
