@@ -339,6 +339,12 @@ def test_checked_outside_jit_and_on_tracers():
   below = np.array([0, -(2**32) + 1, 1, 0])  # below int32: would wrap to the valid label 1
   with pytest.raises(ValueError, match=r"argument leaf 1 .*beyond the int32 range.*-4294967295"):
     jaxcal.checked(metrics.conf_ece)(P, labels=below)  # keyword arguments are checked too
+  # with x64 JAX keeps them: the compiled label check names the value (it was refused as
+  # "beyond the int32 range; JAX would wrap them", which JAX would not)
+  with jax.enable_x64(True):
+    for wide, value in ((WIDE, 2**32 + 1), (below, -(2**32) + 1)):
+      with pytest.raises(ValueError, match=rf"labels must lie in \[0, 2\).* = {value}\b"):
+        jaxcal.checked(metrics.conf_ece)(P, wide)
   # nested: an inner checked() traced inside an outer one adds its checks to the outer's
   nested = jaxcal.checked(jax.jit(lambda p: jaxcal.checked(metrics.conf_ece)(p, Y)))
   with pytest.raises(ValueError, match="rows of probs must sum to 1"):

@@ -243,7 +243,14 @@ def _first_outside(a: np.ndarray, info: np.iinfo) -> int | None:
 
 
 def _host_wide_ints(tree: Any) -> None:
-  """Rejects numpy integer arrays that JAX would wrap into int32."""
+  """Rejects numpy integer arrays that JAX would wrap into int32.
+
+  With ``jax_enable_x64`` JAX keeps 64-bit integers as they are and the
+  compiled checks compare them in their own type (a label ``2^32 + 1`` is
+  reported as out of range), so nothing is refused here.
+  """
+  if jax.config.jax_enable_x64:
+    return
   for i, leaf in enumerate(jax.tree_util.tree_leaves(tree)):
     if isinstance(leaf, np.ndarray | np.integer) and np.issubdtype(leaf.dtype, np.integer):
       if leaf.dtype.itemsize > 4 or leaf.dtype == np.uint32:
