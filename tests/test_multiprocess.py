@@ -34,6 +34,7 @@ from jaxcal import metrics, scores, utility
 
 WORKER = pathlib.Path(__file__).parent / "_multiprocess_worker.py"
 TIMEOUT_S = 240
+CUT = 300  # the union's rows [:CUT] on process 0, the rest on process 1
 
 
 def _free_port() -> int:
@@ -77,7 +78,7 @@ def union(tmp_path_factory):
   p = np.asarray(jax.nn.softmax(z[:700].astype(np.float32)), np.float32)
   y = y[:700].astype(np.int32)
   path = tmp_path_factory.mktemp("mp") / "data.npz"
-  np.savez(path, probs=p, labels=y, cut=np.int32(300))  # shards of 300 and 400 rows
+  np.savez(path, probs=p, labels=y, cut=np.int32(CUT))  # shards of 300 and 400 rows
   return p, y, path
 
 
@@ -214,7 +215,7 @@ def test_input_shaped_differently_on_one_process_raises_on_every_process(union, 
   # state made with other bin counts: each raised on process 1 only (or not at
   # all) while process 0 waited in the collective; now both raise one error.
   # A process with no rows is no error; no rows on any process is.
-  _, _, path = union
+  p, y, path = union
   results = _run_two(path, tmp_path, 2, "mismatch")
   want = {
     ("classes", "uc_sweep"): "the class count C of probs must be the same on every process, "
@@ -238,8 +239,7 @@ def test_input_shaped_differently_on_one_process_raises_on_every_process(union, 
     assert r["capacity"]["merge"] == {"value": None}, r["capacity"]
   # process 1 holds no rows: both give the result of process 0's rows alone
   # (this refused "on process 1: probs is empty" before); no rows anywhere raises
-  p, y = np.load(path)["probs"], np.load(path)["labels"]
-  p0, y0 = p[: int(np.load(path)["cut"])], y[: int(np.load(path)["cut"])]
+  p0, y0 = p[:CUT], y[:CUT]  # process 0's rows
   us = utility.sample_linear(jax.random.key(0), 10, p.shape[1])
   dev = jax.devices()[:1]
   want_uc = np.asarray(utility.uc_sweep(p0, y0, us, chunk_size=5, devices=dev))

@@ -1477,6 +1477,8 @@ def check_predictions(
     w = as_float(class_weights, weights_name)
     if tuple(w.shape) != (c,):
       raise ValueError(f"{weights_name} must have shape ({c},), got {tuple(w.shape)}")
+  if n == 0:  # allow_empty: shapes checked, no value to check, nothing to borrow or stage
+    return Checked(upcast(_device(x)), _to_int32(y), wh, w, None, 0, from_logits)
   defer = defer and _trace_clean() and is_concrete(x, y, wh, w)
   lent = None
   if borrow and defer and wh is None and isinstance(x, np.ndarray):
@@ -1511,8 +1513,6 @@ def check_predictions(
     blocks = spec._replace(xs=spec.xs * len(x.parts))
     pending = _Pending(blocks, x.parts, y, None, w, locate=(spec, host))
     return Checked(x, labels, None, w, None, n, from_logits, pending)
-  if n == 0:  # allow_empty: no value to check
-    return Checked(upcast(x), _to_int32(y), wh, w, None, 0, from_logits)
   if defer:
     pending = _Pending(spec, (x,), y, wh, w)
     return Checked(upcast(x), labels, wh, w, None, n, from_logits, pending)
