@@ -1463,6 +1463,26 @@ def test_strong_vector_scaling_is_temperature_scaling(c10):
   assert bool(rc.converged)
 
 
+@pytest.mark.parametrize("c", [1e-6, 1e-5, 1e-3, 1e3])
+def test_temperature_fits_are_scale_equivariant(c10, c):
+  """Logits ``c z`` give the temperature ``c T`` (temperature scaling and the ensemble's
+  temperature): the fits start at the logits' spread. From ``T = 1``, at ``c = 1e-5`` the
+  log loss was flat to working precision there and the fit stopped at ``T = 1.0``, reported
+  converged (uniform predictions; found by a review helper)."""
+  zv, yv, zt, yt = c10
+  zc, zct = zv * np.float32(c), zt * np.float32(c)
+  want = float(R.fit_temperature(zv, yv).temperature)
+  rc = R.fit_temperature(zc, yv)
+  assert bool(rc.converged)
+  np.testing.assert_allclose(float(rc.temperature) / c, want, rtol=1e-5)
+  np.testing.assert_allclose(rc(zct), R.fit_temperature(zv, yv)(zt), atol=2e-5)
+  ets = R.fit_ensemble_temperature(zc, yv)
+  assert bool(ets.converged)
+  np.testing.assert_allclose(
+    float(ets.temperature) / c, float(R.fit_ensemble_temperature(zv, yv).temperature), rtol=1e-5
+  )
+
+
 def test_reg_grid_array_and_a_big_endian_file(tmp_path):
   """``reg_grid`` as a (G,) array is the same grid as a list (it was refused as "not a
   sequence of numbers"); a saved file whose arrays are big-endian (as ``save`` allows, from

@@ -75,6 +75,7 @@ __all__ = [
   "lbfgs_minimize",
   "logistic_newton",
   "check_solver_options",
+  "logit_scale",
   "ODIR_GRID",
   "TemperatureScaling",
   "LinearScaling",
@@ -382,12 +383,31 @@ class TemperatureScaling(Recalibrator):
     return jax.nn.softmax(z / self.temperature.astype(z.dtype), axis=-1)
 
 
+def logit_scale(z: jax.Array) -> jax.Array:
+  """The logits' spread: ``s = mean_ir |z_ir - mean_r z_ir|``; 1 where it is 0 or not finite.
+
+  Temperature fits start at ``T = s``: ``c z`` then starts at ``c s``, and the
+  fit of ``c z`` is the fit of ``z`` with ``T`` times ``c``. From ``T = 1``,
+  logits of size 1e-5 left the log loss flat to working precision (its
+  gradient in ``log T`` 7e-5), two steps that barely lowered it counted as
+  converged, and the fit returned ``T = 1.0`` (uniform predictions, test log
+  loss 2.30 against 0.196 on CIFAR-10) with ``converged`` True.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> float(logit_scale(jnp.array([[1.0, 3.0], [0.0, 0.0]])))
+    0.5
+  """
+  s = jnp.mean(jnp.abs(z - jnp.mean(z, axis=-1, keepdims=True)))
+  return jnp.where(jnp.isfinite(s) & (s > 0), s, jnp.ones((), s.dtype))
+
+
 @functools.partial(jax.jit, static_argnames=("max_iter",))
 def _fit_temperature(z, onehot, max_iter, tol):
   def loss(theta):
     return jnp.mean(_nll_per_sample(z * jnp.exp(-theta), onehot))
 
-  res = lbfgs_minimize(loss, jnp.zeros((), z.dtype), max_iter=max_iter, tol=tol)
+  res = lbfgs_minimize(loss, jnp.log(logit_scale(z)), max_iter=max_iter, tol=tol)
   return jnp.exp(res.params), res.num_iter, res.converged
 
 
@@ -405,8 +425,10 @@ def fit_temperature(
     \\hat T = \\exp \\arg\\min_\\theta \\frac1n \\sum_i
       -\\log \\mathrm{softmax}(z_i e^{-\\theta})_{y_i}
 
-  Traceable: ``jax.vmap(fit_temperature)(logits, labels)`` fits a batch of
-  models (or bootstrap resamples) in one compiled call.
+  L-BFGS starts at the logits' spread (:func:`logit_scale`), so the fit is
+  scale-equivariant: logits ``c z`` give ``c T``. Traceable:
+  ``jax.vmap(fit_temperature)(logits, labels)`` fits a batch of models (or
+  bootstrap resamples) in one compiled call.
 
   Args:
     inputs: ``(n, C)`` logits (probabilities with ``from_logits=False``).
