@@ -165,3 +165,34 @@ def test_confident_rows_keep_their_relative_precision(name):
     z[:, 0] = 20.0
     want = np.log1p(3 * np.exp(-20.0))
     np.testing.assert_allclose(f(z, yy, from_logits=True, per_sample=True), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["brier", "spherical"])
+def test_rows_with_two_entries_above_half_within_tolerance(name):
+  """A row summing to one within the tolerance, entries down to ``-tol``, can hold two entries
+  above 1/2; the accurate form assumed the label's was the only one and took the other's
+  complement: ``[-0.0008, 0.5004, 0.5004]`` gave a Brier score of 0.4992 for 0.5, and at
+  C = 100 two entries of 0.549 (98 of -0.001) 0.41 for 0.50, the spherical loss 0.227 for
+  0.293 (found by a review helper). Checked per sample against float64, eager and under jit,
+  beside confident rows and random rows near that edge."""
+  rng = np.random.default_rng(0)
+  rows = []
+  for c in (3, 10, 100):
+    for top in (0.5004, 0.549, 0.5 + 1e-6):
+      r = np.zeros(c)
+      r[0] = r[1] = top
+      r[2:] = (1.0 - 2 * top) / (c - 2)  # negative, each within the tolerance
+      if r[2] >= -1e-3:
+        rows.append((r, 1))
+        rows.append((r, 0))
+        rows.append((r, c - 1))
+  confident = np.full(3, 1e-5)
+  confident[0] = 1 - 2e-5
+  x = rng.dirichlet(np.full(10, 0.05), size=200)
+  f = getattr(scores, name)
+  for r, label in rows + [(confident, 0)] + [(x[i], int(rng.integers(10))) for i in range(200)]:
+    p = np.asarray(r, np.float32)[None]
+    y = np.array([label])
+    want = getattr(R, name)(p, y)
+    np.testing.assert_allclose(f(p, y, per_sample=True), want, rtol=2e-5, atol=0)
+    np.testing.assert_allclose(jax.jit(f)(p, y), want[0], rtol=2e-5, atol=0)
