@@ -483,6 +483,56 @@ def test_find_models(tmp_path):
   assert find_models(str(only)) == {"x": str(only / "x")}
 
 
+def test_find_models_keeps_every_model_and_skips_report_outputs(tmp_path):
+  """A sub-folder ``m`` and a file ``m.npz`` are two models (``m`` and ``m.npz``; the file
+  replaced the folder, silently); a sub-folder holding a ``report.json`` and no predictions is
+  a report's output (a second ``jaxcal report .`` read ``jaxcal-report/`` as a model and
+  stopped); a folder named like an ``.npz`` file is a sub-folder (found by a review helper)."""
+  from jaxcal._src.report import find_models
+
+  z = dict(logits=np.zeros((2, 2)), labels=np.zeros(2, int))
+  (tmp_path / "m").mkdir()
+  np.savez(tmp_path / "m.npz", **z)
+  np.savez(tmp_path / "k.npz", **z)
+  (tmp_path / "jaxcal-report" / "figures").mkdir(parents=True)
+  (tmp_path / "jaxcal-report" / "report.json").write_text("{}")
+  (tmp_path / "d.npz").mkdir()
+  got = find_models(str(tmp_path))
+  assert got == {
+    "d.npz": str(tmp_path / "d.npz"),
+    "m": str(tmp_path / "m"),
+    "k": str(tmp_path / "k.npz"),
+    "m.npz": str(tmp_path / "m.npz"),
+  }
+  np.save(tmp_path / "jaxcal-report" / "logits.npy", z["logits"])  # predictions: a model
+  assert "jaxcal-report" in find_models(str(tmp_path))
+
+
+def test_report_of_one_sample(small):
+  """One sample: the bin-count grid stops at n (it fell back to 2 bins and raised about
+  ``num_bins = 2``, a count never asked for); the robustness bootstrap's option is named when
+  it needs two samples (found by a review helper)."""
+  p, y = small
+  rep = report.calibration_report(
+    p[:1], y[:1], num_bins=1, resamples=0, robustness_resamples=0, num_utilities=0
+  )
+  assert rep["robustness"]["num_bins"] == [1]
+  with pytest.raises(ValueError, match="robustness_resamples = 50: bootstrap intervals need"):
+    report.calibration_report(p[:1], y[:1], num_bins=1, resamples=0, num_utilities=0)
+  with pytest.raises(ValueError, match="^resamples = 20: bootstrap intervals need at least 2"):
+    report.calibration_report(p[:1], y[:1], num_bins=1, resamples=20, num_utilities=0)
+  two = report.calibration_report(
+    p[:2],
+    y[:2],
+    num_bins=1,
+    resamples=20,
+    robustness_resamples=20,
+    interval="bca",
+    num_utilities=0,
+  )
+  assert two["robustness"]["num_bins"] == [1]
+
+
 def test_compare_report_ranks_models_by_their_errors(monkeypatch):
   """Spearman between bin counts and with the error rate, per group of (n, C) (scipy, float64)."""
   from jaxcal._src import report as R

@@ -265,14 +265,19 @@ def _binnable(n: int, interval: str, resamples: int) -> int:
   return n - n // groups
 
 
-def _check_settings(num_bins, resamples, confidence, interval, n):
+def _check_settings(num_bins, resamples, confidence, interval, n, name="resamples"):
   from jaxcal._src.bootstrap import METHODS, _check_confidence
 
   num_bins = V.check_int(num_bins, "num_bins")
-  resamples = V.check_int(resamples, "resamples", 0)
+  resamples = V.check_int(resamples, name, 0)
   V.check_float_option(confidence, "confidence")  # a string "0.9" passed float()
   if resamples == 1:
-    raise ValueError("resamples must be 0 (no intervals) or at least 2, got 1")
+    raise ValueError(f"{name} must be 0 (no intervals) or at least 2, got 1")
+  if resamples and n < 2:
+    raise ValueError(
+      f"{name} = {resamples}: bootstrap intervals need at least 2 samples, got n = {n}; "
+      f"pass {name}=0 for none"
+    )
   confidence = _check_confidence(confidence)
   if interval not in METHODS:
     raise ValueError(f"interval must be one of {METHODS}, got {interval!r}")
@@ -359,7 +364,7 @@ def _calibrated_values(probs: jax.Array) -> dict:
 def _robustness_section(key, probs, y, num_bins, resamples, confidence, interval) -> dict:
   # the grid's largest count fits every jackknife evaluation of a BCa interval too
   n = _binnable(probs.shape[0], interval, resamples)
-  bins = np.union1d(robustness_bins(n), [num_bins])  # the headline m on the grid
+  bins = np.union1d(robustness_bins(n, lo=min(2, n)), [num_bins])  # the headline m on the grid
   stat = _Curves(bins)
   est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval)
   order = [label(nm, b) for nm, b in stat.names]  # tree_map sorts dict keys: restore the order
@@ -523,7 +528,9 @@ def calibration_report(
   seed = V.check_int_option(seed, "seed")
   if path is not None and not isinstance(path, str | os.PathLike):
     raise TypeError(f"path must be a file or folder path or None, got {type(path).__name__}")
-  rob_resamples = _check_settings(num_bins, robustness_resamples, confidence, interval, n)[1]
+  rob_resamples = _check_settings(
+    num_bins, robustness_resamples, confidence, interval, n, "robustness_resamples"
+  )[1]
   k_head, k_rob, _ = _keys(seed)
   rep: dict[str, Any] = {
     "jaxcal": _environment(),
@@ -920,7 +927,11 @@ def find_models(path: str) -> dict[str, str] | None:
 
   A folder is a folder of models when it holds no ``.npy`` files itself and
   either sub-folders or at least two ``.npz`` files; each sub-folder and
-  ``.npz`` file is one model, named after it.
+  ``.npz`` file is one model, named after it. A sub-folder holding a
+  ``report.json`` and no ``.npy`` or ``.npz`` file is a report's output (a
+  second ``jaxcal report .`` read the first one's ``jaxcal-report/`` as a
+  model), not a model. A file ``m.npz`` beside a sub-folder ``m`` is named
+  ``m.npz`` (one of them was dropped).
 
   Args:
     path: a file or folder path (a ``str``).
@@ -930,7 +941,8 @@ def find_models(path: str) -> dict[str, str] | None:
     sub-folders and fewer than two ``.npz`` files (a single prediction set);
     otherwise a dict model name -> path: each sub-folder not starting with
     ``.`` under its own name, then each ``.npz`` file under its name without
-    the suffix (both in sorted order; the paths are joined to ``path``).
+    the suffix, or with it where a sub-folder has that name (both in sorted
+    order; the paths are joined to ``path``).
 
   Example:
     >>> from jaxcal.data import DEFAULT_PREDICTIONS
@@ -942,12 +954,25 @@ def find_models(path: str) -> dict[str, str] | None:
   entries = sorted(os.listdir(path))
   if any(e.endswith(".npy") for e in entries):
     return None
-  subdirs = [e for e in entries if os.path.isdir(os.path.join(path, e)) and not e.startswith(".")]
-  npz = [e for e in entries if e.endswith(".npz")]
+
+  def report_output(folder: str) -> bool:
+    inside = os.listdir(folder)
+    return "report.json" in inside and not any(e.endswith((".npy", ".npz")) for e in inside)
+
+  subdirs = [
+    e
+    for e in entries
+    if os.path.isdir(os.path.join(path, e))
+    and not e.startswith(".")
+    and not report_output(os.path.join(path, e))
+  ]
+  npz = [e for e in entries if e.endswith(".npz") and os.path.isfile(os.path.join(path, e))]
   if not subdirs and len(npz) < 2:
     return None
   out = {e: os.path.join(path, e) for e in subdirs}
-  out.update({e[: -len(".npz")]: os.path.join(path, e) for e in npz})
+  for e in npz:
+    stem = e[: -len(".npz")]
+    out[e if stem in out else stem] = os.path.join(path, e)
   return out
 
 

@@ -1043,9 +1043,17 @@ class Records(_Streaming):
         "its records are not the data's"
       )
     if bool(overflow):
+      if int(count) > self.capacity:
+        where = f"{int(count)} samples were offered to a buffer of capacity {self.capacity}"
+      else:  # a merged part overflowed before the merge added the other's capacity
+        where = (
+          f"a state merged into it was offered more samples than its own capacity, and "
+          f"dropped them ({int(count)} samples offered in all, merged capacity "
+          f"{self.capacity})"
+        )
       raise ValueError(
-        f"Records overflowed: {int(count)} samples were offered to a buffer of capacity "
-        f"{self.capacity}; make the state with a capacity of at least the data set size"
+        f"Records overflowed: {where}; make each state with a capacity of at least the "
+        "number of samples it is updated with"
       )
     if int(count) == 0:
       raise ValueError("Records is empty: update it with at least one batch before compute()")
