@@ -926,7 +926,12 @@ def evaluate(
   (``uc_tce``, ``uc_cwe``, ``uc_topk``, ``uc_comb``), and for each batch of
   utilities ``U`` the errors ``UC(f, u; S)``, ``u in U`` (``"uc:<name>"``).
   Each number equals the matching one-shot function of :mod:`jaxcal.metrics`,
-  :mod:`jaxcal.scores` or :mod:`jaxcal.utility` on that model alone.
+  :mod:`jaxcal.scores` or :mod:`jaxcal.utility` on that model alone, up to
+  float32 rounding; for a UC that rounding can move ties: two samples whose
+  float32 predicted utilities round equal in one program (but not in the
+  other) are one group of the UC rule, so the worst interval can differ by
+  about one sample's residual over n (CIFAR-100, n = 2,000, rank
+  utilities: 1.7e-4 relative, the padded program nearer float64).
 
   Args:
     predictions: a stack ``(M, n, C)``, one ``(n, C)`` array, a list of
