@@ -1557,3 +1557,113 @@ def test_another_iteration_limit_reuses_the_compiled_linear_fit():
     short = R.fit_vector(z, y, reg_grid=(10.0, 0.1), num_folds=2, max_iter=1, cv_max_iter=7)
   assert scaling._fit_linear._cache_size() == size
   assert int(short.num_iter) <= 1 and not bool(short.converged)
+
+
+def _newton_reference(x, t):
+  """Float64 undamped Newton (with step halving) for ``mean softplus(u) - t u``,
+  ``u = w_0 x + w_1``: affine invariant, so a nearly constant ``x`` does not slow it."""
+  cols = np.stack([x, np.ones_like(x)], axis=1)
+  w = np.zeros(2)
+
+  def loss(w):
+    u = cols @ w
+    return np.mean(np.logaddexp(0, u) - t * u)
+
+  for _ in range(100):
+    q = 1 / (1 + np.exp(-(cols @ w)))
+    g = cols.T @ (q - t) / len(t)
+    if np.abs(g).max() < 1e-15:
+      break
+    step = np.linalg.solve((cols * (q * (1 - q))[:, None]).T @ cols / len(t), g)
+    alpha = 1.0
+    while loss(w - alpha * step) > loss(w) and alpha > 1e-12:
+      alpha /= 2
+    w = w - alpha * step
+  return w
+
+
+def test_platt_and_beta_converge_on_logits_of_small_scale(c10):
+  """Logits ``1e-3 z``: the per-class log-odds are nearly constant, so nearly collinear
+  with the intercept. The damped Newton fit crawled (500 iterations, unconverged, even in
+  float64: scale 208 where the optimum is 1280, test log loss 1.18); in standardised
+  coordinates Platt and beta scaling converge in a handful of iterations, Platt's map equal
+  to a float64 Newton reference (found by a review helper)."""
+  zv, yv, zt, yt = c10
+  c = np.float32(1e-3)
+
+  def nll(q):
+    return float(-np.mean(np.log(np.asarray(q, np.float64)[np.arange(len(yt)), yt])))
+
+  z = zv.astype(np.float64) * 1e-3
+  logp = z - z.max(1, keepdims=True)
+  logp = logp - np.log(np.exp(logp).sum(1, keepdims=True))
+  s = logp - np.log(-np.expm1(logp))
+  ref = np.array([_newton_reference(s[:, k], (yv == k).astype(float)) for k in range(10)])
+  assert 1000 < ref[0, 0] < 1600  # the scale the damped fit was far from
+  ref_map = R.PlattScaling(
+    scale=jnp.asarray(ref[:, 0]),
+    bias=jnp.asarray(ref[:, 1]),
+    num_iter=jnp.asarray(0),
+    converged=jnp.asarray(True),
+    num_classes=10,
+  )
+  with jax.enable_x64(True):
+    ref_nll = nll(ref_map(zt.astype(np.float64) * 1e-3))
+  # about the unscaled fit's (0.193), far below the crawled fit's 1.18
+  assert abs(ref_nll - nll(R.fit_platt(zv, yv)(zt))) < 0.01
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # silent: no "did not converge" warning
+    platt = R.fit_platt(zv * c, yv)
+    beta = R.fit_beta(zv * c, yv)
+  assert bool(platt.converged) and int(platt.num_iter) <= 12
+  np.testing.assert_allclose(np.asarray(platt.scale), ref[:, 0], rtol=1e-4)
+  np.testing.assert_allclose(np.asarray(platt.bias), ref[:, 1], rtol=1e-4)
+  assert abs(nll(platt(zt * c)) - ref_nll) < 1e-5
+  assert bool(beta.converged) and int(beta.num_iter) <= 30
+  assert abs(nll(beta(zt * c)) - ref_nll) < 1e-4  # beta's model contains Platt's
+
+  with jax.enable_x64(True):
+    z64 = zv.astype(np.float64) * 1e-3
+    platt64 = R.fit_platt(z64, yv, tol=1e-10)
+    beta64 = R.fit_beta(z64, yv)
+    assert bool(platt64.converged) and int(platt64.num_iter) <= 12
+    np.testing.assert_allclose(np.asarray(platt64.scale), ref[:, 0], rtol=1e-8)
+    np.testing.assert_allclose(np.asarray(platt64.bias), ref[:, 1], rtol=1e-8)
+    assert bool(beta64.converged) and int(beta64.num_iter) <= 30
+    assert abs(nll(beta64(zt.astype(np.float64) * 1e-3)) - ref_nll) < 1e-4
+
+
+# (scale c, offset e) of the feature c x + e in each problem of one batch
+_AFFINE = [(1.0, 0.0), (1e-8, 0.0), (1e-3, 0.0), (1e3, 0.0), (1e30, 0.0), (1.0, 1e3), (1e-3, 5.0)]
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_logistic_newton_takes_the_fit_of_any_scale_and_offset(intercept):
+  """A batch of problems whose feature is ``c x + e``, ``c`` from 1e-8 to 1e30 (float32):
+  each fit is the fit on ``x`` mapped back (``w c``, and ``w_0 + w e``), converged in a
+  handful of iterations, under ``jit`` (the intercept a traced number) and ``vmap``. Before,
+  the raw gradient of a tiny feature (1e-8) or the overflowing Hessian of a huge one (1e30)
+  stopped the fit at ``init`` reported converged, and ``x + 1e3`` and ``1e-3 x`` crawled
+  unconverged (100 iterations)."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=4000)
+  affine = _AFFINE if intercept else [(c, 0.0) for c, e in _AFFINE if e == 0]
+  u_true = 2 * x - 1 if intercept else 2 * x
+  t = (rng.random(4000) < 1 / (1 + np.exp(-u_true))).astype(np.float32)
+  feats = np.stack([c * x + e for c, e in affine]).astype(np.float32)  # (P, n)
+  ones = (1.0,) if intercept else ()
+  k = 1 + len(ones)
+  fit = jax.jit(logistic_newton, static_argnames="max_iter")
+  res = fit((jnp.asarray(feats),) + ones, jnp.asarray(t), jnp.zeros((len(affine), k)))
+  assert bool(res.converged) and int(res.num_iter) <= 10
+  w = np.asarray(res.params, np.float64)
+  ref = w[0]  # c = 1, e = 0
+  for (c, e), wp in zip(affine, w):
+    np.testing.assert_allclose(wp[0] * c, ref[0], rtol=1e-4, err_msg=f"c={c}, e={e}")
+    if intercept:
+      np.testing.assert_allclose(wp[1] + wp[0] * e, ref[1], atol=2e-3, err_msg=f"c={c}, e={e}")
+  if intercept:
+    np.testing.assert_allclose(ref, _newton_reference(x, t.astype(np.float64)), rtol=1e-4)
+  one = jax.vmap(lambda f: logistic_newton((f,) + ones, jnp.asarray(t), jnp.zeros(k)))
+  np.testing.assert_allclose(np.asarray(jax.jit(one)(jnp.asarray(feats)).params), w, rtol=1e-5)
