@@ -279,6 +279,35 @@ def test_sort_with_payload_of_mixed_widths():
         np.testing.assert_array_equal(np.asarray(ps), pay.astype(pd)[order])
 
 
+def test_sorts_of_bfloat16_give_bfloat16_values():
+  """bfloat16 keys come back as bfloat16 from every sort that maps keys back to floats
+  (their 16-bit keys were read as float16: ``[0.25, 1.0, -2.0, 0.5]`` sorted to
+  ``[-2.0, 1.625, 1.75, 1.875]``; found by a review helper), eager, under jit and the
+  packed sort's derivative."""
+  x = np.array([0.25, 1.0, -2.0, 0.5, -0.0, 3.5e-3, 1.0], np.float32)
+  xb = jnp.asarray(x, jnp.bfloat16)
+  want = np.sort(np.asarray(xb, np.float32))
+  np.testing.assert_array_equal(np.asarray(S.sort_descending(xb), np.float32), want[::-1])
+  pay = jnp.arange(7.0, dtype=jnp.float32)
+  for impl in (
+    S.sort_with_payload,
+    jax.jit(S.sort_with_payload),
+    S._paired_sort,
+    S._gathered_sort,
+    S._packed_sort,
+  ):
+    xs, ps = impl(xb, pay)
+    assert xs.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(xs, np.float32), want)
+    np.testing.assert_array_equal(np.asarray(xb, np.float32)[np.asarray(ps, int)], want)
+  (xs, _), (_, t) = jax.jvp(S._packed_sort, (xb, pay), (jnp.zeros_like(xb), jnp.ones(7)))
+  np.testing.assert_array_equal(np.asarray(xs, np.float32), want)
+  k = S.float_to_key(xb)  # -0.0 comes back as +0.0, which compares equal
+  np.testing.assert_array_equal(
+    np.asarray(S.key_to_float(k, jnp.bfloat16), np.float32), np.asarray(xb, np.float32)
+  )
+
+
 def test_uc_independent_of_order_among_ties():
   """UC read between distinct values: the GPU path's unstable order gives the same result."""
   rng = np.random.default_rng(3)

@@ -97,14 +97,16 @@ def float_to_key(x: jax.Array) -> jax.Array:
   return jnp.where((bits & ~top) == 0, top, key)
 
 
-def key_to_float(key: jax.Array) -> jax.Array:
+def key_to_float(key: jax.Array, dtype: Any = None) -> jax.Array:
   """Inverse of :func:`float_to_key` (``-0.0`` comes back as ``+0.0``).
 
   Args:
     key: uint16 / uint32 / uint64 keys.
+    dtype: the keys' float type (default float16 / float32 / float64 by width;
+      pass bfloat16 for bfloat16's keys, which float16 would misread).
 
   Returns:
-    The floats of the same width.
+    The floats of that type.
 
   Example:
     >>> import jax.numpy as jnp
@@ -114,7 +116,7 @@ def key_to_float(key: jax.Array) -> jax.Array:
   ut = key.dtype.type
   top = ut(1 << (8 * key.dtype.itemsize - 1))
   bits = jnp.where((key & top) != 0, key & ~top, ~key)
-  return jax.lax.bitcast_convert_type(bits, _FLOAT[key.dtype.itemsize])
+  return jax.lax.bitcast_convert_type(bits, _FLOAT[key.dtype.itemsize] if dtype is None else dtype)
 
 
 def float_to_int_key(x: jax.Array) -> jax.Array:
@@ -451,19 +453,19 @@ def sort_descending(x: jax.Array, axis: int = -1) -> jax.Array:
   """
   if x.dtype.itemsize not in _UINT or not jnp.issubdtype(x.dtype, jnp.floating):
     return -jnp.sort(-x, axis=axis)
-  return jnp.flip(key_to_float(jnp.sort(float_to_key(x), axis=axis)), axis=axis).astype(x.dtype)
+  return jnp.flip(key_to_float(jnp.sort(float_to_key(x), axis=axis), x.dtype), axis=axis)
 
 
 def _paired_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
   key, out = jax.lax.sort(
     (float_to_key(x), payload), dimension=x.ndim - 1, num_keys=1, is_stable=False
   )
-  return key_to_float(key).astype(x.dtype), out
+  return key_to_float(key, x.dtype), out
 
 
 def _gathered_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
   skey, perm = argsort_keys(float_to_key(jax.lax.stop_gradient(x)))
-  return key_to_float(skey).astype(x.dtype), jnp.take_along_axis(payload, perm, axis=-1)
+  return key_to_float(skey, x.dtype), jnp.take_along_axis(payload, perm, axis=-1)
 
 
 def _packed_pairs_rows(key: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -490,7 +492,7 @@ def _packed_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array
   derivatives (:func:`_packed_sort_jvp`) follow the same order.
   """
   skey, spayload = _packed_pairs(float_to_key(x), payload)
-  return key_to_float(skey).astype(x.dtype), spayload
+  return key_to_float(skey, x.dtype), spayload
 
 
 @_packed_sort.defjvp
@@ -510,7 +512,7 @@ def _packed_sort_jvp(primals, tangents):
     iota = jax.lax.broadcasted_iota(jnp.int32, words.shape, words.ndim - 1)
     words, perm = jax.lax.sort((words, iota), dimension=words.ndim - 1, num_keys=1, is_stable=True)
     skey, spayload = _halves(words, key.dtype, payload.dtype)
-  xs = key_to_float(skey).astype(x.dtype)
+  xs = key_to_float(skey, x.dtype)
   t_sorted = jnp.take_along_axis(t_payload, perm, axis=-1)
   return (xs, spayload), (jnp.zeros_like(xs), t_sorted)
 
