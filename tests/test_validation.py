@@ -1253,3 +1253,36 @@ def test_host_labels_left_to_the_device_check_are_reported_by_their_value():
     with warnings.catch_warnings():
       warnings.simplefilter("error")
       assert int(V.process_shard(p, host)[1][23]) == V._NOT_A_LABEL, value
+
+
+def test_rows_at_the_tolerance_get_one_verdict_in_every_mode():
+  """The fast check and the search for the offending row add a row in one order (a row of
+  ``1 + 9.9998e-4`` in float64 came out above the tolerance as the narrow rows' tree adds and
+  below it as ``jnp.sum`` adds one row: eager calls raised ``AssertionError: a value check
+  failed but no problem was found``, ``checked`` returned NaN without raising, and a row
+  of ``1 + 1.0000e-3`` passed eagerly but failed in ``checked``; found by a review helper).
+  Rows scaled to just around ``1 + tol`` at C = 5, 32 (the tree) and 33, 100 (one
+  reduction): eager, ``checked`` and ``checked(jit)`` accept or refuse each alike."""
+  a = np.array([[0.05124577507, 0.12705641985, 0.72900533676, 0.07401771843, 0.01967473142]])
+  a = a.astype(np.float32)
+  with pytest.raises(ValueError, match=r"row 0, which sums to 1\.001\. "):
+    scores.brier(a, np.array([0]))
+  rng = np.random.default_rng(0)
+  for c in (5, 32, 33, 100):
+    for n in (1, 3):
+      for _ in range(8):
+        p = rng.dirichlet(np.ones(c), n)
+        p[n - 1] *= 1 + 1e-3 + rng.uniform(-3e-7, 3e-7)
+        p, y = p.astype(np.float32), rng.integers(0, c, n)
+        verdicts = []
+        for f in (
+          scores.brier,
+          jaxcal.checked(scores.brier),
+          jaxcal.checked(jax.jit(scores.brier)),
+        ):
+          try:
+            verdicts.append(np.isfinite(float(f(p, y))))
+          except ValueError as e:
+            assert "must sum to 1" in str(e)
+            verdicts.append("refused")
+        assert len(set(verdicts)) == 1 and verdicts[0] in (True, "refused"), (c, n, verdicts)

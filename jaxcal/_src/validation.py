@@ -492,6 +492,22 @@ def _label_bad(spec: _Spec, y: jax.Array) -> jax.Array:
   return bad
 
 
+def _row_sums(x: jax.Array) -> jax.Array:
+  """Row sums of an ``(n, C)`` probability matrix, in the order every check adds them.
+
+  Narrow rows as :func:`~jaxcal._src.numerics.row_sum_min`'s pairwise tree,
+  wider ones by one library reduction. The fast check and the search for
+  the offending row must add in one order: a row summing to ``1 + 9.9998e-4``
+  in float64 came out above the tolerance as the tree adds and below it as
+  ``jnp.sum`` adds one row, so an eager call found no problem to report
+  (an ``AssertionError``) and :func:`checked` returned NaN without raising.
+  """
+  acc = compute_dtype(x.dtype)
+  if x.shape[-1] <= NARROW_ROW:
+    return row_sum_min(x, acc)[0]
+  return jnp.sum(x, axis=-1, dtype=acc)
+
+
 def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
   """Validity of one array, cheapest sufficient conditions first.
 
@@ -513,7 +529,7 @@ def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
   acc = compute_dtype(x.dtype)
   if a.kind == "probs":  # (n, C): check_predictions and check_probs take matrices only
     if x.shape[-1] <= NARROW_ROW:
-      s, lo = row_sum_min(x, acc)
+      s, lo = row_sum_min(x, acc)  # s is _row_sums(x)
       # per row: 2 off the simplex, below -tol or not finite (NaN fails both
       # tests), 1 a negative entry within tol, 0 fine; one reduction for all
       good = _sums_to_one(s, a.tol) & (lo >= -a.tol)
@@ -523,7 +539,7 @@ def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
       worst = jnp.max(code)
       ok, negative = worst < 2, worst == 1
     else:
-      s = jnp.sum(x, axis=-1, dtype=acc)
+      s = _row_sums(x)
       lo = jnp.min(_masked(x, where, 1)).astype(acc)
       ok = jnp.all(_ignore(_sums_to_one(s, a.tol), where)) & (lo >= -a.tol)  # False for NaN/inf
       negative = lo < 0
@@ -615,8 +631,7 @@ def _checks(spec: _Spec) -> list[tuple[str, Callable]]:
     if a.kind == "probs":
 
       def row_sums(xs, y, where, w, i=i, tol=a.tol):
-        x = xs[i]
-        s = jnp.sum(x, axis=_rows(x), dtype=compute_dtype(x.dtype))
+        s = _row_sums(xs[i])  # as _array_ok sums them: the same verdict at the bound
         return _row_problem(_select(~_sums_to_one(s, tol), where) & jnp.isfinite(s), s)
 
       out.append(
