@@ -168,6 +168,28 @@ def test_load_rejects_pickle_and_bad_files(tmp_path):
   with pytest.raises(ValueError, match="holds no labels"):
     np.save(tmp_path / "only.npy", np.zeros((2, 2)))
     data.load_predictions(tmp_path / "only.npy")
+  # numpy counts timedelta64 as an integer type: refused as labels (they were loaded and
+  # scored), in the loader and in every metric; sub-array and empty dtypes name the file
+  # (numpy's bare "cannot reshape" / "itemsize cannot be zero"; found by a review helper)
+  td = np.arange(3).astype("timedelta64[s]")
+  np.savez(tmp_path / "td.npz", logits=np.zeros((3, 2)), labels=td)
+  with pytest.raises(ValueError, match="td.npz: labels must be integers, got dtype timedelta"):
+    data.load_predictions(tmp_path / "td.npz")
+  with pytest.raises(ValueError, match="labels must be a real numeric array, got dtype timed"):
+    scores.brier(np.full((3, 2), 0.5, np.float32), td)
+  labels = io.BytesIO()
+  np.save(labels, np.arange(6) % 3)
+  for name, descr, shape, raw in (
+    ("sub", "('<f4', (3,))", "(6,)", bytes(72)),  # numpy reads it as (6, 3)
+    ("v0", "'|V0'", "(6, 3)", b""),
+  ):
+    head = f"{{'descr': {descr}, 'fortran_order': False, 'shape': {shape}, }}".encode()
+    head += b" " * (64 - (10 + len(head) + 1) % 64) + b"\n"
+    with zipfile.ZipFile(tmp_path / f"{name}.npz", "w") as z:
+      z.writestr("logits.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head + raw)
+      z.writestr("labels.npy", labels.getvalue())
+    with pytest.raises(ValueError, match=rf"{name}\.npz\[logits\]: not a valid \.npy array of"):
+      data.load_predictions(tmp_path / f"{name}.npz")
 
 
 def _npz_bytes(tmp_path):

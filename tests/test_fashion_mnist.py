@@ -124,6 +124,17 @@ def test_bad_header_raises(tiny):
     F.read_idx(p)
 
 
+def test_header_size_beyond_int64_is_named(tmp_path):
+  """A header whose shape holds 2^64 bytes says so (an int64 product wrapped to 0: "0 bytes
+  of data", or numpy's bare reshape error without the path; found by a review helper)."""
+  for name, payload in (("zero.gz", b""), ("sixteen.gz", bytes(16))):
+    p = tmp_path / name
+    head = bytes([0, 0, 0x08, 3]) + b"".join(d.to_bytes(4, "big") for d in (2**22, 2**21, 2**21))
+    _write(p, head + payload)
+    with pytest.raises(ValueError, match=f"{name}: header says .* \\(18446744073709551616 bytes"):
+      F.read_idx(p)
+
+
 def test_missing_file(tmp_path):
   with pytest.raises(FileNotFoundError):
     F.load_fashion_mnist(tmp_path)

@@ -70,6 +70,11 @@ def _read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
     raise ValueError(f"{what}: not a valid .npy array (bad or truncated header: {e})") from None
   if dtype.hasobject:
     raise ValueError(f"{what}: holds a pickled object array, which jaxcal never loads")
+  if dtype.subdtype is not None or dtype.itemsize == 0:  # frombuffer / reshape would fail
+    raise ValueError(
+      f"{what}: not a valid .npy array of numbers (its dtype {dtype} is a sub-array or holds "
+      "no bytes)"
+    )
   if any(d < 0 for d in shape):  # numpy's header reader accepts them
     raise ValueError(f"{what}: not a valid .npy array (negative dimension in shape {shape})")
   count = math.prod(shape)
@@ -283,7 +288,8 @@ def _load_split(
     raise ValueError(f"{p}: scores must be (n, C) with n >= 1 and C >= 2, got shape {scores.shape}")
   if labels.shape != (scores.shape[0],):
     raise ValueError(f"{p}: labels must have shape ({scores.shape[0]},), got {labels.shape}")
-  if not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)):
+  numeric = np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)
+  if not numeric or labels.dtype.kind == "m":  # numpy counts timedelta64 as an integer
     raise ValueError(f"{p}: labels must be integers, got dtype {labels.dtype}")
   # integral and in [0, C), checked before the narrowing cast (2**32 + 1 must not become 1)
   if labels.dtype.kind == "u" and labels.size and labels.max() >= scores.shape[1]:

@@ -12,6 +12,7 @@ Fashion-MNIST uses magic 2051 (``0x00000803``) for images ``(n, 28, 28)`` and
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import pathlib
 import zlib
@@ -127,7 +128,7 @@ def read_idx(path: str | os.PathLike, expected_magic: int | None = None) -> np.n
   if len(raw) < header:
     raise ValueError(f"{path}: truncated IDX header")
   shape = tuple(int.from_bytes(raw[4 + 4 * k : 8 + 4 * k], "big") for k in range(ndim))
-  size = int(np.prod(shape, dtype=np.int64))
+  size = math.prod(shape)  # Python ints: an int64 product wrapped (2^64 bytes read as 0)
   if len(raw) - header != size:
     raise ValueError(
       f"{path}: header says shape {shape} ({size} bytes of data) but the "

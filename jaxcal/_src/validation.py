@@ -941,7 +941,8 @@ def _array(x: Any, name: str) -> jax.Array | np.ndarray:
     except (TypeError, ValueError) as e:  # ragged lists and the like
       raise ValueError(f"{name} must be a numeric array, got {type(x).__name__}: {e}") from None
   dt = arr.dtype
-  if dt == np.bool_ or jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.floating):
+  numeric = jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.floating)
+  if dt == np.bool_ or (numeric and dt.kind != "m"):  # numpy counts timedelta64 as an integer
     return arr
   raise ValueError(
     f"{name} must be a real numeric array, got dtype {dt}"
