@@ -230,7 +230,8 @@ def logistic_newton(
   the optimum. ``lambda_b`` starts at 1 and, as in Levenberg-Marquardt, is
   divided by 4 (down to ``2^-10``) after an unshortened step that lowered
   ``f_b`` by at least a quarter of ``g_b . step`` and multiplied by 4 (up to
-  1) after a step that had to be shortened: where the loss keeps falling
+  1) after a step that had to be shortened or that would settle the problem
+  (below), which settles only at full damping: where the loss keeps falling
   along a direction of vanishing curvature (beta calibration's free fit of
   a class seen once) the steps lengthen instead of crawling at about unit
   length, and where two features are nearly collinear the damping no
@@ -261,7 +262,8 @@ def logistic_newton(
   Args:
     features: ``k`` arrays (or Python numbers) broadcastable to
       ``(*batch, n)``: ``x_bik`` for ``k = 0, 1, ...`` (a number, usually 1,
-      for an intercept).
+      for an intercept: an array of ones is a feature like any other, not
+      centred on, and a nearly constant feature beside it converges slowly).
     targets: ``t``, broadcastable to ``(*batch, n)``, in ``[0, 1]``.
     init: ``(*batch, k)`` starting weights, in the loss's dtype.
     max_iter: iteration limit (static).
@@ -402,7 +404,10 @@ def logistic_newton(
     # settled: at the working precision's optimum, either the step changes no
     # weight beyond its rounding, or no step lowered the loss by more than
     # the loss's rounding though more was predicted (a separable problem,
-    # whose loss falls as its weights grow, ends there in float32)
+    # whose loss falls as its weights grow, ends there in float32); either
+    # under a weakened damping only strengthens it (a nearly singular
+    # problem's long step can fail, or gain nothing visible, where the fully
+    # damped steps still make progress)
     fixed = whole & jnp.all(jnp.abs(step) <= slack * (jnp.abs(w) + 1), axis=-1)
     stalled = ~whole & (~accepted | (f_at > f0 - 1e-4 * alpha * slope))
     return jnp.where(accepted, alpha, 0.0), fixed | stalled, f_at
@@ -410,10 +415,10 @@ def logistic_newton(
   def iterate(c):
     w, it, (f0, g, step, slope), settled, lam = c
     alpha, now, f_at = line_search(w, f0, step, slope, settled)
-    settled = settled | now  # and stays where it is
+    settled = settled | (now & (lam >= 1))  # and stays where it is
     w = w - jnp.where(settled, 0.0, alpha)[..., None] * step
-    good = (alpha == 1) & (f0 - f_at >= 0.25 * slope)
-    lam = jnp.where(alpha < 1, jnp.minimum(4 * lam, 1.0), lam)
+    good = ~now & (alpha == 1) & (f0 - f_at >= 0.25 * slope)
+    lam = jnp.where((alpha < 1) | now, jnp.minimum(4 * lam, 1.0), lam)
     lam = jnp.where(good, jnp.maximum(lam / 4, 2.0**-10), lam)
     return w, it + 1, newton(w, lam), settled, lam
 
