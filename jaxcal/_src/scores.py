@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.numerics import by_rows
+from jaxcal._src.numerics import NARROW_ROW, by_rows, narrow_row_sums
 
 __all__ = [
   "prepare",
@@ -106,9 +106,11 @@ def _squares(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Arra
   11-21 ms.
   """
   py = jnp.take_along_axis(p, y[..., None], axis=-1)[..., 0]
-  plain = jnp.sum(p * p, axis=-1)
-  q = jnp.minimum(p, 1.0 - p)
-  big = jnp.sum(q * q, axis=-1)
+  if p.shape[-1] <= NARROW_ROW:  # both sums in one pass (n = 10^5, C = 10: 0.20 against 0.78 ms)
+    plain, big = narrow_row_sums(p, jnp.square, lambda c: jnp.square(jnp.minimum(c, 1.0 - c)))
+  else:
+    q = jnp.minimum(p, 1.0 - p)
+    plain, big = jnp.sum(p * p, axis=-1), jnp.sum(q * q, axis=-1)
   off = plain - jnp.square(py)
   near = (py > 0.5) & (off < 0.125)
   brier = jnp.where(near, big, plain - 2.0 * py + 1.0)
