@@ -148,3 +148,33 @@ def test_atomic_file_replaces_whole_or_leaves_the_old_file(tmp_path):
   os.umask(umask)
   assert p.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it, not mkstemp's 0600
   assert sorted(x.name for x in tmp_path.iterdir()) == ["out.npz"]
+
+
+def test_atomic_file_keeps_modes_links_and_long_names(tmp_path):
+  """As ``open(path, "w")`` would (found by a review helper): an existing private file stays
+  0600 (it became 0644), a symbolic link is written through and stays a link (it was replaced
+  by a plain file), a 244-character name is written (the temporary name went past the limit),
+  and modes that cannot replace atomically are refused ("x" overwrote, "a" dropped the old)."""
+  from jaxcal._src.paths import atomic_file
+
+  private = tmp_path / "private.npz"
+  private.write_bytes(b"old")
+  private.chmod(0o600)
+  with atomic_file(private, "wb") as f:
+    f.write(b"new")
+  assert private.read_bytes() == b"new" and private.stat().st_mode & 0o777 == 0o600
+  target, link = tmp_path / "target.txt", tmp_path / "link.txt"
+  target.write_text("T")
+  link.symlink_to(target)
+  with atomic_file(link) as f:
+    f.write("new")
+  assert link.is_symlink() and target.read_text() == "new"
+  long = tmp_path / ("r" * 240 + ".npz")
+  with atomic_file(long, "wb") as f:
+    f.write(b"x")
+  assert long.read_bytes() == b"x"
+  for mode in ("x", "a", "r"):
+    with pytest.raises(ValueError, match=f"mode 'w' or 'wb', got '{mode}'"):
+      with atomic_file(tmp_path / "m.txt", mode):
+        pass
+  assert sorted(x.name for x in tmp_path.iterdir() if x.name.startswith(".")) == []

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import stat
 import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
@@ -174,9 +175,19 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
   file is removed and ``path`` is left as it was: a full disk truncated the
   output in place, and with ``--force`` the previous output was already gone.
 
+  The output gets the permissions ``open`` would give it: an existing
+  file's own mode (a private 0600 file became 0644), else ``0666`` less the
+  umask. A symbolic link is written through to its target, which stays a
+  link; the temporary name is short whatever the target's (a 244-character
+  name, which ``open`` takes, went past the name limit with a suffix).
+
   Args:
     path: the file to write.
     mode: ``"w"`` (text) or ``"wb"`` (binary, e.g. for ``np.savez``).
+
+  Raises:
+    ValueError: another ``mode`` (``"x"`` and ``"a"`` cannot be atomic
+      replacements).
 
   Example:
     >>> import os, tempfile
@@ -186,16 +197,20 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
     >>> open(p).read()
     'done'
   """
-  path = os.fspath(path)
-  fd, tmp = tempfile.mkstemp(
-    dir=os.path.dirname(os.path.abspath(path)), prefix=f".{os.path.basename(path)}.", suffix=".tmp"
-  )
+  if mode not in ("w", "wb"):
+    raise ValueError(f"atomic_file writes with mode 'w' or 'wb', got {mode!r}")
+  path = os.path.realpath(os.fspath(path))  # through symbolic links to the file they name
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".jaxcal-", suffix=".tmp")
   try:
     with os.fdopen(fd, mode) as f:
       yield f
-    umask = os.umask(0)  # read (and restore) it: mkstemp's file is private (0600),
-    os.umask(umask)  # the output gets the permissions an open() would have given it
-    os.chmod(tmp, 0o666 & ~umask)
+    try:  # an existing file keeps its mode; mkstemp's file is private (0600)
+      perms = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+      umask = os.umask(0)  # read (and restore) it
+      os.umask(umask)
+      perms = 0o666 & ~umask
+    os.chmod(tmp, perms)
     os.replace(tmp, path)
   except BaseException:
     with contextlib.suppress(OSError):
