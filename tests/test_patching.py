@@ -630,3 +630,23 @@ def test_audit_shards_over_every_local_device_with_the_same_fit(tmp_path):
     sample_witnesses=lambda k: U.sample_aligned_gain(k, 4, 5),
   )
   np.testing.assert_allclose(np.load(out), np.asarray(rc(z)), atol=1e-6)
+
+
+def test_progress_bar_ends_once_and_counts_zero():
+  """``Progress(0)`` shows 0/0 (it showed 1/1), a second ``close`` prints nothing (it drew
+  the line again), and as a context manager the line ends when the block raises (found by a
+  review helper)."""
+  import io
+
+  from jaxcal._src.progress import Progress
+
+  out = io.StringIO()
+  bar = Progress(0, "z", delay=0.0, min_interval=0.0, stream=out)
+  bar.close()
+  bar.close()
+  assert out.getvalue().count("\n") == 1 and "0/0" in out.getvalue()
+  out = io.StringIO()
+  with pytest.raises(RuntimeError), Progress(3, "fit", delay=0.0, stream=out) as bar:
+    bar.update(1)
+    raise RuntimeError("bad draw")
+  assert out.getvalue().endswith("\n") and out.getvalue().count("\n") == 1

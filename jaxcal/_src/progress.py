@@ -46,7 +46,7 @@ class Progress:
     min_interval: float = 0.25,
     stream: TextIO | None = None,
   ):
-    self.total = max(int(total), 1)
+    self.total = max(int(total), 0)
     self.desc = desc
     self.enabled = enabled
     self.delay = delay
@@ -56,9 +56,17 @@ class Progress:
     self._last = -float("inf")
     self._shown = False
     self._width = 0
+    self._closed = False
+
+  def __enter__(self) -> Progress:
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    """Ends the line (if shown), also when the block raised."""
+    self.close()
 
   def _line(self, done: int, postfix: str) -> str:
-    frac = min(max(done / self.total, 0.0), 1.0)
+    frac = min(max(done / self.total, 0.0), 1.0) if self.total else 1.0
     bar = "#" * int(round(30 * frac))
     elapsed = time.perf_counter() - self.start
     digits = len(str(self.total))
@@ -74,7 +82,7 @@ class Progress:
 
   def update(self, done: int, postfix: str = "") -> None:
     """Redraws the line at ``done`` steps (no-op before ``delay`` or within ``min_interval``)."""
-    if not self.enabled:
+    if not self.enabled or self._closed:
       return
     now = time.perf_counter()
     if now - self.start < self.delay or now - self._last < self.min_interval:
@@ -84,9 +92,10 @@ class Progress:
     self._write(self._line(done, postfix))
 
   def close(self, postfix: str = "", done: int | None = None) -> None:
-    """Draws the final state and ends the line (only if the bar was shown or is due)."""
-    if not self.enabled:
+    """Draws the final state and ends the line (only if the bar was shown or is due; once)."""
+    if not self.enabled or self._closed:
       return
+    self._closed = True
     if not self._shown and time.perf_counter() - self.start < self.delay:
       return
     self._write(self._line(self.total if done is None else done, postfix), end="\n")

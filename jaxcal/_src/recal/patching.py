@@ -720,6 +720,7 @@ def _fit(
     budget = int(np.clip(budget * 0.5 / max(elapsed, 1e-3), 1, 256))
   reason = _REASONS[int(state.reason)]
   if int(state.reason) == _BAD_DRAW:
+    bar.close("stopped: a bad draw", done=t)  # the line ends before the error
     raise ValueError(
       f"sample_witnesses drew utilities that are not finite or lie outside [-1, 1] at "
       f"step {t} of the fit: every draw must be a valid Utility batch"
