@@ -175,6 +175,9 @@ def test_load_rejects_pickle_and_bad_files(tmp_path):
   np.savez(tmp_path / "td.npz", logits=np.zeros((3, 2)), labels=td)
   with pytest.raises(ValueError, match="td.npz: labels must be integers, got dtype timedelta"):
     data.load_predictions(tmp_path / "td.npz")
+  np.savez(tmp_path / "tds.npz", logits=np.zeros((3, 2)).astype(td.dtype), labels=np.arange(3))
+  with pytest.raises(ValueError, match="tds.npz: scores must be real numbers, got dtype timed"):
+    data.load_predictions(tmp_path / "tds.npz")
   with pytest.raises(ValueError, match="labels must be a real numeric array, got dtype timed"):
     scores.brier(np.full((3, 2), 0.5, np.float32), td)
   labels = io.BytesIO()

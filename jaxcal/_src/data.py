@@ -281,15 +281,13 @@ def _load_split(
     raise ValueError(f"{e.filename or p}: not readable (permission denied)") from None
   except OSError as e:
     raise ValueError(f"{getattr(e, 'filename', None) or p}: cannot be read: {e}") from None
-  real = np.issubdtype(scores.dtype, np.integer) or np.issubdtype(scores.dtype, np.floating)
-  if not (real or scores.dtype == np.bool_):
+  if not (V.real_dtype(scores.dtype) or scores.dtype == np.bool_):
     raise ValueError(f"{p}: scores must be real numbers, got dtype {scores.dtype}")
   if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] < 2:
     raise ValueError(f"{p}: scores must be (n, C) with n >= 1 and C >= 2, got shape {scores.shape}")
   if labels.shape != (scores.shape[0],):
     raise ValueError(f"{p}: labels must have shape ({scores.shape[0]},), got {labels.shape}")
-  numeric = np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)
-  if not numeric or labels.dtype.kind == "m":  # numpy counts timedelta64 as an integer
+  if not V.real_dtype(labels.dtype):
     raise ValueError(f"{p}: labels must be integers, got dtype {labels.dtype}")
   # integral and in [0, C), checked before the narrowing cast (2**32 + 1 must not become 1)
   if labels.dtype.kind == "u" and labels.size and labels.max() >= scores.shape[1]:

@@ -63,6 +63,7 @@ __all__ = [
   "MAX_NUM_BINS",
   "simplex_atol",
   "compute_dtype",
+  "real_dtype",
   "is_concrete",
   "as_float",
   "Checked",
@@ -931,6 +932,20 @@ def run_checked(d: Checked, fn: Callable, *args: Any) -> tuple[Any, Any]:
 # --------------------------------------------------------------------------
 
 
+def real_dtype(dt: Any) -> bool:
+  """Whether ``dt`` holds real numbers: an integer or floating type, not timedelta64.
+
+  numpy counts ``timedelta64`` as a signed integer type, so an integer test
+  alone took timedelta labels (and scores) as numbers.
+
+  Example:
+    >>> real_dtype(np.int64), real_dtype(jnp.bfloat16), real_dtype(np.dtype("m8[s]"))
+    (True, True, False)
+  """
+  numeric = jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.floating)
+  return bool(numeric) and np.dtype(dt).kind != "m"
+
+
 def _array(x: Any, name: str) -> jax.Array | np.ndarray:
   """A JAX array stays as it is; anything else becomes a numeric numpy array."""
   if isinstance(x, jax.Array | jax.core.Tracer):
@@ -941,8 +956,7 @@ def _array(x: Any, name: str) -> jax.Array | np.ndarray:
     except (TypeError, ValueError) as e:  # ragged lists and the like
       raise ValueError(f"{name} must be a numeric array, got {type(x).__name__}: {e}") from None
   dt = arr.dtype
-  numeric = jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.floating)
-  if dt == np.bool_ or (numeric and dt.kind != "m"):  # numpy counts timedelta64 as an integer
+  if dt == np.bool_ or real_dtype(dt):
     return arr
   raise ValueError(
     f"{name} must be a real numeric array, got dtype {dt}"
