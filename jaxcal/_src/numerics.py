@@ -97,6 +97,13 @@ def _pairwise(values: list[jax.Array], op: Callable) -> jax.Array:
   return values[0]
 
 
+def _narrow_columns(x: jax.Array, name: str) -> list[jax.Array]:
+  """The column slices ``x[..., r]`` of rows of at most :data:`NARROW_ROW` entries."""
+  if x.shape[-1] > NARROW_ROW:
+    raise ValueError(f"{name} takes rows of at most {NARROW_ROW} entries, got {x.shape[-1]}")
+  return [x[..., r] for r in range(x.shape[-1])]
+
+
 def narrow_row_sums(x: jax.Array, *fns: Callable) -> tuple[jax.Array, ...]:
   """``sum_r f(x_ir)`` over narrow rows (the last axis) for each ``f``, in one pass over ``x``.
 
@@ -122,11 +129,7 @@ def narrow_row_sums(x: jax.Array, *fns: Callable) -> tuple[jax.Array, ...]:
     >>> s.tolist(), q.tolist()
     ([3.0, 7.0], [5.0, 25.0])
   """
-  if x.shape[-1] > NARROW_ROW:
-    raise ValueError(
-      f"narrow_row_sums takes rows of at most {NARROW_ROW} entries, got {x.shape[-1]}"
-    )
-  cols = [x[..., r] for r in range(x.shape[-1])]
+  cols = _narrow_columns(x, "narrow_row_sums")
   return tuple(_pairwise([f(c) for c in cols], jnp.add) for f in fns)
 
 
@@ -167,10 +170,8 @@ def row_sum_min(x: jax.Array, dtype: Any = None) -> tuple[jax.Array, jax.Array]:
     >>> s.tolist(), lo.tolist()
     ([1.0, 1.0], [0.25, -0.5])
   """
-  if x.shape[-1] > NARROW_ROW:
-    raise ValueError(f"row_sum_min takes rows of at most {NARROW_ROW} entries, got {x.shape[-1]}")
   acc = x.dtype if dtype is None else dtype
-  cols = [x[..., r] for r in range(x.shape[-1])]
+  cols = _narrow_columns(x, "row_sum_min")
   return _pairwise([c.astype(acc) for c in cols], jnp.add), _pairwise(cols, jnp.minimum)
 
 

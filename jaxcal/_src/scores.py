@@ -100,10 +100,10 @@ def _squares(p: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Arra
   accurate. ``B`` keeps a few roundings of itself; ``off`` where ``near``
   holds is ``Q - (1 - p_y)^2``, which keeps about ``C`` roundings of itself
   when the mass off the label is spread over many classes (7e-4 relative at
-  C = 1,000 in float32, as before this form). Two reductions: ``sum p^2`` streams at memory speed (0.8 against
-  1.6 ms for ``Q`` at n = 10^5, C = 100 on 2 CPU cores); a per-entry select
-  or an ``(n, C)`` one-hot mask, which XLA:CPU does not vectorise, took
-  11-21 ms.
+  C = 1,000 in float32, as before this form). Two reductions: ``sum p^2``
+  streams at memory speed (0.8 against 1.6 ms for ``Q`` at n = 10^5, C =
+  100 on 2 CPU cores); a per-entry select or an ``(n, C)`` one-hot mask,
+  which XLA:CPU does not vectorise, took 11-21 ms.
   """
   py = jnp.take_along_axis(p, y[..., None], axis=-1)[..., 0]
   if p.shape[-1] <= NARROW_ROW:  # both sums in one pass (n = 10^5, C = 10: 0.20 against 0.78 ms)

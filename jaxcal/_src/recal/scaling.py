@@ -346,14 +346,11 @@ def logistic_newton(
         out[i0] = out[i0] - w[..., j] / rn * mn / v0
     return jnp.stack(out, axis=-1)
 
+  # the chain rule back through w' = M w: g = M^T g' (to_standard's transpose)
+  transpose = jax.linear_transpose(to_standard, init)
+
   def original_gradient(g):
-    # the chain rule back: g_j = d_j g'_j + m_j g'_0 / v0
-    out = [g[..., j] for j in range(k)]
-    for j, (a, mn, rn) in moments.items():
-      out[j] = g[..., j] * rn * a
-      if v0 is not None:
-        out[j] = out[j] + a * mn * g[..., i0] / v0
-    return jnp.stack(out, axis=-1)
+    return transpose(g)[0]
 
   def linear(w):
     return sum(w[..., j, None] * xs[j] for j in range(k))
