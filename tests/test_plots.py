@@ -1,6 +1,7 @@
 """Every public plot function, rendered on small data: title, axis labels, no overlapping ticks."""
 
 import itertools
+import pathlib
 
 import jax
 import numpy as np
@@ -419,6 +420,46 @@ def test_rank_stability_plot_places_each_correlation_at_its_pair_of_bin_counts()
     plots.rank_stability_plot([5, 20, 100], {"a": np.ones((3, 4))})
 
 
+def test_rank_stability_plot_takes_bin_counts_in_any_order():
+  """The paper's order (2000, 20, 5) is drawn increasing, each entry at its pair (refused before)."""
+  r = np.array([[1.0, 0.3, -0.7], [0.5, 1.0, 0.1], [0.2, -0.4, 1.0]])  # rows/columns 2000, 20, 5
+  fig = plots.rank_stability_plot([2000, 20, 5], {"e": r})
+  (im,) = fig.axes[0].images
+  np.testing.assert_array_equal(im.get_array(), r[::-1, ::-1])  # rows/columns 5, 20, 2000
+  assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["5", "20", "2000"]
+
+
+def test_plots_on_an_axes_in_a_subfigure_return_the_figure_savefig_takes(tmp_path, toy):
+  """``ax.figure`` is the ``SubFigure`` there; it was returned, and ``savefig`` refused it."""
+  plt = pytest.importorskip("matplotlib.pyplot")
+  from matplotlib.figure import Figure
+
+  p, y = toy
+  fig = plt.figure()
+  left, right = fig.subfigures(1, 2)
+  a, b, c = left.subplots(), right.subplots(2, 1)[0], right.axes[1]
+  got = [
+    plots.reliability_diagram(p, y, 5, ax=a),
+    plots.ecdf_plot({"a": [0.1, 0.2]}, ax=b),
+    plots.bin_robustness_plot([5, 10], {"ConfECE(fix)": [0.1, 0.2]}, ax=c),
+  ]
+  assert all(type(g) is Figure and g is fig for g in got)
+  assert [pathlib.Path(f).name for f in plots.savefig(got[0], tmp_path / "s", ("png",))] == [
+    "s.png"
+  ]
+
+
+def test_bands_may_be_one_jax_array_like_one_numpy_array():
+  """A ``(2, k)`` JAX array was refused as "not a pair (lo, hi)"; the numpy one was drawn."""
+  lo_hi = np.array([[0.05, 0.01], [0.2, 0.1]])
+  figs = [
+    plots.bin_robustness_plot([5, 10], {"ConfECE(fix)": [0.1, 0.05]}, bands={"ConfECE(fix)": b})
+    for b in (lo_hi, jax.numpy.asarray(lo_hi))
+  ]
+  polys = [f.axes[0].collections[0].get_paths()[0].vertices for f in figs]
+  np.testing.assert_allclose(polys[0], polys[1])
+
+
 def test_ecdf_plot_steps_through_the_sorted_errors():
   e = np.array([0.3, 0.0, 0.1, 0.2])
   fig = plots.ecdf_plot({"a": e, "b": [0.05, 0.4]}, model="m", n=10)
@@ -807,6 +848,26 @@ def test_bad_plot_arguments_raise_before_drawing(toy):
       lambda: plots.mcb_dsc_plot(pts, 0.1, colors={"c": "red"}),
       ValueError,
       r"colors has entries \['c'\]",
+    ),
+    (  # a bad marker or colour value left its figure open
+      lambda: plots.mcb_dsc_plot(pts, 0.1, markers={"a": "notamarker"}),
+      ValueError,
+      r"markers\['a'\] is not a matplotlib marker: 'notamarker'",
+    ),
+    (
+      lambda: plots.mcb_dsc_plot(pts, 0.1, colors={"b": "notacolor"}),
+      ValueError,
+      r"colors\['b'\] is not a matplotlib color: 'notacolor'",
+    ),
+    (  # drawn as a zig-zag line before
+      lambda: plots.lce_bandwidth_plot([10.0, 1.0, 5.0], {"m": [0.01, 0.03, 0.02]}),
+      ValueError,
+      r"bandwidths must be increasing .* got \[10.0, 1.0, 5.0\]",
+    ),
+    (
+      lambda: plots.rank_stability_plot([5, 20, 5], {"a": np.eye(3)}),
+      ValueError,
+      r"num_bins must be distinct, got \[5.0, 20.0, 5.0\]",
     ),
     (
       lambda: plots.ecdf_plot({"A": np.full((2, 30), 0.1)}),

@@ -84,6 +84,22 @@ def test_stack_equals_per_model_loop(logits):
   assert res["brier"].shape == (3,)
 
 
+def test_utility_batches_of_different_sizes_keep_their_coordinates(logits):
+  """Two batches of 6 and 3 utilities: ``to_table`` raised IndexError (coords of the last only)."""
+  z, y = logits
+  us = {
+    "big": utility.sample_linear(jax.random.key(0), 6, 10),
+    "small": utility.sample_rank(jax.random.key(1), 3, 10),
+  }
+  res = study.evaluate(z[:2, :200], y[:2, :200], ["brier"], utilities=us, from_logits=True)
+  assert res.coords["utility"] == list(range(6))
+  rows = res.to_table()
+  assert len(rows) == 2 + 2 * 6 + 2 * 3
+  small = [r for r in rows if r["metric"] == "uc:small"]
+  assert [r["utility"] for r in small] == [0, 1, 2] * 2
+  assert [r["value"] for r in small] == res["uc:small"].ravel().tolist()
+
+
 def test_models_of_different_size_and_class_count_share_programs(logits):
   """A list of models: sizes 230/256 share one bucket (256), C = 10 and C = 100 two groups."""
   z, y = logits

@@ -166,7 +166,8 @@ class StudyResult:
       ``("model", "utility")``, ``("model", "component")``, ``("model",)``.
     coords: axis name -> coordinates (``num_bins``: the bin counts, in
       row-major order; ``component``: ``score, mcb, dsc, unc``; ``utility``:
-      ``0..M-1``). An array of bin counts of two or more dimensions names its
+      ``0..M-1``, positions up to the largest batch's ``M``: a batch of fewer
+      utilities takes the first). An array of bin counts of two or more dimensions names its
       axes ``num_bins_0, num_bins_1, ...``, whose coordinates are positions.
     info: how the call ran (groups, buckets, mesh, compiled programs) and,
       for a study of one bin count (no ``num_bins`` axis), that count
@@ -1177,7 +1178,8 @@ def evaluate(
     arr = np.stack([values[key][i] for i in range(num_models)])
     result[key] = arr
     axes[key] = ("model", "utility")
-    coords["utility"] = list(range(arr.shape[1]))
+    # positions: batches of different sizes share the axis, each its first entries
+    coords["utility"] = list(range(max(arr.shape[1], len(coords.get("utility", ())))))
   return StudyResult(tuple(model_names), result, axes, coords, info)
 
 

@@ -167,7 +167,8 @@ def bands(bands: Any, data: Mapping[str, Any], k: int, of: str, key: str) -> dic
   check_keys(bands, data, "bands", of, f"{key} -> (lo, hi)")
   out = {}
   for name, b in bands.items():
-    if isinstance(b, str) or not isinstance(b, Sequence | np.ndarray) or len(b) != 2:
+    # a pair, or one (2, k) array (numpy or JAX)
+    if isinstance(b, str) or not (isinstance(b, Sequence) or np.ndim(b) >= 1) or len(b) != 2:
       raise ValueError(f"band {name!r} must be a pair (lo, hi) of {k} values each")
     lo, hi = (numbers(v, f"band {name!r}", finite=False) for v in b)
     if lo.size != k or hi.size != k:
@@ -184,10 +185,40 @@ def bands(bands: Any, data: Mapping[str, Any], k: int, of: str, key: str) -> dic
   return out
 
 
+def is_style(what: str, value: Any) -> bool:
+  """Whether ``value`` is a matplotlib marker (``what = "markers"``) or colour (``"colors"``)."""
+  pyplot()  # matplotlib imported (lazily) with its backend set
+  if what == "colors":
+    from matplotlib.colors import is_color_like
+
+    return bool(is_color_like(value))
+  from matplotlib.markers import MarkerStyle
+
+  try:
+    MarkerStyle(value)
+  except (TypeError, ValueError):
+    return False
+  return True
+
+
+def root_figure(ax):
+  """The ``Figure`` holding ``ax``, also when ``ax`` lies in a ``SubFigure``.
+
+  ``ax.figure`` is the sub-figure there, which :func:`savefig` (and
+  matplotlib's own ``savefig``) cannot save; plots return the root figure.
+  """
+  from matplotlib.figure import Figure
+
+  fig = ax.figure
+  while not isinstance(fig, Figure) and getattr(fig, "figure", fig) is not fig:
+    fig = fig.figure
+  return fig
+
+
 def new_axes(ax=None, figsize=(5.0, 4.0)):
   """Returns ``(fig, ax)``: a new constrained-layout figure unless ``ax`` is given."""
   if check_ax(ax) is not None:
-    return ax.figure, ax
+    return root_figure(ax), ax
   plt = pyplot()
   fig, ax = plt.subplots(figsize=figsize, layout="constrained")
   return fig, ax

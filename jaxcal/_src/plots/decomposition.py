@@ -66,7 +66,7 @@ def mcb_dsc_plot(
       not a matplotlib ``Axes``.
     ValueError: no points, a point that is not a pair of numbers,
       non-finite values, ``markers`` / ``colors`` keys that are not labels
-      of ``points``, or ``num_isolines`` not an int in ``[1, 100]``.
+      of ``points`` or values that are not markers / colours, or ``num_isolines`` not an int in ``[1, 100]``.
 
   Example:
     >>> fig = mcb_dsc_plot({"base": (0.06, 8.28), "CW-HB": (0.01, 7.18)}, unc=9.0)
@@ -93,6 +93,9 @@ def mcb_dsc_plot(
   for what, m in (("markers", markers), ("colors", colors)):
     if m is not None:
       _mpl.check_keys(m, points, what, "labels of points", f"label -> {what[:-1]}")
+      for label_, v in m.items():  # before a figure exists: none is left open
+        if not _mpl.is_style(what, v):
+          raise ValueError(f"{what}[{label_!r}] is not a matplotlib {what[:-1]}: {v!r}")
   if num_isolines is not None:  # an isoline per step: a huge count would loop for ages
     num_isolines = V.check_int_option(num_isolines, "num_isolines", minimum=1, maximum=100)
   pad_x = 0.1 * (np.ptp(mcb) or abs(mcb.max()) or 1.0)

@@ -66,7 +66,8 @@ def lce_bandwidth_plot(
   Raises:
     TypeError: ``curves``, ``bands`` or ``reference`` not a mapping, ``ax``
       not a matplotlib ``Axes``.
-    ValueError: no curves, a bandwidth that is not positive, a curve, band
+    ValueError: no curves, a bandwidth that is not positive, bandwidths not
+      increasing, a curve, band
       or floor whose length differs from ``bandwidths``, a curve or floor
       that is not finite, a band with an infinite end or ``lo > hi`` (NaN
       ends are not drawn), a band or reference for a method that is not a
@@ -90,6 +91,10 @@ def lce_bandwidth_plot(
   _mpl.check_ax(ax)
   if g.size == 0 or not np.all(np.isfinite(g) & (g > 0)):
     raise ValueError("bandwidths must be positive and finite (the kernel widths γ)")
+  if np.any(np.diff(g) <= 0):  # a line through unsorted bandwidths zig-zags
+    raise ValueError(
+      f"bandwidths must be increasing (curves are drawn in this order), got {g.tolist()}"
+    )
   if reference is not None:
     _mpl.check_keys(reference, curves, "reference", "methods of curves", "method -> values")
   if reference:

@@ -168,7 +168,7 @@ def reliability_diagram(
         gridspec_kw={"height_ratios": [3.2, 1]},
       )
     else:
-      fig = ax.figure
+      fig = _mpl.root_figure(ax)
     ax.bar(
       lo[keep], acc[keep], width=width[keep], align="edge", color=_BAR, edgecolor="white", lw=0.6
     )

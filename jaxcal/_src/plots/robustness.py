@@ -24,12 +24,18 @@ def _kind(name: str) -> str:
     return "other"
 
 
-def _bin_counts(num_bins: Any) -> np.ndarray:
-  """``num_bins`` as float64 ``(k,)``: at least one, each a positive integer, increasing."""
+def _bin_counts(num_bins: Any, increasing: bool = True) -> np.ndarray:
+  """``num_bins`` as float64 ``(k,)``: at least one, each a positive integer, increasing.
+
+  With ``increasing=False`` any order of distinct counts is taken.
+  """
   m = _mpl.numbers(num_bins, "num_bins")
   if m.size == 0 or not np.all((m >= 1) & (m == np.round(m))):
     raise ValueError(f"num_bins must be one or more integers >= 1, got {m.tolist()}")
-  if np.any(np.diff(m) <= 0):  # a line through unsorted counts zig-zags
+  if not increasing:
+    if np.unique(m).size != m.size:
+      raise ValueError(f"num_bins must be distinct, got {m.tolist()}")
+  elif np.any(np.diff(m) <= 0):  # a line through unsorted counts zig-zags
     raise ValueError(
       f"num_bins must be increasing (curves are drawn in this order), got {m.tolist()}"
     )
@@ -144,7 +150,7 @@ def bin_robustness_plot(
     plt = _mpl.pyplot()
     one_panel = ax is not None
     if one_panel:
-      fig, axes, panels = ax.figure, [ax], [list(data)]
+      fig, axes, panels = _mpl.root_figure(ax), [ax], [list(data)]
     else:
       fig, grid = plt.subplots(
         1, len(kinds), figsize=(3.9 * len(kinds) + 0.4, 3.9), squeeze=False, layout="constrained"
@@ -217,7 +223,9 @@ def rank_stability_plot(
   the non-truthful ConfECE / ConfCE do not.
 
   Args:
-    num_bins: ``(k,)`` bin counts (rows and columns).
+    num_bins: ``(k,)`` distinct bin counts (rows and columns), in any order
+      (e.g. the paper's 2000, 20, 5); drawn increasing, the matrices' rows and
+      columns permuted to match.
     correlations: label -> ``(k, k)`` correlation matrix (e.g.
       :func:`jaxcal.report.rank_stability`).
     num_models: number of models ranked, for the title.
@@ -230,7 +238,7 @@ def rank_stability_plot(
 
   Raises:
     TypeError: ``correlations`` not a mapping.
-    ValueError: no matrices, ``num_bins`` not integers ``>= 1``, or a matrix
+    ValueError: no matrices, ``num_bins`` not distinct integers ``>= 1``, or a matrix
       that is not ``(k, k)`` real numbers in ``[-1, 1]`` (NaN allowed).
 
   Example:
@@ -243,7 +251,9 @@ def rank_stability_plot(
   Reference: Lu, Wu, Hartline & Hu (2025), "Truthful Calibration Errors for
   Multi-Class Prediction", arXiv:2510.06388, §5 and Table 1.
   """
-  m = [int(v) for v in _bin_counts(num_bins)]
+  given = _bin_counts(num_bins, increasing=False)
+  order = np.argsort(given)
+  m = [int(v) for v in given[order]]
   k = len(m)
   _mpl.check_mapping(correlations, "correlations", "label -> (k, k) matrix")
   mats = {}
@@ -256,7 +266,7 @@ def rank_stability_plot(
       raise ValueError(f"correlations[{name!r}] must be ({k}, {k}), got {a.shape}")
     if np.any(np.abs(a) > 1 + 1e-6):  # NaN (a constant error) passes: drawn blank
       raise ValueError(f"correlations[{name!r}] must lie in [-1, 1] (or be NaN), got {a.tolist()}")
-    mats[name] = a
+    mats[name] = a[np.ix_(order, order)]
   what = f"{method} correlation of model rankings between bin counts"
   sub = f"{num_models} models" if num_models else None
   with _mpl.style():
