@@ -250,6 +250,36 @@ def test_the_fit_does_not_depend_on_the_scale_of_the_weights():
   )
 
 
+def test_small_weights_of_small_targets_are_scaled_up_not_flushed():
+  """``w y`` below the smallest normal float32 read as 0: weights 1e-20 of targets 1e-20
+  (both normal) fitted to 0, and so did weights ``2^-120`` (7.5e-37) of targets 1e-3."""
+  x = np.arange(1.0, 4.0, dtype=np.float32)
+  y = np.array([1e-20, 2e-20, 3e-20], np.float32)
+  for f in (isotonic_regression, jax.jit(isotonic_regression)):
+    np.testing.assert_allclose(f(x, y, np.full(3, 1e-20, np.float32)), y, rtol=1e-6)
+  y2, w2 = np.array([1e-3, 0.0, 1e-3], np.float32), np.array([1.0, 2.0, 1.0], np.float32)
+  want = np.asarray(isotonic_regression(x, y2, w2))
+  np.testing.assert_allclose(want, [1e-3 / 3, 1e-3 / 3, 1e-3], rtol=1e-6)
+  np.testing.assert_array_equal(isotonic_regression(x, y2, w2 * np.float32(2.0**-120)), want)
+  # a product that still falls below it (a weight 1e-10 of the largest, a target 1e-30):
+  # refused, NaN under jit
+  y3, w3 = np.array([1e-30, 0.0, 2e-30], np.float32), np.array([1.0, 1.0, 1e-10], np.float32)
+  with pytest.raises(ValueError, match="their products with y become 0"):
+    isotonic_regression(x, y3, w3)
+  assert np.isnan(np.asarray(jax.jit(isotonic_regression)(x, y3, w3))).all()
+
+
+def test_vmap_over_the_weights_alone_equals_a_loop():
+  """With ``x`` and ``y`` unbatched only the weights' flag is traced: ``bool`` of it raised."""
+  x, y = jnp.array([0.1, 0.2, 0.3, 0.4]), jnp.array([1.0, 0.0, 1.0, 1.0])
+  ws = jnp.array([[1.0, 1.0, 1.0, 1.0], [1.0, 3.0, 1.0, 1.0], [2.0, 0.0, 1.0, 0.5]])
+  loop = np.stack([np.asarray(isotonic_regression(x, y, w)) for w in ws])
+  np.testing.assert_array_equal(jax.vmap(lambda w: isotonic_regression(x, y, w))(ws), loop)
+  fits = jax.vmap(lambda w: isotonic_fit(x, y, w))(ws)
+  for i, w in enumerate(ws):
+    np.testing.assert_array_equal(fits.y[i], isotonic_fit(x, y, w).y)
+
+
 def test_weights_and_targets_of_extreme_relative_size_give_the_float64_fit():
   # the first pass compared block means as cross products of sums and weights, which
   # flush to 0 or overflow: weights [1, 1e-20 x 4] fit [-1, .9, .9, .9, .9]; targets

@@ -498,7 +498,7 @@ def _prepare(x, y, weights):
   dt = _float_dtype(xa, ya, wa)
   xa = xa.astype(dt)
   ya, wa, k, lost_y, lost_w = _scaled(ya.astype(dt), None if wa is None else wa.astype(dt))
-  if V.is_concrete(lost_y):
+  if V.is_concrete(lost_y, lost_w):  # under vmap over the weights alone only lost_w is traced
     if bool(lost_y):
       raise ValueError(
         f"y spans too wide a range for {dt.name}: scaled down by 2^k so that the block sums "
@@ -507,9 +507,9 @@ def _prepare(x, y, weights):
       )
     if bool(lost_w):
       raise ValueError(
-        f"weights span too wide a range for {dt.name}: scaled down so that the sums of "
-        "weights x y stay finite, their smallest positive entries become 0; rescale y or "
-        "compute in float64 (jax.enable_x64)"
+        f"weights span too wide a range for {dt.name}: scaled so that the sums of "
+        "weights x y stay finite, their smallest positive entries or their products with "
+        "y become 0 (or subnormal); rescale y or compute in float64 (jax.enable_x64)"
       )
   else:
     good = ~(lost_y | lost_w)
@@ -544,20 +544,28 @@ def _scaled(y: jax.Array, w: jax.Array | None):
 
 
 def _scaled_weights(w: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """``(w * 2^k, lost)``: the weights scaled by a power of two so that ``n max w max(1, |y|)``
-  stays below a quarter of the dtype's largest value (``k = 0`` when it already does).
+  """``(w * 2^k, lost)``: the weights scaled by a power of two to a largest weight in
+  ``[1/2, 1)``, or lower where ``n max w max(1, |y|)`` would pass a quarter of
+  the dtype's largest value.
 
   The fit is invariant to the weights' scale and a power of two scales
-  exactly, so the fit is unchanged; only weights large enough to overflow the
-  block sums are scaled. (Dividing by the maximum made a positive weight
-  ``1e-30`` next to ``1e10`` subnormal, which XLA:CPU reads as 0.) ``lost``:
-  a positive weight became 0 (or subnormal) in the scaling.
+  exactly, so the fit is unchanged. Weights large enough to overflow the
+  block sums are scaled down; small ones are scaled up, as their products
+  with ``y`` fell below the smallest normal number, which XLA:CPU reads as 0
+  (weights ``1e-20`` of targets ``1e-20`` fitted to 0). (Dividing by the
+  maximum made a positive weight ``1e-30`` next to ``1e10`` subnormal.)
+  ``lost``: a positive weight, or a nonzero product ``w y``, became 0 (or
+  subnormal) in the scaling.
   """
   big = jnp.finfo(w.dtype).max
+  tiny = jnp.finfo(w.dtype).smallest_normal
   limit = big / (4.0 * w.shape[0]) / jnp.maximum(jnp.max(jnp.abs(y)), 1.0)
-  k = jnp.minimum(jnp.frexp(limit)[1] - 1 - jnp.frexp(jnp.max(w))[1], 0)
+  top = jnp.frexp(jnp.max(w))[1]
+  k = jnp.minimum(jnp.frexp(limit)[1] - 1 - top, jnp.maximum(-top, 0))
   scaled = jnp.ldexp(w, k)
-  return scaled, jnp.any((w > 0) & ~(scaled > 0))
+  lost = (w > 0) & ~(scaled > 0)
+  lost |= (scaled > 0) & (y != 0) & ~(jnp.abs(scaled * y) >= tiny)
+  return scaled, jnp.any(lost)
 
 
 def _pow2(k: jax.Array, dtype: jnp.dtype) -> jax.Array:
@@ -610,7 +618,9 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
     ValueError: wrong shapes, non-finite values, negative or all-zero weights,
       positive weights below the dtype's smallest normal number (XLA reads them
       as 0), or weights spanning so wide a range that keeping the sums of
-      ``weights * y`` finite would round the smallest to 0, or targets so large
+      ``weights * y`` finite would round the smallest weight or a nonzero
+      product ``weights * y`` to 0 (the weights are scaled by a power of two to
+      a largest weight near 1 first), or targets so large
       (``n max |y|`` near the dtype's largest value) that scaling them to keep
       the block sums finite would flush the smallest nonzero ones (values: on
       concrete inputs; traced ones give NaN).
