@@ -690,6 +690,35 @@ def test_bad_inputs_raise():
     U.ecdf(jnp.zeros((0,)))
 
 
+def test_values_checks_like_uc():
+  """``Utility.values`` checked nothing: a rank utility of C = 2 on C = 3 rows clamped its
+  index, a batch gave (1, n, C), parameters outside [-1, 1] were used, 1-d rows IndexError."""
+  p3 = jnp.array([[0.2, 0.5, 0.3]])
+  with pytest.raises(ValueError, match="rank utility is defined for C = 2 .* C = 3"):
+    U.rank(jnp.array([1.0, 0.5])).values(p3)
+  with pytest.raises(ValueError, match="single utility"):
+    U.sample_rank(jax.random.key(0), 3, 3).values(p3)
+  with pytest.raises(ValueError, match=r"\[-1, 1\]"):
+    U.Utility(jnp.array([5.0, 0.0, 0.0]), "linear").values(p3)
+  with pytest.raises(ValueError, match=r"must have shape \(n, C\)"):
+    U.top_class().values(jnp.array([0.2, 0.8]))
+  with pytest.raises(ValueError, match="sum to 1"):
+    U.top_class().values(p3 * 0.5)
+  # the kind's own shape is named before the batch axes it decides (both said "must be a
+  # batch with one leading axis, got batch shape ()")
+  p, y = _data(n=10, c=2)
+  with pytest.raises(ValueError, match=r"similarity matrix must be square, got shape \(3, 2\)"):
+    U.uc_sweep(p, y, U.Utility(jnp.ones((3, 2)) / 2, "similarity"))
+  with pytest.raises(
+    ValueError, match=r"decision parameters need at least 2 axes, got shape \(2,\)"
+  ):
+    U.uc_sweep(p, y, U.Utility(jnp.zeros(2), "decision"))
+  # traced: the bad parameters give NaN, good ones the eager values
+  f = jax.jit(lambda a, p: U.Utility(a, "linear").values(p))
+  assert np.isnan(np.asarray(f(jnp.array([5.0, 0.0, 0.0]), p3))).all()
+  np.testing.assert_array_equal(f(jnp.array([1.0, 0.0, -1.0]), p3), [[1.0, 0.0, -1.0]])
+
+
 def test_uc_and_uc_class_take_where():
   """``where=`` (README: every metric takes it): the subset's error; masked rows (NaN, label
   out of range) are never read; jit == eager; a mask selecting nothing raises."""

@@ -125,8 +125,15 @@ class Utility:
     return Utility(self.params[idx], self.kind)
 
   def values(self, probs: ArrayLike) -> jax.Array:
-    """``ū(p_i) = (u(p_i, e_j))_j`` for each row: ``(n, C)`` (single utility)."""
-    return utility_values(self, jnp.asarray(probs))
+    """``ū(p_i) = (u(p_i, e_j))_j`` for each row: ``(n, C)`` (single utility).
+
+    ``probs`` and the utility are checked as :func:`jaxcal.utility.uc`
+    checks them: a batch of utilities, another ``C`` or values outside
+    ``[-1, 1]`` raise a ``ValueError`` (under a transformation bad rows or
+    parameters give NaN).
+    """
+    p = V.check_probs(probs, rows=True)
+    return utility_values(check_utility(self, p.shape[1], batched=False), p)
 
 
 # --------------------------------------------------------------------------
@@ -623,7 +630,8 @@ def params_in_range(prm: jax.Array, axis: Any = None) -> jax.Array:
   return jnp.all(jnp.isfinite(prm) & (jnp.abs(prm) <= bound), axis=axis, keepdims=axis is not None)
 
 
-def _check_params(u: Utility, num_classes: int | None = None, name: str = "utility") -> Utility:
+def _check_shape(u: Utility, num_classes: int | None, name: str) -> None:
+  """The kind's own axes of ``u.params``: their number, a square similarity, ``C``."""
   if u.kind not in KINDS:
     raise ValueError(f"{name}: unknown utility kind {u.kind!r}; expected one of {sorted(KINDS)}")
   ndim = KINDS[u.kind]
@@ -647,6 +655,12 @@ def _check_params(u: Utility, num_classes: int | None = None, name: str = "utili
         f"{name}: {u.kind} utility is defined for C = {c} classes but the predictions "
         f"have C = {num_classes}"
       )
+
+
+def _check_params(u: Utility, num_classes: int | None = None, name: str = "utility") -> Utility:
+  _check_shape(u, num_classes, name)
+  ndim = KINDS[u.kind]
+  prm = u.params
   if prm.size == 0:
     return u
   what = f"{name} parameters ({u.kind})"
@@ -714,6 +728,7 @@ def check_utility(
     # e.g. Utility("abc"), a list or an integer array: convert (a string or
     # object array raises here)
     utility = Utility(V.as_float(prm, f"{name}.params"), utility.kind)
+  _check_shape(utility, num_classes, name)  # before the batch axes, which it decides
   nb = len(utility.batch_shape)
   if batched is True and nb != 1:
     raise ValueError(
