@@ -76,10 +76,12 @@ def _exact_order(x: Any) -> Any:
   dominance relation, rank correlations), their dense ranks among the finite
   values replace them, exactly (up to ``2**24`` distinct values); NaN and
   ±inf stay as they are, for the value checks and their messages. JAX arrays
-  and values the compute dtype holds exactly are returned as they are.
+  and values the compute dtype holds exactly are returned as they are, JAX
+  integers it would round as their ranks (:func:`_integer_ranks`).
   """
   if isinstance(x, jax.Array | jax.core.Tracer):
-    return x
+    # 2**24 + 1 and 2**24 as int32 became one float32 (a dominance was missed)
+    return _integer_ranks(x) if jnp.issubdtype(x.dtype, jnp.integer) else x
   try:
     a = np.asarray(x)
   except (TypeError, ValueError):  # ragged and the like: named by the caller's checks
@@ -97,6 +99,24 @@ def _exact_order(x: Any) -> Any:
   out = np.where(np.isnan(a), np.nan, np.where(a > 0, np.inf, -np.inf)).astype(np.float32)
   out[finite] = rank.reshape(-1)
   return out
+
+
+def _integer_ranks(x: jax.Array) -> jax.Array:
+  """JAX integers the compute dtype would round, as order-preserving ranks (on the device).
+
+  ``rank = #{entries < x}`` over the whole array (ties share it), in the
+  compute dtype (float32, or float64 under x64), which holds every rank of a
+  table of at most ``2**24`` entries. Integers the compute dtype holds (int16;
+  int32 under x64) are returned as they are. Works on tracers.
+  """
+  dt = V.compute_dtype(x.dtype)
+  exact = jnp.finfo(dt).nmant + 1  # the dtype holds every integer below 2**exact
+  bits = np.iinfo(x.dtype).bits - (1 if jnp.issubdtype(x.dtype, jnp.signedinteger) else 0)
+  if bits <= exact or x.size > 2**exact:
+    return x
+  flat = x.reshape(-1)
+  rank = jnp.searchsorted(jnp.sort(flat), flat, side="left")
+  return rank.reshape(x.shape).astype(dt)
 
 
 def dominance_matrix(losses: ArrayLike) -> jax.Array:
