@@ -385,6 +385,9 @@ def test_calibrated_far_apart_clusters_have_small_lce():
     ("features_1d", r"features must have shape \(n, D\)"),
     ("min_bin_size", "min_bin_size must be an integer >= 0"),
     ("min_bin_size_str", "min_bin_size must be an integer >= 0"),
+    ("min_bin_size_inf", "min_bin_size must be an integer >= 0, got inf"),  # OverflowError before
+    ("min_bin_size_complex", "min_bin_size must be an integer >= 0"),
+    ("min_bin_size_2**31", "no bin of any class holds more than min_bin_size = 2147483648"),
     ("nothing_kept", "no bin of any class holds more than min_bin_size = 300 .* Lower"),
     ("blocks", "must be a multiple of block_size"),
     ("probs", r"probs must lie in \[0, 1\]"),
@@ -413,6 +416,8 @@ def test_lce_value_errors(data, bad, fragment):
     kw["min_bin_size"] = -1
   elif bad == "min_bin_size_str":
     kw["min_bin_size"] = "20"
+  elif bad.startswith("min_bin_size_"):
+    kw["min_bin_size"] = {"inf": float("inf"), "complex": 3 + 0j, "2**31": 2**31}[bad[13:]]
   elif bad == "nothing_kept":  # n = 300: no bin can hold more than 300 samples
     kw["min_bin_size"] = 300
   elif bad == "blocks":
@@ -585,6 +590,43 @@ def test_nadaraya_watson_value_errors(kw, fragment):
   args = dict(features=PHI3, targets=T3, bandwidth=1.0) | kw
   with pytest.raises(ValueError, match=fragment):
     nadaraya_watson(**args)
+
+
+def test_lce_in_checked_mode_raises_what_an_eager_call_raises(data):
+  """A traced bin count above max_bins or a min_bin_size that keeps nothing gave NaN in
+  checked mode, where ecce (and an eager lce) raise."""
+  import jaxcal
+
+  p, y, phi = data
+  f = jaxcal.checked(jax.jit(lambda m, k: lce(p, y, phi, m, k, 2.0, max_bins=8)))
+  with pytest.raises(ValueError, match=r"num_bins must lie in \[1, max_bins = 8\]; got 9"):
+    f(9, 5)
+  with pytest.raises(ValueError, match="no bin of any class holds more than min_bin_size = 300"):
+    f(5, 300)
+  got = f(5, 5)
+  np.testing.assert_allclose(got, lce(p, y, phi, 5, 5, 2.0), rtol=1e-6)
+
+
+def test_min_bin_size_beyond_int32_keeps_nothing_under_x64_jit(data):
+  """int64 2**32 + 5 was cast to int32 5 inside jit: the LCE of min_bin_size = 5, silently."""
+  p, y, phi = data
+  with jax.enable_x64(True):
+    f = jax.jit(lambda k: lce(p, y, phi, 5, k, 2.0))
+    assert np.isnan(np.asarray(f(np.int64(2**32 + 5)))).all()
+    np.testing.assert_allclose(f(np.int64(5)), lce(p, y, phi, 5, 5, 2.0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-18, 3e-19, 1.2e-19])
+def test_tiny_float32_features_give_the_scale_free_lce(data, scale):
+  """Features and bandwidth scaled together: the squared distances underflowed while the
+  bandwidth's square did not (LCE 6 % off at 1.2e-19); they are scaled up first."""
+  p, y, phi = data
+  p32, phi32 = np.asarray(p, np.float32), np.asarray(phi, np.float32)
+  want = lce(p32, y, phi32, 5, 10, 2.0)
+  got = lce(p32, y, (phi32 * np.float32(scale)).astype(np.float32), 5, 10, 2.0 * scale)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  nw = nadaraya_watson(phi32[:50] * np.float32(scale), p32[:50], 2.0 * scale)
+  np.testing.assert_allclose(nw, nadaraya_watson(phi32[:50], p32[:50], 2.0), rtol=1e-5, atol=1e-7)
 
 
 def test_lce_in_checked_mode_names_the_bad_label_every_call():
