@@ -120,7 +120,12 @@ def fit_histogram(
   normalize: bool = True,
   num_bins: int = 15,
 ) -> HistogramBinning:
-  """Class-wise histogram binning with equal-mass bins by rank.
+  """Class-wise histogram binning with (nearly) equal-mass bins by rank.
+
+  The sample of average rank ``r`` (1-based, ties share it) of ``n`` goes to
+  bin ``max(ceil((r - 1) m / n), 1)``, the case study's code's rule: the
+  first bin takes one sample more than ``n / m`` (``n = 30, m = 3``: sizes
+  11, 10, 9).
 
   .. math::
     g_c(s) = \\frac{\\sum_{i \\in B_j} 1[y_i = c]}{|B_j|} \\text{ for }
