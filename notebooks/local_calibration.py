@@ -195,7 +195,7 @@ print(f"lowest LCE on the PCA features (gamma = 10): {best}")
 # jaxcal's full 5-seed run finds on the PCA features either
 # (`experiments/results/local_calibration`: Dirichlet 0.0030 vs LoCal Net
 # 0.0073); on each method's own refined features, as the authors' code
-# measures it, the LoCal Net is lowest (0.0097, against 0.0100 for K-Cal).
+# measures it, the LoCal Net is lowest (0.0097, against 0.0099 for K-Cal).
 #
 # ## How local is "local": LCE against the bandwidth
 #
