@@ -635,3 +635,106 @@ def test_cli_user_error_is_one_line_and_exit_2(cli_files, capsys, argv, match):
   err = capsys.readouterr().err.strip()
   assert len(err.splitlines()) == 1 and "Traceback" not in err, err
   assert re.search(match, err), err
+
+
+def _traced_cases():
+  """Traced arguments whose eager call raises: (name, fn of the traced args, args, message)."""
+  from jaxcal._src.binning import bin_ids
+  from jaxcal._src.isotonic import isotonic_fit, isotonic_predict, isotonic_regression
+  from jaxcal._src.local import nadaraya_watson
+
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(3), 40).astype(np.float32)
+  y = rng.integers(0, 3, 40).astype(np.int32)
+  f = np.linspace(0.0, 1.0, 40, dtype=np.float32)[:, None]
+  x = np.linspace(0.0, 1.0, 40, dtype=np.float32)
+  fit = isotonic_fit(x, (x > 0.5).astype(np.float32))
+  state = streaming.FixedBins.empty(3, 15)
+  return [
+    (
+      "mmce bandwidth 0",
+      lambda b: metrics.mmce(p, y, b),
+      (np.float32(0.0),),
+      "bandwidth must be > 0",
+    ),
+    (
+      "lce bandwidth nan",
+      lambda b: metrics.lce(p, y, f, 3, 2, b),
+      (np.float32(np.nan),),
+      "bandwidth must be a finite number",
+    ),
+    (
+      "smooth_ece bandwidth -1",
+      lambda b: metrics.smooth_ece(p, y, b),
+      (np.float32(-1.0),),
+      "bandwidth must be positive and finite",
+    ),
+    (
+      "nadaraya_watson empty mask",
+      lambda m: nadaraya_watson(f, p, 1.0, mask=m),
+      (np.zeros(40, bool),),
+      "mask selects no neighbours",
+    ),
+    (
+      "isotonic negative weight",
+      lambda w: isotonic_regression(x, x, w),
+      (np.where(x > 0.5, 1.0, -1.0).astype(np.float32),),
+      "weights must be >= 0",
+    ),
+    (
+      "isotonic zero weights",
+      lambda w: isotonic_regression(x, x, w),
+      (np.zeros(40, np.float32),),
+      "at least one positive entry",
+    ),
+    (
+      "isotonic_predict NaN",
+      lambda t: isotonic_predict(fit, t),
+      (np.array([0.1, np.nan], np.float32),),
+      "x_new contains non-finite",
+    ),
+    (
+      "FixedBins empty compute",
+      lambda w: state.update(p, y, where=w).compute()["conf_ece"],
+      (np.zeros(40, bool),),
+      "FixedBins is empty",
+    ),
+    (
+      "bin_ids num_bins 0",
+      lambda m: bin_ids(x, m, "fixed"),
+      (np.int32(0),),
+      r"num_bins must be >= 1, got 0",
+    ),
+    (
+      "rank_correlation constant",
+      lambda a: dominance.rank_correlation(a, x[:5]),
+      (np.ones(5, np.float32),),
+      "a is constant",
+    ),
+    (
+      "conf_ece num_bins above max_bins",
+      lambda m: metrics.conf_ece(p, y, m, max_bins=8),
+      (np.int32(9),),
+      "num_bins = 9 exceeds max_bins = 8",
+    ),
+    (
+      "lce keeps nothing",
+      lambda k: metrics.lce(p, y, f, 3, k, 1.0),
+      (np.int32(40),),
+      "no bin of any class holds more than min_bin_size = 40 of the n = 40",
+    ),
+  ]
+
+
+@pytest.mark.parametrize("name", [c[0] for c in _traced_cases()])
+def test_checked_mode_raises_where_eager_raises_for_traced_arguments(name):
+  """These gave NaN in ``jaxcal.checked(jax.jit(f))``, where an eager call raises (and plain
+  ``jit`` still gives NaN, or -1 ids): checked mode promises the eager error."""
+  _, fn, args, msg = next(c for c in _traced_cases() if c[0] == name)
+  with pytest.raises(ValueError, match=msg):
+    fn(*args)  # eager
+  out = jax.jit(fn)(*args)
+  leaves = [np.asarray(v) for v in jax.tree.leaves(out)]
+  assert all(np.isnan(v).any() if v.dtype.kind == "f" else (v == -1).all() for v in leaves), name
+  with pytest.raises(ValueError, match=msg):
+    jaxcal.checked(jax.jit(fn))(*args)

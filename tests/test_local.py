@@ -599,7 +599,7 @@ def test_lce_in_checked_mode_raises_what_an_eager_call_raises(data):
 
   p, y, phi = data
   f = jaxcal.checked(jax.jit(lambda m, k: lce(p, y, phi, m, k, 2.0, max_bins=8)))
-  with pytest.raises(ValueError, match=r"num_bins must lie in \[1, max_bins = 8\]; got 9"):
+  with pytest.raises(ValueError, match=r"num_bins = 9 exceeds max_bins = 8"):
     f(9, 5)
   with pytest.raises(ValueError, match="no bin of any class holds more than min_bin_size = 300"):
     f(5, 300)

@@ -628,6 +628,8 @@ def bin_ids(
       f"quantile binning with num_bins = {int(mm)} needs at least that many samples, got n = {n}"
     )
   m = jnp.asarray(mm, jnp.int32)
+  if not V.is_concrete(m):  # ids of m < 1 are all -1; checked mode raises as eager calls do
+    V.trace_check(m >= 1, "num_bins must be >= 1, got {m}", m=m)
   if binning == "fixed":
     b = fixed_bin_1based(s, m) - 1
     out = b if w is None else jnp.where(w, b, -1)

@@ -283,18 +283,29 @@ def _ecce_from_sums(bs: B.BinnedSums, n, weights, *, reduction="mean") -> jax.Ar
 # --------------------------------------------------------------------------
 
 
+def _too_few(masked: bool, m: Any, n: Any) -> str:
+  """The message of quantile bins outnumbering the samples (eager calls)."""
+  return (
+    f"too few samples for the bins: quantile binning with num_bins = {m} "
+    f"needs at least that many samples, got n = {n}" + (" selected by where" if masked else "")
+  )
+
+
 def _guarded(core: Callable, max_bins: int, **static) -> Callable:
   """``core`` returning NaN for a bin count outside ``[1, max_bins]``.
 
   Such a count can only arrive traced (concrete ones are rejected with a
   ValueError); static-size bin arrays cannot represent it, and NaN is better
-  than a silently wrong number (checked mode raises instead).
+  than a silently wrong number (checked mode raises instead). A traced
+  quantile count above ``n`` is defined: some bins are empty (each sample
+  alone in its bin, the value of ``m = n``); eager calls refuse it as a
+  likely mistake.
   """
 
   def f(p, y, where, m, *rest):
     val = core(p, y, m, *rest, max_bins=max_bins, where=where, **static)
     ok = (m >= 1) & (m <= max_bins)
-    V.trace_check(jnp.all(ok), f"num_bins must lie in [1, max_bins = {max_bins}]; got {{m}}", m=m)
+    V.trace_bin_count(m, max_bins)
     return jnp.where(ok, val, jnp.nan)
 
   return f
@@ -417,11 +428,7 @@ def _run(
   out, count = V.run_checked(d, f, x, y, d.where, m_arr, *extra)
   if bins.binning == "quantile" and bins.largest is not None and isinstance(count, int):
     if bins.largest > count:
-      raise ValueError(
-        f"too few samples for the bins: quantile binning with num_bins = {bins.largest} "
-        f"needs at least that many samples, got n = {count}"
-        + (" selected by where" if d.where is not None else "")
-      )
+      raise ValueError(_too_few(d.where is not None, bins.largest, count))
   if batched:
     out = out.reshape(np.shape(m))
   return V.fold(out, d.ok)
@@ -607,7 +614,8 @@ def conf_ce(
 
   Raises:
     ValueError: bad probabilities, labels, mask or bin counts, or quantile
-      bins outnumbering the samples (eager calls).
+      bins outnumbering the samples (eager calls; a traced count above ``n``
+      leaves bins empty, the value of ``m = n``).
 
   Example:
     >>> import jax.numpy as jnp
@@ -661,7 +669,8 @@ def conf_ce_corr(
 
   Raises:
     ValueError: bad probabilities, labels, mask or bin counts, or quantile
-      bins outnumbering the samples (eager calls).
+      bins outnumbering the samples (eager calls; a traced count above ``n``
+      leaves bins empty, the value of ``m = n``).
 
   Example:
     >>> import jax.numpy as jnp
@@ -714,7 +723,8 @@ def classwise_ce(
 
   Raises:
     ValueError: bad probabilities, labels, mask or bin counts, or quantile
-      bins outnumbering the samples (eager calls).
+      bins outnumbering the samples (eager calls; a traced count above ``n``
+      leaves bins empty, the value of ``m = n``).
 
   Example:
     >>> import jax.numpy as jnp

@@ -354,6 +354,9 @@ def rank_correlation(a: ArrayLike, b: ArrayLike, method: str = "spearman") -> ja
     for name, c in zip(("a", "b"), const):
       if c:
         raise ValueError(f"{name} is constant: the rank correlation is undefined")
+  else:  # NaN (as scipy); checked mode raises as an eager call does
+    for name, c in zip(("a", "b"), _constant(xa, xb)):
+      V.trace_check(~c, f"{name} is constant: the rank correlation is undefined")
   return _rank_corr_core(xa, xb, method)
 
 

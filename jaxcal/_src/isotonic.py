@@ -492,7 +492,15 @@ def _prepare(x, y, weights):
         )
       if not bool(positive):
         raise ValueError("weights must have at least one positive entry (all are 0)")
-    else:
+    else:  # checked mode raises the eager messages
+      V.trace_check(low >= 0, "weights must be >= 0; found minimum {low}", low=low)
+      V.trace_check(positive, "weights must have at least one positive entry (all are 0)")
+      V.trace_check(
+        subnormal == 0,
+        "weights has {k} positive entries below the smallest normal number (subnormal), which "
+        "XLA reads as 0: scale the weights up (the fit does not depend on their scale)",
+        k=subnormal,
+      )
       good = (low >= 0) & positive & (subnormal == 0)
       ok = good if ok is None else ok & good
   dt = _float_dtype(xa, ya, wa)
@@ -512,6 +520,12 @@ def _prepare(x, y, weights):
         "y become 0 (or subnormal); rescale y or compute in float64 (jax.enable_x64)"
       )
   else:
+    V.trace_check(
+      ~lost_y, f"y spans too wide a range for {dt.name}: rescale y or compute in float64"
+    )
+    V.trace_check(
+      ~lost_w, f"weights span too wide a range for {dt.name}: rescale y or compute in float64"
+    )
     good = ~(lost_y | lost_w)
     ok = good if ok is None else ok & good
   return xa, ya, wa, k, ok
@@ -778,6 +792,8 @@ def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
   t = V.as_float(x_new, "x_new")
   if V.is_concrete(t):
     V.check_values(t, "x_new")  # raises on NaN / inf (one fused reduction)
+  else:  # NaN rows stay NaN; checked mode raises as an eager call does
+    V.trace_check(jnp.all(jnp.isfinite(t)), "x_new contains non-finite values (NaN or inf)")
   return predict_unchecked(IsotonicFit(fx, fy), t.astype(fx.dtype))
 
 

@@ -275,6 +275,7 @@ def nadaraya_watson(
       if not bool(jax.device_get(jnp.any(wh))):  # a scalar
         raise ValueError("mask selects no neighbours: at least one entry must be True")
     else:
+      V.trace_check(jnp.any(wh), "mask selects no neighbours: at least one entry must be True")
       ok = V.both_ok(ok, jnp.any(wh))
   (f, t), _, _, vals_ok, _ = V.check_arrays({"features": f, "targets": t})
   out = _nw_core(f, t, g, include_self=include_self, mask=wh)
@@ -491,16 +492,14 @@ def _lce_core(
   means, maxes, counts = jax.lax.map(per_class, jnp.arange(num_classes))
   kept = jnp.sum(counts)
   # checked mode raises what an eager call raises (NaN otherwise)
-  V.trace_check(
-    (m >= 1) & (m <= max_bins), f"num_bins must lie in [1, max_bins = {max_bins}]; got {{m}}", m=m
-  )
+  V.trace_bin_count(m, max_bins)
   V.trace_check(min_bin_size >= 0, "min_bin_size must be an integer >= 0, got {k}", k=min_bin_size)
   V.trace_check(
     kept > 0,
-    "lce: with num_bins = {m}, no bin of any class holds more than min_bin_size = {k} "
-    "samples, so there is no anchor and LCE / MLCE are undefined",
+    _nothing_kept("num_bins = {m}", "{k}", "{n}", where is not None),
     m=m,
     k=min_bin_size,
+    n=jnp.sum(keep, dtype=jnp.int32),
   )
   good = (kept > 0) & (min_bin_size >= 0) & (m >= 1) & (m <= max_bins)
   out = (jnp.sum(weights * means), jnp.sum(weights * maxes), jnp.max(maxes))
@@ -715,10 +714,14 @@ def _raise_if_nothing_kept(kept: jax.Array, m, min_bin_size, n: int, masked: boo
     return
   bins = np.asarray(m).reshape(-1)[kept == 0]
   which = f"num_bins = {int(bins[0])}" if np.ndim(m) == 0 else f"num_bins in {bins.tolist()}"
-  raise ValueError(
-    f"lce: with {which}, no bin of any class holds more than min_bin_size = "
-    f"{int(np.asarray(min_bin_size))} of the n = {n} samples{' selected by where' if masked else ''}, "
-    "so there is no anchor and "
+  raise ValueError(_nothing_kept(which, int(np.asarray(min_bin_size)), n, masked))
+
+
+def _nothing_kept(which: str, k: Any, n: Any, masked: bool) -> str:
+  """The message of bin counts that keep no anchor (a template for checked mode)."""
+  return (
+    f"lce: with {which}, no bin of any class holds more than min_bin_size = {k} of the "
+    f"n = {n} samples{' selected by where' if masked else ''}, so there is no anchor and "
     "LCE / MLCE are undefined. Lower min_bin_size, use fewer bins (num_bins), or pass "
     "more samples."
   )

@@ -435,6 +435,13 @@ def _bandwidths(bandwidth, min_bandwidth):
     bound = low if min_bandwidth is None else min_bandwidth
     return sig, bound, None
   bound = SMOOTH_ECE_MIN_AUTO_BANDWIDTH if min_bandwidth is None else min_bandwidth
+  good = jnp.isfinite(sig) & (sig > 0)  # checked mode raises the eager messages
+  V.trace_check(jnp.all(good), "bandwidth must be positive and finite, got {s}", s=sig)
+  V.trace_check(
+    jnp.all(~good | (sig >= bound)),
+    f"bandwidth {{s}} is below the smallest supported {bound:g}",
+    s=sig,
+  )
   return sig, bound, jnp.isfinite(sig) & (sig >= bound)
 
 

@@ -256,7 +256,13 @@ def _checked_state(count: jax.Array, invalid: jax.Array, what: str) -> None:
   state (inside ``jit``) is not read: its results are NaN when empty,
   overflowed or poisoned.
   """
-  if not V.is_concrete(count, invalid):
+  if not V.is_concrete(count, invalid):  # checked mode raises as an eager compute does
+    V.trace_check(count >= 0, f"{what} has seen more than 2^31 - 1 = {MAX_COUNT:,} samples")
+    V.trace_check(
+      (invalid > 0) | (count != 0),
+      f"{what} is empty: it has seen no sample (never updated, or every sample was masked "
+      "by where); update it with at least one batch before compute()",
+    )
     return
   count, invalid = jax.device_get((count, invalid))
   if int(count) < 0:
@@ -1102,6 +1108,17 @@ class Records(_Streaming):
     # all three scalars concrete (under a bare vmap the count may be while `invalid` is not)
     concrete = V.is_concrete(self.count, self.overflow, self.invalid)
     n = self._checked_count(poisoned_ok=True) if concrete else None
+    if not concrete:  # checked mode raises as an eager compute does (poisoned: NaN)
+      clean = self.invalid == 0
+      V.trace_check(
+        ~clean | ~self.overflow,
+        "Records overflowed: make each state with a capacity of at least the number of "
+        "samples it is updated with",
+      )
+      V.trace_check(
+        ~clean | (self.count != 0),
+        "Records is empty: update it with at least one batch before compute()",
+      )
     if n is not None:
       if binning == "quantile" and max(counts) > n:
         raise ValueError(

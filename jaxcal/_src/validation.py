@@ -328,6 +328,12 @@ def trace_check(ok: jax.Array, message: str, **values: jax.Array) -> None:
     checkify.check(ok, message, **values)
 
 
+def trace_bin_count(m: jax.Array, max_bins: int) -> None:
+  """In checked mode, the eager messages of a traced bin count outside ``[1, max_bins]``."""
+  trace_check(jnp.all(m >= 1), "num_bins must be >= 1, got {m}", m=m)
+  trace_check(jnp.all(m <= max_bins), f"num_bins = {{m}} exceeds max_bins = {max_bins}", m=m)
+
+
 def fold(out: Any, ok: jax.Array | None, ints: int | None = None) -> Any:
   """``out`` with every floating leaf replaced by NaN where ``ok`` is False.
 
@@ -2088,7 +2094,15 @@ def check_bandwidth(
     if w.ndim != 0:
       raise ValueError(f"{name} must be a scalar, got shape {tuple(w.shape)}")
     w = w.astype(dtype)
-    if not is_concrete(w):
+    if not is_concrete(w):  # checked mode raises the eager messages
+      trace_check(jnp.isfinite(w), f"{name} must be a finite number, got {{w}}", w=w)
+      trace_check(~jnp.isfinite(w) | (w > 0), f"{name} must be > 0, got {{w}}", w=w)
+      trace_check(
+        ~(w > 0) | (w >= lo),
+        f"{name} = {{w}} is below the smallest supported bandwidth {lo:.3g} in "
+        f"{jnp.dtype(dtype).name}; pass a larger {name}",
+        w=w,
+      )
       return w, jnp.isfinite(w) & (w >= lo)
     v = float(jax.device_get(w))  # a scalar
     if not (math.isfinite(v) and v > 0):
