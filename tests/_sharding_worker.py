@@ -48,6 +48,18 @@ def main() -> None:
   f = jax.jit(lambda pp, yy: utility.uc_sweep(pp, yy, lin, chunk_size=2))
   out["uc_sweep_jit"] = np.asarray(f(p[0], y[0]))
 
+  # row-sharded device arrays are gathered on the devices, not read back to the host
+  # (jax.device_put of a row-sharded array to a replicated sharding went through the host)
+  rows_per = n // jax.device_count()
+  k = rows_per * jax.device_count()
+  by_row = NamedSharding(Mesh(np.array(jax.devices()), ("r",)), P("r"))
+  pr, yr = jax.device_put(p[0, :k], by_row), jax.device_put(y[0, :k], by_row)
+  out["uc_sweep_rows"] = np.asarray(utility.uc_sweep(pr, yr, lin, chunk_size=2))
+  zr = jax.device_put(z[:, :k], NamedSharding(by_row.mesh, P(None, "r")))
+  yr2 = jax.device_put(y[:, :k], NamedSharding(by_row.mesh, P(None, "r")))
+  jaxcal.evaluate(zr, yr2, ["brier"], utilities={"lin": lin}, from_logits=True)
+  out["rows_host_copies"] = np.array([a._npy_value is not None for a in (pr, yr, zr, yr2)])
+
   # vmap over a models-sharded stack: no collective, results stay sharded over models
   mesh = Mesh(np.array(jax.devices()), ("models",))
   rows = NamedSharding(mesh, P("models"))

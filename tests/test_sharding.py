@@ -99,6 +99,11 @@ def test_sharded_equals_one_device(data, got):
   one = utility.uc_sweep(p[0], y[0], lin, chunk_size=2, devices=jax.devices()[:1])
   np.testing.assert_allclose(got["uc_sweep"], one, atol=ATOL)
   np.testing.assert_allclose(got["uc_sweep_jit"], one, atol=ATOL)
+  k = (300 // devices) * devices  # the rows the worker sharded
+  np.testing.assert_allclose(
+    got["uc_sweep_rows"], utility.uc_sweep(p[0, :k], y[0, :k], lin), atol=ATOL
+  )
+  assert not got["rows_host_copies"].any()  # gathered on the devices, never via the host
   # vmap over models-sharded data: no collective at all, output sharded over models
   assert not got["vmap_collectives"].any()
   assert bool(got["vmap_sharded"])

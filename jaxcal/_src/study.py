@@ -888,7 +888,7 @@ def _put(a, sharding: NamedSharding):
     return a
   if isinstance(a, np.ndarray):
     return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
-  return jax.device_put(a, sharding)
+  return SW.placed(a, sharding)
 
 
 def _max_bins_bucket(max_bins: int) -> int:

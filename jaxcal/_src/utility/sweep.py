@@ -342,11 +342,28 @@ def process_shards(
   return tuple(out), where, sizes
 
 
-def _placed(x: jax.Array, sharding: NamedSharding) -> jax.Array:
-  """``x`` on ``sharding``'s devices, device-to-device; global arrays as they are."""
+def placed(x: Any, sharding: NamedSharding) -> Any:
+  """``x`` on ``sharding``'s devices, device-to-device; global arrays as they are.
+
+  An array already sharded over those devices is resharded by an identity
+  program with ``out_shardings`` (XLA gathers it on the devices):
+  ``jax.device_put`` of a row-sharded array to a replicated sharding read the
+  whole array back to the host and sent it to every device. Host arrays are
+  sent with ``jax.device_put``.
+  """
   if isinstance(x, jax.core.Tracer) or _spans_processes(x):
     return x
+  if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1:
+    if x.sharding.is_equivalent_to(sharding, x.ndim):
+      return x
+    if x.sharding.device_set == sharding.device_set:
+      return _identity(sharding)(x)
   return jax.device_put(x, sharding)
+
+
+@functools.cache
+def _identity(sharding: NamedSharding):
+  return jax.jit(lambda a: a, out_shardings=sharding)
 
 
 def _check_devices(devices: Any) -> list[jax.Device]:
@@ -474,8 +491,8 @@ def uc_sweep(
     return V.fold(out, ok)
   if mesh is not None:
     rep = NamedSharding(mesh, P())
-    args = tuple(_placed(a, rep) for a in args)
-  params = utilities.params if mesh is None else _placed(utilities.params, NamedSharding(mesh, P()))
+    args = tuple(placed(a, rep) for a in args)
+  params = utilities.params if mesh is None else placed(utilities.params, NamedSharding(mesh, P()))
   return _sweep_jit(utilities.kind, chunk, mesh, m, masked)(*args[:2], params, *args[2:])
 
 
