@@ -127,6 +127,20 @@ def mismatches(pid: int, data, out: dict) -> None:
     }
   models = p[None] if pid == 0 else np.stack([p, p])
   out["models"] = {"evaluate": attempt(lambda: jaxcal.evaluate(models, y[None], ["brier"]))}
+  # arguments other than the data that differ: a silently mixed result, a hang or an abort
+  own = utility.sample_linear(jax.random.key(pid), 10, c)  # drawn per process
+  out["arguments"] = {
+    "uc_sweep": attempt(lambda: utility.uc_sweep(p, y, own, chunk_size=5)),
+    "evaluate_utilities": attempt(
+      lambda: jaxcal.evaluate(p[None], y[None], ["brier"], utilities={"lin": own})
+    ),
+    "evaluate_bins": attempt(
+      lambda: jaxcal.evaluate(p[None], y[None], ["conf_ece"], num_bins=15 + 5 * pid)
+    ),
+    "evaluate_metrics": attempt(
+      lambda: jaxcal.evaluate(p[None], y[None], ["conf_ece"] + ["brier"] * pid, num_bins=15)
+    ),
+  }
   bins = np.array([5, 15]) if pid == 0 else np.array([5, 20])
   state = streaming.Calibration.empty(c, bins, capacity=p.shape[0] + 7 * pid).update(p, y)
   out["state"] = {"merge": attempt(lambda: streaming.merge_across_processes(state))}

@@ -230,6 +230,14 @@ def test_input_shaped_differently_on_one_process_raises_on_every_process(union, 
     "on process 0 and 2 on process 1",
     ("state", "merge"): "the state (made with the same arguments, capacity aside) must be the "
     "same on every process, got a Calibration for C = 10 (layout",
+    # other arguments: utilities drawn per process gave a vector mixed from both, other
+    # bin counts process 0's number on both, other metric lists a hang
+    ("arguments", "uc_sweep"): "utilities (kind, values) must be the same on every process",
+    ("arguments", "evaluate_utilities"): "utilities 'lin' (C = 10) must be the same on every",
+    ("arguments", "evaluate_bins"): "num_bins must be the same on every process, got (): [15] "
+    "on process 0 and (): [20] on process 1",
+    ("arguments", "evaluate_metrics"): "metrics must be the same on every process, got "
+    "['conf_ece'] on process 0 and ['conf_ece', 'brier'] on process 1",
   }
   for (case, call), text in want.items():
     got = [r[case][call] for r in results]

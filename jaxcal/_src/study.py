@@ -1038,6 +1038,13 @@ def evaluate(
       "the number of models M": out[1].shape[0],
       "the class count C of predictions": out[1].shape[2],
       "the dtype of predictions": jax.dtypes.canonicalize_dtype(out[1].dtype),
+      # every argument too: a difference mixed the processes' results or hung a collective
+      "metrics": V.digest([mt.name for mt in mets]),
+      "num_bins": V.digest(f"{bins_shape}: {bins_np.tolist()}"),
+      "from_logits": from_logits,
+      "names": V.digest(None if names is None else [str(s) for s in names]),
+      "the utility batches": V.digest(list(ubatches)),
+      "chunk_size": chunk_size,
     },
   )
   if x is not None:
@@ -1055,6 +1062,15 @@ def evaluate(
     raise ValueError(f"model names must be unique and one per model, got {model_names}")
 
   us_by_c = {c: _utilities_for(ubatches, c) for c in groups}  # each function called once per C
+  if multi and ubatches:  # the utilities themselves (drawn per process, they differed silently)
+    V.on_every_process(
+      lambda: None,
+      same=lambda _: {
+        f"utilities {name!r} (C = {c})": f"{u[name].kind} " + V.digest(u[name].params)
+        for c, u in us_by_c.items()
+        for name in ubatches
+      },
+    )
   for name in ubatches:
     sizes_u = {c: us[name].batch_shape[0] for c, us in us_by_c.items()}
     if len(set(sizes_u.values())) > 1:

@@ -1621,6 +1621,29 @@ def check_union_rows(sizes: Any, name: str = "probs") -> None:
 _AGREE_BYTES = 4096
 
 
+def digest(value: Any) -> str:
+  """A short text naming ``value`` for :func:`on_every_process`'s ``same``: ``str(value)``
+  up to 120 characters, else a SHA-256 prefix of it (arrays by shape, dtype and bytes).
+
+  Arrays that span processes are global, the same everywhere by construction:
+  they are named by shape and dtype only.
+
+  Example:
+    >>> digest([5, 15]), digest(np.arange(3.0)).startswith("float64(3,):")
+    ('[5, 15]', True)
+  """
+  import hashlib
+
+  if isinstance(value, np.ndarray | jax.Array):
+    head = f"{jnp.dtype(value.dtype).name}{tuple(value.shape)}"
+    if isinstance(value, jax.Array) and not value.is_fully_addressable:
+      return head + ": global"
+    raw = np.ascontiguousarray(np.asarray(value)).tobytes()
+    return head + ": " + hashlib.sha256(raw).hexdigest()[:16]
+  text = str(value)
+  return text if len(text) <= 120 else "sha256 " + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def on_every_process(fn: Callable[[], Any], *, same: Callable[[Any], dict] | None = None) -> Any:
   """``fn()`` on this process; in a multi-process run an error on any process raises on all.
 

@@ -474,6 +474,14 @@ def uc_sweep(
         f"of processes {sorted({dev.process_index for dev in devs})}); leave devices=None"
       )
     if shard:
+      # the utilities must agree: 8 against 12 aborted in a collective, other values mixed
+      V.on_every_process(
+        lambda: None,
+        same=lambda _: {
+          "utilities (kind, values)": f"{utilities.kind} " + V.digest(utilities.params),
+          "chunk_size": chunk_size,
+        },
+      )
       (p, y), where, sizes = process_shards(mesh, "u", p, y)  # this process's rows of the union
       V.check_union_rows(sizes, name)
       chk = V.check_predictions(p, y, from_logits=from_logits, where=where, padding=True, name=name)
