@@ -246,6 +246,11 @@ def main() -> None:
   yg = jax.make_array_from_process_local_data(NamedSharding(mesh, P("rows")), y[:200])
   glob = streaming.merge_across_processes(streaming.Scores.empty(c).update(pg, yg))
   out["global_scores"] = {k: float(v) for k, v in glob.compute().items() if np.ndim(v) == 0}
+  # uc_sweep under jit: on global arrays the union's; on host-local ones (different on
+  # each process, which a tracer cannot tell) NaN, where it gave a vector mixed from both
+  swept = jax.jit(lambda a, b: utility.uc_sweep(a, b, us, chunk_size=3))
+  out["uc_sweep_jit_global"] = np.asarray(swept(pg, yg)).tolist()
+  out["uc_sweep_jit_local"] = np.asarray(swept(p[:200], y[:200])).tolist()
   with open(out_path, "w") as f:
     json.dump(out, f)
   jax.distributed.shutdown()

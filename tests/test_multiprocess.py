@@ -126,6 +126,9 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
     first = np.r_[0:200, 300:500]  # the global rows: 200 of each shard (cut at 300)
     want_brier = float(scores.brier(p[first], y[first]))
     np.testing.assert_allclose(r["global_scores"]["brier"], want_brier, rtol=1e-6)
+    want_glob = utility.uc_sweep(p[first], y[first], us, chunk_size=3, devices=jax.devices()[:1])
+    np.testing.assert_allclose(r["uc_sweep_jit_global"], want_glob, rtol=1e-6, atol=1e-7)
+    assert np.isnan(r["uc_sweep_jit_local"]).all()  # was the two processes' values, mixed
   assert results[0]["uc_sweep"] == results[1]["uc_sweep"]  # identical on both hosts
   assert results[0]["global_scores"] == results[1]["global_scores"]
 

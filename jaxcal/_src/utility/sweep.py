@@ -20,14 +20,18 @@ the compiled call when it arrives sharded) and the ``(M,)`` errors are
 all-gathered, so the result is replicated and readable on every host.
 Nothing is copied through the host: arrays already on a device move
 device-to-device (``jax.device_put``), and a global ``jax.Array`` spanning
-several processes is used as it is.
+several processes is used as it is; a device array sharded over the mesh's
+devices is gathered on them (:func:`placed`).
 
 Hosts. In a ``jax.distributed`` run each process may pass *its own shard*
 of one global data set as host-local arrays (numpy, or a ``jax.Array`` on
 its local devices): the shards are assembled into one global array in
 process order (``jax.make_array_from_process_local_data``; shards of
 different sizes are padded and masked), and every process gets the UC of
-the union. A global array spanning processes is the union already.
+the union. A global array spanning processes is the union already. Under
+``jit`` an argument cannot be told host-local from global: pass global
+arrays there (host-local ones that differ between processes give NaN, where
+they gave a vector mixed from the processes' rows).
 
 Transformations. Under a user's ``jax.jit`` the same sharded computation is
 traced (closed-over utilities are constants of it). Under ``jax.vmap`` (over
@@ -261,8 +265,15 @@ def _sweep_fn(kind: str, chunk_size: int, mesh: Mesh | None, m: int, masked: boo
     return local
   d = mesh.devices.size
 
+  several = jax.process_count() > 1
+
   def body(p, y, prm, *w):
-    return jax.lax.all_gather(_local_values(kind, p, y, prm, chunk_size, *w), "u", tiled=True)
+    out = jax.lax.all_gather(_local_values(kind, p, y, prm, chunk_size, *w), "u", tiled=True)
+    if several:  # host-local arrays of different processes under jit: NaN, not a mixed vector
+      sums = jnp.stack([_checksum(a) for a in (p, y, *w)])
+      same = jnp.all(jax.lax.pmin(sums, "u") == jax.lax.pmax(sums, "u"))
+      out = jnp.where(same, out, jnp.nan)
+    return out
 
   specs = (P(), P(), P("u")) + ((P(),) if masked else ())
   sharded = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)
@@ -278,6 +289,22 @@ def _sweep_fn(kind: str, chunk_size: int, mesh: Mesh | None, m: int, masked: boo
     return jax.vmap(local, in_axes=axes)(p, y, prm, *w), True
 
   return f
+
+
+def _checksum(a: jax.Array) -> jax.Array:
+  """A wrapping ``uint32`` sum of ``a``'s bits: replicated copies agree, other data almost never.
+
+  The sweep's data is replicated over the mesh. Under ``jit`` in a
+  multi-process run, host-local arrays enter as if they were the same on
+  every process; where they are not, each process's devices held its own rows
+  and the utilities scored on them were gathered into one silently mixed
+  vector. Comparing this sum over the mesh turns that into NaN.
+  """
+  bits = a.astype(jnp.int32) if a.dtype == jnp.bool_ else a
+  if jnp.issubdtype(bits.dtype, jnp.floating):
+    width = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[bits.dtype.itemsize]
+    bits = jax.lax.bitcast_convert_type(bits, width)
+  return jnp.sum(bits.astype(jnp.uint32), dtype=jnp.uint32)
 
 
 @functools.cache
@@ -403,7 +430,8 @@ def uc_sweep(
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``). In a
       ``jax.distributed`` run: a global array, or this process's rows of
       the data set (host-local; the result is then the union's, in process
-      order, on every process).
+      order, on every process; under ``jit`` global arrays only: host-local
+      ones that differ give NaN).
     labels: ``(n,)`` integer labels, laid out like ``probs``.
     utilities: a batch of ``M`` utilities of one kind (``params`` with one
       leading axis), e.g. ``sample_linear(key, 1500, C)``; the same on every
