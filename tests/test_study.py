@@ -407,6 +407,16 @@ def test_summary_columns():
     }
 
 
+def test_evaluate_refuses_to_be_traced(logits):
+  """Under jit it raised ConcretizationTypeError, under checked TracerBoolConversionError."""
+  z, y = logits
+  f = jax.jit(lambda a, b: study.evaluate(a, b, ["brier"], from_logits=True))
+  with pytest.raises(ValueError, match="evaluate runs eagerly .* cannot be traced"):
+    f(z[:, :50], y[:, :50])
+  with pytest.raises(ValueError, match="evaluate runs eagerly"):
+    jaxcal.checked(lambda a, b: study.evaluate(a, b, ["brier"], from_logits=True))(z, y)
+
+
 def test_bad_inputs(logits):
   z, y = logits
   with pytest.raises(ValueError, match=r"predictions is empty: a stack of M = 0 models"):

@@ -995,6 +995,13 @@ def evaluate(
   Context: A Case Study with Score Decompositions, §2.4 (decompositions).
   """
   mets = _parse_metrics(metrics)
+  traced = any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((predictions, labels)))
+  if traced or V.checking():  # checked mode traces the programs evaluate reads back
+    raise ValueError(
+      "evaluate runs eagerly (it picks programs and meshes from the data's shapes and "
+      "sizes) and cannot be traced under jax.jit / vmap / checked: call it outside, or use "
+      "the metrics of jaxcal.metrics inside"
+    )
   from_logits = V.check_flag(from_logits, "from_logits")
   if isinstance(names, str | bytes):  # list("ab") would name two models "a" and "b"
     raise ValueError(f"names must be a sequence of model names (e.g. a list), got {names!r}")

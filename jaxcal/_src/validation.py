@@ -278,7 +278,8 @@ def checked(fn: Callable) -> Callable:
   eager calls always raise.
 
   Args:
-    fn: any function of arrays, e.g. ``jax.jit(evaluate)`` or a jaxcal metric.
+    fn: any function of arrays, e.g. ``jax.jit(my_eval_step)`` or a jaxcal metric (not
+      ``jaxcal.evaluate``, which runs eagerly: it cannot be traced).
 
   Returns:
     A function with ``fn``'s signature and result.
