@@ -613,6 +613,7 @@ def test_min_bin_size_beyond_int32_keeps_nothing_under_x64_jit(data):
   with jax.enable_x64(True):
     f = jax.jit(lambda k: lce(p, y, phi, 5, k, 2.0))
     assert np.isnan(np.asarray(f(np.int64(2**32 + 5)))).all()
+    assert np.isnan(np.asarray(f(np.int64(-(2**32) + 5)))).all()  # wrapped to 5 as well
     np.testing.assert_allclose(f(np.int64(5)), lce(p, y, phi, 5, 5, 2.0), rtol=1e-12)
 
 

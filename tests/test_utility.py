@@ -741,3 +741,18 @@ def test_uc_and_uc_class_take_where():
     U.uc_class(p, y, "tce", where=np.zeros(200, bool))
   with pytest.raises(ValueError, match="where selects no samples"):
     U.uc(p, y, u, where=np.zeros(200, bool))
+
+
+def test_sweep_checksum_sees_float64_data_and_row_order():
+  """The multi-process jit check compares this sum over the mesh: its float64 form kept only
+  the low 32 bits (0 for short mantissas: two processes' different data agreed, and the
+  swept vector mixed them), and a plain sum could not see rows in another order."""
+  from jaxcal._src.utility.sweep import _checksum
+
+  with jax.enable_x64(True):
+    a, b = jnp.array([[0.5, 0.25, 0.25]]), jnp.array([[0.125, 0.375, 0.5]])
+    assert int(_checksum(a)) != int(_checksum(b))
+    assert int(_checksum(jnp.array([1, 2], jnp.int64))) != int(_checksum(jnp.array([2, 1])))
+  rows = jnp.array([[0.1, 0.9], [0.7, 0.3]], jnp.float32)
+  assert int(_checksum(rows)) != int(_checksum(rows[::-1]))
+  assert int(_checksum(rows)) == int(jax.jit(_checksum)(rows))

@@ -516,8 +516,8 @@ def _prepare(x, y, weights):
     if bool(lost_w):
       raise ValueError(
         f"weights span too wide a range for {dt.name}: scaled so that the sums of "
-        "weights x y stay finite, their smallest positive entries or their products with "
-        "y become 0 (or subnormal); rescale y or compute in float64 (jax.enable_x64)"
+        "weights x y stay finite, their smallest positive entries become 0 (or "
+        "subnormal); rescale y or compute in float64 (jax.enable_x64)"
       )
   else:
     V.trace_check(
@@ -537,18 +537,25 @@ def _scaled(y: jax.Array, w: jax.Array | None):
   so that the block sums of the fit stay finite.
 
   ``k >= 0`` is the smallest with ``n max |y| 2^-k`` below a quarter of the
-  dtype's largest value (``k = 0``, no change, for any ``|y|`` below ~1e30
-  in float32), and the fitted values are scaled back by ``2^k``: the fit is
-  equivariant to ``y``'s scale, and powers of two scale exactly. (Without
-  it, ten float32 targets near 3e38 fitted to ``inf``.) The weights are then
-  scaled as in :func:`_scaled_weights` (``w`` None: unit weights, ``j = 0``).
+  dtype's largest value (``k = 0``, no change, for any ``|y|`` from 1/2 to
+  ~1e30 in float32); targets whose largest is below 1/2 are scaled up to a
+  largest in ``[1/2, 1)`` (``k < 0``, at most ``2^100``), and the fitted
+  values are scaled back by ``2^k``: the fit is equivariant to ``y``'s
+  scale, and powers of two scale exactly, so the fit is bit-identical where
+  nothing overflows or underflows. (Without it, ten float32 targets near
+  3e38 fitted to ``inf``, and weights 1e-20 of targets 1e-20 fitted to 0:
+  their products fell below the smallest normal number.) The weights are
+  then scaled as in :func:`_scaled_weights` (``w`` None: unit weights, ``j =
+  0``).
   ``lost_y``: a nonzero target fell below the smallest normal number in the
   scaling (XLA:CPU reads it as 0); ``lost_w``: likewise a positive weight.
   """
   big = jnp.finfo(y.dtype).max
   limit = big / (4.0 * y.shape[0])
-  k = jnp.maximum(jnp.frexp(jnp.max(jnp.abs(y)))[1] - jnp.frexp(limit)[1] + 1, 0)
-  scaled = y * _pow2(-k, y.dtype)  # 2^-k >= 2^-(log2(n) + 4): a normal number, exact product
+  top = jnp.frexp(jnp.max(jnp.abs(y)))[1]  # max |y| 2^-top in [1/2, 1) (0 for y = 0)
+  k = jnp.maximum(top - jnp.frexp(limit)[1] + 1, 0)
+  k = jnp.where(top < 0, jnp.maximum(top, -100), k)
+  scaled = y * _pow2(-k, y.dtype)  # 2^-k in [2^-(log2(n) + 4), 2^100]: normal, exact product
   tiny = jnp.finfo(y.dtype).smallest_normal
   lost_y = jnp.any((jnp.abs(y) >= tiny) & ~(jnp.abs(scaled) >= tiny))
   if w is None:
@@ -565,21 +572,20 @@ def _scaled_weights(w: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
   The fit is invariant to the weights' scale and a power of two scales
   exactly, so the fit is unchanged. Weights large enough to overflow the
   block sums are scaled down; small ones are scaled up, as their products
-  with ``y`` fell below the smallest normal number, which XLA:CPU reads as 0
-  (weights ``1e-20`` of targets ``1e-20`` fitted to 0). (Dividing by the
+  with ``y`` (itself scaled to a largest in ``[1/2, 1)``) fell below the
+  smallest normal number, which XLA:CPU reads as 0 (weights ``1e-20`` of
+  targets ``1e-20`` fitted to 0). A product of entries far below both
+  largest ones can still fall below it: it then counts as 0 in its block's
+  sum, below ``1e-38`` of the largest ``w |y|`` (float32). (Dividing by the
   maximum made a positive weight ``1e-30`` next to ``1e10`` subnormal.)
-  ``lost``: a positive weight, or a nonzero product ``w y``, became 0 (or
-  subnormal) in the scaling.
+  ``lost``: a positive weight became 0 (or subnormal) in the scaling.
   """
   big = jnp.finfo(w.dtype).max
-  tiny = jnp.finfo(w.dtype).smallest_normal
   limit = big / (4.0 * w.shape[0]) / jnp.maximum(jnp.max(jnp.abs(y)), 1.0)
   top = jnp.frexp(jnp.max(w))[1]
   k = jnp.minimum(jnp.frexp(limit)[1] - 1 - top, jnp.maximum(-top, 0))
   scaled = jnp.ldexp(w, k)
-  lost = (w > 0) & ~(scaled > 0)
-  lost |= (scaled > 0) & (y != 0) & ~(jnp.abs(scaled * y) >= tiny)
-  return scaled, jnp.any(lost)
+  return scaled, jnp.any((w > 0) & ~(scaled > 0))
 
 
 def _pow2(k: jax.Array, dtype: jnp.dtype) -> jax.Array:
@@ -632,9 +638,9 @@ def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = 
     ValueError: wrong shapes, non-finite values, negative or all-zero weights,
       positive weights below the dtype's smallest normal number (XLA reads them
       as 0), or weights spanning so wide a range that keeping the sums of
-      ``weights * y`` finite would round the smallest weight or a nonzero
-      product ``weights * y`` to 0 (the weights are scaled by a power of two to
-      a largest weight near 1 first), or targets so large
+      ``weights * y`` finite would round the smallest weight to 0 (targets
+      and weights are scaled by powers of two to largest entries near 1
+      first), or targets so large
       (``n max |y|`` near the dtype's largest value) that scaling them to keep
       the block sums finite would flush the smallest nonzero ones (values: on
       concrete inputs; traced ones give NaN).

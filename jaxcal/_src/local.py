@@ -672,7 +672,9 @@ def lce(
     big = k.dtype.itemsize > 4 or (
       k.dtype.itemsize == 4 and not jnp.issubdtype(k.dtype, jnp.signedinteger)
     )
-    mbs_arg = (jnp.minimum(k, jnp.asarray(int32_max, k.dtype)) if big else k).astype(jnp.int32)
+    # clipped to [-1, int32 max] (a negative count stays negative: NaN, or the eager error)
+    lo = jnp.asarray(-1 if jnp.issubdtype(k.dtype, jnp.signedinteger) else 0, k.dtype)
+    mbs_arg = (jnp.clip(k, lo, jnp.asarray(int32_max, k.dtype)) if big else k).astype(jnp.int32)
   for name, v in (("block_size", block_size), ("candidate_block", candidate_block)):
     if not isinstance(v, int) or v < 1:
       raise ValueError(f"{name} must be a positive int, got {v!r}")

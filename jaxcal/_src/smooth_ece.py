@@ -439,7 +439,8 @@ def _bandwidths(bandwidth, min_bandwidth):
   V.trace_check(jnp.all(good), "bandwidth must be positive and finite, got {s}", s=sig)
   V.trace_check(
     jnp.all(~good | (sig >= bound)),
-    f"bandwidth {{s}} is below the smallest supported {bound:g}",
+    f"bandwidth {{s}} is below {bound:g}, the smallest a traced bandwidth may take "
+    "(smooth_ece's min_bandwidth lowers it)",
     s=sig,
   )
   return sig, bound, jnp.isfinite(sig) & (sig >= bound)

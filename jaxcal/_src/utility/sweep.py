@@ -292,7 +292,10 @@ def _sweep_fn(kind: str, chunk_size: int, mesh: Mesh | None, m: int, masked: boo
 
 
 def _checksum(a: jax.Array) -> jax.Array:
-  """A wrapping ``uint32`` sum of ``a``'s bits: replicated copies agree, other data almost never.
+  """A wrapping ``uint32`` sum of ``a``'s bits, each 32-bit word times an odd multiplier of
+  its position: replicated copies agree, other data (or the same rows in
+  another order) almost never. 64-bit entries count as their two words (the
+  low word alone missed float64 data with short mantissas).
 
   The sweep's data is replicated over the mesh. Under ``jit`` in a
   multi-process run, host-local arrays enter as if they were the same on
@@ -301,10 +304,13 @@ def _checksum(a: jax.Array) -> jax.Array:
   vector. Comparing this sum over the mesh turns that into NaN.
   """
   bits = a.astype(jnp.int32) if a.dtype == jnp.bool_ else a
-  if jnp.issubdtype(bits.dtype, jnp.floating):
-    width = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[bits.dtype.itemsize]
-    bits = jax.lax.bitcast_convert_type(bits, width)
-  return jnp.sum(bits.astype(jnp.uint32), dtype=jnp.uint32)
+  if bits.dtype.itemsize == 8:  # (..., 2) words
+    bits = jax.lax.bitcast_convert_type(bits, jnp.uint32)
+  elif jnp.issubdtype(bits.dtype, jnp.floating):
+    bits = jax.lax.bitcast_convert_type(bits, {2: jnp.uint16, 4: jnp.uint32}[bits.dtype.itemsize])
+  words = bits.astype(jnp.uint32).reshape(-1)
+  weight = jnp.arange(words.shape[0], dtype=jnp.uint32) * jnp.uint32(0x9E3779B1) | jnp.uint32(1)
+  return jnp.sum(words * weight, dtype=jnp.uint32)
 
 
 @functools.cache
