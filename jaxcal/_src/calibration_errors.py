@@ -283,14 +283,6 @@ def _ecce_from_sums(bs: B.BinnedSums, n, weights, *, reduction="mean") -> jax.Ar
 # --------------------------------------------------------------------------
 
 
-def _too_few(masked: bool, m: Any, n: Any) -> str:
-  """The message of quantile bins outnumbering the samples (eager calls)."""
-  return (
-    f"too few samples for the bins: quantile binning with num_bins = {m} "
-    f"needs at least that many samples, got n = {n}" + (" selected by where" if masked else "")
-  )
-
-
 def _guarded(core: Callable, max_bins: int, **static) -> Callable:
   """``core`` returning NaN for a bin count outside ``[1, max_bins]``.
 
@@ -428,7 +420,11 @@ def _run(
   out, count = V.run_checked(d, f, x, y, d.where, m_arr, *extra)
   if bins.binning == "quantile" and bins.largest is not None and isinstance(count, int):
     if bins.largest > count:
-      raise ValueError(_too_few(d.where is not None, bins.largest, count))
+      raise ValueError(
+        f"too few samples for the bins: quantile binning with num_bins = {bins.largest} "
+        f"needs at least that many samples, got n = {count}"
+        + (" selected by where" if d.where is not None else "")
+      )
   if batched:
     out = out.reshape(np.shape(m))
   return V.fold(out, d.ok)

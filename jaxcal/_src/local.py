@@ -648,7 +648,6 @@ def lce(
     raise ValueError(f"mlce must be one of {MLCE_MODES}, got {mlce!r}")
   if min_bin_size is None or isinstance(min_bin_size, (bool, np.bool_, str, bytes)):
     raise ValueError(f"min_bin_size must be an integer >= 0, got {min_bin_size!r}")
-  int32_max = np.iinfo(np.int32).max  # a count of at least n keeps nothing: clipped to it
   if V.is_concrete(min_bin_size):
     mbs = np.asarray(min_bin_size)
     if (
@@ -660,21 +659,18 @@ def lce(
       or mbs < 0
     ):
       raise ValueError(f"min_bin_size must be an integer >= 0, got {min_bin_size!r}")
-    mbs_arg = jnp.asarray(min(int(mbs), int32_max), jnp.int32)
+    # a count of at least n keeps nothing: clipped to the int32 range
+    mbs_arg = jnp.asarray(min(int(mbs), np.iinfo(np.int32).max), jnp.int32)
   elif not jnp.issubdtype(jnp.result_type(min_bin_size), jnp.integer) or jnp.ndim(min_bin_size):
     # traced: the dtype is static; a float would be truncated to a plausible count
     raise ValueError(
       f"min_bin_size must be an integer scalar when traced, got "
       f"{jnp.result_type(min_bin_size)} of shape {jnp.shape(min_bin_size)}"
     )
-  else:  # int64 under x64: clipped in its own type (a cast wrapped 2**32 + 5 to 5)
+  else:  # saturated to int32 in its own type (a cast wrapped int64 2**32 + 5 to 5)
     k = jnp.asarray(min_bin_size)
-    big = k.dtype.itemsize > 4 or (
-      k.dtype.itemsize == 4 and not jnp.issubdtype(k.dtype, jnp.signedinteger)
-    )
-    # clipped to [-1, int32 max] (a negative count stays negative: NaN, or the eager error)
-    lo = jnp.asarray(-1 if jnp.issubdtype(k.dtype, jnp.signedinteger) else 0, k.dtype)
-    mbs_arg = (jnp.clip(k, lo, jnp.asarray(int32_max, k.dtype)) if big else k).astype(jnp.int32)
+    info, i32 = jnp.iinfo(k.dtype), np.iinfo(np.int32)
+    mbs_arg = jnp.clip(k, max(info.min, i32.min), min(info.max, i32.max)).astype(jnp.int32)
   for name, v in (("block_size", block_size), ("candidate_block", candidate_block)):
     if not isinstance(v, int) or v < 1:
       raise ValueError(f"{name} must be a positive int, got {v!r}")

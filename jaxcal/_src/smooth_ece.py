@@ -622,7 +622,7 @@ def _reliability_core(p, y, sigma, *, num_points, sizes):
   # edges of clusters (relplot's 0.93)
   a = _smoothed_points(f, jnp.stack([z, ones, ones / n], axis=1), sigma, sizes, t)
   acc = jnp.clip(a[:, 0] / (a[:, 1] + _DENSITY_EPS), 0.0, 1.0)
-  return t, acc, jnp.maximum(a[:, 2], 0.0), _smece_at(f, r, ones, sigma, sizes)
+  return t, acc, a[:, 2], _smece_at(f, r, ones, sigma, sizes)  # sums of non-negative terms
 
 
 def smooth_reliability(

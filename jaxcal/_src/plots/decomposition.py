@@ -66,7 +66,8 @@ def mcb_dsc_plot(
       not a matplotlib ``Axes``.
     ValueError: no points, a point that is not a pair of numbers,
       non-finite values, ``markers`` / ``colors`` keys that are not labels
-      of ``points`` or values that are not markers / colours, or ``num_isolines`` not an int in ``[1, 100]``.
+      of ``points`` or values that are not markers / colours, or
+      ``num_isolines`` not an int in ``[1, 100]``.
 
   Example:
     >>> fig = mcb_dsc_plot({"base": (0.06, 8.28), "CW-HB": (0.01, 7.18)}, unc=9.0)
