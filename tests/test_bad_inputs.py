@@ -391,13 +391,67 @@ LABEL_ENTRY_POINTS = [
 
 @pytest.mark.parametrize(
   "labels",
-  [WIDE, NEG_WIDE, WIDE.astype(np.uint64), np.array([0.0, 2.0**32 + 1, 1.0, 0.0])],
-  ids=["int64", "int64-negative", "uint64", "float64"],
+  [
+    WIDE,
+    NEG_WIDE,
+    WIDE.astype(np.uint64),
+    np.array([0.0, 2.0**32 + 1, 1.0, 0.0]),
+    # little-endian bytes read as big-endian: 0, 2**56, 2**56, 0 (the range check
+    # read them byte-swapped, as 0, 1, 1, 0, and the cast wrapped them to 0)
+    np.frombuffer(Y.astype("<i8").tobytes(), ">i8"),
+  ],
+  ids=["int64", "int64-negative", "uint64", "float64", "int64-big-endian"],
 )
 @pytest.mark.parametrize("name,fn", LABEL_ENTRY_POINTS, ids=[n for n, _ in LABEL_ENTRY_POINTS])
 def test_labels_wider_than_int32_are_checked_before_the_cast(name, fn, labels):
   with pytest.raises(ValueError, match=r"(labels|y|bin_ids) must lie in \[0, 2\)"):
     fn(P, labels)
+
+
+@pytest.mark.parametrize("name,fn", LABEL_ENTRY_POINTS, ids=[n for n, _ in LABEL_ENTRY_POINTS])
+def test_big_endian_inputs_give_the_native_result(name, fn):
+  # JAX refuses non-native byte orders: probabilities raised "not a valid dtype
+  # for JAX type promotion", int32 labels a TypeError naming no argument
+  want = fn(P, Y)
+  for p, y in [(P.astype(">f4"), Y.astype(">i4")), (P.astype(">f8"), Y.astype(">u2"))]:
+    got = fn(p, y)
+    assert jax.tree.all(jax.tree.map(lambda a, b: np.array_equal(a, b, equal_nan=True), got, want))
+
+
+def _masked(a, i):
+  m = np.zeros(a.shape, bool)
+  m.flat[i] = True
+  return np.ma.masked_array(a, mask=m)
+
+
+MASKED_CASES = [
+  ("conf_ece probs", lambda: metrics.conf_ece(_masked(P, 6), Y), "probs", 1),
+  ("brier labels", lambda: scores.brier(P, _masked(Y, 3)), "labels", 1),
+  ("brier where", lambda: scores.brier(P, Y, where=_masked(np.ones(4, bool), 3)), "where", 1),
+  ("uc labels", lambda: utility.uc(P, _masked(Y, 0), utility.top_class()), "labels", 1),
+  ("lce features", lambda: metrics.lce(P, Y, _masked(P, 0), min_bin_size=1), "features", 1),
+  ("dominance_matrix", lambda: dominance.dominance_matrix(_masked(P.astype(np.float64), 1)), "losses", 1),
+  ("dominance_chain", lambda: dominance.dominance_chain(_masked(P, 1)), "losses", 1),
+  ("rank_correlation", lambda: dominance.rank_correlation(_masked(np.arange(4.0), 2), np.arange(4.0)), "a", 1),
+  ("evaluate", lambda: jaxcal.evaluate(_masked(P, 0), Y, ["brier"]), "predictions", 1),
+  ("fit_temperature", lambda: jaxcal.recalibrate.fit_temperature(_masked(P, 0), Y), "inputs", 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", MASKED_CASES, ids=[c[0] for c in MASKED_CASES])
+def test_masked_arrays_are_refused_not_read_as_their_data(case):
+  # np.asarray of a masked array is its data, masked entries included: brier of
+  # 4 rows whose last is masked was the 4-row value (0.45 for 3 rows' 0.49)
+  _, call, name, k = case
+  entries = "entry" if k == 1 else "entries"
+  with pytest.raises(
+    ValueError, match=rf"{name} is a numpy masked array with {k} masked {entries}"
+  ):
+    call()
+
+
+def test_a_masked_array_without_masked_entries_is_its_data():
+  assert scores.brier(np.ma.masked_array(P), np.ma.masked_array(Y)) == scores.brier(P, Y)
 
 
 def test_load_predictions_checks_wide_labels_before_the_cast(tmp_path):

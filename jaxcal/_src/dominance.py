@@ -67,7 +67,7 @@ def _check_loss_table(losses: Any, name: str = "losses") -> None:
     )
 
 
-def _exact_order(x: Any) -> Any:
+def _exact_order(x: Any, name: str) -> Any:
   """A host array whose values the compute dtype would round, as order-preserving ranks.
 
   ``float64``, ``int64`` or ``int32`` values on the host become float32 on the
@@ -82,16 +82,18 @@ def _exact_order(x: Any) -> Any:
   if isinstance(x, jax.Array | jax.core.Tracer):
     # 2**24 + 1 and 2**24 as int32 became one float32 (a dominance was missed)
     return _integer_ranks(x) if jnp.issubdtype(x.dtype, jnp.integer) else x
+  if isinstance(x, np.ma.MaskedArray):
+    x = V.host_array(x, name)  # masked entries refused; its data otherwise
   try:
-    a = np.asarray(x)
-  except (TypeError, ValueError):  # ragged and the like: named by the caller's checks
+    a = V.host_array(x, name)  # native byte order
+  except ValueError:  # ragged and the like: named by the caller's checks
     return x
   if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.number) and np.isrealobj(a)):
     return x  # rejected (or exact) downstream
   dt = V.compute_dtype(a.dtype)
   with np.errstate(invalid="ignore", over="ignore"):
     if np.array_equal(a.astype(dt).astype(a.dtype), a, equal_nan=True):
-      return x
+      return a
   finite = np.isfinite(a)
   values, rank = np.unique(a[finite], return_inverse=True)
   if values.size > 2**24:  # pragma: no cover - float32 ranks would round too
@@ -156,7 +158,7 @@ def dominance_matrix(losses: ArrayLike) -> jax.Array:
   _check_loss_table(losses)
   # NaN first (its own message), then ±inf; both fused reductions of a small
   # table. Traced bad values come back as NaN: every comparison is False.
-  losses = _exact_order(losses)
+  losses = _exact_order(losses, "losses")
   x = V.check_values(V.check_values(losses, "losses", allow_inf=True), "losses")
   le = jnp.all(x[:, None, :] <= x[None, :, :], axis=-1)
   lt = jnp.any(x[:, None, :] < x[None, :, :], axis=-1)
@@ -214,7 +216,7 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
       "on the values, so call it outside jax.jit / jax.vmap"
     )
   _check_loss_table(losses)
-  x = np.asarray(jax.device_get(losses))
+  x = V.host_array(losses if isinstance(losses, np.ndarray) else jax.device_get(losses), "losses")
   if not (
     np.issubdtype(x.dtype, np.integer)
     or jnp.issubdtype(x.dtype, jnp.floating)
@@ -338,8 +340,8 @@ def rank_correlation(a: ArrayLike, b: ArrayLike, method: str = "spearman") -> ja
   """
   if method not in ("spearman", "kendall"):
     raise ValueError(f"method must be 'spearman' or 'kendall', got {method!r}")
-  xa = V.as_float(_exact_order(a), "a")  # rank statistics: only the order matters
-  xb = V.as_float(_exact_order(b), "b")
+  xa = V.as_float(_exact_order(a, "a"), "a")  # rank statistics: only the order matters
+  xb = V.as_float(_exact_order(b, "b"), "b")
   for name, x in (("a", xa), ("b", xb)):
     if x.ndim != 1:
       raise ValueError(f"{name} must be 1-D, got shape {tuple(x.shape)}")

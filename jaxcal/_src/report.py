@@ -236,7 +236,7 @@ def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool, j
   near-perfect model's 1.0128e-6. The headline NLL is the mean of ``nll``,
   resampled with the rows.
   """
-  x = np.asarray(scores_in)
+  x = V.host_array(scores_in, "predictions")
   is_probs = V.probs_or_logits(x)  # the one rule; probabilities off the simplex raise
   if is_probs:
     probs = V.check_probs(x, name="predictions")

@@ -354,7 +354,11 @@ def _models(predictions: Any, labels: Any, names: Sequence[str] | None):
     else:
       ys = [labels] * len(xs)
   else:
-    x = predictions if isinstance(predictions, jax.Array) else np.asarray(predictions)
+    x = (
+      predictions
+      if isinstance(predictions, jax.Array)
+      else V.host_array(predictions, "predictions")
+    )
     if x.ndim == 2:
       x = x[None]
     if x.ndim != 3:
@@ -367,7 +371,7 @@ def _models(predictions: Any, labels: Any, names: Sequence[str] | None):
         f"predictions is empty: a stack of M = 0 models (shape {tuple(x.shape)}); give at "
         "least one model"
       )
-    y = labels if isinstance(labels, jax.Array) else np.asarray(labels)
+    y = labels if isinstance(labels, jax.Array) else V.host_array(labels, "labels")
     if y.ndim == 1:
       y = y[None]
     if y.ndim != 2 or y.shape[0] not in (1, x.shape[0]):
@@ -785,7 +789,7 @@ class _Stack:
 
 
 def _labels_array(y, n: int, name: str):
-  ya = y if isinstance(y, jax.Array) else np.asarray(y)
+  ya = y if isinstance(y, jax.Array) else V.host_array(y, f"labels of model {name!r}")
   if ya.shape != (n,):
     raise ValueError(f"model {name!r}: labels must have shape ({n},), got {tuple(ya.shape)}")
   return ya
@@ -820,7 +824,7 @@ def _list_stacks(entries, from_logits: bool) -> dict[int, list[_Stack]]:
   """Groups models by ``C``, then by shared padded size; pads and stacks each group."""
   models: dict[int, list] = {}
   for i, (name, x, y) in enumerate(entries):
-    xa = x if isinstance(x, jax.Array) else np.asarray(x)
+    xa = x if isinstance(x, jax.Array) else V.host_array(x, f"predictions of model {name!r}")
     if xa.ndim != 2 or xa.shape[0] == 0:
       raise ValueError(f"model {name!r}: predictions must be (n, C) with n >= 1, got {xa.shape}")
     ya = _labels_array(y, xa.shape[0], name)

@@ -64,6 +64,7 @@ __all__ = [
   "simplex_atol",
   "compute_dtype",
   "real_dtype",
+  "host_array",
   "is_concrete",
   "as_float",
   "Checked",
@@ -953,15 +954,48 @@ def real_dtype(dt: Any) -> bool:
   return bool(numeric) and np.dtype(dt).kind != "m"
 
 
+def host_array(x: Any, name: str) -> np.ndarray:
+  """``np.asarray(x)`` of a caller's host input, in native byte order, never a masked array's mask lost.
+
+  ``np.asarray`` of a numpy masked array returns its data, masked entries
+  included: they would be used as if valid. A masked array with a masked
+  entry is refused (one without is its data). Big-endian (non-native) arrays
+  are converted to native order: JAX refuses them, and a native-order view of
+  their bytes read ``'>i8'`` labels ``k * 2**56`` as ``k``.
+
+  Raises:
+    ValueError: ``x`` is a masked array with masked entries, or not an array
+      (ragged lists and the like).
+
+  Example:
+    >>> host_array(np.arange(3, dtype=">i8"), "labels").dtype.isnative
+    True
+  """
+  if isinstance(x, np.ma.MaskedArray):
+    masked = int(np.ma.count_masked(x))
+    if masked:
+      raise ValueError(
+        f"{name} is a numpy masked array with {masked} masked entr"
+        f"{'y' if masked == 1 else 'ies'}: jaxcal does not read masks (their hidden values would "
+        "count as data); leave those samples out, select them with where= (a boolean mask of "
+        "the samples), or fill the entries with .filled(value)"
+      )
+    x = x.data
+  try:
+    a = np.asarray(x)
+  except (TypeError, ValueError) as e:  # ragged lists and the like
+    raise ValueError(f"{name} must be a numeric array, got {type(x).__name__}: {e}") from None
+  if not a.dtype.isnative:
+    a = a.astype(a.dtype.newbyteorder("="))
+  return a
+
+
 def _array(x: Any, name: str) -> jax.Array | np.ndarray:
-  """A JAX array stays as it is; anything else becomes a numeric numpy array."""
+  """A JAX array stays as it is; anything else becomes a numeric numpy array (:func:`host_array`)."""
   if isinstance(x, jax.Array | jax.core.Tracer):
     arr = x
   else:
-    try:
-      arr = np.asarray(x)
-    except (TypeError, ValueError) as e:  # ragged lists and the like
-      raise ValueError(f"{name} must be a numeric array, got {type(x).__name__}: {e}") from None
+    arr = host_array(x, name)
   dt = arr.dtype
   if dt == np.bool_ or real_dtype(dt):
     return arr

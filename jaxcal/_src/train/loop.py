@@ -94,7 +94,7 @@ def _integer_images(x, name: str):
   reduction of two scalars for a JAX array).
   """
   if not isinstance(x, jax.Array | jax.core.Tracer):
-    x = np.asarray(x)
+    x = V.host_array(x, name)
   if x.dtype == np.bool_ or not jnp.issubdtype(x.dtype, jnp.integer):
     raise ValueError(
       f"{name} must hold integer pixel values in [0, 255] (uint8 images), got dtype {x.dtype}"

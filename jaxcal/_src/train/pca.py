@@ -112,7 +112,7 @@ def _check_input(pca: PCA, x: ArrayLike) -> jax.Array:
   if not isinstance(pca, PCA):
     raise TypeError(f"pca must be a PCA from fit_pca, got {type(pca).__name__}")
   if not isinstance(x, jax.Array | jax.core.Tracer):
-    x = np.asarray(x)
+    x = V.host_array(x, "x")
   if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)):
     raise ValueError(f"x must be a real numeric array, got dtype {x.dtype}")
   d = pca.mean.shape[0]

@@ -405,7 +405,7 @@ def _int_params(x: Any, name: str, lo: int, hi: int) -> tuple[jax.Array, jax.Arr
   ``ok`` flag (``None`` when concrete) that the caller folds into the
   parameters (:func:`_fold_int`): NaN, never a plausible utility.
   """
-  a = x if isinstance(x, jax.Array | jax.core.Tracer) else np.asarray(x)
+  a = x if isinstance(x, jax.Array | jax.core.Tracer) else V.host_array(x, name)
   if not (jnp.issubdtype(a.dtype, jnp.integer) and a.dtype != jnp.bool_):
     raise ValueError(f"{name} must be an integer (or an integer array), got dtype {a.dtype}")
   if V.is_concrete(a):
