@@ -724,6 +724,50 @@ def test_device_never_aliases_the_callers_numpy_buffer(offset):
   assert float(x.sum()) == 64 * 3
 
 
+def test_device_waits_for_its_copy_of_an_unaligned_array_under_1_mib():
+  # device_put copies an unaligned buffer of 100 KiB to 1 MiB after it returns:
+  # a write right after the call showed in the device array (up to 48 of 50 runs)
+  for _ in range(20):
+    a = _at(np.ones(100_000, np.float32), 16)  # 400 KB
+    x = V._device(a)
+    a[...] = 0.0
+    assert float(x.sum()) == 100_000
+
+
+_CHECKED_RACE = textwrap.dedent(
+  """
+  import threading, time
+  import jax
+  from jax._src import config as jax_config
+  from jaxcal._src import validation as V
+
+  define = jax_config.bool_state
+  def slow(*args, **kwargs):  # widens the window between the test and the definition
+    time.sleep(0.2)
+    return define(*args, **kwargs)
+  jax_config.bool_state = slow
+  got = []
+  threads = [threading.Thread(target=lambda: got.append(V._checking_state())) for _ in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert len(got) == 4 and all(s is not None and s is got[0] for s in got), got
+  print("one state")
+  """
+)
+
+
+def test_checked_mode_state_is_created_once_by_concurrent_first_calls():
+  # two threads' first checked calls both defined JAX's config state: the second's
+  # "already defined" error selected the thread-local fallback for the whole process,
+  # and a jit cached unchecked then ran unchecked in checked mode (0.175 for a ValueError)
+  out = subprocess.run(
+    [sys.executable, "-c", _CHECKED_RACE], capture_output=True, text=True, timeout=300
+  )
+  assert out.returncode == 0 and "one state" in out.stdout, out.stderr[-3000:]
+
+
 @pytest.mark.parametrize("backend", ["cpu", "gpu"])
 def test_device_of_a_host_array_closed_over_under_jit(backend, monkeypatch):
   # A jitted caller closing over numpy arrays (jit(lambda p: conf_ece(p, y, 15))

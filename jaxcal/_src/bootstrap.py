@@ -517,7 +517,7 @@ def bootstrap(
   confidence = _check_confidence(confidence)
   jackknife_groups = V.check_int(jackknife_groups, "jackknife_groups", 2)
   arrs = [
-    jnp.asarray(V.exact_on_device(V._array(a, name), name))
+    V._device(V.exact_on_device(V._array(a, name), name))  # a private copy, waited for
     for i, a in enumerate(arrays)
     for name in (f"bootstrap data array {i}",)
   ]

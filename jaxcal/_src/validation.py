@@ -183,6 +183,7 @@ def is_concrete(*xs: Any) -> bool:
 # --------------------------------------------------------------------------
 
 _STATE: dict[str, Any] = {}
+_STATE_LOCK = threading.Lock()
 _LOCAL = threading.local()
 
 
@@ -193,8 +194,15 @@ def _checking_state():
   the same function traced unchecked are cached separately (a plain
   thread-local flag would let ``jax.jit`` reuse an unchecked trace). Uses
   JAX's (private) ``bool_state``; without it, falls back to a thread-local.
+  Created under a lock: two threads' first checked calls both defining it made
+  the second's "already defined" error select the thread-local fallback for
+  the whole process (a jit cached unchecked then ran unchecked in checked mode).
   """
-  if "state" not in _STATE:
+  if "state" in _STATE:
+    return _STATE["state"]
+  with _STATE_LOCK:
+    if "state" in _STATE:
+      return _STATE["state"]
     try:
       from jax._src import config as jax_config
 
@@ -1083,20 +1091,18 @@ def _device(x: Any) -> jax.Array:
   fast copy, and the caller's later writes never show through a result
   still being computed or a fitted recalibrator holding the array (an
   unaligned array under 1 MiB is left to ``device_put``'s copy, cheaper
-  there). On an accelerator ``device_put`` reads the host buffer
-  asynchronously, after it returns (seen on an H200, jax 0.11.2: a write
-  right after the call showed in the device array), so the call waits for
-  that transfer to finish. A JAX array is returned as it is. Under a trace
+  there). That copy, like an accelerator's transfer, reads the host buffer
+  asynchronously, after ``device_put`` returns (a write right after the call
+  showed in the device array: on the CPU for unaligned arrays of 100 KiB to
+  1 MiB, on an H200 with jax 0.11.2), so the call waits for it to finish. A JAX array is returned as it is. Under a trace
   (a jitted caller closing over a host array) ``device_put`` gives a tracer of
   a constant the compiler keeps a copy of, and nothing is waited for.
   """
   if isinstance(x, jax.Array | jax.core.Tracer):
     return x
   a = np.asarray(x)
-  if jax.default_backend() == "cpu":
-    if a.nbytes >= _OWN_COPY or a.ctypes.data % _ALIGN == 0:
-      a = _aligned_copy(a)
-    return jax.device_put(a)
+  if jax.default_backend() == "cpu" and (a.nbytes >= _OWN_COPY or a.ctypes.data % _ALIGN == 0):
+    return jax.device_put(_aligned_copy(a))  # our own buffer, adopted
   out = jax.device_put(a)
   if isinstance(out, jax.core.Tracer):
     return out

@@ -415,7 +415,7 @@ def _int_params(x: Any, name: str, lo: int, hi: int) -> tuple[jax.Array, jax.Arr
       )
       if vmin < lo or vmax > hi:
         raise ValueError(f"{name} must lie in [{lo}, {hi}], got values in [{vmin}, {vmax}]")
-    return jnp.asarray(a), None
+    return V._device(a), None
   ok = (a >= lo) & (a <= hi)
   V.trace_check(jnp.all(ok), f"{name} must lie in [{lo}, {hi}]")
   return a, ok

@@ -359,7 +359,7 @@ def process_shards(
   sharding = NamedSharding(mesh, spec)
   out = []
   for a in arrays:
-    a = jnp.asarray(a)
+    a = V._device(a)  # a private copy: the caller may write to its buffer next
     if n:
       first = jax.lax.slice_in_dim(a, 0, 1, axis=row_axis)
     else:
