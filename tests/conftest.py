@@ -24,6 +24,14 @@ if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
+# The library never relies on numpy's implicit rank promotion (``v * m`` for
+# ``v (C,)`` and ``m (n, C)``: it writes ``numerics.lift(v, 2) * m``), so it
+# runs in training code that sets ``jax_numpy_rank_promotion="raise"`` (as
+# JAX's own tests do). The tests run so, and so do the processes they start
+# (CLI, multi-process workers), which inherit the variable; the notebooks'
+# kernels run with JAX's default, for their code is a user's.
+os.environ.setdefault("JAX_NUMPY_RANK_PROMOTION", "raise")
+
 # XLA:CPU compiles the tests with two settings that make compilation faster
 # and the compiled programs slower, which the tests do not time: its older
 # (LLVM IR) fusion emitters and LLVM's lowest optimisation level. The suite is

@@ -792,3 +792,26 @@ def test_checked_mode_raises_where_eager_raises_for_traced_arguments(name):
   assert all(np.isnan(v).any() if v.dtype.kind == "f" else (v == -1).all() for v in leaves), name
   with pytest.raises(ValueError, match=msg):
     jaxcal.checked(jax.jit(fn))(*args)
+
+
+@pytest.mark.parametrize(
+  "call",
+  [
+    lambda: metrics.conf_ece(P * 0.9, Y),
+    lambda: scores.brier(NAN_P, Y),
+    lambda: utility.uc(P, np.array([0, 1, 2, 0]), utility.top_class()),
+  ],
+  ids=["row sums", "nan", "label range"],
+)
+def test_bad_input_under_disable_jit_gives_the_message(call):
+  # the search for the first problem ran ahead-of-time compiled, which
+  # jax.disable_jit refuses: "Disable jit is not supported in the AOT path"
+  want = None
+  try:
+    call()
+  except ValueError as e:
+    want = str(e)
+  assert want is not None
+  with jax.disable_jit(), pytest.raises(ValueError) as got:
+    call()
+  assert str(got.value) == want

@@ -63,12 +63,14 @@ XLA_FLAGS_LEFT_OUT = {
 
 
 def kernel_env(name: str) -> dict[str, str] | None:
-  """The notebook kernel's environment: this one, less some fast-compile flags for some."""
-  if name not in XLA_FLAGS_LEFT_OUT:
-    return None  # inherit
-  drop = XLA_FLAGS_LEFT_OUT[name]
+  """The notebook kernel's environment: this one, less some fast-compile flags for some.
+
+  The notebooks' own code is a user's, written for JAX's default rank promotion
+  (``x @ w + b``): the kernel runs with it, not with the tests' ``"raise"``.
+  """
+  drop = XLA_FLAGS_LEFT_OUT.get(name, ())
   flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if f not in drop]
-  return dict(os.environ, XLA_FLAGS=" ".join(flags))
+  return dict(os.environ, XLA_FLAGS=" ".join(flags), JAX_NUMPY_RANK_PROMOTION="allow")
 
 
 def missing_api(requires):

@@ -254,7 +254,7 @@ def test_packed_payload_tangents_follow_the_primal_order_among_ties():
     bits = np.asarray(out).view(np.uint16 if dtype == jnp.float16 else np.uint32)
     tied = xs[:, 1:] == xs[:, :-1]
     assert np.all(bits[:, 1:][tied] >= bits[:, :-1][tied])
-  g = jax.grad(lambda p: jnp.sum(S._packed_sort(x, p)[1] * jnp.arange(500.0)))(pay)
+  g = jax.grad(lambda p: jnp.sum(S._packed_sort(x, p)[1] * jnp.arange(500.0)[None]))(pay)
   # d loss / d pay_i is the sorted position of pay_i (the payload values are distinct)
   sorted_pay = np.asarray(S._packed_sort(x, pay)[1])
   for r in range(3):

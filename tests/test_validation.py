@@ -1330,3 +1330,41 @@ def test_rows_at_the_tolerance_get_one_verdict_in_every_mode():
             assert "must sum to 1" in str(e)
             verdicts.append("refused")
         assert len(set(verdicts)) == 1 and verdicts[0] in (True, "refused"), (c, n, verdicts)
+
+
+def test_public_calls_run_under_strict_dtype_promotion():
+  # a user's jax.numpy_dtype_promotion("strict") raised TypePromotionError from
+  # inside the library: int32 + bool (lce, nadaraya_watson with a mask), float32
+  # - int32 (bootstrap quantiles), bool * float32 (patching), float * int32 (the
+  # training loop), and promote_types(float64, float32) for any Python float option
+  from jaxcal import bootstrap, recalibrate
+  from jaxcal.train import train_classifier  # noqa: F401  (imported: the loop's module)
+
+  rng = np.random.default_rng(0)
+  p = jax.nn.softmax(jnp.asarray(rng.normal(size=(300, 4)), jnp.float32))
+  y = jnp.asarray(rng.integers(0, 4, 300), jnp.int32)
+  f = jnp.asarray(rng.normal(size=(300, 3)), jnp.float32)
+  mask = jnp.arange(300) % 3 > 0
+  calls = {
+    "smooth_ece": lambda: metrics.smooth_ece(p, y, bandwidth=0.05),
+    "dcg": lambda: utility.dcg(0.5, 4).params,
+    "linear": lambda: utility.linear([1.0, 0.0, 0.0, 0.0]).params,
+    "lce": lambda: metrics.lce(p, y, f, min_bin_size=5),
+    "nadaraya_watson": lambda: metrics.nadaraya_watson(f, p, 2.0, mask=mask),
+    "interval": lambda: bootstrap.interval(
+      jnp.float32(0.5), jnp.linspace(0, 1, 101, dtype=jnp.float32)
+    ),
+    "bootstrap": lambda: (
+      bootstrap.bootstrap(
+        jax.random.key(0), jnp.mean, jnp.arange(100.0, dtype=jnp.float32), num_resamples=8
+      ).lo
+    ),
+    "fit_patching": lambda: recalibrate.fit_patching(
+      jnp.log(p), y, max_steps=2, progress=False
+    ).apply(jnp.log(p)),
+  }
+  want = {k: np.asarray(c()) for k, c in calls.items()}
+  for k, c in calls.items():
+    with jax.numpy_dtype_promotion("strict"):
+      got = np.asarray(c())
+    np.testing.assert_array_equal(got, want[k], err_msg=k)

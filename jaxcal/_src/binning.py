@@ -93,7 +93,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal._src.numerics import PRECISION, map_batches
+from jaxcal._src.numerics import PRECISION, lift, map_batches
 from jaxcal._src.sorting import argsort_keys, float_to_key, key_to_float, stable_argsort
 
 __all__ = [
@@ -866,7 +866,7 @@ def _parts(words: jax.Array, layout: _Layout) -> jax.Array:
   Built as one broadcast elementwise op over the last axis (stacking the
   columns is 2.6x slower on CPU).
   """
-  shifts, masks, add = (jnp.asarray(a) for a in _part_vectors(layout))
+  shifts, masks, add = (lift(a, words.ndim + 1) for a in _part_vectors(layout))
   return ((words[..., None] >> shifts) & masks).astype(jnp.int32) + add
 
 
@@ -1196,7 +1196,7 @@ def _prefix_at(words: jax.Array, blocks: jax.Array, ends: jax.Array, layout: _La
   eb = ends // block
   off = ends - eb * block
   seg = words[jnp.minimum(eb, nb - 1)]  # (E, block)
-  take = jnp.arange(block) < off[:, None]
+  take = jnp.arange(block)[None, :] < off[:, None]
   seg = jnp.where(take, seg, jnp.uint32(_ZERO_WORD))
   return blocks[eb] + jnp.sum(_parts(seg, layout), axis=1)
 

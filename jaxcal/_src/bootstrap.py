@@ -174,19 +174,20 @@ def _quantile(sorted_samples: jax.Array, q: jax.Array) -> jax.Array:
   h = jnp.clip(q, 0.0, 1.0) * (num - 1)
   lo = jnp.floor(h).astype(jnp.int32)
   hi = jnp.minimum(lo + 1, num - 1)
-  frac = (h - lo).astype(sorted_samples.dtype)
+  frac = (h - lo.astype(h.dtype)).astype(sorted_samples.dtype)
   a = jnp.take_along_axis(sorted_samples, lo[None], axis=0)[0]
   b = jnp.take_along_axis(sorted_samples, hi[None], axis=0)[0]
   return a + frac * (b - a)
 
 
 def _unit_exponent(*xs: jax.Array) -> jax.Array:
-  """Per element over axis 0 of all ``xs``: ``e`` with ``2^(e-1) <= max |x| < 2^e``.
+  """Per element over axis 0 of all ``xs``: ``e`` with ``2^(e-1) <= max |x| < 2^e``, shape ``(1, ...)``.
 
   ``ldexp(x, -e)`` then brings the values to order 1 exactly (a power of two);
   ``e = 0`` where every value is 0.
   """
-  return jnp.frexp(functools.reduce(jnp.maximum, [jnp.max(jnp.abs(x), axis=0) for x in xs]))[1]
+  peak = [jnp.max(jnp.abs(x), axis=0, keepdims=True) for x in xs]
+  return jnp.frexp(functools.reduce(jnp.maximum, peak))[1]
 
 
 def _std(s: jax.Array) -> jax.Array:
@@ -197,7 +198,7 @@ def _std(s: jax.Array) -> jax.Array:
   squares of samples of size 1e-20 underflowed (``sd = 0``).
   """
   e = _unit_exponent(s)
-  return jnp.ldexp(jnp.std(jnp.ldexp(s, -e), axis=0, ddof=1), e)
+  return jnp.ldexp(jnp.std(jnp.ldexp(s, -e), axis=0, ddof=1, keepdims=True), e)[0]
 
 
 def _acceleration(*jacks: jax.Array) -> jax.Array:
@@ -213,7 +214,7 @@ def _acceleration(*jacks: jax.Array) -> jax.Array:
   """
   e = _unit_exponent(*jacks)
   units = [jnp.ldexp(v, -e) for v in jacks]
-  devs = [(v.shape[0] - 1) / v.shape[0] * (jnp.mean(v, axis=0) - v) for v in units]
+  devs = [(v.shape[0] - 1) / v.shape[0] * (jnp.mean(v, axis=0, keepdims=True) - v) for v in units]
   f = _unit_exponent(*devs)
   devs = [jnp.ldexp(d, -f) for d in devs]
   num = sum(jnp.sum(d**3, axis=0) for d in devs)
@@ -248,8 +249,8 @@ def _interval(
     q_hi = jnp.full(est.shape, 1.0 - alpha / 2, s.dtype)
     if method == "bca":
       num = s.shape[0]
-      below = jnp.mean((s < est).astype(s.dtype), axis=0) + 0.5 * jnp.mean(
-        (s == est).astype(s.dtype), axis=0
+      below = jnp.mean((s < est[None]).astype(s.dtype), axis=0) + 0.5 * jnp.mean(
+        (s == est[None]).astype(s.dtype), axis=0
       )
       z0 = ndtri(jnp.clip(below, 0.5 / num, 1.0 - 0.5 / num))
       acc = jnp.zeros_like(est) if a is None else a

@@ -416,7 +416,7 @@ def synthetic(
   concentration = V.check_float_option(concentration, "concentration", positive=True)
   scale = V.check_float_option(scale, "scale")
   kg, ky = jax.random.split(key)
-  g = jax.random.normal(kg, (n, num_classes))
+  g = jax.random.normal(kg, (n, num_classes), jnp.float32)  # the same draw under x64
   logits = scale * g / jnp.sqrt(concentration)
   mu = jax.nn.softmax(logits, axis=-1)
   y = jax.random.categorical(ky, logits, axis=-1).astype(jnp.int32)

@@ -351,7 +351,7 @@ def _nw_core(f, t, bandwidth, *, include_self=False, mask=None, queries=None):
   # Rows with admissible neighbours (O(n), from the mask) but zero total weight.
   count = f.shape[0] if mask is None else jnp.sum(jnp.asarray(mask, bool))
   if queries is None and not include_self:
-    count = count - (1 if mask is None else jnp.asarray(mask, bool))
+    count = count - (1 if mask is None else jnp.asarray(mask, bool).astype(jnp.int32))
   has = jnp.reshape(jnp.asarray(count) > 0, (-1, 1))
   return jnp.where(has & (den <= 0), jnp.asarray(jnp.nan, out.dtype), out)
 
@@ -437,7 +437,9 @@ def _lce_one_class(
     zero = jnp.zeros((A,), fs.dtype)
     carry = body(jd, (zero, zero), itself=True)
     # the other candidate blocks, jd skipped (the mask above costs nothing there)
-    num, den = jax.lax.fori_loop(lo, hi - 1, lambda t, c: body(t + (t >= jd), c), carry)
+    num, den = jax.lax.fori_loop(
+      lo, hi - 1, lambda t, c: body(t + (t >= jd).astype(t.dtype), c), carry
+    )
     return jnp.abs(num / jnp.where(den > 0, den, 1.0))
 
   e = jax.lax.map(anchor_block, jnp.arange(num_anchor_blocks)).reshape(-1)

@@ -17,6 +17,9 @@ correlations, kernel predictions). :class:`RowBlocks` and :func:`by_rows` let a
 computation that works row by row (a softmax, the top label, a per-sample
 score) run on a matrix held as two consecutive blocks of rows (a caller's host
 buffer read in place, see ``validation.check_predictions(..., borrow=True)``).
+:func:`lift` is how arrays of different ranks are combined: the library
+never relies on numpy's implicit rank promotion, so it runs under a user's
+``jax_numpy_rank_promotion="raise"`` (``tests/conftest.py`` sets it).
 """
 
 import functools
@@ -34,6 +37,7 @@ __all__ = [
   "RowBlocks",
   "by_rows",
   "join_rows",
+  "lift",
   "map_batches",
   "narrow_row_sums",
   "row_reduce",
@@ -56,15 +60,44 @@ ROW_CHUNK = 32
 NARROW_ROW = 32
 
 
+def lift(x: Any, ndim: int) -> jax.Array:
+  """``x`` with leading axes of size 1 up to rank ``ndim``: broadcasting without rank promotion.
+
+  ``lift(v, 2) * m`` for ``v (C,)`` and ``m (n, C)`` is ``v[None, :] * m``;
+  a scalar stays a scalar (combining one with any array is not a rank
+  promotion). Under ``jax_numpy_rank_promotion="raise"`` (a setting of the
+  user's) ``v * m`` itself raises.
+
+  Args:
+    x: an array (or number) of rank at most ``ndim``.
+    ndim: the rank to reach.
+
+  Returns:
+    ``x`` reshaped to ``(1, ..., 1, *x.shape)``.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> lift(jnp.arange(3), 3).shape
+    (1, 1, 3)
+  """
+  x = jnp.asarray(x)
+  if x.ndim == 0 or x.ndim == ndim:
+    return x
+  if x.ndim > ndim:
+    raise ValueError(f"lift: rank {x.ndim} is above {ndim}")
+  return x.reshape((1,) * (ndim - x.ndim) + x.shape)
+
+
 def row_reduce(fn: Callable, x: jax.Array, op: str = "sum") -> jax.Array:
   """``op`` over the last axis of ``fn(x[..., cols], cols)``, in chunks of columns.
 
-  ``fn`` maps a slice of columns of ``x`` and their indices (``(k,)`` int32)
-  to values of the slice's shape; the chunks of :data:`ROW_CHUNK` columns are
-  reduced separately and combined, so no array of ``x``'s shape is written.
+  ``fn`` maps a slice of columns of ``x`` and their indices (int32, of the
+  slice's rank: ``(1, ..., 1, k)``) to values of the slice's shape; the
+  chunks of :data:`ROW_CHUNK` columns are reduced separately and combined,
+  so no array of ``x``'s shape is written.
 
   Args:
-    fn: elementwise function of ``(columns (..., k), indices (k,))``.
+    fn: elementwise function of ``(columns (..., k), indices (1, ..., 1, k))``.
     x: ``(..., C)`` array.
     op: ``"sum"``, ``"max"``, ``"min"`` or ``"any"`` (static).
 
@@ -82,7 +115,7 @@ def row_reduce(fn: Callable, x: jax.Array, op: str = "sum") -> jax.Array:
   out = None
   num = x.shape[-1]
   for a in range(0, num, ROW_CHUNK):
-    cols = jnp.arange(a, min(a + ROW_CHUNK, num), dtype=jnp.int32)
+    cols = lift(jnp.arange(a, min(a + ROW_CHUNK, num), dtype=jnp.int32), x.ndim)
     part = reduce(fn(x[..., a : a + ROW_CHUNK], cols), axis=-1)
     out = part if out is None else combine(out, part)
   return out

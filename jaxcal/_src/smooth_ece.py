@@ -62,7 +62,7 @@ from jaxcal._src.calibration_errors import (
   _top_label,
   _weights_or_uniform,
 )
-from jaxcal._src.numerics import PRECISION, segment_sum_accurate
+from jaxcal._src.numerics import PRECISION, lift, segment_sum_accurate
 
 __all__ = [
   "smooth_ece",
@@ -197,7 +197,7 @@ def _smoothed_points(f, v, sigma, sizes: _Sizes, t):
   block = max(1, min(rows.shape[0], (1 << 20) // sizes.grid))
   pad = -rows.shape[0] % block
   rows = jnp.pad(rows, (0, pad)).reshape(-1, block)
-  i = jnp.arange(sizes.grid, dtype=jnp.int32)
+  i = jnp.arange(sizes.grid, dtype=jnp.int32)[None, :]
 
   def smooth(j):  # (block,) grid rows -> (block, k)
     j = j[:, None]
@@ -368,7 +368,7 @@ def _auto_value(p, y, w, where=None, *, sizes):
 def _fixed_value(p, y, sigma, w, where=None, *, sizes):
   """Class-wise smECE at each bandwidth of ``sigma`` ``(k,)``: the class rows weighted by ``w``."""
   vals = _fixed_core(p, y, sigma, where, mode="classwise", sizes=sizes)
-  return jnp.sum(vals * w, axis=1)
+  return jnp.sum(vals * lift(w, vals.ndim), axis=1)
 
 
 def _auto_top_label(c, z, where=None, *, sizes):

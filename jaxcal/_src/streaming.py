@@ -102,7 +102,7 @@ from jaxcal._src import calibration_errors as CE
 from jaxcal._src import scores as S
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import ReliabilityStats, _confidence_parts
-from jaxcal._src.numerics import two_sum
+from jaxcal._src.numerics import lift, two_sum
 
 __all__ = [
   "FixedBins",
@@ -631,12 +631,13 @@ class FixedBins(_Streaming):
     if self.cw_hi is not None:
       cs = _per_bin(self.cw_hi, ends) + _per_bin(self.cw_lo, ends)  # (M, C, max_bins)
       cn = _per_bin(self.cw_n, ends)
-      out["classwise_ece"] = jnp.sum(jnp.sum(jnp.abs(cs), axis=-1) / n * w, axis=-1).reshape(shape)
+      per_class = jnp.sum(jnp.abs(cs), axis=-1) / n  # (M, C)
+      out["classwise_ece"] = jnp.sum(per_class * lift(w, 2), axis=-1).reshape(shape)
       out["classwise_ce"] = (jnp.sum(cs**2, axis=-1).mean(axis=-1) / n / n).reshape(shape)
       cum = jnp.cumsum(-cs, axis=-1)
       per = jnp.sum(jnp.where(cn > 0, jnp.abs(cum), 0.0), axis=-1) / n
       nonempty = jnp.maximum(jnp.sum(cn > 0, axis=-1), 1).astype(per.dtype)  # K_c
-      out["ecce"] = jnp.sum(per / nonempty * w, axis=-1).reshape(shape)
+      out["ecce"] = jnp.sum(per / nonempty * lift(w, 2), axis=-1).reshape(shape)
     ok = (self.invalid == 0) & (self.count >= 0)
     return {k: V.fold(v, ok) for k, v in out.items()}
 

@@ -168,9 +168,9 @@ def compute_dtype(dtype: Any) -> jnp.dtype:
   under x64), integers and booleans become JAX's default float.
   """
   dt = jnp.dtype(dtype)
-  if jnp.issubdtype(dt, jnp.floating):
-    return jax.dtypes.canonicalize_dtype(jnp.promote_types(dt, jnp.float32))
-  return jnp.dtype(jnp.result_type(float))
+  if jnp.issubdtype(dt, jnp.floating):  # (no promote_types: it raises under strict promotion)
+    return jax.dtypes.canonicalize_dtype(dt if dt.itemsize >= 4 else jnp.float32)
+  return jax.dtypes.canonicalize_dtype(jnp.float64)
 
 
 def is_concrete(*xs: Any) -> bool:
@@ -817,7 +817,10 @@ def _raise_first_problem(spec: _Spec, xs, y, where, w) -> None:
   into the program: 32 MB of HLO at ``n = 4 10^6``).
   """
   args = (xs, y, where, w)
-  problems = jax.device_get(_problems_jit.lower(_anonymous(spec), *args).compile()(*args))
+  if jax.config.jax_disable_jit:  # (debugging) there is no ahead-of-time path: run it as it is
+    problems = jax.device_get(_problems(_anonymous(spec), *args))
+  else:
+    problems = jax.device_get(_problems_jit.lower(_anonymous(spec), *args).compile()(*args))
   for (template, fn), pr in zip(_checks(spec), problems):
     if int(pr.count):
       fields = {k: v.item() for k, v in pr._asdict().items()}

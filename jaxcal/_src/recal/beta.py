@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
+from jaxcal._src.numerics import lift
 from jaxcal._src.recal.base import (
   ClasswiseRecalibrator,
   fit_arrays,
@@ -71,7 +72,8 @@ class BetaCalibration(ClasswiseRecalibrator):
   def classwise(self, p: jax.Array) -> jax.Array:
     la, lb = _features(p)
     dt = p.dtype
-    return jax.nn.sigmoid(self.a.astype(dt) * la + self.b.astype(dt) * lb + self.d.astype(dt))
+    a, b, d = (lift(v.astype(dt), p.ndim) for v in (self.a, self.b, self.d))
+    return jax.nn.sigmoid(a * la + b * lb + d)
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter",))
@@ -83,7 +85,7 @@ def _fit_beta(p, onehot, max_iter, tol):
   # Newton run, one compilation.
   mask_a = jnp.array([1.0, 0.0, 1.0], p.dtype)[:, None]
   mask_b = jnp.array([1.0, 1.0, 0.0], p.dtype)[:, None]
-  features = (la.T * mask_a[..., None], lb.T * mask_b[..., None], 1.0)  # (3, C, n) each
+  features = (la.T[None] * mask_a[..., None], lb.T[None] * mask_b[..., None], 1.0)  # (3, C, n)
   init = jnp.broadcast_to(jnp.array([1.0, 1.0, 0.0], p.dtype), (3, c, 3))
   res = logistic_newton(features, onehot.T, init, max_iter=max_iter, tol=tol)
   a, b, d = res.params[..., 0] * mask_a, res.params[..., 1] * mask_b, res.params[..., 2]

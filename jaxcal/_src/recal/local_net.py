@@ -68,7 +68,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
 from jaxcal._src.local import _nw_core, feature_centre, gaussian_log_kernel
-from jaxcal._src.numerics import PRECISION, map_batches
+from jaxcal._src.numerics import PRECISION, lift, map_batches
 from jaxcal._src.paths import atomic_file, output_folder
 from jaxcal._src.recal.base import (
   Recalibrator,
@@ -145,10 +145,11 @@ class LocalNetModule(nnx.Module):
     self.head_logits = nnx.Linear(hidden, num_classes, rngs=rngs, precision=PRECISION, **init)
     kf, kg = jax.random.split(rngs.params())
     shape_f, shape_g = ((pca_dim,), (num_classes,)) if residual_vectors else ((), ())
-    self.w_phi = nnx.Param(jnp.ones(shape_f))
-    self.b_phi = nnx.Param(0.01 * jax.random.normal(kf, shape_f))
-    self.w_g = nnx.Param(jnp.ones(shape_g))
-    self.b_g = nnx.Param(0.01 * jax.random.normal(kg, shape_g))
+    # float32 under x64 too, as the layers (their default), drawn alike
+    self.w_phi = nnx.Param(jnp.ones(shape_f, jnp.float32))
+    self.b_phi = nnx.Param(0.01 * jax.random.normal(kf, shape_f, jnp.float32))
+    self.w_g = nnx.Param(jnp.ones(shape_g, jnp.float32))
+    self.b_g = nnx.Param(0.01 * jax.random.normal(kg, shape_g, jnp.float32))
 
   def __call__(
     self, phi_in: jax.Array, phi_pca: jax.Array, logits: jax.Array, key: jax.Array | None = None
@@ -157,8 +158,10 @@ class LocalNetModule(nnx.Module):
     h = jax.nn.relu(self.hidden(phi_in))
     if key is not None and self.dropout.rate > 0:
       h = self.dropout(h, deterministic=False, rngs=key)
-    phi_ref = self.head_features(h) + self.w_phi[...] * phi_pca + self.b_phi[...]
-    g_ref = self.head_logits(h) + self.w_g[...] * logits + self.b_g[...]
+    w_phi, b_phi = (lift(v[...], phi_pca.ndim) for v in (self.w_phi, self.b_phi))
+    w_g, b_g = (lift(v[...], logits.ndim) for v in (self.w_g, self.b_g))
+    phi_ref = self.head_features(h) + w_phi * phi_pca + b_phi
+    g_ref = self.head_logits(h) + w_g * logits + b_g
     return phi_ref, g_ref
 
 
@@ -524,7 +527,9 @@ def _kernel_predict(q, mem, onehot, bandwidth, floor, chunk=2048):
   centre = feature_centre(mem)
   mem = mem - centre
   mem_sq = jnp.sum(mem * mem, axis=1)
-  absent = jnp.where(jnp.sum(onehot, axis=0) == 0, jnp.asarray(floor, onehot.dtype), 0)
+  absent = jnp.where(
+    jnp.sum(onehot, axis=0, keepdims=True) == 0, jnp.asarray(floor, onehot.dtype), 0
+  )
 
   def one(qi):
     logk = gaussian_log_kernel(qi[None, :] - centre, mem, bandwidth, b_sq=mem_sq)

@@ -38,7 +38,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.numerics import PRECISION
+from jaxcal._src.numerics import PRECISION, lift
 from jaxcal._src.progress import Progress
 from jaxcal._src.recal.base import (
   Recalibrator,
@@ -88,7 +88,7 @@ def project_simplex(x: jax.Array) -> jax.Array:
   c = x.shape[-1]
   u = sort_descending(x, axis=-1)
   css = jnp.cumsum(u, axis=-1) - 1.0
-  k = jnp.arange(1, c + 1, dtype=x.dtype)
+  k = lift(jnp.arange(1, c + 1, dtype=x.dtype), x.ndim)
   rho = jnp.sum(u - css / k > 0, axis=-1, keepdims=True)
   tau = jnp.take_along_axis(css, rho - 1, axis=-1) / rho.astype(x.dtype)
   return jnp.maximum(x - tau, 0.0)
@@ -395,7 +395,7 @@ def _step(p, y, key, fixed: _Witnesses, scale, cfg):
   err = res.value
   xi = -res.sign.astype(p.dtype)
   lo, hi = _cut_points(v, res.lo, res.hi)
-  w = xi * ubar * ((v >= lo) & (v <= hi))[:, None]
+  w = xi * ubar * ((v >= lo) & (v <= hi)).astype(p.dtype)[:, None]
   # Step size: backtracking Armijo on Brier(Π(P - ηW)), slope <∇Brier, -W> = -2 err.
   b0 = _brier(p, y)
   grad = 2.0 * (p - jax.nn.one_hot(y, c, dtype=p.dtype)) / n

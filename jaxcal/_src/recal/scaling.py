@@ -58,7 +58,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.numerics import PRECISION
+from jaxcal._src.numerics import PRECISION, lift
 from jaxcal._src.recal.base import (
   Recalibrator,
   finish_rows,
@@ -291,8 +291,9 @@ def logistic_newton(
   k = len(features)
   dtype = init.dtype
   batch = init.shape[:-1]
-  t = jnp.asarray(targets, dtype)
-  xs = [jnp.asarray(x, dtype) for x in features]
+  rank = len(batch) + 1  # (*batch, n): every array brought to it (no rank promotion)
+  t = lift(jnp.asarray(targets, dtype), rank)
+  xs = [lift(jnp.asarray(x, dtype), rank) for x in features]
   slack = 64 * float(jnp.finfo(dtype).eps)  # relative rounding of a mean of n >= 0 terms
 
   # Standardised coordinates (static structure, traced values). The intercept:
@@ -376,7 +377,8 @@ def logistic_newton(
     gnorm = jnp.sqrt(jnp.sum(g * g, axis=-1, keepdims=True))
     damp = lam[..., None] * jnp.minimum(gnorm, _DAMPING * jnp.max(diag, axis=-1, keepdims=True))
     damp = damp + jnp.where(diag > 0, 0.0, 1.0)
-    step = jnp.linalg.solve(hess + damp[..., None] * jnp.eye(k, dtype=dtype), g[..., None])[..., 0]
+    eye = lift(jnp.eye(k, dtype=dtype), rank + 1)
+    step = jnp.linalg.solve(hess + damp[..., None] * eye, g[..., None])[..., 0]
     slope = jnp.sum(g * step, axis=-1)
     ok = jnp.all(jnp.isfinite(step), axis=-1) & (slope > 0)
     step = jnp.where(ok[..., None], step, g)
@@ -635,7 +637,7 @@ class LinearScaling(Recalibrator):
       z = jax.nn.log_softmax(z, axis=-1)
     w = self.weight.astype(z.dtype)
     return jax.nn.softmax(
-      jnp.matmul(z, w.T, precision=PRECISION) + self.bias.astype(z.dtype), axis=-1
+      jnp.matmul(z, w.T, precision=PRECISION) + lift(self.bias.astype(z.dtype), z.ndim), axis=-1
     )
 
 
@@ -655,7 +657,8 @@ class DirichletCalibration(LinearScaling):
 
 def _linear_logits(z: jax.Array, w: jax.Array, b: jax.Array, diagonal: bool) -> jax.Array:
   """``z W^T + b``, or ``z * a + b`` when ``diagonal`` (``w`` is then the ``(C,)`` scales)."""
-  return (z * w if diagonal else jnp.matmul(z, w.T, precision=PRECISION)) + b
+  zw = z * lift(w, z.ndim) if diagonal else jnp.matmul(z, w.T, precision=PRECISION)
+  return zw + lift(b, z.ndim)
 
 
 def _solve_linear(z, onehot, weights, lam, mu, init, diagonal, max_iter, tol) -> OptimResult:
@@ -1246,7 +1249,8 @@ class PlattScaling(Recalibrator):
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     s = _log_odds(inputs, self.from_logits)
-    q = jax.nn.sigmoid(s * self.scale.astype(s.dtype) + self.bias.astype(s.dtype))
+    a, b = (lift(v.astype(s.dtype), s.ndim) for v in (self.scale, self.bias))
+    q = jax.nn.sigmoid(s * a + b)
     return finish_rows(q, self.normalize)
 
 

@@ -258,7 +258,7 @@ def _train_epoch(graphdef, tx, params, opt_state, data, key, *, loss_fn, batch_s
       lambda q: loss_fn(nnx.merge(graphdef, q), batch, wb, kb), has_aux=True
     )(p)
     upd, s = tx.update(g, s, p)
-    return (optax.apply_updates(p, upd), s), terms * jnp.sum(wb)
+    return (optax.apply_updates(p, upd), s), terms * jnp.sum(wb).astype(terms.dtype)
 
   (params, opt_state), terms = jax.lax.scan(
     step, (params, opt_state), (idx, w, jnp.arange(idx.shape[0]))

@@ -20,7 +20,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.numerics import PRECISION
+from jaxcal._src.numerics import PRECISION, lift
 
 __all__ = ["PCA", "fit_pca", "pca_transform", "standardize"]
 
@@ -93,7 +93,7 @@ def _fit_pca(x: jax.Array, k: int) -> PCA:
   mean = jnp.where(const, x[0], jnp.mean(x, axis=0))
   std = jnp.std(x, axis=0)
   scale = jnp.where(~const & ~(std <= 1e-12), std, 1.0)  # NaN stays NaN (traced bad input)
-  z = (x - mean) / scale
+  z = (x - mean[None]) / scale[None]
   cov = jnp.matmul(z.T, z, precision=PRECISION) / max(n - 1, 1)  # (D, D)
   evals, evecs = jnp.linalg.eigh(cov)  # ascending
   comps = evecs[:, ::-1][:, :k]  # (D, k), by decreasing variance
@@ -150,7 +150,7 @@ def standardize(pca: PCA, x: jax.Array) -> jax.Array:
   features of the LoCal Nets; the standardisation is jaxcal's choice).
   """
   x = _check_input(pca, x)
-  return (x - pca.mean) / pca.scale
+  return (x - lift(pca.mean, x.ndim)) / lift(pca.scale, x.ndim)
 
 
 def pca_transform(pca: PCA, x: jax.Array) -> jax.Array:

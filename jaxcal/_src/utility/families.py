@@ -43,7 +43,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.numerics import PRECISION
+from jaxcal._src.numerics import PRECISION, lift
 from jaxcal._src.sorting import float_to_key, sort_descending, stable_argsort
 
 __all__ = [
@@ -254,7 +254,7 @@ def top_k(k: ArrayLike, num_classes: int) -> Utility:
   num_classes = V.check_int(num_classes, "num_classes", 1)
   k, ok = _int_params(k, "K", 1, num_classes)
   r = jnp.arange(1, num_classes + 1)
-  return Utility(_fold_int((r <= k[..., None]).astype(jnp.float32), ok), "rank")
+  return Utility(_fold_int((lift(r, k.ndim + 1) <= k[..., None]).astype(jnp.float32), ok), "rank")
 
 
 def dcg(gamma: ArrayLike, num_classes: int) -> Utility:
@@ -279,7 +279,7 @@ def dcg(gamma: ArrayLike, num_classes: int) -> Utility:
   num_classes = V.check_int(num_classes, "num_classes", 1)
   g = V.check_values(gamma, "gamma", bounds=(0.0, float("inf")), tol=0.0)
   r = jnp.arange(1, num_classes + 1, dtype=g.dtype)
-  return Utility(jnp.log2(1.0 + r) ** (-g[..., None]), "rank")
+  return Utility(lift(jnp.log2(1.0 + r), g.ndim + 1) ** (-g[..., None]), "rank")
 
 
 def decision(loss_matrix: ArrayLike) -> Utility:
@@ -384,7 +384,8 @@ def _sphere_faces(key: jax.Array, shape: tuple[int, ...], dim: int) -> jax.Array
   call (1.3-1.4 s each on 2 cores).
   """
   kf, ku = jax.random.split(key)
-  r = jax.random.randint(kf, shape, 0, 2 * dim)  # one of the 2·dim faces
+  # one of the 2·dim faces; int32 (the default int64 under x64 drew other faces)
+  r = jax.random.randint(kf, shape, 0, 2 * dim, jnp.int32)
   face, sign = r % dim, jnp.where(r >= dim, 1.0, -1.0)
   x = jax.random.uniform(ku, shape + (dim,), jnp.float32, -1.0, 1.0)
   return jnp.where(jax.nn.one_hot(face, dim, dtype=bool), sign[..., None], x)
@@ -605,13 +606,13 @@ def _misaligned(key, m, num_classes, num_groups, gain):
   group_of = (
     jnp.zeros(num_classes, jnp.int32)
     .at[perm]
-    .set((jnp.arange(num_classes) * num_groups) // num_classes)
+    .set((jnp.arange(num_classes, dtype=jnp.int32) * num_groups) // num_classes)
   )
-  chosen = jax.random.randint(kg, (m,), 0, num_groups)
+  chosen = jax.random.randint(kg, (m,), 0, num_groups, jnp.int32)
   member = group_of[None, :] == chosen[:, None]  # (m, C)
   both = member[:, :, None] & member[:, None, :]
-  R = jnp.where(both, gain, 0.0)
-  return jnp.where(jnp.eye(num_classes, dtype=bool), 1.0, R)
+  R = jnp.where(both, jnp.float32(gain), jnp.float32(0.0))  # float32 under x64 too
+  return jnp.where(jnp.eye(num_classes, dtype=bool), jnp.float32(1.0), R)
 
 
 # --------------------------------------------------------------------------
