@@ -791,3 +791,48 @@ def test_smooth_ece_bandwidth_takes_where():
     np.testing.assert_array_equal(np.asarray(jitted(pn, y, w)), want)
   with pytest.raises(ValueError, match="where selects no samples"):
     metrics.smooth_ece_bandwidth(p, y, where=np.zeros(300, bool))
+
+
+# ---------------------------------------------------------------- gradients
+
+
+def _mmce_direct(q, y, width=0.4):
+  """MMCE from its double sum (Kumar, Sarawagi & Jain 2018, Eq. 2), differentiable as written."""
+  c = jnp.max(q, axis=1)
+  r = (jnp.argmax(q, axis=1) == y).astype(q.dtype) - c
+  k = jnp.exp(-jnp.abs(c[:, None] - c[None, :]) / width)
+  return jnp.sqrt(r @ k @ r) / q.shape[0]
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])
+def test_mmce_gradient_is_the_double_sums(x64):
+  # the sorted confidences had a zero derivative (sort_with_payload dropped it),
+  # so MMCE's gradient lost its kernel's terms: [0.448, 0.0158] for [0.716, -0.252]
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(64, 4)) * 2
+  y = rng.integers(0, 4, 64)
+  with jax.enable_x64(x64):
+    dt = jnp.float64 if x64 else jnp.float32
+    z = jnp.asarray(x, dt)
+    got = jax.grad(lambda v: metrics.mmce(v, y, from_logits=True))(z)
+    want = jax.grad(lambda v: _mmce_direct(jax.nn.softmax(v, axis=1), y))(z)
+    np.testing.assert_allclose(got, want, rtol=1e-4 if x64 else 2e-2, atol=1e-9 if x64 else 2e-5)
+
+
+def test_gradients_are_finite_at_a_zero_square_root():
+  # d sqrt / dx is inf at 0 and inf * 0 is NaN: the block SKCE's Laplacian kernel
+  # at its zero diagonal, and debiased_ce's estimate clipped to 0, gave all-NaN
+  # gradients; log_loss of logits 100 above the label's overflowed exp to inf
+  from jaxcal import scores
+
+  p = jnp.array([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.1, 0.8], [0.3, 0.3, 0.4]])
+  y = jnp.array([0, 1, 2, 0])
+  g = jax.grad(lambda q: metrics.skce(q, y, estimator="block"))(p)
+  assert np.all(np.isfinite(g)) and np.any(g != 0)
+  u, yu = jnp.full((48, 4), 0.25), jnp.arange(48) % 4
+  assert float(metrics.debiased_ce(u, yu)) == 0.0
+  np.testing.assert_array_equal(jax.grad(lambda q: metrics.debiased_ce(q, yu))(u), 0.0)
+  x = np.zeros((4, 3), np.float32)
+  x[:, 1] = 100.0
+  g = jax.grad(lambda v: scores.log_loss(v, np.zeros(4, np.int32), from_logits=True))(x)
+  np.testing.assert_array_equal(g, 0.0)  # the loss is clipped there: flat

@@ -324,3 +324,16 @@ def test_uc_independent_of_order_among_ties():
 def test_bad_key_shape():
   with pytest.raises(ValueError, match="at least one axis"):
     S.argsort_keys(jnp.uint32(3))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float16])
+def test_sort_with_payload_differentiates_the_sorted_keys(dtype):
+  # the sorted x is a permutation of x: its tangent is x's, permuted (it was 0)
+  x = jnp.asarray([[0.3, 0.1, 0.2, 0.7]], dtype)
+  pay = jnp.asarray([[3.0, 1.0, 2.0, 7.0]], jnp.float32)
+  tx = jnp.asarray([[1.0, 2.0, 3.0, 4.0]], dtype)
+  tp = jnp.asarray([[10.0, 20.0, 30.0, 40.0]], jnp.float32)
+  for fn in (S.sort_with_payload, S._gathered_sort, S._paired_sort):
+    (xs, ps), (dxs, dps) = jax.jvp(fn, (x, pay), (tx, tp))
+    np.testing.assert_array_equal(np.asarray(dxs, np.float32), [[2.0, 3.0, 1.0, 4.0]])
+    np.testing.assert_array_equal(dps, [[20.0, 30.0, 10.0, 40.0]])

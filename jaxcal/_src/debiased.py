@@ -33,6 +33,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _binary_rows, _run
+from jaxcal._src.numerics import safe_sqrt
 from jaxcal._src.sorting import stable_argsort
 
 __all__ = ["debiased_ce"]
@@ -73,7 +74,7 @@ def _debiased_core(p, y, m, where=None, *, max_bins, mode, squared):
   sq = jax.vmap(lambda si, bi: _row_sq(si, bi, m, max_bins, where))(s, b)
   if squared:
     return jnp.mean(sq)
-  return jnp.sqrt(jnp.mean(jnp.maximum(sq, 0.0)))
+  return safe_sqrt(jnp.mean(jnp.maximum(sq, 0.0)))  # all clipped to 0: a zero gradient, not NaN
 
 
 def debiased_ce(

@@ -44,7 +44,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _confidence
-from jaxcal._src.numerics import PRECISION
+from jaxcal._src.numerics import PRECISION, safe_sqrt
 from jaxcal._src.sorting import sort_with_payload
 
 __all__ = [
@@ -84,7 +84,7 @@ class LaplacianKernel(NamedTuple):
 
   def __call__(self, sqdist: jax.Array) -> jax.Array:
     """Kernel value from the squared Euclidean distance."""
-    return jnp.exp(-jnp.sqrt(sqdist) / self.bandwidth)
+    return jnp.exp(-safe_sqrt(sqdist) / self.bandwidth)  # (a zero distance: no NaN gradient)
 
 
 class GaussianKernel(NamedTuple):
@@ -398,7 +398,7 @@ def _mmce_core(p, y, width, where=None):
   s = left + right - rs
   n = float(p.shape[0]) if where is None else jnp.sum(where).astype(p.dtype)
   quad = jnp.sum(rs * s) / n / n
-  return jnp.sqrt(jnp.maximum(quad, 0.0))
+  return safe_sqrt(quad)
 
 
 def mmce(

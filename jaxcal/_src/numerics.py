@@ -42,6 +42,7 @@ __all__ = [
   "narrow_row_sums",
   "row_reduce",
   "row_sum_min",
+  "safe_sqrt",
   "segment_sum_accurate",
   "two_sum",
 ]
@@ -86,6 +87,23 @@ def lift(x: Any, ndim: int) -> jax.Array:
   if x.ndim > ndim:
     raise ValueError(f"lift: rank {x.ndim} is above {ndim}")
   return x.reshape((1,) * (ndim - x.ndim) + x.shape)
+
+
+def safe_sqrt(x: jax.Array) -> jax.Array:
+  """``sqrt(max(x, 0))`` with a zero derivative where ``x <= 0`` (not ``inf``).
+
+  ``d sqrt(x) / dx`` is ``inf`` at 0, and ``inf`` times a zero cotangent is
+  NaN: a gradient through a masked or clipped ``sqrt(0)`` (a kernel's zero
+  distance, an estimate clipped to 0) was NaN everywhere.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> float(jax.grad(safe_sqrt)(0.0)), float(safe_sqrt(jnp.float32(4.0)))
+    (0.0, 2.0)
+  """
+  x = jnp.asarray(x)
+  pos = x > 0
+  return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1)), 0)
 
 
 def row_reduce(fn: Callable, x: jax.Array, op: str = "sum") -> jax.Array:

@@ -456,6 +456,19 @@ def sort_descending(x: jax.Array, axis: int = -1) -> jax.Array:
   return jnp.flip(key_to_float(jnp.sort(float_to_key(x), axis=axis), x.dtype), axis=axis)
 
 
+def _permuted_tangents(perm: jax.Array, *tangents: jax.Array) -> tuple[jax.Array, ...]:
+  """The tangents of a sort's outputs: its inputs' tangents in the sort's order (``perm``).
+
+  The sorted ``x`` is a permutation of ``x``, so its derivative is the
+  permuted tangent (zero would drop every term that uses the sorted values,
+  as MMCE's kernel does). An integer payload's tangent (``float0``) stays as it is.
+  """
+  return tuple(
+    t if t.dtype == jax.dtypes.float0 else jnp.take_along_axis(t, perm, axis=-1) for t in tangents
+  )
+
+
+@jax.custom_jvp
 def _paired_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
   key, out = jax.lax.sort(
     (float_to_key(x), payload), dimension=x.ndim - 1, num_keys=1, is_stable=False
@@ -463,9 +476,29 @@ def _paired_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array
   return key_to_float(key, x.dtype), out
 
 
+@_paired_sort.defjvp
+def _paired_sort_jvp(primals, tangents):
+  """Both tangents in the order of one sort that also carries the positions."""
+  x, payload = primals
+  iota = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
+  key, out, perm = jax.lax.sort(
+    (float_to_key(x), payload, iota), dimension=x.ndim - 1, num_keys=1, is_stable=False
+  )
+  return (key_to_float(key, x.dtype), out), _permuted_tangents(perm, *tangents)
+
+
+@jax.custom_jvp
 def _gathered_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
-  skey, perm = argsort_keys(float_to_key(jax.lax.stop_gradient(x)))
+  skey, perm = argsort_keys(float_to_key(x))
   return key_to_float(skey, x.dtype), jnp.take_along_axis(payload, perm, axis=-1)
+
+
+@_gathered_sort.defjvp
+def _gathered_sort_jvp(primals, tangents):
+  x, payload = primals
+  skey, perm = argsort_keys(float_to_key(x))
+  primal = (key_to_float(skey, x.dtype), jnp.take_along_axis(payload, perm, axis=-1))
+  return primal, _permuted_tangents(perm, *tangents)
 
 
 def _packed_pairs_rows(key: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -497,15 +530,14 @@ def _packed_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array
 
 @_packed_sort.defjvp
 def _packed_sort_jvp(primals, tangents):
-  """The payload's tangent, permuted as the payload; none for ``x``.
+  """Both tangents permuted as the primal (:func:`_permuted_tangents`).
 
-  The sorted ``x`` is piecewise constant in ``x``. When differentiating, one
-  stable sort of the same words with their positions gives both the primal
-  (the sorted words, as :func:`_packed_sort` has them) and the permutation
-  of the tangent, so tangents of tied keys follow the primal's order.
+  When differentiating, one stable sort of the same words with their
+  positions gives both the primal (the sorted words, as :func:`_packed_sort`
+  has them) and the permutation of the tangents, so tangents of tied keys
+  follow the primal's order.
   """
   x, payload = primals
-  _, t_payload = tangents
   key = float_to_key(jax.lax.stop_gradient(x))
   with jax.enable_x64(True):
     words = _words(key, jax.lax.stop_gradient(payload))
@@ -513,8 +545,7 @@ def _packed_sort_jvp(primals, tangents):
     words, perm = jax.lax.sort((words, iota), dimension=words.ndim - 1, num_keys=1, is_stable=True)
     skey, spayload = _halves(words, key.dtype, payload.dtype)
   xs = key_to_float(skey, x.dtype)
-  t_sorted = jnp.take_along_axis(t_payload, perm, axis=-1)
-  return (xs, spayload), (jnp.zeros_like(xs), t_sorted)
+  return (xs, spayload), _permuted_tangents(perm, *tangents)
 
 
 def _cpu_payload_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -533,8 +564,9 @@ def sort_with_payload(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.
   sort of ``uint64`` words that pack the key with a 16/32-bit float
   payload's bits (:func:`_packed_sort`: no index array, no gather; other
   payloads: the packed argsort and a gather); elsewhere one unstable sort of
-  the ``(key, payload)`` pair. ``-0.0`` comes back as ``+0.0``; derivatives
-  flow to the payload, not to ``x``.
+  the ``(key, payload)`` pair. ``-0.0`` comes back as ``+0.0``. Derivatives
+  flow to both: each output's tangent is its input's, permuted alike (the
+  sorted ``x`` had a zero derivative: MMCE's gradient dropped its kernel's).
 
   Args:
     x: ``(..., n)`` float scores.
