@@ -836,3 +836,22 @@ def test_gradients_are_finite_at_a_zero_square_root():
   x[:, 1] = 100.0
   g = jax.grad(lambda v: scores.log_loss(v, np.zeros(4, np.int32), from_logits=True))(x)
   np.testing.assert_array_equal(g, 0.0)  # the loss is clipped there: flat
+
+
+def test_masked_metrics_differentiate_and_give_masked_rows_no_gradient():
+  # masked_last's nextafter had no JVP rule: jax.grad of debiased_ce or uc with a
+  # where mask raised NotImplementedError ("Differentiation rule for 'nextafter'")
+  from jaxcal import utility
+
+  rng = np.random.default_rng(0)
+  p = jax.nn.softmax(jnp.asarray(rng.normal(size=(60, 3)), jnp.float32))
+  y = jnp.asarray(rng.integers(0, 3, 60))
+  w = jnp.arange(60) % 4 > 0
+
+  def uc(q):
+    return utility.uc(q, y, utility.top_class(), where=w).value
+
+  for fn in (lambda q: metrics.debiased_ce(q, y, where=w), uc):
+    g = np.asarray(jax.grad(fn)(p))
+    assert np.all(np.isfinite(g)) and np.any(g[np.asarray(w)] != 0)
+    np.testing.assert_array_equal(g[~np.asarray(w)], 0.0)

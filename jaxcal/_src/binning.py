@@ -372,7 +372,9 @@ def masked_last(scores: jax.Array, where: jax.Array | None) -> jax.Array:
   """
   if where is None:
     return scores
-  big = jnp.max(jnp.where(where, scores, -jnp.inf), axis=-1, keepdims=True)
+  # a placeholder, not a sample: no derivative (nextafter has no JVP rule, so
+  # jax.grad of a masked uc or debiased_ce raised NotImplementedError)
+  big = jax.lax.stop_gradient(jnp.max(jnp.where(where, scores, -jnp.inf), axis=-1, keepdims=True))
   dt = scores.dtype
   after = jnp.maximum(jnp.nextafter(big, jnp.asarray(jnp.inf, dt)), jnp.finfo(dt).tiny)
   return jnp.where(where, scores, after)
