@@ -674,3 +674,26 @@ def test_counts_of_bad_input_under_jit_are_minus_one():
   out = bands(bad)
   assert np.all(np.asarray(out.counts) == -1) and np.all(np.isnan(np.asarray(out.lo)))
   np.testing.assert_array_equal(np.asarray(bands(p).counts), np.asarray(good.counts))
+
+
+@pytest.mark.parametrize("binning", ["fixed", "quantile"])
+def test_binned_errors_differentiate_in_float32_as_in_float64(binning):
+  # the float32 sums are exact integers of fixed-point scores, which carried no
+  # derivative: every binned error's gradient was exactly 0 in float32 (conf_ece
+  # of logits: 0 for a finite difference of -0.016); float64 sums are plain floats
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(64, 4)) * 2
+  y = rng.integers(0, 4, 64)
+  names = ["conf_ece", "conf_ce", "classwise_ece", "classwise_ce", "ecce"]
+  for name in names:
+    fn = getattr(metrics, name)
+
+    def f(z, fn=fn, name=name):
+      kw = {} if name == "ecce" else {"binning": binning}  # ecce: its own fixed bins
+      return fn(z, y, 5, from_logits=True, **kw)
+
+    got = jax.grad(f)(jnp.asarray(x, jnp.float32))
+    with jax.enable_x64(True):
+      want = jax.grad(f)(jnp.asarray(x, jnp.float64))
+    assert np.any(np.asarray(want) != 0), name
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-6, err_msg=name)

@@ -1683,3 +1683,16 @@ def test_logistic_newton_settles_only_at_full_damping():
   assert bool(best.converged) and float(best.value) == pytest.approx(0.465709, abs=1e-5)
   ones = logistic_newton((xx, jnp.ones(500)), t, jnp.zeros(2), max_iter=500)
   assert not bool(ones.converged) or float(ones.value) <= float(best.value) + 1e-5
+
+
+def test_load_reports_a_damaged_member_header_as_a_bad_file(fitted, tmp_path):
+  # opening a member reads its local zip header: damage there raised
+  # zipfile.BadZipFile ("File name in directory ... and header ... differ")
+  path = tmp_path / "ts.npz"
+  R.save(fitted["temperature"], path)
+  raw = bytearray(path.read_bytes())
+  i = raw.find(b"a:num_iter.npy")  # the member's local header comes first
+  raw[i + 1] = ord("8")
+  path.write_bytes(bytes(raw))
+  with pytest.raises(ValueError, match=r"ts\.npz: not a loadable jaxcal recalibrator file"):
+    R.load(path)

@@ -596,3 +596,11 @@ def test_shared_buckets_pad_a_class_count_group_to_one_size_while_padding_is_bou
     for b in set(nb):
       real = sum(k for k, g in zip(sizes, nb) if g == b)
       assert nb.count(b) * b <= study_src.MAX_PADDING * real
+
+
+def test_a_study_result_iterates_over_its_metrics():
+  # it had __getitem__ by name but no __iter__: list(result) raised KeyError: 0
+  p = jax.nn.softmax(jax.random.normal(jax.random.key(0), (50, 3)))
+  y = jnp.arange(50) % 3
+  r = jaxcal.evaluate(p, y, ["brier", "conf_ece"])
+  assert list(r) == list(r.metrics) == ["brier", "conf_ece"]

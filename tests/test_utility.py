@@ -783,3 +783,15 @@ def test_sampled_utilities_and_synthetic_data_are_the_same_draws_under_x64():
   for a, b in zip(plain, wide, strict=True):
     assert a.dtype == b.dtype
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_utility_batch_refuses_an_index_out_of_range_and_iterates_once():
+  # JAX clamps indices: batch[10] of 8 was batch[7], and `for u in batch` never
+  # ended (it stops at the first IndexError)
+  batch = U.sample_linear(jax.random.key(3), 8, 4)
+  for i in (8, 10, -9):
+    with pytest.raises(IndexError, match=rf"utility index {i} is out of range for a batch of 8"):
+      batch[i]
+  items = list(batch)
+  assert len(items) == 8
+  np.testing.assert_array_equal(items[-1].params, batch[-1].params)

@@ -1414,6 +1414,15 @@ def binned_residual_sums(
     labels = jnp.asarray(labels)
   if where is not None:
     where = jnp.broadcast_to(where, scores.shape)
+  statics = (binning, int(max_bins), float(sign), method, axis, bool(counts), single_count, edges)
+  if scores.dtype == jnp.float64:
+    return _residual_sums(statics, scores, bits, num_bins, where, labels)
+  return _exact_residual_sums(statics, scores, bits, num_bins, where, labels)
+
+
+def _residual_sums(statics, scores, bits, num_bins, where, labels) -> BinnedSums:
+  """:func:`binned_residual_sums` after its checks (``statics``: its static arguments)."""
+  binning, max_bins, sign, method, axis, counts, single_count, edges = statics
   m = jnp.asarray(num_bins, jnp.int32)
   lead = scores.shape[:axis] + scores.shape[axis + 1 :]
   rows, n = math.prod(lead), scores.shape[axis]
@@ -1480,6 +1489,47 @@ def binned_residual_sums(
   chunk = max(1, min(rows, ROW_CHUNK_ELEMENTS // max(n, 1)))
   out = jax.vmap(f)(xs) if chunk >= rows else map_batches(f, xs, chunk)
   return unflatten(out)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _exact_residual_sums(statics, scores, bits, num_bins, where, labels) -> BinnedSums:
+  """The exact integer engine (float32 scores), with the float sums' derivative.
+
+  Its sums are integers of fixed-point scores, which carry no derivative: the
+  gradient of every binned error in float32 was exactly 0 (``conf_ece`` of
+  logits: 0 for a finite difference of -0.016). The tangent is the generic
+  float engine's (:func:`binned_sums`) over the same bins: ``sign * sum_{i in
+  B_j} ds_i``, the bins piecewise constant in the scores.
+  """
+  return _residual_sums(statics, scores, bits, num_bins, where, labels)
+
+
+@_exact_residual_sums.defjvp
+def _exact_residual_sums_jvp(statics, primals, tangents):
+  scores, bits, num_bins, where, labels = primals
+  t_scores = tangents[0]
+  out = _exact_residual_sums(statics, *primals)
+  binning, max_bins, sign, _, axis, _, _, _ = statics
+  n = scores.shape[axis]
+  lead = scores.shape[:axis] + scores.shape[axis + 1 :]
+
+  def rows_last(a):
+    return jnp.moveaxis(a, axis, -1).reshape(-1, n)
+
+  m = jnp.asarray(num_bins, jnp.int32)
+  method = "sort" if binning == "quantile" else "auto"
+
+  def one(s, t, w):
+    r = binned_sums(s, sign * t[:, None], m, binning, max_bins, method=method, where=w)
+    return r.sums, r.cumsums
+
+  w2 = None if where is None else rows_last(where)
+  sums, cums = jax.vmap(one, in_axes=(0, 0, None if w2 is None else 0))(
+    rows_last(scores), rows_last(t_scores.astype(scores.dtype)), w2
+  )
+  unflat = lambda a: a.reshape(lead + a.shape[1:]).astype(out.sums.dtype)
+  t_counts = None if out.counts is None else np.zeros(out.counts.shape, jax.dtypes.float0)
+  return out, BinnedSums(sums=unflat(sums), counts=t_counts, cumsums=unflat(cums))
 
 
 def midpoint_mass_ends(

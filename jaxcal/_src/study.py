@@ -46,7 +46,7 @@ import dataclasses
 import functools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -185,6 +185,10 @@ class StudyResult:
 
   def __contains__(self, metric: str) -> bool:
     return metric in self.values
+
+  def __iter__(self) -> Iterator[str]:
+    """The metric names (as a dict's keys: ``r[name]`` is that metric's values)."""
+    return iter(self.values)
 
   @property
   def metrics(self) -> tuple[str, ...]:

@@ -697,8 +697,8 @@ def _member_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Any):
   """``(shape, dtype, data_offset)`` of a stored ``.npy`` member, read without its data."""
   if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
     raise _bad(path, f"member {info.filename!r} is compressed; jaxcal writes stored members")
-  with zf.open(info) as fh:
-    try:
+  try:  # opening reads the member's local header: damage there raises BadZipFile
+    with zf.open(info) as fh:
       version = np.lib.format.read_magic(fh)
       if version == (1, 0):
         shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
@@ -707,8 +707,8 @@ def _member_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: Any):
       else:
         raise ValueError(f"unsupported .npy version {version}")
       offset = fh.tell()
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-      raise _bad(path, f"member {info.filename!r} is not a valid .npy array ({e})") from None
+  except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+    raise _bad(path, f"member {info.filename!r} is not a valid .npy array ({e})") from None
   if fortran or dtype.hasobject or dtype.kind not in _ARRAY_KINDS + "U":
     raise _bad(path, f"member {info.filename!r} has an unsupported layout or dtype {dtype}")
   nbytes = math.prod(shape) * dtype.itemsize

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -119,10 +120,20 @@ class Utility:
     return self.batch_shape[0]
 
   def __getitem__(self, idx: Any) -> Utility:
-    """Indexes a batch: ``batch[i]`` is one utility, ``batch[a:b]`` a sub-batch."""
+    """Indexes a batch: ``batch[i]`` is one utility, ``batch[a:b]`` a sub-batch.
+
+    An integer outside ``[-len, len)`` raises ``IndexError`` (JAX would clamp
+    it to the last or first utility: a plausible wrong one).
+    """
     if not self.batch_shape:
       raise TypeError("indexing a single utility; only batches can be indexed")
+    if isinstance(idx, int | np.integer) and not -len(self) <= idx < len(self):
+      raise IndexError(f"utility index {idx} is out of range for a batch of {len(self)}")
     return Utility(self.params[idx], self.kind)
+
+  def __iter__(self) -> Iterator[Utility]:
+    """The utilities of a batch, in order (``len(batch)`` of them)."""
+    return (self[i] for i in range(len(self)))
 
   def values(self, probs: ArrayLike) -> jax.Array:
     """``ū(p_i) = (u(p_i, e_j))_j`` for each row: ``(n, C)`` (single utility).
