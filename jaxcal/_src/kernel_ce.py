@@ -270,7 +270,11 @@ def skce(
       absent (``n`` is the number of ``True`` entries).
 
   Returns:
-    Scalar estimate (squared scale; not clipped at 0).
+    Scalar estimate (squared scale; not clipped at 0). Differentiable in
+    forward mode (``jax.jvp``); reverse mode (``jax.grad``) works for the
+    ``"block"`` estimator only: the quadratic ones loop over tiles with a
+    bound that depends on the row (JAX cannot transpose such a loop and
+    raises).
 
   Raises:
     ValueError: bad probabilities or labels, unknown ``estimator``,

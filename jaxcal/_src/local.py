@@ -616,6 +616,9 @@ def lce(
     values (probabilities, labels, features, a bandwidth that is not finite
     and ``>= 1.1e-19``, ``min_bin_size < 0``, a bin count outside ``[1,
     max_bins]``) and a bin count leaving no kept anchor give NaN.
+    Differentiable in forward mode (``jax.jvp``) only: its blocked loops over
+    candidate neighbours have bounds that depend on the anchor block, which
+    JAX cannot transpose (``jax.grad`` raises).
 
   Raises:
     ValueError: bad probabilities/labels, features that are not ``(n, D)``
