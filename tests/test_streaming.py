@@ -701,3 +701,15 @@ def test_records_and_calibration_compute_under_a_bare_vmap():
     got = np.asarray(jax.vmap(fn)(p, y))
     np.testing.assert_allclose(got, [float(fn(p[i], y[i])) for i in range(2)], rtol=1e-6)
     assert got[0] != got[1]  # distinct data sets
+
+
+def test_a_batch_of_states_does_not_merge_with_a_single_state():
+  # the leaves broadcast: the single state's samples joined every model's state
+  rng = np.random.default_rng(0)
+  p = jax.nn.softmax(jnp.asarray(rng.normal(size=(3, 20, 4)), jnp.float32))
+  y = jnp.asarray(rng.integers(0, 4, (3, 20)))
+  batch = jax.vmap(lambda a, b: streaming.Scores.empty(4).update(a, b))(p, y)
+  one = streaming.Scores.empty(4).update(p[0], y[0])
+  with pytest.raises(ValueError, match=r"cannot merge Scores states of different shapes"):
+    batch.merge(one)
+  np.testing.assert_array_equal(batch.merge(batch).count, [40, 40, 40])

@@ -709,6 +709,14 @@ def _check_same(a: Any, b: Any, *, structure: bool = True) -> None:
       f"cannot merge a {type(a).__name__} with a {type(b).__name__} of a different "
       "configuration (bin counts, classes, dtype or parts kept must match)"
     )
+  shapes = lambda s: [jnp.shape(x) for x in jax.tree.leaves(s)]
+  if structure and shapes(a) != shapes(b):
+    # a batch of states (built under vmap) and a single one broadcast: the single
+    # state's samples joined every model's
+    raise ValueError(
+      f"cannot merge {type(a).__name__} states of different shapes (a batch of states built "
+      "under jax.vmap with a single state?): merge two batches or two single states"
+    )
 
 
 def _merge_sums(a: Any, b: Any, pairs: tuple[tuple[str, str], ...]) -> Any:
