@@ -487,17 +487,20 @@ def _paired_sort_jvp(primals, tangents):
   return (key_to_float(key, x.dtype), out), _permuted_tangents(perm, *tangents)
 
 
+def _gathered(x: jax.Array, payload: jax.Array) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+  """``((sorted x, payload in that order), the permutation)``: the packed argsort and a gather."""
+  skey, perm = argsort_keys(float_to_key(x))
+  return (key_to_float(skey, x.dtype), jnp.take_along_axis(payload, perm, axis=-1)), perm
+
+
 @jax.custom_jvp
 def _gathered_sort(x: jax.Array, payload: jax.Array) -> tuple[jax.Array, jax.Array]:
-  skey, perm = argsort_keys(float_to_key(x))
-  return key_to_float(skey, x.dtype), jnp.take_along_axis(payload, perm, axis=-1)
+  return _gathered(x, payload)[0]
 
 
 @_gathered_sort.defjvp
 def _gathered_sort_jvp(primals, tangents):
-  x, payload = primals
-  skey, perm = argsort_keys(float_to_key(x))
-  primal = (key_to_float(skey, x.dtype), jnp.take_along_axis(payload, perm, axis=-1))
+  primal, perm = _gathered(*primals)
   return primal, _permuted_tangents(perm, *tangents)
 
 

@@ -1097,9 +1097,10 @@ def _device(x: Any) -> jax.Array:
   there). That copy, like an accelerator's transfer, reads the host buffer
   asynchronously, after ``device_put`` returns (a write right after the call
   showed in the device array: on the CPU for unaligned arrays of 100 KiB to
-  1 MiB, on an H200 with jax 0.11.2), so the call waits for it to finish. A JAX array is returned as it is. Under a trace
-  (a jitted caller closing over a host array) ``device_put`` gives a tracer of
-  a constant the compiler keeps a copy of, and nothing is waited for.
+  1 MiB, on an H200 with jax 0.11.2), so the call waits for it to finish. A
+  JAX array is returned as it is. Under a trace (a jitted caller closing over
+  a host array) ``device_put`` gives a tracer of a constant the compiler
+  keeps a copy of, and nothing is waited for.
   """
   if isinstance(x, jax.Array | jax.core.Tracer):
     return x

@@ -954,8 +954,7 @@ def _rebuild(path: Any, method: str, cls: type, static: dict, arrays: dict) -> R
 
   def get(prefix: str) -> Any:
     if prefix in arrays:  # native byte order: JAX refuses big-endian numpy arrays
-      a = arrays[prefix]
-      return jnp.asarray(a.astype(a.dtype.newbyteorder("=")) if not a.dtype.isnative else a)
+      return jnp.asarray(V.host_array(arrays[prefix], prefix))
     if prefix + "/__dict__" in static:
       return {k: get(f"{prefix}/{k}") for k in static[prefix + "/__dict__"]}
     if prefix + "/__seq__" in static:
