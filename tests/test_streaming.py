@@ -349,6 +349,41 @@ def test_fixed_bins_update_vmap_over_distinct_batches_equals_the_loop():
   assert len(set(values)) == 3, values  # the streams' errors differ
 
 
+def _DATA(s):
+  return s.records.data()
+
+
+@pytest.mark.parametrize(
+  "call",
+  [
+    lambda s: s.compute(),
+    lambda s: s.bins.compute(),
+    lambda s: s.bins.reliability(3),
+    lambda s: s.scores.compute(),
+    lambda s: s.records.compute(3),
+    _DATA,
+    lambda s: s.records.merge(s.records),
+  ],
+  ids=["calibration", "fixed_bins", "reliability", "scores", "records", "data", "merge"],
+)
+def test_a_batch_of_states_used_outside_vmap_says_so(call):
+  # states built under jax.vmap carry the batch axis in front of every leaf:
+  # used eagerly, they raised Python's "only 0-dimensional arrays can be
+  # converted" (compute), a broadcasting error (reliability) or a
+  # dynamic_update_slice error (Records.merge). Under vmap they work.
+  rng = np.random.default_rng(7)
+  ps = rng.dirichlet(np.ones(4), (2, 30)).astype(np.float32)
+  ys = rng.integers(0, 4, (2, 30))
+  empty = streaming.Calibration.empty(4, num_bins=3, capacity=30)
+  both = jax.vmap(lambda p, y: empty.update(p, y))(ps, ys)
+  with pytest.raises(
+    ValueError, match=r"holds a batch of 2 states \(it was built under jax.vmap\)"
+  ):
+    call(both)
+  if call is not _DATA:  # data() is eager only
+    jax.vmap(call)(both)
+
+
 def test_psum_of_states_is_a_merge():
   """Sum states merge by adding leaves: what psum does across devices."""
   rng = np.random.default_rng(2)

@@ -248,6 +248,20 @@ def _add_count(a: jax.Array, b: jax.Array) -> jax.Array:
   return jnp.where((a < 0) | (b < 0) | (total < a), jnp.int32(-1), total)
 
 
+def _single(count: jax.Array, what: str) -> None:
+  """Raises for a concrete batch of states (built under ``jax.vmap``) used outside ``vmap``.
+
+  Their leaves carry the batch axis in front, and reading the count as one
+  number raised Python's "only 0-dimensional arrays can be converted".
+  """
+  if jnp.ndim(count) > 0:
+    raise ValueError(
+      f"{what} holds a batch of {jnp.shape(count)[0]} states (it was built under jax.vmap): "
+      "use it under jax.vmap too, e.g. jax.vmap(lambda s: s.compute())(state), or take one "
+      "state with jax.tree.map(lambda a: a[i], state)"
+    )
+
+
 def _checked_state(count: jax.Array, invalid: jax.Array, what: str) -> None:
   """Eager ``compute`` of a concrete state: raises when it has seen no sample, or too many.
 
@@ -264,6 +278,7 @@ def _checked_state(count: jax.Array, invalid: jax.Array, what: str) -> None:
       "by where); update it with at least one batch before compute()",
     )
     return
+  _single(count, what)
   count, invalid = jax.device_get((count, invalid))
   if int(count) < 0:
     raise ValueError(
@@ -656,6 +671,7 @@ class FixedBins(_Streaming):
     Raises:
       ValueError: ``num_bins`` is not one of the state's bin counts.
     """
+    _single(self.count, "FixedBins")
     if num_bins not in self.bin_counts:
       raise ValueError(
         f"num_bins = {num_bins!r} is not one of the state's bin counts {sorted(set(self.bin_counts))}"
@@ -1002,6 +1018,7 @@ class Records(_Streaming):
       other.num_classes,
     ):
       raise ValueError("cannot merge Records of different kinds or class counts")
+    _single(self.count, "Records")
     _check_same(self, other, structure=False)  # the capacities may differ, the dtype not
     cap = self.capacity + other.capacity
     start = jnp.minimum(self.count, self.capacity)
@@ -1048,6 +1065,7 @@ class Records(_Streaming):
     traced value check, unless ``poisoned_ok`` (then ``None``: the results
     are NaN anyway).
     """
+    _single(self.count, "Records")
     count, overflow, invalid = jax.device_get((self.count, self.overflow, self.invalid))
     if int(invalid) > 0:
       if poisoned_ok:
@@ -1296,6 +1314,7 @@ class Calibration(_Streaming):
         do; :meth:`FixedBins.compute` of ``state.bins`` still gives the
         fixed-bin ones).
     """
+    _single(self.bins.count, "Calibration")
     fixed = self.bins.compute()
     out = {k: fixed[k] for k in ("conf_ece", "classwise_ece", "ecce") if k in fixed}
     for k in ("conf_ce", "conf_ce_corr", "classwise_ce"):
