@@ -114,6 +114,45 @@ class BBQ(ClasswiseRecalibrator):
     )(th, self.values.astype(p.dtype), p)
 
 
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _stirling_rest(x: jax.Array) -> jax.Array:
+  """``log Γ(x) - ((x - 1/2) log x - x + log(2π) / 2)``, Stirling's remainder, for ``x > 0``.
+
+  Its series ``1/(12x) - 1/(360x^3) + 1/(1260x^5)`` from ``x = 8`` (the
+  next term is below ``3e-10`` there); below, ``log Γ`` less the rest
+  directly, all of them of a size near 1.
+  """
+  big = x >= 8.0
+  xb = jnp.where(big, x, 8.0)
+  inv = 1.0 / xb
+  inv2 = inv * inv
+  series = inv * (1.0 / 12.0 - inv2 * (1.0 / 360.0 - inv2 * (1.0 / 1260.0)))
+  xs = jnp.where(big, 1.0, x)
+  direct = gammaln(xs) - (xs - 0.5) * jnp.log(xs) + xs - _HALF_LOG_2PI
+  return jnp.where(big, series, direct)
+
+
+def _log_beta(x: jax.Array, y: jax.Array) -> jax.Array:
+  """``log B(x, y) = log Γ(x) + log Γ(y) - log Γ(x + y)`` for ``x, y > 0``, accurate at large counts.
+
+  By Stirling's formula, ``x log(x/z) + y log(y/z) + (log z - log x - log
+  y)/2 + log(2π)/2`` plus the remainders (:func:`_stirling_rest`), ``z = x +
+  y``: every term is of the size of the result (about ``-z`` times the
+  entropy of ``x/z``). The three ``log Γ`` of counts near ``N`` are each
+  about ``N log N`` and cancel to it: in float32 a bin of 5,000 samples
+  kept 4e-3 of its log-likelihood, and BBQ's probabilities (a softmax over
+  the models' sums) moved by 7.6e-5 from float64's on CIFAR-10 (2e-13 in
+  float64 either way).
+  """
+  z = x + y
+  lx = jnp.where(x < y, jnp.log(x / z), jnp.log1p(-y / z))  # log(x / z), also near 1
+  ly = jnp.where(y < x, jnp.log(y / z), jnp.log1p(-x / z))
+  logs = 0.5 * (jnp.log(z) - jnp.log(x) - jnp.log(y)) + _HALF_LOG_2PI
+  return x * lx + y * ly + logs + _stirling_rest(x) + _stirling_rest(y) - _stirling_rest(z)
+
+
 def _one_model(ss, ts, m, max_bins, prior):
   """Cuts, bin values and log marginal likelihood of the ``m``-bin model."""
   n = ss.shape[0]
@@ -133,16 +172,8 @@ def _one_model(ss, ts, m, max_bins, prior):
   a0 = prior / m.astype(dt)
   alpha, beta = a0 * pbar, a0 * (1.0 - pbar)
   used = j <= m
-  ll = jnp.where(
-    used,
-    gammaln(a0)
-    - gammaln(cnt + a0)
-    + gammaln(pos + alpha)
-    - gammaln(alpha)
-    + gammaln(cnt - pos + beta)
-    - gammaln(beta),
-    0.0,
-  )
+  prior_part = gammaln(a0) - gammaln(alpha) - gammaln(beta)
+  ll = jnp.where(used, prior_part + _log_beta(pos + alpha, cnt - pos + beta), 0.0)
   theta = jnp.where(used, (pos + alpha) / (cnt + a0), 0.0)
   return cut, theta, jnp.sum(ll)
 
