@@ -9,6 +9,19 @@ Truthful squared binned errors (``classwise_ce``, ``conf_ce_corr``,
 ``ks_ce`` (Gupta et al. 2021). Each works on one data set and under
 ``jax.jit`` / ``jax.vmap``; ``num_bins`` (and ``smooth_ece``'s bandwidth)
 may be an array (one compiled call).
+
+Bins (:func:`bin_ids`): ``"fixed"`` bins are ``((j-1)/m, j/m]`` (0 in the
+first); ``"quantile"`` (equal-mass) bins put the ``i``-th smallest score
+(1-based, ties in sample order) in bin ``ceil(i m / n)``, so each holds
+``floor(n/m)`` or ``ceil(n/m)`` samples. Peers cut otherwise, and their
+numbers differ where a score lies on an edge or in how equal-mass bins are
+sized: torchmetrics' fixed bins are ``[k/m, (k+1)/m)`` with a bin of their
+own for 1; netcal and scikit-learn's ``calibration_curve`` cut equal-mass
+bins at ``np.quantile`` / ``np.percentile`` edges; Kumar et al.'s
+``calibration`` library uses ``np.array_split`` (its first ``n mod m`` bins
+are the longer ones). On CIFAR-100 DenseNet-121's test logits the
+equal-mass ``conf_ece`` with 15 bins is 0.05045 here and 0.05038 in netcal
+and Kumar et al.'s library.
 """
 
 from jaxcal._src.binning import bin_ids

@@ -263,6 +263,18 @@ def test_bbq_matches_loop_reference():
     np.testing.assert_allclose(q[:, c], want, atol=2e-5)
 
 
+def test_log_beta_matches_scipy_in_float32():
+  from scipy.special import betaln
+
+  from jaxcal._src.recal.bbq import _log_beta
+
+  v = np.array([1e-9, 1e-3, 0.3, 1.0, 2.5, 7.9, 8.0, 8.1, 20.0, 100.0, 2500.0, 5000.0, 1e5])
+  x, y = (a.astype(np.float32) for a in np.meshgrid(v, v))
+  got = np.asarray(_log_beta(jnp.asarray(x), jnp.asarray(y)), np.float64)
+  want = betaln(x.astype(np.float64), y.astype(np.float64))
+  np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)  # log-gammas: 0.18 off
+
+
 def test_bbq_in_float32_at_large_n_matches_the_float64_reference():
   # CIFAR-10 ResNet-110's 5,000 calibration rows, one class (models of 1..171
   # bins): the log marginal likelihoods as six log-gammas of counts near N

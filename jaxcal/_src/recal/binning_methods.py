@@ -251,6 +251,15 @@ def fit_isotonic(
   baselines (IRM of Zhang, Kailkhura & Han 2020): one map fitted on all
   ``n C`` pairs ``(p_i[c], 1[y_i = c])`` and applied to every entry.
 
+  New scores take the fitted value of the first calibration score at or
+  above them (a left-continuous step function, constant outside the data:
+  :func:`isotonic_predict`). scikit-learn's
+  ``IsotonicRegression.predict`` interpolates linearly between the fitted
+  points instead: the fits agree, and on the test logits of CIFAR-10
+  ResNet-110 and CIFAR-100 DenseNet-121 (unnormalised maps) 0.2-0.3% of the
+  recalibrated entries differ, by up to 0.44 and 0.66, where a test score
+  falls in a wide gap between two calibration scores.
+
   Args:
     inputs: ``(n, C)`` logits (probabilities with ``from_logits=False``).
     labels: ``(n,)`` integer labels; every class must occur.
