@@ -13,7 +13,12 @@ may be an array (one compiled call).
 Bins (:func:`bin_ids`): ``"fixed"`` bins are ``((j-1)/m, j/m]`` (0 in the
 first); ``"quantile"`` (equal-mass) bins put the ``i``-th smallest score
 (1-based, ties in sample order) in bin ``ceil(i m / n)``, so each holds
-``floor(n/m)`` or ``ceil(n/m)`` samples. Peers cut otherwise, and their
+``floor(n/m)`` or ``ceil(n/m)`` samples. Where tied scores straddle a bin's
+end, the samples' order decides which bin each takes, so shuffling the rows
+can move a quantile-binned error (``conf_ce`` with 15 bins by up to 2.5e-4
+relative over 30 shuffles of the bundled ResNet-110 CIFAR-10 test logits,
+whose 2,911 confidences of exactly 1 are tied); fixed bins never depend on
+the order. Peers cut otherwise, and their
 numbers differ where a score lies on an edge or in how equal-mass bins are
 sized: torchmetrics' fixed bins are ``[k/m, (k+1)/m)`` with a bin of their
 own for 1; netcal and scikit-learn's ``calibration_curve`` cut equal-mass

@@ -5,6 +5,8 @@ Utilities are pytrees (:class:`Utility`); a batch is the same pytree with a
 leading axis. :func:`uc` measures one utility with its worst interval,
 :func:`uc_sweep` thousands at once (chunked, sharded over devices),
 :func:`uc_class` the finite families, :func:`ecdf` the distribution of errors.
+Ranks (of :func:`rank`, :func:`top_k`, :func:`dcg`) are 1-based with ties
+to the lowest class first, as ``argmax``.
 """
 
 from jaxcal._src.utility.families import (

@@ -223,6 +223,12 @@ def classwise(c: ArrayLike, num_classes: int) -> Utility:
 def rank(theta: ArrayLike) -> Utility:
   """Rank-based utility ``u(p, e_j) = θ_{rank(p, j)}`` (U_rank).
 
+  ``rank(p, j)`` is 1-based (1 for the largest ``p_j``); tied probabilities
+  take consecutive ranks in class order, the lowest class first (as
+  ``argmax``: the paper leaves ties open). So a label tied with another
+  class can score otherwise than that class would: on the row ``(1, 0, 0)``
+  ``top_k(2, 3)`` gives label 1 the utility 1 and label 2 the utility 0.
+
   Args:
     theta: ``(C,)`` valuation of ranks 1..C (``theta[0]`` for the top class),
       in ``[-1, 1]``; ``(..., C)`` for a batch.
@@ -247,6 +253,8 @@ def rank(theta: ArrayLike) -> Utility:
 def top_k(k: ArrayLike, num_classes: int) -> Utility:
   """Top-K utility ``u(p, e_j) = 1[rank(p, j) <= K]`` (U_topK), ``θ_r = 1[r <= K]``.
 
+  Ranks as in :func:`rank` (ties to the lowest class first).
+
   Args:
     k: ``K`` in ``1..C``, or an int array of them (a batch).
     num_classes: ``C`` (static).
@@ -270,6 +278,8 @@ def top_k(k: ArrayLike, num_classes: int) -> Utility:
 
 def dcg(gamma: ArrayLike, num_classes: int) -> Utility:
   """Discounted-cumulative-gain utility ``θ_r = (log2(1 + r))^(-γ)`` (U_dcg).
+
+  Ranks as in :func:`rank` (ties to the lowest class first).
 
   Args:
     gamma: ``γ >= 0``, or an array of them (a batch); the paper's grid is
@@ -471,6 +481,8 @@ def sample_linear(key: jax.Array, m: int, num_classes: int) -> Utility:
 
 def sample_rank(key: jax.Array, m: int, num_classes: int) -> Utility:
   """``m`` rank utilities: ``θ`` sampled as for :func:`sample_linear`, sorted descending.
+
+  Ranks as in :func:`rank` (ties to the lowest class first).
 
   Args:
     key: a JAX PRNG key.
