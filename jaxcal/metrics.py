@@ -13,24 +13,24 @@ may be an array (one compiled call).
 Bins (:func:`bin_ids`): ``"fixed"`` bins are ``((j-1)/m, j/m]`` (0 in the
 first) with the product ``s m`` rounded in the scores' dtype, as numpy's
 ``np.ceil(s * np.float32(m))`` on float32 scores: a score within an ulp
-above ``j/m`` can take bin ``j`` (across the 24 CIFAR splits and 3 to
-1,000 bins, 8 top-label confidences and 10 class probabilities), where a
-float64 run of the same values bins it one higher; ``"quantile"`` (equal-mass) bins put the ``i``-th smallest score
-(1-based, ties in sample order) in bin ``ceil(i m / n)``, so each holds
-``floor(n/m)`` or ``ceil(n/m)`` samples. Where tied scores straddle a bin's
-end, the samples' order decides which bin each takes, so shuffling the rows
-can move a quantile-binned error (``conf_ce`` with 15 bins by up to 2.5e-4
-relative over 30 shuffles of the bundled ResNet-110 CIFAR-10 test logits,
-whose 2,911 confidences of exactly 1 are tied); fixed bins never depend on
-the order. Peers cut otherwise, and their
-numbers differ where a score lies on an edge or in how equal-mass bins are
-sized: torchmetrics' fixed bins are ``[k/m, (k+1)/m)`` with a bin of their
-own for 1; netcal and scikit-learn's ``calibration_curve`` cut equal-mass
-bins at ``np.quantile`` / ``np.percentile`` edges; Kumar et al.'s
+above ``j/m`` can take bin ``j`` (across the 24 CIFAR splits and 3 to 1,000
+bins, 8 top-label confidences and 10 class probabilities), where a float64
+run of the same values bins it one higher; ``"quantile"`` (equal-mass) bins
+put the ``i``-th smallest score (1-based, ties in sample order) in bin
+``ceil(i m / n)``, so each holds ``floor(n/m)`` or ``ceil(n/m)`` samples.
+Where tied scores straddle a bin's end, the samples' order decides which bin
+each takes, so shuffling the rows can move a quantile-binned error
+(``conf_ce`` with 15 bins by up to 2.5e-4 relative over 30 shuffles of the
+bundled ResNet-110 CIFAR-10 test logits, whose 2,911 confidences of exactly
+1 are tied); fixed bins never depend on the order. Peers cut otherwise, and
+their numbers differ where a score lies on an edge or in how equal-mass bins
+are sized: torchmetrics' fixed bins are ``[k/m, (k+1)/m)`` with a bin of
+their own for 1; netcal and scikit-learn's ``calibration_curve`` cut
+equal-mass bins at ``np.quantile`` / ``np.percentile`` edges; Kumar et al.'s
 ``calibration`` library uses ``np.array_split`` (its first ``n mod m`` bins
-are the longer ones). On CIFAR-100 DenseNet-121's test logits the
-equal-mass ``conf_ece`` with 15 bins is 0.05045 here and 0.05038 in netcal
-and Kumar et al.'s library.
+are the longer ones). On CIFAR-100 DenseNet-121's test logits the equal-mass
+``conf_ece`` with 15 bins is 0.05045 here and 0.05038 in netcal and Kumar et
+al.'s library.
 """
 
 from jaxcal._src.binning import bin_ids

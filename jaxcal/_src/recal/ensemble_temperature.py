@@ -141,9 +141,9 @@ def _fit_ets(z, onehot, *, loss, max_iter, tol):
     # put a[2, 2] = n / C at 49.74 for 50 on CIFAR-100's 5,000 rows, which moved the
     # weights of the ill-conditioned problem ([0.998, 0.002, 0] for float64's
     # [0.962, 0.036, 0.002]: test probabilities 3.5e-3 apart)
-    rows = jnp.einsum(
-      "kic,lic->ikl", comp3, jnp.concatenate([comp3, onehot[None]]), precision=PRECISION
-    )  # (n, 3, 4)
+    aa = jnp.einsum("kic,lic->ikl", comp3, comp3, precision=PRECISION)  # (n, 3, 3)
+    bb = jnp.einsum("kic,ic->ik", comp3, onehot, precision=PRECISION)  # (n, 3)
+    rows = jnp.concatenate([aa, bb[..., None]], axis=-1)  # (n, 3, 4)
     sums = segment_sum_accurate(rows, jnp.zeros(rows.shape[:1], jnp.int32), 1)[0]
     w = _simplex_qp(sums[:, :3], sums[:, 3])  # exact: no iterations
   else:
