@@ -70,6 +70,7 @@ CASES = [
   C("confidence_loss rows", scores.confidence_loss, (P * 0.9, Y), {}, ValueError, r"sum to 1", True),
   C("logits nan", scores.brier, (NAN_P, Y), {"from_logits": True}, ValueError, r"logits contains non-finite", True),
   C("logits inf", metrics.conf_ece, (INF_P, Y), {"from_logits": True}, ValueError, r"logits contains", True),
+  C("logits masked", metrics.conf_ece, (_with(P, 2, 1, -np.inf), Y), {"from_logits": True}, ValueError, r"-inf as the logit of a masked-out class: pass probabilities instead"),
   C("decompose nan", scores.decompose, (NAN_P, Y), {}, ValueError, r"non-finite", True),
   C("decompose rows", scores.decompose, (P * 0.5, Y), {}, ValueError, r"sum to 1", True),
   C("decompose unit > 1", scores.decompose, (P * 2, Y), {"require_simplex": False}, ValueError, r"\[0, 1\]", True),

@@ -625,6 +625,9 @@ def _checks(spec: _Spec) -> list[tuple[str, Callable]]:
     def nonfinite(xs, y, where, w, i=i):
       return _entry_problem(~jnp.isfinite(xs[i]), xs[i], where)
 
+    # a metric's logits: -inf may mask a class out (a recalibrator's inputs get no hint:
+    # from probabilities, temperature scaling gives such a class mass again)
+    nonfinite.masked_hint = a.kind == "finite" and a.ndim > 1 and n == "logits"
     out.append(
       (
         f"{n} contains non-finite values (NaN or inf) in {{count}} {row}(s); "
@@ -828,7 +831,12 @@ def _raise_first_problem(spec: _Spec, xs, y, where, w) -> None:
         fields["value"] = _NOT_A_LABEL_TEXT
       msg = template.format(**fields)
       value = fields["value"]
-      if isinstance(value, float) and math.isinf(value) and not jax.config.jax_enable_x64:
+      if getattr(fn, "masked_hint", False) and value == -math.inf:
+        msg += (
+          " (-inf as the logit of a masked-out class: pass probabilities instead, e.g."
+          " jax.nn.softmax(logits), in which that class is 0)"
+        )
+      elif isinstance(value, float) and math.isinf(value) and not jax.config.jax_enable_x64:
         msg += (  # (eager calls only: checked mode's messages are fixed templates)
           " (if the input was float64: a value beyond float32's range, about 3.4e38, becomes"
           " inf too, as JAX computes in float32 without jax_enable_x64)"
