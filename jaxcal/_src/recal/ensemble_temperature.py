@@ -114,6 +114,40 @@ def _simplex_qp(a: jax.Array, b: jax.Array) -> jax.Array:
   return best_w
 
 
+def _mse_normal_equations(z: jax.Array, t: jax.Array, onehot: jax.Array) -> tuple:
+  """``(A, b)`` of the weights' squared error: ``A_kl = sum c_k c_l``, ``b_k = sum c_k y``.
+
+  Per-sample row sums of the two softmaxes' products (the uniform
+  component's are ``sum c_k / C`` and ``1 / C``), then one accurate sum over
+  the samples (:func:`~jaxcal._src.numerics.segment_sum_accurate`): one
+  float32 product over all ``n C`` entries (XLA:CPU, in this program) put
+  ``A_33 = n / C`` at 49.74 for 50 on CIFAR-100's 5,000 rows, and the
+  ill-conditioned problem gave the weights ``[0.998, 0.002, 0]`` for
+  float64's ``[0.962, 0.036, 0.002]``. No ``(3, n, C)`` stack: about 3x the
+  logits in temporaries, against 10x.
+  """
+  c = z.shape[-1]
+  s1, s2 = jax.nn.softmax(z / t, axis=-1), jax.nn.softmax(z, axis=-1)
+  r1, r2 = jnp.sum(s1, axis=-1) / c, jnp.sum(s2, axis=-1) / c
+  u = jnp.full_like(r1, 1.0 / c)
+  rows = jnp.stack(
+    [
+      jnp.sum(s1 * s1, axis=-1),
+      jnp.sum(s1 * s2, axis=-1),
+      r1,
+      jnp.sum(s2 * s2, axis=-1),
+      r2,
+      u,
+      jnp.sum(s1 * onehot, axis=-1),
+      jnp.sum(s2 * onehot, axis=-1),
+      u,
+    ],
+    axis=-1,
+  )  # (n, 9)
+  v = segment_sum_accurate(rows, jnp.zeros(rows.shape[:1], jnp.int32), 1)[0]
+  return v[np.array([0, 1, 2, 1, 3, 4, 2, 4, 5])].reshape(3, 3), v[6:]
+
+
 @functools.partial(jax.jit, static_argnames=("loss", "max_iter"))
 def _fit_ets(z, onehot, *, loss, max_iter, tol):
   def temperature_loss(th):
@@ -134,19 +168,10 @@ def _fit_ets(z, onehot, *, loss, max_iter, tol):
   )
   t = jnp.exp(res.params)
   num_iter, converged = res.num_iter, res.converged
-  comp3 = _components(z, t)  # (3, n, C)
   if loss == "mse":
-    # per-sample products, then an accurate sum over the samples: one product over
-    # all n C entries accumulated in one float32 (XLA:CPU inside this program) and
-    # put a[2, 2] = n / C at 49.74 for 50 on CIFAR-100's 5,000 rows, which moved the
-    # weights of the ill-conditioned problem ([0.998, 0.002, 0] for float64's
-    # [0.962, 0.036, 0.002]: test probabilities 3.5e-3 apart)
-    aa = jnp.einsum("kic,lic->ikl", comp3, comp3, precision=PRECISION)  # (n, 3, 3)
-    bb = jnp.einsum("kic,ic->ik", comp3, onehot, precision=PRECISION)  # (n, 3)
-    rows = jnp.concatenate([aa, bb[..., None]], axis=-1)  # (n, 3, 4)
-    sums = segment_sum_accurate(rows, jnp.zeros(rows.shape[:1], jnp.int32), 1)[0]
-    w = _simplex_qp(sums[:, :3], sums[:, 3])  # exact: no iterations
+    w = _simplex_qp(*_mse_normal_equations(z, t, onehot))  # exact: no iterations
   else:
+    comp3 = _components(z, t)  # (3, n, C)
 
     def wloss(omega):
       q = jnp.tensordot(jax.nn.softmax(omega), comp3, axes=1, precision=PRECISION)
