@@ -16,7 +16,8 @@ are processed in fixed-size blocks of the sorted order; for one anchor block
 only the candidate blocks that overlap the bins of its anchors are visited
 (a ``fori_loop`` with data-dependent bounds, static shapes everywhere), and
 the kernel between anchors and candidates is masked to equal bins. Memory is
-``O(block_size * candidate_block + n * D)``; work is ``O(sum_b |b|^2 D)`` plus
+``O(block_size * candidate_block + n * D)`` (also for an array of bin
+counts: they run one after another); work is ``O(sum_b |b|^2 D)`` plus
 the block rounding, never ``n^2`` beyond one bin. Squared distances use
 ``|a|^2 + |b|^2 - 2 a.b`` on median-centred features (one matmul per block),
 clamped at 0. The anchor's own distance is rounding noise in that form
@@ -511,8 +512,14 @@ def _lce_core(
 @functools.cache
 def _compiled(batched: bool, **static):
   f = functools.partial(_lce_core, **static)  # (p, y, m, feats, w, min_bin_size, gamma, where)
-  if batched:
-    f = jax.vmap(f, in_axes=(None, None, 0, None, None, None, None, None))
+  if batched:  # one bin count after another: O(n D) memory whatever their number (a vmap
+    # held a sorted copy of the features per count, 88x the input for 200 counts at
+    # n = 10^5, D = 64, and ran every count's loops to the largest count's bounds)
+    core = f
+
+    def f(p, y, ms, *args):
+      return jax.lax.map(lambda m: core(p, y, m, *args), ms)
+
   return jax.jit(f)
 
 
