@@ -71,12 +71,8 @@ def classwise_fits(
   Returns:
     ``(n, C)`` fitted values (ties in a column get equal values).
   """
-  if where is None:
-    fit = jax.vmap(lambda p, t: iso.isotonic_fit_sorted(p, t).fitted, in_axes=(1, 1), out_axes=1)
-    return fit(probs, onehot)
-  w = where.astype(probs.dtype)
-  fit = jax.vmap(lambda p, t: iso.isotonic_fit_sorted(p, t, w).fitted, in_axes=(1, 1), out_axes=1)
-  return fit(probs, onehot)
+  w = None if where is None else where.astype(probs.dtype)
+  return iso.isotonic_fit_columns(probs, onehot, w).fitted.T
 
 
 def _mean(x: jax.Array, where: jax.Array | None) -> jax.Array:

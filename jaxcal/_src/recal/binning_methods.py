@@ -230,7 +230,7 @@ def _fit_ir(p, onehot, shared):
   if shared:
     core = iso.isotonic_fit_sorted(p.reshape(-1), onehot.reshape(-1))
     return core.sorted_x[None], core.sorted_fit[None]
-  core = jax.vmap(iso.isotonic_fit_sorted, in_axes=(1, 1))(p, onehot)
+  core = iso.isotonic_fit_columns(p, onehot)
   return core.sorted_x, core.sorted_fit
 
 
@@ -354,7 +354,7 @@ def _sir_knots(sorted_x: jax.Array, sorted_fit: jax.Array):
 
 @jax.jit
 def _fit_sir(p, onehot):
-  core = jax.vmap(iso.isotonic_fit_sorted, in_axes=(1, 1))(p, onehot)
+  core = iso.isotonic_fit_columns(p, onehot)
   return jax.vmap(_sir_knots)(core.sorted_x, core.sorted_fit)
 
 
