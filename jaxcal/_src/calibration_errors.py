@@ -1095,11 +1095,16 @@ def _reliability_core(p, y, num_bins, binning, where=None):
   treated as absent: they are in no bin, and quantile bins are equal-mass
   over the others).
   """
+  c, z = _confidence(p, y)
+  return _reliability_of_top(c, z, num_bins, binning, where)
+
+
+def _reliability_of_top(c, z, num_bins, binning, where=None):
+  """:func:`_reliability_core` of confidences ``c`` and correctness ``z`` ``(n,)``."""
   # Direct per-bin segment sums (not differences of prefix sums): per-bin
   # *means* are reported, and a prefix-sum difference loses float32 digits
   # in sparsely populated bins.
-  acc = jnp.promote_types(p.dtype, jnp.float32)  # never sum in float16 / bfloat16
-  c, z = _confidence(p, y)
+  acc = jnp.promote_types(c.dtype, jnp.float32)  # never sum in float16 / bfloat16
   c, z = c.astype(acc), z.astype(acc)
   n = c.shape[0]
   m = jnp.int32(num_bins)

@@ -218,6 +218,14 @@ def nadaraya_watson(
   in ``features`` (the LoCal Net loss uses it on a batch of refined features
   ``phi'`` with one-hot labels as targets).
 
+  A tool for a batch: it forms the dense ``(n, n)`` kernel, ``O(n^2)`` memory
+  (400 MB of compiled temporaries at ``n = 10^4``, 3.6 GB at ``3 10^4``); for
+  the local calibration error of a whole data set use :func:`lce`, whose
+  memory is ``O(n D)``. Squared distances take the form ``|a|^2 + |b|^2 - 2
+  a.b``, whose rounding grows like ``eps |phi|^2 / gamma^2``: on CIFAR-100
+  logits as features the float32 estimates were 1e-4 from float64's at
+  ``gamma = 0.3``, 1e-5 at 1 and 1e-6 at 3.
+
   Args:
     features: ``(n, D)`` features ``phi`` (finite, ``D >= 1``).
     targets: ``(n, d)`` values to smooth (e.g. one-hot labels ``Y``); only
