@@ -56,6 +56,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
 
+from jaxcal._src.numerics import map_columns
 from jaxcal._src.sorting import (
   argsort_keys,
   float_to_key,
@@ -71,7 +72,6 @@ __all__ = [
   "isotonic_predict",
   "isotonic_fit_sorted",
   "isotonic_fit_columns",
-  "COLUMN_BATCH",
   "predict_unchecked",
   "pools",
 ]
@@ -694,18 +694,11 @@ def isotonic_fit_sorted(x: jax.Array, y: jax.Array, weights: jax.Array | None = 
   return _core(x.astype(dt), y.astype(dt), None if weights is None else weights.astype(dt))
 
 
-#: Columns :func:`isotonic_fit_columns` fits at once (a ``vmap`` within a batch, a loop across).
-COLUMN_BATCH = 8
-
-
 def isotonic_fit_columns(x: jax.Array, y: jax.Array, weights: jax.Array | None = None) -> _Core:
   """:func:`isotonic_fit_sorted` of every column of ``x`` on the same column of ``y``.
 
-  :data:`COLUMN_BATCH` columns at a time: one ``vmap`` over all ``C``
-  columns held several ``(C, n, 2)`` index arrays, 653 MB of temporaries at
-  ``n = 10^5``, ``C = 100`` (16x the input) against 149 MB, and took 0.50
-  against 0.36 s on 2 CPU cores (not measured on a GPU, where a wider
-  ``vmap`` may be faster).
+  A few columns at a time (:func:`~jaxcal._src.numerics.map_columns`): one
+  ``vmap`` over all ``C`` columns held several ``(C, n, 2)`` index arrays.
 
   Args:
     x: ``(n, C)`` finite inputs.
@@ -721,11 +714,7 @@ def isotonic_fit_columns(x: jax.Array, y: jax.Array, weights: jax.Array | None =
     >>> isotonic_fit_columns(x, jnp.array([[0.0, 0.0], [1.0, 1.0]])).fitted.tolist()
     [[0.5, 0.5], [0.0, 1.0]]
   """
-
-  def one(cols):
-    return isotonic_fit_sorted(cols[0], cols[1], weights)
-
-  return jax.lax.map(one, (x.T, y.T), batch_size=min(COLUMN_BATCH, x.shape[1]))
+  return map_columns(lambda a, b: isotonic_fit_sorted(a, b, weights), x, y)
 
 
 def isotonic_fit(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -> IsotonicFit:

@@ -344,6 +344,37 @@ def _chunked_segment_sum(values, segment_ids, *, num_segments: int, block: int, 
   return hi + lo
 
 
+#: Columns (classes) :func:`map_columns` handles at once.
+COLUMN_BATCH = 8
+
+
+def map_columns(fn: Callable, *xs: jax.Array, batch_size: int = COLUMN_BATCH) -> Any:
+  """``fn`` of every column of the ``(n, C)`` arrays ``xs``, ``batch_size`` columns at a time.
+
+  Results are stacked along a new leading axis of size ``C``. A ``vmap``
+  within a batch and a loop across: a ``vmap`` over all the classes of a
+  class-wise fit holds every class's sort indices and temporaries at once
+  (the isotonic fits of ``decompose`` 653 against 149 MB at ``n = 10^5``,
+  ``C = 100``, and 0.50 against 0.36 s on 2 CPU cores; a GPU, where a wider
+  ``vmap`` may be faster, is not measured).
+
+  Args:
+    fn: ``fn(*columns) -> pytree`` on ``(n,)`` columns.
+    *xs: ``(n, C)`` arrays.
+    batch_size: columns per ``vmap`` (static).
+
+  Returns:
+    ``fn``'s pytree with a leading ``(C,)`` axis.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> map_columns(lambda a, b: jnp.dot(a, b), jnp.ones((3, 2)), jnp.eye(3, 2)).tolist()
+    [1.0, 1.0]
+  """
+  cols = tuple(x.T for x in xs)
+  return jax.lax.map(lambda c: fn(*c), cols, batch_size=max(1, min(batch_size, xs[0].shape[1])))
+
+
 def map_batches(f: Callable, xs: Any, batch_size: int) -> Any:
   """``jax.lax.map(f, xs, batch_size=batch_size)`` with one compiled body.
 

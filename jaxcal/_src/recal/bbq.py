@@ -39,6 +39,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
+from jaxcal._src.numerics import map_columns
 from jaxcal._src.recal.base import (
   ClasswiseRecalibrator,
   fit_arrays,
@@ -198,7 +199,7 @@ def _fit_bbq(p, onehot, prior, *, lo, hi):
     values = start + jnp.concatenate([jnp.zeros((1,), s.dtype), jnp.cumsum(sj)])
     return sc, values
 
-  return jax.vmap(per_class, in_axes=(1, 1))(p, onehot)
+  return map_columns(per_class, p, onehot)
 
 
 def fit_bbq(

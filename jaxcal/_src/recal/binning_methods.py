@@ -36,6 +36,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import binning as B
 from jaxcal._src import isotonic as iso
 from jaxcal._src import validation as V
+from jaxcal._src.numerics import map_columns
 from jaxcal._src.recal.base import (
   ClasswiseRecalibrator,
   fit_arrays,
@@ -109,7 +110,7 @@ def _hb_one(p: jax.Array, t: jax.Array, m: int):
 
 @functools.partial(jax.jit, static_argnames=("m",))
 def _fit_hb(p, onehot, m):
-  return jax.vmap(lambda pc, tc: _hb_one(pc, tc, m), in_axes=(1, 1))(p, onehot)
+  return map_columns(lambda pc, tc: _hb_one(pc, tc, m), p, onehot)
 
 
 def fit_histogram(
