@@ -33,7 +33,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _binary_rows, _run
-from jaxcal._src.numerics import safe_sqrt
+from jaxcal._src.numerics import map_rows, safe_sqrt
 from jaxcal._src.sorting import stable_argsort
 
 __all__ = ["debiased_ce"]
@@ -71,7 +71,7 @@ def _row_sq(s, b, m, max_bins, where=None):
 
 def _debiased_core(p, y, m, where=None, *, max_bins, mode, squared):
   s, b = _binary_rows(p, y, mode)
-  sq = jax.vmap(lambda si, bi: _row_sq(si, bi, m, max_bins, where))(s, b)
+  sq = map_rows(lambda si, bi: _row_sq(si, bi, m, max_bins, where), s, b)  # 8 rows at a time
   if squared:
     return jnp.mean(sq)
   return safe_sqrt(jnp.mean(jnp.maximum(sq, 0.0)))  # all clipped to 0: a zero gradient, not NaN

@@ -371,8 +371,19 @@ def map_columns(fn: Callable, *xs: jax.Array, batch_size: int = COLUMN_BATCH) ->
     >>> map_columns(lambda a, b: jnp.dot(a, b), jnp.ones((3, 2)), jnp.eye(3, 2)).tolist()
     [1.0, 1.0]
   """
-  cols = tuple(x.T for x in xs)
-  return jax.lax.map(lambda c: fn(*c), cols, batch_size=max(1, min(batch_size, xs[0].shape[1])))
+  return map_rows(fn, *(x.T for x in xs), batch_size=batch_size)
+
+
+def map_rows(fn: Callable, *xs: jax.Array, batch_size: int = COLUMN_BATCH) -> Any:
+  """:func:`map_columns` for arrays whose leading axis indexes the classes (rows).
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> map_rows(jnp.sum, jnp.ones((3, 2))).tolist()
+    [2.0, 2.0, 2.0]
+  """
+  size = max(1, min(batch_size, xs[0].shape[0]))
+  return jax.lax.map(lambda r: fn(*r), tuple(xs), batch_size=size)
 
 
 def map_batches(f: Callable, xs: Any, batch_size: int) -> Any:

@@ -62,7 +62,7 @@ from jaxcal._src.calibration_errors import (
   _top_label,
   _weights_or_uniform,
 )
-from jaxcal._src.numerics import PRECISION, lift, segment_sum_accurate
+from jaxcal._src.numerics import PRECISION, lift, map_rows, segment_sum_accurate
 
 __all__ = [
   "smooth_ece",
@@ -344,7 +344,7 @@ ROW_BATCH = 4
 
 
 def _by_rows(fn, f, r, w):
-  return jax.lax.map(lambda t: fn(*t), (f, r, w), batch_size=min(ROW_BATCH, f.shape[0]))
+  return map_rows(fn, f, r, w, batch_size=ROW_BATCH)
 
 
 def _auto_rows(f, r, where, sizes):
