@@ -158,6 +158,17 @@ def softmax64(z):
   return e / e.sum(axis=1, keepdims=True)
 
 
+def assert_same_under_x64(make):
+  """``make()`` gives the same arrays (dtypes and values) with and without x64; returns x64's."""
+  plain = make()
+  with jax.enable_x64(True):
+    wide = make()
+  for a, b in zip(plain, wide, strict=True):
+    assert a.dtype == b.dtype, (a.dtype, b.dtype)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  return wide
+
+
 def pytest_collection_modifyitems(config, items):
   """Under CI (CI=true) skip tests marked slow; each has a fast twin."""
   if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):

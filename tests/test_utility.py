@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 from _cpu_devices import ROOT, cpu_devices_env
 from _reference import uc_sorted
+from conftest import assert_same_under_x64
 
 from jaxcal import utility as U
 from jaxcal._src.sorting import sort_descending, stable_argsort
@@ -777,12 +778,7 @@ def test_sampled_utilities_and_synthetic_data_are_the_same_draws_under_x64():
       syn.labels,
     ]
 
-  plain = draws()
-  with jax.enable_x64(True):
-    wide = draws()
-  for a, b in zip(plain, wide, strict=True):
-    assert a.dtype == b.dtype
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert_same_under_x64(draws)
 
 
 def test_a_utility_batch_refuses_an_index_out_of_range_and_iterates_once():

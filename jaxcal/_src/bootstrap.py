@@ -688,11 +688,12 @@ def consistency_bands(
   ``i`` is a draw from ``p_i``. Each of ``B`` resamples draws ``n`` rows of
   ``probs`` with replacement and a label ``y* ~ Categorical(p_i)`` for each
   (drawn as what the diagram reads of it: whether it is the top label,
-  Bernoulli with probability ``max p_i``), bins the resampled confidences
-  and records each bin's accuracy minus mean confidence. The band of bin ``b`` is its mean confidence on the data plus
-  the ``(1 ± confidence)/2`` quantiles of that gap: an accuracy outside the
-  band is unlikely for a calibrated predictor (a test of calibration bin by
-  bin, not a confidence interval for the accuracy). The labels are not used.
+  Bernoulli with probability ``max p_i``), bins the resampled confidences and
+  records each bin's accuracy minus mean confidence. The band of bin ``b`` is
+  its mean confidence on the data plus the ``(1 ± confidence)/2`` quantiles of
+  that gap: an accuracy outside the band is unlikely for a calibrated
+  predictor (a test of calibration bin by bin, not a confidence interval for
+  the accuracy). The labels are not used.
 
   Args:
     key: a ``jax.random`` key.
