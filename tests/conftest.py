@@ -6,6 +6,7 @@ a test that needs one takes the fixture ``cifar_dir`` or ``fashion_mnist_dir``
 and is skipped, with the reason in pytest's ``-ra`` summary, when it is absent.
 """
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -167,6 +168,37 @@ def assert_same_under_x64(make):
     assert a.dtype == b.dtype, (a.dtype, b.dtype)
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   return wide
+
+
+#: The events of a jit cache miss: a trace (also when the persistent cache then
+#: serves the compiled program) and a backend compile.
+_NEW_PROGRAM_EVENTS = (
+  "/jax/core/compile/jaxpr_trace_duration",
+  "/jax/core/compile/backend_compile_duration",
+)
+
+
+@contextlib.contextmanager
+def no_new_programs():
+  """Asserts that the ``with`` block traces and compiles nothing (every jit cache hits).
+
+  Counts traces as well as compiles, so a program that the persistent
+  compilation cache would serve still counts as new.
+  """
+  from jax._src import monitoring
+
+  events = []
+
+  def listen(event, duration, **kwargs):
+    if event in _NEW_PROGRAM_EVENTS:
+      events.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    yield events
+  finally:
+    monitoring.unregister_event_duration_listener(listen)
+  assert not events, f"{len(events)} traces or compiles: {sorted(set(events))}"
 
 
 def pytest_collection_modifyitems(config, items):

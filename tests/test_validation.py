@@ -22,6 +22,7 @@ import jaxcal
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 from _cpu_devices import cpu_devices_env
+from conftest import no_new_programs
 
 from jaxcal import data, metrics, report, scores, utility
 from jaxcal._src import calibration_errors as CE
@@ -930,29 +931,61 @@ def _big_probs(seed: int = 0, offset: int = 16) -> tuple[np.ndarray, np.ndarray]
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="host buffers are adopted on the CPU")
-@pytest.mark.parametrize("offset", [0, 16, 48])
+@pytest.mark.parametrize("offset", [0, 16, 48, 4])
 def test_borrowed_rows_read_the_callers_buffer_in_place(offset):
   # numpy's large buffers start 16 bytes past a 64-byte boundary: the block
-  # from the first aligned row is a view of the caller's buffer, which XLA
-  # adopts (same address), the few rows before it and after the last
-  # multiple of 8 are copies. All stay host arrays (the programs transfer them).
+  # from the first aligned row k is a view of the caller's buffer, which XLA
+  # adopts (same address); the other rows (those after the block, then the
+  # k before it) are one copied block, so the blocks hold the rows rotated by
+  # k (shift). With C = 100 floats an aligned row recurs every 4 rows. At
+  # offset 4 no row is aligned (4 + 400 k is never a multiple of 64): the
+  # blocks come from an aligned private copy, k = 0. All stay host arrays.
   p, _ = _big_probs(offset=offset)
   blocks = V._borrowed_rows(p)
-  assert all(isinstance(b, np.ndarray) for b in blocks.parts)
-  rows = [b.shape[0] for b in blocks.parts]
-  assert sum(rows) == p.shape[0] and blocks.shape == p.shape and blocks.dtype == p.dtype
-  np.testing.assert_array_equal(np.concatenate(blocks.parts), p)
-  k = rows[0] if len(rows) > 1 and rows[0] < 64 and offset else 0
-  body = blocks.parts[1 if k else 0]
-  assert body.ctypes.data == p.ctypes.data + k * p.strides[0] and body.base is not None
+  assert len(blocks.parts) == 2 and all(isinstance(b, np.ndarray) for b in blocks.parts)
+  k = int(blocks.shift)
+  assert blocks.shape == p.shape and blocks.dtype == p.dtype
+  np.testing.assert_array_equal(np.concatenate(blocks.parts), np.roll(p, -k, axis=0))
+  body, rest = blocks.parts
+  assert body.ctypes.data % V._ALIGN == 0 and body.shape[0] % V._BORROW_ROWS == 0
   assert jax.device_put(body).unsafe_buffer_pointer() == body.ctypes.data  # adopted, not copied
-  for i, b in enumerate(blocks.parts):
-    if b is not body:
-      assert not np.shares_memory(b, p), i  # the head and tail are copies
-  assert body.shape[0] % V._BORROW_ROWS == 0
-  assert (p.ctypes.data + k * p.strides[0]) % V._ALIGN == 0 and k < 64
-  if offset == 0:
-    assert rows[0] % V._BORROW_ROWS == 0  # aligned already: no head
+  assert not np.shares_memory(rest, p)  # the few other rows are a copy
+  if offset == 4:
+    assert k == 0 and not np.shares_memory(body, p)
+  else:
+    assert k == {0: 0, 16: 3, 48: 1}[offset]
+    assert body.ctypes.data == p.ctypes.data + k * p.strides[0] and body.base is not None
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="host buffers are adopted on the CPU")
+def test_borrowed_rows_compile_once_whatever_the_address():
+  # The blocks' shapes depend on n and the row size only (the rotation is a
+  # program argument): views of one matrix at every alignment share the
+  # programs. Cut where each buffer happened to be aligned, eight views of
+  # one matrix compiled conf_ece 16 times instead of twice. The values are
+  # those of the same rows as a JAX array, per sample in order.
+  p, y = _big_probs(offset=16)
+  views = [(_at(p, off), y) for off in (0, 16, 32, 48, 4, 8)]  # k = 0, 3, 2, 1; copies
+  views += [(_at(np.concatenate([p[:5], p]), 16)[5:], y)]  # a row slice of a larger matrix
+  for q, _ in views:
+    assert V._borrowed_rows(q).parts[0].shape == V._borrowed_rows(p).parts[0].shape
+  expect = {
+    "conf_ece": metrics.conf_ece(jnp.asarray(p), jnp.asarray(y), 15),
+    "ks_ce": metrics.ks_ce(jnp.asarray(p), jnp.asarray(y)),
+    "brier": scores.brier(jnp.asarray(p), jnp.asarray(y), per_sample=True),
+  }
+  calls = {
+    "conf_ece": lambda q, t: metrics.conf_ece(q, t, 15),
+    "ks_ce": metrics.ks_ce,
+    "brier": lambda q, t: scores.brier(q, t, per_sample=True),
+  }
+  for f in calls.values():
+    f(*views[0])  # compiled for these shapes
+  with no_new_programs():
+    got = {name: [f(q, t) for q, t in views] for name, f in calls.items()}
+  for name, outs in got.items():
+    for i, out in enumerate(outs):
+      np.testing.assert_allclose(out, expect[name], rtol=1e-6, atol=1e-9, err_msg=f"{name} {i}")
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="host buffers are lent on the CPU")
@@ -976,13 +1009,12 @@ def test_borrowed_scores_and_their_labels_stay_on_the_host():
 @pytest.mark.parametrize(
   "make",
   [
-    lambda p: _at(p, 4),  # 4 + 400 k is never a multiple of 64: no aligned row
     lambda p: p.astype(np.float16),  # not the compute dtype
     lambda p: np.asfortranarray(p),
     lambda p: p[:, ::2],  # not contiguous
     lambda p: np.ascontiguousarray(p[:1000])[:, ::2],  # small and strided
   ],
-  ids=["no aligned row", "float16", "fortran", "strided", "small strided"],
+  ids=["float16", "fortran", "strided", "small strided"],
 )
 def test_borrowed_rows_decline_what_they_cannot_read_in_place(make):
   p, _ = _big_probs()
@@ -1062,7 +1094,8 @@ def test_borrowed_input_gives_the_value_of_a_copy(name, offset, monkeypatch):
   monkeypatch.setattr(V, "_borrowed_rows", lambda a: lent.append(borrow(a)) or lent[-1])
   got = fn(p, y, **kw)
   on_cpu = jax.default_backend() == "cpu"
-  assert [b is not None for b in lent] == [on_cpu and offset != 4]  # borrowed where it can be
+  # lent on the CPU: at offset 4 (no aligned row) from a private aligned copy
+  assert [b is not None for b in lent] == [on_cpu]
   np.testing.assert_allclose(np.asarray(got), np.asarray(_copied(fn, p, y, **kw)), rtol=2e-6)
   np.testing.assert_array_equal(p, before)  # read, never written
 

@@ -427,13 +427,23 @@ class RowBlocks(NamedTuple):
   works row by row runs on each block instead (:func:`by_rows`). A pytree (a
   jit argument like any tuple of arrays).
 
+  The blocks may hold the rows rotated: with ``shift = k`` their
+  concatenation is rows ``k, ..., n - 1, 0, ..., k - 1`` of the array
+  (``jnp.roll(array, -k, axis=0)``). ``k`` is an argument of the programs,
+  not part of their shapes, so blocks cut where a host buffer happens to be
+  aligned share one program for every address (see
+  ``validation._borrowed_rows``).
+
   Attributes:
     parts: the blocks in order, ``(n_i, ...)`` each with ``n_i >= 1`` and
       ``sum n_i = n``: JAX arrays, or host (numpy) arrays that each jitted
       program taking them transfers with its arguments.
+    shift: ``None`` (the rows in order) or an int32 scalar ``k`` in
+      ``[0, n)``, the array's row that the first block starts with.
   """
 
   parts: tuple[jax.Array | np.ndarray, ...]
+  shift: jax.Array | np.ndarray | None = None
 
   @property
   def shape(self) -> tuple[int, ...]:
@@ -479,20 +489,23 @@ def by_rows(fn: Callable, x: Any, *row_args: Any, join: bool = True) -> Any:
   """
   if not isinstance(x, RowBlocks):
     return fn(x, *row_args)
+  if x.shift is not None:  # the arguments' rows in the blocks' (rotated) order
+    row_args = tuple(None if a is None else jnp.roll(a, -x.shift, axis=0) for a in row_args)
   outs, start = [], 0
   for b in x.parts:
     stop = start + b.shape[0]
     outs.append(fn(b, *(None if a is None else a[start:stop] for a in row_args)))
     start = stop
-  out = RowBlocks(tuple(outs))
+  out = RowBlocks(tuple(outs), x.shift)
   return join_rows(out) if join else out
 
 
 def join_rows(x: Any) -> Any:
   """The whole of :class:`RowBlocks` whose blocks are pytrees of arrays (anything else as it is).
 
-  Concatenates each leaf's blocks along axis 0: meant for per-row results
-  (``(n,)``), not for the ``(n, C)`` blocks themselves.
+  Concatenates each leaf's blocks along axis 0 (and undoes a rotation,
+  ``shift``): meant for per-row results (``(n,)``), not for the ``(n, C)``
+  blocks themselves.
 
   Args:
     x: :class:`RowBlocks` of pytrees of ``(n_i, ...)`` arrays, or any pytree.
@@ -504,7 +517,11 @@ def join_rows(x: Any) -> Any:
     >>> import jax.numpy as jnp
     >>> join_rows(RowBlocks((jnp.array([1, 2]), jnp.array([3])))).tolist()
     [1, 2, 3]
+    >>> join_rows(RowBlocks((jnp.array([2, 3]), jnp.array([1])), shift=1)).tolist()
+    [1, 2, 3]
   """
   if not isinstance(x, RowBlocks):
     return x
-  return jax.tree.map(lambda *bs: jnp.concatenate(bs), *x.parts)
+  if x.shift is None:
+    return jax.tree.map(lambda *bs: jnp.concatenate(bs), *x.parts)
+  return jax.tree.map(lambda *bs: jnp.roll(jnp.concatenate(bs), x.shift, axis=0), *x.parts)

@@ -1131,13 +1131,22 @@ def _borrowed_rows(a: np.ndarray) -> RowBlocks | None:
 
   XLA:CPU adopts a 64-byte-aligned host buffer without copying it, and
   numpy's large buffers start 16 bytes past such a boundary; but from the
-  first row ``k < 64`` that starts on a boundary, ``a[k:]`` is aligned. So
-  the rows before ``k`` and the last ``< 8`` rows are copied (a few KB), and
-  the block between them (a multiple of :data:`_BORROW_ROWS` rows, a view of
-  ``a``) is adopted by each jitted program that takes it as an argument:
-  the copy of the whole matrix (3 ms of a 10 ms single call for 40 MB) is
-  saved. The blocks stay host arrays, transferred by the programs with
-  their other arguments: a ``jax.device_put`` of each costs more (the
+  first row ``k`` that starts on a boundary, ``a[k:]`` is aligned (``k`` is
+  below the period ``P = 64 / gcd(row bytes, 64)``). So the block of rows
+  ``k`` to ``k + M`` (a view of ``a``) is adopted by each jitted program
+  that takes it as an argument, and the other ``n - M`` rows, after it and
+  before it, are copied into a second block (a few KB): the copy of the
+  whole matrix (3 ms of a 10 ms single call for 40 MB) is saved. ``M``, the
+  largest multiple of :data:`_BORROW_ROWS` that fits whatever ``k`` is,
+  depends on ``n`` and the row size only, and the blocks hold the rows
+  rotated by ``k`` (:class:`~jaxcal._src.numerics.RowBlocks` ``shift``, an
+  argument of the programs): one program serves every address. (Cut at
+  ``k``, the block shapes keyed the programs: eight views of one ``(10^5,
+  10)`` matrix compiled ``conf_ece`` 16 times instead of twice.) A buffer
+  with no aligned row (its address not a multiple of ``gcd(row bytes,
+  64)``) is copied into an aligned private buffer and lent with ``k = 0``,
+  the same blocks. The blocks stay host arrays, transferred by the programs
+  with their other arguments: a ``jax.device_put`` of each costs more (the
   first one after a program waits for XLA's workers: 0.23 against 0.04 ms;
   ``brier`` at ``n = 10^5``, ``C = 100`` 2.0 against 2.4 ms in all). The
   blocks alias ``a``: whoever computes on them must wait for the result
@@ -1149,10 +1158,10 @@ def _borrowed_rows(a: np.ndarray) -> RowBlocks | None:
   private copy and ``jax.device_put``).
 
   Returns:
-    :class:`~jaxcal._src.numerics.RowBlocks` of one to three host arrays;
+    :class:`~jaxcal._src.numerics.RowBlocks` of one or two host arrays;
     ``None`` where this does not apply (another backend, a non-float,
-    non-contiguous or non-compute-dtype array, or no aligned row) and the
-    caller makes its usual private copy.
+    non-contiguous or non-compute-dtype array, or too few rows for the
+    copied block to be small) and the caller makes its usual private copy.
   """
   if (
     a.ndim != 2
@@ -1164,15 +1173,16 @@ def _borrowed_rows(a: np.ndarray) -> RowBlocks | None:
     return None
   if a.nbytes < _OWN_COPY:
     return RowBlocks((a,))  # (n >= 1: _matrix rejects an empty one)
-  n, addr, stride = a.shape[0], a.ctypes.data, a.strides[0]
-  k = next((k for k in range(_ALIGN) if (addr + k * stride) % _ALIGN == 0), None)
-  if k is None or (k + _BORROW_ROWS) * stride > a.nbytes // 16:  # the copies would not be small
-    return None  # (else n >= 16 (k + 8): the adopted block has rows)
-  stop = k + (n - k) // _BORROW_ROWS * _BORROW_ROWS
-  parts = (
-    ([np.array(a[:k])] if k else []) + [a[k:stop]] + ([np.array(a[stop:])] if stop < n else [])
-  )
-  return RowBlocks(tuple(parts))
+  n, stride = a.shape[0], a.strides[0]
+  step = math.gcd(stride, _ALIGN)  # aligned rows recur every _ALIGN // step rows
+  body = (n - (_ALIGN // step - 1)) // _BORROW_ROWS * _BORROW_ROWS  # M, whatever k is
+  if body <= 0 or (n - body) * 16 > n:  # the copied block would not be small
+    return None
+  src = a if a.ctypes.data % step == 0 else _aligned_copy(a)  # (no aligned row: our own)
+  k = next(k for k in range(_ALIGN // step) if (src.ctypes.data + k * stride) % _ALIGN == 0)
+  rest = np.concatenate((src[k + body :], src[:k]))  # the rows after the body, then before
+  parts = (src[k : k + body],) + ((rest,) if rest.shape[0] else ())
+  return RowBlocks(parts, np.int32(k))
 
 
 def exact_on_device(a: Any, name: str) -> Any:
