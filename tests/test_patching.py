@@ -14,8 +14,8 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 from _cpu_devices import cpu_devices_env
-from conftest import no_new_programs
 from _reference import uc_sorted
+from conftest import no_new_programs
 
 from jaxcal import recalibrate as R
 from jaxcal import utility as U
