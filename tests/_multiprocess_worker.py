@@ -206,6 +206,22 @@ def main() -> None:
     state = state.update(p[i : i + 64], y[i : i + 64])
   merged = streaming.merge_across_processes(state)
   out["streaming"] = {k: np.asarray(v).tolist() for k, v in merged.compute().items()}
+  # merged again (each evaluation of a training loop): no new program (it
+  # compiled one identity per leaf on every call, 6-10 of them)
+  from jax._src import monitoring
+
+  programs = []
+
+  def listen(event, duration, **kwargs):
+    if event.startswith("/jax/core/compile/"):
+      programs.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    streaming.merge_across_processes(state)
+  finally:
+    monitoring.unregister_event_duration_listener(listen)
+  out["streaming_merge_again"] = len(programs)
   # whole rows kept ((capacity, C) buffers, of different capacities on the two processes)
   full = streaming.Calibration.empty(c, np.array([5, 15]), capacity=p.shape[0], records="full")
   full = streaming.merge_across_processes(full.update(p, y))

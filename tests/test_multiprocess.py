@@ -104,6 +104,7 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
     # the masked (padded) union: float rounding of 1/n only
     np.testing.assert_allclose(r["uc_sweep"], want_uc, rtol=1e-6, atol=1e-7)
     s = r["streaming"]
+    assert r["streaming_merge_again"] == 0
     bins = np.array([5, 15])
     np.testing.assert_allclose(s["conf_ece"], metrics.conf_ece(p, y, bins), atol=1e-6)
     np.testing.assert_allclose(s["classwise_ece"], metrics.classwise_ece(p, y, bins), atol=1e-6)

@@ -968,14 +968,24 @@ def _lin_sums(reports, signals, bin_ids, num_bins, where):
   (u, s), b, wh, ok, count = V.check_arrays(
     {"reports": u, "signals": s}, labels=("bin_ids", bin_ids, int(num_bins)), where=where
   )
+  sums, counts = _lin_bin_sums(u, s, b, wh, int(num_bins))
+  n = float(count) if isinstance(count, int) else count.astype(sums.dtype)  # traced with where
+  return sums, counts, n, ok
+
+
+@functools.partial(jax.jit, static_argnames="num_bins")
+def _lin_bin_sums(u, s, b, wh, num_bins: int) -> tuple[jax.Array, jax.Array]:
+  """Per-bin residual sums ``(num_bins, d)`` and counts of :func:`lin_ce` / :func:`lin_ece`.
+
+  One program (op by op, the accurate segment sum's loop compiled again on
+  every eager call: 0.15 s for a 1 ms computation).
+  """
   r = u - s.astype(u.dtype)
   if wh is not None:
     r = jnp.where(wh[:, None], r, 0.0)
-  sums = segment_sum_accurate(r, b, int(num_bins))  # no drift with n (a float scatter-add has)
+  sums = segment_sum_accurate(r, b, num_bins)  # no drift with n (a float scatter-add has)
   ones = jnp.ones(b.shape, jnp.int32) if wh is None else wh.astype(jnp.int32)
-  counts = jax.ops.segment_sum(ones, b, num_segments=int(num_bins))
-  n = float(count) if isinstance(count, int) else count.astype(sums.dtype)  # traced with where
-  return sums, counts, n, ok
+  return sums, jax.ops.segment_sum(ones, b, num_segments=num_bins)
 
 
 def lin_ce(

@@ -1430,10 +1430,9 @@ def _stack_processes(tree: Any) -> Any:
   rows = NamedSharding(mesh, P("processes"))
   local = first[jax.process_index()]
 
-  def gather(leaf):
+  def slice_of(leaf):
     x = jax.device_put(jnp.asarray(leaf)[None], local)
-    g = jax.make_array_from_process_local_data(rows, x)
-    rep = jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, P()))(g)
-    return rep.addressable_data(0)
+    return jax.make_array_from_process_local_data(rows, x)
 
-  return jax.tree.map(gather, tree)
+  replicated = V.resharder(NamedSharding(mesh, P()))(jax.tree.map(slice_of, tree))
+  return jax.tree.map(lambda rep: rep.addressable_data(0), replicated)

@@ -390,13 +390,8 @@ def placed(x: Any, sharding: NamedSharding) -> Any:
     if x.sharding.is_equivalent_to(sharding, x.ndim):
       return x
     if x.sharding.device_set == sharding.device_set:
-      return _identity(sharding)(x)
+      return V.resharder(sharding)(x)
   return jax.device_put(x, sharding)
-
-
-@functools.cache
-def _identity(sharding: NamedSharding):
-  return jax.jit(lambda a: a, out_shardings=sharding)
 
 
 def _check_devices(devices: Any) -> list[jax.Device]:
