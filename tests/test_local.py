@@ -4,11 +4,16 @@ arXiv:2510.26566)."""
 
 import functools
 import os
+import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+from conftest import no_new_programs
 
 from jaxcal import metrics
 from jaxcal._src.local import _lce_core, _raise_if_nothing_kept, lce, nadaraya_watson
@@ -348,6 +353,27 @@ def test_jit_vmap_and_num_bins_array(data):
   assert np.isnan(np.asarray(out)[:, [0, 2]]).all()
   want = lce_ref(p, y, phi, 5, 20, 2.0)
   np.testing.assert_allclose([float(out.lce[1]), float(out.mlce[1])], want, atol=2e-5)
+
+
+def test_bin_counts_of_one_octave_share_a_program_and_a_traced_count_needs_max_bins(data):
+  # The per-bin arrays were sized at the exact count: each of 9 ... 16
+  # compiled its own program (0.55-1.0 s each); now the bound is the count
+  # rounded up to a power of two, as for every binned metric. The values are
+  # those with the exact bound.
+  p, y, phi = data
+  first = lce(p, y, phi, num_bins=9, bandwidth=2.0, **BLOCKS)
+  with no_new_programs():
+    got = [lce(p, y, phi, num_bins=m, bandwidth=2.0, **BLOCKS) for m in range(10, 17)]
+  for m, out in zip(range(9, 17), [first, *got], strict=True):
+    exact = lce(p, y, phi, num_bins=m, max_bins=m, bandwidth=2.0, **BLOCKS)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(exact), rtol=1e-6, err_msg=str(m))
+  # (at 16 the data's multiples of 1/8 lie on edges, which the authors bin apart)
+  np.testing.assert_allclose(
+    [float(got[-2].lce), float(got[-2].mlce)], lce_ref(p, y, phi, 15, 20, 2.0), atol=2e-5
+  )
+  # a traced count without a bound sized its arrays at n, silently slow: refused as elsewhere
+  with pytest.raises(ValueError, match="num_bins is traced .* pass a static bound"):
+    jax.jit(lambda m: lce(p, y, phi, num_bins=m, bandwidth=2.0, **BLOCKS))(15)
 
 
 def test_calibrated_far_apart_clusters_have_small_lce():

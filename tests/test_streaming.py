@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 import _reference as R
-from conftest import load_cifar
+from conftest import load_cifar, no_new_programs
 
 from jaxcal import metrics, scores, streaming
 from jaxcal._src import binning as B
@@ -264,6 +264,13 @@ def test_records_equal_oneshot(cifar100, kind):
   np.testing.assert_allclose(
     got["conf_ce_corr"], [R.conf_ce_corr(p, y, int(m)) for m in bins], atol=ATOL
   )
+  # one program per octave of the largest count (each count compiled its own)
+  st.compute(np.array([5, 9]))
+  with no_new_programs():
+    octave = [st.compute(np.array([5, m])) for m in range(10, 17)]
+  for m, out in zip(range(10, 17), octave, strict=True):
+    want = metrics.conf_ce(p, y, m, "quantile")
+    np.testing.assert_allclose(out["conf_ce"][1], want, rtol=1e-6, err_msg=str(m))
 
 
 def test_calibration_collection_and_reduce(cifar100):

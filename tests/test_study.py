@@ -22,6 +22,7 @@ from conftest import load_cifar
 import jaxcal
 from jaxcal import metrics, scores, study, utility
 from jaxcal._src import study as study_src
+from jaxcal._src import validation as V
 
 ATOL = 1e-6
 BINS = np.array([2, 5, 15, 40])
@@ -317,7 +318,7 @@ def test_new_bins_array_of_same_length_reuses_the_program(logits):
   assert n_compiles == 0
   np.testing.assert_allclose(res["conf_ece"][1], metrics.conf_ece(p[1], yy[1], [4, 12]), atol=ATOL)
   # a power of two is its own bound (16, not 32: 9 ... 16 share one program)
-  assert [study_src._max_bins_bucket(m) for m in (1, 2, 3, 15, 16, 17)] == [1, 2, 4, 16, 16, 32]
+  assert [V.bucket(m) for m in (1, 2, 3, 15, 16, 17)] == [1, 2, 4, 16, 16, 32]
 
 
 def test_result_conversions(logits):

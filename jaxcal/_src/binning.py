@@ -105,7 +105,6 @@ __all__ = [
   "quantile_bin_of_position",
   "bin_ends",
   "bin_ids",
-  "resolve_max_bins",
   "sample_count",
   "masked_last",
   "fixed_thresholds",
@@ -324,31 +323,6 @@ def quantile_bin_of_position(n_eff: jax.Array, m: jax.Array, size: int) -> jax.A
   m = jnp.asarray(m, jnp.int32)
   nn = jnp.maximum(n_eff, 1)
   return jnp.where(pos <= n_eff, ceil_mul_div(pos, m, nn) - 1, -1)  # ceil(i m / n), 1-based
-
-
-def resolve_max_bins(num_bins, n: int, max_bins: int | None) -> int:
-  """The static bound on the bin count used to size per-bin arrays.
-
-  ``max_bins`` if given; else ``num_bins`` when it is a Python int; else the
-  largest value of a concrete array (1 for an empty one); else ``n`` (a
-  traced bin count with no bound). A traced bin count outside
-  ``[1, max_bins]`` cannot be binned with arrays of static size: the metrics
-  return NaN for it (see ``calibration_errors``).
-  """
-  if max_bins is not None:
-    if (
-      isinstance(max_bins, (bool, np.bool_))
-      or not isinstance(max_bins, (int, np.integer))
-      or max_bins < 1
-    ):
-      raise ValueError(f"max_bins must be a static Python int >= 1, got {max_bins!r}")
-    return int(max_bins)
-  if isinstance(num_bins, int):
-    return num_bins
-  if not isinstance(num_bins, jax.core.Tracer):
-    a = np.asarray(num_bins)
-    return int(a.max()) if a.size else 1
-  return int(n)
 
 
 # --------------------------------------------------------------------------

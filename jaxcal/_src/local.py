@@ -617,7 +617,9 @@ def lce(
       uses training-label priors, uniform on balanced data).
     mlce: ``"weighted"`` (default, the paper's MLCE) or ``"global"`` (the
       single largest ``e_ic``).
-    max_bins: static bound on a traced ``num_bins``.
+    max_bins: static bound on the bin counts (needed for a traced
+      ``num_bins``); default: the largest count rounded up to a power of
+      two, so that counts 9 to 16 share one compiled program.
     from_logits: apply a softmax to ``probs`` first.
     where: optional ``(n,)`` bool mask of the samples to use: the others are
       neither anchors nor neighbours, nor counted in bin sizes (the LCE of
@@ -641,8 +643,11 @@ def lce(
       that is not a finite scalar ``> 0`` (or a bool, or below 1.1e-19 in
       float32), a ``min_bin_size`` that is not an integer ``>= 0`` (or,
       traced, not of an integer dtype), unknown
-      ``mlce``, or no bin of any class holding more than ``min_bin_size``
-      samples (nothing to average: lower ``min_bin_size`` or ``num_bins``).
+      ``mlce``, a traced ``num_bins`` without ``max_bins``, or no bin of
+      any class holding more than ``min_bin_size`` samples (nothing to
+      average: lower ``min_bin_size`` or ``num_bins``). ``block_size`` and
+      ``candidate_block`` must be positive ints, ``candidate_block`` a
+      multiple of ``block_size``.
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -699,16 +704,13 @@ def lce(
       f"candidate_block ({candidate_block}) must be a multiple of block_size ({block_size})"
     )
   w, w_ok = _class_weights_ok(class_weights, p.shape[1], p.dtype)
-  m = V.check_num_bins(num_bins)
-  V.check_max_bins(max_bins)
-  mb = B.resolve_max_bins(m, p.shape[0], max_bins)
+  # the bound: max_bins, or the largest count rounded up to a power of two (one
+  # program per octave, not per count); a traced count needs max_bins
+  bins = V.check_bins(num_bins, "fixed", max_bins)
+  m, mb = bins.m, bins.max_bins
   if isinstance(m, np.ndarray) and m.size == 0:  # as every binned metric: an empty result
     empty = jnp.zeros(m.shape, p.dtype)
     return LocalCalibration(empty, empty)
-  if V.is_concrete(m):
-    mmax = m if isinstance(m, int) else int(np.max(np.asarray(m)))
-    if mmax > mb:
-      raise ValueError(f"num_bins = {mmax} exceeds max_bins = {mb}")
   args = (f, w, mbs_arg, g)
   static = dict(max_bins=mb, block_size=block_size, candidate_block=candidate_block)
   pick = 1 if mlce == "weighted" else 2

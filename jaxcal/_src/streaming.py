@@ -1153,7 +1153,8 @@ class Records(_Streaming):
           f"needs at least that many samples, got {n} records"
         )
     bins = jnp.asarray(counts, jnp.int32)
-    out = _records_compute(self, bins, binning, max(counts))
+    # the bound rounded up to a power of two: counts 9 to 16 share a program
+    out = _records_compute(self, bins, binning, V.bucket(max(counts)))
     return {k: v.reshape(shape) for k, v in out.items()}
 
 

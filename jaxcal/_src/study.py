@@ -899,11 +899,6 @@ def _put(a, sharding: NamedSharding):
   return SW.placed(a, sharding)
 
 
-def _max_bins_bucket(max_bins: int) -> int:
-  """The static bin bound, rounded up to a power of two so new bin arrays reuse the program."""
-  return 1 << max(0, int(max_bins) - 1).bit_length()
-
-
 def _uc_chunk(kind: str, n: int, c: int, local: int, chunk_size: int | None) -> int:
   chunk = chunk_size or SW.default_chunk_size(kind, n, c)
   return SW._balanced_chunk(local, min(int(chunk), local))
@@ -1153,7 +1148,7 @@ def evaluate(
         _put(np.asarray(SW._pad_rows(u.params, -(-u.batch_shape[0] // du) * du)), util_sharding)
         for u in us.values()
       ]
-      max_bins = _max_bins_bucket(B.resolve_max_bins(bins_np, n_rows, None))
+      max_bins = V.bucket(int(bins_np.max()))  # new bin arrays reuse the program
       masked = st.where is not None
       prog = _program(tuple(mets), max_bins, kinds, mesh, masked, bool(from_logits), mreal)
       w = _put(st.where, rows) if masked else np.zeros((), bool)
