@@ -139,6 +139,7 @@ CASES = [
   C("per_sample string", scores.brier, (P, Y), {"per_sample": "no"}, ValueError, r"per_sample must be True or False, got 'no'"),
   C("per_sample int", scores.log_loss, (P, Y), {"per_sample": 0}, ValueError, r"per_sample must be True or False, got 0"),
   C("squared string", metrics.debiased_ce, (P, Y), {"num_bins": 2, "squared": "no"}, ValueError, r"squared must be True or False, got 'no'"),
+  C("debiased count above n and max_bins", metrics.debiased_ce, (P, Y), {"num_bins": 100, "max_bins": 2}, ValueError, r"num_bins = 100 \(as 4: counts above n = 4 act as n\) exceeds max_bins = 2"),
   C("require_simplex None", scores.decompose, (P, Y), {"require_simplex": None}, ValueError, r"require_simplex must be True or False, got None"),
   C("binning unknown", metrics.conf_ece, (P, Y), {"binning": "equal"}, ValueError, r"binning must be one of"),
   C("binning None", metrics.classwise_ce, (P, Y), {"binning": None}, ValueError, r"binning must be one of"),
@@ -213,7 +214,7 @@ CASES = [
   C("resample n float", dominance.resample_indices, (KEY, 2.5, 3), {}, ValueError, r"n must be an integer"),
   C("bootstrap 1 resample", jaxcal.bootstrap.bootstrap, (KEY, jnp.mean, np.arange(5.0)), {"num_resamples": 1}, ValueError, r"num_resamples must be an integer >= 2"),
   # ---- data
-  C("default_predictions split", data.default_predictions, ("x",), {}, ValueError, r"no predictions found; expected arrays named e\.g\. 'x_logits' and 'x_labels'"),
+  C("default_predictions split", data.default_predictions, ("x",), {}, ValueError, r'split must be "test" or "val" for the embedded predictions, got \'x\''),
   C("load_split missing", data.load_split, ("/nonexistent/p.npz", "test"), {}, ValueError, r"predictions not found: /nonexistent/p\.npz"),
   C("synthetic n=0", data.synthetic, (KEY, 0, 3), {}, ValueError, r"n >= 1"),
   C("synthetic n huge", data.synthetic, (KEY, 2**40, 3), {}, ValueError, r"n \* num_classes = 3298534883328 exceeds 2\*\*31 - 1"),
@@ -793,6 +794,22 @@ def test_checked_mode_raises_where_eager_raises_for_traced_arguments(name):
   assert all(np.isnan(v).any() if v.dtype.kind == "f" else (v == -1).all() for v in leaves), name
   with pytest.raises(ValueError, match=msg):
     jaxcal.checked(jax.jit(fn))(*args)
+
+
+@pytest.mark.parametrize("method", ["vector", "platt", "histogram", "dirichlet"])
+def test_checked_mode_raises_for_a_class_without_a_sample_in_a_fit(method):
+  # The traced fit folded a missing class into NaN parameters; checked mode
+  # returned them without raising, where an eager fit raises.
+  z = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+  y = np.arange(40) % 2  # class 2 has no sample
+  msg = rf"recalibration method '{method}' needs every class in the calibration labels"
+  with pytest.raises(ValueError, match=msg):
+    jaxcal.recalibrate.fit(method, z, y)
+  fit = jax.jit(lambda t: jaxcal.recalibrate.fit(method, z, t))
+  assert all(np.isnan(np.asarray(v)).all() for v in jax.tree.leaves(fit(y)) if v.dtype.kind == "f")
+  with pytest.raises(ValueError, match=msg + "; 1 of C = 3 classes have no sample"):
+    jaxcal.checked(fit)(y)
+  jaxcal.checked(fit)(np.arange(40) % 3)  # every class: no error
 
 
 @pytest.mark.parametrize(

@@ -91,6 +91,24 @@ def test_smooth_ece_sits_beside_the_binned_ece_with_its_interval(rep, small):
   assert report.label("smECE") == "smECE" and report.parse_label("smECE")[0].name == "smECE"
 
 
+@pytest.mark.parametrize(
+  "args, message",
+  [
+    (("ECCE", "quantile", 15), "ECCE always uses equal-width bins"),
+    (("ConfECE", None, 0), "num_bins must be an int >= 1 or None, got 0"),
+    (("ConfECE", "fixed", 2.5), "num_bins must be an int >= 1 or None, got 2.5"),
+    (("ConfECE", "equal"), "binning must be 'fixed' or 'quantile'"),
+  ],
+)
+def test_label_refuses_what_parse_label_refuses(args, message):
+  # label("ECCE", "quantile", 15) gave "ECCE(15)" (fixed bins when parsed back) and
+  # label("ConfECE", num_bins=0) "ConfECE(fix;0)"
+  with pytest.raises(ValueError, match=message):
+    report.label(*args)
+  assert report.label("ECCE", "fixed", 15) == "ECCE(15)"
+  assert report.parse_label(report.label("ConfECE", "quantile", np.int64(7)))[1:] == ("quantile", 7)
+
+
 def test_robustness_section_has_bands_and_calibrated_values(rep):
   rob = rep["robustness"]
   bins = rob["num_bins"]

@@ -72,3 +72,15 @@ def test_predict_with_features_matches_the_logits(images):
   logits, feats = train.predict(model, images, with_features=True)
   assert feats.shape == (5, model.feature_dim)
   np.testing.assert_allclose(logits, plain, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(3, 25, 25), (3, 27, 28), (3, 28, 25), (3, 28, 28, 3)])
+def test_the_cnn_refuses_images_of_another_size(shape):
+  # 25 x 25 images give the flattened width of 28 x 28 ones after the strided
+  # convolutions: the CNN returned plausible logits for them
+  model = train.make_model("cnn_s", num_classes=3)
+  with pytest.raises(ValueError, match=r"this CNN takes \(b, 28, 28\) or \(b, 28, 28, 1\) images"):
+    model(jnp.zeros(shape))
+  with pytest.raises(ValueError, match=r"does not take images of shape|this CNN takes"):
+    train.predict(model, np.zeros(shape, np.uint8))
+  assert model(jnp.zeros((3, 28, 28))).shape == model(jnp.zeros((3, 28, 28, 1))).shape == (3, 3)

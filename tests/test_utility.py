@@ -498,6 +498,13 @@ def test_sample_rank_and_decision():
     assert ((counts - 200) ** 2 / 200).sum() < 13.8, counts  # 2 dof: P(chi2 > 13.8) ~ 1e-3
     partitions.add(tuple(map(tuple, groups)))
   assert len(partitions) > 1  # the partition is drawn from the key (a random permutation)
+  # the default: min(10, C) groups (10 refused every C < 10); 10 of 10 classes on CIFAR-100
+  key = jax.random.PRNGKey(7)
+  for c, groups in ((3, 3), (10, 10), (100, 10)):
+    R = -np.asarray(U.sample_misaligned_gain(key, 50, c).params)
+    np.testing.assert_array_equal(
+      R, -np.asarray(U.sample_misaligned_gain(key, 50, c, groups).params)
+    )
 
 
 # ---------------------------------------------------------------- sweeps and families

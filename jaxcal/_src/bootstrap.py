@@ -493,7 +493,8 @@ def bootstrap(
       or ``groups``, arrays of one group with different sample counts, a
       data set with fewer than 2 samples (every resample of one sample is
       that sample: sd 0 and a zero-width interval), ``num_resamples < 2``,
-      an unknown ``method`` or a ``confidence`` outside ``(0, 1)``; and any
+      ``batch_size < 1``, ``jackknife_groups < 2``, an unknown ``method``
+      or a ``confidence`` outside ``(0, 1)``; and any
       error ``fn`` raises while it is traced (with BCa on the jackknife's
       ``n - n // G`` samples too).
 

@@ -347,6 +347,8 @@ def default_predictions(split: str = "test") -> tuple[np.ndarray, np.ndarray]:
   multiclass-to-binary reductions", ICLR, arXiv:2107.08353 (the logits
   published with the paper's code).
   """
+  if split not in ("test", "val"):
+    raise ValueError(f'split must be "test" or "val" for the embedded predictions, got {split!r}')
   return load_predictions(DEFAULT_PREDICTIONS, split=split)
 
 

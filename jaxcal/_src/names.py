@@ -13,6 +13,7 @@ with three significant digits, in scientific notation below ``1e-3`` and from
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from typing import Any, NamedTuple
 
@@ -143,16 +144,27 @@ def label(name: str, binning: str | None = None, num_bins: int | None = None) ->
   Returns:
     The label, as the truthful-calibration paper's Table 1 writes it.
 
+  Raises:
+    ValueError: an unknown name, binning or bin count (not an int ``>= 1``),
+      or quantile bins for ECCE (a label :func:`parse_label` refuses). A
+      metric without bins ignores ``binning`` and ``num_bins``.
+
   Example:
     >>> label("ConfECE", num_bins=15), label("LinCE_cw"), label("Brier")
     ('ConfECE(fix;15)', 'LinCE_cw(qua)', 'Brier')
   """
   m = metric(name)
+  if num_bins is not None and (
+    isinstance(num_bins, bool) or not isinstance(num_bins, numbers.Integral) or num_bins < 1
+  ):
+    raise ValueError(f"num_bins must be an int >= 1 or None, got {num_bins!r}")
   if m.binning is None:
     return m.name
   rule = binning or m.binning
   if rule not in BINNING_ABBREV:
     raise ValueError(f"binning must be 'fixed' or 'quantile', got {rule!r}")
+  if m.name == "ECCE" and rule == "quantile":
+    raise ValueError("ECCE always uses equal-width bins; pass binning='fixed' or None")
   if m.name == "ECCE":  # always equal-width bins: the count is the only qualifier
     return m.name if num_bins is None else f"ECCE({num_bins})"
   inner = BINNING_ABBREV[rule] if num_bins is None else f"{BINNING_ABBREV[rule]};{num_bins}"

@@ -1089,7 +1089,7 @@ class Records(_Streaming):
         "number of samples it is updated with"
       )
     if int(count) == 0:
-      raise ValueError("Records is empty: update it with at least one batch before compute()")
+      raise ValueError("Records is empty: update it with at least one batch first")
     return int(count)
 
   def data(self) -> tuple[jax.Array, jax.Array]:
@@ -1200,8 +1200,8 @@ class Calibration(_Streaming):
   bins as ``conf_ce_corr_fixed``, ``classwise_ce_fixed`` (and
   ``conf_ce_fixed``) from :class:`FixedBins`; the scores and accuracy from
   :class:`Scores`; and, when records are kept, ``conf_ce``,
-  ``conf_ce_corr`` (and ``classwise_ce`` for ``kind="full"``) with their
-  default quantile bins, exactly as the one-shot functions.
+  ``conf_ce_corr`` (and ``classwise_ce`` with ``records="full"``) with
+  their default quantile bins, exactly as the one-shot functions.
 
   Attributes:
     bins: the :class:`FixedBins` state (fixed-bin errors, ``num_bins`` bin

@@ -927,8 +927,10 @@ def evaluate(
   ``confidence_loss``), the score decompositions ``S = MCB - DSC + UNC``
   (``decompose``, ``decompose:normalized``, ``decompose:log``,
   ``decompose:log:normalized``), the worst UC over a finite family
-  (``uc_tce``, ``uc_cwe``, ``uc_topk``, ``uc_comb``), and for each batch of
-  utilities ``U`` the errors ``UC(f, u; S)``, ``u in U`` (``"uc:<name>"``).
+  (``uc_tce``, ``uc_cwe``, ``uc_topk``, ``uc_comb``); and for each batch of
+  ``utilities`` ``U`` the errors ``UC(f, u; S)``, ``u in U``, always
+  computed and stored under the result key ``"uc:<name>"`` (not a name to
+  list in ``metrics``).
   Each number equals the matching one-shot function of :mod:`jaxcal.metrics`,
   :mod:`jaxcal.scores` or :mod:`jaxcal.utility` on that model alone, up to
   float32 rounding; for a UC that rounding can move ties: two samples whose

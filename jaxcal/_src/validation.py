@@ -2423,7 +2423,13 @@ def check_bins(num_bins: Any, binning: str, max_bins: Any, at_most: int | None =
     largest = None
   bound = int(max_bins) if max_bins is not None else bucket(largest)
   if largest is not None and largest > bound:
-    raise ValueError(f"num_bins = {largest} exceeds max_bins = {bound}")
+    shown = str(largest)
+    if at_most is not None:  # name the count the caller gave (n = 60 for 100 read "60")
+      given = check_num_bins(num_bins)
+      given = given if isinstance(given, int) else int(np.max(given))
+      if given != largest:
+        shown = f"{given} (as {largest}: counts above n = {at_most} act as n)"
+    raise ValueError(f"num_bins = {shown} exceeds max_bins = {bound}")
   return BinCounts(m, largest, bound, binning)
 
 

@@ -399,7 +399,14 @@ def prepare_fit(
           f"{missing.size} of C = {c} classes have no sample (classes {shown})"
         )
     else:
-      present = jnp.all(_class_counts(y, c) > 0)
+      counts = _class_counts(y, c)
+      present = jnp.all(counts > 0)
+      V.trace_check(  # checked mode raises as an eager call does (else NaN, below)
+        present,
+        f"recalibration method {method!r} needs every class in the calibration labels; "
+        f"{{k}} of C = {c} classes have no sample",
+        k=jnp.sum(counts == 0),
+      )
       ok = present if ok is None else ok & present
   if ok is not None:
     # A bad data set is fitted as zeros with label 0 (then folded to NaN by

@@ -148,9 +148,17 @@ class CNN(_Backbone):
     self.dropout = nnx.Dropout(dropout)
     self.head = nnx.Linear(hidden, num_classes, rngs=rngs)
     self.feature_dim = hidden
+    self.image_size = image_size
 
   def features(self, x: jax.Array) -> jax.Array:
     h = x[..., None] if x.ndim == 3 else x
+    side = self.image_size
+    if h.ndim != 4 or h.shape[1:] != (side, side, 1):
+      # (25 x 25 images gave the flattened width of 28 x 28 ones: plausible logits)
+      raise ValueError(
+        f"this CNN takes (b, {side}, {side}) or (b, {side}, {side}, 1) images, "
+        f"got shape {tuple(x.shape)}"
+      )
     for conv in self.convs:
       h = jax.nn.relu(conv(h))
     return jax.nn.relu(self.dense(_flat(h)))

@@ -579,7 +579,7 @@ def _aligned(key, m, num_classes, max_off_diagonal):
 
 
 def sample_misaligned_gain(
-  key: jax.Array, m: int, num_classes: int, num_groups: int = 10, gain: float = 0.2
+  key: jax.Array, m: int, num_classes: int, num_groups: int | None = None, gain: float = 0.2
 ) -> Utility:
   """``m`` misaligned (specialist) gain-matrix utilities.
 
@@ -593,7 +593,8 @@ def sample_misaligned_gain(
     key: a JAX PRNG key.
     m: number of utilities, a Python int ``>= 1``.
     num_classes: ``C >= 2``.
-    num_groups: number of label groups, an int in ``[1, C]``; 10 by default.
+    num_groups: number of label groups, an int in ``[1, C]``; by default
+      ``min(10, C)`` (10 groups of 10 classes on CIFAR-100).
     gain: the off-diagonal gain within a group, in ``[0, 1]``; 0.2 by default.
 
   Returns:
@@ -614,6 +615,8 @@ def sample_misaligned_gain(
   Multiclass Calibration*, arXiv:2510.25458, App. C.2 (misaligned class).
   """
   key, m, num_classes = _sampler_args(key, m, num_classes)
+  if num_groups is None:  # (10 refused every C < 10)
+    num_groups = min(10, num_classes)
   num_groups = V.check_int(num_groups, "num_groups", 1)
   if num_groups > num_classes:
     raise ValueError(f"num_groups must lie in [1, {num_classes}], got {num_groups}")
