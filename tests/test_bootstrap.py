@@ -1,6 +1,8 @@
 """jaxcal.bootstrap: intervals against slow numpy loops, coverage with known truth, bands."""
 
 import math
+import pathlib
+import sys
 import warnings
 
 import jax
@@ -8,6 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+from conftest import no_new_programs
 
 from jaxcal import bootstrap as BS
 from jaxcal import data, dominance, metrics, scores
@@ -306,6 +311,20 @@ def test_the_estimate_is_the_eager_statistic_and_the_program_is_reused(small_pre
   size = impl._resampled._cache_size()
   BS.bootstrap(jax.random.key(1), fn, p, y, num_resamples=8)
   assert impl._resampled._cache_size() == size  # same fn and shapes: no new compilation
+  # another confidence level is an argument, not a new program (each level compiled
+  # the summary and interval programs again); the ends are those of interval()
+  for method in ("percentile", "bca"):
+    BS.bootstrap(jax.random.key(1), fn, p, y, num_resamples=8, method=method)
+    BS.interval(r1.estimate, r1.samples, method)
+    with no_new_programs():
+      got = [
+        BS.bootstrap(jax.random.key(1), fn, p, y, num_resamples=8, method=method, confidence=c)
+        for c in (0.5, 0.8, 0.9, 0.99)
+      ]
+      ends = [BS.interval(r1.estimate, r1.samples, method, c) for c in (0.5, 0.9)]
+    lo = [float(r.lo) for r in got]
+    assert lo == sorted(lo, reverse=True) and len(set(lo)) > 1, lo  # wider with the level
+  np.testing.assert_array_equal(ends[0][0], BS.interval(r1.estimate, r1.samples, "bca", 0.5)[0])
 
 
 @pytest.mark.parametrize(

@@ -222,31 +222,41 @@ def _acceleration(*jacks: jax.Array) -> jax.Array:
   return jnp.where(den > 0, num / (6.0 * jnp.where(den > 0, den, 1.0) ** 1.5), 0.0)
 
 
+def _levels(confidence: float) -> np.ndarray:
+  """``(α/2, 1 - α/2, z_{1-α/2})`` of a confidence ``1 - α``, in double precision on the host.
+
+  ``z_{1-α/2}`` as ``-z_{α/2}``: ``1 - α/2`` rounds to 1 in float32 beyond
+  confidence ``1 - 6e-8``. An argument of the programs, not a static value
+  (each confidence level compiled its own interval program, 0.1-0.9 s).
+  """
+  alpha = 1.0 - float(confidence)
+  return np.array([alpha / 2, 1.0 - alpha / 2, -statistics.NormalDist().inv_cdf(alpha / 2)])
+
+
 def _interval(
-  est: jax.Array, s: jax.Array, method: str, confidence: float, a: jax.Array | None
+  est: jax.Array, s: jax.Array, method: str, levels: ArrayLike, a: jax.Array | None
 ) -> tuple[jax.Array, jax.Array]:
   """:func:`interval` without checks: NaN ends for every element with a non-finite input.
 
   ``est`` (shape ``S``) and ``s`` (``(B, *S)``, ``B >= 1``) are float arrays
-  of one dtype (at least float32); ``a`` is ``None`` or broadcasts to ``S``.
-  An element whose estimate, resampled values (or acceleration) are not all
-  finite gets NaN at both ends, never a plausible number: sorting would put
-  NaN last and read a finite lower quantile from the others.
+  of one dtype (at least float32); ``levels`` is :func:`_levels` of the
+  confidence; ``a`` is ``None`` or broadcasts to ``S``. An element whose
+  estimate, resampled values (or acceleration) are not all finite gets NaN
+  at both ends, never a plausible number: sorting would put NaN last and
+  read a finite lower quantile from the others.
   """
   ok = jnp.isfinite(est) & jnp.all(jnp.isfinite(s), axis=0)
   if a is not None:
     ok = ok & jnp.isfinite(a)
-  alpha = 1.0 - confidence
-  # z_{1 - alpha/2} as -z_{alpha/2}, in double precision on the host (confidence is a
-  # Python float): 1 - alpha/2 rounds to 1 in float32 beyond confidence 1 - 6e-8
-  z = jnp.asarray(-statistics.NormalDist().inv_cdf(alpha / 2), s.dtype)
+  levels = jnp.asarray(levels).astype(s.dtype)
+  z = levels[2]
   if method == "normal":
     sd = _std(s)
     lo, hi = est - z * sd, est + z * sd
   else:
     srt = jnp.sort(s, axis=0)
-    q_lo = jnp.full(est.shape, alpha / 2, s.dtype)
-    q_hi = jnp.full(est.shape, 1.0 - alpha / 2, s.dtype)
+    q_lo = jnp.full(est.shape, levels[0], s.dtype)
+    q_hi = jnp.full(est.shape, levels[1], s.dtype)
     if method == "bca":
       num = s.shape[0]
       below = jnp.mean((s < est[None]).astype(s.dtype), axis=0) + 0.5 * jnp.mean(
@@ -271,10 +281,10 @@ def _interval(
   return jnp.where(ok, lo, nan), jnp.where(ok, hi, nan)
 
 
-@functools.partial(jax.jit, static_argnames=("method", "confidence"))
-def _interval_jit(est, s, a, *, method: str, confidence: float):
+@functools.partial(jax.jit, static_argnames="method")
+def _interval_jit(est, s, a, levels, *, method: str):
   """:func:`_interval` as one compiled program (op by op it dispatches tens)."""
-  return _interval(est, s, method, confidence, a)
+  return _interval(est, s, method, levels, a)
 
 
 def _float_pair(estimate: Any, samples: Any) -> tuple[jax.Array, jax.Array]:
@@ -361,7 +371,7 @@ def interval(
       raise ValueError(
         f"acceleration must be a scalar or have the estimate's shape {est.shape}, got {a.shape}"
       )
-  return _interval_jit(est, s, a, method=method, confidence=confidence)
+  return _interval_jit(est, s, a, _levels(confidence), method=method)
 
 
 # --------------------------------------------------------------------------
@@ -587,12 +597,12 @@ def bootstrap(
     batch_size=batch_size,
     jackknife=jackknife,
   )
-  sd, lo, hi = _summary(estimate, samples, jack, method=method, confidence=confidence)
+  sd, lo, hi = _summary(estimate, samples, jack, _levels(confidence), method=method)
   return BootstrapResult(estimate=estimate, sd=sd, lo=lo, hi=hi, samples=samples)
 
 
-@functools.partial(jax.jit, static_argnames=("method", "confidence"))
-def _summary(estimate, samples, jack, *, method: str, confidence: float):
+@functools.partial(jax.jit, static_argnames="method")
+def _summary(estimate, samples, jack, levels, *, method: str):
   """``(sd, lo, hi)`` trees of :func:`bootstrap`: one compiled program for every leaf.
 
   Run op by op, the interval of each leaf dispatched (and compiled) tens of
@@ -603,7 +613,7 @@ def _summary(estimate, samples, jack, *, method: str, confidence: float):
 
   def ends(e, s, a=None):
     e, s = _float_pair(e, s)
-    return _interval(e, s, method, confidence, None if a is None else a.astype(s.dtype))
+    return _interval(e, s, method, levels, None if a is None else a.astype(s.dtype))
 
   if jack is None:
     bounds = tree.tree_map(ends, estimate, samples)
