@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
-from conftest import load_cifar
+from conftest import load_cifar, no_new_programs
 
 import jaxcal
 from jaxcal import metrics, scores, study, utility
@@ -319,6 +319,19 @@ def test_new_bins_array_of_same_length_reuses_the_program(logits):
   np.testing.assert_allclose(res["conf_ece"][1], metrics.conf_ece(p[1], yy[1], [4, 12]), atol=ATOL)
   # a power of two is its own bound (16, not 32: 9 ... 16 share one program)
   assert [V.bucket(m) for m in (1, 2, 3, 15, 16, 17)] == [1, 2, 4, 16, 16, 32]
+
+
+def test_the_same_metrics_in_another_order_share_the_program(logits):
+  # the program's key kept the caller's order: a reordered list compiled it again (1.4-1.8 s)
+  z, y = logits
+  p = np.asarray(jax.nn.softmax(jnp.asarray(z[:2, :128])))
+  names = ["brier", "conf_ece", "classwise_ce"]
+  first = jaxcal.evaluate(p, y[:2, :128], names, num_bins=15)
+  with no_new_programs():
+    again = jaxcal.evaluate(p, y[:2, :128], names[::-1], num_bins=15)
+  assert list(again.values) == names[::-1]
+  for k in names:
+    np.testing.assert_array_equal(again.values[k], first.values[k])
 
 
 def test_result_conversions(logits):

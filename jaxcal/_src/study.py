@@ -21,7 +21,11 @@ program, not constants: a new array of the same length whose largest
 count rounds up to the same power of two (the static ``max_bins``) reuses
 it, and the utility values are checked inside it. The data are validated once per stack
 (one fused reduction); so a study compiles two programs per (``C``, size),
-and a second call with the same shapes compiles nothing.
+and a second call with the same shapes compiles nothing. A stack ``(M, n,
+C)`` is run as it is, without the padding copy, so it compiles for its own
+``n``: stacks of other sizes compile again, where a list of the same models
+shares the bucket. The program's key orders the metrics by name, so the same
+metrics asked in another order share it.
 
 How it shards. The program runs under ``jax.shard_map`` on a
 ``Mesh(("models", "utilities"))`` (default: every device; the ``"models"``
@@ -943,8 +947,9 @@ def evaluate(
     predictions: a stack ``(M, n, C)``, one ``(n, C)`` array, a list of
       ``(n_i, C_i)`` arrays, or a dict name -> ``(n_i, C_i)`` array;
       probabilities, or logits with ``from_logits=True``. Models with
-      different ``C`` are evaluated in separate groups; different ``n`` are
-      padded to shared size buckets and masked.
+      different ``C`` are evaluated in separate groups; in a list or dict,
+      different ``n`` are padded to shared size buckets and masked (a stack
+      runs unpadded: one program per ``n``).
     labels: ``(M, n)`` or ``(n,)`` (shared) for a stack; a list (or one
       ``(n,)`` array shared by all) for a list; a dict or one array for a dict.
     metrics: metric names (default :data:`DEFAULT_METRICS`); see above.
@@ -1152,7 +1157,9 @@ def evaluate(
       ]
       max_bins = V.bucket(int(bins_np.max()))  # new bin arrays reuse the program
       masked = st.where is not None
-      prog = _program(tuple(mets), max_bins, kinds, mesh, masked, bool(from_logits), mreal)
+      # metrics in a canonical order: the same set in another order shares the program
+      canon = tuple(sorted(mets, key=lambda mt: mt.name))
+      prog = _program(canon, max_bins, kinds, mesh, masked, bool(from_logits), mreal)
       w = _put(st.where, rows) if masked else np.zeros((), bool)
       bins_d = _put(bins_np, NamedSharding(mesh, P()))
       args = (_put(st.x, rows), _put(st.y, rows), w, bins_d, *params)
