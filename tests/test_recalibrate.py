@@ -11,6 +11,7 @@ The other CIFAR models are checked by experiments/recalibrator_defaults.py.
 """
 
 import functools
+import inspect
 import itertools
 import json
 import os
@@ -32,6 +33,9 @@ from jaxcal import data
 from jaxcal._src.recal.base import METHODS
 from jaxcal._src.recal.scaling import logistic_newton
 from jaxcal.scores import brier, classification_error, decompose, log_loss
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # --import-mode=importlib
+from conftest import FAST_COMPILE_FLAGS
 
 #: The methods of this file: the scaling and class-wise families of the method table.
 MINE = tuple(m for m, row in METHODS.items() if row.module in ("scaling", "binning_methods"))
@@ -659,6 +663,69 @@ def test_histogram_bins_beyond_int32_products_are_exact():
   np.testing.assert_array_equal(
     np.asarray(rc(np.stack([1 - s, s], 1)))[:, 1], freq[b].astype(np.float32)
   )
+
+
+def _big_tie_column():
+  """``n = 2**24 + 2**16 + 8`` scores: 8 distinct, then a tie group at 1; labels 90 % ones."""
+  n = 2**24 + 2**16 + 8
+  s = np.ones(n, np.float32)
+  s[:8] = np.arange(1, 9, dtype=np.float32) / 10
+  return s, (np.arange(n) % 10 != 0).astype(np.float32)
+
+
+def test_histogram_counts_a_bin_of_more_than_2_to_the_24_samples_exactly():
+  # the per-bin counts were float32 scatter-adds, which stop at 2**24: a tie group of
+  # saturated scores (softmax exactly 1) past 2**24 samples got the frequency
+  # 0.90352 for 0.9 (the hits over a count stuck at 2**24). One column through the
+  # jitted per-class core (_fit_hb: fit_histogram without validation), in a process
+  # with XLA's default optimisation (the suite's fast-compile flags run these
+  # 2**24-element sorts and searches about 3 times slower): 1.2 GB peak, about 5 s.
+  code = inspect.getsource(_big_tie_column) + (
+    "import json, numpy as np, jax.numpy as jnp\n"
+    "from jaxcal._src.recal.binning_methods import _fit_hb\n"
+    "s, t = _big_tie_column()\n"
+    "th, vals = _fit_hb(jnp.asarray(s)[:, None], jnp.asarray(t)[:, None], 2)\n"
+    "print(json.dumps([np.asarray(th).tolist(), np.asarray(vals).tolist()]))\n"
+  )
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+  env["XLA_FLAGS"] = " ".join(
+    f for f in env.get("XLA_FLAGS", "").split() if f not in FAST_COMPILE_FLAGS
+  )
+  out = subprocess.run(
+    [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, env=env
+  )
+  assert out.returncode == 0, out.stderr
+  th, vals = json.loads(out.stdout.strip().splitlines()[-1])
+  # independent float64 reference of the bin rule max(ceil((r - 1) m / n), 1)
+  s, t = _big_tie_column()
+  n, m = len(s), 2
+  u, size = np.unique(s, return_counts=True)
+  a = 2 * (np.cumsum(size) - size) + size - 1  # 2 (average rank - 1) of each distinct score
+  b = (np.maximum(-(-a * m // (2 * n)), 1) - 1)[np.searchsorted(u, s)]
+  cnt = np.bincount(b, minlength=m)
+  assert cnt.max() > 2**24
+  want = np.bincount(b, weights=t, minlength=m) / cnt
+  np.testing.assert_allclose(vals[0], want, rtol=2e-7)
+  assert th == [[1.0]]
+
+
+def test_histogram_with_one_bin_is_the_class_frequency(tmp_path):
+  # num_bins=1 (allowed by the docstring's [1, n]) raised ZeroDivisionError: the
+  # (C, 0) thresholds could not go through map_columns
+  z, y = _synthetic(n=50, c=3)
+  freq = np.bincount(y, minlength=3) / len(y)
+  for normalize in (False, True):
+    rc = R.fit_histogram(z, y, num_bins=1, normalize=normalize)
+    assert rc.thresholds.shape == (3, 0)
+    np.testing.assert_allclose(np.asarray(rc.values)[:, 0], freq, rtol=1e-6)
+    # every input maps to the class frequencies (they sum to one: normalising keeps them)
+    q = np.asarray(rc(_synthetic(n=7, c=3, seed=1)[0]))
+    np.testing.assert_allclose(q, np.broadcast_to(freq, (7, 3)), rtol=1e-6)
+  path = tmp_path / "hb1.npz"
+  R.save(rc, path)
+  np.testing.assert_array_equal(np.asarray(R.load(path).values), np.asarray(rc.values))
+  traced = jax.jit(lambda z, y: R.fit_histogram(z, y, num_bins=1).values)(z, y)
+  np.testing.assert_allclose(np.asarray(traced)[:, 0], freq, rtol=1e-6)
 
 
 def test_global_isotonic_is_one_map_on_all_pairs(c10):

@@ -96,21 +96,28 @@ def _hb_one(p: jax.Array, t: jax.Array, m: int):
   a = left + right - 1  # 2 * (average rank - 1)
   # 0-based bin ceil(a m / 2n) - 1, exact (a * m overflowed int32 once 2 n m > 2**31)
   b = jnp.maximum(B.ceil_mul_div(a, m, 2 * n), 1) - 1
-  cnt = jax.ops.segment_sum(jnp.ones_like(t), b, num_segments=m)
-  hits = jax.ops.segment_sum(t, b, num_segments=m)
+  # integer counts: float32 scatter-adds of ones stop at 2**24 (a bin of more samples, e.g.
+  # a tie group of saturated softmax scores, got a wrong frequency); t is the 0/1 one-hot
+  cnt = jax.ops.segment_sum(jnp.ones(b.shape, jnp.int32), b, num_segments=m)
+  hits = jax.ops.segment_sum((t > 0).astype(jnp.int32), b, num_segments=m)
   mins = jax.ops.segment_min(p, b, num_segments=m)  # +inf for empty bins
-  freq = jnp.where(cnt > 0, hits / jnp.where(cnt > 0, cnt, 1), 0)
+  dt = p.dtype
+  freq = jnp.where(cnt > 0, hits.astype(dt) / jnp.maximum(cnt, 1).astype(dt), 0)
   # an empty bin holds the next non-empty bin's frequency: for bin 1 (a tie group at the
   # bottom ranked past it) that is the value of scores below every calibration score
   nxt = jax.lax.cummin(jnp.where(cnt > 0, jnp.arange(m), m - 1), reverse=True)
   values = freq[nxt]
-  thresholds = jax.lax.cummin(jnp.where(cnt[1:] > 0, mins[1:], jnp.inf), reverse=True)
+  # bins 2..m's thresholds, padded with a trailing +inf to length m (not m - 1, an empty
+  # axis for m = 1 that map_columns cannot batch); _fit_hb drops the pad
+  lo = jnp.concatenate([jnp.where(cnt[1:] > 0, mins[1:], jnp.inf), jnp.full((1,), jnp.inf, dt)])
+  thresholds = jax.lax.cummin(lo, reverse=True)
   return thresholds, values
 
 
 @functools.partial(jax.jit, static_argnames=("m",))
 def _fit_hb(p, onehot, m):
-  return map_columns(lambda pc, tc: _hb_one(pc, tc, m), p, onehot)
+  th, vals = map_columns(lambda pc, tc: _hb_one(pc, tc, m), p, onehot)
+  return th[:, : m - 1], vals
 
 
 def fit_histogram(
