@@ -652,3 +652,100 @@ def test_bin_ids_of_a_bad_score_under_jit_are_all_minus_one():
       np.testing.assert_array_equal(out, -1)
       with pytest.raises(ValueError, match=r"non-finite values .* scores\[2\]"):
         bin_ids(t, 2, binning)
+
+
+def test_exact_engine_refuses_rows_of_2_30_samples_with_a_clear_message():
+  """F4: a row of n >= 2**30 samples gave Python's 'negative shift count' at trace time
+  (a limb of width -1); now every float32 binned error (one-shot and FixedBins.update)
+  raises a ValueError naming the limit and the way out, and n = 2**30 - 1 still traces.
+  Abstract inputs (jax.eval_shape): nothing is allocated."""
+  from jaxcal import streaming
+
+  def errors(n):
+    p = jax.ShapeDtypeStruct((n, 2), jnp.float32)
+    y = jax.ShapeDtypeStruct((n,), jnp.int32)
+    state = streaming.FixedBins.empty(2, num_bins=15)
+    fns = {
+      "conf_ece fixed": lambda p, y: metrics.conf_ece(p, y),
+      "conf_ece quantile": lambda p, y: metrics.conf_ece(p, y, binning="quantile"),
+      "classwise_ece": lambda p, y: metrics.classwise_ece(p, y),
+      "FixedBins.update": lambda p, y: state.update(p, y).conf_hi,
+    }
+    return fns, (p, y)
+
+  fns, args = errors(2**30)
+  for fn in fns.values():
+    with pytest.raises(ValueError, match=r"at most 2\*\*30 - 1 = 1,073,741,823 samples per row"):
+      jax.eval_shape(fn, *args)
+  with pytest.raises(ValueError, match=r"jaxcal\.streaming\.FixedBins"):
+    B._layout(2**30)
+  fns, args = errors(B.MAX_EXACT_SAMPLES)
+  for name in ("conf_ece fixed", "conf_ece quantile"):
+    assert jax.eval_shape(fns[name], *args).shape == (), name
+
+
+def test_exact_engine_sums_of_2_29_to_2_30_samples_fit_in_int32(monkeypatch):
+  """F4: from 2**29 samples the top limb was q >> 29, and a residual sum below -2**31
+  (n near 2**30 scores near -2 with bits 1) wrapped around in int32: a wrong sum, silently.
+  n equal samples are summed as n times one sample's parts (no allocation)."""
+  from fractions import Fraction
+
+  def exact(s, b):  # sum over samples of round(s 2**29) 2**-29 - b
+    q = np.round(np.asarray(s, np.float64) * 2.0**29).astype(np.int64)
+    return sum(Fraction(int(v), 2**29) for v in q) - int(np.sum(b))
+
+  cases = [(-1.9, 1), (np.float32(-1.9999999), 1), (np.float32(1.9999999), 0), (0.7, 1), (0.3, 0)]
+  for n in (2**29, 715_827_883, B.MAX_EXACT_SAMPLES):
+    layout = B._layout(n)
+    for s, b in cases:
+      one = np.asarray(B._parts(B._words(jnp.float32([s]), jnp.array([bool(b)])), layout))[0]
+      total = one.astype(np.int64) * n
+      assert np.all(np.abs(total) < 2**31)  # the summed parts themselves fit
+      parts = jnp.asarray(total.astype(np.int32))
+      want = n * exact([np.float32(s)], [b])
+      assert sum(Fraction(float(t)) for t in B._parts_to_terms(parts, layout)) == want, (n, s)
+      got = float(B._parts_to_residual(parts, layout))
+      ulp = abs(float(np.spacing(np.float32(float(want)))))
+      assert abs(Fraction(got) - want) <= 2 * ulp, (n, s)  # within 2 ulp, as documented
+
+  # the layout of the largest rows, on random samples in (-2, 2): exact sums
+  rng = np.random.default_rng(60)
+  big = B._layout(B.MAX_EXACT_SAMPLES)
+  s = rng.uniform(-1.9999, 1.9999, 300).astype(np.float32)
+  b = rng.random(300) < 0.5
+  parts = jnp.sum(B._parts(B._words(jnp.asarray(s), jnp.asarray(b)), big), axis=0)
+  assert sum(Fraction(float(t)) for t in B._parts_to_terms(parts, big)) == exact(s, b)
+
+  # ... and through the engine (edges, sort, FixedBins' exact terms): the default layout's sums
+  from jaxcal._src import streaming as S
+
+  p = jnp.asarray(rng.dirichlet(np.ones(3), 500).astype(np.float32))
+  y = jnp.asarray(rng.integers(0, 3, 500))
+  thr = jnp.asarray(S.interval_thresholds(7))
+  s, b, ones = jnp.asarray(s), jnp.asarray(b), jnp.ones(500, bool)
+
+  def run():  # fresh functions: traced anew, with whatever _layout is now
+    out = [
+      jax.jit(lambda bn=bn, mt=mt: B.binned_residual_sums(s, b, 7, bn, 8, method=mt))()
+      for bn, mt in (("fixed", "edges"), ("fixed", "sort"), ("quantile", "sort"))
+    ]
+    terms, counts, _ = jax.jit(lambda: S._interval_residual_sums(p, None, y, ones, thr))()
+    sums = [sum(Fraction(float(t)) for t in ts) for ts in zip(*(np.ravel(t) for t in terms))]
+    return out, sums, np.asarray(counts)
+
+  want = run()
+  original = B._layout
+  calls = []
+
+  def largest(n, bit=True, count=False):
+    calls.append(n)
+    return original(B.MAX_EXACT_SAMPLES, bit, count)
+
+  monkeypatch.setattr(B, "_layout", largest)
+  got = run()
+  assert calls.count(300) == 3 and 500 in calls  # every path traced anew with it
+  for g, w in zip(got[0], want[0]):
+    np.testing.assert_array_equal(np.asarray(g.counts), np.asarray(w.counts))
+    np.testing.assert_allclose(np.asarray(g.sums), np.asarray(w.sums), rtol=1e-6, atol=1e-7)
+  assert got[1] == want[1]  # the streaming terms sum exactly to the same
+  np.testing.assert_array_equal(got[2], want[2])

@@ -474,3 +474,40 @@ def test_row_groups_of_the_sorts_equal_one_group(monkeypatch, targets):
     x[0].astype(np.float64), y[0].astype(np.float64), None if w is None else w[0]
   )
   np.testing.assert_allclose(np.asarray(one.fitted[0]), want, atol=1e-5)
+
+
+def test_fits_of_many_rows_past_2_31_positions_trace():
+  """F5: level 2 indexes the blocks of all rows of one call by flat int32 positions, and
+  8 classes of 2**28 samples (map_columns' batch, decompose's class-wise fits) raised an
+  OverflowError at trace time; the rows now go in groups below 2**31 positions. A single
+  row past the limit gets a clear ValueError. Abstract inputs: nothing is allocated."""
+  n = 2**28
+  cols = jax.ShapeDtypeStruct((n, 8), jnp.float32)
+  out = jax.eval_shape(lambda a, b: I.isotonic_fit_columns(a, b).fitted, cols, cols)
+  assert out.shape == (8, n)
+  out = jax.eval_shape(lambda a, b: I.isotonic_fit_columns(a, b, a[:, 0]).fitted, cols, cols)
+  assert out.shape == (8, n)
+  rows = jax.ShapeDtypeStruct((8, n), jnp.float32)
+  assert jax.eval_shape(jax.vmap(isotonic_regression), rows, rows).shape == (8, n)
+
+  most = 2**31 - 256  # whole chunks of 256 positions within 2**31 - 1
+  one = jax.ShapeDtypeStruct((most,), jnp.float32)
+  assert jax.eval_shape(isotonic_regression, one, one).shape == (most,)
+  one = jax.ShapeDtypeStruct((most + 1,), jnp.float32)
+  with pytest.raises(ValueError, match=r"at most 2,147,483,392 samples per data set"):
+    jax.eval_shape(isotonic_regression, one, one)
+
+
+def test_rows_in_groups_of_flat_positions_equal_one_group(monkeypatch):
+  """The row groups that keep level 2's flat positions in int32 give the one-call fits,
+  bit for bit (weighted: the weights are split with the rows)."""
+  rng = np.random.default_rng(61)
+  x = np.round(rng.random((7, 300)), 2).astype(np.float32)  # ties
+  y = (rng.random(x.shape) < x).astype(np.float32)
+  w = rng.random(x.shape).astype(np.float32)
+  args = [jnp.asarray(a) for a in (x, y, w)]
+  one = jax.jit(lambda *a: I._fit_batched(*a))(*args)
+  monkeypatch.setattr(I, "MAX_FLAT_POSITIONS", 2 * 512)  # 2 rows of 512 padded positions
+  got = jax.jit(lambda *a: I._fit_batched(*a))(*args)  # a new function: traced anew
+  for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -748,11 +748,13 @@ def _float_residual_sums(s, b, m, binning, max_bins, sign, method, where):
 # (-2**30, 2**30) (exact for |s| >= 2**-6; otherwise within 2**-30). q is cut
 # into "limbs": low limbs of at most `w` bits (non-negative) and a signed top
 # limb q >> top, with `w` and `top` chosen from n so that every limb summed
-# over all n samples fits in int32. A sample's contribution is the int32
-# vector [top limb, low limbs..., bit (, 1)], and every sum of contributions
-# is exact. A bin (or prefix) has residual sum
+# over all n samples fits in int32 (n < 2**30: MAX_EXACT_SAMPLES, _layout).
+# A sample's contribution is the int32 vector [top limb, low limbs..., bit
+# (, 1)], and every sum of contributions is exact. A bin (or prefix) has
+# residual sum
 #   sum(s) - sum(b) = ((T - B 2**(29 - top)) 2**top + sum_k L_k 2**off_k) 2**-29
-# after the low limbs L are normalised (carries moved up into the top T).
+# after the low limbs L are normalised (carries moved up into the top T, and
+# the bits taken off it: _normalised_limbs).
 
 _FRAC_BITS = 29
 _KEY_BASE = 0x40000000  # float_to_key of -2.0 (exclusive) .. 2.0: keys in [BASE, 3 BASE)
@@ -782,19 +784,48 @@ class _Layout(NamedTuple):
     return 1 + len(self.widths) + self.bit + self.count
 
 
+#: Most samples per row of the exact integer engine (float32 scores): its
+#: limbs of a sum over ``n >= 2**30`` samples would not fit in int32
+#: (:func:`_layout`).
+MAX_EXACT_SAMPLES = 2**30 - 1
+
+
 @functools.cache
 def _layout(n: int, bit: bool = True, count: bool = False) -> _Layout:
-  """The limb layout for sums over up to ``n`` samples.
+  """The limb layout for sums over up to ``n`` samples (static).
 
-  Low limbs of ``w = min(15, 31 - bitlen(n))`` bits sum to less than
-  ``n 2**w < 2**31``; the top limb starts at or above ``bitlen(n)``, so
-  ``|q >> top| n < 2**30`` and subtracting the bits keeps it in int32. As
-  few limbs as that allows: 2 low limbs up to ``n = 2**22``.
+  Every float32 caller of the engine gets its layout here, so this is where
+  a row of more than :data:`MAX_EXACT_SAMPLES` samples is refused, with a
+  ``ValueError`` at trace time.
+
+  Exactness (``nb = bitlen(n) <= 30``, ``q`` in ``(-2**30, 2**30)``): low
+  limbs of ``w = min(15, 31 - nb) >= 1`` bits sum over at most ``n < 2**nb``
+  samples to at most ``n (2**w - 1)``, and with the carry from the limb below
+  (less than ``n``) to less than ``n 2**w < 2**31``. The top limb starts at
+  ``top >= nb`` (``top = min(max(29, nb), low w)`` with ``low w >= nb``), so
+  its sum is at most ``n 2**(30 - top) < 2**30`` in size. Up to ``top = 29``
+  the bits ``B 2**(29 - top) < 2**29`` come off the top in int32. At ``nb =
+  30`` (``2**29 <= n < 2**30``) the top limb is ``q >> 30`` (``top = 30``,
+  30 one-bit low limbs): a unit of the top is 2, and the residual sum in
+  ``(-3n, 2n)`` would not fit in int32 in units of 1 (with ``top = 29``,
+  ``n`` scores near -2 with bits 1 wrapped past ``-2**31``); the bits come
+  off as ``B >> 1`` from the top and ``B & 1`` from the one-bit limb at
+  offset 29, leaving a top in ``[-1.5 n - 1, n)``.
+
+  As few limbs as that allows: 1 low limb below ``n = 2**15``, 2 below
+  ``2**20``, 3 below ``2**23``, 30 from ``2**29``.
   """
+  if n > MAX_EXACT_SAMPLES:
+    raise ValueError(
+      f"the binned errors' exact float32 engine sums at most 2**30 - 1 = {MAX_EXACT_SAMPLES:,} "
+      f"samples per row (in int32 limbs), got {n:,}: split the samples into batches of at "
+      "most that size and combine them with jaxcal.streaming.FixedBins (every fixed-bin "
+      "error, exactly), or pass float64 scores with 64-bit JAX on (jax.enable_x64(True))"
+    )
   nb = max(int(n), 1).bit_length()
-  w = max(1, min(15, 31 - nb))
+  w = min(15, 31 - nb)
   low = max(1, -(-nb // w))
-  top = min(_FRAC_BITS, low * w)
+  top = min(max(_FRAC_BITS, nb), low * w)
   widths = [w] * (low - 1) + [top - w * (low - 1)]
   return _Layout(tuple(widths), top, bit, count)
 
@@ -862,7 +893,13 @@ def _normalised_limbs(parts: jax.Array, layout: _Layout) -> tuple[jax.Array, lis
     else:
       top = top + carry
   if layout.bit:
-    top = top - (parts[..., 1 + len(layout.widths)] << (_FRAC_BITS - layout.top))
+    bits = parts[..., 1 + len(layout.widths)]
+    if layout.top <= _FRAC_BITS:
+      top = top - (bits << (_FRAC_BITS - layout.top))
+    else:  # top = 30 (n >= 2**29, see _layout): B 2**29 = (B >> 1) 2**30 + (B & 1) 2**29
+      rest = low[-1] - (bits & 1)  # the one-bit limb at offset 29, less B & 1: in {-1, 0, 1}
+      low[-1] = rest & 1
+      top = top - (bits >> 1) + (rest >> 1)  # in [-1.5 n - 1, n): fits in int32
   return top, low
 
 
@@ -1363,6 +1400,12 @@ def binned_residual_sums(
     input: the fixed-bin histograms loop over chunks of samples
     (:data:`EDGE_CHUNK_ELEMENTS`), the sorts over chunks of rows
     (:data:`ROW_CHUNK_ELEMENTS`).
+
+  Raises:
+    ValueError: float32 (or narrower) rows of more than
+      :data:`MAX_EXACT_SAMPLES` (``2**30 - 1``) samples, at trace time: the
+      exact engine's int32 limbs would not hold their sums (stream them in
+      batches with :class:`jaxcal.streaming.FixedBins`, or use float64).
 
   Reference: Lu, Wu, Hartline and Hu (2025), "Truthful Calibration Errors
   for Multi-Class Prediction", arXiv:2510.06388, §2 (binning rules) and §3

@@ -42,7 +42,8 @@ the rows into one group per CPU core
 the PAV loops do not (XLA:CPU ran loops of separate groups one after another,
 so they run once over all rows). Block sums are accumulated in order in the input
 dtype, as PAV does: float32 inputs give float32 fits (for 0/1 targets with
-unit weights the sums are exact integers); enable x64 (``with
+unit weights the sums are exact integers up to blocks of ``2**24`` samples;
+a larger block's mean was within 5.4e-8 of scikit-learn's); enable x64 (``with
 jax.enable_x64(True):``) for agreement with scikit-learn's float64 fit to
 ~1e-15. No reverse-mode derivative (``custom_vmap``).
 """
@@ -422,10 +423,47 @@ def _fit_rows(x: jax.Array, y: jax.Array, w: jax.Array | None) -> _Core:
   return _Core(value_at(float_to_key(x)), sorted_x, value_at(skey))
 
 
+#: Most entries (rows times padded samples) of one :func:`_fit_rows` call: level
+#: 2 addresses the blocks of all its rows by flat int32 positions
+#: (:func:`_row_blocks`, ``rows * n`` the dropped one).
+MAX_FLAT_POSITIONS = 2**31 - 1
+
+
+def _padded_length(n: int) -> int:
+  """Positions per row of level 1 and 2: ``n`` rounded up to whole chunks."""
+  size = max(min(CHUNK, n), 1)
+  return -(-n // size) * size
+
+
 def _fit_batched(x, y, w=None):
-  """:func:`_fit_rows` over any leading axes (its sorts split the rows per CPU core)."""
+  """:func:`_fit_rows` over any leading axes (its sorts split the rows per CPU core).
+
+  The rows go to :func:`_fit_rows` in as few equal groups as keep each
+  group's rows times padded samples within :data:`MAX_FLAT_POSITIONS` (8
+  classes of ``2**28`` samples: two groups of 4); a single row beyond it
+  (more than ``2**31 - 256`` samples) is refused at trace time.
+  """
   lead, n = x.shape[:-1], x.shape[-1]
-  out = _fit_rows(*(a.reshape((-1, n)) if a is not None else None for a in (x, y, w)))
+  padded = _padded_length(n)
+  if padded > MAX_FLAT_POSITIONS:
+    most = MAX_FLAT_POSITIONS // CHUNK * CHUNK
+    raise ValueError(
+      f"an isotonic fit takes at most {most:,} samples per data set (int32 positions), got "
+      f"{n:,}: fit a subsample, or merge equal x into one point each (weight: their total "
+      "weight, y: their weighted mean), which gives the same fit"
+    )
+  flat = [a.reshape((-1, n)) if a is not None else None for a in (x, y, w)]
+  rows = flat[0].shape[0]
+  groups = -(-rows // max(MAX_FLAT_POSITIONS // padded, 1))
+  if groups <= 1:
+    out = _fit_rows(*flat)
+  else:
+    size = -(-rows // groups)
+    parts = [
+      _fit_rows(*(a[i : i + size] if a is not None else None for a in flat))
+      for i in range(0, rows, size)
+    ]
+    out = jax.tree.map(lambda *o: jnp.concatenate(o), *parts)
   return jax.tree.map(lambda o: o.reshape(lead + (n,)), out)
 
 
