@@ -138,6 +138,7 @@ CASES = [
   C("from_logits int", scores.brier, (P, Y), {"from_logits": 1}, ValueError, r"from_logits must be True or False, got 1"),
   C("per_sample string", scores.brier, (P, Y), {"per_sample": "no"}, ValueError, r"per_sample must be True or False, got 'no'"),
   C("per_sample int", scores.log_loss, (P, Y), {"per_sample": 0}, ValueError, r"per_sample must be True or False, got 0"),
+  C("bin_ids quantile above the selected n", metrics.bin_ids, (np.array([0.3, 0.1, 0.3, 0.2, 0.9, 0.7]), 4, "quantile"), {"where": np.array([1, 1, 1, 0, 0, 0], bool)}, ValueError, r"num_bins = 4 needs at least that many samples, got n = 3 selected by where"),
   C("squared string", metrics.debiased_ce, (P, Y), {"num_bins": 2, "squared": "no"}, ValueError, r"squared must be True or False, got 'no'"),
   C("debiased count above n and max_bins", metrics.debiased_ce, (P, Y), {"num_bins": 100, "max_bins": 2}, ValueError, r"num_bins = 100 \(as 4: counts above n = 4 act as n\) exceeds max_bins = 2"),
   C("require_simplex None", scores.decompose, (P, Y), {"require_simplex": None}, ValueError, r"require_simplex must be True or False, got None"),

@@ -599,10 +599,14 @@ def bin_ids(
   n = s.shape[0]
   w = None if where is None else _check_where(where, n)
   V.check_values(s, "scores", where=w)  # eager: raises for a selected NaN / inf
-  if binning == "quantile" and V.is_concrete(mm) and int(mm) > n:
-    raise ValueError(
-      f"quantile binning with num_bins = {int(mm)} needs at least that many samples, got n = {n}"
-    )
+  if binning == "quantile" and V.is_concrete(mm, w):
+    # the selected samples, as every quantile-binned metric counts them (one scalar read)
+    k = n if w is None else int(jnp.sum(w, dtype=jnp.int32))
+    if int(mm) > k:
+      raise ValueError(
+        f"quantile binning with num_bins = {int(mm)} needs at least that many samples, got "
+        f"n = {k}" + (" selected by where" if w is not None else "")
+      )
   m = jnp.asarray(mm, jnp.int32)
   if not V.is_concrete(m):  # ids of m < 1 are all -1; checked mode raises as eager calls do
     V.trace_check(m >= 1, "num_bins must be >= 1, got {m}", m=m)
