@@ -1763,3 +1763,15 @@ def test_load_reports_a_damaged_member_header_as_a_bad_file(fitted, tmp_path):
   path.write_bytes(bytes(raw))
   with pytest.raises(ValueError, match=r"ts\.npz: not a loadable jaxcal recalibrator file"):
     R.load(path)
+
+
+def test_applying_a_probability_fit_to_logits_says_to_pass_probabilities():
+  # the apply has no from_logits argument: the message told to pass one
+  z, y = _synthetic(n=60, c=3)
+  p = np.asarray(jax.nn.softmax(jnp.asarray(z)))
+  rc = R.fit_histogram(p, y, from_logits=False)
+  with pytest.raises(ValueError, match="fitted on probabilities: apply it to probabilities") as e:
+    rc(z)
+  assert "from_logits" not in str(e.value)
+  with pytest.raises(ValueError, match=r"Pass logits with from_logits=True"):
+    R.fit_histogram(z, y, from_logits=False)  # a fit still says so

@@ -381,6 +381,8 @@ class _Arr(NamedTuple):
   tol: float  # of the bounds and the row sums
   lo: float = 0.0  # bounds of "unit"
   hi: float = 1.0
+  # what "probs" messages suggest (a recalibrator fitted on probabilities has no from_logits)
+  fix: str = "Pass logits with from_logits=True"
 
 
 def _fold_rows(x: jax.Array, a: _Arr) -> jax.Array:
@@ -641,7 +643,7 @@ def _checks(spec: _Spec) -> list[tuple[str, Callable]]:
       def outside(xs, y, where, w, i=i, lo=a.lo - a.tol, hi=a.hi + a.tol):
         return _entry_problem((xs[i] < lo) | (xs[i] > hi), xs[i], where)
 
-      hint = " Pass logits with from_logits=True." if a.kind == "probs" else ""
+      hint = f" {a.fix}." if a.kind == "probs" else ""
       out.append(
         (
           f"{n} must lie in [{a.lo:g}, {a.hi:g}] (tolerance {a.tol:g}); {{count}} {row}(s) "
@@ -658,8 +660,7 @@ def _checks(spec: _Spec) -> list[tuple[str, Callable]]:
       out.append(
         (
           f"rows of {n} must sum to 1 (tolerance {a.tol:g}); {{count}} row(s) do not, the "
-          "first is row {first}, which sums to {value:.6g}. Pass logits with "
-          "from_logits=True or normalise the rows.",
+          f"first is row {{first}}, which sums to {{value:.6g}}. {a.fix} or normalise the rows.",
           row_sums,
         )
       )
@@ -1870,6 +1871,7 @@ def check_probs(
   min_classes: int = 2,
   *,
   rows: bool = False,
+  fix: str | None = None,
 ) -> jax.Array:
   """Validates an ``(n, C)`` probability matrix; returns it in the compute dtype.
 
@@ -1877,6 +1879,8 @@ def check_probs(
   ``atol``, default :func:`simplex_atol` of the dtype) on concrete inputs, in
   one fused reduction. Traced inputs with bad values come back as NaN: the
   whole matrix, or with ``rows`` (for row-wise maps) only the bad rows.
+  ``fix``: what the messages suggest instead of passing logits with
+  ``from_logits=True``.
 
   Raises:
     ValueError: naming the problem, the count of bad rows and the first one.
@@ -1884,6 +1888,8 @@ def check_probs(
   x = _device(_matrix(probs, name, min_classes=min_classes))
   tol = simplex_atol(x.dtype) if atol is None else float(atol)
   a = _Arr("probs", name, 2, tol)
+  if fix is not None:
+    a = a._replace(fix=fix)
   ok, _ = _validate(_Spec(xs=(a,)), (x,))
   return _fold_matrix(upcast(x), ok, a, rows)
 

@@ -454,7 +454,9 @@ def check_inputs(
   """
   if V.check_flag(from_logits, "from_logits"):
     return V.check_logits(inputs, name, rows=rows)
-  return V.check_probs(inputs, name, rows=rows)
+  # an apply has no from_logits to pass: a map fitted on probabilities takes probabilities
+  fix = "This recalibrator was fitted on probabilities: apply it to probabilities" if rows else None
+  return V.check_probs(inputs, name, rows=rows, fix=fix)
 
 
 @functools.partial(jax.jit, static_argnums=1)
