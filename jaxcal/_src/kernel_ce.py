@@ -27,12 +27,20 @@ kernel of width ``w = 0.4`` — the unweighted estimator as ``netcal``
 (1.4.0, ``netcal.metrics.MMCE``) computes it. Because the kernel is
 one-dimensional and Laplacian, ``Σ_j r_j exp(-|c_i - c_j|/w)`` splits, on
 the sorted confidences, into two first-order linear recurrences (forward and
-backward), evaluated in blocks of 64 samples: ``O(n log n)`` time and
-``O(n)`` memory instead of netcal's ``n x n`` matrix.
+backward). They are evaluated in blocks of 16 samples: a ``16 x 16`` tile of
+kernel values inside each block, and across blocks the same sums over the
+block boundaries, recursively (as ``blocked_cumsum`` does), so that each
+term goes through about ``log_16 n`` roundings. ``O(n log n)`` time (the
+sort) and ``O(n)`` memory instead of netcal's ``n x n`` matrix: the tiles
+are fused into their sums, and XLA:CPU reports 17 bytes of temporaries per
+sample in float32 (48 in float64) at ``n = 2**20`` to ``2**25``. In
+float32 the result is within 1e-6 (relative; 1e-7 typically) of a float64
+evaluation for ``n`` up to 4e6.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -40,6 +48,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
@@ -351,42 +360,125 @@ def skce(
   return V.fold(out, ok)
 
 
-_SCAN_BLOCK = 64
+_BLOCK = 16  # samples per block: one k x k tile of kernel values each
+_ONE_TILE = 256  # up to this many samples: one tile of them all
+
+
+def _blocks(c: jax.Array, r: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``(nb, k)`` blocks of ``c`` (padded with its last value) and ``r`` (padded with 0)."""
+  n = c.shape[0]
+  k = n if n <= _ONE_TILE else _BLOCK
+  nb = -(-n // k)
+  pad = nb * k - n
+  return jnp.pad(c, (0, pad), mode="edge").reshape(nb, k), jnp.pad(r, (0, pad)).reshape(nb, k)
+
+
+def _tile_sums(cb: jax.Array, rb: jax.Array, a: jax.Array, *, left: bool) -> jax.Array:
+  """``Σ_j r_j exp(-a |c_i - c_j|)`` over the ``j`` of each ``i``'s block (``j <= i`` only if ``left``)."""
+  e = jnp.exp(-a * jnp.abs(cb[:, :, None] - cb[:, None, :])) * rb[:, None, :]
+  if left:  # a product with 0 / 1, not a select: XLA:CPU fuses it into the sum
+    k = cb.shape[1]
+    e = e * jnp.tril(jnp.ones((1, k, k), cb.dtype))
+  return jnp.sum(e, axis=2)
+
+
+def _left_carry(cb: jax.Array, lend: jax.Array, a: jax.Array) -> jax.Array:
+  """What the blocks before each block add to its left sums, from the sums ``lend`` at the block ends."""
+  ends = cb[:, -1]
+  carry = jnp.concatenate([jnp.zeros((1,), cb.dtype), lend[:-1]])
+  # taken at the previous block's last confidence; block 0 (no carry) at its
+  # own first one, so that every exponent is <= 0 (no inf * 0 for small widths)
+  prev_end = jnp.concatenate([cb[:1, 0], ends[:-1]])
+  return carry[:, None] * jnp.exp(-a * (cb - prev_end[:, None]))
 
 
 def _decay_sums(c: jax.Array, r: jax.Array, a: jax.Array) -> jax.Array:
   """``L_i = Σ_{j <= i} r_j exp(-a (c_i - c_j))`` for ascending ``c``.
 
-  Blocks of ``_SCAN_BLOCK`` samples: inside a block a masked lower-triangular
-  matrix of ``exp(-a (c_i - c_j)) <= 1`` (one batched product), across blocks
-  the scalar recurrence ``L_end(b) = inner_end(b) + L_end(b-1) exp(-a gap)``
-  (a short ``lax.scan``). Every exponent is ``<= 0``: no overflow for any
-  bandwidth, and it compiles in a fraction of an ``associative_scan``'s time.
+  Blocks of ``_BLOCK`` samples: inside a block a masked lower-triangular
+  tile of ``exp(-a (c_i - c_j)) <= 1`` (:func:`_tile_sums`). Across blocks,
+  the sum at a block's end ``L_end(b) = Σ_{b' <= b} inner_end(b') exp(-a
+  (end_b - end_b'))`` is again such a sum, over the block ends: computed by
+  this function recursively (as ``blocked_cumsum`` does), so each term goes
+  through about ``log_k n`` roundings, not a chain of ``n / k`` rounded decay
+  factors. Every exponent is ``<= 0``: no overflow for any bandwidth.
   """
   n = c.shape[0]
-  k = min(_SCAN_BLOCK, n)
-  nb = -(-n // k)
-  pad = nb * k - n
-  cb = jnp.pad(c, (0, pad), mode="edge").reshape(nb, k)
-  rb = jnp.pad(r, (0, pad)).reshape(nb, k)
-  tri = jnp.tril(jnp.ones((k, k), bool))
-  w = jnp.where(tri, jnp.exp(-a * jnp.maximum(cb[:, :, None] - cb[:, None, :], 0.0)), 0.0)
-  inner = jnp.einsum("bij,bj->bi", w, rb, precision=PRECISION)
-  ends = cb[:, -1]
-  # The confidence the carry into each block was taken at: the previous
-  # block's last one; block 0 has no carry (0), taken at its own first
-  # confidence so that its exponent is <= 0 too (its last confidence made
-  # ``exp(-a (c - end))`` overflow for small widths: inf * 0 = NaN).
-  prev_end = jnp.concatenate([cb[:1, 0], ends[:-1]])
+  cb, rb = _blocks(c, r)
+  lo = _tile_sums(cb, rb, a, left=True)
+  if cb.shape[0] > 1:
+    lo = lo + _left_carry(cb, _decay_sums(cb[:, -1], lo[:, -1], a), a)
+  return lo.reshape(-1)[:n]
 
-  def step(carry, xs):
-    inner_end, end, before = xs
-    out = carry * jnp.exp(-a * (end - before)) + inner_end
-    return out, carry
 
-  _, carry_in = jax.lax.scan(step, jnp.zeros((), c.dtype), (inner[:, -1], ends, prev_end))
-  out = inner + carry_in[:, None] * jnp.exp(-a * (cb - prev_end[:, None]))
-  return out.reshape(-1)[:n]
+def _kernel_sums(c: jax.Array, r: jax.Array, a: jax.Array) -> jax.Array:
+  """``s_i = Σ_j r_j exp(-a |c_i - c_j|)`` for ascending ``c``.
+
+  Inside each block, one tile of ``exp(-a |c_i - c_j|)``. Its last row is the
+  left sum at the block's end (every ``j <= i``), its first row the right sum
+  at the block's start: across blocks, the left sums at the block ends and
+  the right sums at the block starts are decay sums over the blocks
+  (:func:`_decay_sums`; the right one on the reversed, negated starts),
+  computed as one batch of two.
+  """
+  n = c.shape[0]
+  cb, rb = _blocks(c, r)
+  s = _tile_sums(cb, rb, a, left=False)
+  if cb.shape[0] > 1:
+    starts = cb[:, 0]
+    xs = jnp.stack([cb[:, -1], -starts[::-1]])
+    vs = jnp.stack([s[:, -1], s[::-1, 0]])
+    lend, rstart = jax.vmap(_decay_sums, (0, 0, None))(xs, vs, a)
+    carry = jnp.concatenate([rstart[::-1][1:], jnp.zeros((1,), cb.dtype)])
+    # taken at the next block's first confidence; the last block (no carry) at
+    # its own last one: every exponent <= 0
+    next_start = jnp.concatenate([starts[1:], cb[-1:, -1]])
+    s = s + _left_carry(cb, lend, a) + carry[:, None] * jnp.exp(-a * (next_start[:, None] - cb))
+  return s.reshape(-1)[:n]
+
+
+def _quad_value(c: jax.Array, r: jax.Array, a: jax.Array) -> jax.Array:
+  return jnp.sum(r * _kernel_sums(c, r, a))
+
+
+@jax.custom_jvp
+def _quad(c: jax.Array, r: jax.Array, a: jax.Array) -> jax.Array:
+  """``Σ_{i,j} r_i r_j exp(-a |c_i - c_j|)`` for ascending ``c``.
+
+  Its derivative is that of the double sum as written, with ``d|x|/dx = 0``
+  at ``x = 0`` as :func:`jax.numpy.abs` has it. Differentiating the blocked
+  form itself would not give that for tied confidences in different blocks:
+  the carries factor ``exp(-a (c_i - c_j))`` through the block boundaries, a
+  one-sided derivative.
+  """
+  return _quad_value(c, r, a)
+
+
+@functools.partial(_quad.defjvp, symbolic_zeros=True)
+def _quad_jvp(primals, tangents):
+  c, r, a = primals
+  dc, dr, da = tangents
+  # d quad / d c_i = -2 a r_i Σ_j sign(c_i - c_j) r_j k(i, j), from the left
+  # (j <= i) and right (j >= i) sums with the kernel and with its limit
+  # 1[c_i = c_j] (the tied samples: two different confidences, >= 1 / C,
+  # differ by far more than 1 / big), as one batch of four
+  big = jnp.asarray(1.0 / np.finfo(c.dtype).tiny, c.dtype)
+  widths = jnp.stack([a, a, big, big])
+  xs = jnp.stack([c, -c[::-1]] * 2)
+  vs = jnp.stack([r, r[::-1]] * 2)
+  left, right, tie_left, tie_right = jax.vmap(_decay_sums)(xs, vs, widths)
+  right, tie_right = right[::-1], tie_right[::-1]
+  s = left + right - r  # Σ_j r_j k(i, j)
+  signed = (left - tie_left) - (right - tie_right)  # c_j < c_i minus c_j > c_i
+  out = jnp.sum(r * s)
+  dout = jnp.zeros_like(out)
+  if not isinstance(dr, SymbolicZero):
+    dout = dout + 2.0 * jnp.sum(s * dr)
+  if not isinstance(dc, SymbolicZero):
+    dout = dout - 2.0 * a * jnp.sum(r * signed * dc)
+  if not isinstance(da, SymbolicZero):
+    dout = dout + jax.jvp(lambda b: _quad_value(c, r, b), (a,), (da,))[1]
+  return out, dout
 
 
 @jax.jit
@@ -397,11 +489,8 @@ def _mmce_core(p, y, width, where=None):
     resid = jnp.where(where, resid, 0.0)
   cs, rs = sort_with_payload(c, resid)  # tied confidences: k = 1 either way
   a = 1.0 / width
-  left = _decay_sums(cs, rs, a)  # Σ_{j<=i} r_j k(i, j)
-  right = _decay_sums(-cs[::-1], rs[::-1], a)[::-1]  # Σ_{j>=i} r_j k(i, j)
-  s = left + right - rs
   n = float(p.shape[0]) if where is None else jnp.sum(where).astype(p.dtype)
-  quad = jnp.sum(rs * s) / n / n
+  quad = _quad(cs, rs, a) / n / n
   return safe_sqrt(quad)
 
 
@@ -418,7 +507,10 @@ def mmce(
   ``MMCE = sqrt((1/n^2) Σ_{i,j} (z_i - c_i)(z_j - c_j) exp(-|c_i - c_j| / w))``
   with ``c_i = max p_i``, ``z_i = 1[y_i = argmax p_i]`` and ``w = 0.4``: the
   estimator of ``netcal.metrics.MMCE`` (its kernel is ``exp(-2.5 |c - c'|)``),
-  computed exactly in ``O(n log n)`` (module docstring).
+  computed without approximation in ``O(n log n)`` time and ``O(n)`` memory;
+  in float32 within 1e-6 (relative) of a float64 evaluation for ``n`` up to
+  4e6 (module docstring). Its derivative is that of the double sum
+  (``d|x|/dx = 0`` at tied confidences, as ``jax.numpy.abs`` has it).
 
   Args:
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
