@@ -37,7 +37,9 @@ UC_comb      utility.uc_class(..., "comb")    utility     no        -
 Numbers are written with three significant digits, in scientific notation
 below 1e-3 and from 1e3 (what three digits cannot write; integers in full,
 :func:`format_number`); ``report.json`` keeps six
-significant digits, which drops float32 round-off noise.
+significant digits, which drops float32 round-off noise (not all of it in
+the utility errors, whose near ties move with the device count: see
+:func:`jaxcal.utility.uc_sweep`).
 """
 
 from jaxcal._src.names import (

@@ -8,6 +8,8 @@ with three significant digits, in scientific notation below ``1e-3`` and from
 ``1e3`` (:func:`format_number`); ``report.json`` keeps six significant digits
 (:func:`round_floats`), which removes float32 round-off noise such as
 ``0.9451999999582767`` without losing anything a float32 computation knows.
+(The utility errors can still differ in those digits between machines with
+another device count: see :func:`~jaxcal.utility.uc_sweep`.)
 """
 
 from __future__ import annotations

@@ -971,7 +971,9 @@ def evaluate(
       ``("models",)``; default: every device, see the module notes.
     chunk_size: utilities evaluated together per device in UC sweeps
       (default: :func:`jaxcal._src.utility.sweep.chunk_bytes` of working set
-      per chunk: 256 MiB on a CPU, up to 4 GiB on an accelerator).
+      per chunk: 256 MiB on a CPU, up to 4 GiB on an accelerator). It and
+      the mesh can move a UC by up to ``4/n`` where samples are nearly tied
+      (see :func:`jaxcal.utility.uc_sweep`); the other metrics do not move.
 
   Returns:
     :class:`StudyResult`: ``values[metric]`` is ``(M,)`` (scores, UC

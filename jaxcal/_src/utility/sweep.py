@@ -446,7 +446,14 @@ def uc_sweep(
       mesh).
 
   Returns:
-    ``(M,)`` errors, replicated over the devices.
+    ``(M,)`` errors, replicated over the devices. ``chunk_size`` and
+    ``devices`` change how XLA computes the predicted utilities ``p @ u``
+    (one batch or a loop of chunks), so their last bit, and with it UC where
+    two samples are nearly tied, can move by up to ``4/n`` (as between
+    :func:`~jaxcal.utility.uc` and this function): on CIFAR-10 at ``n =
+    10^4``, 1 against 4 devices moved 826 of 1,500 linear utilities by up
+    to 1e-4 relative (1e-6 absolute) and rank ones by up to 2.6e-4; float64
+    sided with either layout as often.
 
   Raises:
     ValueError: bad probabilities/labels, utility values outside ``[-1, 1]``,
