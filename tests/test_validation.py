@@ -996,8 +996,11 @@ def test_borrowed_scores_and_their_labels_stay_on_the_host():
   for labels in (y, y.astype(np.int64)):
     d = V.check_predictions(p, labels, defer=True, borrow=True)
     assert d.borrowed and all(isinstance(b, np.ndarray) for b in d.scores.parts)
-    assert isinstance(d.labels, np.ndarray) and d.labels.dtype == np.int32
-    np.testing.assert_array_equal(d.labels, y)
+    # the labels cut and rotated as the blocks, on the host (the programs read them as they are)
+    assert isinstance(d.labels, RowBlocks) and d.labels.shift == d.scores.shift
+    assert all(isinstance(b, np.ndarray) and b.dtype == np.int32 for b in d.labels.parts)
+    assert [b.shape[0] for b in d.labels.parts] == [b.shape[0] for b in d.scores.parts]
+    np.testing.assert_array_equal(np.roll(np.concatenate(d.labels.parts), int(d.labels.shift)), y)
     out, count = V.run_checked(
       d, jax.jit(lambda x, t: by_rows(lambda b: b[:, 0], x)[t]), d.scores, 7
     )

@@ -475,7 +475,8 @@ def by_rows(fn: Callable, x: Any, *row_args: Any, join: bool = True) -> Any:
     fn: ``fn(rows (k, ...), *args (k, ...)) -> pytree of (k, ...)`` arrays, the
       value of each row depending on that row only.
     x: ``(n, ...)`` array, or :class:`RowBlocks`.
-    *row_args: ``(n, ...)`` arrays (or ``None``) cut like ``x``.
+    *row_args: ``(n, ...)`` arrays (or ``None``) cut like ``x``, or
+      :class:`RowBlocks` cut (and rotated) like ``x`` already.
     join: concatenate the blocks' results (else return :class:`RowBlocks`).
 
   Returns:
@@ -490,11 +491,19 @@ def by_rows(fn: Callable, x: Any, *row_args: Any, join: bool = True) -> Any:
   if not isinstance(x, RowBlocks):
     return fn(x, *row_args)
   if x.shift is not None:  # the arguments' rows in the blocks' (rotated) order
-    row_args = tuple(None if a is None else jnp.roll(a, -x.shift, axis=0) for a in row_args)
+    row_args = tuple(
+      a if a is None or isinstance(a, RowBlocks) else jnp.roll(a, -x.shift, axis=0)
+      for a in row_args
+    )
   outs, start = [], 0
-  for b in x.parts:
+  for i, b in enumerate(x.parts):
     stop = start + b.shape[0]
-    outs.append(fn(b, *(None if a is None else a[start:stop] for a in row_args)))
+    # an argument cut like x already (RowBlocks): its own blocks, not a slice
+    cut = [
+      a if a is None else a.parts[i] if isinstance(a, RowBlocks) else a[start:stop]
+      for a in row_args
+    ]
+    outs.append(fn(b, *cut))
     start = stop
   out = RowBlocks(tuple(outs), x.shift)
   return join_rows(out) if join else out

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.numerics import NARROW_ROW, by_rows, narrow_row_sums
+from jaxcal._src.numerics import NARROW_ROW, RowBlocks, by_rows, narrow_row_sums
 
 __all__ = [
   "prepare",
@@ -184,7 +184,14 @@ def _scorer(per_sample_fn: Callable, per_sample: bool, from_logits: bool) -> Cal
     return per_sample_fn(jax.nn.softmax(x, axis=-1) if from_logits else x, y)
 
   def score(x, y, where):
-    losses = by_rows(rows, x, y)  # x: (n, C) or RowBlocks (a borrowed host buffer)
+    if not per_sample and where is None:
+      # the mean of the blocks' losses (x: RowBlocks, a borrowed host buffer) in the
+      # blocks' row order: putting the rows back in order first cost 0.25 ms at n = 10^5
+      losses = by_rows(rows, x, y, join=False)
+      if isinstance(losses, RowBlocks):
+        return sum(jnp.sum(b) for b in losses.parts) / x.shape[0]
+      return jnp.mean(losses)
+    losses = by_rows(rows, x, y)  # x: (n, C) or RowBlocks
     if where is not None:
       losses = jnp.where(where, losses, 0.0)
     if per_sample:

@@ -1187,6 +1187,20 @@ def _borrowed_rows(a: np.ndarray) -> RowBlocks | None:
   return RowBlocks(parts, np.int32(k))
 
 
+def _rows_like(y: np.ndarray, blocks: RowBlocks) -> RowBlocks:
+  """Host rows ``y`` (``(n, ...)``) cut and rotated as :func:`_borrowed_rows` cut ``blocks``.
+
+  The programs then read the blocks' labels as they are: rotating them in
+  the program (``jnp.roll``) cost 0.13 ms of a 2.5 ms top-label stage at
+  ``n = 10^5``.
+  """
+  k, body = int(blocks.shift), blocks.parts[0].shape[0]
+  parts = (y[k : k + body],) + tuple(
+    np.concatenate((y[k + body :], y[:k])) for _ in blocks.parts[1:]
+  )
+  return RowBlocks(parts, blocks.shift)
+
+
 def exact_on_device(a: Any, name: str) -> Any:
   """A numpy integer array JAX would narrow (int64, uint64 without x64), checked to survive it.
 
@@ -1610,6 +1624,8 @@ def check_predictions(
     padding=padding,
   )
   labels = y.astype(np.int32, copy=False) if keep else _to_int32(y)
+  if keep and isinstance(x, RowBlocks) and x.shift is not None:
+    labels = _rows_like(labels, x)  # host labels cut as the blocks: no rotation in the programs
   if isinstance(x, RowBlocks):  # each block checked; a problem is located on a whole copy
     blocks = spec._replace(xs=spec.xs * len(x.parts))
     pending = _Pending(blocks, x.parts, y, None, w, locate=(spec, host))
