@@ -664,6 +664,12 @@ def lce(
   arXiv:2510.26566, §3 (LCE, MLCE) and App. D.3 (class-wise variant); Luo et
   al. (2022), "Local calibration: metrics and recalibration", UAI, §3.
   """
+  # the bound: max_bins, or the largest count rounded up to a power of two (one
+  # program per octave, not per count); a traced count needs max_bins. Checked
+  # before the data: raised inside a user's jit after the value checks of closed-over
+  # data had run at compile time, the error left JAX's cache of that check program
+  # broken for a later call under x64 (jax 0.10.2: "RuntimeProgramInputMismatch")
+  bins = V.check_bins(num_bins, "fixed", max_bins)
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   p, y = d.neutral()  # masked-out rows: uniform, label 0 (never NaN)
   # finite (selected rows), D >= 1
@@ -704,9 +710,6 @@ def lce(
       f"candidate_block ({candidate_block}) must be a multiple of block_size ({block_size})"
     )
   w, w_ok = _class_weights_ok(class_weights, p.shape[1], p.dtype)
-  # the bound: max_bins, or the largest count rounded up to a power of two (one
-  # program per octave, not per count); a traced count needs max_bins
-  bins = V.check_bins(num_bins, "fixed", max_bins)
   m, mb = bins.m, bins.max_bins
   if isinstance(m, np.ndarray) and m.size == 0:  # as every binned metric: an empty result
     empty = jnp.zeros(m.shape, p.dtype)
