@@ -32,7 +32,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import binning as B
 from jaxcal._src import validation as V
-from jaxcal._src.numerics import RowBlocks, by_rows, join_rows, row_reduce, segment_sum_accurate
+from jaxcal._src.numerics import by_rows, row_reduce, segment_sum_accurate
 from jaxcal._src.sorting import stable_argsort
 
 __all__ = [
@@ -312,14 +312,13 @@ def _softmaxed(rows: Callable) -> Callable:
 def _row_stage(rows: Callable, from_logits: bool) -> Callable:
   """Jitted ``rows(probs, labels)`` on each block of rows of the scores (see :func:`_run`).
 
-  Blocks that hold the rows rotated (a borrowed host buffer) are put back in
-  order here, as the stage's last step: in the program of the core and the
-  value checks the rotation cost 1.4 ms of 5.6 (``ks_ce``, ``n = 10^5``).
+  The outputs are joined, in the rows' order, as the stage's last step:
+  borrowed blocks hold the rows rotated, and undoing that in the program of
+  the core and the value checks cost 1.4 ms of 5.6 (``ks_ce``, ``n = 10^5``).
   """
 
   def g(x, y):
-    rotated = isinstance(x, RowBlocks) and x.shift is not None
-    return by_rows(_softmaxed(rows) if from_logits else rows, x, y, join=rotated)
+    return by_rows(_softmaxed(rows) if from_logits else rows, x, y)
 
   return jax.jit(g)
 
@@ -327,14 +326,14 @@ def _row_stage(rows: Callable, from_logits: bool) -> Callable:
 def _row_inputs(x, y, where, rows, from_logits: bool, staged: bool, neutral: bool = False):
   """A core's per-row inputs, inside its program: ``rows(probs, labels)`` or the row stage's.
 
-  ``staged``: ``x`` holds the outputs of :func:`_row_stage` (whole or in
-  blocks), joined here. Otherwise ``rows`` runs on the scores ``x`` (whole
-  or in blocks; softmaxed with ``from_logits``); with ``neutral`` and a
-  ``where`` mask, on :func:`~jaxcal._src.validation.neutral` probabilities,
-  so unchecked values in masked-out rows never reach the core.
+  ``staged``: ``x`` holds the (joined) outputs of :func:`_row_stage`.
+  Otherwise ``rows`` runs on the scores ``x`` (whole or in blocks; softmaxed
+  with ``from_logits``); with ``neutral`` and a ``where`` mask, on
+  :func:`~jaxcal._src.validation.neutral` probabilities, so unchecked values
+  in masked-out rows never reach the core.
   """
   if staged:
-    return join_rows(x)
+    return x
   if neutral and where is not None:  # (x is an array: borrowed blocks come without a mask)
     return rows(*V.neutral(x, y, where, from_logits))
   return by_rows(_softmaxed(rows) if from_logits else rows, x, y)

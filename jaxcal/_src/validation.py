@@ -1182,9 +1182,17 @@ def _borrowed_rows(a: np.ndarray) -> RowBlocks | None:
     return None
   src = a if a.ctypes.data % step == 0 else _aligned_copy(a)  # (no aligned row: our own)
   k = next(k for k in range(_ALIGN // step) if (src.ctypes.data + k * stride) % _ALIGN == 0)
-  rest = np.concatenate((src[k + body :], src[:k]))  # the rows after the body, then before
-  parts = (src[k : k + body],) + ((rest,) if rest.shape[0] else ())
-  return RowBlocks(parts, np.int32(k))
+  return _rotated_blocks(src, k, body)
+
+
+def _rotated_blocks(a: np.ndarray, k: int, body: int) -> RowBlocks:
+  """Host rows ``a`` as the blocks ``a[k : k + body]`` and a copy of the rest (after, then before).
+
+  The layout of :func:`_borrowed_rows`, which also cuts the host labels of
+  borrowed scores (:func:`_rows_like`).
+  """
+  rest = np.concatenate((a[k + body :], a[:k]))
+  return RowBlocks((a[k : k + body],) + ((rest,) if rest.shape[0] else ()), np.int32(k))
 
 
 def _rows_like(y: np.ndarray, blocks: RowBlocks) -> RowBlocks:
@@ -1194,11 +1202,7 @@ def _rows_like(y: np.ndarray, blocks: RowBlocks) -> RowBlocks:
   the program (``jnp.roll``) cost 0.13 ms of a 2.5 ms top-label stage at
   ``n = 10^5``.
   """
-  k, body = int(blocks.shift), blocks.parts[0].shape[0]
-  parts = (y[k : k + body],) + tuple(
-    np.concatenate((y[k + body :], y[:k])) for _ in blocks.parts[1:]
-  )
-  return RowBlocks(parts, blocks.shift)
+  return _rotated_blocks(y, int(blocks.shift), blocks.parts[0].shape[0])
 
 
 def exact_on_device(a: Any, name: str) -> Any:
