@@ -749,3 +749,18 @@ def test_exact_engine_sums_of_2_29_to_2_30_samples_fit_in_int32(monkeypatch):
     np.testing.assert_allclose(np.asarray(g.sums), np.asarray(w.sums), rtol=1e-6, atol=1e-7)
   assert got[1] == want[1]  # the streaming terms sum exactly to the same
   np.testing.assert_array_equal(got[2], want[2])
+
+
+def test_tie_repair_at_the_first_sorted_position():
+  """A mixed tie group holding the two smallest scores, cut after the first sorted sample: the
+  quantile end ``floor(j n / m) = 1`` (here ``n = 8``, ``m = 5``, ``j = 1``) is a possible bin
+  end like any other, and the uint32 key sort's bit-0-first order inside the group must be
+  repaired to the stable (index) order there too (``max_bins**2 <= 4 n``: only the groups at
+  possible bin ends are repaired). Guards the lower end of those ends (``e >= 1``)."""
+  s = np.array([0.1, 0.1, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], np.float32)
+  b = np.array([1, 0, 0, 1, 0, 1, 1, 0])  # index order inside the tie: bit 1 first
+  m = 5
+  out = jax.jit(lambda: B.binned_residual_sums(s, b, m, "quantile", m, method="fast"))()
+  ref = R.lin_sums(s, b.astype(float), R.quantile_bins(s, m), m)[:, 0]
+  np.testing.assert_allclose(out.sums[:, 0], ref, rtol=1e-6, atol=1e-7)
+  assert float(out.sums[0, 0]) == pytest.approx(0.1 - 1.0)  # index 0, not the 0-bit of index 1

@@ -915,3 +915,55 @@ def test_masked_metrics_differentiate_and_give_masked_rows_no_gradient():
     g = np.asarray(jax.grad(fn)(p))
     assert np.all(np.isfinite(g)) and np.any(g[np.asarray(w)] != 0)
     np.testing.assert_array_equal(g[~np.asarray(w)], 0.0)
+
+
+def test_ks_reads_the_partial_sums_only_between_tied_scores():
+  """KS is read at the ends of tie groups only (Gupta et al. 2021, Eq. 6: the curves are
+  functions of the score). Guards the group-end mask: read at every sorted position, a
+  partial sum inside a tie group (its order arbitrary) leaks into the maximum."""
+  # one tie group whose residuals cancel: 3 correct at c = 0.6 (-0.4 each), 2 wrong (+0.6)
+  p = np.array([[0.6, 0.4]] * 5, np.float32)
+  y = np.array([0, 1, 0, 1, 0])
+  assert float(metrics.ks_ce(p, y)) == pytest.approx(0.0, abs=1e-7)
+  assert float(metrics.ks_ce(p, y, "classwise")) == pytest.approx(0.0, abs=1e-7)
+  # scores on a coarse grid (every score tied), against the loop over distinct scores
+  rng = np.random.default_rng(3)
+  for _ in range(3):
+    q = rng.integers(1, 4, (24, 3)).astype(np.float32)
+    q /= q.sum(axis=1, keepdims=True)
+    yq = rng.integers(0, 3, 24)
+    _, z = R.top_label(q, yq)
+    assert float(metrics.ks_ce(q, yq)) == pytest.approx(R.ks(q.max(1), z), abs=1e-6)
+    want = np.mean([R.ks(q[:, k], yq == k) for k in range(3)])
+    assert float(metrics.ks_ce(q, yq, "classwise")) == pytest.approx(want, abs=1e-6)
+
+
+def test_smooth_reliability_reflects_a_confidence_below_one_grid_step_once():
+  """Confidences below one grid step (1/(G - 1) = 1e-3 at sigma = 0.05) put mass on grid
+  point 0, the point the reflection at 0 must not repeat (relplot's extension, reference
+  ``smoothed_sums``). Top-label confidences are >= 1/C, so this needs C > 1000 classes:
+  rows spread over 1001 classes against rows with one class far above the others."""
+  c = 1001
+  p = np.full((6, c), 1.0 / c, np.float64)
+  p[3:, 0] = 0.7
+  p[3:, 1:] = 0.3 / (c - 1)
+  p = p.astype(np.float32)
+  y = np.array([0, 5, 9, 0, 0, 4])
+  f, z = R.top_label(p, y)
+  assert f.min() < 1e-3  # on the first grid step
+  got = metrics.smooth_reliability(p, y, 0.05)
+  _, acc, dens = R.smooth_reliability(f, z, 0.05)
+  np.testing.assert_allclose(got.density, dens, rtol=5e-5, atol=1e-30)
+  np.testing.assert_allclose(got.accuracy, acc, rtol=0, atol=1e-5)
+
+
+def test_smooth_ece_bandwidth_of_a_perfectly_calibrated_set_stops_at_the_search_floor():
+  """Residuals that cancel at every confidence make smECE 0 at every bandwidth: every
+  midpoint is above the fixed point, down to 1/1024, which counts as below it because it is
+  under relplot's eps = 1e-3 (search_param). Guards that eps: without it the search
+  returns 1/1024 instead of relplot's 2/1024."""
+  p = np.array([[0.5, 0.5]] * 4 + [[0.8, 0.2]] * 10, np.float32)
+  y = np.array([0, 1, 0, 1] + [0] * 8 + [1] * 2)  # accuracy 1/2 at 0.5, 8/10 at 0.8
+  # smECE is 0 at every bandwidth (R.smooth_ece_fixed_point gives 2/1024 too)
+  assert float(metrics.smooth_ece(p, y, 0.05)) == pytest.approx(0.0, abs=1e-7)
+  assert float(metrics.smooth_ece_bandwidth(p, y)) == 2 / 1024

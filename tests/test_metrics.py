@@ -716,3 +716,40 @@ def test_binned_errors_differentiate_in_float32_as_in_float64(binning):
       want = jax.grad(f)(jnp.asarray(x, jnp.float64))
     assert np.any(np.asarray(want) != 0), name
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-6, err_msg=name)
+
+
+def test_fixed_bin_histogram_in_sample_chunks_counts_each_sample_once():
+  """The fixed-bin histogram loops over chunks of ``EDGE_CHUNK_ELEMENTS / C`` samples; the
+  last chunk is shifted back to end at ``n`` and overlaps the one before, and only its new
+  samples may count. Guards that overlap: n = 2**17 + 3 with C = 8 is two chunks of 2**17,
+  the second one new in its last 3 samples only."""
+  from jaxcal._src import binning as B
+
+  c = 8
+  n = B.EDGE_CHUNK_ELEMENTS // c + 3
+  rng = np.random.default_rng(4)
+  p = rng.dirichlet(np.ones(c), n).astype(np.float32)
+  y = rng.integers(0, c, n)
+  got = float(metrics.classwise_ece(p, y, 15, binning="fixed"))
+  assert got == pytest.approx(R.classwise_ece(p, y, 15, "fixed"), rel=1e-5, abs=1e-7)
+
+
+def test_where_on_the_fixed_bin_sort_path_equals_the_subset():
+  """float64 scores with ``max_bins`` above ``EDGES_MAX_BINS``: the fixed bin ends come from
+  a bisection over the sorted scores (``binning.bin_ends``), masked-out samples sorted last.
+  Guards its upper end: sought among all ``n`` samples instead of the ``n_eff`` selected,
+  the masked samples' placeholder scores fall into bins and their counts move the l2 / max
+  norms."""
+  from jaxcal._src import binning as B
+
+  rng = np.random.default_rng(6)
+  p = rng.dirichlet(np.ones(3), 40)
+  y = rng.integers(0, 3, 40)
+  w = rng.random(40) < 0.6
+  big = B.EDGES_MAX_BINS + 1
+  bins = R.fixed_bins(p[w].max(axis=1), 10)
+  with jax.enable_x64(True):
+    for norm in ("l2", "max"):
+      got = float(metrics.conf_ece(p, y, 10, norm=norm, where=w, max_bins=big))
+      want = MR.binned_norm_conf(p[w], y[w], bins, 10, norm)
+      assert got == pytest.approx(want, rel=1e-9, abs=1e-12), norm
