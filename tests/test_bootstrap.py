@@ -4,6 +4,7 @@ import math
 import pathlib
 import sys
 import warnings
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -657,3 +658,37 @@ def test_bootstrap_does_not_read_the_callers_buffer_after_it_returns():
     r = BS.bootstrap(jax.random.key(0), jnp.mean, x, num_resamples=20)
     x[:] = 0.0
     assert (float(r.estimate), float(r.lo), float(r.hi)) == (1.0, 1.0, 1.0)
+
+
+def test_consistency_bands_resample_rows_and_take_the_central_quantiles():
+  """Guards the row resampling and the ``(1 ± confidence)/2`` levels of the bands.
+
+  Four rows: one of confidence 0.6 (bin 3 of 4), three of confidence 1 (bin
+  4, always right). A resample holds ``K ~ Binomial(4, 1/4)`` copies of the
+  first row, so bin 3's gap is ``S/K - 0.6`` with ``S ~ Binomial(K, 0.6)``
+  given ``K >= 1`` (resamples with an empty bin are left out). Its exact law,
+  by enumeration, puts the 0.35 quantile (``confidence = 0.3``) at -0.1 with
+  wide margins (cdf 0.32 below it, 0.47 at it), so the band's lower end is
+  0.6 - 0.1 = 0.5. Without the row resampling the gap is ``z - 0.6`` (lower
+  end 0.0); a lower level of 0.175 (``(1 - confidence)/4``) gives 0.0 too.
+  """
+  c, n = Fraction(3, 5), 4
+  law = {}
+  for k in range(1, n + 1):
+    pk = math.comb(n, k) * Fraction(1, 4) ** k * Fraction(3, 4) ** (n - k)
+    for s in range(k + 1):
+      g = Fraction(s, k) - c
+      law[g] = law.get(g, 0) + pk * math.comb(k, s) * c**s * (1 - c) ** (k - s)
+  total = sum(law.values())
+  gaps = sorted(law)
+  cdf = np.cumsum([float(law[g] / total) for g in gaps])
+  lo_gap = float(gaps[int(np.searchsorted(cdf, 0.35))])
+  at = gaps.index(Fraction(-1, 10))
+  assert lo_gap == -0.1 and cdf[at - 1] < 0.33 and cdf[at] > 0.45  # the margins
+  hi_gap = float(gaps[int(np.searchsorted(cdf, 0.65))])
+  p = np.array([[0.6, 0.4], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]], np.float32)
+  b = BS.consistency_bands(jax.random.key(5), p, 4, num_resamples=2000, confidence=0.3)
+  np.testing.assert_array_equal(np.asarray(b.counts), [0, 0, 1, 3])
+  np.testing.assert_allclose(np.asarray(b.lo)[2:], [0.6 + lo_gap, 1.0], atol=1e-6)
+  np.testing.assert_allclose(np.asarray(b.hi)[2:], [0.6 + hi_gap, 1.0], atol=1e-6)
+  assert np.all(np.isnan(np.asarray(b.lo)[:2]))

@@ -681,3 +681,25 @@ for _ in range(3):
   assert out.returncode == 0, out.stderr[-2000:]
   want = "labels must lie in [0, 3); 1 entries do not, the first is labels[2] = 3"
   assert out.stdout.splitlines() == [want] * 3, out.stdout
+
+
+def test_a_class_without_kept_bins_keeps_its_weight():
+  """Guards the documented rule that a class with no bin of more than
+  ``min_bin_size`` samples counts as ``LCE_c = MLCE_c = 0`` with its weight
+  ``1/C`` kept (not renormalised over the other classes), as in the authors' code.
+
+  Class 2's scores spread over 9 bins of at most 7 samples (none kept at
+  ``min_bin_size = 10``); classes 0 and 1 have bins of 13-14. No score lies on
+  a bin edge (where jaxcal and the authors' code bin differently).
+  """
+  rng = np.random.default_rng(0)
+  n = 60
+  s2 = 0.6 * (np.arange(n) + 0.5) / n + 1e-3 * rng.random(n)
+  p = np.stack([(1 - s2) / 2, (1 - s2) / 2, s2], 1)
+  y = rng.integers(0, 3, n)
+  phi = rng.normal(size=(n, 2))
+  assert np.bincount(np.clip(np.ceil(s2 * 15), 1, 15).astype(int)).max() <= 10
+  with jax.enable_x64(True):
+    got = lce(p, y, phi, num_bins=15, min_bin_size=10, bandwidth=1.0, **BLOCKS)
+  want = lce_ref(p, y, phi, 15, 10, 1.0)
+  np.testing.assert_allclose([float(got.lce), float(got.mlce)], want, rtol=1e-12)

@@ -665,3 +665,49 @@ def test_progress_bar_ends_once_and_counts_zero():
     bar.update(1)
     raise RuntimeError("bad draw")
   assert out.getvalue().endswith("\n") and out.getvalue().count("\n") == 1
+
+
+def test_the_armijo_slope_is_twice_the_audited_error():
+  """Guards the line search's slope ``<∇Brier, -W> = -2 err`` (not ``-err``).
+
+  The first trial step is placed between the sufficient-decrease boundary of
+  the slope ``2 err`` and that of ``err`` (``c1 η err`` apart in Brier
+  score), both found in float64 by bisection on ``Brier(Π(P - ηW))`` of the
+  stored patch: the fit must reject it and halve it once.
+  """
+  z, y = _synthetic(n=200, c=3, seed=2)
+  base = dict(max_steps=1, tol=0.0, num_samples=0, progress=False)
+  rc = _fit(z, y, **base, stepsize=1.0)[0]
+  p = np.asarray(rc.trajectory(z), np.float64)[0]
+  onehot = np.eye(3)[y]
+  err = float(rc.errors[0])
+  ubar = _ubar_np(p, int(rc.kind[0]), rc.vec[0], rc.mat[0])
+  v = np.sum(p * ubar, 1)
+  w = float(rc.xi[0]) * ubar * ((v >= float(rc.lo[0])) & (v <= float(rc.hi[0])))[:, None]
+  b0 = np.mean(np.sum((p - onehot) ** 2, 1))
+
+  def accepted(eta, slope):
+    return np.mean(np.sum((project_np(p - eta * w) - onehot) ** 2, 1)) <= b0 - 1e-4 * eta * slope
+
+  def boundary(slope):  # the largest accepted step, by bisection
+    lo, hi = 1e-6, 1.0
+    assert accepted(lo, slope) and not accepted(hi, slope)
+    for _ in range(80):
+      mid = (lo + hi) / 2
+      lo, hi = (mid, hi) if accepted(mid, slope) else (lo, mid)
+    return lo
+
+  right, loose = boundary(2 * err), boundary(err)
+  assert loose - right > 1e-5 * right  # a window wide against float32 rounding
+  init = (right + loose) / 2
+  rc = _fit(z, y, **base, stepsize=init * 3 / err)[0]
+  assert float(rc.eta[0]) == pytest.approx(init / 2, rel=1e-6)
+
+
+def test_a_step_that_does_not_lower_the_brier_score_stops_the_fit():
+  """Guards the stopping rule "no Brier decrease": a step too small to change the
+  float32 Brier score passes the Armijo test but is not kept, and the fit stops."""
+  z, y = _synthetic()
+  rc = R.fit_patching(z, y, max_steps=4, tol=0.0, num_samples=0, stepsize=1e-12, progress=False)
+  assert (rc.num_steps, rc.stop_reason, bool(rc.converged)) == (0, "no Brier decrease", False)
+  np.testing.assert_allclose(np.asarray(rc(z)), np.asarray(jax.nn.softmax(jnp.asarray(z))), atol=0)

@@ -755,3 +755,28 @@ def test_a_batch_of_states_does_not_merge_with_a_single_state():
   with pytest.raises(ValueError, match=r"cannot merge Scores states of different shapes"):
     batch.merge(one)
   np.testing.assert_array_equal(batch.merge(batch).count, [40, 40, 40])
+
+
+def test_float64_fixed_bins_match_the_reference_in_every_output():
+  """Guards the float64 state's own path (one float64 scatter-add per class and
+  interval, not the float32 integer engine): the class-wise errors, ECCE and the
+  reliability statistics too, which a swapped class row or a flipped residual
+  sign (invisible to ``conf_ece``) would change."""
+  rng = np.random.default_rng(6)
+  p = rng.dirichlet(np.full(4, 0.5), 120)
+  y = rng.integers(0, 4, 120)
+  bins = np.array([1, 7, 15])
+  with jax.enable_x64(True):
+    st = streaming.FixedBins.empty(4, bins, dtype=jnp.float64)
+    st = st.update(p[:50], y[:50]).update(p[50:], y[50:])
+    got = st.compute()
+    rel = st.reliability(15)
+    assert got["classwise_ece"].dtype == jnp.float64 and rel.confidence.dtype == jnp.float64
+  for name in ("conf_ece", "conf_ce", "conf_ce_corr", "classwise_ece", "classwise_ce"):
+    want = [getattr(R, name)(p, y, int(m), "fixed") for m in bins]
+    np.testing.assert_allclose(got[name], want, rtol=1e-12, atol=1e-15, err_msg=name)
+  np.testing.assert_allclose(got["ecce"], [R.ecce(p, y, int(m)) for m in bins], rtol=1e-12)
+  counts, conf, acc, _, _ = R.reliability_stats(p, y, 15)
+  np.testing.assert_array_equal(rel.counts, counts)
+  np.testing.assert_allclose(rel.confidence, conf, rtol=1e-12)
+  np.testing.assert_allclose(rel.accuracy, acc, rtol=1e-12)
