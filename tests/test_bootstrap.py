@@ -692,3 +692,24 @@ def test_consistency_bands_resample_rows_and_take_the_central_quantiles():
   np.testing.assert_allclose(np.asarray(b.lo)[2:], [0.6 + lo_gap, 1.0], atol=1e-6)
   np.testing.assert_allclose(np.asarray(b.hi)[2:], [0.6 + hi_gap, 1.0], atol=1e-6)
   assert np.all(np.isnan(np.asarray(b.lo)[:2]))
+
+
+def test_statistics_of_zero_size_and_empty_batches():
+  """A statistic of zero size (a vmapped metric over no models) and a fit with no
+  thresholds go through ``map_batches`` like any other: their results' reshape was by
+  -1, which a zero size leaves undetermined (``ZeroDivisionError: integer modulo by
+  zero`` from inside JAX)."""
+  from jaxcal._src.numerics import map_batches
+
+  r = BS.bootstrap(jax.random.key(0), lambda a: a[:0], jnp.arange(5.0), num_resamples=4)
+  assert r.estimate.shape == r.lo.shape == r.hi.shape == r.sd.shape == (0,)
+  assert r.samples.shape == (4, 0)
+  p = jax.nn.softmax(jax.random.normal(jax.random.key(0), (6, 3)))
+  y = jnp.array([0, 1, 2, 0, 1, 2])
+  stat = jax.vmap(lambda q, t: metrics.conf_ece(q, t, 3), in_axes=(0, None))
+  r = BS.bootstrap(jax.random.key(0), stat, p[None][:0], y, num_resamples=4, sample_axis=(1, 0))
+  assert r.estimate.shape == (0,) and r.samples.shape == (4, 0)
+  a, b = map_batches(lambda v: (v * 2, jnp.zeros((0,))), jnp.arange(5.0), 2)
+  np.testing.assert_array_equal(a, [0.0, 2.0, 4.0, 6.0, 8.0])
+  assert b.shape == (5, 0)
+  assert map_batches(lambda v: v * 2, jnp.zeros((0, 3)), 2).shape == (0, 3)
