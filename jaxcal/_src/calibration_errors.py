@@ -970,6 +970,11 @@ def _lin_sums(reports, signals, bin_ids, num_bins, where):
     )
   if u.shape[0] == 0:
     raise ValueError("reports is empty (n = 0 samples)")
+  if u.shape[1] == 0:
+    raise ValueError(
+      f"reports must have at least one column (shape (n,) or (n, d) with d >= 1), "
+      f"got {tuple(u.shape)}"
+    )
   (u, s), b, wh, ok, count = V.check_arrays(
     {"reports": u, "signals": s}, labels=("bin_ids", bin_ids, int(num_bins)), where=where
   )
@@ -1018,9 +1023,9 @@ def lin_ce(
     Scalar.
 
   Raises:
-    ValueError: mismatched shapes, non-finite reports or signals, bin ids
-      outside ``[0, num_bins)``, ``num_bins`` not an int in ``[1, 2**24]``,
-      a bad mask (eager calls).
+    ValueError: mismatched shapes, reports without columns, non-finite
+      reports or signals, bin ids outside ``[0, num_bins)``, ``num_bins`` not
+      an int in ``[1, 2**24]``, a bad mask (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -1065,9 +1070,9 @@ def lin_ece(
     Scalar.
 
   Raises:
-    ValueError: mismatched shapes, non-finite reports or signals, bin ids
-      outside ``[0, num_bins)``, ``num_bins`` not an int in ``[1, 2**24]``,
-      a bad mask, an unknown norm (eager calls).
+    ValueError: mismatched shapes, reports without columns, non-finite
+      reports or signals, bin ids outside ``[0, num_bins)``, ``num_bins`` not
+      an int in ``[1, 2**24]``, a bad mask, an unknown norm (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
