@@ -511,3 +511,18 @@ def test_rows_in_groups_of_flat_positions_equal_one_group(monkeypatch):
   got = jax.jit(lambda *a: I._fit_batched(*a))(*args)  # a new function: traced anew
   for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(got)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_vmap_empty_batch():
+  # rowwise_vmap's rule ran the fit on zero rows (jnp.max over nothing)
+  x = jnp.zeros((0, 3))
+  assert jax.jit(jax.vmap(isotonic_regression))(x, x).shape == (0, 3)
+  fit = jax.jit(jax.vmap(isotonic_fit))(x, x)
+  assert fit.x.shape == (0, 3) and fit.y.shape == (0, 3)
+  x1, y1 = jnp.array([0.3, 0.1, 0.2]), jnp.array([1.0, 0.0, 0.5])
+  np.testing.assert_array_equal(
+    jax.vmap(isotonic_regression)(x1[None], y1[None])[0], isotonic_regression(x1, y1)
+  )
+  np.testing.assert_array_equal(
+    jax.vmap(isotonic_fit)(x1[None], y1[None]).y[0], isotonic_fit(x1, y1).y
+  )

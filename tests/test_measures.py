@@ -967,3 +967,21 @@ def test_smooth_ece_bandwidth_of_a_perfectly_calibrated_set_stops_at_the_search_
   # smECE is 0 at every bandwidth (R.smooth_ece_fixed_point gives 2/1024 too)
   assert float(metrics.smooth_ece(p, y, 0.05)) == pytest.approx(0.0, abs=1e-7)
   assert float(metrics.smooth_ece_bandwidth(p, y)) == 2 / 1024
+
+
+@pytest.mark.parametrize(
+  "fn",
+  [
+    metrics.smooth_ece,
+    metrics.smooth_ece_bandwidth,
+    lambda p, y: metrics.smooth_ece(p, y, mode="classwise"),
+  ],
+  ids=["smooth_ece", "smooth_ece_bandwidth", "classwise"],
+)
+def test_smooth_ece_vmap_empty_batch(fn):
+  # the shared-bucket rule reduced over the batch with no identity for size 0
+  p = jnp.full((0, 5, 3), 1 / 3)
+  y = jnp.zeros((0, 5), int)
+  assert jax.jit(jax.vmap(fn))(p, y).shape == (0,)
+  p1, y1 = jnp.asarray(_data(0, 5, 3)[0], jnp.float32), jnp.array([0, 1, 2, 0, 1])
+  np.testing.assert_allclose(jax.vmap(fn)(p1[None], y1[None])[0], fn(p1, y1), rtol=1e-6)

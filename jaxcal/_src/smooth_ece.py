@@ -243,8 +243,11 @@ def _shared_bucket(i: jax.Array) -> jax.Array:
 
 @_shared_bucket.def_vmap
 def _shared_bucket_rule(axis_size: int, in_batched: list, i: jax.Array) -> tuple[jax.Array, bool]:
-  """The batch's largest index, unbatched; shared again by any enclosing ``vmap``."""
-  return _shared_bucket(jnp.max(i, axis=0) if in_batched[0] else i), False
+  """The batch's largest index, unbatched; shared again by any enclosing ``vmap``.
+
+  An empty batch (``axis_size == 0``) takes bucket 0: no member runs it.
+  """
+  return _shared_bucket(jnp.max(i, axis=0, initial=0) if in_batched[0] else i), False
 
 
 def _bucket(sigma, buckets: tuple[_Sizes, ...]) -> jax.Array:

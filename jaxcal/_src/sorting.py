@@ -163,8 +163,9 @@ def rowwise_vmap(fn: Callable) -> Callable:
   data-dependent choices (a ``lax.cond`` on a reduction over all rows, a
   ``while_loop``) then stay choices under ``vmap`` instead of becoming
   selects that run every branch for every row. Unbatched arguments are
-  broadcast. Callers pass integer or ``stop_gradient`` inputs: a
-  ``custom_vmap`` function has no reverse-mode derivative.
+  broadcast; an empty batch gives empty outputs without calling ``fn``.
+  Callers pass integer or ``stop_gradient`` inputs: a ``custom_vmap``
+  function has no reverse-mode derivative.
 
   Args:
     fn: function of positional arrays with common leading axes.
@@ -185,6 +186,13 @@ def rowwise_vmap(fn: Callable) -> Callable:
 
   @rows.def_vmap
   def rule(axis_size, in_batched, *args):
+    if axis_size == 0:  # no rows to run ``fn`` on: empty outputs of one row's shapes
+      one = [
+        jax.ShapeDtypeStruct(a.shape[1:] if bt else a.shape, a.dtype)
+        for a, bt in zip(args, in_batched)
+      ]
+      out = jax.tree.map(lambda o: jnp.zeros((0,) + o.shape, o.dtype), jax.eval_shape(rows, *one))
+      return out, jax.tree.map(lambda _: True, out)
     full = [
       a if bt else jnp.broadcast_to(a, (axis_size,) + a.shape) for a, bt in zip(args, in_batched)
     ]
