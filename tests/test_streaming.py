@@ -780,3 +780,22 @@ def test_float64_fixed_bins_match_the_reference_in_every_output():
   np.testing.assert_array_equal(rel.counts, counts)
   np.testing.assert_allclose(rel.confidence, conf, rtol=1e-12)
   np.testing.assert_allclose(rel.accuracy, acc, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+  "make",
+  [
+    lambda: streaming.FixedBins.empty(3, 3),
+    lambda: streaming.Scores.empty(3),
+    lambda: streaming.Records.empty(4, 3),
+    lambda: streaming.Calibration.empty(3, 3),
+  ],
+  ids=["FixedBins", "Scores", "Records", "Calibration"],
+)
+def test_reduce_empty_stack_raises(make):
+  # a stack of 0 states took x[0] (IndexError)
+  st = make()
+  with pytest.raises(ValueError, match="at least one state, got 0"):
+    jax.tree.map(lambda a: a[None][:0], st).reduce()
+  one = jax.tree.map(lambda a: a[None], st).reduce()
+  assert jax.tree.all(jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), one, st))

@@ -431,7 +431,11 @@ class _Streaming:
     return self._ingest(*batch)
 
   def reduce(self) -> Any:
-    """Merges states stacked along a leading axis (e.g. after ``all_gather``) into one, in order."""
+    """Merges states stacked along a leading axis (e.g. after ``all_gather``) into one, in order.
+
+    Raises:
+      ValueError: the state is not stacked, or the stack holds no state.
+    """
     return _reduce_stack(self)
 
 
@@ -753,6 +757,11 @@ def _reduce_stack(stacked: Any) -> Any:
   if not leaves or leaves[0].ndim == 0:
     raise ValueError("reduce() expects states stacked along a leading axis (e.g. after all_gather)")
   k = leaves[0].shape[0]
+  if k == 0:
+    raise ValueError(
+      "reduce() needs a stack of at least one state, got 0 (leading axis of size 0); "
+      f"start from {type(stacked).__name__}.empty(...) when there is nothing to merge"
+    )
   out = jax.tree.map(lambda x: x[0], stacked)
   for i in range(1, k):
     out = out.merge(jax.tree.map(lambda x, i=i: x[i], stacked))
