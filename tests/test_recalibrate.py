@@ -1775,3 +1775,55 @@ def test_applying_a_probability_fit_to_logits_says_to_pass_probabilities():
   assert "from_logits" not in str(e.value)
   with pytest.raises(ValueError, match=r"Pass logits with from_logits=True"):
     R.fit_histogram(z, y, from_logits=False)  # a fit still says so
+
+
+@pytest.mark.parametrize("name", ["fit_isotonic", "fit_smooth_isotonic", "decompose"])
+def test_vmap_empty_batch_isotonic(name):
+  # rowwise_vmap's rule ran the isotonic fit on zero rows (jnp.max over nothing)
+  if name == "decompose":
+    fn = lambda x, y: decompose(x, y).mcb
+  else:
+    fn = lambda x, y: jax.tree.leaves(getattr(R, name)(x, y))
+  x1 = jnp.asarray(np.random.default_rng(0).standard_normal((5, 3)), jnp.float32)
+  y1 = jnp.array([0, 1, 2, 0, 1])
+  if name == "decompose":
+    x1 = jax.nn.softmax(x1)
+  one = fn(x1, y1)
+  empty = jax.jit(jax.vmap(fn))(jnp.zeros((0, 5, 3)), jnp.zeros((0, 5), int))
+  batched = jax.vmap(fn)(x1[None], y1[None])
+  for e, b, o in zip(jax.tree.leaves(empty), jax.tree.leaves(batched), jax.tree.leaves(one)):
+    assert e.shape == (0,) + o.shape
+    np.testing.assert_allclose(b[0], o, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+  "method, n, match",
+  [
+    (
+      "vector",
+      4,
+      r"num_folds must be <= 4, got 5: .*n = 4 samples; pass num_folds=k .*reg_lambda=",
+    ),
+    ("matrix", 4, r"num_folds must be <= 4, got 5: .*pass num_folds=k .*reg_lambda="),
+    ("dirichlet", 4, r"num_folds must be <= 4, got 5: .*pass num_folds=k .*reg_lambda="),
+    ("histogram", 3, r"num_bins must be <= 3, got 15: .*n = 3 samples; pass num_bins=m "),
+  ],
+)
+def test_defaults_too_big_for_small_n_say_what_to_pass(method, n, match):
+  # the defaults (5 folds, 15 bins) failed on a small split without naming the fix
+  z = jnp.asarray(np.random.default_rng(0).standard_normal((n, 3)), jnp.float32)
+  y = jnp.arange(n) % 3
+  with pytest.raises(ValueError, match=match):
+    R.fit(method, z, y)
+
+
+def test_bbq_fits_one_sample():
+  """One sample leaves every class's bin range empty (no thresholds): the fit's
+  ``map_batches`` raised ``ZeroDivisionError`` from ``lax.map``'s reshape. BBQ takes
+  classes without samples, so it takes one sample too: every model is the prior-smoothed
+  single bin, and the recalibrated row is a distribution."""
+  z = np.random.default_rng(0).normal(size=(1, 3)).astype(np.float32)
+  rc = R.fit_bbq(z, np.array([2]))
+  q = np.asarray(rc(z))
+  assert q.shape == (1, 3) and np.all(np.isfinite(q)) and q.sum() == pytest.approx(1.0)
+  assert q[0, 2] > q[0, 0] and q[0, 2] > q[0, 1]  # the one label seen gains mass

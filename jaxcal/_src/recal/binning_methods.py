@@ -152,7 +152,8 @@ def fit_histogram(
   Raises:
     ValueError: bad inputs or labels, a class without a sample (eager
       calls; under ``jax.jit`` / ``jax.vmap`` the fitted arrays are NaN
-      instead), or bad options (``normalize`` not True/False, ``num_bins`` not an int in ``[1, n]``).
+      instead), or bad options (``normalize`` not True/False, ``num_bins`` not
+      an int in ``[1, n]``, the default 15 included).
 
   Example:
     >>> import jax.numpy as jnp
@@ -181,7 +182,13 @@ def fit_histogram(
     on="probs",
     require_all_classes=True,
   )
-  m = V.check_int_option(num_bins, "num_bins", minimum=1, maximum=p.shape[0])
+  m = V.check_int_option(num_bins, "num_bins", minimum=1)
+  if m > p.shape[0]:  # the default 15 on a small split too: say which argument helps
+    raise ValueError(
+      f"num_bins must be <= {p.shape[0]}, got {m}: every equal-mass bin needs a sample, and "
+      f"there are n = {p.shape[0]} samples; pass num_bins=m with 1 <= m <= {p.shape[0]} "
+      "(the default is 15)"
+    )
   th, vals = _fit_hb(p, onehot, m)
   rc = HistogramBinning(
     thresholds=th,

@@ -950,7 +950,15 @@ def _fit_linear_public(
     )
   num_folds = opts.num_folds
   if len(grid) > 1:
-    num_folds = V.check_int_option(num_folds, "num_folds", minimum=2, maximum=z.shape[0])
+    num_folds = V.check_int_option(num_folds, "num_folds", minimum=2)
+    n = z.shape[0]
+    if num_folds > n:  # the default 5 on a small split too: say which arguments help
+      raise ValueError(
+        f"num_folds must be <= {n}, got {num_folds}: the cross-validation of reg_lambda needs "
+        f"a sample per fold, and there are n = {n} samples; pass num_folds=k with "
+        f"2 <= k <= {n} (the default is 5), or a fixed reg_lambda= (or a reg_grid of one "
+        "strength) to skip the cross-validation"
+      )
   mus = grid if reg_mu is None else (reg_mu,) * len(grid)
   if on_log_probs:
     z = jax.nn.log_softmax(z, axis=-1)
@@ -1049,9 +1057,11 @@ def fit_vector(
     ``reg_lambda``, ``reg_mu`` and the ``cv_nll`` curve.
 
   Raises:
-    ValueError: bad inputs or options, or a class without a sample (eager
-      calls; under ``jax.jit`` / ``jax.vmap`` bad data give NaN parameters
-      and ``converged`` False instead).
+    ValueError: bad inputs or options (``num_folds``, the default 5
+      included, above the sample count ``n`` when ``reg_lambda`` is
+      cross-validated), or a class without a sample (eager calls; under
+      ``jax.jit`` / ``jax.vmap`` bad data give NaN parameters and
+      ``converged`` False instead).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -1119,9 +1129,11 @@ def fit_matrix(
     ``cv_nll`` curve.
 
   Raises:
-    ValueError: bad inputs or options, or a class without a sample (eager
-      calls; under ``jax.jit`` / ``jax.vmap`` bad data give NaN parameters
-      and ``converged`` False instead).
+    ValueError: bad inputs or options (``num_folds``, the default 5
+      included, above the sample count ``n`` when ``reg_lambda`` is
+      cross-validated), or a class without a sample (eager calls; under
+      ``jax.jit`` / ``jax.vmap`` bad data give NaN parameters and
+      ``converged`` False instead).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -1189,9 +1201,11 @@ def fit_dirichlet(
     and the ``cv_nll`` curve.
 
   Raises:
-    ValueError: bad inputs or options, or a class without a sample (eager
-      calls; under ``jax.jit`` / ``jax.vmap`` bad data give NaN parameters
-      and ``converged`` False instead).
+    ValueError: bad inputs or options (``num_folds``, the default 5
+      included, above the sample count ``n`` when ``reg_lambda`` is
+      cross-validated), or a class without a sample (eager calls; under
+      ``jax.jit`` / ``jax.vmap`` bad data give NaN parameters and
+      ``converged`` False instead).
 
   Example:
     >>> import jax, jax.numpy as jnp
