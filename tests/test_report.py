@@ -900,3 +900,41 @@ def test_bca_comparison_reports_the_models_sample_count(monkeypatch):
   rep = R.compare_report(models, num_bins=5, rank_bins=(2, 149, 150), resamples=2, interval="bca")
   (block,) = rep["rank_stability"]
   assert block["n"] == 150 and block["num_bins"] == [2, 149]
+
+
+@pytest.mark.parametrize(
+  "text, message",
+  [
+    ("ConfECE(fix;0)", r"the bin count must be an int >= 1, got 0"),
+    ("ECCE(0)", r"the bin count must be an int >= 1, got 0"),
+    ("ConfECE()", r"not a metric label: the parentheses must hold 'fix' or 'qua'"),
+    ("ConfECE(;15)", r"not a metric label: the parentheses must hold 'fix' or 'qua'"),
+    ("ConfECE(fix;)", r"not a metric label: the parentheses must hold 'fix' or 'qua'"),
+  ],
+)
+def test_parse_label_refuses_what_label_never_writes(text, message):
+  # these parsed (num_bins 0, or an empty / half qualifier) though label() never writes them
+  with pytest.raises(ValueError, match=message):
+    report.parse_label(text)
+  for m in report.METRICS:  # every label label() writes still parses back
+    for rule in (None, "fixed", "quantile") if m.binning else (None,):
+      for bins in (None, 1, 15) if m.binning else (None,):
+        if m.name == "ECCE" and rule == "quantile":
+          continue
+        got = report.parse_label(report.label(m.name, rule, bins))
+        assert got[0] == m and got[2] == bins and (rule is None or got[1] == rule)
+
+
+def test_format_number_refuses_bad_digits_and_non_real_x():
+  # digits=0 wrote one digit and "0.5" was formatted as a number
+  for digits in (0, -1, True, 2.0):
+    with pytest.raises(ValueError, match="digits must be an int >= 1"):
+      report.format_number(0.5, digits)
+  for x in ("0.5", b"0.5", 1 + 2j, np.array("0.5")):
+    with pytest.raises(ValueError, match="x must be a real number"):
+      report.format_number(x)
+  assert report.format_number(0.5, 1) == "0.5" and report.format_number(np.float32(0.25)) == "0.250"
+  assert (
+    report.format_number(np.array(0.5)) == "0.500" and report.format_number(float("nan")) == "nan"
+  )
+  assert report.format_number(12345) == "12,345" and report.format_number(np.int64(7)) == "7"

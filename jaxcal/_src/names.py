@@ -173,7 +173,9 @@ def label(name: str, binning: str | None = None, num_bins: int | None = None) ->
   return f"{m.name}({inner})"
 
 
-_LABEL = re.compile(r"^(?P<name>[A-Za-z_]+)(?:\((?:(?P<rule>fix|qua))?;?(?P<m>\d+)?\))?$")
+_LABEL = re.compile(r"^(?P<name>[A-Za-z_]+)(?:\((?P<inner>[^()]*)\))?$")
+#: What a label's parentheses hold: a rule, a rule and a bin count, or a count alone.
+_BINS = re.compile(r"^(?:(?P<rule>fix|qua)(?:;(?P<m>\d+))?|(?P<count>\d+))$")
 
 
 def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
@@ -190,24 +192,37 @@ def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
     (``None`` when the label gives none).
 
   Raises:
-    ValueError: ``text`` is not a label of that form, names no metric, gives
-      bins to a metric without them, or quantile bins to ECCE.
+    ValueError: ``text`` is not a label of that form (parentheses holding
+      neither a rule nor a bin count, such as ``"ConfECE()"``,
+      ``"ConfECE(;15)"`` or ``"ConfECE(fix;)"``), names no metric, gives
+      bins to a metric without them, quantile bins to ECCE, or a bin count
+      below 1.
 
   Example:
     >>> m, rule, bins = parse_label("ConfCE_corr(qua;2000)")
     >>> m.name, rule, bins
     ('ConfCE_corr', 'quantile', 2000)
   """
-  match = _LABEL.match(text)
+  match = _LABEL.match(text) if isinstance(text, str) else None
   if not match:
     raise ValueError(f"{text!r} is not a metric label such as 'ConfECE(fix;15)'")
   m = metric(match["name"])
-  if m.binning is None and (match["rule"] or match["m"]):
+  bins = _BINS.match(match["inner"]) if match["inner"] is not None else None
+  if match["inner"] is not None and not bins:
+    raise ValueError(
+      f"{text!r} is not a metric label: the parentheses must hold 'fix' or 'qua', "
+      f"optionally followed by ';' and a bin count, e.g. 'ConfECE(fix;15)'"
+    )
+  rule_abbrev = bins["rule"] if bins else None
+  count = (bins["m"] or bins["count"]) if bins else None
+  if m.binning is None and bins:
     raise ValueError(f"{text!r}: {m.name} has no bins; its label is {m.name!r}")
-  if m.name == "ECCE" and match["rule"] == "qua":
+  if m.name == "ECCE" and rule_abbrev == "qua":
     raise ValueError(f"{text!r}: ECCE always uses equal-width bins; write e.g. 'ECCE(15)'")
-  rule = _ABBREV_BINNING.get(match["rule"] or "", m.binning if m.binning else None)
-  return m, rule, int(match["m"]) if match["m"] else None
+  if count is not None and int(count) < 1:
+    raise ValueError(f"{text!r}: the bin count must be an int >= 1, got {count}")
+  rule = _ABBREV_BINNING.get(rule_abbrev or "", m.binning if m.binning else None)
+  return m, rule, int(count) if count is not None else None
 
 
 def format_number(x: Any, digits: int = 3) -> str:
@@ -220,17 +235,28 @@ def format_number(x: Any, digits: int = 3) -> str:
   Args:
     x: a real number (Python or numpy scalar, or a 0-d array); a bool is
       written as ``True`` / ``False``.
-    digits: significant digits (default 3).
+    digits: significant digits, an int ``>= 1`` (default 3).
 
   Returns:
     The formatted number: an integer in full, anything else with ``digits``
     significant digits; ``"nan"``, ``"inf"``, ``"-inf"`` and ``"0"`` for
     those values.
 
+  Raises:
+    ValueError: ``digits`` not an int ``>= 1``, or ``x`` not a real number
+      (a string, bytes or a complex number).
+
   Example:
     >>> [format_number(v) for v in (0.945199, 0.02564, 8.312e-05, 0.5, 12.0, 123456.0, 10000)]
     ['0.945', '0.0256', '8.31e-5', '0.500', '12.0', '1.23e5', '10,000']
   """
+  if isinstance(digits, bool) or not isinstance(digits, numbers.Integral) or digits < 1:
+    raise ValueError(f"digits must be an int >= 1 (significant digits), got {digits!r}")
+  kind = getattr(getattr(x, "dtype", None), "kind", "")
+  if isinstance(x, (str, bytes, complex)) or (kind and kind in "USc"):  # text or complex
+    raise ValueError(
+      f"x must be a real number, got {x!r} ({type(x).__name__}); pass a float (for text, float(x))"
+    )
   if isinstance(x, bool) or getattr(getattr(x, "dtype", None), "kind", "") == "b":
     return str(bool(x))  # numpy bools too (not "1.00")
   if isinstance(x, int) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") in "iu"):
