@@ -615,6 +615,17 @@ def test_invalid_values_under_vmap_poison_only_their_data_set():
   np.testing.assert_allclose(out[0], metrics.classwise_ce(P, Y, 2), rtol=1e-6)
 
 
+def test_reliability_counts_of_invalid_values_under_jit_are_minus_one():
+  """Counts cannot be NaN: under jit, bad input makes every bin count -1 (fold's ints=-1),
+  never a plausible count, and every float of the result NaN."""
+  f = jax.jit(lambda p, y: metrics.reliability_stats(p, y, 2))
+  for bad, (p, y) in BAD_UNDER_JIT.items():
+    r = f(p, y)
+    np.testing.assert_array_equal(r.counts, [-1, -1], err_msg=bad)
+    assert np.all(np.isnan(np.asarray(r.confidence))), bad
+  np.testing.assert_array_equal(f(P, Y).counts, metrics.reliability_stats(P, Y, 2).counts)
+
+
 # --------------------------------------------------------------------------
 # The command line: one line on stderr, exit status 2, no traceback
 # --------------------------------------------------------------------------

@@ -618,3 +618,43 @@ def test_a_study_result_iterates_over_its_metrics():
   y = jnp.arange(50) % 3
   r = jaxcal.evaluate(p, y, ["brier", "conf_ece"])
   assert list(r) == list(r.metrics) == ["brier", "conf_ece"]
+
+
+def _probs(n, c, seed):
+  rng = np.random.default_rng(seed)
+  return rng.dirichlet(np.ones(c), n).astype(np.float32), rng.integers(0, c, n).astype(np.int32)
+
+
+def test_a_model_one_row_short_of_its_bucket_has_its_padding_row_masked():
+  """9 rows padded to the bucket of 10: the one padding row (probabilities (1, 0, 0), label 0,
+  a confident right answer) must be masked out like any larger padding, not scored."""
+  p, y = _probs(9, 3, seed=3)
+  res = jaxcal.evaluate([p], [y], ["brier", "conf_ece"], num_bins=3)
+  assert res.info["programs"][0]["rows"] == 10
+  np.testing.assert_allclose(res["brier"][0], scores.brier(p, y), atol=ATOL)
+  np.testing.assert_allclose(res["conf_ece"][0], metrics.conf_ece(p, y, 3), atol=ATOL)
+
+
+def test_a_bad_last_real_row_of_a_padded_model_is_named_with_that_model():
+  """Models padded to one bucket (12 and 9 rows -> 12): a NaN in model 'b''s last real row is
+  reported as that model's, with its own row number (the per-model recheck reads every real
+  row, not one fewer)."""
+  pa, ya = _probs(12, 3, seed=4)
+  pb, yb = _probs(9, 3, seed=5)
+  pb[8, 1] = np.nan
+  with pytest.raises(
+    ValueError,
+    match=r"^model 'b': probs contains non-finite values .* the first is row 8, column 1",
+  ):
+    jaxcal.evaluate({"a": pa, "b": pb}, {"a": ya, "b": yb}, ["brier"])
+
+
+def test_a_label_gives_no_bins_to_a_metric_without_them():
+  """parse_label refuses a bin count alone (no rule) on an unbinned metric, as it refuses
+  'Brier(fix;15)': 'Brier(15)' is not a label that label() writes."""
+  from jaxcal import report
+
+  for text in ("Brier(15)", "smECE(15)", "NLL(qua)"):
+    with pytest.raises(ValueError, match=r"has no bins; its label is"):
+      report.parse_label(text)
+  assert report.parse_label("ECCE(15)")[1:] == ("fixed", 15)

@@ -1103,6 +1103,16 @@ def test_borrowed_input_gives_the_value_of_a_copy(name, offset, monkeypatch):
   np.testing.assert_array_equal(p, before)  # read, never written
 
 
+@pytest.mark.parametrize("name", ["conf_ece", "brier per sample"])
+def test_borrowed_scores_with_device_labels_give_the_value_of_a_copy(name):
+  """Host scores read in place hold their rows rotated (shift k = 3 at offset 16); labels
+  already on the device are rotated to match inside the programs (by_rows), the same way."""
+  fn, kw = _BORROWING[name]
+  p, y = _big_probs(offset=16)
+  got = fn(p, jnp.asarray(y), **kw)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(_copied(fn, p, y, **kw)), rtol=2e-6)
+
+
 def test_borrowed_logits_give_the_value_of_a_copy():
   p, y = _big_probs()
   z = _at(np.log(p) + 1.5, 16)  # logits whose softmax is p
@@ -1404,3 +1414,65 @@ def test_public_calls_run_under_strict_dtype_promotion():
     with jax.numpy_dtype_promotion("strict"):
       got = np.asarray(c())
     np.testing.assert_array_equal(got, want[k], err_msg=k)
+
+
+def test_masked_out_entries_of_unit_interval_inputs_are_not_checked():
+  """Values checked to lie in [0, 1] (binary probabilities, check_values with bounds) are
+  checked where selected only: 1.5 or NaN in a masked-out entry is ignored, as in a
+  masked-out row of a probability matrix, not refused (or an internal error)."""
+  p = np.array([0.2, 1.5, 0.7, np.nan, 0.4, 0.9])
+  y = np.array([0, 1, 1, 0, 1, 1])
+  mask = np.array([True, False, True, False, True, True])
+  np.testing.assert_allclose(
+    metrics.binary_ce(p, y, 2, where=mask), metrics.binary_ce(p[mask], y[mask], 2), atol=1e-7
+  )
+  x = V.check_values(
+    np.array([0.5, 7.0, np.nan]), "x", bounds=(0.0, 1.0), where=jnp.array([True, False, False])
+  )
+  np.testing.assert_array_equal(np.isnan(x), [False, False, True])  # returned as given
+
+
+def test_padded_union_rows_are_numbered_among_the_real_rows():
+  """check_predictions(..., padding=True) (every process's shard assembled, each padded at its
+  end) names a bad row by its row in the union: the number of real rows before it."""
+  p = np.array([[0.7, 0.3], [0.5, 0.5], [0.2, 0.8], [0.6, 0.6], [0.5, 0.5]], np.float32)
+  y = np.array([0, 0, 1, 1, 0])
+  mask = np.array([True, False, True, True, False])  # rows 1 and 4: padding
+  with pytest.raises(
+    ValueError, match=r"1 row\(s\) do not, the first is row 2, which sums to 1\.2"
+  ):
+    V.check_predictions(p, y, where=mask, padding=True)
+  labels = jnp.array([0, 0, 5, 1])  # assembled across processes: device labels
+  with pytest.raises(
+    ValueError, match=r"must lie in \[0, 2\); 1 entries do not, .* labels\[1\] = 5"
+  ):
+    V.check_predictions(P[[0, 1, 2, 1]], labels, where=mask[1:], padding=True)
+
+
+def test_row_wise_fold_poisons_a_row_outside_the_unit_interval_that_sums_to_one():
+  """check_probs(rows=True) (a recalibrator's apply under jit) makes NaN exactly the rows that
+  fail the check: a row summing to one with entries 1.2 and -0.2 is bad, its neighbours kept."""
+  x = np.array([[1.2, -0.2], [0.3, 0.7], [0.5, 0.6], [-4e-4, 1.0004]], np.float32)
+  out = np.asarray(jax.jit(lambda p: V.check_probs(p, rows=True))(x))
+  np.testing.assert_array_equal(np.isnan(out).all(axis=1), [True, False, True, False])
+  np.testing.assert_array_equal(out[[1, 3]], x[[1, 3]])  # within the tolerance: kept as given
+
+
+def test_host_integer_checks_accept_the_int32_range_ends():
+  """int64 values JAX stores as int32 are refused outside [-2**31, 2**31 - 1] and accepted at
+  both ends (the ends themselves are int32 values, not wrapped)."""
+  ends = np.array([-(2**31), 2**31 - 1], np.int64)
+  np.testing.assert_array_equal(V.exact_on_device(ends, "x"), ends)
+  for bad in (-(2**31) - 1, 2**31):
+    with pytest.raises(ValueError, match=r"x holds int64 values that int32 cannot hold"):
+      V.exact_on_device(np.array([0, bad], np.int64), "x")
+
+
+def test_non_finite_float_labels_are_refused_without_a_class_count():
+  """check_labels(..., num_classes=None) has no range to catch inf: the integrality check
+  must refuse it (inf == round(inf))."""
+  with pytest.raises(
+    ValueError, match=r"labels must be integers; 1 entries are not.*labels\[1\] = inf"
+  ):
+    V.check_labels(jnp.array([0.0, jnp.inf, 1.0]), 3, None)
+  np.testing.assert_array_equal(V.check_labels(jnp.array([0.0, 7.0]), 2, None), [0, 7])
