@@ -849,3 +849,41 @@ def test_savefig_writes_each_file_whole_or_not_at_all(tmp_path, monkeypatch):
     plots.savefig(fig, folder / "g", ("pdf",))
   assert [p.name for p in folder.iterdir()] == ["g.pdf"]
   assert (folder / "g.pdf").read_bytes() == b"%PDF the previous figure"
+
+
+def test_sweep_reads_the_split_it_is_given(tmp_path, capsys):
+  """``jaxcal sweep --split val`` sweeps the val_* arrays of a multi-split
+  file (not its test split) and names that split as the source."""
+  import jax
+
+  from jaxcal import utility
+
+  splits = _split_file(tmp_path / "s.npz", 30, 20)
+  out = tmp_path / "s_out.npz"
+  argv = ["sweep", str(tmp_path / "s.npz"), "--split", "val", "--m", "5", "--seed", "3"]
+  assert cli.main(argv + ["--family", "rank", "--out", str(out), "--format", "json"]) == 0
+  printed = json.loads(capsys.readouterr().out)
+  assert printed["source"] == "s.npz (val)"
+  us = utility.sample_rank(jax.random.split(jax.random.key(3))[1], 5, 3)  # report's rank key
+  x, y = splits["val_logits"], splits["val_labels"]
+  want = np.asarray(utility.uc_sweep(x, y, us, from_logits=True), np.float64)
+  np.testing.assert_allclose(np.load(out)["errors"], want, rtol=1e-6)
+
+
+def test_report_on_several_models_reads_the_split_it_is_given(tmp_path, capsys, monkeypatch):
+  """``jaxcal report A B --split val`` compares the models' val_* arrays, not
+  their test split (``compare_report`` replaced by a recorder)."""
+  from jaxcal._src import report
+
+  calls = []
+  monkeypatch.setattr(report, "compare_report", lambda *a, **k: calls.append((a, k)) or {})
+  monkeypatch.setattr(report, "write_report", lambda rep, *a, **k: {"json": "r/report.json"})
+  monkeypatch.setattr(report, "format_summary", lambda rep, **k: "summary")
+  files = [str(tmp_path / f"m{k}.npz") for k in range(2)]
+  splits = [_split_file(f, 30, 20) for f in files]
+  argv = ["report", *files, "--split", "val", "--bins", "7", "--resamples", "0"]
+  assert cli.main(argv + ["--out", str(tmp_path / "r")]) == 0
+  ((models,), _), *_ = calls
+  for name, s in zip(["m0", "m1"], splits, strict=True):
+    x, y = models[name]
+    assert np.asarray(x).shape == (30, 3) and np.asarray(y).tolist() == s["val_labels"].tolist()

@@ -158,3 +158,14 @@ def test_public_export():
   import jaxcal.data
 
   assert jaxcal.data.load_fashion_mnist is F.load_fashion_mnist
+
+
+def test_loaded_arrays_are_writable_copies(tiny):
+  """``read_idx`` returns arrays of their own (not read-only views of the file's
+  bytes): in-place preprocessing (``images[mask] = 0``) works."""
+  root, data = tiny
+  out = F.load_fashion_mnist(root)
+  for k in data:
+    assert out[k].flags.writeable and out[k].flags.owndata
+  out["train_images"][0] = 0
+  assert not out["train_images"][0].any()

@@ -1061,3 +1061,95 @@ def test_the_network_is_float32_and_drawn_alike_under_x64(residual_vectors):
     return jax.tree.leaves(nnx.state(m, nnx.Param))
 
   assert all(b.dtype == jnp.float32 for b in assert_same_under_x64(params))
+
+
+def test_patience_counts_consecutive_epochs_without_improvement(monkeypatch):
+  """An improvement resets the patience count: early stopping waits ``patience``
+  epochs without a lower validation value *in a row*, not in all (scripted curve)."""
+  from jaxcal._src.recal import local_net as ln
+
+  curve = iter([5.0, 4.0, 4.5, 3.0, 3.5, 3.6, 1.0, 1.0, 1.0, 1.0])
+  monkeypatch.setattr(ln, "evaluate", lambda *a, **k: jnp.full(3, next(curve), jnp.float32))
+  phi, logits, y = _make(n=300)
+  opts = {**OPTS, "learning_rate": 0.0, "patience": 2, "standardize_input": True, "init_scale": 0.3}
+  opts = {**opts, "epochs": 10, "monitor": "loss"}  # the shapes of the test above: compiled once
+  rc = base.fit("local_net", logits, y, features=phi, **opts)
+  # best at epochs 2 and 4; epochs 5 and 6 are the two without improvement after it
+  assert (rc.epochs_run, rc.best_epoch, rc.stopped_early) == (6, 4, True)
+  np.testing.assert_allclose(np.asarray(rc.history)[:, 4], [5.0, 4.0, 4.5, 3.0, 3.5, 3.6])
+
+
+def test_trace_splits_follow_their_seed_as_documented():
+  """``trace_splits``: one ``default_rng(seed)`` draws the test-set halves first,
+  then the training order (the seed is used, the draw order is the documented one)."""
+  for seed in (0, 7):
+    t = train.trace_splits(50, 11, seed=seed)
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(11)
+    np.testing.assert_array_equal(t["val"], np.sort(perm[:5]))
+    np.testing.assert_array_equal(t["test"], np.sort(perm[5:]))
+    np.testing.assert_array_equal(t["train_order"], rng.permutation(50))
+  assert not np.array_equal(
+    train.trace_splits(50, 11, seed=0)["val"], train.trace_splits(50, 11)["val"]
+  )
+
+
+def test_train_classifier_is_train_epoch_with_a_per_epoch_key():
+  """``train_classifier`` = Adam epochs of ``train_epoch`` keyed by
+  ``fold_in(key(seed), epoch)``: a new batch order each epoch, and the seed used."""
+  import optax
+
+  from jaxcal._src.train import loop
+
+  rng = np.random.default_rng(1)
+  images = rng.integers(0, 256, (24, 28, 28), dtype=np.uint8)
+  labels = (images.reshape(24, -1).mean(1) > 127.5).astype(np.int32)
+  model = train.make_model("mlp_s", num_classes=2, seed=0)
+  fit = train.train_classifier(
+    model, images, labels, epochs=2, batch_size=8, learning_rate=1e-2, seed=5, verbose=False
+  )
+  graphdef, params = nnx.split(model, nnx.Param)
+  tx = optax.adam(1e-2)
+  state = tx.init(params)
+  data = (jnp.asarray(images), jnp.asarray(labels))
+  for e in (1, 2):
+    key = jax.random.fold_in(jax.random.key(5), e)
+    params, state, _ = train.train_epoch(
+      graphdef, tx, params, state, data, key, loss_fn=loop._classifier_loss, batch_size=8
+    )
+  got = jax.tree.leaves(nnx.state(fit.model, nnx.Param))
+  for a, b in zip(got, jax.tree.leaves(params), strict=True):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def _key_draws(model, batch, weights, key):
+  """Reports a uniform draw of the batch's key and its square (for distinct keys)."""
+  u = jax.random.uniform(key)
+  return jnp.float32(0.0) * model.b[...], jnp.stack([u, u * u])
+
+
+def test_train_epoch_gives_each_batch_its_own_dropout_key():
+  """Each mini-batch of an epoch gets its own dropout key: draws that all came
+  from one key would have mean(u^2) == mean(u)^2."""
+  import optax
+
+  graphdef, params = nnx.split(_Shift(), nnx.Param)
+  tx = optax.sgd(0.1)
+  x = jnp.arange(40.0)  # 10 full batches of 4
+  _, _, (m1, m2) = train.train_epoch(
+    graphdef, tx, params, tx.init(params), (x,), jax.random.key(0), loss_fn=_key_draws, batch_size=4
+  )
+  assert float(m2) - float(m1) ** 2 > 1e-3
+
+
+def test_the_held_out_split_is_drawn_from_the_seed():
+  """The held-out 10 % (early stopping, K-Cal's memory) is
+  ``calibration_fit_val(n, seed)``'s validation part: the seed is not ignored."""
+  phi, logits, y = _make(n=300)
+  for seed in (0, 3):
+    kc = fit_kcal(logits, y, features=phi, seed=seed, **{**OPTS, "epochs": 1})
+    va = train.calibration_fit_val(300, seed)[1]
+    np.testing.assert_array_equal(np.asarray(kc.memory_labels), y[va])
+    np.testing.assert_allclose(
+      np.asarray(kc.memory_features), _forward_ref(kc, logits[va], phi[va])[0], atol=1e-4
+    )

@@ -178,3 +178,21 @@ def test_atomic_file_keeps_modes_links_and_long_names(tmp_path):
       with atomic_file(tmp_path / "m.txt", mode):
         pass
   assert sorted(x.name for x in tmp_path.iterdir() if x.name.startswith(".")) == []
+
+
+def test_atomic_file_gives_a_new_file_the_mode_open_would(tmp_path):
+  """A new file gets ``0666`` less the umask, as ``open`` gives it (not the private
+  0600 of the temporary file it is written to)."""
+  from jaxcal._src.paths import atomic_file
+
+  old = os.umask(0o022)
+  try:
+    with atomic_file(tmp_path / "new.txt") as f:
+      f.write("x")
+    os.umask(0o007)
+    with atomic_file(tmp_path / "group.npz", "wb") as f:
+      f.write(b"x")
+  finally:
+    os.umask(old)
+  assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o644
+  assert (tmp_path / "group.npz").stat().st_mode & 0o777 == 0o660

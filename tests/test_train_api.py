@@ -84,3 +84,42 @@ def test_the_cnn_refuses_images_of_another_size(shape):
   with pytest.raises(ValueError, match=r"does not take images of shape|this CNN takes"):
     train.predict(model, np.zeros(shape, np.uint8))
   assert model(jnp.zeros((3, 28, 28))).shape == model(jnp.zeros((3, 28, 28, 1))).shape == (3, 3)
+
+
+class _Odd(nnx.Module):
+  """A classifier used by one test only (its own compiled batches)."""
+
+  def __init__(self):
+    self.linear = nnx.Linear(784, 7, rngs=nnx.Rngs(2))
+
+  def __call__(self, x):
+    return self.linear(x.reshape(x.shape[0], -1))
+
+
+def test_predict_compiles_one_batch_shape_and_pads_the_last(images):
+  """``predict`` pads the last, partial batch to ``batch_size``: one compiled
+  program for all batches (an unpadded last batch compiled a second one)."""
+  from jaxcal._src.train import loop
+
+  model = _Odd()
+  before = loop._predict_block._cache_size()
+  logits, _ = train.predict(model, images, batch_size=2)  # batches of 2, 2 and 1 (padded)
+  assert loop._predict_block._cache_size() == before + 1
+  direct = np.asarray(model(train.to_float_images(jnp.asarray(images))))
+  np.testing.assert_allclose(logits, direct, atol=1e-5)
+
+
+def test_a_shorter_progress_line_blanks_the_rest_of_the_longer_one():
+  """The progress bar of long fits redraws in place (``\\r``): a line shorter
+  than the one before is padded with spaces, so no stale text is left behind."""
+  import io
+
+  from jaxcal._src.progress import Progress
+
+  out = io.StringIO()
+  bar = Progress(10, "fit", delay=0.0, min_interval=0.0, stream=out)
+  bar.update(1, "a long postfix that the next line does not have")
+  bar.update(2)
+  first, second = out.getvalue().split("\r")[1:3]
+  assert len(second) == len(first) and "postfix" not in second
+  assert second.rstrip().startswith("fit") and second[len(second.rstrip()) :].strip() == ""
