@@ -257,9 +257,9 @@ def format_number(x: Any, digits: int = 3) -> str:
     raise ValueError(
       f"x must be a real number, got {x!r} ({type(x).__name__}); pass a float (for text, float(x))"
     )
-  if isinstance(x, bool) or getattr(getattr(x, "dtype", None), "kind", "") == "b":
+  if isinstance(x, bool) or kind == "b":
     return str(bool(x))  # numpy bools too (not "1.00")
-  if isinstance(x, int) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") in "iu"):
+  if isinstance(x, int) or (kind and kind in "iu"):
     return f"{int(x):,}"
   v = float(x)
   if math.isnan(v):
