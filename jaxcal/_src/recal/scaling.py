@@ -780,9 +780,9 @@ def _identity(c: int, dtype, diagonal: bool):
   return (jnp.ones((c,), dtype) if diagonal else jnp.eye(c, dtype=dtype), jnp.zeros((c,), dtype))
 
 
-def _folds(n: int, k: int, seed: int) -> jax.Array:
-  """``(k, n)`` 0/1 masks of ``k`` folds of a seeded random permutation (sizes differ by <= 1)."""
-  perm = jax.random.permutation(jax.random.key(seed), n)
+def _folds(n: int, k: int, key: jax.Array) -> jax.Array:
+  """``(k, n)`` 0/1 masks of ``k`` folds of a random permutation (sizes differ by <= 1)."""
+  perm = jax.random.permutation(key, n)
   fold = jnp.zeros((n,), jnp.int32).at[perm].set(jnp.arange(n, dtype=jnp.int32) % k)
   return fold[None, :] == jnp.arange(k, dtype=jnp.int32)[:, None]
 
@@ -802,12 +802,13 @@ _CV_MAX_ITER = 300
 _CV_STOP_RATIO = 1.01
 
 
-@functools.partial(jax.jit, static_argnames=("diagonal", "num_folds", "seed"))
-def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_folds, seed):
+@functools.partial(jax.jit, static_argnames=("diagonal", "num_folds"))
+def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_folds, key):
   """Cross-validates ``(lams[g], mus[g])`` (when ``G > 1``), then fits on everything.
 
   ``max_iter`` and ``cv_max_iter`` are traced (each fit's limit is a loop
-  value): another limit reuses the compiled program.
+  value), and so is the folds' random ``key``: another limit or seed reuses
+  the compiled program (a static seed compiled for 1.9 s per new seed).
 
   The grid runs from the strongest penalty down, each fold's fit warm-started
   from the previous strength's, and stops at the first strength whose
@@ -839,7 +840,7 @@ def _fit_linear(z, onehot, lams, mus, diagonal, max_iter, tol, cv_max_iter, num_
   init = (eye / temperature, zeros)
   g_total = lams.shape[0]
   k = num_folds if g_total > 1 else 1
-  held = _folds(n, k, seed).astype(z.dtype) if g_total > 1 else jnp.zeros((1, n), z.dtype)
+  held = _folds(n, k, key).astype(z.dtype) if g_total > 1 else jnp.zeros((1, n), z.dtype)
   ones = jnp.ones((n,), z.dtype)
   inf = jnp.full((g_total,), jnp.inf, z.dtype)
   big = jnp.asarray(jnp.finfo(z.dtype).max, z.dtype)  # the first strength never stops the search
@@ -972,7 +973,7 @@ def _fit_linear_public(
     tol,
     cv_max_iter,
     int(num_folds),
-    seed,
+    jax.random.key(seed),  # made here: any int64 seed, the same folds as a static one
   )
   rc = cls(
     weight=w,
