@@ -2460,9 +2460,18 @@ def check_bins(num_bins: Any, binning: str, max_bins: Any, at_most: int | None =
 
 
 def check_int_option(
-  value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None
+  value: Any,
+  name: str,
+  *,
+  minimum: int | None = None,
+  maximum: int | None = None,
+  hint: str | None = None,
 ) -> int:
   """Validates an integer option (a Python or NumPy int, not a bool or a float).
+
+  ``hint`` follows the message of a value out of ``[minimum, maximum]`` after
+  a colon: why the bound holds and which argument helps (a default that a
+  small data set cannot take, say).
 
   Example:
     >>> check_int_option(15, "num_bins", minimum=1)
@@ -2471,14 +2480,19 @@ def check_int_option(
     Traceback (most recent call last):
     ...
     ValueError: num_bins must be an int, got 2.7 (float)
+    >>> check_int_option(15, "num_bins", minimum=1, maximum=8, hint="n = 8 samples")
+    Traceback (most recent call last):
+    ...
+    ValueError: num_bins must be <= 8, got 15: n = 8 samples
   """
   if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
     raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
   v = int(value)
+  tail = "" if hint is None else f": {hint}"
   if minimum is not None and v < minimum:
-    raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    raise ValueError(f"{name} must be >= {minimum}, got {v}{tail}")
   if maximum is not None and v > maximum:
-    raise ValueError(f"{name} must be <= {maximum}, got {v}")
+    raise ValueError(f"{name} must be <= {maximum}, got {v}{tail}")
   return v
 
 

@@ -182,13 +182,15 @@ def fit_histogram(
     on="probs",
     require_all_classes=True,
   )
-  m = V.check_int_option(num_bins, "num_bins", minimum=1)
-  if m > p.shape[0]:  # the default 15 on a small split too: say which argument helps
-    raise ValueError(
-      f"num_bins must be <= {p.shape[0]}, got {m}: every equal-mass bin needs a sample, and "
-      f"there are n = {p.shape[0]} samples; pass num_bins=m with 1 <= m <= {p.shape[0]} "
-      "(the default is 15)"
-    )
+  n = p.shape[0]
+  m = V.check_int_option(  # the default 15 on a small split too: say which argument helps
+    num_bins,
+    "num_bins",
+    minimum=1,
+    maximum=n,
+    hint=f"every equal-mass bin needs a sample, and there are n = {n} samples; pass "
+    f"num_bins=m with 1 <= m <= {n} (the default is 15)",
+  )
   th, vals = _fit_hb(p, onehot, m)
   rc = HistogramBinning(
     thresholds=th,

@@ -951,15 +951,16 @@ def _fit_linear_public(
     )
   num_folds = opts.num_folds
   if len(grid) > 1:
-    num_folds = V.check_int_option(num_folds, "num_folds", minimum=2)
     n = z.shape[0]
-    if num_folds > n:  # the default 5 on a small split too: say which arguments help
-      raise ValueError(
-        f"num_folds must be <= {n}, got {num_folds}: the cross-validation of reg_lambda needs "
-        f"a sample per fold, and there are n = {n} samples; pass num_folds=k with "
-        f"2 <= k <= {n} (the default is 5), or a fixed reg_lambda= (or a reg_grid of one "
-        "strength) to skip the cross-validation"
-      )
+    num_folds = V.check_int_option(  # the default 5 on a small split too: say what helps
+      num_folds,
+      "num_folds",
+      minimum=2,
+      maximum=n,
+      hint=f"the cross-validation of reg_lambda needs a sample per fold, and there are n = {n} "
+      f"samples; pass num_folds=k with 2 <= k <= {n} (the default is 5), or a fixed "
+      "reg_lambda= (or a reg_grid of one strength) to skip the cross-validation",
+    )
   mus = grid if reg_mu is None else (reg_mu,) * len(grid)
   if on_log_probs:
     z = jax.nn.log_softmax(z, axis=-1)
