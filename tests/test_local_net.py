@@ -24,6 +24,7 @@ from jaxcal._src.recal.local_net import (
   LocalNetModule,
   bernoulli_js_distance,
   fit_kcal,
+  fit_local_net,
   js_distance,
   kernel_calibrator,
   load_checkpoint,
@@ -31,7 +32,7 @@ from jaxcal._src.recal.local_net import (
 )
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
-from conftest import assert_same_under_x64
+from conftest import assert_same_under_x64, no_new_programs
 
 OPTS = dict(
   pca_dim=8,
@@ -1153,3 +1154,69 @@ def test_the_held_out_split_is_drawn_from_the_seed():
     np.testing.assert_allclose(
       np.asarray(kc.memory_features), _forward_ref(kc, logits[va], phi[va])[0], atol=1e-4
     )
+
+
+def test_a_fit_with_other_float_options_compiles_nothing_new():
+  """A sweep over the float options (same shapes) compiles one fit: the
+  bandwidth, lambda, alignment weight and dropout rate reach the compiled
+  epoch as traced loss parameters, the learning rate in Adam's state, and a
+  prediction compiles without them. Each new value compiled the epoch, the
+  validation loss (and the prediction) again before: 2.5-4.5 s a value."""
+  phi, logits, y = _make(n=300)
+  opts = {**OPTS, "epochs": 1}  # the shapes of test_the_held_out_split_is_drawn_from_the_seed
+  other = dict(
+    bandwidth=3.0, lam=0.5, learning_rate=3e-3, dropout=0.5, alignment_weight=0.7, init_scale=0.02
+  )
+  for fit in (fit_local_net, fit_kcal):
+    first = fit(logits, y, features=phi, **opts)
+    p_first = np.asarray(first(logits, features=phi))
+    with no_new_programs():
+      second = fit(logits, y, features=phi, **{**opts, **other})
+      p_second = np.asarray(second(logits, features=phi))
+    assert second.bandwidth == 3.0 and second.dropout == 0.5
+    assert not np.allclose(p_first, p_second)  # the options were used
+  # a new value of each alone, against the fit above
+  for name, value in other.items():
+    with no_new_programs():
+      fit_kcal(logits, y, features=phi, **{**opts, **other, name: value / 2})
+
+
+def test_traced_dropout_is_flax_dropout_and_rate_0_is_none():
+  """The training epoch's dropout (``keep_prob`` traced, the module compiled at
+  rate 0) drops what ``nnx.Dropout`` drops at that rate, keep_prob = 1 changes
+  nothing (values and gradients, exactly), and no key means no dropout."""
+  flax_rate = LocalNetModule(10, 4, 3, 64, 0.3, rngs=nnx.Rngs(0))
+  graphdef, params = nnx.split(LocalNetModule(10, 4, 3, 64, 0.0, rngs=nnx.Rngs(0)), nnx.Param)
+  x, zf, zg = (jax.random.normal(jax.random.key(i), (32, d)) for i, d in ((1, 10), (2, 4), (3, 3)))
+
+  @jax.jit
+  def run(params, key, keep_prob):
+    return nnx.merge(graphdef, params)(x, zf, zg, key=key, keep_prob=keep_prob)
+
+  def loss(params, key, keep_prob):
+    phi_ref, g_ref = nnx.merge(graphdef, params)(x, zf, zg, key=key, keep_prob=keep_prob)
+    return jnp.sum(phi_ref**2) + jnp.sum(jnp.sin(g_ref))
+
+  plain = run(params, None, None)
+  k1, k2 = jax.random.key(7), jax.random.key(8)
+  # keep_prob = 1 (rate 0): exactly no dropout, gradient included
+  for a, b in zip(run(params, k1, jnp.float32(1.0)), plain, strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  grad = jax.jit(jax.grad(loss))
+  for a, b in zip(
+    jax.tree.leaves(grad(params, k1, jnp.float32(1.0))),
+    jax.tree.leaves(grad(params, None, None)),
+    strict=True,
+  ):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # rate 0.5: it drops (two keys differ), and without a key it does not
+  half = jnp.float32(0.5)
+  assert not np.allclose(np.asarray(run(params, k1, half)[1]), np.asarray(run(params, k2, half)[1]))
+  np.testing.assert_array_equal(np.asarray(run(params, None, half)[1]), np.asarray(plain[1]))
+  # rate 0.3: flax's dropout (the module's static rate) with the same key
+  want = nnx.jit(lambda m, k: m(x, zf, zg, key=k))(flax_rate, k1)
+  got = run(params, k1, jnp.float32(0.7))
+  for a, b in zip(got, want, strict=True):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+  # one program for every rate: (no key, no rate), (no key, a rate), (a key, a rate)
+  assert run._cache_size() == 3

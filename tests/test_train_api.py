@@ -1,11 +1,21 @@
 """``jaxcal.train.predict`` on nnx modules other than the built-in backbones."""
 
+import contextlib
+import dataclasses
+import pathlib
+import sys
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
 from jaxcal import train
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
+from conftest import no_new_programs
 
 
 class _Flat(nnx.Module):
@@ -123,3 +133,124 @@ def test_a_shorter_progress_line_blanks_the_rest_of_the_longer_one():
   first, second = out.getvalue().split("\r")[1:3]
   assert len(second) == len(first) and "postfix" not in second
   assert second.rstrip().startswith("fit") and second[len(second.rstrip()) :].strip() == ""
+
+
+class _Bias(nnx.Module):
+  """One scalar parameter (a model of its own: its own compiled epochs)."""
+
+  def __init__(self):
+    self.b = nnx.Param(jnp.zeros(()))
+
+
+def _to_target(model, batch, weights, key, loss_params):
+  """Squared error of the bias to ``x + shift``, ``shift`` a traced loss parameter."""
+  (x,) = batch
+  den = jnp.maximum(jnp.sum(weights), 1.0)
+  loss = jnp.sum(weights * (x + loss_params["shift"] - model.b[...]) ** 2) / den
+  return loss, loss[None]
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToTarget:
+  """The same loss with ``shift`` a static float (a compiled epoch per value)."""
+
+  shift: float
+
+  def __call__(self, model, batch, weights, key):
+    return _to_target(model, batch, weights, key, {"shift": self.shift})
+
+
+def test_loss_params_are_traced_and_a_four_argument_loss_still_works():
+  """``loss_params`` reach ``loss_fn`` as a traced fifth argument: another value
+  compiles nothing (a float held by ``loss_fn`` compiles an epoch per value), and
+  gives what the loss with that float gives."""
+  graphdef, params = nnx.split(_Bias(), nnx.Param)
+  tx = optax.sgd(0.1)
+  x = jnp.arange(10.0)
+  key = jax.random.key(0)
+  common = dict(batch_size=4)
+
+  def both(shift):
+    traced = train.train_epoch(
+      graphdef,
+      tx,
+      params,
+      tx.init(params),
+      (x,),
+      key,
+      loss_fn=_to_target,
+      loss_params={"shift": jnp.float32(shift)},
+      **common,
+    )
+    ev = train.evaluate(
+      graphdef,
+      params,
+      (x,),
+      loss_fn=_to_target,
+      loss_params={"shift": jnp.float32(shift)},
+      **common,
+    )
+    return traced, ev
+
+  both(1.0)
+  with no_new_programs():
+    (new, _, terms), ev = both(2.5)
+  static = train.train_epoch(
+    graphdef, tx, params, tx.init(params), (x,), key, loss_fn=_ToTarget(2.5), **common
+  )
+  np.testing.assert_allclose(np.asarray(new["b"][...]), np.asarray(static[0]["b"][...]), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(terms), np.asarray(static[2]), rtol=1e-6)
+  want = train.evaluate(graphdef, params, (x,), loss_fn=_ToTarget(2.5), **common)
+  np.testing.assert_allclose(np.asarray(ev), np.asarray(want), rtol=1e-6)
+  np.testing.assert_allclose(float(want[0]), float(jnp.mean((x + 2.5) ** 2)), rtol=1e-6)
+
+
+def test_traced_adam_is_adam_with_one_program_for_every_rate():
+  """``traced_adam``: one optimiser object for every learning rate (the rate in
+  its state), so another rate compiles nothing; the steps are optax.adam's."""
+  from jaxcal._src.train import loop
+
+  graphdef, params = nnx.split(_Bias(), nnx.Param)
+  x = jnp.arange(10.0)
+  loss_params = {"shift": jnp.float32(0.5)}
+
+  def epochs(tx, state):
+    p = params
+    for e in range(2):
+      p, state, _ = train.train_epoch(
+        graphdef,
+        tx,
+        p,
+        state,
+        (x,),
+        jax.random.key(e),
+        loss_fn=_to_target,
+        loss_params=loss_params,
+        batch_size=4,
+      )
+    return float(p["b"][...])
+
+  for rate in (1e-2, 0.3):
+    tx, state = loop.traced_adam(params, rate)
+    assert tx is loop.traced_adam(params, 1.0)[0]
+    with no_new_programs() if rate == 0.3 else contextlib.nullcontext():
+      got = epochs(tx, state)
+    want = epochs(optax.adam(rate), optax.adam(rate).init(params))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_train_classifier_compiles_nothing_new_for_another_learning_rate():
+  """``train_classifier``'s Adam holds the learning rate in its state: a second
+  training with another rate compiles nothing (it compiled an epoch per rate,
+  and traced the model's output shape on every call)."""
+  rng = np.random.default_rng(0)
+  images = rng.integers(0, 256, (8, 28, 28), dtype=np.uint8)
+  labels = np.arange(8) % 2
+  opts = dict(epochs=1, batch_size=4, verbose=False)
+  first = train.train_classifier(train.make_model("mlp_s", 2), images, labels, **opts)
+  before = train.predict(first.model, images)[0]
+  model = train.make_model("mlp_s", 2)
+  with no_new_programs():
+    again = train.train_classifier(model, images, labels, learning_rate=0.05, **opts)
+    after = train.predict(again.model, images)[0]
+  assert not np.allclose(before, after)

@@ -77,7 +77,7 @@ from jaxcal._src.recal.base import (
   nan_rows,
   to_logits,
 )
-from jaxcal._src.train.loop import adam, evaluate, train_epoch
+from jaxcal._src.train.loop import evaluate, traced_adam, train_epoch
 from jaxcal._src.train.pca import PCA, _fit_pca, pca_transform, standardize
 from jaxcal._src.train.splits import calibration_fit_val
 
@@ -152,17 +152,52 @@ class LocalNetModule(nnx.Module):
     self.b_g = nnx.Param(0.01 * jax.random.normal(kg, shape_g, jnp.float32))
 
   def __call__(
-    self, phi_in: jax.Array, phi_pca: jax.Array, logits: jax.Array, key: jax.Array | None = None
+    self,
+    phi_in: jax.Array,
+    phi_pca: jax.Array,
+    logits: jax.Array,
+    key: jax.Array | None = None,
+    *,
+    keep_prob: ArrayLike | None = None,
   ) -> tuple[jax.Array, jax.Array]:
-    """``(phi', g')`` from the MLP's input features, the PCA features and the logits."""
+    """``(phi', g')`` from the MLP's input features, the PCA features and the logits.
+
+    With a dropout ``key``, the hidden layer's dropout keeps each unit with
+    probability ``keep_prob`` (``1 - rate``) and scales the kept ones by
+    ``1 / keep_prob``. ``keep_prob=None`` takes the module's rate (a Python
+    float: a compiled call per rate); a scalar array is traced instead (one
+    compiled call for every rate, the mask and values of the module's
+    dropout at that rate, bit for bit; ``keep_prob = 1`` keeps every unit
+    unchanged, exactly). Without a key there is no dropout.
+    """
     h = jax.nn.relu(self.hidden(phi_in))
-    if key is not None and self.dropout.rate > 0:
+    if key is not None and keep_prob is not None:
+      h = _dropout(h, key, keep_prob)
+    elif key is not None and self.dropout.rate > 0:
       h = self.dropout(h, deterministic=False, rngs=key)
     w_phi, b_phi = (lift(v[...], phi_pca.ndim) for v in (self.w_phi, self.b_phi))
     w_g, b_g = (lift(v[...], logits.ndim) for v in (self.w_g, self.b_g))
     phi_ref = self.head_features(h) + w_phi * phi_pca + b_phi
     g_ref = self.head_logits(h) + w_g * logits + b_g
     return phi_ref, g_ref
+
+
+def _dropout(h: jax.Array, key: jax.Array, keep_prob: ArrayLike) -> jax.Array:
+  """``nnx.Dropout``'s at rate ``1 - keep_prob``, with ``keep_prob`` traced.
+
+  The mask is ``bernoulli(key, keep_prob)`` in ``keep_prob``'s dtype, as
+  flax draws it from a Python float ``1 - rate`` (float32, float64 under
+  x64), and the kept units are multiplied by ``1 / keep_prob`` rounded to
+  ``h``'s dtype: what XLA makes of flax's division by that constant (it
+  multiplies by its reciprocal). A rate so gives the mask and values of
+  ``nnx.Dropout`` in a compiled epoch, bit for bit. Uniform draws lie in
+  ``[0, 1)``, so ``keep_prob = 1`` keeps every unit and multiplies by 1:
+  ``h`` exactly.
+  """
+  keep_prob = jnp.asarray(keep_prob)
+  mask = jax.random.bernoulli(key, keep_prob, h.shape)
+  scale = 1 / keep_prob.astype(h.dtype)
+  return jax.lax.select(mask, h * scale, jnp.zeros_like(h))
 
 
 @functools.cache
@@ -270,10 +305,10 @@ def local_net_loss(
   labels: jax.Array,
   weights: jax.Array,
   *,
-  bandwidth: float,
-  lam: float = 1.0,
+  bandwidth: ArrayLike,
+  lam: ArrayLike = 1.0,
   alignment: str = "classwise",
-  alignment_weight: float = 1.0,
+  alignment_weight: ArrayLike = 1.0,
 ) -> LocalNetLoss:
   """LoCal Net loss of one (masked) batch.
 
@@ -289,7 +324,8 @@ def local_net_loss(
     labels: ``(B,)`` integer labels.
     weights: ``(B,)`` 1 for real rows, 0 for padding (excluded from the means
       and as kernel neighbours).
-    bandwidth: kernel bandwidth gamma.
+    bandwidth: kernel bandwidth gamma (a float or a traced scalar, as are
+      ``lam`` and ``alignment_weight``).
     lam: weight lambda of the cross-entropy term.
     alignment: ``"classwise"`` (:func:`bernoulli_js_distance`) or
       ``"multiclass"`` (:func:`js_distance`).
@@ -323,27 +359,49 @@ def local_net_loss(
   return LocalNetLoss(alignment_weight * a + lam * c, a, c)
 
 
+class _LossParams(NamedTuple):
+  """The float options of the training loss, traced (the loop's ``loss_params``).
+
+  ``bandwidth``, ``lam`` and ``alignment_weight`` are float32 scalars (the
+  network's dtype, into which the Python floats were rounded before), and
+  ``keep_prob = 1 - dropout``, computed in float64, in JAX's default float
+  dtype (flax's dropout draws its mask in it).
+  """
+
+  bandwidth: jax.Array
+  lam: jax.Array
+  alignment_weight: jax.Array
+  keep_prob: jax.Array
+
+  @classmethod
+  def of(cls, bandwidth: float, lam: float, alignment_weight: float, dropout: float) -> _LossParams:
+    f32 = lambda v: np.float32(float(v))
+    keep = np.asarray(1.0 - float(dropout), jax.dtypes.canonicalize_dtype(np.float64))
+    return jax.device_put(cls(f32(bandwidth), f32(lam), f32(alignment_weight), keep))
+
+
 @dataclasses.dataclass(frozen=True)
 class _TrainLoss:
-  """The loss in the form the training loop takes (hashable: a static argument)."""
+  """The loss in the form the training loop takes (hashable: a static argument).
 
-  bandwidth: float
-  lam: float
+  Only the alignment distance is static; the float options come traced, as
+  :class:`_LossParams`, so a fit with other values reuses the compiled epoch.
+  """
+
   alignment: str
-  alignment_weight: float
 
-  def __call__(self, model, batch, weights, key):
+  def __call__(self, model, batch, weights, key, loss_params: _LossParams):
     phi_in, phi_pca, logits, y = batch
-    phi_ref, g_ref = model(phi_in, phi_pca, logits, key=key)
+    phi_ref, g_ref = model(phi_in, phi_pca, logits, key=key, keep_prob=loss_params.keep_prob)
     out = local_net_loss(
       g_ref,
       phi_ref,
       y,
       weights,
-      bandwidth=self.bandwidth,
-      lam=self.lam,
+      bandwidth=loss_params.bandwidth,
+      lam=loss_params.lam,
       alignment=self.alignment,
-      alignment_weight=self.alignment_weight,
+      alignment_weight=loss_params.alignment_weight,
     )
     return out.total, jnp.stack(out)
 
@@ -450,17 +508,17 @@ class LocalNet(Recalibrator):
     inputs come back as NaN.
     """
     x, f = self._check(inputs, features)
-    return _rows_of(_jit_apply(self, x, f), x, f)
+    return _rows_of(_apply_compiled(self, x, f), x, f)
 
   def logits(self, inputs: ArrayLike, features: ArrayLike) -> jax.Array:
     """Refined logits ``g'`` ``(n, C)`` (NaN rows for bad inputs under ``jax.jit``)."""
     x, f = self._check(inputs, features)
-    return _rows_of(_jit_forward(self, to_logits(x, self.from_logits), f)[1], x, f)
+    return _rows_of(_forward_compiled(self, to_logits(x, self.from_logits), f)[1], x, f)
 
   def refined_features(self, inputs: ArrayLike, features: ArrayLike) -> jax.Array:
     """Refined features ``phi'`` ``(n, pca_dim)`` (where the paper measures LN's LCE)."""
     x, f = self._check(inputs, features)
-    return _rows_of(_jit_forward(self, to_logits(x, self.from_logits), f)[0], x, f)
+    return _rows_of(_forward_compiled(self, to_logits(x, self.from_logits), f)[0], x, f)
 
   def pca_features(self, features: ArrayLike) -> jax.Array:
     """``phi_PCA`` ``(n, pca_dim)``: the calibration-split PCA of ``features``."""
@@ -548,9 +606,48 @@ def _rows_of(out: jax.Array, x: jax.Array, f: jax.Array) -> jax.Array:
   return out if V.is_concrete(x, f) else nan_rows(out, x, f)
 
 
+#: The static fields a prediction does not compile on, at fixed values: the
+#: float options (the bandwidth and a kernel calibrator's weight floor come
+#: traced; the dropout is unused) and the training record (``history`` too,
+#: whose length is the epochs run). A sweep's calibrators share their programs.
+_UNCOMPILED = dict(
+  history=None,
+  dropout=0.0,
+  bandwidth=1.0,
+  epochs_run=0,
+  best_epoch=0,
+  stopped_early=False,
+  monitor="alignment",
+)
+
+
+def _compiled_form(rc: LocalNet) -> tuple[LocalNet, tuple[np.ndarray, np.ndarray]]:
+  """``rc`` with the fields of ``_UNCOMPILED`` fixed, and its bandwidth and weight floor."""
+  kernel = isinstance(rc, KernelCalibrator)
+  floats = (np.float32(rc.bandwidth), np.float32(rc.weight_floor if kernel else 0.0))
+  return rc.replace(**_UNCOMPILED, **({"weight_floor": 0.0} if kernel else {})), floats
+
+
+def _with_floats(rc: LocalNet, floats: tuple) -> LocalNet:
+  """``_compiled_form``'s net with its (traced) bandwidth and weight floor back."""
+  bandwidth, floor = floats
+  kernel = isinstance(rc, KernelCalibrator)
+  return rc.replace(bandwidth=bandwidth, **({"weight_floor": floor} if kernel else {}))
+
+
+def _apply_compiled(rc: LocalNet, x, f):
+  """``rc.apply(x, f)``, compiled once for calibrators that differ in float options only."""
+  return _jit_apply(*_compiled_form(rc), x, f)
+
+
+def _forward_compiled(rc: LocalNet, z, f):
+  """``rc._forward(z, f)``, compiled once for calibrators that differ in float options only."""
+  return _jit_forward(_compiled_form(rc)[0], z, f)
+
+
 @jax.jit
-def _jit_apply(rc: LocalNet, x, f):
-  return rc.apply(x, f)
+def _jit_apply(rc: LocalNet, floats, x, f):
+  return _with_floats(rc, floats).apply(x, f)
 
 
 @jax.jit
@@ -590,17 +687,33 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
   static_argnames=(
     "pca_dim",
     "hidden",
-    "dropout",
     "residual_vectors",
-    "init_scale",
+    "flax_init",
     "standardize_input",
   ),
 )
 def _setup(
-  f, z, y, tr, va, key, *, pca_dim, hidden, dropout, residual_vectors, init_scale, standardize_input
+  f,
+  z,
+  y,
+  tr,
+  va,
+  key,
+  init_scale,
+  *,
+  pca_dim,
+  hidden,
+  residual_vectors,
+  flax_init,
+  standardize_input,
 ):
   """PCA, the network's inputs on both splits and the initial parameters, in
-  one compiled call (eager setup would compile dozens of tiny kernels)."""
+  one compiled call (eager setup would compile dozens of tiny kernels).
+
+  ``init_scale`` is traced (ignored with ``flax_init``: flax's initialisers),
+  and the dropout rate, which draws no parameter, is not an argument: a fit
+  with other values of either reuses the compiled setup.
+  """
   f = f.astype(jnp.float32)
   z = z.astype(jnp.float32)
   pca = _fit_pca(f, pca_dim)
@@ -613,9 +726,9 @@ def _setup(
     pca_dim,
     z.shape[1],
     hidden,
-    dropout,
+    0.0,
     residual_vectors=residual_vectors,
-    init_scale=init_scale,
+    init_scale=None if flax_init else init_scale,
     rngs=nnx.Rngs(params=jax.random.fold_in(key, 0)),
   )
   return pca, take(tr), take(va), nnx.state(module, nnx.Param)
@@ -747,21 +860,25 @@ def _train(
     jnp.asarray(tr),
     jnp.asarray(va_batches),
     jax.random.key(seed),
+    np.float32(0.0 if init_scale is None else float(init_scale)),
     pca_dim=int(pca_dim),
     hidden=int(hidden),
-    dropout=float(dropout),
     residual_vectors=bool(residual_vectors),
-    init_scale=None if init_scale is None else float(init_scale),
+    flax_init=init_scale is None,
     standardize_input=bool(standardize_input),
   )
   memory_idx = va if va.size else tr
   memory = (x[memory_idx], y[memory_idx], f[memory_idx])
   has_val = va.size > 0
-  graphdef = _graphdef(*shape)
-  loss_fn = _TrainLoss(float(bandwidth), float(lam), alignment, float(alignment_weight))
+  # The float options are traced, so that a fit with other values (a sweep over the
+  # bandwidth, say) compiles nothing new: the loss's in loss_params, the learning rate
+  # in the optimiser's state, the dropout rate as loss_params.keep_prob (the network
+  # is compiled at rate 0: it drops only through keep_prob).
+  graphdef = _graphdef(*shape[:4], 0.0, shape[5])
+  loss_fn = _TrainLoss(alignment)
+  loss_params = _LossParams.of(bandwidth, lam, alignment_weight, dropout)
   k_train = jax.random.fold_in(jax.random.key(seed), 1)
-  tx = adam(float(learning_rate))
-  opt_state = jax.jit(tx.init)(params)
+  tx, opt_state = traced_adam(params, learning_rate)
   col = {"loss": 0, "alignment": 1, "ce": 2}[monitor]
   best_params, best_val, best_epoch, stale, stopped = params, np.inf, 0, 0, False
   history = []
@@ -776,10 +893,18 @@ def _train(
       jax.random.fold_in(k_train, epoch),
       loss_fn=loss_fn,
       batch_size=int(batch_size),
+      loss_params=loss_params,
     )
     tr_terms = np.asarray(jax.device_get(tr_terms), np.float64)  # 3 scalars
     if has_val:
-      va_terms = evaluate(graphdef, params, data_va, loss_fn=loss_fn, batch_size=int(batch_size))
+      va_terms = evaluate(
+        graphdef,
+        params,
+        data_va,
+        loss_fn=loss_fn,
+        batch_size=int(batch_size),
+        loss_params=loss_params,
+      )
       va_terms = np.asarray(jax.device_get(va_terms), np.float64)
     else:
       va_terms = np.full(3, np.nan)
@@ -871,6 +996,11 @@ def fit_local_net(
   batches (see the module docstring for ``phi'``, ``g'``, ``theta`` and the
   alignment distances ``d``). Every default is the value of the paper
   (App. D.2) or, where the paper is silent, of its authors' code.
+
+  The float options (``bandwidth``, ``lam``, ``alignment_weight``,
+  ``dropout``, ``learning_rate``, ``init_scale``) reach the compiled
+  programs as arrays: a second fit that changes only them (a sweep) compiles
+  nothing new, and nor do its calibrator's predictions.
 
   Args:
     inputs: ``(n, C)`` backbone logits (probabilities with ``from_logits=False``;
@@ -1021,7 +1151,7 @@ def kernel_calibrator(
   y, y_ok = V.check_labels_ok(labels, x.shape[0], net.num_classes)
   _check_weight_floor(weight_floor)
   # traced labels out of range: a NaN memory (its predictions NaN), not a plausible one
-  phi_ref = V.fold(_jit_forward(net, to_logits(x, net.from_logits), f)[0], y_ok)
+  phi_ref = V.fold(_forward_compiled(net, to_logits(x, net.from_logits), f)[0], y_ok)
   if V.is_concrete(y):
     counts = jnp.zeros((net.num_classes,), jnp.int32).at[y].add(1)  # (C,): a small read
     missing = np.flatnonzero(np.asarray(counts) == 0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +26,7 @@ from jaxcal._src import validation as V
 __all__ = [
   "TrainResult",
   "adam",
+  "traced_adam",
   "train_classifier",
   "train_epoch",
   "evaluate",
@@ -42,11 +43,64 @@ def adam(learning_rate: float) -> optax.GradientTransformation:
   objects compare by identity: a new ``optax.adam`` per fit compiled a new
   epoch each time (5 s a call for the small CNN) and grew the cache.
 
+  :func:`traced_adam` goes further: one object for every learning rate.
+
   Example:
     >>> adam(1e-3) is adam(1e-3)
     True
   """
   return optax.adam(learning_rate)
+
+
+#: Adam's float options other than the learning rate: Python constants of the
+#: compiled update, as in ``optax.adam`` (``inject_hyperparams`` would make
+#: them float32 arrays, and ``1 - b1`` would round differently).
+_ADAM_CONSTANTS = ("b1", "b2", "eps", "eps_root")
+
+
+@functools.cache
+def _injected_adam() -> optax.GradientTransformation:
+  """Adam reading its learning rate from its state (one object, so one static argument)."""
+  return optax.inject_hyperparams(optax.adam, static_args=_ADAM_CONSTANTS)(learning_rate=0.0)
+
+
+@jax.jit
+def _injected_adam_init(params, learning_rate):
+  state = _injected_adam().init(params)
+  rate = state.hyperparams["learning_rate"]
+  hyperparams = {**state.hyperparams, "learning_rate": jnp.asarray(learning_rate, rate.dtype)}
+  return state._replace(hyperparams=hyperparams)
+
+
+def traced_adam(
+  params: nnx.State, learning_rate: float
+) -> tuple[optax.GradientTransformation, optax.OptState]:
+  """Adam with the learning rate in its state: ``(tx, tx_state)`` for :func:`train_epoch`.
+
+  ``tx`` is one object for every learning rate (the epoch's static
+  argument), and the rate an array of ``tx_state``
+  (``optax.inject_hyperparams``; ``b1``, ``b2``, ``eps`` stay Python
+  constants): a fit with another learning rate reuses the compiled epoch,
+  where ``adam(learning_rate)`` compiles one per rate (2-5 s for a small
+  LoCal Net on 2 CPU cores). The steps are those of ``optax.adam(learning_rate)``, bit for bit:
+  the rate is held in the parameters' dtype, as ``optax.adam`` rounds its
+  Python float into their products.
+
+  Args:
+    params: the trainable state (``nnx.split``'s), as ``tx.init`` takes it.
+    learning_rate: the step size, a finite number ``>= 0`` (not checked).
+
+  Returns:
+    ``(tx, tx_state)``: the optimiser and its initial state, holding the rate.
+
+  Example:
+    >>> from flax import nnx
+    >>> params = nnx.state(nnx.Linear(2, 1, rngs=nnx.Rngs(0)), nnx.Param)
+    >>> tx, state = traced_adam(params, 1e-3)
+    >>> tx is traced_adam(params, 0.5)[0], float(state.hyperparams["learning_rate"])
+    (True, 0.0010000000474974513)
+  """
+  return _injected_adam(), _injected_adam_init(params, learning_rate)
 
 
 def to_float_images(x: jax.Array) -> jax.Array:
@@ -170,8 +224,11 @@ def _batches(key: jax.Array, n: int, batch_size: int) -> tuple[jax.Array, jax.Ar
 #: for padding, ``key`` a dropout key (``None`` when evaluating); ``loss`` is
 #: the scalar to minimise (a weighted mean over the batch) and ``terms`` a
 #: ``(k,)`` vector of weighted means to report (``terms[0]`` usually the loss).
+#: Given ``loss_params`` (a pytree of arrays: the loss's float options), the
+#: loop calls ``loss_fn(model, batch, weights, key, loss_params)``.
 #: Must be hashable (a module-level function or a frozen dataclass): it is a
-#: static argument of the compiled epoch.
+#: static argument of the compiled epoch, so a float it holds compiles an
+#: epoch per value, where one in ``loss_params`` is traced.
 LossFn = Callable[..., tuple[jax.Array, jax.Array]]
 
 
@@ -185,6 +242,7 @@ def train_epoch(
   *,
   loss_fn: LossFn,
   batch_size: int,
+  loss_params: Any = None,
 ) -> tuple[nnx.State, optax.OptState, jax.Array]:
   """One pass over ``data`` in shuffled mini-batches, one compiled ``lax.scan``.
 
@@ -199,7 +257,9 @@ def train_epoch(
   Args:
     graphdef: the model's graph definition, from ``nnx.split(model, ...)``
       (static: a new one compiles anew).
-    tx: the optax optimiser (static; hashable, as optax's are).
+    tx: the optax optimiser (static; hashable, as optax's are, which
+      compare by identity: :func:`adam` gives one object per learning rate,
+      :func:`traced_adam` one for every rate).
     params: the trainable state from the same ``nnx.split``.
     opt_state: ``tx.init(params)``, or the state a previous epoch returned.
     data: a tuple of arrays ``(n, ...)`` with the same number ``n >= 1`` of
@@ -210,6 +270,9 @@ def train_epoch(
       to minimise, ``terms`` a ``(k,)`` vector of weighted means to report.
       Static, so hashable: a module-level function or a frozen dataclass.
     batch_size: rows per mini-batch, an int ``>= 1`` (static).
+    loss_params: ``None`` (default), or a pytree of arrays passed to
+      ``loss_fn`` as a fifth argument (traced: other values of the same
+      shapes and dtypes reuse the compiled epoch).
 
   Returns:
     ``(params, opt_state, terms)``: the updated state, the optimiser state
@@ -239,12 +302,34 @@ def train_epoch(
   """
   batch_size = _check_loop(data, key, loss_fn, batch_size, keyed=True)
   return _train_epoch(
-    graphdef, tx, params, opt_state, data, key, loss_fn=loss_fn, batch_size=batch_size
+    graphdef,
+    tx,
+    params,
+    opt_state,
+    data,
+    key,
+    loss_params,
+    loss_fn=_with_params(loss_fn, loss_params),
+    batch_size=batch_size,
   )
 
 
+class _WithoutParams(NamedTuple):
+  """A four-argument ``loss_fn`` called with ``loss_params`` (``None``) last; hashable as it is."""
+
+  loss_fn: LossFn
+
+  def __call__(self, model, batch, weights, key, loss_params):
+    return self.loss_fn(model, batch, weights, key)
+
+
+def _with_params(loss_fn: LossFn, loss_params: Any) -> LossFn:
+  """``loss_fn`` as the compiled loops call it, with ``loss_params`` as a fifth argument."""
+  return _WithoutParams(loss_fn) if loss_params is None else loss_fn
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "tx", "loss_fn", "batch_size"))
-def _train_epoch(graphdef, tx, params, opt_state, data, key, *, loss_fn, batch_size):
+def _train_epoch(graphdef, tx, params, opt_state, data, key, loss_params, *, loss_fn, batch_size):
   n = data[0].shape[0]
   k_perm, k_drop = jax.random.split(key)
   idx, w = _batches(k_perm, n, batch_size)
@@ -255,7 +340,7 @@ def _train_epoch(graphdef, tx, params, opt_state, data, key, *, loss_fn, batch_s
     batch = tuple(a[ib] for a in data)
     kb = jax.random.fold_in(k_drop, t)
     (_, terms), g = jax.value_and_grad(
-      lambda q: loss_fn(nnx.merge(graphdef, q), batch, wb, kb), has_aux=True
+      lambda q: loss_fn(nnx.merge(graphdef, q), batch, wb, kb, loss_params), has_aux=True
     )(p)
     upd, s = tx.update(g, s, p)
     return (optax.apply_updates(p, upd), s), terms * jnp.sum(wb).astype(terms.dtype)
@@ -273,6 +358,7 @@ def evaluate(
   *,
   loss_fn: LossFn,
   batch_size: int,
+  loss_params: Any = None,
 ) -> jax.Array:
   """Mean of ``loss_fn``'s reported terms over ``data``, without training.
 
@@ -292,6 +378,7 @@ def evaluate(
       rows.
     loss_fn: as for :func:`train_epoch`; it is called with ``key=None``.
     batch_size: rows per batch, an int ``>= 1`` (static).
+    loss_params: as for :func:`train_epoch` (traced).
 
   Returns:
     ``(k,)`` the per-sample means over ``data`` of what ``loss_fn`` reports.
@@ -317,11 +404,18 @@ def evaluate(
     True
   """
   batch_size = _check_loop(data, None, loss_fn, batch_size, keyed=False)
-  return _evaluate(graphdef, params, data, loss_fn=loss_fn, batch_size=batch_size)
+  return _evaluate(
+    graphdef,
+    params,
+    data,
+    loss_params,
+    loss_fn=_with_params(loss_fn, loss_params),
+    batch_size=batch_size,
+  )
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "loss_fn", "batch_size"))
-def _evaluate(graphdef, params, data, *, loss_fn, batch_size):
+def _evaluate(graphdef, params, data, loss_params, *, loss_fn, batch_size):
   n = data[0].shape[0]
   nb = -(-n // batch_size)
   pad = nb * batch_size - n
@@ -330,7 +424,7 @@ def _evaluate(graphdef, params, data, *, loss_fn, batch_size):
   model = nnx.merge(graphdef, params)
 
   def one(ib, wb):
-    return loss_fn(model, tuple(a[ib] for a in data), wb, None)[1] * jnp.sum(wb)
+    return loss_fn(model, tuple(a[ib] for a in data), wb, None, loss_params)[1] * jnp.sum(wb)
 
   return jnp.sum(jax.lax.map(lambda a: one(*a), (idx, w)), axis=0) / n
 
@@ -419,8 +513,7 @@ def train_classifier(
       f"labels has {np.shape(labels)[0]} entries but images has n = {images.shape[0]} rows"
     )
   y = V.check_labels(labels, images.shape[0], num_classes)
-  tx = adam(float(learning_rate))
-  opt_state = tx.init(params)
+  tx, opt_state = traced_adam(params, learning_rate)  # one compiled epoch for every rate
   x = jnp.asarray(images)
   key = jax.random.key(seed)
   losses = []
@@ -449,13 +542,19 @@ def train_classifier(
   return TrainResult(nnx.merge(graphdef, params), np.asarray(losses), time.perf_counter() - t0)
 
 
+@functools.partial(jax.jit, static_argnames="graphdef")
+def _logits_of(graphdef, params, xb):
+  return nnx.merge(graphdef, params)(to_float_images(xb))
+
+
 def _num_classes(graphdef, params, images) -> int:
-  """The model's class count ``C``, from its output shape on one image (no computation)."""
+  """The model's class count ``C``, from its output shape on one image (no computation).
+
+  Traced once per model and image shape (a new function per call traced anew each time).
+  """
   try:
-    out = jax.eval_shape(
-      lambda p, xb: nnx.merge(graphdef, p)(to_float_images(xb)),
-      params,
-      jax.ShapeDtypeStruct((1,) + tuple(images.shape[1:]), images.dtype),
+    out = _logits_of.eval_shape(
+      graphdef, params, jax.ShapeDtypeStruct((1,) + tuple(images.shape[1:]), images.dtype)
     )
   except (TypeError, ValueError) as e:
     raise ValueError(
