@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.extend.core import ClosedJaxpr, Jaxpr
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 import _reference as R
@@ -799,3 +800,118 @@ def test_reduce_empty_stack_raises(make):
     jax.tree.map(lambda a: a[None][:0], st).reduce()
   one = jax.tree.map(lambda a: a[None], st).reduce()
   assert jax.tree.all(jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), one, st))
+
+
+def _stack(states):
+  """States stacked along a new leading axis (what ``all_gather`` returns)."""
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+
+
+def _assert_bitwise_equal(got, want):
+  """Same type, configuration and leaves, bit for bit (NaN, -0.0 and padding included)."""
+  assert type(got) is type(want) and jax.tree.structure(got) == jax.tree.structure(want)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+    a, b = np.asarray(a), np.asarray(b)
+    assert (a.dtype, a.shape) == (b.dtype, b.shape)
+    assert a.tobytes() == b.tobytes(), (a, b)
+
+
+_PART = {
+  "Calibration": lambda s: s,
+  "FixedBins": lambda s: s.bins,
+  "Scores": lambda s: s.scores,
+  "Records": lambda s: s.records,
+}
+
+
+def _uneven_states(dtype, kind, seed):
+  """Six Calibration states (capacity 6): uneven counts, an empty one, an overflowing
+  one (10 samples) and one poisoned by a NaN batch under jit (its count still grows)."""
+  rng = np.random.default_rng(seed)
+  empty = streaming.Calibration.empty(
+    3, np.array([3, 7]), capacity=6, records=kind, confusion=True, dtype=dtype
+  )
+  update = jax.jit(streaming.Calibration.update)
+  states = []
+  for n, poisoned in ((4, False), (0, False), (10, False), (6, True), (1, False), (3, False)):
+    st = empty
+    for part in (min(n, 5), n - min(n, 5)):  # two batches of 5 rows, masked to n samples
+      p = rng.dirichlet(np.ones(3), 5).astype(dtype)
+      if poisoned and st is empty:  # its first batch only
+        p[0, 0] = np.nan
+      st = update(st, p, rng.integers(0, 3, 5), np.arange(5) < part)
+    states.append(st)
+  return states
+
+
+@pytest.mark.parametrize("name", list(_PART))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_reduce_equals_the_sequential_merge_bitwise(name, dtype):
+  """``reduce`` of k stacked states is the in-order merge one by one, leaf for leaf.
+
+  TwoSum pairs, counts, the poisoned state's ``invalid``, the records of an
+  overflowing state (the sequential merge leaves a gap after it) and the
+  records' padding beyond the count included; stacks of k = 1, 2, 5 states.
+  """
+  kinds = (
+    ("top_label", "full") if name == "Records" else ("top_label" if dtype == "float32" else "full",)
+  )
+  with jax.enable_x64(dtype == "float64"):
+    for kind in kinds:
+      states = [_PART[name](s) for s in _uneven_states(dtype, kind, len(kind))]
+      for k, first in ((1, 0), (2, 0), (5, 0), (5, 1)):  # overflowing: 3rd, poisoned: 4th
+        part = states[first : first + k]
+        want = part[0]
+        for s in part[1:]:
+          want = want.merge(s)
+        got = _stack(part).reduce()
+        _assert_bitwise_equal(got, want)
+      if name == "FixedBins":  # the compensation terms are exercised
+        assert np.any(np.asarray(got.cw_lo) != 0)
+      if name == "Calibration":
+        assert int(got.bins.invalid) == int(got.scores.invalid) == int(got.records.invalid) == 1
+        assert bool(got.records.overflow) and int(got.records.count) == 20
+
+
+def test_reduce_of_records_in_order_fills_the_buffer_in_order():
+  """Without overflow the merged buffer is each state's records in order, then zeros."""
+  rng = np.random.default_rng(3)
+  p = rng.dirichlet(np.ones(3), 12).astype(np.float32)
+  y = rng.integers(0, 3, 12)
+  empty = streaming.Records.empty(5, 3, "full")
+  cuts = [0, 4, 4, 9, 12]  # counts 4, 0, 5, 3
+  states = [empty.update(p[i:j], y[i:j]) for i, j in zip(cuts[:-1], cuts[1:], strict=True)]
+  st = _stack(states).reduce()
+  assert st.capacity == 20 and int(st.count) == 12 and not bool(st.overflow)
+  np.testing.assert_array_equal(st.probs[:12], p)
+  np.testing.assert_array_equal(st.labels[:12], y)
+  assert not np.any(st.probs[12:]) and not np.any(st.labels[12:])
+  np.testing.assert_allclose(st.compute(3)["conf_ce"], metrics.conf_ce(p, y, 3), rtol=1e-6)
+
+
+def _num_eqns(jaxpr):
+  """Equations of a jaxpr, those of its sub-jaxprs (jit, scan bodies) included."""
+  n = 0
+  for eqn in jaxpr.eqns:
+    n += 1
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (tuple, list)) else (param,):
+        if isinstance(sub, ClosedJaxpr):
+          n += _num_eqns(sub.jaxpr)
+        elif isinstance(sub, Jaxpr):
+          n += _num_eqns(sub)
+  return n
+
+
+@pytest.mark.parametrize("records", [None, "top_label", "full"])
+def test_reduce_program_does_not_grow_with_the_stack(records):
+  # one merge per state, unrolled: 54 equations each for FixedBins (k = 128
+  # compiled for 8 s), and records merged into growing buffers (15 s eagerly)
+  cap = None if records is None else 8
+  st = streaming.Calibration.empty(3, 5, capacity=cap, records=records or "top_label")
+
+  def size(k):
+    stacked = jax.tree.map(lambda a: jnp.broadcast_to(a, (k,) + a.shape), st)
+    return _num_eqns(jax.make_jaxpr(lambda s: s.reduce())(stacked).jaxpr)
+
+  assert size(64) <= size(2) + 4
