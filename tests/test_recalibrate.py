@@ -448,6 +448,21 @@ def test_cv_folds_partition_the_samples():
   assert sorted(f.sum(1)) == [20, 20, 21, 21, 21]
 
 
+@pytest.mark.parametrize("method", ["temperature", "platt", "beta", "ensemble_temperature"])
+def test_another_max_iter_reuses_the_compiled_fit(method):
+  """The iteration limit is a loop bound, traced: a fit with another limit compiled the
+  whole fit again (L-BFGS or Newton); the same limit gives the same fit."""
+  z, y = _synthetic(n=60, c=3)
+  first = R.fit(method, z, y, max_iter=200)
+  with no_new_programs():
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+      other = R.fit(method, z, y, max_iter=2)
+    again = R.fit(method, z, y, max_iter=200)
+  assert int(other.num_iter) <= 2 < int(first.num_iter)
+  for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(first)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_another_cv_seed_reuses_the_compiled_fit():
   """The folds' seed is traced: a hyperparameter search over seeds compiled the whole
   cross-validated fit again for each (1.9 s per seed); the new seed's folds differ."""

@@ -22,8 +22,6 @@ divided by their sum (``normalize=True``).
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
@@ -76,7 +74,7 @@ class BetaCalibration(ClasswiseRecalibrator):
     return jax.nn.sigmoid(a * la + b * lb + d)
 
 
-@functools.partial(jax.jit, static_argnames=("max_iter",))
+@jax.jit  # max_iter traced: another limit reuses the program
 def _fit_beta(p, onehot, max_iter, tol):
   la, lb = _features(p)
   c = p.shape[1]

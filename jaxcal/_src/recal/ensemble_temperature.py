@@ -148,7 +148,7 @@ def _mse_normal_equations(z: jax.Array, t: jax.Array, onehot: jax.Array) -> tupl
   return v[np.array([0, 1, 2, 1, 3, 4, 2, 4, 5])].reshape(3, 3), v[6:]
 
 
-@functools.partial(jax.jit, static_argnames=("loss", "max_iter"))
+@functools.partial(jax.jit, static_argnames=("loss",))
 def _fit_ets(z, onehot, *, loss, max_iter, tol):
   def temperature_loss(th):
     return _loss_of(jax.nn.softmax(z * jnp.exp(-th), axis=-1), onehot, loss)

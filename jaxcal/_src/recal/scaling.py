@@ -134,7 +134,7 @@ def lbfgs_minimize(
   Args:
     fun: scalar objective of a pytree of parameters.
     init: initial parameters.
-    max_iter: iteration limit (static).
+    max_iter: iteration limit (an int, or a traced integer: a loop bound).
     tol: gradient-norm tolerance.
     ftol: relative decrease below which a step counts as stalled (default
       four times the machine epsilon of the objective's dtype).
@@ -266,7 +266,7 @@ def logistic_newton(
       centred on, and a nearly constant feature beside it converges slowly).
     targets: ``t``, broadcastable to ``(*batch, n)``, in ``[0, 1]``.
     init: ``(*batch, k)`` starting weights, in the loss's dtype.
-    max_iter: iteration limit (static).
+    max_iter: iteration limit (an int, or a traced integer: a loop bound).
     tol: tolerance on the gradient norm (original and standardised).
 
   Returns:
@@ -511,7 +511,7 @@ def logit_scale(z: jax.Array) -> jax.Array:
   return jnp.where(jnp.isfinite(s) & (s > 0), s, jnp.ones((), s.dtype))
 
 
-@functools.partial(jax.jit, static_argnames=("max_iter",))
+@jax.jit  # max_iter traced: another limit reuses the program
 def _fit_temperature(z, onehot, max_iter, tol):
   def loss(theta):
     return jnp.mean(_nll_per_sample(z * jnp.exp(-theta), onehot))
@@ -1270,7 +1270,7 @@ class PlattScaling(Recalibrator):
     return finish_rows(q, self.normalize)
 
 
-@functools.partial(jax.jit, static_argnames=("max_iter",))
+@jax.jit  # max_iter traced: another limit reuses the program
 def _fit_platt(s, onehot, max_iter, tol):
   init = jnp.broadcast_to(jnp.array([1.0, 0.0], s.dtype), (s.shape[1], 2))
   res = logistic_newton((s.T, 1.0), onehot.T, init, max_iter=max_iter, tol=tol)
