@@ -595,6 +595,42 @@ def test_utility_list_names_repeated_kinds():
   ]
 
 
+def _utility_mix(c):
+  """Named batches: three linear ones (two sizes), two rank, and the top-class one."""
+  k = jax.random.key
+  return {
+    "lin_a": utility.sample_linear(k(20), 12, c),
+    "rank_a": utility.sample_rank(k(21), 9, c),
+    "lin_b": utility.sample_linear(k(22), 12, c),
+    "tce": utility.Utility(utility.top_class().params[None], "top_class"),
+    "lin_c": utility.sample_linear(k(23), 7, c),
+    "rank_b": utility.sample_rank(k(24), 12, c),
+  }
+
+
+@pytest.mark.parametrize("chunk_size", [None, 5])
+def test_named_utility_batches_equal_a_study_of_each_batch_bit_for_bit(logits, chunk_size):
+  """Several named batches (two kinds, several sizes) in one study: each one's errors are
+  bit for bit its own study's, whatever the other batches.
+
+  ``chunk_size=5``: every batch is cut into chunks (12 -> 3 of 4, 9 -> 2 of 5, 7 -> 2 of 4);
+  padded models are masked.
+  """
+  z, y = logits
+  xs = [z[0, :150], z[1, :139], z[2, :121]]
+  ys = [y[0, :150], y[1, :139], y[2, :121]]
+  us = _utility_mix(10)
+  both = jaxcal.evaluate(xs, ys, ["brier"], utilities=us, from_logits=True, chunk_size=chunk_size)
+  assert list(both.values) == ["brier"] + [f"uc:{name}" for name in us]
+  for name, u in us.items():
+    alone = jaxcal.evaluate(
+      xs, ys, ["brier"], utilities={name: u}, from_logits=True, chunk_size=chunk_size
+    )
+    np.testing.assert_array_equal(both[f"uc:{name}"], alone[f"uc:{name}"], err_msg=name)
+    assert both[f"uc:{name}"].shape == (3, u.batch_shape[0])
+  np.testing.assert_array_equal(both["brier"], alone["brier"])
+
+
 def test_shared_buckets_pad_a_class_count_group_to_one_size_while_padding_is_bounded():
   sizes = [600 - 20 * i for i in range(8)]  # 600 .. 460: size buckets 640 and 512
   assert set(study_src._shared_buckets(sizes)) == {640}  # one program, 16 % padding
