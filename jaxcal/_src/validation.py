@@ -2469,9 +2469,9 @@ def check_int_option(
 ) -> int:
   """Validates an integer option (a Python or NumPy int, not a bool or a float).
 
-  ``hint`` follows the message of a value out of ``[minimum, maximum]`` after
-  a colon: why the bound holds and which argument helps (a default that a
-  small data set cannot take, say).
+  ``hint`` follows the message of a value above ``maximum`` after a colon:
+  why that bound holds and which argument helps (a default that a small data
+  set cannot take, say).
 
   Example:
     >>> check_int_option(15, "num_bins", minimum=1)
@@ -2488,10 +2488,10 @@ def check_int_option(
   if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
     raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
   v = int(value)
-  tail = "" if hint is None else f": {hint}"
   if minimum is not None and v < minimum:
-    raise ValueError(f"{name} must be >= {minimum}, got {v}{tail}")
+    raise ValueError(f"{name} must be >= {minimum}, got {v}")
   if maximum is not None and v > maximum:
+    tail = "" if hint is None else f": {hint}"
     raise ValueError(f"{name} must be <= {maximum}, got {v}{tail}")
   return v
 
