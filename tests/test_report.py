@@ -667,6 +667,56 @@ def test_rank_stability_checks_its_input_and_takes_kendall():
   assert np.isnan(r[2]).all() and np.isnan(r[:, 2]).all() and r[0, 0] == r[1, 1] == 1
 
 
+def test_the_report_dispatches_every_section_before_it_reads_one_back(small, rep, monkeypatch):
+  """Read back section by section, each section's programs compiled only once the previous
+  section's had run (XLA:CPU runs dispatched programs one after another, so a read waits for
+  all of them): the first call was every compile plus every run. Now the bootstraps, the
+  utility sweeps and the decomposition are all dispatched before the first number is read,
+  and the numbers are those of the sections computed one by one (the ``rep`` fixture's
+  settings: its programs are compiled already)."""
+  from jaxcal import utility
+  from jaxcal._src import decomposition
+  from jaxcal._src import report as R
+
+  events = []
+
+  def recording(name, fn):
+    def wrapped(*args, **kwargs):
+      events.append(name)
+      return fn(*args, **kwargs)
+
+    return wrapped
+
+  monkeypatch.setattr(R, "bootstrap", recording("bootstrap", R.bootstrap))
+  monkeypatch.setattr(R, "_plain", recording("read", R._plain))
+  monkeypatch.setattr(utility, "uc_sweep", recording("uc_sweep", utility.uc_sweep))
+  monkeypatch.setattr(
+    decomposition, "decompose_all", recording("decompose", decomposition.decompose_all)
+  )
+  x, y = small
+  settings = dict(num_utilities=32, resamples=10, robustness_resamples=50, seed=3)
+  got = R.calibration_report(x, y, **settings)
+  first_read = events.index("read")
+  assert sorted(events[:first_read]) == ["bootstrap", "bootstrap", "decompose"] + ["uc_sweep"] * 2
+  for section in ("metrics", "robustness", "utility", "decomposition"):
+    assert got[section] == rep[section], section
+  assert list(got) == list(rep)  # the sections in the report's order
+  assert list(got["timing"]) == [
+    "metrics_s",
+    "robustness_s",
+    "utility_s",
+    "decomposition_s",
+    "total_s",
+  ]
+  # each section called on its own (not inside calibration_report) returns its numbers
+  probs, yy, _, nll = R._prepare(x, y)
+  k_head, k_rob, _ = R._keys(3)
+  assert R._headline_section(k_head, probs, yy, nll, 15, 10, 0.95, "percentile") == rep["metrics"]
+  assert R._robustness_section(k_rob, probs, yy, 15, 50, 0.95, "percentile") == rep["robustness"]
+  assert R._utility_section(probs, yy, 32, 3) == rep["utility"]
+  assert R._decomposition_section(probs, yy) == rep["decomposition"]
+
+
 def test_calibration_report_hands_each_section_its_settings(monkeypatch):
   """Which key, bin count and resample count each section gets (the sections are recorders)."""
   import os
