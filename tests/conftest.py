@@ -179,11 +179,12 @@ _NEW_PROGRAM_EVENTS = (
 
 
 @contextlib.contextmanager
-def no_new_programs():
-  """Asserts that the ``with`` block traces and compiles nothing (every jit cache hits).
+def new_programs():
+  """Records the ``with`` block's traces and compiles: yields the list of their events.
 
-  Counts traces as well as compiles, so a program that the persistent
-  compilation cache would serve still counts as new.
+  Each entry is one of ``_NEW_PROGRAM_EVENTS`` (a jit cache miss traces; a
+  program that the persistent compilation cache does not serve compiles too).
+  The listener is removed when the block ends.
   """
   from jax._src import monitoring
 
@@ -198,6 +199,17 @@ def no_new_programs():
     yield events
   finally:
     monitoring.unregister_event_duration_listener(listen)
+
+
+@contextlib.contextmanager
+def no_new_programs():
+  """Asserts that the ``with`` block traces and compiles nothing (every jit cache hits).
+
+  Counts traces as well as compiles, so a program that the persistent
+  compilation cache would serve still counts as new.
+  """
+  with new_programs() as events:
+    yield events
   assert not events, f"{len(events)} traces or compiles: {sorted(set(events))}"
 
 

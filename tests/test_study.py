@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
-from conftest import _NEW_PROGRAM_EVENTS, load_cifar, no_new_programs
+from conftest import _NEW_PROGRAM_EVENTS, load_cifar, new_programs, no_new_programs
 
 import jaxcal
 from jaxcal import metrics, scores, study, utility
@@ -306,16 +306,9 @@ def test_new_bins_array_of_same_length_reuses_the_program(logits):
   p = np.asarray(jax.nn.softmax(jnp.asarray(z[:2, :128])))
   yy = y[:2, :128]
   jaxcal.evaluate(p, yy, ["conf_ece", "classwise_ce"], num_bins=np.array([3, 9]))
-  compiles = []
-  jax.monitoring.register_event_duration_secs_listener(
-    lambda name, *_, **__: (
-      compiles.append(name) if name == "/jax/core/compile/backend_compile_duration" else None
-    )
-  )
-  res = jaxcal.evaluate(p, yy, ["conf_ece", "classwise_ce"], num_bins=np.array([4, 12]))
-  n_compiles = len(compiles)
-  compiles.append("stop")  # the listener stays registered; later compiles are not ours
-  assert n_compiles == 0
+  with new_programs() as events:
+    res = jaxcal.evaluate(p, yy, ["conf_ece", "classwise_ce"], num_bins=np.array([4, 12]))
+  assert _NEW_PROGRAM_EVENTS[1] not in events  # no compile (the bounds' check may trace)
   np.testing.assert_allclose(res["conf_ece"][1], metrics.conf_ece(p[1], yy[1], [4, 12]), atol=ATOL)
   # a power of two is its own bound (16, not 32: 9 ... 16 share one program)
   assert [V.bucket(m) for m in (1, 2, 3, 15, 16, 17)] == [1, 2, 4, 16, 16, 32]
@@ -778,32 +771,21 @@ def test_device_models_of_distinct_lengths_are_stacked_by_a_constant_number_of_p
   the number of distinct model lengths: eager padding compiled three to four programs per
   length (the review's figure: an evaluate of 128 device-array models of 128 lengths took
   24.4 s, the same models as numpy arrays 3.2 s)."""
-  from jax._src import monitoring
-
   c = 7  # lengths and C no other test uses: nothing is cached yet
 
-  def new_programs(sizes, from_logits):
+  def stacking_programs(sizes, from_logits):
     rng = np.random.default_rng(len(sizes))
     xs = [jnp.asarray(rng.normal(size=(n, c)), jnp.float32) for n in sizes]
     ys = [jnp.asarray(rng.integers(0, c, n), jnp.int32) for n in sizes]
     jax.block_until_ready((xs, ys))
-    events = []
-
-    def listen(event, duration, **kwargs):
-      if event in _NEW_PROGRAM_EVENTS:
-        events.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
+    with new_programs() as events:
       (st,) = study_src._list_stacks(list(zip(map(str, sizes), xs, ys)), from_logits)[c]
       jax.block_until_ready((st.x, st.y))
-    finally:
-      monitoring.unregister_event_duration_listener(listen)
     assert st.x.shape == (len(sizes), 224, c)  # one bucket
     return events
 
   for sizes, from_logits in (([201, 197, 183], True), ([211 - 2 * i for i in range(12)], False)):
-    events = new_programs(sizes, from_logits)
+    events = stacking_programs(sizes, from_logits)
     # one trace, and one compile (none where a persistent cache holds the program)
     assert events.count(_NEW_PROGRAM_EVENTS[0]) == 1, (len(sizes), events)
     assert events.count(_NEW_PROGRAM_EVENTS[1]) <= 1, (len(sizes), events)

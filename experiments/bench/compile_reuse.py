@@ -179,23 +179,10 @@ def worker(case: str) -> dict:
 def worker_evaluate(case: str) -> dict:
   """``evaluate`` of 128 models of distinct lengths, as device arrays or as numpy arrays."""
   import jax
+  from study import MODELS as names  # the 12 CIFAR models, as the study benchmark's
 
   import jaxcal
 
-  names = [
-    "cifar10_densenet121",
-    "cifar10_resnet110",
-    "cifar10_resnet50",
-    "cifar10_wide_resnet",
-    "focal_cifar10_densenet121",
-    "focal_cifar10_resnet110",
-    "focal_cifar10_resnet50",
-    "focal_cifar10_wide_resnet",
-    "cifar100_densenet121",
-    "cifar100_resnet110",
-    "cifar100_resnet50",
-    "cifar100_wide_resnet",
-  ]
   data = [_load("test", nm) for nm in names]
   device = case == "evaluate_device_list_128"
   zs, ys = {}, {}
