@@ -25,7 +25,6 @@ from jaxcal._src import validation as V
 
 __all__ = [
   "TrainResult",
-  "adam",
   "traced_adam",
   "train_classifier",
   "train_epoch",
@@ -33,23 +32,6 @@ __all__ = [
   "predict",
   "to_float_images",
 ]
-
-
-@functools.cache
-def adam(learning_rate: float) -> optax.GradientTransformation:
-  """``optax.adam(learning_rate)``, one object per learning rate.
-
-  The epoch is compiled with the optimizer as a static argument, and optax's
-  objects compare by identity: a new ``optax.adam`` per fit compiled a new
-  epoch each time (5 s a call for the small CNN) and grew the cache.
-
-  :func:`traced_adam` goes further: one object for every learning rate.
-
-  Example:
-    >>> adam(1e-3) is adam(1e-3)
-    True
-  """
-  return optax.adam(learning_rate)
 
 
 #: Adam's float options other than the learning rate: Python constants of the
@@ -81,8 +63,9 @@ def traced_adam(
   argument), and the rate an array of ``tx_state``
   (``optax.inject_hyperparams``; ``b1``, ``b2``, ``eps`` stay Python
   constants): a fit with another learning rate reuses the compiled epoch,
-  where ``adam(learning_rate)`` compiles one per rate (2-5 s for a small
-  LoCal Net on 2 CPU cores). The steps are those of ``optax.adam(learning_rate)``, bit for bit:
+  where ``optax.adam(learning_rate)`` (a static argument, compared by
+  identity) compiled one per rate (2-5 s for a small LoCal Net on 2 CPU
+  cores). The steps are those of ``optax.adam(learning_rate)``, bit for bit:
   the rate is held in the parameters' dtype, as ``optax.adam`` rounds its
   Python float into their products.
 
@@ -258,8 +241,8 @@ def train_epoch(
     graphdef: the model's graph definition, from ``nnx.split(model, ...)``
       (static: a new one compiles anew).
     tx: the optax optimiser (static; hashable, as optax's are, which
-      compare by identity: :func:`adam` gives one object per learning rate,
-      :func:`traced_adam` one for every rate).
+      compare by identity: a new ``optax.adam`` compiles a new epoch, and
+      :func:`traced_adam` gives one object for every rate).
     params: the trainable state from the same ``nnx.split``.
     opt_state: ``tx.init(params)``, or the state a previous epoch returned.
     data: a tuple of arrays ``(n, ...)`` with the same number ``n >= 1`` of
