@@ -631,7 +631,9 @@ def test_nll_of_logits_is_the_log_loss_of_the_logits(monkeypatch):
   want = float(scores.log_loss(z, y, from_logits=True))
   assert want == pytest.approx(9 * np.exp(-16.0), rel=1e-5)
   probs, yy, _, nll = R._prepare(z, y)
-  head = R._headline_section(jax.random.key(0), probs, yy, nll, 5, 0, 0.9, "percentile")
+  head = R._finished(
+    R._headline_section(jax.random.key(0), probs, yy, nll, 5, 0, 0.9, "percentile")
+  )
   assert head["NLL"]["estimate"] == pytest.approx(want, rel=1e-5)
   models = {"a": (z, y), "b": (z * 0.5, y), "c": (np.asarray(jax.nn.softmax(z)), y)}
   for rs in (0, 4):
@@ -708,13 +710,19 @@ def test_the_report_dispatches_every_section_before_it_reads_one_back(small, rep
     "decomposition_s",
     "total_s",
   ]
-  # each section called on its own (not inside calibration_report) returns its numbers
+  # each section started and read back on its own gives the same numbers
   probs, yy, _, nll = R._prepare(x, y)
   k_head, k_rob, _ = R._keys(3)
-  assert R._headline_section(k_head, probs, yy, nll, 15, 10, 0.95, "percentile") == rep["metrics"]
-  assert R._robustness_section(k_rob, probs, yy, 15, 50, 0.95, "percentile") == rep["robustness"]
-  assert R._utility_section(probs, yy, 32, 3) == rep["utility"]
-  assert R._decomposition_section(probs, yy) == rep["decomposition"]
+  assert (
+    R._finished(R._headline_section(k_head, probs, yy, nll, 15, 10, 0.95, "percentile"))
+    == rep["metrics"]
+  )
+  assert (
+    R._finished(R._robustness_section(k_rob, probs, yy, 15, 50, 0.95, "percentile"))
+    == rep["robustness"]
+  )
+  assert R._finished(R._utility_section(probs, yy, 32, 3)) == rep["utility"]
+  assert R._finished(R._decomposition_section(probs, yy)) == rep["decomposition"]
 
 
 def test_calibration_report_hands_each_section_its_settings(monkeypatch):
@@ -785,8 +793,8 @@ def test_utility_section_sorts_the_errors_of_each_family():
   rng = np.random.default_rng(2)
   p = jax.numpy.asarray(rng.dirichlet(np.ones(3), 20), jax.numpy.float32)
   y = jax.numpy.asarray(rng.integers(0, 3, 20))
-  assert R._utility_section(p, y, 0, 1) == {}
-  got = R._utility_section(p, y, 5, 1)
+  assert R._finished(R._utility_section(p, y, 0, 1)) == {}
+  got = R._finished(R._utility_section(p, y, 5, 1))
   k_lin, k_rank = jax.random.split(jax.random.key(1))
   for fam, us in (
     ("linear", utility.sample_linear(k_lin, 5, 3)),

@@ -15,7 +15,6 @@ Metric names, labels and number formats come from one vocabulary
 
 from __future__ import annotations
 
-import contextvars
 import datetime
 import json
 import math
@@ -324,22 +323,8 @@ def _metric_entry(lab: str, nm: str, binning: str | None, m: int | None) -> dict
   }
 
 
-#: True while :func:`calibration_report` starts its sections: each section then
-#: dispatches its programs and returns a :class:`_Pending` instead of waiting for
-#: its numbers (:func:`_later`). Called on their own, the sections return their dicts.
-_PIPELINE: contextvars.ContextVar[bool] = contextvars.ContextVar(
-  "jaxcal_report_pipeline", default=False
-)
-
-
 class _Pending(NamedTuple):
-  """A report section whose programs are dispatched: ``finish()`` reads its numbers back."""
-
-  finish: Callable[[], Any]
-
-
-def _later(finish: Callable[[], Any]) -> Any:
-  """``finish()`` now, or ``_Pending(finish)`` while :func:`calibration_report` starts its sections.
+  """A report section whose programs are dispatched: ``finish()`` reads its numbers back.
 
   JAX runs a dispatched program while the caller goes on, but XLA:CPU runs
   the programs one after another, so reading back any number waits for every
@@ -351,7 +336,8 @@ def _later(finish: Callable[[], Any]) -> Any:
   report's first call on 2 idle cores: 16.3 -> 14.4 s, the same compiles and
   runs; with more cores more of the runs hide behind the compiles).
   """
-  return _Pending(finish) if _PIPELINE.get() else finish()
+
+  finish: Callable[[], Any]
 
 
 def _finished(section: Any) -> Any:
@@ -373,7 +359,7 @@ def _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval,
   return r.estimate, r.lo, r.hi
 
 
-def _headline_section(key, probs, y, nll, num_bins, resamples, confidence, interval) -> dict:
+def _headline_section(key, probs, y, nll, num_bins, resamples, confidence, interval) -> _Pending:
   stat = _Headline(num_bins)
   est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval, nll)
 
@@ -386,7 +372,7 @@ def _headline_section(key, probs, y, nll, num_bins, resamples, confidence, inter
       out[lab] = entry
     return out
 
-  return _later(finish)
+  return _Pending(finish)
 
 
 def _calibrated_means(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -412,7 +398,7 @@ def _calibrated_values(probs: jax.Array) -> dict:
   return _calibrated_dict(_calibrated_means(probs), *probs.shape)
 
 
-def _robustness_section(key, probs, y, num_bins, resamples, confidence, interval) -> dict:
+def _robustness_section(key, probs, y, num_bins, resamples, confidence, interval) -> _Pending:
   # the grid's largest count fits every jackknife evaluation of a BCa interval too
   n = _binnable(probs.shape[0], interval, resamples)
   bins = np.union1d(robustness_bins(n, lo=min(2, n)), [num_bins])  # the headline m on the grid
@@ -431,7 +417,7 @@ def _robustness_section(key, probs, y, num_bins, resamples, confidence, interval
       "calibrated_value": _calibrated_dict(means, *probs.shape),
     }
 
-  return _later(finish)
+  return _Pending(finish)
 
 
 #: The utility families of the report's eCDFs, in the order of their keys
@@ -453,11 +439,11 @@ def _sampled_utilities(seed: int, family: str, m: int, num_classes: int):
   return sampler(key, m, num_classes)
 
 
-def _utility_section(probs, y, num_utilities: int, seed: int) -> dict:
+def _utility_section(probs, y, num_utilities: int, seed: int) -> _Pending:
   from jaxcal import utility
 
   if num_utilities <= 0:
-    return _later(dict)
+    return _Pending(dict)
   sweeps = {
     name: utility.uc_sweep(probs, y, _sampled_utilities(seed, name, num_utilities, probs.shape[1]))
     for name in UTILITY_FAMILIES
@@ -476,10 +462,10 @@ def _utility_section(probs, y, num_utilities: int, seed: int) -> dict:
       }
     return out
 
-  return _later(finish)
+  return _Pending(finish)
 
 
-def _decomposition_section(probs, y) -> dict:
+def _decomposition_section(probs, y) -> _Pending:
   """Both Brier decompositions of the checked ``probs`` (one program: the fits are shared)."""
   from jaxcal._src.decomposition import decompose_all
 
@@ -492,7 +478,7 @@ def _decomposition_section(probs, y) -> dict:
       for mode, d in zip(modes, both)
     }
 
-  return _later(finish)
+  return _Pending(finish)
 
 
 def _keys(seed: int) -> jax.Array:
@@ -631,7 +617,7 @@ def calibration_report(
       "consistency bands; utilities: jax.random.split(jax.random.key(seed)) -> linear, rank",
     },
   }
-  # Every section's programs are dispatched before any number is read back (_later): the
+  # Every section's programs are dispatched before any number is read back (_Pending): the
   # robustness bands and the decomposition compile while the headline bootstrap runs. The
   # utility sweeps go first: their input checks read back, which waits for every program
   # dispatched before them.
@@ -651,14 +637,10 @@ def calibration_report(
   )
   started: dict[str, Any] = {}
   spent: dict[str, float] = {}
-  token = _PIPELINE.set(True)
-  try:
-    for name, start, args in starts:
-      t = time.perf_counter()
-      started[name] = start(*args)
-      spent[name] = time.perf_counter() - t
-  finally:
-    _PIPELINE.reset(token)
+  for name, start, args in starts:
+    t = time.perf_counter()
+    started[name] = start(*args)
+    spent[name] = time.perf_counter() - t
   sections = ("metrics", "robustness", "utility", "decomposition")  # the report's order
   for name in sections:
     t = time.perf_counter()
