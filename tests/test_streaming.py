@@ -889,6 +889,53 @@ def test_reduce_of_records_in_order_fills_the_buffer_in_order():
   np.testing.assert_allclose(st.compute(3)["conf_ce"], metrics.conf_ce(p, y, 3), rtol=1e-6)
 
 
+def test_records_refuse_more_slots_than_int32_positions_and_count_past_the_limit_as_overflow():
+  """Records positions and counts are int32. A buffer above 2^31 - 1 slots wrapped them (a
+  merge of two 2^30-sample buffers: count -2^31 and no overflow, so ``data()`` sliced
+  ``[:-2^31]``); it is refused before any allocation, by ``empty``, ``merge`` and
+  ``reduce`` (checked on shapes only). A count past the limit is -1 and overflowed, as the
+  sum states' counts are, and the message says so (it read "-2147483647 samples")."""
+  import dataclasses
+
+  from jaxcal._src.streaming import MAX_COUNT
+
+  with pytest.raises(ValueError, match=r"Records capacity 2,147,483,648 is above 2\^31 - 1"):
+    streaming.Records.empty(MAX_COUNT + 1, 3)
+  half = jax.eval_shape(lambda: streaming.Records.empty(2**30, 3))  # shapes: nothing allocated
+  assert half.capacity == 2**30
+  with pytest.raises(ValueError, match=r"merged capacity 2,147,483,648 is above 2\^31 - 1"):
+    jax.eval_shape(lambda a, b: a.merge(b), half, half)
+  stacked = jax.tree.map(lambda a: jax.ShapeDtypeStruct((2, *a.shape), a.dtype), half)
+  with pytest.raises(ValueError, match=r"merged capacity 2,147,483,648 is above 2\^31 - 1"):
+    jax.eval_shape(lambda s: s.reduce(), stacked)
+  ok = jax.eval_shape(
+    lambda a, b: a.merge(b), half, jax.eval_shape(lambda: streaming.Records.empty(2**30 - 1, 3))
+  )
+  assert ok.capacity == MAX_COUNT
+
+  p = np.full((4, 3), 1 / 3, np.float32)
+  y = np.zeros(4, np.int32)
+  over = streaming.Records.empty(3, 3).update(p, y)  # overflowed: 4 samples offered
+  assert bool(over.overflow) and int(over.count) == 4
+  near = dataclasses.replace(over, count=jnp.int32(MAX_COUNT - 1))  # 2^31 - 2 offered
+  past = {
+    "update": near.update(p[:2], y[:2]),
+    "merge": near.merge(over),
+    "reduce": _stack([near, over]).reduce(),
+  }
+  for how, st in past.items():
+    assert int(st.count) == -1 and bool(st.overflow), how
+    with pytest.raises(ValueError, match=r"more than 2\^31 - 1 = 2,147,483,647 samples were"):
+      st.compute(1)
+    assert np.isnan(jax.jit(lambda r: r.compute(1)["conf_ce"])(st)), how
+    assert int(st.update(p, y).count) == -1, how  # sticky, as for the sum states
+  _assert_bitwise_equal(past["reduce"], past["merge"])
+  exact = dataclasses.replace(  # a merge that ends exactly at the limit keeps its count
+    streaming.Records.empty(3, 3).update(p[:1], y[:1]), count=jnp.int32(MAX_COUNT - 4)
+  )
+  assert int(exact.merge(over).count) == MAX_COUNT
+
+
 def _num_eqns(jaxpr):
   """Equations of a jaxpr, those of its sub-jaxprs (jit, scan bodies) included."""
   n = 0

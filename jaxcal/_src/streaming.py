@@ -248,6 +248,22 @@ def _add_count(a: jax.Array, b: jax.Array) -> jax.Array:
   return jnp.where((a < 0) | (b < 0) | (total < a), jnp.int32(-1), total)
 
 
+def _check_capacity(capacity: int, what: str = "") -> int:
+  """Refuses a :class:`Records` buffer of more than :data:`MAX_COUNT` slots (int32 positions).
+
+  The positions and counts are int32: a larger buffer wrapped them, and the
+  records landed in the wrong slots with no error.
+  """
+  if capacity > MAX_COUNT:
+    name = f"{what} capacity" if what else "capacity"
+    raise ValueError(
+      f"Records {name} {capacity:,} is above 2^31 - 1 = {MAX_COUNT:,} samples, the most "
+      "int32 positions address; keep several states and compute each, or use the "
+      "streaming sums (FixedBins, Scores), whose size does not grow with the samples"
+    )
+  return capacity
+
+
 def _single(count: jax.Array, what: str) -> None:
   """Raises for a concrete batch of states (built under ``jax.vmap``) used outside ``vmap``.
 
@@ -821,8 +837,9 @@ def _reduce_records(stacked: Records) -> Records:
   gap after one that did (the result is overflowed then: NaN or a raise).
   Here each slot's last writer is found by one scatter-max of the state
   indices and the slots are gathered from the stack: the same buffer,
-  padding included, with the same count (the int32 sum), ``overflow``
-  (any) and ``invalid`` (the sum).
+  padding included, with the same count (the sum, ``-1`` past
+  :data:`MAX_COUNT`), ``overflow`` (any, or a count past it) and
+  ``invalid`` (the sum).
 
   Args:
     stacked: :class:`Records` whose leaves have a leading axis of ``k`` states.
@@ -838,9 +855,11 @@ def _reduce_records(stacked: Records) -> Records:
   first._check_merge(first)  # the stack's states share kind, classes and dtype: once is enough
   cap = stacked.capacity
   k = stacked.count.shape[0]
-  total = k * cap
+  total = _check_capacity(k * cap, "merged")
   counts = stacked.count
-  ends = jnp.cumsum(counts, dtype=counts.dtype)  # wraps as the pairwise int32 sums do
+  ends = jax.lax.scan(  # -1 past MAX_COUNT, as merge's sums
+    lambda acc, c: (_add_count(acc, c),) * 2, jnp.zeros((), counts.dtype), counts
+  )[1]
   before = jnp.concatenate([jnp.zeros((1,), counts.dtype), ends[:-1]])
   start = jnp.clip(before, 0, jnp.arange(k, dtype=counts.dtype) * cap)  # (k,)
   slots = (start[:, None] + jnp.arange(cap, dtype=counts.dtype)[None, :]).ravel()
@@ -860,7 +879,7 @@ def _reduce_records(stacked: Records) -> Records:
   return dataclasses.replace(
     stacked,
     count=ends[-1],
-    overflow=jnp.any(stacked.overflow),
+    overflow=jnp.any(stacked.overflow) | (ends[-1] < 0),
     invalid=jnp.sum(stacked.invalid, dtype=stacked.invalid.dtype),
     conf=gather(stacked.conf),
     hit=gather(stacked.hit),
@@ -1034,7 +1053,8 @@ class Records(_Streaming):
   rather than return a number computed on part of the data.
 
   Attributes:
-    count: ``()`` int32 samples recorded (or offered, when overflowing).
+    count: ``()`` int32 samples recorded (or offered, when overflowing; ``-1``
+      past :data:`MAX_COUNT`).
     overflow: ``()`` bool, more samples than ``capacity`` were offered.
     invalid: ``()`` int32, batches that failed the traced value check
       (see the module notes: ``compute`` is then NaN).
@@ -1074,12 +1094,13 @@ class Records(_Streaming):
 
     Raises:
       ValueError: an unknown ``kind``, ``capacity`` not an int ``>= 1`` (a
-        bool such as ``True`` is not a capacity), ``num_classes`` not an int
-        ``>= 2``, or a dtype other than float32 / float64.
+        bool such as ``True`` is not a capacity) or above :data:`MAX_COUNT`,
+        ``num_classes`` not an int ``>= 2``, or a dtype other than float32 /
+        float64.
     """
     if kind not in _KINDS:
       raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
-    cap = V.check_int(capacity, "capacity (samples to keep)")
+    cap = _check_capacity(V.check_int(capacity, "capacity (samples to keep)"))
     c = _num_classes(num_classes)
     dtype = _check_dtype(dtype)
     top = kind == "top_label"
@@ -1101,11 +1122,12 @@ class Records(_Streaming):
     self, p: jax.Array, y: jax.Array, w: jax.Array, bad: jax.Array, nll: jax.Array | None = None
   ) -> Records:
     pos = self.count + jnp.cumsum(w.astype(jnp.int32)) - 1
-    idx = jnp.where(w & (pos < self.capacity), pos, self.capacity)  # out of range: dropped
-    new_count = self.count + jnp.sum(w, dtype=jnp.int32)
+    # out of range (also a wrapped position, or a count past MAX_COUNT): dropped
+    idx = jnp.where(w & (pos >= 0) & (pos < self.capacity), pos, self.capacity)
+    new_count = _add_count(self.count, jnp.sum(w, dtype=jnp.int32))
     fields: dict[str, Any] = {
       "count": new_count,
-      "overflow": self.overflow | (new_count > self.capacity),
+      "overflow": self.overflow | (new_count > self.capacity) | (new_count < 0),
       "invalid": self.invalid + bad,
     }
     if self.kind == "top_label":
@@ -1122,10 +1144,11 @@ class Records(_Streaming):
 
     Raises:
       ValueError: ``other`` is not :class:`Records` of the same kind, class
-        count and dtype (the capacities may differ).
+        count and dtype (the capacities may differ), or the two capacities
+        add up to more than :data:`MAX_COUNT`.
     """
     self._check_merge(other)
-    cap = self.capacity + other.capacity
+    cap = _check_capacity(self.capacity + other.capacity, "merged")
     start = jnp.minimum(self.count, self.capacity)
 
     def cat(a, b):
@@ -1134,9 +1157,10 @@ class Records(_Streaming):
       buf = jnp.concatenate([a, jnp.zeros_like(b)], axis=0)
       return jax.lax.dynamic_update_slice_in_dim(buf, b, start, axis=0)
 
+    count = _add_count(self.count, other.count)
     return Records(
-      count=self.count + other.count,
-      overflow=self.overflow | other.overflow,
+      count=count,
+      overflow=self.overflow | other.overflow | (count < 0),
       invalid=self.invalid + other.invalid,
       conf=cat(self.conf, other.conf),
       hit=cat(self.hit, other.hit),
@@ -1191,7 +1215,9 @@ class Records(_Streaming):
         "its records are not the data's"
       )
     if bool(overflow):
-      if int(count) > self.capacity:
+      if int(count) < 0:
+        where = f"more than 2^31 - 1 = {MAX_COUNT:,} samples were offered to it"
+      elif int(count) > self.capacity:
         where = f"{int(count)} samples were offered to a buffer of capacity {self.capacity}"
       else:  # a merged part overflowed before the merge added the other's capacity
         where = (
