@@ -214,6 +214,10 @@ CASES = [
   C("rank_correlation method", dominance.rank_correlation, (np.arange(4.0), np.arange(4.0)), {"method": "pearson"}, ValueError, r"spearman"),
   C("resample n float", dominance.resample_indices, (KEY, 2.5, 3), {}, ValueError, r"n must be an integer"),
   C("bootstrap 1 resample", jaxcal.bootstrap.bootstrap, (KEY, jnp.mean, np.arange(5.0)), {"num_resamples": 1}, ValueError, r"num_resamples must be an integer >= 2"),
+  # int32 numbering: 2**31 resamples raised numpy's OverflowError deep inside
+  C("bootstrap 2^31 resamples", jaxcal.bootstrap.bootstrap, (KEY, jnp.mean, np.arange(5.0)), {"num_resamples": 2**31}, ValueError, r"num_resamples must be an integer <= 2,147,483,646, got 2,147,483,648"),
+  C("resample_indices 2^31", dominance.resample_indices, (KEY, 5, 2**31), {}, ValueError, r"num_resamples must be an integer <= 2,147,483,646"),
+  C("consistency_bands 2^31", jaxcal.bootstrap.consistency_bands, (KEY, np.full((4, 2), 0.5), 2), {"num_resamples": 2**31}, ValueError, r"num_resamples must be an integer <= 2,147,483,646"),
   # ---- data
   C("default_predictions split", data.default_predictions, ("x",), {}, ValueError, r'split must be "test" or "val" for the embedded predictions, got \'x\''),
   C("load_split missing", data.load_split, ("/nonexistent/p.npz", "test"), {}, ValueError, r"predictions not found: /nonexistent/p\.npz"),

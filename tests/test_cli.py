@@ -173,6 +173,29 @@ def test_an_internal_error_keeps_its_traceback(monkeypatch, tmp_path):
     cli.main(["report", "--out", str(tmp_path / "r")])
 
 
+def test_sizes_past_int32_or_memory_are_one_line_errors(tmp_path, capsys):
+  """``--resamples 2147483648`` ended in numpy's OverflowError after 58 lines of traceback,
+  ``--m 10000000000`` (400 GB of utilities) in XLA's out-of-memory error after 40 (found by a
+  review helper); ``jaxcal report fifo.npz`` waited for ever on the named pipe."""
+  import os
+
+  default = str(data.DEFAULT_PREDICTIONS)
+  report = ["report", default, "--out", str(tmp_path / "r"), "--figures", ""]
+  assert cli.main([*report, "--utilities", "0", "--resamples", str(2**31)]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "resamples must be an integer <= 2,147,483,646" in err
+  sweep = ["sweep", default, "--m", str(10**10), "--out", str(tmp_path / "s.json")]
+  assert cli.main(sweep) == 1
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1, err
+  assert err.startswith("jaxcal sweep: error: out of memory (") and "fewer utilities" in err
+  assert not (tmp_path / "s.json").exists()
+  fifo = tmp_path / "p.npz"
+  os.mkfifo(fifo)
+  assert cli.main(["report", str(fifo), "--out", str(tmp_path / "r2"), "--figures", ""]) == 2
+  assert "not a regular file (a named pipe)" in capsys.readouterr().err
+
+
 def test_unreadable_file_is_a_user_error(tmp_path, capsys, monkeypatch):
   import zipfile
 

@@ -195,6 +195,72 @@ def test_load_rejects_pickle_and_bad_files(tmp_path):
       data.load_predictions(tmp_path / f"{name}.npz")
 
 
+class _Rescuer:
+  """Opens each named pipe for writing, then closes it, should a reader ever wait on one.
+
+  A reader that opens the pipe then sees an empty file and fails: the test fails rather
+  than hang for ever, as ``jaxcal report pipe.npz`` did.
+  """
+
+  def __init__(self, *fifos):
+    import threading
+
+    self.fifos, self.stop, self.rescued = fifos, threading.Event(), []
+    self.thread = threading.Thread(target=self.run, daemon=True)
+
+  def run(self):
+    import os
+
+    while not self.stop.wait(0.05):
+      for f in self.fifos:
+        try:  # ENXIO while no reader has the pipe open
+          os.close(os.open(f, os.O_WRONLY | os.O_NONBLOCK))
+          self.rescued.append(f)
+        except OSError:
+          pass
+
+  def __enter__(self):
+    self.thread.start()
+    return self
+
+  def __exit__(self, *exc):
+    self.stop.set()
+    self.thread.join()
+
+
+def test_load_refuses_named_pipes_and_devices_before_opening_them(tmp_path):
+  """``open`` of a named pipe waits for a writer (``jaxcal report fifo.npz`` hung; found by a
+  review helper), and ``/dev/zero`` never ends: every reader of a file refuses them first."""
+  import os
+
+  from jaxcal import recalibrate
+  from jaxcal._src.recal.local_net import load_checkpoint
+
+  np.save(tmp_path / "y.npy", np.arange(4) % 2)
+  fifos = [tmp_path / n for n in ("p.npz", "x.npy", "model.npz", "model.msgpack", "ck.msgpack")]
+  for f in fifos:
+    os.mkfifo(f)
+  y = tmp_path / "y.npy"
+  calls = {
+    "p.npz": lambda: data.load_predictions(fifos[0]),
+    "x.npy": lambda: data.load_predictions(f"{fifos[1]},{y}"),
+    "labels": lambda: data.load_predictions(f"{y},{fifos[1]}"),
+    "model.npz": lambda: recalibrate.load(fifos[2]),
+    "model.msgpack": lambda: recalibrate.load(fifos[3]),
+    "ck.msgpack": lambda: load_checkpoint(fifos[4]),
+  }
+  with _Rescuer(*fifos) as r:
+    for call in calls.values():
+      with pytest.raises(ValueError, match=r"not a regular file \(a named pipe\); jaxcal reads"):
+        call()
+  assert not r.rescued, r.rescued  # no reader ever waited on a pipe
+  if os.path.exists("/dev/zero"):
+    with pytest.raises(ValueError, match=r"/dev/zero: not a regular file \(a character dev"):
+      data.load_predictions(f"/dev/zero,{y}")
+  with pytest.raises(ValueError, match="not found"):  # as before: missing stays missing
+    data.load_predictions(f"{tmp_path / 'none.npy'},{y}")
+
+
 def _npz_bytes(tmp_path):
   np.savez(tmp_path / "good.npz", logits=np.zeros((4, 3), np.float32), labels=np.arange(4) % 3)
   return (tmp_path / "good.npz").read_bytes()

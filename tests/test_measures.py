@@ -816,6 +816,23 @@ def test_debiased_ce_bin_counts_above_n_act_as_n():
     assert float(metrics.debiased_ce(p, y, m)) == want, m
   with pytest.raises(ValueError, match="num_bins = 40 exceeds max_bins = 16"):
     metrics.debiased_ce(p, y, np.array(40), max_bins=16)
+  # bin counts in a small integer dtype: clamping them to n = 300 cast n to that dtype
+  # (OverflowError: "Python integer 300 out of bounds for uint8")
+  p3, y3 = np.tile(p, (3, 1)), np.tile(y, 3)
+  want = np.asarray(metrics.debiased_ce(p3, y3, np.array([15, 200], np.int64)))
+  for dt in (np.uint8, np.int8, np.int16):
+    m = np.array([15, 100 if dt is np.int8 else 200], dt)
+    expect = want if dt is not np.int8 else np.asarray(metrics.debiased_ce(p3, y3, [15, 100]))
+    for arg in (m, jnp.asarray(m)):
+      np.testing.assert_array_equal(np.asarray(metrics.debiased_ce(p3, y3, arg)), expect)
+  assert float(metrics.debiased_ce(p3, y3, np.uint64(2**64 - 1))) == float(
+    metrics.debiased_ce(p3, y3, 300)
+  )
+  big = np.array([2**64 - 1, 15], np.uint64)  # above int64: still clamped to n, not wrapped
+  np.testing.assert_array_equal(
+    np.asarray(metrics.debiased_ce(p3, y3, big)),
+    np.asarray(metrics.debiased_ce(p3, y3, [300, 15])),
+  )
 
 
 def test_smooth_ece_bandwidth_takes_where():

@@ -81,6 +81,10 @@ __all__ = [
 #: Interval methods of :func:`bootstrap`.
 METHODS = ("percentile", "bca", "basic", "normal")
 
+#: Most resamples of one call: the resamples and the estimate beside them are
+#: numbered in int32 (2^31 resamples raised numpy's OverflowError deep inside).
+MAX_RESAMPLES = 2**31 - 2
+
 #: Bytes of resampled inputs gathered per batch when ``batch_size`` is automatic.
 _BATCH_BYTES = 1 << 27
 
@@ -159,7 +163,7 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
   """
   key = V.check_key(key)
   n = V.check_int(n, "n")
-  num_resamples = V.check_int(num_resamples, "num_resamples")
+  num_resamples = V.check_int(num_resamples, "num_resamples", 1, MAX_RESAMPLES)
   return jax.vmap(lambda k: _indices(k, n))(jax.random.split(key, num_resamples))
 
 
@@ -525,7 +529,7 @@ def bootstrap(
   if not callable(fn):
     raise TypeError(f"fn must be callable, got {type(fn).__name__}")
   key = V.check_key(key)
-  num_resamples = V.check_int(num_resamples, "num_resamples", 2)
+  num_resamples = V.check_int(num_resamples, "num_resamples", 2, MAX_RESAMPLES)
   if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
   confidence = _check_confidence(confidence)
@@ -748,7 +752,7 @@ def consistency_bands(
     raise ValueError(
       f"quantile binning with num_bins = {m} needs at least that many samples, got n = {p.shape[0]}"
     )
-  num_resamples = V.check_int(num_resamples, "num_resamples", 2)
+  num_resamples = V.check_int(num_resamples, "num_resamples", 2, MAX_RESAMPLES)
   level = _check_confidence(confidence)
   batch = _auto_batch(4 * p.shape[0] * p.dtype.itemsize, num_resamples)  # O(n) each
   out = _consistency(key, p, m, binning, num_resamples, batch, level)

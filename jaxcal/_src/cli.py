@@ -742,6 +742,21 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
+def _out_of_memory(e: BaseException) -> bool:
+  """Whether ``e`` is XLA's failure to allocate (``RESOURCE_EXHAUSTED``), or Python's.
+
+  A size the user asked for (``--m 10000000000`` utilities: 400 GB) ended in a
+  40-line ``JaxRuntimeError`` traceback; it is a one-line error instead.
+  """
+  if isinstance(e, MemoryError):
+    return True
+  import jax
+
+  return isinstance(e, jax.errors.JaxRuntimeError) and (
+    "RESOURCE_EXHAUSTED" in str(e) or "Out of memory" in str(e)
+  )
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs the command line; returns the exit status (2 for a user error).
 
@@ -764,6 +779,17 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:  # bad arguments, files or predictions: one line, no traceback
       print(f"jaxcal {args.command}: error: {e}", file=sys.stderr)
       return 2
+    except Exception as e:
+      if not _out_of_memory(e):
+        raise
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      print(
+        f"jaxcal {args.command}: error: out of memory ({first}); ask for less at once "
+        "(fewer utilities, resamples or bin counts, a smaller --chunk-size) or use a "
+        "device with more memory",
+        file=sys.stderr,
+      )
+      return 1
   except BrokenPipeError:
     # Python flushes stdout again at exit: point it at devnull, or that flush fails too
     with contextlib.suppress(OSError, ValueError, AttributeError):  # (no fd under capture)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal._src import validation as V
+from jaxcal._src.paths import input_file
 from jaxcal._src.validation import looks_like_probs
 
 __all__ = [
@@ -93,7 +94,7 @@ def _read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
 
 
 def _npy_file(path: str) -> np.ndarray:
-  with open(path, "rb") as f:
+  with open(input_file(path), "rb") as f:
     return _read_npy(f, os.fstat(f.fileno()).st_size, path)
 
 
@@ -167,7 +168,7 @@ def _load_raw(p: str, split: str) -> tuple[np.ndarray, np.ndarray, bool, str]:
     raise ValueError(f"{p}: folder holds no .npy files and {len(npz)} .npz files")
   if p.endswith(".npz"):
     try:
-      zf = zipfile.ZipFile(p)
+      zf = zipfile.ZipFile(input_file(p))
     except (zipfile.BadZipFile, EOFError) as e:
       raise ValueError(
         f"{p}: not a valid .npz file (a zip archive of .npy arrays; empty or truncated?): {e}"
@@ -211,7 +212,8 @@ def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.n
 
   Raises:
     ValueError: naming the file and the problem: missing or unreadable
-      file, not an ``.npz``/``.npy`` (empty, truncated, corrupt), missing
+      file, a named pipe or device (refused before it is opened: reading a
+      pipe waits for a writer), not an ``.npz``/``.npy`` (empty, truncated, corrupt), missing
       arrays, object (pickled) arrays, a header claiming more data than the
       file holds, non-numeric scores, scores not ``(n, C)``, labels of the
       wrong shape, non-integral or outside ``[0, C)``.

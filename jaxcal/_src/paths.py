@@ -9,12 +9,14 @@ so one environment variable moves them everywhere at once.
 
 :func:`output_folder` is the one check of a folder that jaxcal writes into (a
 report's figures, LoCal Net checkpoints); :func:`atomic_file` writes a file
-whole or not at all.
+whole or not at all; :func:`input_file` is the check of a file jaxcal reads
+(predictions, a saved recalibrator, a checkpoint) before it is opened.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pathlib
 import stat
@@ -22,7 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
 
-__all__ = ["DATASETS", "atomic_file", "dataset_dir", "output_folder"]
+__all__ = ["DATASETS", "atomic_file", "dataset_dir", "output_folder", "input_file"]
 
 #: The optional data sets :func:`dataset_dir` knows, with the environment
 #: variable that overrides its location.
@@ -164,6 +166,46 @@ def output_folder(folder: Any, name: str, *, create: bool = True) -> pathlib.Pat
   if not os.access(path, os.W_OK | os.X_OK):
     raise ValueError(f"{name} {str(path)!r} is not writable")
   return path
+
+
+def input_file(path: str | os.PathLike) -> str:
+  """``path`` as a string, once it names a regular file jaxcal can open without waiting.
+
+  Opening a named pipe (FIFO) blocks until something writes into it, and a
+  device such as ``/dev/zero`` never ends: both are refused before they are
+  opened. A missing path or a folder raises as ``open`` would.
+
+  Args:
+    path: a ``str`` or ``os.PathLike`` path.
+
+  Returns:
+    ``os.fspath(path)``.
+
+  Raises:
+    FileNotFoundError: nothing is at ``path``.
+    IsADirectoryError: ``path`` is a folder.
+    ValueError: ``path`` is a named pipe, a device or a socket.
+
+  Example:
+    >>> input_file("/dev/null")
+    Traceback (most recent call last):
+    ...
+    ValueError: /dev/null: not a regular file (a character device); jaxcal reads files only
+  """
+  p = os.fspath(path)
+  mode = os.stat(p).st_mode  # FileNotFoundError as open's; stat never blocks on a pipe
+  if stat.S_ISREG(mode):
+    return p
+  if stat.S_ISDIR(mode):
+    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), p)
+  kinds = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+  )
+  kind = next((k for test, k in kinds if test(mode)), "not a file")
+  raise ValueError(f"{p}: not a regular file ({kind}); jaxcal reads files only")
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from jax.typing import ArrayLike
 
 from jaxcal import metrics, scores
 from jaxcal._src import validation as V
-from jaxcal._src.bootstrap import bootstrap, consistency_bands
+from jaxcal._src.bootstrap import MAX_RESAMPLES, bootstrap, consistency_bands
 from jaxcal._src.names import (
   format_interval,
   format_number,
@@ -269,7 +269,7 @@ def _check_settings(num_bins, resamples, confidence, interval, n, name="resample
   from jaxcal._src.bootstrap import METHODS, _check_confidence
 
   num_bins = V.check_int(num_bins, "num_bins")
-  resamples = V.check_int(resamples, name, 0)
+  resamples = V.check_int(resamples, name, 0, MAX_RESAMPLES)
   V.check_float_option(confidence, "confidence")  # a string "0.9" passed float()
   if resamples == 1:
     raise ValueError(f"{name} must be 0 (no intervals) or at least 2, got 1")

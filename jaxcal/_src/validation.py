@@ -2174,7 +2174,9 @@ def check_num_bins(
     if a.size and a.min() < 1:
       raise ValueError(f"{name} must be >= 1, got minimum {a.min():g}")
     if at_most is not None:
-      a = np.asarray(np.minimum(a, at_most))  # (np.minimum of a 0-d array is a numpy scalar)
+      # compared, not np.minimum: that casts at_most to a's dtype (uint8 holds no n = 300)
+      small = a.astype(np.int64) if jnp.issubdtype(a.dtype, jnp.integer) else a
+      a = np.asarray(np.where(a > at_most, at_most, small))
     if a.size and a.max() > MAX_NUM_BINS:
       raise ValueError(f"{name} must be <= {MAX_NUM_BINS}, got maximum {a.max():g}")
     return a.astype(np.int32)
@@ -2337,8 +2339,8 @@ def check_key(key: Any, name: str = "key") -> jax.Array:
   return key
 
 
-def check_int(value: Any, name: str, minimum: int = 1) -> int:
-  """A static integer argument ``>= minimum`` as a Python int.
+def check_int(value: Any, name: str, minimum: int = 1, maximum: int | None = None) -> int:
+  """A static integer argument ``>= minimum`` (and ``<= maximum``) as a Python int.
 
   Accepts Python and numpy integers (and integral 0-d arrays); rejects
   booleans, floats such as ``2.7`` (never silently truncated), strings and
@@ -2355,6 +2357,8 @@ def check_int(value: Any, name: str, minimum: int = 1) -> int:
     value = a.item()
   if int(value) < minimum:
     raise ValueError(f"{name} must be an integer >= {minimum}, got {int(value)}")
+  if maximum is not None and int(value) > maximum:
+    raise ValueError(f"{name} must be an integer <= {maximum:,}, got {int(value):,}")
   return int(value)
 
 

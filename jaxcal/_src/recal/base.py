@@ -52,7 +52,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
-from jaxcal._src.paths import atomic_file
+from jaxcal._src.paths import atomic_file, input_file
 
 __all__ = [
   "Recalibrator",
@@ -829,7 +829,8 @@ def load(path: str | os.PathLike) -> Recalibrator:
     The fitted recalibrator.
 
   Raises:
-    ValueError: naming the file and the problem: missing, empty, truncated
+    ValueError: naming the file and the problem: missing, a folder, a named
+      pipe or device, empty, truncated
       or not an ``.npz`` archive / MessagePack document, no jaxcal header,
       an unknown method,
       missing or misshapen arrays, an unsupported dtype.
@@ -844,8 +845,11 @@ def load(path: str | os.PathLike) -> Recalibrator:
     ValueError: ...empty.npz: not a loadable jaxcal recalibrator file: the file is empty
   """
   if not os.path.isfile(path):
-    what = "a folder, not a file" if os.path.isdir(path) else "no such file"
-    raise ValueError(f"{os.fspath(path)}: {what}")
+    if not os.path.exists(path):
+      raise ValueError(f"{os.fspath(path)}: no such file")
+    if os.path.isdir(path):
+      raise ValueError(f"{os.fspath(path)}: a folder, not a file")
+    input_file(path)  # a named pipe (opening it waited for a writer), a device, a socket
   if os.path.getsize(path) == 0:
     raise _bad(path, "the file is empty")
   with open(path, "rb") as fh:

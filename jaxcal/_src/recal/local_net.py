@@ -69,7 +69,7 @@ from jax.typing import ArrayLike
 from jaxcal._src import validation as V
 from jaxcal._src.local import _nw_core, feature_centre, gaussian_log_kernel
 from jaxcal._src.numerics import PRECISION, lift, map_batches
-from jaxcal._src.paths import atomic_file, output_folder
+from jaxcal._src.paths import atomic_file, input_file, output_folder
 from jaxcal._src.recal.base import (
   Recalibrator,
   check_inputs,
@@ -672,8 +672,15 @@ def save_checkpoint(path: str | os.PathLike, params: dict, meta: dict | None = N
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
-  """Reads a checkpoint written by :func:`save_checkpoint`: ``(params, meta)``."""
-  d = flax.serialization.msgpack_restore(pathlib.Path(path).read_bytes())
+  """Reads a checkpoint written by :func:`save_checkpoint`: ``(params, meta)``.
+
+  Raises:
+    FileNotFoundError: nothing is at ``path``.
+    IsADirectoryError: ``path`` is a folder.
+    ValueError: ``path`` is a named pipe, a device or a socket (refused
+      before it is opened: reading a pipe waits for a writer).
+  """
+  d = flax.serialization.msgpack_restore(pathlib.Path(input_file(path)).read_bytes())
   return jax.tree_util.tree_map(jnp.asarray, d["params"]), d.get("meta", {})
 
 
