@@ -265,7 +265,6 @@ TABLES_ELSEWHERE = {
   "utility.similarity": "test_utility.py",  # test_bad_inputs_raise: a non-square S
   "dominance.bootstrap": "test_bootstrap.py",  # groups, z, resample counts
   "bootstrap.interval": "test_bootstrap.py",  # methods, confidence, shapes
-  "bootstrap.consistency_bands": "test_bootstrap.py",  # bin counts, logits
   "data.dataset_dir": "test_paths.py",  # missing and misconfigured data folders
   "data.load_fashion_mnist": "test_fashion_mnist.py",  # test_corrupt_files_raise
   "data.load_predictions": "test_data.py",  # bad files and arrays, one message each

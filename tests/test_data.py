@@ -257,6 +257,15 @@ def test_load_refuses_named_pipes_and_devices_before_opening_them(tmp_path):
   if os.path.exists("/dev/zero"):
     with pytest.raises(ValueError, match=r"/dev/zero: not a regular file \(a character dev"):
       data.load_predictions(f"/dev/zero,{y}")
+  # a folder of .npy files and an .npz: the .npy files were read without a word
+  both = tmp_path / "both"
+  both.mkdir()
+  np.save(both / "test_logits.npy", np.zeros((4, 2), np.float32))
+  np.save(both / "test_labels.npy", np.arange(4) % 2)
+  assert data.load_predictions(both)[0].shape == (4, 2)
+  np.savez(both / "other.npz", logits=np.ones((3, 2), np.float32), labels=np.arange(3) % 2)
+  with pytest.raises(ValueError, match=r"both: folder holds \.npy files and \.npz files \(oth"):
+    data.load_predictions(both)
   with pytest.raises(ValueError, match="not found"):  # as before: missing stays missing
     data.load_predictions(f"{tmp_path / 'none.npy'},{y}")
 

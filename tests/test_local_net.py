@@ -281,6 +281,9 @@ def test_apply_value_errors(setup):
     ("epochs", "epochs must be >= 1, got 0"),
     ("batch_size", "batch_size must be >= 1, got 0"),
     ("hidden", "hidden must be >= 1, got 0"),
+    # XLA's out-of-memory error before (found by a review helper)
+    ("hidden_huge", r"hidden = 1000000000000 is too large: .* pass hidden <= "),
+    ("seed_huge", r"seed must be <= 9223372036854775807, got 9223372036854775808: jax"),
     ("alignment_weight", "alignment_weight must be >= 0"),
     ("init_scale", "init_scale must be > 0"),
     ("dropout", r"dropout must be in \[0, 1\), got 1.0"),
@@ -335,6 +338,10 @@ def test_fit_value_errors(bad, match):
     kw["seed"] = 2.5
   elif bad in ("epochs", "batch_size", "hidden"):
     kw[bad] = 0
+  elif bad == "hidden_huge":
+    kw["hidden"] = 10**12
+  elif bad == "seed_huge":
+    kw["seed"] = 2**63
   elif bad == "alignment_weight":
     kw[bad] = -0.5
   elif bad == "init_scale":

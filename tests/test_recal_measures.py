@@ -322,6 +322,26 @@ def test_bbq_bin_range():
   assert bbq_bin_range(1000, 2.0) == (5, 20)
   assert bbq_bin_range(27000) == (3, 300)
   assert bbq_bin_range(64, 2.0) == (2, 8)
+  # a large K: the float guess K n^(1/3) was stepped down to n one by one (1e25 never
+  # returned; found by a review helper); now any K whose range passes n is cut at once
+  # (the range reaches n = 300 from K^3 > n^2, K > 44.8; at K = 40, 268^3 >= 40^3 * 300)
+  for k, want in ((1e25, (1, 300)), (1e300, (1, 300)), (44.9, (1, 300)), (40.0, (1, 268))):
+    assert bbq_bin_range(300, k) == want, k
+  assert bbq_bin_range(1, 1e25) == (1, 1)
+
+
+def test_bbq_refuses_a_prior_so_strong_that_its_fit_overflows():
+  """prior_strength = 1e37 passed the check (finite, > 0) and the fit was NaN everywhere,
+  with no error (found by a review helper); 1e36 still fits."""
+  from jaxcal import recalibrate
+
+  rng = np.random.default_rng(0)
+  z = rng.normal(size=(300, 4)).astype(np.float32)
+  y = rng.integers(0, 4, 300)
+  ok = recalibrate.fit("bbq", z, y, prior_strength=1e36)
+  assert np.all(np.isfinite(np.asarray(ok(z))))
+  with pytest.raises(ValueError, match=r"prior_strength = 1e\+37 is too large for float32"):
+    recalibrate.fit("bbq", z, y, prior_strength=1e37)
 
 
 def test_bbq_calibrates_an_overconfident_model():

@@ -148,6 +148,9 @@ def test_options_passed_on_through_kwargs_are_checked_against_the_target():
     # the solvers count in int32: under x64 2^31 wrapped to a negative limit (0 iterations)
     ("vector", {"max_iter": 2**31}, "max_iter must be <= 2147483647, got 2147483648"),
     ("dirichlet", {"cv_max_iter": 2**31}, "cv_max_iter must be <= 2147483647"),
+    # jax.random.key's int64: Python's OverflowError from inside JAX (found by a review helper)
+    ("vector", {"seed": 2**63}, "seed must be <= 9223372036854775807, got 9223372036854775808"),
+    ("matrix", {"seed": -(2**63) - 1}, "seed must be >= -9223372036854775808"),
     ("temperature", {"tol": float("nan")}, "tol must be a finite number"),
     ("platt", {"tol": -1.0}, "tol must be > 0"),
     ("dirichlet", {"reg_lambda": -1.0}, "reg_lambda must be >= 0"),

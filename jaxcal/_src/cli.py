@@ -130,9 +130,12 @@ def _seed(text: str) -> int:
     value = int(text)
   except ValueError:
     raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
-  if not -(2**63) <= value < 2**63:
-    raise argparse.ArgumentTypeError(f"expected a seed in [-2**63, 2**63), got {value}")
-  return value
+  from jaxcal._src import validation as V
+
+  try:
+    return V.check_seed(value)  # the library's range, its message in the parser's words
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected a seed in [-2**63, 2**63), got {value}") from None
 
 
 def _parent_problem(path: str) -> str | None:

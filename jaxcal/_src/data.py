@@ -161,6 +161,11 @@ def _load_raw(p: str, split: str) -> tuple[np.ndarray, np.ndarray, bool, str]:
     names = sorted(os.listdir(p))
     files = {f[:-4]: os.path.join(p, f) for f in names if f.endswith(".npy")}
     npz = [f for f in names if f.endswith(".npz")]
+    if files and npz:  # the .npy files were taken without a word (found by a review helper)
+      raise ValueError(
+        f"{p}: folder holds .npy files and .npz files ({', '.join(npz[:3])}); jaxcal would "
+        "not guess which to read: pass the .npz file's path, or keep the .npy files alone"
+      )
     if files:
       return _pick({k: functools.partial(_npy_file, v) for k, v in files.items()}, split, p)
     if len(npz) == 1:
@@ -194,7 +199,8 @@ def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.n
   * an ``.npz`` file with ``{split}_logits`` / ``{split}_labels`` (the CIFAR
     files here), or ``logits`` | ``probs`` and ``labels``;
   * a folder holding ``{split}_logits.npy`` and ``{split}_labels.npy`` (or
-    ``logits.npy`` | ``probs.npy`` and ``labels.npy``), or one ``.npz``;
+    ``logits.npy`` | ``probs.npy`` and ``labels.npy``), or one ``.npz`` (not
+    both: a folder of ``.npy`` files and an ``.npz`` is refused);
   * a pair ``"scores.npy,labels.npy"`` (comma-separated paths).
 
   Every ``.npy`` header is checked before any allocation (no object arrays,

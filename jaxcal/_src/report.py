@@ -585,7 +585,7 @@ def calibration_report(
   num_bins, resamples, confidence = _check_settings(num_bins, resamples, confidence, interval, n)
   # both were passed through int(): 2.5 utilities became 2, seed "7" became 7
   num_utilities = V.check_int_option(num_utilities, "num_utilities", minimum=0)
-  seed = V.check_int_option(seed, "seed")
+  seed = V.check_seed(seed)
   if path is not None and not isinstance(path, str | os.PathLike):
     raise TypeError(f"path must be a file or folder path or None, got {type(path).__name__}")
   rob_resamples = _check_settings(
@@ -830,7 +830,7 @@ def compare_report(
   num_bins, resamples, confidence = _check_settings(
     num_bins, resamples, confidence, interval, min_n
   )
-  seed = V.check_int_option(seed, "seed")
+  seed = V.check_seed(seed)
   rank_bins = _check_rank_bins(rank_bins)
   if paths is not None:
     if not isinstance(paths, Mapping):

@@ -100,6 +100,7 @@ __all__ = [
   "checked",
   "checking",
   "check_int_option",
+  "check_seed",
   "check_float_option",
 ]
 
@@ -2498,6 +2499,30 @@ def check_int_option(
     tail = "" if hint is None else f": {hint}"
     raise ValueError(f"{name} must be <= {maximum}, got {v}{tail}")
   return v
+
+
+#: Seeds ``jax.random.key`` takes: int64 (2**63 raised Python's "int too large to
+#: convert to C long" from inside JAX).
+SEED_RANGE = (-(2**63), 2**63 - 1)
+
+
+def check_seed(value: Any, name: str = "seed", *, minimum: int = SEED_RANGE[0]) -> int:
+  """Validates a seed: an int in ``[minimum, 2**63 - 1]`` (``jax.random.key``'s int64).
+
+  ``minimum=0`` where numpy's generator takes the seed too (it refuses
+  negative ones).
+
+  Example:
+    >>> check_seed(7)
+    7
+    >>> check_seed(2**63)
+    Traceback (most recent call last):
+    ...
+    ValueError: seed must be <= 9223372036854775807, got 9223372036854775808: jax.random.key takes a 64-bit seed
+  """
+  return check_int_option(
+    value, name, minimum=minimum, maximum=SEED_RANGE[1], hint="jax.random.key takes a 64-bit seed"
+  )
 
 
 def check_float_option(

@@ -132,7 +132,7 @@ def reliability_diagram(
   if bands is True:
     import jax
 
-    seed = V.check_int_option(seed, "seed")
+    seed = V.check_seed(seed)
     bands = consistency_bands(
       jax.random.key(seed), probs, num_bins, binning, from_logits=from_logits
     )

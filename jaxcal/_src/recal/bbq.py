@@ -81,11 +81,14 @@ def bbq_bin_range(n: int, factor: float = 10.0) -> tuple[int, int]:
     lo += 1
   while lo > 0 and lo**3 * k3 > n:
     lo -= 1
-  hi = int(math.ceil(root * factor))  # then the smallest j with j^3 >= K^3 n
-  while hi > 0 and (hi - 1) ** 3 >= k3 * n:
-    hi -= 1
-  while hi**3 < k3 * n:
-    hi += 1
+  if n**3 < k3 * n:  # the smallest j with j^3 >= K^3 n is above n, where it is cut
+    hi = n  # (a float first guess of K n^{1/3} = 10^25 cbrt(300) stepped down one by one)
+  else:
+    hi = int(math.ceil(root * factor))  # then the smallest j with j^3 >= K^3 n
+    while hi > 0 and (hi - 1) ** 3 >= k3 * n:
+      hi -= 1
+    while hi**3 < k3 * n:
+      hi += 1
   lo = max(1, lo)
   return lo, max(lo, min(n, hi))
 
@@ -237,7 +240,8 @@ def fit_bbq(
     ValueError: bad inputs or labels (eager calls; under ``jax.jit`` /
       ``jax.vmap`` the fitted arrays are NaN instead), or bad options
       (``normalize`` not True/False, ``prior_strength <= 0``,
-      ``range_factor < 1``).
+      ``range_factor < 1``), or eagerly a ``prior_strength`` so large that
+      the fit overflows to NaN (``1e37`` in float32).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -257,6 +261,13 @@ def fit_bbq(
   range_factor = V.check_float_option(range_factor, "range_factor", minimum=1.0)
   lo, hi = bbq_bin_range(int(p.shape[0]), range_factor)
   th, vals = _fit_bbq(p, onehot, jnp.asarray(prior_strength, p.dtype), lo=lo, hi=hi)
+  # eagerly, one scalar read after the fit (under jit the NaN fit is the answer)
+  if V.is_concrete(vals) and not bool(jnp.all(jnp.isfinite(vals))):
+    raise ValueError(
+      f"prior_strength = {prior_strength:g} is too large for {jnp.dtype(p.dtype).name}: the "
+      "Beta priors' log-normalisers overflow and the fit is NaN; use a smaller prior_strength "
+      "(the prior's equivalent sample size, 2 by default)"
+    )
   rc = BBQ(
     thresholds=th,
     values=vals,

@@ -809,8 +809,17 @@ def _train(
       f"batch_size = {batch_size} is too large: the batch kernel has batch_size**2 entries, "
       f"at most 2**31 - 1; pass batch_size <= {_MAX_BATCH}"
     )
+  # the hidden layer's weights (D, hidden) and activations (batch, hidden): 10**12 units
+  # ended in XLA's out-of-memory error (found by a review helper)
+  widest = max(f.shape[1], pca_dim, num_classes, batch_size)
+  if hidden * widest > 2**31 - 1:
+    raise ValueError(
+      f"hidden = {hidden} is too large: the hidden layer's arrays hold hidden x {widest} "
+      f"entries (the widest of the features, pca_dim, the classes and batch_size), at most "
+      f"2**31 - 1; pass hidden <= {(2**31 - 1) // widest}"
+    )
   V.check_int_option(epochs, "epochs", minimum=1)
-  seed = V.check_int_option(seed, "seed", minimum=0)
+  seed = V.check_seed(seed, minimum=0)
   if patience is not None:
     V.check_int_option(patience, "patience", minimum=1)
   if V.check_float_option(dropout, "dropout", minimum=0.0) >= 1:
@@ -917,7 +926,8 @@ def _train(
       va_terms = np.full(3, np.nan)
     if not np.all(np.isfinite(tr_terms)):
       raise FloatingPointError(
-        f"LoCal Net loss is not finite at epoch {epoch} (try a larger bandwidth)"
+        f"LoCal Net loss is not finite at epoch {epoch} (try a larger bandwidth, or a "
+        "smaller learning_rate, lam, alignment_weight or init_scale)"
       )
     history.append((epoch, *tr_terms, *va_terms))
     improved = (not has_val) or va_terms[col] < best_val

@@ -45,9 +45,9 @@ from jaxcal._src.recal.base import (
   check_inputs,
   check_num_classes,
   nan_rows,
+  normalize_rows,
   pytree_dataclass,
   static_field,
-  to_probs,
 )
 from jaxcal._src.recal.linesearch import armijo_stepsize
 from jaxcal._src.scores import brier_per_sample
@@ -224,7 +224,7 @@ class Patching(Recalibrator):
   def _start(self, x: jax.Array) -> jax.Array:
     """The probabilities of ``x`` in the dtype the patches move them in (fit's and input's)."""
     x = x.astype(jnp.result_type(x.dtype, self.eta.dtype))  # the scan's carry keeps one dtype
-    return to_probs(x, self.from_logits)
+    return _start_probs(x, self.from_logits)
 
   def apply(self, inputs: jax.Array) -> jax.Array:
     p = self._start(inputs)
@@ -254,6 +254,19 @@ class Patching(Recalibrator):
     if V.is_concrete(x):
       return out
     return jax.vmap(nan_rows, in_axes=(0, None))(out, x)
+
+
+def _start_probs(x: jax.Array, from_logits: bool) -> jax.Array:
+  """The probabilities the patches start from: ``softmax(x)``, or rows of ``x`` over their sums.
+
+  A patch projects only the rows in its interval onto the simplex, so rows of
+  probabilities that sum to one within the check's tolerance (or in
+  bfloat16) came back as they were when no patch reached them (sums of
+  1.0009 after a fit of one patch; every other method returns rows on the
+  simplex). Divided by their sums first (:func:`normalize_rows`), as
+  temperature scaling's softmax of ``log p`` does.
+  """
+  return jax.nn.softmax(x, axis=-1) if from_logits else normalize_rows(x)
 
 
 def _patch_step(q: jax.Array, patch: dict[str, jax.Array]) -> tuple[jax.Array, None]:
@@ -620,13 +633,14 @@ def _fit(
       "jax.jit / jax.vmap; the fitted Patching's apply is traceable"
     )
   progress = V.check_flag(progress, "progress")
-  p = to_probs(check_inputs(inputs, from_logits), from_logits)
-  n, c = p.shape
-  p = p.astype(jnp.promote_types(p.dtype, jnp.float32))
+  x = check_inputs(inputs, from_logits)
+  n, c = x.shape
+  p = _start_probs(x.astype(jnp.promote_types(x.dtype, jnp.float32)), from_logits)
   y = V.check_labels(labels, n, c)
-  max_steps = V.check_int_option(max_steps, "max_steps", minimum=0)
-  num_samples = V.check_int_option(num_samples, "num_samples", minimum=0)
-  seed = V.check_int_option(seed, "seed")
+  # counted in int32 on the device (2**31 raised numpy's OverflowError from inside JAX)
+  max_steps = V.check_int_option(max_steps, "max_steps", minimum=0, maximum=2**31 - 1)
+  num_samples = V.check_int_option(num_samples, "num_samples", minimum=0, maximum=2**31 - 1)
+  seed = V.check_seed(seed)
   tol = V.check_float_option(tol, "tol", minimum=0.0)
   if isinstance(stepsize, str):
     if stepsize not in ("err_over_c", "quadratic"):

@@ -935,7 +935,7 @@ def _fit_linear_public(
   cv_max_iter = V.check_int_option(
     opts.cv_max_iter, "cv_max_iter", minimum=1, maximum=_MAX_ITER_LIMIT
   )
-  seed = V.check_int_option(opts.seed, "seed")
+  seed = V.check_seed(opts.seed)
   reg_mu, reg_grid = opts.reg_mu, opts.reg_grid
   if reg_mu is not None:
     reg_mu = V.check_float_option(reg_mu, "reg_mu", minimum=0.0)

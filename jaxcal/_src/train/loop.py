@@ -480,7 +480,7 @@ def train_classifier(
   epochs = V.check_int_option(epochs, "epochs", minimum=0)
   batch_size = V.check_int_option(batch_size, "batch_size", minimum=1)
   learning_rate = V.check_float_option(learning_rate, "learning_rate", minimum=0.0)
-  seed = V.check_int_option(seed, "seed")
+  seed = V.check_seed(seed)
   verbose = V.check_flag(verbose, "verbose")
   if on_epoch is not None and not callable(on_epoch):
     raise TypeError(f"on_epoch must be callable or None, got {type(on_epoch).__name__}")

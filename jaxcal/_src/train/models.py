@@ -208,7 +208,7 @@ def make_model(arch: str, num_classes: int = 10, seed: int = 0) -> nnx.Module:
   if not isinstance(arch, str):
     raise TypeError(f"arch must be an architecture name (str), got {type(arch).__name__}")
   num_classes = V.check_int_option(num_classes, "num_classes", minimum=2)
-  seed = V.check_int_option(seed, "seed")
+  seed = V.check_seed(seed)
   if arch not in ARCHITECTURES:
     raise ValueError(f"unknown architecture {arch!r}; available: {', '.join(ARCHITECTURES)}")
   return ARCHITECTURES[arch](num_classes, nnx.Rngs(params=seed))

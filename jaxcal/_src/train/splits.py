@@ -25,7 +25,7 @@ __all__ = ["local_calibration_splits", "trace_splits", "calibration_fit_val"]
 
 def _rng(seed: int) -> np.random.Generator:
   """``default_rng(seed)`` for an int ``seed >= 0`` (``None`` would draw fresh entropy)."""
-  return np.random.default_rng(V.check_int_option(seed, "seed", minimum=0))
+  return np.random.default_rng(V.check_seed(seed, minimum=0))
 
 
 def local_calibration_splits(n_train: int, seed: int) -> dict[str, np.ndarray]:
