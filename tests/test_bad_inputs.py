@@ -178,6 +178,9 @@ CASES = [
   C("sample_linear C=1", utility.sample_linear, (KEY, 4, 1), {}, ValueError, r"num_classes must be an integer >= 2"),
   C("sample_decision 0 actions", utility.sample_decision, (KEY, 4, 3, 0), {}, ValueError, r"num_actions must be an integer >= 1"),
   C("sampler int key", utility.sample_linear, (0, 4, 3), {}, ValueError, r"key must be a JAX PRNG key"),
+  # a raw key of another length passed the check: JAX's own TypeError (found by a review helper)
+  C("sampler raw key (4,)", utility.sample_linear, (np.zeros(4, np.uint32), 4, 3), {}, ValueError, r"key is a raw uint32 key of shape \(4,\), but the default PRNG implementation's keys have shape \(2,\)"),
+  C("bootstrap raw key (3,)", jaxcal.bootstrap.bootstrap, (np.zeros(3, np.uint32), jnp.mean, np.arange(5.0)), {}, ValueError, r"key is a raw uint32 key of shape \(3,\)"),
   C("utility params > 1", utility.linear, (np.array([1.5, 0.0]),), {}, ValueError, r"must lie in \[-1, 1\]"),
   C("gain matrix > 1", utility.gain_matrix, (np.array([[1.0, 2.0], [0.0, 1.0]]),), {}, ValueError, r"R \(gains\) must lie in \[-1, 1\].* column 1: 2\."),
   C("utility params nan", utility.rank, (np.array([np.nan, 0.0]),), {}, ValueError, r"non-finite"),

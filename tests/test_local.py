@@ -610,6 +610,9 @@ PHI3, T3 = np.arange(6.0).reshape(3, 2), np.eye(3)[[0, 1, 1]]
     (dict(mask=np.ones(3)), "mask must be a boolean mask"),
     (dict(mask=np.ones(2, bool)), r"mask must have shape \(3,\)"),
     (dict(features=PHI3[:1], targets=T3[:1]), "single point has no neighbour"),
+    # "no" was read as True, None as False: the other estimator (found by a review helper)
+    (dict(include_self="no"), "include_self must be True or False, got 'no'"),
+    (dict(include_self=None), "include_self must be True or False, got None"),
   ],
 )
 def test_nadaraya_watson_value_errors(kw, fragment):

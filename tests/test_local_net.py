@@ -924,9 +924,15 @@ def test_training_utilities_refuse_bad_input():
     (dict(data=(images / 255.0, labels)), "images must hold integer pixel values"),  # /255 twice
     (dict(data=(images[:0], labels[:0])), "n >= 1"),
     (dict(data=(images[:, :10, :10], labels)), r"does not take images of shape \(10, 10\)"),
+    # found by a review helper: XLA's out-of-memory error; a NaN model without a word
+    (dict(batch_size=10**9), r"batch_size = 1000000000 is too large: .* x 784 pixels"),
+    (dict(learning_rate=1e300), r"learning_rate = 1e\+300 is beyond float32's range"),
+    (dict(seed=2**63), "seed must be <= 9223372036854775807"),
   ]:
     with pytest.raises(ValueError, match=msg):
       fit(**kw)
+  with pytest.raises(FloatingPointError, match="loss is not finite at epoch 2 .*smaller learning"):
+    fit(learning_rate=1e30, epochs=3)  # diverges: the model came back NaN, no error
   with pytest.raises(TypeError, match="on_epoch must be callable"):
     fit(on_epoch=5)  # raised after the first epoch
   with pytest.raises(TypeError, match="model must be a flax nnx.Module"):

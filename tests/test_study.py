@@ -496,6 +496,19 @@ def test_bad_inputs(logits):
     jax.jit(lambda m: jaxcal.evaluate(x, yy, ["brier"], num_bins=m, from_logits=True))(
       jnp.array([3, 4])
     )
+  # found by a review helper: {1: A, "1": B} kept B alone; a None name was taken for the
+  # mark of one stack (a labels error); mixed key types raised JAX's key-sorting error
+  a, b = (utility.sample_linear(jax.random.key(k), 3, 10) for k in (0, 1))
+  with pytest.raises(ValueError, match="utilities has two batches named '1'; give each its own"):
+    jaxcal.evaluate(x, yy, ["brier"], utilities={1: a, "1": b}, from_logits=True)
+  with pytest.raises(ValueError, match="names must be strings, one per model; got None"):
+    jaxcal.evaluate([x[0], x[1]], [yy[0], yy[1]], ["brier"], names=[None, "b"], from_logits=True)
+  mixed = jaxcal.evaluate({0: x[0], "b": x[1]}, yy[0], ["brier"], from_logits=True)
+  assert list(mixed.models) == ["0", "b"]
+  want = [scores.brier(x[i], yy[0], from_logits=True) for i in range(2)]
+  np.testing.assert_allclose(mixed["brier"], want, rtol=1e-6)
+  with pytest.raises(ValueError, match=r"model names must be unique .*got \['1', '1'\]"):
+    jaxcal.evaluate({1: x[0], "1": x[1]}, yy[0], ["brier"], from_logits=True)
   np.testing.assert_array_equal(x, z[:2, :50])  # inputs untouched
 
 

@@ -254,3 +254,30 @@ def test_train_classifier_compiles_nothing_new_for_another_learning_rate():
     again = train.train_classifier(model, images, labels, learning_rate=0.05, **opts)
     after = train.predict(again.model, images)[0]
   assert not np.allclose(before, after)
+
+
+def test_every_int64_seed_has_its_own_key_with_or_without_x64():
+  """Without x64 ``jax.random.key`` keeps a seed's low 32 bits: ``make_model(seed=2**32 + 7)``
+  was ``seed=7``'s model, ``-1`` was ``2**32 - 1``'s (found by a review helper). The keys
+  are now the x64 ones in both modes, and seeds in [0, 2**32) keep ``jax.random.key``'s."""
+  from jaxcal._src import validation as V
+
+  def first_weights(seed):  # every parameter, flat (the first leaf is a zero bias)
+    leaves = jax.tree.leaves(nnx.state(train.make_model("mlp_s", seed=seed)))
+    return np.concatenate([np.ravel(np.asarray(x)) for x in leaves])
+
+  def data(key):
+    return jax.random.key_data(key).tolist()
+
+  for s in (0, 7, 2**32 - 1):  # unchanged
+    assert data(V.seed_key(s)) == data(jax.random.key(s))
+  w7 = first_weights(7)
+  for other in (2**32 + 7, -(2**32) + 7):
+    assert not np.array_equal(first_weights(other), w7), other
+  assert not np.array_equal(first_weights(-1), first_weights(2**32 - 1))
+  seeds = (-1, 2**32 + 7, -(2**63), 2**63 - 1)
+  with jax.enable_x64(True):
+    under_x64 = [data(jax.random.key(s)) for s in seeds]
+    assert [data(V.seed_key(s)) for s in seeds] == under_x64
+  assert [data(V.seed_key(s)) for s in seeds] == under_x64  # the same without x64
+  assert len({str(k) for k in under_x64}) == len(seeds)

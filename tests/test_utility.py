@@ -795,6 +795,12 @@ def test_a_utility_batch_refuses_an_index_out_of_range_and_iterates_once():
   for i in (8, 10, -9):
     with pytest.raises(IndexError, match=rf"utility index {i} is out of range for a batch of 8"):
       batch[i]
+  # an index held in an array was clamped all the same (found by a review helper)
+  for idx in (jnp.int32(8), np.array(10), np.array([1, 9]), jnp.array([-9, 0])):
+    with pytest.raises(IndexError, match=r"utility index -?\d+ is out of range for a batch of 8"):
+      batch[idx]
+  np.testing.assert_array_equal(batch[jnp.int32(7)].params, batch[7].params)
+  np.testing.assert_array_equal(batch[np.array([0, 7])].params, batch.params[np.array([0, 7])])
   items = list(batch)
   assert len(items) == 8
   np.testing.assert_array_equal(items[-1].params, batch[-1].params)

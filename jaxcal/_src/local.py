@@ -262,6 +262,8 @@ def nadaraya_watson(
   Reference: Barbera et al. (2025), arXiv:2510.26566, §4 Eq. (2) and §7;
   Nadaraya (1964); Watson (1964).
   """
+  # "no" was read as True and None as False: the other estimator, no error
+  include_self = V.check_flag(include_self, "include_self")
   f = V.as_float(features, "features")
   t = V.as_float(targets, "targets")
   if f.ndim != 2 or t.ndim != 2 or f.shape[0] != t.shape[0]:

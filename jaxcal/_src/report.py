@@ -435,7 +435,7 @@ def _sampled_utilities(seed: int, family: str, m: int, num_classes: int):
   from jaxcal import utility
 
   sampler = {"linear": utility.sample_linear, "rank": utility.sample_rank}[family]
-  key = jax.random.split(jax.random.key(int(seed)))[UTILITY_FAMILIES.index(family)]
+  key = jax.random.split(V.seed_key(int(seed)))[UTILITY_FAMILIES.index(family)]
   return sampler(key, m, num_classes)
 
 
@@ -483,7 +483,7 @@ def _decomposition_section(probs, y) -> _Pending:
 
 def _keys(seed: int) -> jax.Array:
   """The report's keys: bootstrap, bin-count bands, consistency bands."""
-  return jax.random.split(jax.random.key(int(seed)), 3)
+  return jax.random.split(V.seed_key(int(seed)), 3)
 
 
 def _environment() -> dict:
@@ -874,7 +874,7 @@ def compare_report(
       arrays = [a for trio in zip(probs, labs, nlls) for a in trio]
       axes = [0] * len(arrays)
       grp = [i // 3 for i in range(len(arrays))]
-    key = jax.random.fold_in(jax.random.key(seed), g)
+    key = jax.random.fold_in(V.seed_key(seed), g)
     if len(names) < 3:
       stat_fn = _HeadOnly(stat)
     else:

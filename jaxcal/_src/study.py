@@ -393,11 +393,32 @@ def _models(predictions: Any, labels: Any, names: Sequence[str] | None):
   if not xs:
     raise ValueError("predictions is empty: give at least one model")
   names = [f"model_{i}" for i in range(len(xs))] if names is None else list(names)
+  bad = [nm for nm in names if not isinstance(nm, str)]
+  if bad:  # a None name was taken for the mark of one stack: a misleading labels error
+    raise ValueError(f"names must be strings, one per model; got {bad[0]!r}")
   if len(names) != len(xs):
     raise ValueError(
       f"names must be unique and one per model: {len(names)} names for {len(xs)} models"
     )
   return list(zip(names, xs, ys))
+
+
+def _arrays_of(*args: Any) -> list[Any]:
+  """The arrays of ``evaluate``'s predictions and labels (a dict's values, a list's items).
+
+  Not ``jax.tree.leaves``: it sorts a dict's keys, and keys of mixed types
+  (``{0: p, "b": q}``) raised JAX's "Comparator raised exception while
+  sorting pytree dictionary keys".
+  """
+  out: list[Any] = []
+  for a in args:
+    if isinstance(a, Mapping):
+      out.extend(a.values())
+    elif isinstance(a, list | tuple):
+      out.extend(a)
+    else:
+      out.append(a)
+  return out
 
 
 def _utility_batches(utilities: Any) -> dict[str, Any]:
@@ -406,7 +427,12 @@ def _utility_batches(utilities: Any) -> dict[str, Any]:
   if isinstance(utilities, F.Utility):
     return {utilities.kind: utilities}
   if isinstance(utilities, Mapping):
-    return {str(k): v for k, v in utilities.items()}
+    out: dict[str, Any] = {}
+    for k, v in utilities.items():
+      if str(k) in out:  # {1: A, "1": B} kept B alone (found by a review helper)
+        raise ValueError(f"utilities has two batches named {str(k)!r}; give each its own name")
+      out[str(k)] = v
+    return out
   if isinstance(utilities, (list, tuple)):
     out = {}
     for u in utilities:
@@ -1086,7 +1112,7 @@ def evaluate(
   Context: A Case Study with Score Decompositions, §2.4 (decompositions).
   """
   mets = _parse_metrics(metrics)
-  traced = any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((predictions, labels)))
+  traced = any(isinstance(a, jax.core.Tracer) for a in _arrays_of(predictions, labels))
   if traced or V.checking():  # checked mode traces the programs evaluate reads back
     raise ValueError(
       "evaluate runs eagerly (it picks programs and meshes from the data's shapes and "

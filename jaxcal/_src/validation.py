@@ -101,6 +101,7 @@ __all__ = [
   "checking",
   "check_int_option",
   "check_seed",
+  "seed_key",
   "check_float_option",
 ]
 
@@ -2298,12 +2299,24 @@ def check_unused(value: Any, name: str, reason: str) -> None:
     raise ValueError(f"{name} {reason}")
 
 
+@functools.cache
+def _raw_key_shape(impl: str) -> tuple[int, ...]:
+  """The shape of a raw key (``jax.random.PRNGKey``) of the PRNG implementation ``impl``.
+
+  ``impl`` (``jax_default_prng_impl``) only keys the cache: the shape is read
+  from an abstract key of the current default, nothing is computed.
+  """
+  del impl
+  return tuple(jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))).shape)
+
+
 def check_key(key: Any, name: str = "key") -> jax.Array:
   """Validates one JAX PRNG key (trace-time: dtype and shape only, no value is read).
 
   Accepts a typed key (``jax.random.key(seed)``, shape ``()``) or a raw
-  1-d ``uint32`` key (``jax.random.PRNGKey(seed)``: shape ``(2,)``, ``(4,)``
-  for the ``rbg`` implementation), concrete or traced. An int seed, a batch
+  1-d ``uint32`` key of the default implementation's shape
+  (``jax.random.PRNGKey(seed)``: ``(2,)``, ``(4,)`` for ``rbg``), concrete or
+  traced. An int seed, a batch
   of typed keys or any other array is rejected (JAX would raise a raw
   ``TypeError`` deep inside ``jax.random``).
 
@@ -2327,10 +2340,15 @@ def check_key(key: Any, name: str = "key") -> jax.Array:
     ValueError: key must be a JAX PRNG key (jax.random.key(seed) or ...), got int
   """
   k = key if isinstance(key, jax.Array | jax.core.Tracer | np.ndarray) else None
-  ok = k is not None and (
-    (jnp.issubdtype(k.dtype, jax.dtypes.prng_key) and k.ndim == 0)
-    or (k.dtype == jnp.uint32 and k.ndim == 1 and k.shape[0] >= 2)
-  )
+  raw = k is not None and k.dtype == jnp.uint32 and k.ndim == 1
+  want = _raw_key_shape(str(jax.config.jax_default_prng_impl))
+  if raw and tuple(k.shape) != want:  # JAX's raw TypeError "expected key_data.shape to end with"
+    raise ValueError(
+      f"{name} is a raw uint32 key of shape {tuple(k.shape)}, but the default PRNG "
+      f"implementation's keys have shape {want}: pass jax.random.key(seed), or "
+      f"jax.random.PRNGKey(seed) made with the same implementation"
+    )
+  ok = k is not None and ((jnp.issubdtype(k.dtype, jax.dtypes.prng_key) and k.ndim == 0) or raw)
   if not ok:
     raise ValueError(
       f"{name} must be a JAX PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), "
@@ -2523,6 +2541,30 @@ def check_seed(value: Any, name: str = "seed", *, minimum: int = SEED_RANGE[0]) 
   return check_int_option(
     value, name, minimum=minimum, maximum=SEED_RANGE[1], hint="jax.random.key takes a 64-bit seed"
   )
+
+
+def seed_key(seed: Any, name: str = "seed", *, minimum: int = SEED_RANGE[0]) -> jax.Array:
+  """The PRNG key of a seed (checked by :func:`check_seed`), from all 64 bits of it.
+
+  ``jax.random.key(seed)`` without ``jax_enable_x64`` keeps the seed's low
+  32 bits: seeds 7 and ``2**32 + 7`` gave one key, and so did -1 and
+  ``2**32 - 1`` (two "different" seeds, one run, no error). Here every
+  int64 seed has its own key, the one ``jax.random.key`` makes under x64,
+  whatever the setting; for ``0 <= seed < 2**32`` that is ``jax.random.key(seed)``.
+  Call it eagerly (a seed is a Python int).
+
+  Example:
+    >>> import jax
+    >>> jax.random.key_data(seed_key(2**32 + 7)).tolist(), jax.random.key_data(seed_key(7)).tolist()
+    ([1, 7], [0, 7])
+    >>> jax.random.key_data(jax.random.key(7)).tolist()
+    [0, 7]
+  """
+  seed = check_seed(seed, name, minimum=minimum)
+  if 0 <= seed < 2**32 or jax.config.jax_enable_x64:
+    return jax.random.key(seed)
+  with jax.enable_x64(True):  # scoped to the key's making: no global flag
+    return jax.random.key(seed)
 
 
 def check_float_option(

@@ -130,12 +130,8 @@ def reliability_diagram(
   s = reliability_stats(probs, labels, num_bins, binning, from_logits=from_logits)
   ece = float(conf_ece(probs, labels, num_bins, binning, from_logits=from_logits))
   if bands is True:
-    import jax
-
     seed = V.check_seed(seed)
-    bands = consistency_bands(
-      jax.random.key(seed), probs, num_bins, binning, from_logits=from_logits
-    )
+    bands = consistency_bands(V.seed_key(seed), probs, num_bins, binning, from_logits=from_logits)
   if isinstance(bands, ConsistencyBands) and np.shape(bands.lo) != (num_bins,):
     raise ValueError(
       f"bands were computed for {np.shape(bands.lo)[0]} bins, the diagram has num_bins = "

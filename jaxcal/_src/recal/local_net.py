@@ -875,7 +875,7 @@ def _train(
     y,
     jnp.asarray(tr),
     jnp.asarray(va_batches),
-    jax.random.key(seed),
+    V.seed_key(seed),
     np.float32(0.0 if init_scale is None else float(init_scale)),
     pca_dim=int(pca_dim),
     hidden=int(hidden),
@@ -893,7 +893,7 @@ def _train(
   graphdef = _graphdef(*shape[:4], 0.0, shape[5])
   loss_fn = _TrainLoss(alignment)
   loss_params = _LossParams.of(bandwidth, lam, alignment_weight, dropout)
-  k_train = jax.random.fold_in(jax.random.key(seed), 1)
+  k_train = jax.random.fold_in(V.seed_key(seed), 1)
   tx, opt_state = traced_adam(params, learning_rate)
   col = {"loss": 0, "alignment": 1, "ce": 2}[monitor]
   best_params, best_val, best_epoch, stale, stopped = params, np.inf, 0, 0, False

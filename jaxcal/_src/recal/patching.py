@@ -666,7 +666,7 @@ def _fit(
   k_actions = fixed.decision.shape[-1]
   if sample_witnesses is not None:
     # one eager draw, checked as the fixed witnesses are (kind, shape, C, values in [-1, 1])
-    drawn = _as_batches(sample_witnesses(jax.random.key(seed)), c, "sample_witnesses(key)")
+    drawn = _as_batches(sample_witnesses(V.seed_key(seed)), c, "sample_witnesses(key)")
     probe = jax.eval_shape(lambda: _group(drawn, c, p.dtype))
     if (
       probe.decision.shape[0] and fixed.decision.shape[0] and probe.decision.shape[-1] != k_actions
@@ -714,7 +714,7 @@ def _fit(
     errors=jnp.zeros((slots + 1,), p.dtype),
     briers=jnp.zeros((slots + 1,), p.dtype),
   )
-  base_key = jax.random.key(seed)
+  base_key = V.seed_key(seed)
   tol_arr = jnp.asarray(tol, p.dtype)
   bar = Progress(max_steps, "patching", enabled=progress)
   budget, done, t = 1, False, 0

@@ -974,7 +974,7 @@ def _fit_linear_public(
     tol,
     cv_max_iter,
     int(num_folds),
-    jax.random.key(seed),  # made here: any int64 seed, the same folds as a static one
+    V.seed_key(seed),  # made here: any int64 seed, the same folds as a static one
   )
   rc = cls(
     weight=w,

@@ -11,6 +11,7 @@ result is a deterministic function of the seed.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -454,9 +455,11 @@ def train_classifier(
     TypeError: ``model`` not an nnx module, ``on_epoch`` not callable.
     ValueError: images not integer pixels of a shape the model takes, labels
       not ``(n,)`` integers in ``[0, C)``, an empty training set, or a bad
-      option (``epochs`` an int ``>= 0``, ``batch_size`` ``>= 1``,
-      ``learning_rate`` a finite number ``>= 0``, ``seed`` an int,
-      ``verbose`` a bool).
+      option (``epochs`` an int ``>= 0``, ``batch_size`` ``>= 1`` whose
+      batch holds at most 2^31 - 1 pixels, ``learning_rate`` a number ``>= 0``
+      finite in float32, ``seed`` an int, ``verbose`` a bool).
+    FloatingPointError: the training loss became non-finite (the model
+      diverged: a smaller ``learning_rate``).
 
   Example:
     >>> import numpy as np
@@ -480,11 +483,20 @@ def train_classifier(
   epochs = V.check_int_option(epochs, "epochs", minimum=0)
   batch_size = V.check_int_option(batch_size, "batch_size", minimum=1)
   learning_rate = V.check_float_option(learning_rate, "learning_rate", minimum=0.0)
+  if abs(learning_rate) > float(np.finfo(np.float32).max):  # the optimiser's float32: 1e300 is inf
+    raise ValueError(f"learning_rate = {learning_rate:g} is beyond float32's range (3.4e38)")
   seed = V.check_seed(seed)
   verbose = V.check_flag(verbose, "verbose")
   if on_epoch is not None and not callable(on_epoch):
     raise TypeError(f"on_epoch must be callable or None, got {type(on_epoch).__name__}")
   images = _image_batch(images)
+  per_sample = math.prod(images.shape[1:])
+  if batch_size * per_sample > 2**31 - 1:  # the padded batch: XLA's out-of-memory error before
+    raise ValueError(
+      f"batch_size = {batch_size} is too large: a batch holds batch_size x {per_sample} pixels, "
+      f"at most 2**31 - 1; pass batch_size <= {(2**31 - 1) // per_sample} (n = {images.shape[0]} "
+      "is enough for one batch)"
+    )
   # checked before nnx.split, which raises flax's own "non-exhaustive filters" error
   leaves = lambda state: len(jax.tree_util.tree_leaves(state))
   if leaves(nnx.state(model)) != leaves(nnx.state(model, nnx.Param)):
@@ -498,7 +510,7 @@ def train_classifier(
   y = V.check_labels(labels, images.shape[0], num_classes)
   tx, opt_state = traced_adam(params, learning_rate)  # one compiled epoch for every rate
   x = jnp.asarray(images)
-  key = jax.random.key(seed)
+  key = V.seed_key(seed)
   losses = []
   t0 = time.perf_counter()
   for e in range(1, epochs + 1):
@@ -513,6 +525,11 @@ def train_classifier(
       batch_size=batch_size,
     )
     loss = float(terms[0])
+    if not math.isfinite(loss):  # a NaN model was returned without a word
+      raise FloatingPointError(
+        f"train_classifier: the training loss is not finite at epoch {e} (try a smaller "
+        f"learning_rate than {learning_rate:g})"
+      )
     losses.append(loss)
     model = nnx.merge(graphdef, params)
     if verbose:

@@ -211,4 +211,4 @@ def make_model(arch: str, num_classes: int = 10, seed: int = 0) -> nnx.Module:
   seed = V.check_seed(seed)
   if arch not in ARCHITECTURES:
     raise ValueError(f"unknown architecture {arch!r}; available: {', '.join(ARCHITECTURES)}")
-  return ARCHITECTURES[arch](num_classes, nnx.Rngs(params=seed))
+  return ARCHITECTURES[arch](num_classes, nnx.Rngs(params=V.seed_key(seed)))

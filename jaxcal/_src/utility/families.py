@@ -122,13 +122,22 @@ class Utility:
   def __getitem__(self, idx: Any) -> Utility:
     """Indexes a batch: ``batch[i]`` is one utility, ``batch[a:b]`` a sub-batch.
 
-    An integer outside ``[-len, len)`` raises ``IndexError`` (JAX would clamp
-    it to the last or first utility: a plausible wrong one).
+    An integer (or a concrete integer array: numpy, a JAX scalar) outside
+    ``[-len, len)`` raises ``IndexError``: JAX would clamp it to the last or
+    first utility, a plausible wrong one. A traced index is JAX's to clamp.
     """
     if not self.batch_shape:
       raise TypeError("indexing a single utility; only batches can be indexed")
-    if isinstance(idx, int | np.integer) and not -len(self) <= idx < len(self):
-      raise IndexError(f"utility index {idx} is out of range for a batch of {len(self)}")
+    ints = idx if isinstance(idx, int | np.integer) else None
+    if ints is None and not isinstance(idx, slice | bool | jax.core.Tracer) and idx is not None:
+      a = np.asarray(jax.device_get(idx)) if isinstance(idx, jax.Array) else np.asarray(idx)
+      if a.dtype.kind in "iu":  # jnp.int32(7) and np.array(7) were clamped to the last one
+        ints = a
+    if ints is not None and np.size(ints):
+      lo, hi = int(np.min(ints)), int(np.max(ints))
+      if lo < -len(self) or hi >= len(self):
+        bad = lo if lo < -len(self) else hi
+        raise IndexError(f"utility index {bad} is out of range for a batch of {len(self)}")
     return Utility(self.params[idx], self.kind)
 
   def __iter__(self) -> Iterator[Utility]:
