@@ -101,6 +101,8 @@ __all__ = [
   "checking",
   "check_int_option",
   "check_seed",
+  "check_entries",
+  "MAX_ENTRIES",
   "seed_key",
   "check_float_option",
 ]
@@ -2517,6 +2519,39 @@ def check_int_option(
     tail = "" if hint is None else f": {hint}"
     raise ValueError(f"{name} must be <= {maximum}, got {v}{tail}")
   return v
+
+
+#: Most entries jaxcal lets one array it allocates hold: int32 positions (XLA:CPU
+#: aborts the process on some programs beyond, e.g. a ``(B, B)`` kernel), and far
+#: past any device's memory in float32 (8 GB).
+MAX_ENTRIES = 2**31 - 1
+
+
+def check_entries(entries: int, what: str, fix: str) -> None:
+  """Refuses an array of more than :data:`MAX_ENTRIES` entries before it is allocated.
+
+  A size the caller asked for (``sample_linear(key, 2**31, 5)``, a ``(n, n)``
+  kernel of 300,000 points) ended in XLA's out-of-memory error, a raw
+  ``OverflowError``, or an aborted process when the failed buffer was read.
+
+  Args:
+    entries: the array's number of entries (a Python int).
+    what: the array, for the message (``"the utilities (m, C)"``).
+    fix: what to pass instead, for the message.
+
+  Raises:
+    ValueError: ``entries > MAX_ENTRIES``.
+
+  Example:
+    >>> check_entries(2**31, "the utilities (m, C) = (2**31, 1)", "fewer utilities")
+    Traceback (most recent call last):
+    ...
+    ValueError: the utilities (m, C) = (2**31, 1) would hold 2,147,483,648 entries, above 2^31 - 1 = 2,147,483,647: fewer utilities
+  """
+  if int(entries) > MAX_ENTRIES:
+    raise ValueError(
+      f"{what} would hold {int(entries):,} entries, above 2^31 - 1 = {MAX_ENTRIES:,}: {fix}"
+    )
 
 
 #: Seeds ``jax.random.key`` takes: int64 (2**63 raised Python's "int too large to

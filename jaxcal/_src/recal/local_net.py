@@ -812,12 +812,12 @@ def _train(
   # the hidden layer's weights (D, hidden) and activations (batch, hidden): 10**12 units
   # ended in XLA's out-of-memory error (found by a review helper)
   widest = max(f.shape[1], pca_dim, num_classes, batch_size)
-  if hidden * widest > 2**31 - 1:
-    raise ValueError(
-      f"hidden = {hidden} is too large: the hidden layer's arrays hold hidden x {widest} "
-      f"entries (the widest of the features, pca_dim, the classes and batch_size), at most "
-      f"2**31 - 1; pass hidden <= {(2**31 - 1) // widest}"
-    )
+  V.check_entries(
+    hidden * widest,
+    f"with hidden = {hidden}, the hidden layer's arrays (hidden x {widest}: the widest of the "
+    "features, pca_dim, the classes and batch_size)",
+    f"pass hidden <= {V.MAX_ENTRIES // widest}",
+  )
   V.check_int_option(epochs, "epochs", minimum=1)
   seed = V.check_seed(seed, minimum=0)
   if patience is not None:

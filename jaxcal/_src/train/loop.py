@@ -491,12 +491,11 @@ def train_classifier(
     raise TypeError(f"on_epoch must be callable or None, got {type(on_epoch).__name__}")
   images = _image_batch(images)
   per_sample = math.prod(images.shape[1:])
-  if batch_size * per_sample > 2**31 - 1:  # the padded batch: XLA's out-of-memory error before
-    raise ValueError(
-      f"batch_size = {batch_size} is too large: a batch holds batch_size x {per_sample} pixels, "
-      f"at most 2**31 - 1; pass batch_size <= {(2**31 - 1) // per_sample} (n = {images.shape[0]} "
-      "is enough for one batch)"
-    )
+  V.check_entries(  # the padded batch: XLA's out-of-memory error before
+    batch_size * per_sample,
+    f"with batch_size = {batch_size}, a batch of {per_sample} pixels per image",
+    f"pass batch_size <= {V.MAX_ENTRIES // per_sample} (n = {images.shape[0]} is one batch)",
+  )
   # checked before nnx.split, which raises flax's own "non-exhaustive filters" error
   leaves = lambda state: len(jax.tree_util.tree_leaves(state))
   if leaves(nnx.state(model)) != leaves(nnx.state(model, nnx.Param)):
