@@ -646,6 +646,11 @@ def test_bad_inputs():
     streaming.Calibration.empty(3, 5, records="ful")  # no capacity: still never ignored
   with pytest.raises(ValueError, match="not one of the state's bin counts"):
     st.reliability(7)
+  # numpy's "only 0-dimensional arrays can be converted"; True was 1 bin (a review helper)
+  with pytest.raises(ValueError, match=r"num_bins must be one concrete bin count, got array"):
+    streaming.FixedBins.empty(3, 5).reliability(np.array([5]))
+  with pytest.raises(ValueError, match="num_bins must be an integer >= 1, got True"):
+    streaming.FixedBins.empty(3, 1).reliability(True)
   with pytest.raises(ValueError, match="rows of probs must sum to 1"):
     st.update(p * 2, y)
   with pytest.raises(ValueError, match="concrete"):

@@ -696,14 +696,21 @@ class FixedBins(_Streaming):
       than 2^31 - 1 samples, NaN confidences and accuracies and counts of -1.
 
     Raises:
-      ValueError: ``num_bins`` is not one of the state's bin counts.
+      ValueError: ``num_bins`` is not an int, or not one of the state's bin
+        counts.
     """
     _single(self.count, "FixedBins")
+    # one count, an int: np.array([15]) raised numpy's "only 0-dimensional arrays can be
+    # converted", and True was taken for 1 bin (found by a review helper)
+    m = V.check_num_bins(num_bins)  # the metrics' rule: 15, np.int64(15), 15.0, np.array(15)
+    if np.ndim(m) != 0 or not V.is_concrete(m):
+      raise ValueError(f"num_bins must be one concrete bin count, got {num_bins!r}")
+    num_bins = int(m)
     if num_bins not in self.bin_counts:
       raise ValueError(
         f"num_bins = {num_bins!r} is not one of the state's bin counts {sorted(set(self.bin_counts))}"
       )
-    return _fixed_reliability(self, int(num_bins))
+    return _fixed_reliability(self, num_bins)
 
   def _reliability(self, num_bins: int) -> ReliabilityStats:
     thr = jnp.asarray(self.thresholds)
