@@ -185,15 +185,35 @@ def test_sizes_past_int32_or_memory_are_one_line_errors(tmp_path, capsys):
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "resamples must be an integer <= 2,147,483,646" in err
   sweep = ["sweep", default, "--m", str(10**10), "--out", str(tmp_path / "s.json")]
-  assert cli.main(sweep) == 1
+  assert cli.main(sweep) == 2  # refused by the sampler's size check, before any allocation
   err = capsys.readouterr().err
-  assert err.count("\n") == 1, err
-  assert err.startswith("jaxcal sweep: error: out of memory (") and "fewer utilities" in err
+  assert err.count("\n") == 1 and err.startswith("jaxcal sweep: error: --m: ") and "2^31" in err
+  assert cli.main([*report, "--utilities", str(10**10), "--resamples", "0"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "num_utilities = 10000000000 utilities of C = 10" in err
   assert not (tmp_path / "s.json").exists()
   fifo = tmp_path / "p.npz"
   os.mkfifo(fifo)
   assert cli.main(["report", str(fifo), "--out", str(tmp_path / "r2"), "--figures", ""]) == 2
   assert "not a regular file (a named pipe)" in capsys.readouterr().err
+
+
+def test_running_out_of_memory_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+  """What no check can foresee (a size within every bound, on a smaller device) ended in
+  XLA's 40-line traceback; other errors keep theirs (test_an_internal_error_keeps_...)."""
+  import jax
+
+  from jaxcal._src import report
+
+  def exhausted(*args, **kwargs):
+    raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 400 bytes.")
+
+  monkeypatch.setattr(report, "calibration_report", exhausted)
+  assert cli.main(["report", "--out", str(tmp_path / "r"), "--figures", ""]) == 1
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1, err
+  assert err.startswith("jaxcal report: error: out of memory (RESOURCE_EXHAUSTED: Out of")
+  assert "fewer utilities" in err
 
 
 def test_unreadable_file_is_a_user_error(tmp_path, capsys, monkeypatch):

@@ -151,7 +151,11 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
 
   Raises:
     ValueError: ``key`` is not a PRNG key (e.g. an int seed), ``n < 1`` or
-      ``num_resamples < 1``.
+      ``num_resamples < 1``, ``n > 2^31 - 1`` (the indices are int32; 2^31
+      raised a raw ``OverflowError``), or an index array ``(B, n)`` of more
+      than ``2^31 - 1`` entries (refused before it is allocated: it ran out
+      of memory); :func:`bootstrap` draws the index sets one batch at a time
+      instead.
 
   Example:
     >>> import jax
@@ -164,6 +168,13 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
   key = V.check_key(key)
   n = V.check_int(n, "n")
   num_resamples = V.check_int(num_resamples, "num_resamples", 1, MAX_RESAMPLES)
+  V.check_entries(n, f"one resample's int32 indices (n,) = ({n:,},)", "pass a smaller n")
+  V.check_entries(
+    num_resamples * n,
+    f"the resample indices (num_resamples, n) = ({num_resamples:,}, {n:,})",
+    "pass fewer resamples, or draw them in batches (jaxcal.bootstrap.bootstrap never stores "
+    "them all)",
+  )
   return jax.vmap(lambda k: _indices(k, n))(jax.random.split(key, num_resamples))
 
 

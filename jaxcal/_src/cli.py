@@ -381,12 +381,15 @@ def _cmd_report(args) -> int:
     path = args.predictions[0] if args.predictions else None
     x, y, source, probs = _load(path, args.split, shift_logits=True)
     x, y = _for_report(x, y, probs)
+    utilities = 1500 if args.utilities is None else args.utilities
     with _user_input():  # calibration_report's own checks, before its computation
       report._check_settings(args.bins, args.resamples, args.confidence, args.interval, len(y))
+    with _user_input("--utilities: "):
+      report._check_utilities(utilities, x.shape[1])
     rep = report.calibration_report(
       x,
       y,
-      num_utilities=1500 if args.utilities is None else args.utilities,
+      num_utilities=utilities,
       source=source,
       path=path,
       **options,
@@ -559,7 +562,8 @@ def _cmd_sweep(args) -> int:
   _check_out_file(args.out, "--out", args.force, (args.predictions,))
   x, y, source, probs = _load(args.predictions, args.split, shift_logits=True)
   from_logits = not probs
-  us = _sampled_utilities(args.seed, args.family, args.m, x.shape[1])  # jaxcal report's
+  with _user_input("--m: "):  # the sampler's size check (its sampling is the same call)
+    us = _sampled_utilities(args.seed, args.family, args.m, x.shape[1])  # jaxcal report's
   t0 = time.perf_counter()
   errs = np.asarray(utility.uc_sweep(x, y, us, chunk_size=args.chunk_size, from_logits=from_logits))
   dt = time.perf_counter() - t0

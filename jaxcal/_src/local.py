@@ -249,8 +249,11 @@ def nadaraya_watson(
     ValueError: features or targets of the wrong shape or with NaN/inf (in
       selected rows), a bad ``bandwidth`` (not a finite scalar ``> 0``, a
       bool, or too small), a ``mask`` that is not an ``(n,)`` bool array or
-      selects nothing, or a single point without ``include_self`` (no row
-      would have a neighbour).
+      selects nothing, a single point without ``include_self`` (no row
+      would have a neighbour), or an ``(n, n)`` kernel of more than ``2^31 -
+      1`` entries (``n > 46,340``; refused before it is allocated: ``n =
+      300,000`` ran out of memory): use :func:`lce`, blockwise, for a whole
+      data set.
 
   Example:
     >>> import jax.numpy as jnp
@@ -273,6 +276,12 @@ def nadaraya_watson(
   n = f.shape[0]
   if n == 0 or f.shape[1] == 0:
     raise ValueError(f"features must have shape (n, D) with n >= 1 and D >= 1, got {f.shape}")
+  V.check_entries(
+    n * n,
+    f"the dense Nadaraya-Watson kernel (n, n) = ({n:,}, {n:,})",
+    "nadaraya_watson is for a batch; for the local calibration error of a whole data set "
+    "use jaxcal.metrics.lce (blockwise, O(n D) memory), or pass fewer points",
+  )
   if n == 1 and not include_self:
     raise ValueError(
       "nadaraya_watson of a single point has no neighbour: pass include_self=True or more points"
@@ -649,7 +658,13 @@ def lce(
       any class holding more than ``min_bin_size`` samples (nothing to
       average: lower ``min_bin_size`` or ``num_bins``). ``block_size`` and
       ``candidate_block`` must be positive ints, ``candidate_block`` a
-      multiple of ``block_size``.
+      multiple of ``block_size``, their ``(block_size, candidate_block)``
+      kernel block and the features padded to a multiple of
+      ``candidate_block`` at most ``2^31 - 1`` entries each (refused before
+      anything is allocated: ``10^6`` each ran out of memory, ``2^40`` raised
+      a raw ``OverflowError``). Values above ``n`` are allowed (one block) but
+      buy nothing; they are not clamped, since another block shape rounds the
+      sums differently (by an ulp).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -711,6 +726,19 @@ def lce(
     raise ValueError(
       f"candidate_block ({candidate_block}) must be a multiple of block_size ({block_size})"
     )
+  smaller = (
+    f"pass a smaller block_size / candidate_block (memory/speed settings only: the defaults "
+    f"256 / 1024, and never more than n = {p.shape[0]:,} is useful)"
+  )
+  V.check_entries(
+    block_size * candidate_block,
+    f"a kernel block (block_size, candidate_block) = ({block_size:,}, {candidate_block:,})",
+    smaller,
+  )
+  n_pad = -(-p.shape[0] // candidate_block) * candidate_block
+  V.check_entries(
+    n_pad * f.shape[1], f"the padded features (n_pad, D) = ({n_pad:,}, {f.shape[1]:,})", smaller
+  )
   w, w_ok = _class_weights_ok(class_weights, p.shape[1], p.dtype)
   m, mb = bins.m, bins.max_bins
   if isinstance(m, np.ndarray) and m.size == 0:  # as every binned metric: an empty result

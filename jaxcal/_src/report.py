@@ -250,6 +250,19 @@ def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool, j
   return probs, y, is_probs, nll
 
 
+def _check_utilities(num_utilities: Any, num_classes: int) -> int:
+  """``num_utilities`` per family: an int ``>= 0`` whose ``(m, C)`` draws fit the samplers' bound.
+
+  Checked with the other settings, not when the utility section samples them
+  after the bootstraps have started.
+  """
+  m = V.check_int_option(num_utilities, "num_utilities", minimum=0)
+  V.check_entries(
+    m * num_classes, f"num_utilities = {m} utilities of C = {num_classes} classes", "fewer"
+  )
+  return m
+
+
 def _binnable(n: int, interval: str, resamples: int) -> int:
   """The most quantile bins every evaluation of a statistic on ``n`` samples can hold.
 
@@ -584,7 +597,7 @@ def calibration_report(
   n, c = probs.shape
   num_bins, resamples, confidence = _check_settings(num_bins, resamples, confidence, interval, n)
   # both were passed through int(): 2.5 utilities became 2, seed "7" became 7
-  num_utilities = V.check_int_option(num_utilities, "num_utilities", minimum=0)
+  num_utilities = _check_utilities(num_utilities, c)
   seed = V.check_seed(seed)
   if path is not None and not isinstance(path, str | os.PathLike):
     raise TypeError(f"path must be a file or folder path or None, got {type(path).__name__}")

@@ -23,6 +23,9 @@ def _nice_step(span: float, count: int = 5) -> float:
   return float(10 * mag)
 
 
+#: Relative float32 rounding of a decomposition's MCB that :func:`mcb_dsc_plot` accepts below 0.
+_MCB_ROUNDING = 1e-5
+
 #: Most points the legend names (beyond it a legend would not fit beside the axes).
 _LEGEND_POINTS = 24
 
@@ -65,9 +68,12 @@ def mcb_dsc_plot(
     TypeError: ``points``, ``markers`` or ``colors`` not a mapping, ``ax``
       not a matplotlib ``Axes``.
     ValueError: no points, a point that is not a pair of numbers,
-      non-finite values, ``markers`` / ``colors`` keys that are not labels
-      of ``points`` or values that are not markers / colours, or
-      ``num_isolines`` not an int in ``[1, 100]``.
+      non-finite values, a negative ``unc`` or ``mcb`` (both are
+      non-negative by definition; an ``mcb`` within float32 rounding of 0,
+      ``>= -1e-5 max(1, unc, |dsc|)``, as a calibrated forecast's
+      decomposition can return, is accepted), ``markers`` / ``colors`` keys
+      that are not labels of ``points`` or values that are not markers /
+      colours, ``num_isolines`` not an int in ``[1, 100]``, or ``n`` not ``None`` or an int ``>= 1``.
 
   Example:
     >>> fig = mcb_dsc_plot({"base": (0.06, 8.28), "CW-HB": (0.01, 7.18)}, unc=9.0)
@@ -81,6 +87,7 @@ def mcb_dsc_plot(
   """
   _mpl.check_mapping(points, "points", "label -> (mcb, dsc)")
   _mpl.check_ax(ax)
+  n = _mpl.check_count(n)
   pairs = []
   for name, v in points.items():
     a = _mpl.numbers(v, f"points[{name!r}]", finite=False)
@@ -88,9 +95,19 @@ def mcb_dsc_plot(
       raise ValueError(f"points[{name!r}] must be a pair (mcb, dsc), got {a.size} values")
     pairs.append(a)
   mcb, dsc = np.stack(pairs).T
-  unc = V.check_float_option(unc, "unc")  # a number (a decomposition's jax scalar too), finite
+  # a number (a decomposition's jax scalar too), finite; a mean score, so >= 0
+  unc = V.check_float_option(unc, "unc", minimum=0.0)
   if not (np.all(np.isfinite(mcb)) and np.all(np.isfinite(dsc))):
     raise ValueError("mcb and dsc must be finite")
+  # MCB = S(forecast) - S(recalibrated) >= 0; float32 rounding of a calibrated
+  # forecast's decomposition gives -1e-7 (kept), a wrong sign -0.01 (refused)
+  tol = _MCB_ROUNDING * max(1.0, unc, float(np.max(np.abs(dsc))))
+  if np.any(mcb < -tol):
+    i = int(np.argmin(mcb))
+    raise ValueError(
+      f"points[{list(points)[i]!r}]: mcb must be >= 0 (miscalibration is non-negative), got "
+      f"{float(mcb[i])!r}: pass the pair (mcb, dsc) of a decomposition, in that order"
+    )
   for what, m in (("markers", markers), ("colors", colors)):
     if m is not None:
       _mpl.check_keys(m, points, what, "labels of points", f"label -> {what[:-1]}")

@@ -48,7 +48,7 @@ def ecdf_plot(
   Raises:
     TypeError: ``curves`` not a mapping, ``ax`` not a matplotlib ``Axes``.
     ValueError: no curves, a curve with no errors or with errors that are
-      not finite numbers, ``log_x`` not a bool.
+      not finite numbers, ``log_x`` not a bool, or ``n`` not ``None`` or an int ``>= 1``.
 
   Example:
     >>> import numpy as np
@@ -62,6 +62,7 @@ def ecdf_plot(
   """
   _mpl.check_mapping(curves, "curves", "label -> errors")
   _mpl.check_ax(ax)
+  n = _mpl.check_count(n)
   log_x = V.check_flag(log_x, "log_x")
   arrays = {}
   for label_, errors in curves.items():

@@ -50,8 +50,9 @@ def interval_plot(
     ValueError: no rows, a row that is not 1 or 3 numbers, an estimate that
       is not finite, an interval with ``lo > hi`` or an infinite end (NaN
       ends draw no interval), ``reference`` not a finite number, ``log_x``
-      not a bool, or with ``log_x`` an estimate ``<= 0`` (its point would be
-      drawn nowhere; an interval reaching 0 runs off the left edge).
+      not a bool, with ``log_x`` an estimate ``<= 0`` (its point would be
+      drawn nowhere; an interval reaching 0 runs off the left edge), or
+      ``n`` not ``None`` or an int ``>= 1``.
 
   Example:
     >>> fig = interval_plot({"uncalibrated": (0.026, 0.023, 0.030),
@@ -64,6 +65,7 @@ def interval_plot(
   """
   _mpl.check_mapping(rows, "rows", "name -> (estimate, lo, hi)")
   _mpl.check_ax(ax)
+  n = _mpl.check_count(n)
   log_x = V.check_flag(log_x, "log_x")
   if reference is not None:
     reference = V.check_float_option(reference, "reference")

@@ -71,7 +71,7 @@ def lce_bandwidth_plot(
       or floor whose length differs from ``bandwidths``, a curve or floor
       that is not finite, a band with an infinite end or ``lo > hi`` (NaN
       ends are not drawn), a band or reference for a method that is not a
-      curve, or a reference that is not a finite number.
+      curve, a reference that is not a finite number, or ``n`` not ``None`` or an int ``>= 1``.
 
   Example:
     >>> import numpy as np
@@ -89,6 +89,7 @@ def lce_bandwidth_plot(
   g = _mpl.numbers(bandwidths, "bandwidths", finite=False)
   _mpl.check_mapping(curves, "curves", "method -> (k,) LCE values")
   _mpl.check_ax(ax)
+  n = _mpl.check_count(n)
   if g.size == 0 or not np.all(np.isfinite(g) & (g > 0)):
     raise ValueError("bandwidths must be positive and finite (the kernel widths γ)")
   if np.any(np.diff(g) <= 0):  # a line through unsorted bandwidths zig-zags

@@ -105,7 +105,8 @@ def bin_robustness_plot(
       not finite; a curve, band or reference curve whose length differs from
       ``num_bins``; a band with ``lo > hi``, an infinite end or not a pair
       (NaN ends and references are not drawn); an infinite reference; a band
-      or reference for a label that is not a curve; ``legend`` not a bool.
+      or reference for a label that is not a curve; ``legend`` not a bool;
+      ``n`` not ``None`` or an int ``>= 1``.
 
   Example:
     >>> import numpy as np
@@ -123,6 +124,7 @@ def bin_robustness_plot(
   m = _bin_counts(num_bins)
   _mpl.check_mapping(curves, "curves", "label -> values")
   _mpl.check_ax(ax)
+  n = _mpl.check_count(n)
   legend = V.check_flag(legend, "legend")
   data = {}
   for name, vals in curves.items():
@@ -238,8 +240,9 @@ def rank_stability_plot(
 
   Raises:
     TypeError: ``correlations`` not a mapping.
-    ValueError: no matrices, ``num_bins`` not distinct integers ``>= 1``, or a matrix
-      that is not ``(k, k)`` real numbers in ``[-1, 1]`` (NaN allowed).
+    ValueError: no matrices, ``num_bins`` not distinct integers ``>= 1``, a matrix
+      that is not ``(k, k)`` real numbers in ``[-1, 1]`` (NaN allowed), or
+      ``num_models`` or ``n`` not ``None`` or an int ``>= 1``.
 
   Example:
     >>> import numpy as np
@@ -256,6 +259,8 @@ def rank_stability_plot(
   m = [int(v) for v in given[order]]
   k = len(m)
   _mpl.check_mapping(correlations, "correlations", "label -> (k, k) matrix")
+  num_models = _mpl.check_count(num_models, "num_models")
+  n = _mpl.check_count(n)
   mats = {}
   for name, r in correlations.items():
     try:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
 from jaxcal._src.names import format_number
 from jaxcal._src.plots import _mpl
 from jaxcal._src.smooth_ece import smooth_reliability
 
 __all__ = ["smooth_reliability_diagram"]
+
+#: Most points of the drawn curve: a plot grid (its kernel sums are ``num_points x n``;
+#: ``10**9`` ran out of memory and ``2**63`` raised a raw ``OverflowError``).
+MAX_NUM_POINTS = 10**6
 
 
 def smooth_reliability_diagram(
@@ -37,7 +42,8 @@ def smooth_reliability_diagram(
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
     labels: ``(n,)`` labels.
     bandwidth: kernel width (default: the automatic smooth-ECE bandwidth).
-    num_points: points of the curve.
+    num_points: points of the curve, an int in ``[2, 10**6]`` (a plot grid:
+      the default 200 is smooth at any print size).
     from_logits: treat ``probs`` as logits.
     title: the full title (default: "Smooth reliability diagram — model
       (n = ...)").
@@ -46,6 +52,12 @@ def smooth_reliability_diagram(
 
   Returns:
     The matplotlib ``Figure``.
+
+  Raises:
+    TypeError: ``ax`` not a matplotlib ``Axes``.
+    ValueError: bad probabilities, labels or bandwidth (as
+      :func:`jaxcal.metrics.smooth_reliability` raises), or ``num_points`` not
+      an int in ``[2, 10**6]`` (checked before anything is computed).
 
   Example:
     >>> import jax
@@ -59,6 +71,9 @@ def smooth_reliability_diagram(
   Diagrams via Kernel Smoothing", arXiv:2309.12236, §6.
   """
   _mpl.check_ax(ax)  # before the computation
+  num_points = V.check_int_option(
+    num_points, "num_points", minimum=2, maximum=MAX_NUM_POINTS, hint="a plot grid of the curve"
+  )
   s = smooth_reliability(probs, labels, bandwidth, num_points=num_points, from_logits=from_logits)
   text = title or _mpl.title("Smooth reliability diagram", model, int(np.shape(labels)[0]))
   with _mpl.style():

@@ -23,6 +23,14 @@ from jaxcal._src import validation as V
 __all__ = ["local_calibration_splits", "trace_splits", "calibration_fit_val"]
 
 
+def _size(value: object, name: str) -> int:
+  """A split's size: an int in ``[0, 2^31 - 1]``, jaxcal's bound on an array it allocates
+  (checked before the permutation: ``10**12`` raised numpy's ``MemoryError``)."""
+  n = V.check_int_option(value, name, minimum=0)
+  V.check_entries(n, f"the permutation of range({name}) = range({n:,})", f"pass a smaller {name}")
+  return n
+
+
 def _rng(seed: int) -> np.random.Generator:
   """``default_rng(seed)`` for an int ``seed >= 0`` (``None`` would draw fresh entropy)."""
   return np.random.default_rng(V.check_seed(seed, minimum=0))
@@ -45,7 +53,8 @@ def local_calibration_splits(n_train: int, seed: int) -> dict[str, np.ndarray]:
     ``range(n_train)``.
 
   Raises:
-    ValueError: ``n_train`` or ``seed`` not an int ``>= 0``.
+    ValueError: ``n_train`` or ``seed`` not an int ``>= 0``, or ``n_train >
+      2^31 - 1`` (refused before the permutation is allocated).
 
   Example:
     >>> s = local_calibration_splits(20, seed=0)
@@ -57,7 +66,7 @@ def local_calibration_splits(n_train: int, seed: int) -> dict[str, np.ndarray]:
   45 % of the original training data for training, 10 % for validation,
   45 % as test data, the original test split as calibration data).
   """
-  n_train = V.check_int_option(n_train, "n_train", minimum=0)
+  n_train = _size(n_train, "n_train")
   perm = _rng(seed).permutation(n_train)
   a = int(round(0.45 * n_train))
   b = a + int(round(0.10 * n_train))
@@ -82,8 +91,9 @@ def calibration_fit_val(
     ``(fit, val)``: sorted int64 index arrays that partition ``range(n)``.
 
   Raises:
-    ValueError: ``n`` or ``seed`` not an int ``>= 0``, or ``val_fraction``
-      not a number in ``[0, 1]``.
+    ValueError: ``n`` or ``seed`` not an int ``>= 0``, ``n > 2^31 - 1``
+      (refused before the permutation is allocated), or ``val_fraction`` not
+      a number in ``[0, 1]``.
 
   Example:
     >>> fit, val = calibration_fit_val(20, seed=0)
@@ -94,7 +104,7 @@ def calibration_fit_val(
   Jensen-Shannon Distance", arXiv:2510.26566, §8.1 (90 % of the calibration
   data to learn the calibration technique, 10 % for validation).
   """
-  n = V.check_int_option(n, "n", minimum=0)
+  n = _size(n, "n")
   if V.check_float_option(val_fraction, "val_fraction", minimum=0.0) > 1:
     raise ValueError(f"val_fraction must be in [0, 1], got {val_fraction!r}")
   perm = _rng(seed).permutation(n)
@@ -122,7 +132,9 @@ def trace_splits(n_train: int, n_test: int, seed: int = 42) -> dict[str, np.ndar
     partition ``range(n_test)``.
 
   Raises:
-    ValueError: ``n_train``, ``n_test`` or ``seed`` not an int ``>= 0``.
+    ValueError: ``n_train``, ``n_test`` or ``seed`` not an int ``>= 0``, or
+      ``n_train`` or ``n_test`` above ``2^31 - 1`` (refused before the
+      permutations are allocated).
 
   Example:
     >>> t = trace_splits(6, 5)
@@ -135,8 +147,8 @@ def trace_splits(n_train: int, n_test: int, seed: int = 42) -> dict[str, np.ndar
   deterministically into validation and test halves with seed 42) and
   §5.1 (traces from random training subsets of different sizes).
   """
-  n_train = V.check_int_option(n_train, "n_train", minimum=0)
-  n_test = V.check_int_option(n_test, "n_test", minimum=0)
+  n_train = _size(n_train, "n_train")
+  n_test = _size(n_test, "n_test")
   rng = _rng(seed)
   perm = rng.permutation(n_test)
   half = n_test // 2

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -86,8 +87,14 @@ class Utility:
       (:func:`check_utility`).
     kind: static kind name, one of :data:`KINDS`.
 
+  Parameters given as a (nested) list or tuple are read as the array they
+  spell, as :meth:`values` and :func:`jaxcal.utility.uc` read them:
+  ``batch_shape``, ``len()`` and indexing work on them too.
+
   Raises:
-    ValueError: ``kind`` is not one of :data:`KINDS` (at construction).
+    ValueError: ``kind`` is not one of :data:`KINDS` (at construction);
+      ``batch_shape``, ``len()`` or indexing of list/tuple parameters that
+      do not spell an array (ragged, non-numeric).
 
   Example:
     >>> import jax.numpy as jnp
@@ -111,8 +118,15 @@ class Utility:
 
   @property
   def batch_shape(self) -> tuple[int, ...]:
-    """Leading axes of ``params`` beyond the kind's own (``()`` for one utility)."""
-    return tuple(self.params.shape[: self.params.ndim - KINDS[self.kind]])
+    """Leading axes of ``params`` beyond the kind's own (``()`` for one utility).
+
+    List or tuple parameters are read as the array they spell (on the host):
+    ``Utility([[0.1] * 5] * 3).batch_shape`` is ``(3,)`` (it raised
+    ``AttributeError``).
+    """
+    prm = self.params
+    shape = tuple(prm.shape if hasattr(prm, "shape") else V.host_array(prm, "utility.params").shape)
+    return shape[: max(len(shape) - KINDS[self.kind], 0)]
 
   def __len__(self) -> int:
     if not self.batch_shape:
@@ -138,7 +152,10 @@ class Utility:
       if lo < -len(self) or hi >= len(self):
         bad = lo if lo < -len(self) else hi
         raise IndexError(f"utility index {bad} is out of range for a batch of {len(self)}")
-    return Utility(self.params[idx], self.kind)
+    prm = self.params
+    if _is_sequence(prm):  # as uc() reads them: a float array
+      prm = V.as_float(prm, "utility.params")
+    return Utility(prm[idx], self.kind)
 
   def __iter__(self) -> Iterator[Utility]:
     """The utilities of a batch, in order (``len(batch)`` of them)."""
@@ -154,6 +171,37 @@ class Utility:
     """
     p = V.check_probs(probs, rows=True)
     return utility_values(check_utility(self, p.shape[1], batched=False), p)
+
+
+def _is_sequence(prm: Any) -> bool:
+  """Parameters given as a Python list or tuple (not yet an array)."""
+  return isinstance(prm, list | tuple)
+
+
+def _shape_of(x: Any, name: str) -> tuple[int, ...]:
+  """The shape of an argument (an array, a tracer, or what ``np.asarray`` makes of it)."""
+  if isinstance(x, jax.Array | jax.core.Tracer | np.ndarray):
+    return tuple(x.shape)
+  return tuple(V.host_array(x, name).shape)
+
+
+def _check_size(shape: tuple[int, ...], axes: str, fix: str) -> None:
+  """Refuses parameters of ``shape`` above :data:`~jaxcal._src.validation.MAX_ENTRIES`
+  entries before they are drawn or built (:func:`~jaxcal._src.validation.check_entries`)."""
+  V.check_entries(math.prod(shape), f"the utility parameters {axes} = {tuple(shape)}", fix)
+
+
+#: Most coordinates the ∞-sphere sampler draws per utility: one of its ``2 dim``
+#: faces is an int32 (``2 dim`` above 2^31 - 1 raised a raw ``OverflowError``).
+_MAX_SPHERE_DIM = (V.MAX_ENTRIES - 1) // 2
+
+
+def _check_sphere_dim(dim: int, what: str) -> None:
+  if dim > _MAX_SPHERE_DIM:
+    raise ValueError(
+      f"{what} = {dim:,} is above {_MAX_SPHERE_DIM:,}: the sampler numbers the 2·{what} faces "
+      f"of the ∞-sphere in int32; pass fewer classes"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -215,6 +263,11 @@ def classwise(c: ArrayLike, num_classes: int) -> Utility:
     A :class:`Utility` of kind ``"linear"`` (a batch when the
     parameters have leading axes).
 
+  Raises:
+    ValueError: ``num_classes`` not an int ``>= 1``, ``c`` not integral or
+      outside ``[0, C)``, or parameters ``c.shape + (C,)`` of more than
+      ``2^31 - 1`` entries (refused before they are built).
+
   Example:
     >>> classwise(1, 3).params.tolist()
     [0.0, 1.0, 0.0]
@@ -225,6 +278,11 @@ def classwise(c: ArrayLike, num_classes: int) -> Utility:
   Multiclass Calibration*, arXiv:2510.25458, Example 3.4.
   """
   num_classes = V.check_int(num_classes, "num_classes", 1)
+  _check_size(
+    _shape_of(c, "class index c") + (num_classes,),
+    "c.shape + (C,)",
+    "pass fewer class indices c or a smaller num_classes",
+  )
   c, ok = _int_params(c, "class index c", 0, num_classes - 1)
   return Utility(_fold_int(jax.nn.one_hot(c, num_classes, dtype=jnp.float32), ok), "linear")
 
@@ -272,6 +330,11 @@ def top_k(k: ArrayLike, num_classes: int) -> Utility:
     A :class:`Utility` of kind ``"rank"`` (a batch when the
     parameters have leading axes).
 
+  Raises:
+    ValueError: ``num_classes`` not an int ``>= 1``, ``k`` not integral or
+      outside ``[1, C]``, or parameters ``k.shape + (C,)`` of more than
+      ``2^31 - 1`` entries (refused before they are built).
+
   Example:
     >>> top_k(2, 4).params.tolist()
     [1.0, 1.0, 0.0, 0.0]
@@ -280,6 +343,11 @@ def top_k(k: ArrayLike, num_classes: int) -> Utility:
   Multiclass Calibration*, arXiv:2510.25458, Example 3.6.
   """
   num_classes = V.check_int(num_classes, "num_classes", 1)
+  _check_size(
+    _shape_of(k, "K") + (num_classes,),
+    "k.shape + (C,)",
+    "pass fewer K values or a smaller num_classes",
+  )
   k, ok = _int_params(k, "K", 1, num_classes)
   r = jnp.arange(1, num_classes + 1)
   return Utility(_fold_int((lift(r, k.ndim + 1) <= k[..., None]).astype(jnp.float32), ok), "rank")
@@ -299,6 +367,11 @@ def dcg(gamma: ArrayLike, num_classes: int) -> Utility:
     A :class:`Utility` of kind ``"rank"`` (a batch when the
     parameters have leading axes).
 
+  Raises:
+    ValueError: ``num_classes`` not an int ``>= 1``, ``gamma`` negative or
+      not finite, or parameters ``gamma.shape + (C,)`` of more than
+      ``2^31 - 1`` entries (refused before they are built).
+
   Example:
     >>> [round(t, 4) for t in dcg(1.0, 3).params.tolist()]
     [1.0, 0.6309, 0.5]
@@ -308,6 +381,11 @@ def dcg(gamma: ArrayLike, num_classes: int) -> Utility:
   """
   num_classes = V.check_int(num_classes, "num_classes", 1)
   g = V.check_values(gamma, "gamma", bounds=(0.0, float("inf")), tol=0.0)
+  _check_size(
+    tuple(g.shape) + (num_classes,),
+    "gamma.shape + (C,)",
+    "pass fewer gamma values or a smaller num_classes",
+  )
   r = jnp.arange(1, num_classes + 1, dtype=g.dtype)
   return Utility(lift(jnp.log2(1.0 + r), g.ndim + 1) ** (-g[..., None]), "rank")
 
@@ -429,6 +507,19 @@ def _sampler_args(key: Any, m: Any, num_classes: Any) -> tuple[jax.Array, int, i
   return V.check_key(key), V.check_int(m, "m", 1), V.check_int(num_classes, "num_classes", 2)
 
 
+def _sampler_size(shape: tuple[int, ...], axes: str, sizes: str = "m or num_classes") -> None:
+  """Refuses a sampler's parameters ``shape`` above ``2^31 - 1`` entries (before drawing)."""
+  _check_size(shape, axes, f"pass a smaller {sizes} (draw many utilities in several batches)")
+
+
+def _unit_interval(value: Any, name: str) -> float:
+  """A number in ``[0, 1]`` (a Python or numpy number, or a 0-d array), named when it is not."""
+  v = V.check_float_option(value, name, minimum=0.0)
+  if v > 1.0:
+    raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+  return v
+
+
 def _int_params(x: Any, name: str, lo: int, hi: int) -> tuple[jax.Array, jax.Array | None]:
   """Integer utility parameters in ``[lo, hi]`` (a scalar or a batch) and their traced flag.
 
@@ -473,7 +564,10 @@ def sample_linear(key: jax.Array, m: int, num_classes: int) -> Utility:
     A batch of ``m`` linear utilities, ``params`` of shape ``(m, C)``.
 
   Raises:
-    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, or non-integral sizes.
+    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, non-integral sizes,
+      ``C > 2^30 - 1`` (the faces are numbered in int32), or parameters
+      ``(m, C)`` of more than ``2^31 - 1`` entries (refused before they are
+      drawn).
 
   Example:
     >>> import jax
@@ -485,6 +579,8 @@ def sample_linear(key: jax.Array, m: int, num_classes: int) -> Utility:
   Multiclass Calibration*, arXiv:2510.25458, §4 (sampling D_U).
   """
   key, m, num_classes = _sampler_args(key, m, num_classes)
+  _sampler_size((m, num_classes), "(m, C)")
+  _check_sphere_dim(num_classes, "num_classes")
   return Utility(_sphere_faces(key, (m,), num_classes), "linear")
 
 
@@ -502,7 +598,10 @@ def sample_rank(key: jax.Array, m: int, num_classes: int) -> Utility:
     A batch of ``m`` rank utilities, ``params`` of shape ``(m, C)``.
 
   Raises:
-    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, or non-integral sizes.
+    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, non-integral sizes,
+      ``C > 2^30 - 1`` (the faces are numbered in int32), or parameters
+      ``(m, C)`` of more than ``2^31 - 1`` entries (refused before they are
+      drawn).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -514,6 +613,8 @@ def sample_rank(key: jax.Array, m: int, num_classes: int) -> Utility:
   Multiclass Calibration*, arXiv:2510.25458, §4.
   """
   key, m, num_classes = _sampler_args(key, m, num_classes)
+  _sampler_size((m, num_classes), "(m, C)")
+  _check_sphere_dim(num_classes, "num_classes")
   return Utility(_rows_descending(_sphere_faces(key, (m,), num_classes)), "rank")
 
 
@@ -530,7 +631,10 @@ def sample_decision(key: jax.Array, m: int, num_classes: int, num_actions: int) 
     A batch of ``m`` decision utilities, ``params`` of shape ``(m, C, K)``.
 
   Raises:
-    ValueError: not a PRNG key, ``m < 1``, ``C < 2`` or ``K < 1``.
+    ValueError: not a PRNG key, ``m < 1``, ``C < 2`` or ``K < 1``,
+      ``C K > 2^30 - 1`` (the faces are numbered in int32), or parameters
+      ``(m, C, K)`` of more than ``2^31 - 1`` entries (refused before they
+      are drawn).
 
   Example:
     >>> import jax
@@ -542,6 +646,8 @@ def sample_decision(key: jax.Array, m: int, num_classes: int, num_actions: int) 
   """
   key, m, num_classes = _sampler_args(key, m, num_classes)
   num_actions = V.check_int(num_actions, "num_actions", 1)
+  _sampler_size((m, num_classes, num_actions), "(m, C, K)", "m, num_classes or num_actions")
+  _check_sphere_dim(num_classes * num_actions, "num_classes * num_actions")
   flat = _sphere_faces(key, (m,), num_classes * num_actions)
   return Utility(flat.reshape(m, num_classes, num_actions), "decision")
 
@@ -563,8 +669,10 @@ def sample_aligned_gain(
     :func:`gain_matrix`), ``params`` ``-R`` of shape ``(m, C, C)``.
 
   Raises:
-    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, or ``max_off_diagonal``
-      outside ``[0, 1]``.
+    ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, ``max_off_diagonal``
+      not a number in ``[0, 1]`` (an array of several, a string), or
+      parameters ``(m, C, C)`` of more than ``2^31 - 1`` entries (refused
+      before they are drawn).
 
   Example:
     >>> import jax
@@ -576,9 +684,9 @@ def sample_aligned_gain(
   Multiclass Calibration*, arXiv:2510.25458, App. C.2 (aligned class).
   """
   key, m, num_classes = _sampler_args(key, m, num_classes)
-  if not 0.0 <= float(max_off_diagonal) <= 1.0:
-    raise ValueError(f"max_off_diagonal must lie in [0, 1], got {max_off_diagonal!r}")
-  return gain_matrix(_aligned(key, m, num_classes, float(max_off_diagonal)))
+  max_off_diagonal = _unit_interval(max_off_diagonal, "max_off_diagonal")
+  _sampler_size((m, num_classes, num_classes), "(m, C, C)")
+  return gain_matrix(_aligned(key, m, num_classes, max_off_diagonal))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
@@ -612,7 +720,9 @@ def sample_misaligned_gain(
 
   Raises:
     ValueError: not a PRNG key, ``m < 1`` or ``C < 2``, ``num_groups`` outside
-      ``[1, C]``, or ``gain`` outside ``[0, 1]``.
+      ``[1, C]``, ``gain`` not a number in ``[0, 1]`` (a string, an array of
+      several), or parameters ``(m, C, C)`` of more than ``2^31 - 1`` entries
+      (refused before they are drawn).
 
   Example:
     >>> import jax
@@ -629,9 +739,9 @@ def sample_misaligned_gain(
   num_groups = V.check_int(num_groups, "num_groups", 1)
   if num_groups > num_classes:
     raise ValueError(f"num_groups must lie in [1, {num_classes}], got {num_groups}")
-  if not 0.0 <= float(gain) <= 1.0:
-    raise ValueError(f"gain must lie in [0, 1], got {gain!r}")
-  return gain_matrix(_misaligned(key, m, num_classes, num_groups, float(gain)))
+  gain = _unit_interval(gain, "gain")
+  _sampler_size((m, num_classes, num_classes), "(m, C, C)")
+  return gain_matrix(_misaligned(key, m, num_classes, num_groups, gain))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
