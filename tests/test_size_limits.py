@@ -43,7 +43,10 @@ K = jax.random.PRNGKey(0)
     (lambda: utility.sample_linear(K, 2**31, 5), r"\(m, C\) = \(2147483648, 5\).*smaller m"),
     (lambda: utility.sample_rank(K, 10**12, 5), r"\(m, C\)"),
     (lambda: utility.classwise(1, 10**12), r"c\.shape \+ \(C,\).*num_classes"),
-    (lambda: family("cwe", 10**6), r"c\.shape \+ \(C,\) = \(1000000, 1000000\)"),
+    (lambda: family("cwe", 10**6), r"the cwe family's utilities \(C, C\) = \(1,000,000, 1,0"),
+    # its arange(C) came first: 2**40 classes (8 TB of indices) before any check
+    (lambda: family("topk", 2**40), r"the topk family's utilities \(C, C\)"),
+    (lambda: family("comb", 2**40), r"the comb family's utilities"),
     # out of memory
     (lambda: utility.top_k(1, 10**12), r"k\.shape \+ \(C,\)"),
     (lambda: utility.dcg(1.0, 10**12), r"gamma\.shape \+ \(C,\)"),

@@ -555,7 +555,8 @@ def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
     A tuple of utility batches (one, or two for ``"comb"``).
 
   Raises:
-    ValueError: an unknown ``name``, or ``num_classes`` not an int ``>= 2``.
+    ValueError: an unknown ``name``, ``num_classes`` not an int ``>= 2``, or
+      (except ``"tce"``) ``C x C`` parameters of more than ``2^31 - 1`` entries.
 
   Example:
     >>> [u.params.shape for u in family("comb", 5)]
@@ -566,6 +567,12 @@ def family(name: str, num_classes: int) -> tuple[F.Utility, ...]:
   """
   _check_family(name)
   num_classes = V.check_int_option(num_classes, "num_classes", minimum=2)
+  if name != "tce":  # C utilities of C entries, refused before the arange that numbers them
+    V.check_entries(
+      num_classes * num_classes,
+      f"the {name} family's utilities (C, C) = ({num_classes:,}, {num_classes:,})",
+      "pass fewer classes",
+    )
   if name == "tce":
     return (F.Utility(F.top_class().params[None], "top_class"),)
   if name == "cwe":
