@@ -290,3 +290,27 @@ def test_mcb_dsc_plot_refuses_negative_components():
     plots.mcb_dsc_plot({"a": (0.01, 0.2), "b": (-0.01, 0.3)}, unc=1.0)
   # float32 rounding of a calibrated forecast's MCB (decompose returns -1e-7) is drawn
   plt.close(plots.mcb_dsc_plot({"a": (-1e-7, 0.2)}, unc=1.0))
+
+
+def test_many_bin_counts_at_once_are_refused_before_their_per_bin_arrays():
+  """``num_bins = np.arange(1, 100_000)`` sized per-bin arrays of 99,999 counts x 131,072 bins
+  and ran out of memory (262 GB) in ``evaluate`` and in the metrics; 20,000 counts still run."""
+  import jaxcal
+
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(5), 100).astype(np.float32)
+  y = rng.integers(0, 5, 100)
+  many = np.arange(1, 100_000)
+  msg = r"per-bin arrays of 99,999 bin counts x max_bins = 131,072 bins would hold 13,107,068,928"
+  with pytest.raises(ValueError, match=msg):
+    metrics.conf_ece(p, y, many)
+  with pytest.raises(ValueError, match=msg):
+    jaxcal.evaluate([p], [y], ["conf_ece"], num_bins=many)
+  with pytest.raises(ValueError, match=r"per-bin arrays of 200 bin counts x max_bins = 16,777,"):
+    metrics.conf_ece(p, y, np.arange(1, 201), max_bins=2**24)  # each within bounds, not both
+  ok = np.arange(1, 9)  # the bound is the product: a few counts stay well within it
+  np.testing.assert_allclose(
+    np.asarray(jaxcal.evaluate([p], [y], ["conf_ece"], num_bins=ok)["conf_ece"][0]),
+    np.asarray(metrics.conf_ece(p, y, ok)),
+    rtol=1e-6,
+  )

@@ -1131,6 +1131,7 @@ def evaluate(
   bins_np = np.atleast_1d(np.asarray(m, np.int32)).reshape(-1)
   if bins_np.size == 0:
     raise ValueError("num_bins is an empty array; give at least one bin count")
+  V.check_bin_arrays(bins_np.size, V.bucket(int(bins_np.max())))  # before any data is read
   if chunk_size is not None and (
     isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
   ):

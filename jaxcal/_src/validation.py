@@ -102,6 +102,7 @@ __all__ = [
   "check_int_option",
   "check_seed",
   "check_entries",
+  "check_bin_arrays",
   "MAX_ENTRIES",
   "seed_key",
   "check_float_option",
@@ -2451,7 +2452,8 @@ def check_bins(num_bins: Any, binning: str, max_bins: Any, at_most: int | None =
 
   Raises:
     ValueError: a bad bin count, binning or ``max_bins``, a count above
-      ``max_bins``, or a traced count without ``max_bins``.
+      ``max_bins``, a traced count without ``max_bins``, or per-bin arrays
+      (the number of counts times the bound) above ``2^31 - 1`` entries.
 
   Example:
     >>> check_bins(15, "fixed", None).max_bins, check_bins([3, 70], "quantile", None).max_bins
@@ -2481,7 +2483,22 @@ def check_bins(num_bins: Any, binning: str, max_bins: Any, at_most: int | None =
       if given != largest:
         shown = f"{given} (as {largest}: counts above n = {at_most} act as n)"
     raise ValueError(f"num_bins = {shown} exceeds max_bins = {bound}")
+  check_bin_arrays(1 if isinstance(m, int) else int(np.size(m)), bound)  # (static shapes)
   return BinCounts(m, largest, bound, binning)
+
+
+def check_bin_arrays(count: int, bound: int) -> None:
+  """Refuses per-bin arrays of ``count`` bin counts x ``bound`` bins above :data:`MAX_ENTRIES`.
+
+  ``num_bins = np.arange(1, 100_000)`` sized them 99,999 x 131,072 and ran
+  out of memory (262 GB); the metrics (:func:`check_bins`) and
+  ``jaxcal.evaluate`` check the same product.
+  """
+  check_entries(
+    count * bound,
+    f"the per-bin arrays of {count:,} bin counts x max_bins = {bound:,} bins",
+    "pass fewer bin counts at once (over several calls), or smaller ones",
+  )
 
 
 def check_int_option(
