@@ -225,7 +225,7 @@ CASES = [
   C("default_predictions split", data.default_predictions, ("x",), {}, ValueError, r'split must be "test" or "val" for the embedded predictions, got \'x\''),
   C("load_split missing", data.load_split, ("/nonexistent/p.npz", "test"), {}, ValueError, r"predictions not found: /nonexistent/p\.npz"),
   C("synthetic n=0", data.synthetic, (KEY, 0, 3), {}, ValueError, r"n >= 1"),
-  C("synthetic n huge", data.synthetic, (KEY, 2**40, 3), {}, ValueError, r"n \* num_classes = 3298534883328 exceeds 2\*\*31 - 1"),
+  C("synthetic n huge", data.synthetic, (KEY, 2**40, 3), {}, ValueError, r"the probabilities \(n, num_classes\) = \(1099511627776, 3\) would hold 3,298,534,883,328 entries, above 2\^31 - 1"),
 ]  # fmt: skip
 
 

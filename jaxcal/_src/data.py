@@ -418,10 +418,11 @@ def synthetic(
   num_classes = V.check_int_option(num_classes, "num_classes")
   if n < 1 or num_classes < 2:
     raise ValueError(f"need n >= 1 and num_classes >= 2, got n={n}, num_classes={num_classes}")
-  if n * num_classes > np.iinfo(np.int32).max:  # XLA aborts the process on such an allocation
-    raise ValueError(
-      f"n * num_classes = {n * num_classes} exceeds 2**31 - 1 entries: generate fewer samples"
-    )
+  V.check_entries(  # XLA aborts the process on such an allocation
+    n * num_classes,
+    f"the probabilities (n, num_classes) = ({n}, {num_classes})",
+    "generate fewer samples",
+  )
   temperature = V.check_float_option(temperature, "temperature", positive=True)
   concentration = V.check_float_option(concentration, "concentration", positive=True)
   scale = V.check_float_option(scale, "scale")

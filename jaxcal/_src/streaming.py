@@ -231,8 +231,9 @@ def _num_classes(num_classes: Any) -> int:
   return V.check_int(num_classes, "num_classes", 2)
 
 
-#: The most samples a :class:`FixedBins` or :class:`Scores` state counts (its int32 counts).
-MAX_COUNT = 2**31 - 1
+#: The most samples a :class:`FixedBins` or :class:`Scores` state counts (its int32 counts),
+#: and the most slots of a :class:`Records` buffer: ``2**31 - 1``, the library's bound.
+MAX_COUNT = V.MAX_ENTRIES
 
 
 def _add_count(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -254,13 +255,12 @@ def _check_capacity(capacity: int, what: str = "") -> int:
   The positions and counts are int32: a larger buffer wrapped them, and the
   records landed in the wrong slots with no error.
   """
-  if capacity > MAX_COUNT:
-    name = f"{what} capacity" if what else "capacity"
-    raise ValueError(
-      f"Records {name} {capacity:,} is above 2^31 - 1 = {MAX_COUNT:,} samples, the most "
-      "int32 positions address; keep several states and compute each, or use the "
-      "streaming sums (FixedBins, Scores), whose size does not grow with the samples"
-    )
+  V.check_entries(
+    capacity,
+    f"a {what + ' ' if what else ''}Records buffer of capacity {capacity:,}",
+    "int32 positions address no more; keep several states and compute each, or use the "
+    "streaming sums (FixedBins, Scores), whose size does not grow with the samples",
+  )
   return capacity
 
 

@@ -130,7 +130,6 @@ def reliability_diagram(
   s = reliability_stats(probs, labels, num_bins, binning, from_logits=from_logits)
   ece = float(conf_ece(probs, labels, num_bins, binning, from_logits=from_logits))
   if bands is True:
-    seed = V.check_seed(seed)
     bands = consistency_bands(V.seed_key(seed), probs, num_bins, binning, from_logits=from_logits)
   if isinstance(bands, ConsistencyBands) and np.shape(bands.lo) != (num_bins,):
     raise ValueError(

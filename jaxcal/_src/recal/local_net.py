@@ -742,7 +742,7 @@ def _setup(
 
 
 #: The largest batch whose ``(B, B)`` kernel has at most ``2**31 - 1`` entries.
-_MAX_BATCH = math.isqrt(2**31 - 1)
+_MAX_BATCH = math.isqrt(V.MAX_ENTRIES)
 
 
 def _train(
@@ -804,11 +804,11 @@ def _train(
     raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
   for name, v in (("pca_dim", pca_dim), ("hidden", hidden), ("batch_size", batch_size)):
     V.check_int_option(v, name, minimum=1)
-  if batch_size > _MAX_BATCH:  # the (B, B) batch kernel: XLA aborts the process beyond int32
-    raise ValueError(
-      f"batch_size = {batch_size} is too large: the batch kernel has batch_size**2 entries, "
-      f"at most 2**31 - 1; pass batch_size <= {_MAX_BATCH}"
-    )
+  V.check_entries(  # the (B, B) batch kernel: XLA aborts the process beyond int32
+    batch_size * batch_size,
+    f"with batch_size = {batch_size}, the (B, B) batch kernel",
+    f"pass batch_size <= {_MAX_BATCH}",
+  )
   # the hidden layer's weights (D, hidden) and activations (batch, hidden): 10**12 units
   # ended in XLA's out-of-memory error (found by a review helper)
   widest = max(f.shape[1], pca_dim, num_classes, batch_size)
