@@ -250,7 +250,9 @@ def main() -> None:
   out["fixed_bins"] = {k: np.asarray(v).tolist() for k, v in bins.compute().items()}
   sc = streaming.merge_across_processes(streaming.Scores.empty(c).update(p, y))
   out["scores"] = {k: np.asarray(v).tolist() for k, v in sc.compute().items()}
-  rec = streaming.merge_across_processes(streaming.Records.empty(p.shape[0], c).update(p, y))
+  rec = streaming.merge_across_processes(
+    streaming.Records.empty(c, capacity=p.shape[0]).update(p, y)
+  )
   out["records"] = {k: np.asarray(v).tolist() for k, v in rec.compute(15).items()}
   # a state updated with global arrays (the first 200 rows of each process) already
   # holds the union: merging it raised JAX's own device_put error

@@ -80,7 +80,7 @@ def main() -> None:
   pdev = jax.device_put(p[0, : rows_per * d], NamedSharding(mesh, P("models")))
   ydev = jax.device_put(y[0, : rows_per * d], NamedSharding(mesh, P("models")))
   empty_bins = streaming.FixedBins.empty(c, BINS)
-  empty_recs = streaming.Records.empty(rows_per, c)
+  empty_recs = streaming.Records.empty(c, capacity=rows_per)
 
   def per_device(pp, yy):
     s = jax.lax.psum(empty_bins.update(pp, yy), "models")

@@ -443,7 +443,11 @@ def test_user_errors_come_before_the_computation(small_file, tmp_path, capsys, m
 
 def test_names_options_and_same_data():
   assert cli._name("/a/b/model_1.npz") == "model_1" and cli._name("/a/run.3/") == "run.3"
-  assert cli._name("scores.npy,labels.npy") == "scores.npy,labels.npy"
+  # a pair is named by its scores file, not by the labels file models share
+  assert cli._name("scores.npy,labels.npy") == "scores.npy"
+  assert cli._name("/d/runA/test_logits.npy,/d/runA/test_labels.npy", 2) == "runA/test_logits.npy"
+  pairs = [f"/d/run{k}/test_logits.npy,/d/run{k}/test_labels.npy" for k in "AB"]
+  assert cli._unique_names(pairs) == ["runA/test_logits.npy", "runB/test_logits.npy"]
   assert cli._parse_options("") == {} and cli._parse_options('{"a": [1]}') == {"a": [1]}
   x, y = np.arange(6.0).reshape(3, 2), np.array([0, 1, 0])
   assert cli._same_data(x, y, x.copy(), y.copy())

@@ -54,3 +54,62 @@ def test_one_page_per_paper():
   for p in pages:
     text = (DOCS / "papers" / f"{p}.md").read_text()
     assert "## What jaxcal implements" in text and "jaxcal." in text
+
+
+# Public helpers that read, write, name or format, and compute nothing a paper
+# defines: their docstrings need no ``Reference:`` (CONTRIBUTING.md).
+NO_PAPER = {
+  "data": {"dataset_dir", "load_predictions", "load_split", "looks_like_probs"},
+  "plots": {"savefig"},
+  "recalibrate": {"fit", "fit_function", "load", "save", "methods"},
+  "report": {"find_models", "write_report"},
+  "streaming": {"merge_across_processes"},
+  "train": {"evaluate", "make_model", "predict", "to_float_images", "train_epoch", "MLP"},
+}
+
+
+def _public_callables():
+  import inspect
+
+  for m in sorted(jaxcal._SUBMODULES):
+    mod = importlib.import_module(f"jaxcal.{m}")
+    for name in mod.__all__:
+      obj = getattr(mod, name)
+      if inspect.isfunction(obj) or inspect.isclass(obj):
+        yield m, name, obj
+
+
+def test_public_docstrings_have_summary_args_returns_example_and_reference():
+  """Each public function and class: a one-line summary, Args naming every parameter,
+  Returns (functions), an Example, and a paper ``Reference:`` (but :data:`NO_PAPER`)."""
+  import inspect
+
+  problems = []
+  for m, name, obj in _public_callables():
+    doc = inspect.getdoc(obj) or ""
+    where = f"jaxcal.{m}.{name}"
+    if not doc or not doc.split("\n", 1)[0].strip():
+      problems.append(f"{where}: no one-line summary")
+      continue
+    if inspect.isclass(obj):
+      fields = getattr(obj, "_fields", ())
+      missing = [f for f in fields if not re.search(rf"^\s+{f}\b", doc, flags=re.M)]
+      if fields and ("Attributes:" not in doc or missing):
+        problems.append(f"{where}: Attributes do not describe {missing or list(fields)}")
+      continue
+    params = [
+      p.name
+      for p in inspect.signature(obj).parameters.values()
+      if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    args = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    undocumented = [p for p in params if not re.search(rf"^\s+(\w+, )*{p}\b", args, flags=re.M)]
+    if undocumented:
+      problems.append(f"{where}: Args do not describe {undocumented}")
+    for section in ("Returns:", "Example"):
+      if section not in doc and not (section == "Returns:" and "Yields:" in doc):
+        problems.append(f"{where}: no {section}")
+    if name not in NO_PAPER.get(m, ()) and not name.startswith("format_"):
+      if "Reference" not in doc:
+        problems.append(f"{where}: no Reference (the paper, section, equation)")
+  assert not problems, "\n".join(problems)

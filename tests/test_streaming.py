@@ -240,7 +240,7 @@ def test_records_equal_oneshot(cifar100, kind):
   p, y = p[:1000, :10] / p[:1000, :10].sum(axis=1, keepdims=True), y[:1000] % 10
   p[:100] = np.round(p[:100] * 8) / 8  # ties across batches
   p[:100] /= p[:100].sum(axis=1, keepdims=True)
-  states = _stream(streaming.Records.empty(BATCH, 10, kind), p, y, 7)
+  states = _stream(streaming.Records.empty(10, capacity=BATCH, kind=kind), p, y, 7)
   st = _seq_merge(states)
   assert st.capacity == BATCH * len(states) and int(st.count) == 1000
   assert _tree_merge(states).capacity == st.capacity
@@ -320,7 +320,7 @@ def test_update_jit_equals_eager():
   in_jit = jax.jit(lambda s: s.records.compute(np.array([3, 10])))(eager)
   for k, v in eager.records.compute(np.array([3, 10])).items():
     np.testing.assert_allclose(in_jit[k], v, rtol=1e-6, err_msg=k)
-  over = streaming.Records.empty(10, 5).update(p, y)
+  over = streaming.Records.empty(5, capacity=10).update(p, y)
   assert np.isnan(jax.jit(lambda s: s.compute(3)["conf_ece"])(over))
 
 
@@ -463,7 +463,7 @@ def test_empty_state_raises_eagerly_and_gives_nan_under_jit():
   for st, what in (
     (streaming.FixedBins.empty(3, 5), "FixedBins is empty"),
     (masked, "Scores is empty"),
-    (streaming.Records.empty(4, 3), "Records is empty"),
+    (streaming.Records.empty(3, capacity=4), "Records is empty"),
   ):
     with pytest.raises(ValueError, match=what):
       st.compute()
@@ -472,12 +472,12 @@ def test_empty_state_raises_eagerly_and_gives_nan_under_jit():
   assert np.isnan(jax.jit(lambda s: s.compute()["accuracy"])(masked))
   # records: empty gives NaN under jit, one sample is a data set like any other
   records = jax.jit(lambda s: s.compute(1))
-  assert all(np.isnan(v) for v in records(streaming.Records.empty(4, 3)).values())
-  one = records(streaming.Records.empty(4, 3).update(p[:1], y[:1]))
+  assert all(np.isnan(v) for v in records(streaming.Records.empty(3, capacity=4)).values())
+  one = records(streaming.Records.empty(3, capacity=4).update(p[:1], y[:1]))
   assert float(one["conf_ece"]) == pytest.approx(float(metrics.conf_ece(p[:1], y[:1], 1)))
   assert float(one["conf_ce_corr"]) == pytest.approx(float(metrics.conf_ce_corr(p[:1], y[:1], 1)))
   # eagerly too, with the buffer exactly full and as many quantile bins as records
-  full = streaming.Records.empty(1, 3).update(p[:1], y[:1])
+  full = streaming.Records.empty(3, capacity=1).update(p[:1], y[:1])
   assert not bool(full.overflow)
   eager = full.compute(1)
   for k in ("conf_ece", "conf_ce_corr"):
@@ -494,7 +494,7 @@ def test_a_batch_of_no_rows_adds_nothing():
     streaming.Calibration.empty(3, np.array([5, 15]), capacity=8),
     streaming.FixedBins.empty(3, 5),
     streaming.Scores.empty(3),
-    streaming.Records.empty(8, 3),
+    streaming.Records.empty(3, capacity=8),
   ):
     full = st.update(p, y)
     for before, got in (
@@ -572,7 +572,7 @@ def test_invalid_batches_under_jit_poison_every_output():
       for k, v in out.items():
         assert np.isnan(v).all(), k
     assert (st.bins.reliability(5).counts == -1).all()
-  rec = jax.jit(streaming.Records.update)(streaming.Records.empty(8, 3), nanp, y)
+  rec = jax.jit(streaming.Records.update)(streaming.Records.empty(3, capacity=8), nanp, y)
   for r in (rec, rec.update(p, y)):
     with pytest.raises(ValueError, match="Records holds 1 batch"):
       r.data()
@@ -617,11 +617,13 @@ def test_bad_inputs():
   with pytest.raises(ValueError, match="num_classes"):
     streaming.Scores.empty(1)
   with pytest.raises(ValueError, match="capacity"):
-    streaming.Records.empty(0, 3)
+    streaming.Records.empty(3, capacity=0)
   with pytest.raises(
     ValueError, match=r"capacity \(samples to keep\) must be an integer >= 1, got True"
   ):
-    streaming.Records.empty(True, 3)
+    streaming.Records.empty(3, capacity=True)
+  with pytest.raises(TypeError, match="positional argument"):
+    streaming.Records.empty(4, 3)  # the old (capacity, num_classes) order: an error, not a swap
   with pytest.raises(ValueError, match="num_classes must be an integer >= 2, got True"):
     streaming.Scores.empty(True)
   with pytest.raises(ValueError, match="classwise must be True or False"):
@@ -636,7 +638,7 @@ def test_bad_inputs():
         streaming.Calibration.empty(3, 4, capacity=b)
       )
   with pytest.raises(ValueError, match="kind"):
-    streaming.Records.empty(4, 3, kind="topk")
+    streaming.Records.empty(3, capacity=4, kind="topk")
   with pytest.raises(ValueError, match="float64 needs 64-bit JAX"):
     streaming.FixedBins.empty(3, 5, dtype=jnp.float64)
   for cls in (streaming.FixedBins, streaming.Scores):  # not numpy's TypeError
@@ -655,18 +657,21 @@ def test_bad_inputs():
     st.update(p * 2, y)
   with pytest.raises(ValueError, match="concrete"):
     jax.jit(lambda m: streaming.FixedBins.empty(3, m))(jnp.arange(2, 4))
-  over = streaming.Records.empty(3, 3).update(p, y)
+  over = streaming.Records.empty(3, capacity=3).update(p, y)
   with pytest.raises(ValueError, match="overflowed.*capacity of at least"):
     over.compute()
   # merged with an overflowed buffer, in either order, is overflowed: the count (5) fits the
   # merged capacity (6), but one sample was dropped
-  fits = streaming.Records.empty(3, 3).update(p[:1], y[:1])
+  fits = streaming.Records.empty(3, capacity=3).update(p[:1], y[:1])
   for merged in (fits.merge(over), over.merge(fits)):
     assert int(merged.count) == 5 and merged.capacity == 6
     # the message names the part (it read "5 samples were offered to a buffer of capacity 6")
     with pytest.raises(ValueError, match=r"a state merged into it was offered more .* \(5 samp"):
       merged.compute(1)
-  for other in (streaming.Records.empty(3, 4), streaming.Records.empty(3, 3, "full")):
+  for other in (
+    streaming.Records.empty(4, capacity=3),
+    streaming.Records.empty(3, capacity=3, kind="full"),
+  ):
     with pytest.raises(ValueError, match="cannot merge Records of different kinds or class"):
       fits.merge(other)
   np.testing.assert_array_equal(p, np.full((4, 3), 1 / 3, np.float32))  # inputs untouched
@@ -681,8 +686,8 @@ def test_merge_refuses_states_of_another_dtype_in_either_order():
     makers = (
       lambda dt: streaming.FixedBins.empty(2, 5, dtype=dt),
       lambda dt: streaming.Scores.empty(2, dtype=dt),
-      lambda dt: streaming.Records.empty(4, 2, dtype=dt),
-      lambda dt: streaming.Records.empty(4, 2, "full", dtype=dt),
+      lambda dt: streaming.Records.empty(2, capacity=4, dtype=dt),
+      lambda dt: streaming.Records.empty(2, capacity=4, kind="full", dtype=dt),
       lambda dt: streaming.Calibration.empty(2, 5, capacity=4, dtype=dt),
     )
     for make in makers:
@@ -740,7 +745,7 @@ def test_records_and_calibration_compute_under_a_bare_vmap():
   y = rng.integers(0, 3, (2, 12)).astype(np.int32)
 
   def rec(pi, yi):
-    return streaming.Records.empty(16, 3).update(pi, yi).compute(3)["conf_ece"]
+    return streaming.Records.empty(3, capacity=16).update(pi, yi).compute(3)["conf_ece"]
 
   def cal(pi, yi):
     return streaming.Calibration.empty(3, 3, capacity=16).update(pi, yi).compute()["conf_ce"]
@@ -793,7 +798,7 @@ def test_float64_fixed_bins_match_the_reference_in_every_output():
   [
     lambda: streaming.FixedBins.empty(3, 3),
     lambda: streaming.Scores.empty(3),
-    lambda: streaming.Records.empty(4, 3),
+    lambda: streaming.Records.empty(3, capacity=4),
     lambda: streaming.Calibration.empty(3, 3),
   ],
   ids=["FixedBins", "Scores", "Records", "Calibration"],
@@ -883,7 +888,7 @@ def test_reduce_of_records_in_order_fills_the_buffer_in_order():
   rng = np.random.default_rng(3)
   p = rng.dirichlet(np.ones(3), 12).astype(np.float32)
   y = rng.integers(0, 3, 12)
-  empty = streaming.Records.empty(5, 3, "full")
+  empty = streaming.Records.empty(3, capacity=5, kind="full")
   cuts = [0, 4, 4, 9, 12]  # counts 4, 0, 5, 3
   states = [empty.update(p[i:j], y[i:j]) for i, j in zip(cuts[:-1], cuts[1:], strict=True)]
   st = _stack(states).reduce()
@@ -908,8 +913,10 @@ def test_records_refuse_more_slots_than_int32_positions_and_count_past_the_limit
     ValueError,
     match=r"a Records buffer of capacity 2,147,483,648 would hold 2,147,483,648 entries, above 2\^31",
   ):
-    streaming.Records.empty(MAX_COUNT + 1, 3)
-  half = jax.eval_shape(lambda: streaming.Records.empty(2**30, 3))  # shapes: nothing allocated
+    streaming.Records.empty(3, capacity=MAX_COUNT + 1)
+  half = jax.eval_shape(
+    lambda: streaming.Records.empty(3, capacity=2**30)
+  )  # shapes: nothing allocated
   assert half.capacity == 2**30
   with pytest.raises(
     ValueError,
@@ -923,13 +930,15 @@ def test_records_refuse_more_slots_than_int32_positions_and_count_past_the_limit
   ):
     jax.eval_shape(lambda s: s.reduce(), stacked)
   ok = jax.eval_shape(
-    lambda a, b: a.merge(b), half, jax.eval_shape(lambda: streaming.Records.empty(2**30 - 1, 3))
+    lambda a, b: a.merge(b),
+    half,
+    jax.eval_shape(lambda: streaming.Records.empty(3, capacity=2**30 - 1)),
   )
   assert ok.capacity == MAX_COUNT
 
   p = np.full((4, 3), 1 / 3, np.float32)
   y = np.zeros(4, np.int32)
-  over = streaming.Records.empty(3, 3).update(p, y)  # overflowed: 4 samples offered
+  over = streaming.Records.empty(3, capacity=3).update(p, y)  # overflowed: 4 samples offered
   assert bool(over.overflow) and int(over.count) == 4
   near = dataclasses.replace(over, count=jnp.int32(MAX_COUNT - 1))  # 2^31 - 2 offered
   past = {
@@ -945,7 +954,7 @@ def test_records_refuse_more_slots_than_int32_positions_and_count_past_the_limit
     assert int(st.update(p, y).count) == -1, how  # sticky, as for the sum states
   _assert_bitwise_equal(past["reduce"], past["merge"])
   exact = dataclasses.replace(  # a merge that ends exactly at the limit keeps its count
-    streaming.Records.empty(3, 3).update(p[:1], y[:1]), count=jnp.int32(MAX_COUNT - 4)
+    streaming.Records.empty(3, capacity=3).update(p[:1], y[:1]), count=jnp.int32(MAX_COUNT - 4)
   )
   assert int(exact.merge(over).count) == MAX_COUNT
 

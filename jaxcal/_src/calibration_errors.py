@@ -1098,13 +1098,21 @@ def lin_ece(
 
 
 class ReliabilityStats(NamedTuple):
-  """Per-bin top-label statistics (rows of empty bins are 0)."""
+  """Per-bin top-label statistics (rows of empty bins are 0).
 
-  counts: jax.Array  # (num_bins,)
-  confidence: jax.Array  # (num_bins,) mean confidence in the bin
-  accuracy: jax.Array  # (num_bins,) mean correctness in the bin
-  lower: jax.Array  # (num_bins,) left edge of the bin on the score axis
-  upper: jax.Array  # (num_bins,) right edge
+  Attributes:
+    counts: ``(num_bins,)`` samples in each bin.
+    confidence: ``(num_bins,)`` mean confidence in the bin.
+    accuracy: ``(num_bins,)`` mean correctness in the bin.
+    lower: ``(num_bins,)`` left edge of the bin on the score axis.
+    upper: ``(num_bins,)`` right edge of the bin.
+  """
+
+  counts: jax.Array
+  confidence: jax.Array
+  accuracy: jax.Array
+  lower: jax.Array
+  upper: jax.Array
 
 
 @functools.partial(jax.jit, static_argnames=("num_bins", "binning"))

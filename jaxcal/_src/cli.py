@@ -304,7 +304,7 @@ def _load(path: str | None, split: str, shift_logits: bool = False):
       probs = V.probs_or_logits(x, name=path)  # (probabilities off the simplex: refused there)
       if not probs:
         V.check_logits(x, name=path)
-  name = os.path.basename(os.path.normpath(path))
+  name = os.path.basename(os.path.normpath(_scores_path(path)))
   if found:
     return x, y, f"{name} ({split})", probs
   return x, y, f"{name} (no '{split}' split: the file's one data set)", probs
@@ -406,9 +406,20 @@ def _cmd_report(args) -> int:
   return 0
 
 
+def _scores_path(path: str) -> str:
+  """The file that names a data set: ``path``, or a ``scores.npy,labels.npy`` pair's scores file.
+
+  A pair was named after its labels file (``test_labels.npy``), the same for
+  every model whose labels are shared.
+  """
+  if "," in path and not os.path.exists(path):  # as data reads a pair
+    return path.split(",", 1)[0]
+  return path
+
+
 def _name(path: str, depth: int = 1) -> str:
-  """A model's name: the path's last ``depth`` parts, ``.npz`` dropped."""
-  base = "/".join(os.path.normpath(path).split(os.sep)[-depth:])
+  """A model's name: the path's last ``depth`` parts, ``.npz`` dropped (a pair's scores file)."""
+  base = "/".join(os.path.normpath(_scores_path(path)).split(os.sep)[-depth:])
   return base[: -len(".npz")] if base.endswith(".npz") else base
 
 
@@ -752,8 +763,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _out_of_memory(e: BaseException) -> bool:
   """Whether ``e`` is XLA's failure to allocate (``RESOURCE_EXHAUSTED``), or Python's.
 
-  A size the user asked for (``--m 10000000000`` utilities: 400 GB) ended in a
-  40-line ``JaxRuntimeError`` traceback; it is a one-line error instead.
+  A size within jaxcal's limits that the machine cannot hold ended in a
+  40-line ``JaxRuntimeError`` traceback; it is a one-line error instead (sizes
+  beyond the limits, such as ``--m 10000000000`` utilities, are refused before).
   """
   if isinstance(e, MemoryError):
     return True

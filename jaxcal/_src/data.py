@@ -361,11 +361,17 @@ def default_predictions(split: str = "test") -> tuple[np.ndarray, np.ndarray]:
 
 
 class Synthetic(NamedTuple):
-  """Synthetic predictions with the true class probabilities known."""
+  """Synthetic predictions with the true class probabilities known.
 
-  probs: jax.Array  # (n, C) the model's predictions
-  labels: jax.Array  # (n,) labels drawn from true_probs
-  true_probs: jax.Array  # (n, C) P(Y | x), the truthful report
+  Attributes:
+    probs: ``(n, C)`` the model's predictions.
+    labels: ``(n,)`` labels drawn from ``true_probs``.
+    true_probs: ``(n, C)`` ``P(Y | x)``, the truthful report.
+  """
+
+  probs: jax.Array
+  labels: jax.Array
+  true_probs: jax.Array
 
 
 def synthetic(

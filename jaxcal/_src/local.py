@@ -62,7 +62,12 @@ MLCE_MODES = ("weighted", "global")
 
 
 class LocalCalibration(NamedTuple):
-  """``(lce, mlce)``: the prior-weighted mean and the maximum local error."""
+  """``(lce, mlce)``: the prior-weighted mean and the maximum local error.
+
+  Attributes:
+    lce: ``()`` LCE, the prior-weighted mean of the local errors.
+    mlce: ``()`` MLCE, the maximum local error.
+  """
 
   lce: jax.Array
   mlce: jax.Array

@@ -154,6 +154,10 @@ def label(name: str, binning: str | None = None, num_bins: int | None = None) ->
   Example:
     >>> label("ConfECE", num_bins=15), label("LinCE_cw"), label("Brier")
     ('ConfECE(fix;15)', 'LinCE_cw(qua)', 'Brier')
+
+  Reference: Lu, Wu, Hartline & Hu (2025), "Truthful Calibration Errors for
+  Multi-Class Prediction", arXiv:2510.06388, §5.1 and Table 1 (the notation
+  ``Cal(qua;m)`` / ``Cal(fix;m)``).
   """
   m = metric(name)
   if num_bins is not None and (
@@ -202,6 +206,10 @@ def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
     >>> m, rule, bins = parse_label("ConfCE_corr(qua;2000)")
     >>> m.name, rule, bins
     ('ConfCE_corr', 'quantile', 2000)
+
+  Reference: Lu, Wu, Hartline & Hu (2025), "Truthful Calibration Errors for
+  Multi-Class Prediction", arXiv:2510.06388, §5.1 (the notation
+  ``Cal(qua;m)`` / ``Cal(fix;m)`` for ``m`` quantile or fixed bins).
   """
   match = _LABEL.match(text) if isinstance(text, str) else None
   if not match:

@@ -613,13 +613,21 @@ def smooth_ece_bandwidth(
 
 
 class SmoothReliability(NamedTuple):
-  """The data of a smooth reliability diagram (top label)."""
+  """The data of a smooth reliability diagram (top label).
 
-  mesh: jax.Array  # (num_points,) points t on [0, 1]
-  accuracy: jax.Array  # (num_points,) kernel-smoothed E[y | f = t]
-  density: jax.Array  # (num_points,) kernel density of the confidences
-  bandwidth: jax.Array  # scalar sigma used
-  smooth_ece: jax.Array  # scalar smECE at that bandwidth
+  Attributes:
+    mesh: ``(num_points,)`` points ``t`` on ``[0, 1]``.
+    accuracy: ``(num_points,)`` kernel-smoothed ``E[y | f = t]``.
+    density: ``(num_points,)`` kernel density of the confidences.
+    bandwidth: ``()`` the bandwidth ``sigma`` used.
+    smooth_ece: ``()`` smECE at that bandwidth.
+  """
+
+  mesh: jax.Array
+  accuracy: jax.Array
+  density: jax.Array
+  bandwidth: jax.Array
+  smooth_ece: jax.Array
 
 
 @functools.partial(jax.jit, static_argnames=("num_points", "sizes"))

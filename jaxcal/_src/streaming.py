@@ -1074,7 +1074,7 @@ class Records(_Streaming):
     >>> from jaxcal import metrics
     >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
     >>> y = jnp.array([0, 1, 1])
-    >>> r = Records.empty(4, 2).update(p[:1], y[:1]).update(p[1:], y[1:])
+    >>> r = Records.empty(2, capacity=4).update(p[:1], y[:1]).update(p[1:], y[1:])
     >>> bool(r.compute(num_bins=1)["conf_ce_corr"] == metrics.conf_ce_corr(p, y, 1))
     True
 
@@ -1095,9 +1095,29 @@ class Records(_Streaming):
 
   @classmethod
   def empty(
-    cls, capacity: int, num_classes: int, kind: str = "top_label", *, dtype: Any = jnp.float32
+    cls, num_classes: int, *, capacity: int, kind: str = "top_label", dtype: Any = jnp.float32
   ) -> Records:
     """An empty buffer for ``capacity`` samples of ``kind`` ``"top_label"`` or ``"full"``.
+
+    ``num_classes`` comes first, as in the other states' ``empty``; the
+    rest are keywords, so the order ``empty(capacity, num_classes)`` of
+    earlier versions is an error, not a swapped buffer.
+
+    Args:
+      num_classes: ``C``, the number of classes (``>= 2``).
+      capacity: samples to keep; more offered set ``overflow``.
+      kind: ``"top_label"`` keeps ``(capacity,)`` confidences and
+        correctness; ``"full"`` keeps ``(capacity, C)`` probabilities and
+        ``(capacity,)`` labels.
+      dtype: float32 (default) or float64.
+
+    Returns:
+      A :class:`Records` with ``count`` 0.
+
+    Example:
+      >>> r = Records.empty(10, capacity=1024)
+      >>> r.conf.shape, int(r.count)
+      ((1024,), 0)
 
     Raises:
       ValueError: an unknown ``kind``, ``capacity`` not an int ``>= 1`` (a
@@ -1409,7 +1429,9 @@ class Calibration(_Streaming):
     if records not in _KINDS:  # also without records (capacity=None): a typo is never ignored
       raise ValueError(f"records must be one of {_KINDS}, got {records!r}")
     bins = FixedBins.empty(num_classes, num_bins, classwise=classwise, dtype=dtype)
-    recs = None if capacity is None else Records.empty(capacity, num_classes, records, dtype=dtype)
+    recs = None
+    if capacity is not None:
+      recs = Records.empty(num_classes, capacity=capacity, kind=records, dtype=dtype)
     return cls(bins, Scores.empty(num_classes, confusion=confusion, dtype=dtype), recs)
 
   @property

@@ -26,12 +26,19 @@ __all__ = ["PCA", "fit_pca", "pca_transform", "standardize"]
 
 
 class PCA(NamedTuple):
-  """A fitted PCA of standardised features (a pytree)."""
+  """A fitted PCA of standardised features (a pytree).
 
-  mean: jax.Array  # (D,)
-  scale: jax.Array  # (D,)
-  components: jax.Array  # (D, k)
-  explained_variance: jax.Array  # (k,) variance of each standardised component
+  Attributes:
+    mean: ``(D,)`` feature means of the fitted rows.
+    scale: ``(D,)`` feature standard deviations (the standardisation).
+    components: ``(D, k)`` orthonormal principal directions, by variance.
+    explained_variance: ``(k,)`` variance of each standardised component.
+  """
+
+  mean: jax.Array
+  scale: jax.Array
+  components: jax.Array
+  explained_variance: jax.Array
 
 
 def fit_pca(x: ArrayLike, k: int) -> PCA:
