@@ -15,6 +15,7 @@ import scipy.stats
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 from conftest import no_new_programs
 
+import jaxcal
 from jaxcal import bootstrap as BS
 from jaxcal import data, dominance, metrics, scores
 
@@ -207,6 +208,8 @@ _NAN3 = np.array([1.0, np.nan, 2.0])
   [
     ((0.0, jnp.ones(5), "student"), {}, "method must be one of"),
     ((0.0, jnp.ones(5)), {"confidence": 95}, "confidence must lie in"),
+    ((0.0, jnp.ones(5)), {"confidence": "0.9"}, r"confidence must be a number, got '0.9' \(str\)"),
+    ((0.0, jnp.ones(5)), {"confidence": True}, r"confidence must be a number, got True \(bool\)"),
     ((jnp.zeros(3), jnp.ones((5, 2))), {}, "samples must have shape"),
     ((1.0, _NAN3), {}, r"samples contains non-finite values .* samples\[1\]: nan"),
     ((1.0, np.array([1.0, np.inf, 2.0]), "normal"), {}, r"samples contains non-finite"),
@@ -342,6 +345,15 @@ def test_the_estimate_is_the_eager_statistic_and_the_program_is_reused(small_pre
       r"each entry of groups must be an int, got 0.2 \(float\)",
     ),
     ((np.zeros(5), np.zeros(5)), {"groups": ("a", "b")}, ValueError, "each entry of groups"),
+    # an int raised Python's "'int' object is not iterable"; a string was split into letters
+    (
+      (np.zeros(5),),
+      {"groups": 5},
+      ValueError,
+      r"groups must be a sequence of one int per array \(e.g. \(0, 0, 1\)\) or None, got 5 \(int\)",
+    ),
+    ((np.zeros(5), np.zeros(5)), {"groups": "01"}, ValueError, "groups must be a sequence"),
+    ((np.zeros(5),), {"groups": np.array(0)}, ValueError, "groups must be a sequence"),
     ((np.zeros((5, 2)),), {"sample_axis": True}, ValueError, "sample_axis must be an int or"),
     ((np.zeros((5, 2)),), {"sample_axis": 1.0}, ValueError, "sample_axis must be an int or"),
     ((np.zeros((5, 2)),), {"sample_axis": (True,)}, ValueError, "sample_axis True out of range"),
@@ -351,6 +363,32 @@ def test_the_estimate_is_the_eager_statistic_and_the_program_is_reused(small_pre
     ((np.zeros(5), np.zeros(5)), {"sample_axis": (0,)}, ValueError, "entries"),
     ((np.zeros(5),), {"method": "t"}, ValueError, "method must be one of"),
     ((np.zeros(5),), {"confidence": 1.0}, ValueError, "confidence must lie in"),
+    # float() let the string through (calibration_report refused it)
+    ((np.zeros(5),), {"confidence": "0.9"}, ValueError, r"confidence must be a number, got '0.9'"),
+    ((np.zeros(5),), {"confidence": True}, ValueError, r"confidence must be a number, got True"),
+    # refused before anything is drawn: 10**9 resamples of 20 samples were killed by the OS
+    # at 21 GB after 69 s
+    (
+      (np.zeros(20),),
+      {"num_resamples": 10**9},
+      ValueError,
+      r"the resample indices \(num_resamples, n\) = \(1,000,000,000, 20\) would hold "
+      r"20,000,000,000 entries, above 2\^31 - 1 = 2,147,483,647: pass fewer resamples "
+      r"\(at most 107,374,182 for n = 20\)",
+    ),
+    (
+      (np.zeros(20), np.zeros(30)),
+      {"num_resamples": 5 * 10**7, "groups": (0, 1)},
+      ValueError,
+      r"\(50,000,000, 50\) \(n: the samples of the 2 groups together\) would hold",
+    ),
+    (
+      (np.zeros((10, 100)),),
+      {"num_resamples": 3 * 10**6, "batch_size": 3 * 10**6},
+      ValueError,
+      r"one batch of data array 0 resampled \(batch_size, \*shape\) = \(3,000,000, 10, 100\) "
+      r"would hold 3,000,000,000 entries.*pass a smaller batch_size",
+    ),
     ((np.zeros(5),), {"batch_size": 0}, ValueError, "batch_size must be an integer >= 1"),
     # one group: a single jackknife value, no spread, acceleration 0 by default
     (
@@ -402,6 +440,43 @@ def test_integers_that_int32_cannot_hold_are_refused_not_wrapped():
   with jax.enable_x64(True):  # x64 keeps int64: nothing to refuse
     r = BS.bootstrap(jax.random.key(0), jnp.max, np.array([2**40, 1]), num_resamples=4)
     assert int(r.estimate) == 2**40
+
+
+def test_the_statistic_output_is_checked_before_it_runs():
+  x = np.arange(20.0)
+  # a complex statistic raised "ldexp not supported for input types" from the interval
+  with pytest.raises(
+    ValueError,
+    match=r"the statistic must return real numbers .*: fn's output\['b'\] has dtype complex64",
+  ):
+    BS.bootstrap(
+      jax.random.key(0), lambda v: {"a": v.mean(), "b": v.mean() * 1j}, x, num_resamples=4
+    )
+  # (num_resamples + 1, *shape) values refused before fn runs (jax.eval_shape allocates nothing)
+  with pytest.raises(
+    ValueError,
+    match=r"the resampled values of fn's output \(num_resamples \+ 1, \*shape\) = "
+    r"\(10,001, 1000000\) would hold 10,001,000,000 entries.*at most 2,146\)",
+  ):
+    BS.bootstrap(jax.random.key(0), lambda v: jnp.zeros(10**6) + v.mean(), x, num_resamples=10**4)
+
+
+def test_checked_mode_describes_the_callers_data_not_a_resample():
+  # under jaxcal.checked the message counted the bad rows of a resample (rows repeat there)
+  p = np.asarray(jax.nn.softmax(jax.random.normal(jax.random.key(3), (51, 3)))) * 2
+  y = np.zeros(51, np.int32)
+  with pytest.raises(ValueError) as eager:
+    scores.brier(p, y)
+  f = jaxcal.checked(
+    lambda q: BS.bootstrap(jax.random.key(0), scores.brier, q, y, num_resamples=20).lo
+  )
+  with pytest.raises(ValueError) as inside:
+    f(p)
+  assert str(inside.value) == str(eager.value)
+  # valid data: checked mode returns the unchecked numbers
+  q = p / 2
+  want = BS.bootstrap(jax.random.key(0), scores.brier, q, y, num_resamples=20).lo
+  np.testing.assert_array_equal(f(q), want)
 
 
 def test_fn_must_be_callable_and_inputs_are_not_modified():
@@ -594,6 +669,29 @@ def test_consistency_bands_quantile_logits_and_bad_input():
   assert ok.any()
   np.testing.assert_allclose(w90[ok], 1.8 * w50[ok], rtol=1e-4)
   np.testing.assert_allclose(np.asarray(b90.hi + b90.lo), np.asarray(b50.hi + b50.lo), rtol=1e-5)
+
+
+def test_consistency_bands_refuse_sizes_before_anything_is_drawn():
+  p = np.asarray(jax.nn.softmax(jax.random.normal(jax.random.key(0), (200, 4))))
+  keep = p.copy()
+  # 2**24 bins: XLA was asked for 134 GB (a raw RESOURCE_EXHAUSTED)
+  with pytest.raises(
+    ValueError,
+    match=r"the resampled gaps per bin \(num_resamples, num_bins\) = \(1,000, 16,777,216\) "
+    r"would hold 16,777,216,000 entries, above 2\^31 - 1 = 2,147,483,647: pass fewer "
+    r"resamples \(at most 127 for 16,777,216 bins\) or fewer bins",
+  ):
+    BS.consistency_bands(jax.random.key(0), p, 2**24)
+  # 10**9 resamples of 5 bins: 40 GB
+  with pytest.raises(ValueError, match=r"\(num_resamples, num_bins\) = \(1,000,000,000, 5\)"):
+    BS.consistency_bands(jax.random.key(0), p, 5, num_resamples=10**9)
+  with pytest.raises(
+    ValueError, match=r"the resample indices \(num_resamples, n\) = \(20,000,000, 200\)"
+  ):
+    BS.consistency_bands(jax.random.key(0), p, 5, num_resamples=2 * 10**7)
+  with pytest.raises(ValueError, match=r"confidence must be a number, got '0.9' \(str\)"):
+    BS.consistency_bands(jax.random.key(0), p, 5, confidence="0.9")
+  np.testing.assert_array_equal(p, keep)
 
 
 def test_public_names():

@@ -114,6 +114,16 @@ def test_load_refuses_what_it_would_have_to_guess_or_distort(tmp_path):
   np.savez(tmp_path / "big.npz", logits=big, labels=y)
   with pytest.raises(ValueError, match=r"logits row 4 spans -1e\+300 to 8, wider than the float32"):
     _load_split(tmp_path / "big.npz", "test", shift_logits=True)
+  big[4, 1] = -np.inf  # not finite, shifted or not (it read "spans -inf to 8, wider than")
+  np.savez(tmp_path / "big.npz", logits=big, labels=y)
+  for shift in (False, True):
+    with pytest.raises(ValueError, match=r"scores\[4, 1\] = -inf is not finite"):
+      _load_split(tmp_path / "big.npz", "test", shift_logits=shift)
+  # NaN survives the float32 cast as inf does in float32 files: left to the value checks
+  # (a masked-out row may hold it)
+  big[4, 1] = np.nan
+  np.savez(tmp_path / "big.npz", logits=big, labels=y)
+  assert np.isnan(data.load_predictions(tmp_path / "big.npz")[0][4, 1])
   far = z - 1e10  # rows far from 0 (float32 steps of 1024 there): shifted, exact
   np.savez(tmp_path / "far.npz", logits=far, labels=y)
   shifted = _load_split(tmp_path / "far.npz", "test", shift_logits=True)[0]
@@ -345,6 +355,16 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
   np.savez(tmp_path / "eqc.npz", logits=np.zeros((3, 2)), labels=np.array([0, 2, 1]))
   np.savez(tmp_path / "neg.npz", logits=np.zeros((3, 2)), labels=np.array([0, 1, -1]))
   np.savez(tmp_path / "strlab.npz", logits=np.zeros((2, 2)), labels=np.array(["0", "1"]))
+  # labels and y: 'labels' was taken and 'y' ignored (found by a reviewer)
+  np.savez(tmp_path / "ly.npz", logits=np.zeros((3, 2)), labels=np.arange(3) % 2, y=np.zeros(3))
+  (tmp_path / "lydir").mkdir()
+  for stem, arr in (("logits", np.zeros((3, 2))), ("labels", np.arange(3) % 2), ("y", np.ones(3))):
+    np.save(tmp_path / "lydir" / f"{stem}.npy", arr)
+  # float64 inf was said to exceed "the float32 range ... rescale the scores"
+  for name, value in (("inf64", np.inf), ("ninf64", -np.inf)):
+    bad = np.zeros((3, 2))
+    bad[1, 0] = value
+    np.savez(tmp_path / f"{name}.npz", logits=bad, labels=np.arange(3) % 2)
   s, l = str(tmp_path / "s.npy"), str(tmp_path / "l.npy")
   cases = [
     ("empty.npz", r"empty.npz: not a valid .npz file"),
@@ -376,6 +396,10 @@ def test_load_refuses_broken_files_naming_them(tmp_path):
     ("eqc.npz", r"eqc.npz: labels must lie in \[0, 2\); 1 entries do not, .* labels\[1\] = 2$"),
     ("neg.npz", r"neg.npz: labels must lie in \[0, 2\); 1 entries do not, .* labels\[2\] = -1$"),
     ("strlab.npz", r"strlab.npz: labels must be integers, got dtype <U1"),
+    ("ly.npz", r"ly.npz: holds several label arrays \['labels', 'y'\]; keep one"),
+    ("lydir", r"lydir: holds several label arrays \['labels', 'y'\]; keep one"),
+    ("inf64.npz", r"inf64.npz: scores\[1, 0\] = inf is not finite; the metrics need finite"),
+    ("ninf64.npz", r"ninf64.npz: scores\[1, 0\] = -inf is not finite; the metrics need"),
     ("notes.txt", r"predictions not found"),
   ]
   for name, match in cases:
@@ -480,11 +504,38 @@ def test_synthetic_follows_its_law():
     ((10, 3), {"scale": float("nan")}, r"scale must be a finite number, got nan"),
     ((10, 3), {"scale": float("inf")}, r"scale must be a finite number, got inf"),
     ((10, 3), {"scale": "2"}, r"scale must be a number, got '2'"),
+    # finite, > 0, yet NaN in float32: all-NaN probabilities, labels drawn from NaN
+    (
+      (4, 3),
+      {"scale": 1e39},
+      r"scale = 1e\+39 and concentration = 1 overflow float32: .* keep \|scale\| <= 3.1e\+37 "
+      r"and \|scale\| / sqrt\(concentration\) <= 3.1e\+37, with concentration >= 1.18e-38",
+    ),
+    ((4, 3), {"concentration": 1e-39}, r"scale = 2 and concentration = 1e-39 overflow float32"),
+    ((4, 3), {"scale": 0.0, "concentration": 1e-40}, r"scale = 0 and concentration = 1e-40"),
+    ((4, 3), {"temperature": 1e-38}, r"temperature = 1e-38 overflows .* >= 1.18e-38 \(for num"),
   ],
 )
 def test_synthetic_bad_arguments(args, kwargs, msg):
   with pytest.raises(ValueError, match=msg):
     data.synthetic(jax.random.key(0), *args, **kwargs)
+
+
+def test_synthetic_usable_range_is_finite():
+  # the bounds the overflow messages give hold however many draws (|g| <= 5.42)
+  tiny = float(np.finfo(np.float32).tiny)
+  for kwargs in (
+    {"scale": -3.1e37},
+    {"scale": 3.1e37 * np.sqrt(tiny), "concentration": tiny, "temperature": tiny},
+  ):
+    d = data.synthetic(jax.random.key(0), 4096, 3, **kwargs)
+    assert bool(jnp.isfinite(d.probs).all() & jnp.isfinite(d.true_probs).all()), kwargs
+  # a large scale overflows only in some draws: refused when it does
+  with pytest.raises(ValueError, match=r"scale = 1e\+38 and concentration = 1 overflow"):
+    data.synthetic(jax.random.key(0), 4096, 3, scale=1e38)
+  # under jit (a traced key) nothing can be raised: NaN, never a plausible number
+  out = jax.jit(lambda k: data.synthetic(k, 4, 3, scale=1e39))(jax.random.key(0))
+  assert bool(jnp.isnan(out.probs).all())
 
 
 def test_synthetic_needs_a_prng_key():

@@ -48,6 +48,27 @@ def test_roundtrip(tiny):
     np.testing.assert_array_equal(out[k], data[k])
 
 
+def test_root_as_bytes_or_pathlike(tiny):
+  import os
+
+  root, data = tiny
+  for r in (os.fsencode(root), str(root)):
+    np.testing.assert_array_equal(F.load_fashion_mnist(r)["test_labels"], data["test_labels"])
+
+
+@pytest.mark.parametrize(
+  "root, message",
+  [  # pathlib's bare "expected str, bytes or os.PathLike object, not int"
+    (3, r"root must be a folder path \(str or os.PathLike\) or None, got 3 \(int\)"),
+    (["/tmp"], r"root must be a folder path .*got \['/tmp'\] \(list\)"),
+    (3.5, r"root must be a folder path .*got 3.5 \(float\)"),
+  ],
+)
+def test_bad_root_raises(root, message):
+  with pytest.raises(ValueError, match=message):
+    F.load_fashion_mnist(root)
+
+
 def test_env_root_and_uncompressed(tiny, monkeypatch):
   root, data = tiny
   name = F.FILES[("test", "labels")]

@@ -221,10 +221,14 @@ def test_skce_matches_float64_loop(estimator):
 
 def test_skce_block_sizes_gaussian_kernel_and_float64():
   p, y = P_SMALL, Y_SMALL
-  for b in (3, 7):
-    want = R.skce(p, y, 0.5, "block", block_size=b, kernel="gaussian")
+  for b in (3, 7, np.int64(5)):  # numpy ints are ints (np.int64 was refused)
+    want = R.skce(p, y, 0.5, "block", block_size=int(b), kernel="gaussian")
     got = float(metrics.skce(p, y, metrics.GaussianKernel(0.5), "block", block_size=b))
     assert got == pytest.approx(want, abs=2e-7, rel=1e-5)
+  rb = metrics.skce(p, y, row_block=np.int64(4))
+  assert float(rb) == pytest.approx(float(metrics.skce(p, y, row_block=4)), abs=1e-7)
+  s = metrics.smooth_reliability(p, y, 0.1, num_points=np.int64(7))
+  assert s.mesh.shape == (7,)
   with jax.enable_x64(True):
     p64 = jnp.asarray(P_SMALL, jnp.float64)
     got = float(metrics.skce(p64, Y_SMALL, metrics.LaplacianKernel(0.3)))
@@ -517,6 +521,26 @@ def test_binned_norms_match_loop(norm, binning):
     (lambda: metrics.smooth_reliability(P_SMALL, Y_SMALL, True), ValueError, "got True"),
     (lambda: metrics.smooth_reliability(P_SMALL, Y_SMALL, 1e-7), ValueError, "smallest"),
     (lambda: metrics.skce(P_SMALL, Y_SMALL, kernel="rbf"), TypeError, "kernel"),
+    (
+      lambda: metrics.skce(P_SMALL, Y_SMALL, kernel=metrics.LaplacianKernel),  # the class
+      TypeError,
+      r"kernel must be a kernel instance, e.g. LaplacianKernel\(1.0\), got the class",
+    ),
+    (  # checked whatever the estimator: it was silently unused
+      lambda: metrics.skce(P_SMALL, Y_SMALL, block_size=0),
+      ValueError,
+      r"block_size must be an int >= 2, got 0",
+    ),
+    (
+      lambda: metrics.smooth_reliability(P_SMALL, Y_SMALL, 0.1, num_points=10**9),
+      ValueError,
+      r"num_points must be <= 1,?000,?000.*got 1,?000,?000,?000",
+    ),
+    (
+      lambda: metrics.smooth_reliability(P_SMALL, Y_SMALL, 0.1, num_points=2**40),
+      ValueError,
+      r"num_points must be <= 1,?000,?000",
+    ),
     (
       lambda: metrics.skce(P_SMALL, Y_SMALL, metrics.LaplacianKernel(0.0)),
       ValueError,

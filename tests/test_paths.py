@@ -104,6 +104,9 @@ def test_load_fashion_mnist_uses_the_same_lookup(no_env, tmp_path):
 def test_unknown_name():
   with pytest.raises(ValueError, match=r"name must be one of \['cifar_logits', 'fashion_mnist'\]"):
     dataset_dir("mnist")
+  for bad in (["cifar_logits"], None, b"cifar_logits"):  # a list: "unhashable type: 'list'"
+    with pytest.raises(ValueError, match=r"name must be one of .*, got "):
+      dataset_dir(bad)
 
 
 def test_output_folder_creates_parents_and_refuses_what_it_cannot_write(tmp_path, monkeypatch):

@@ -968,6 +968,11 @@ def test_bca_comparison_reports_the_models_sample_count(monkeypatch):
     ("ConfECE()", r"not a metric label: the parentheses must hold 'fix' or 'qua'"),
     ("ConfECE(;15)", r"not a metric label: the parentheses must hold 'fix' or 'qua'"),
     ("ConfECE(fix;)", r"not a metric label: the parentheses must hold 'fix' or 'qua'"),
+    # "$" matched before a final newline, and "\d" other scripts' digits (read as 15)
+    ("ConfECE(fix;15)\n", r"is not a metric label such as 'ConfECE\(fix;15\)'"),
+    ("Brier\n", r"is not a metric label such as"),
+    ("ConfECE(fix;\u0661\u0665)", r"not a metric label: .* a bin count \(digits 0-9\)"),
+    ("ECCE(\u0661\u0665)", r"not a metric label: .* a bin count \(digits 0-9\)"),
   ],
 )
 def test_parse_label_refuses_what_label_never_writes(text, message):
@@ -986,7 +991,7 @@ def test_parse_label_refuses_what_label_never_writes(text, message):
 def test_format_number_refuses_bad_digits_and_non_real_x():
   # digits=0 wrote one digit and "0.5" was formatted as a number
   for digits in (0, -1, True, 2.0):
-    with pytest.raises(ValueError, match="digits must be an int >= 1"):
+    with pytest.raises(ValueError, match="digits must be (an int|>= 1), got"):
       report.format_number(0.5, digits)
   for x in ("0.5", b"0.5", 1 + 2j, np.array("0.5")):
     with pytest.raises(ValueError, match="x must be a real number"):
@@ -996,3 +1001,113 @@ def test_format_number_refuses_bad_digits_and_non_real_x():
     report.format_number(np.array(0.5)) == "0.500" and report.format_number(float("nan")) == "nan"
   )
   assert report.format_number(12345) == "12,345" and report.format_number(np.int64(7)) == "7"
+
+
+def test_format_number_refuses_none_sequences_and_absurd_digits():
+  # None, [1.0] and np.array([1.0]) raised float()'s TypeError (the docstring promises a
+  # ValueError); digits=10**9 built a 1 GB string of float64 noise
+  for x, match in [
+    (None, r"x must be a real number, got None \(NoneType\)"),
+    ([1.0], r"x must be a real number, got list of shape \(1,\)"),
+    (np.array([1.0]), r"x must be a real number, got ndarray of shape \(1,\)"),
+    (np.array([1, 2]), r"x must be a real number, got ndarray of shape \(2,\)"),
+    ([[1.0], [1.0, 2.0]], r"x must be a real number, got ragged list"),
+  ]:
+    with pytest.raises(ValueError, match=match):
+      report.format_number(x)
+  with pytest.raises(ValueError, match=r"digits must be <= 17, got 1000000000: 17 significant"):
+    report.format_number(0.5, digits=10**9)
+  with pytest.raises(ValueError, match=r"digits must be <= 17, got 18"):
+    report.format_interval(0.5, 0.4, 0.6, digits=18)
+  assert report.format_number(0.1, 17) == "0.10000000000000001"  # float64's round trip
+  assert report.format_number(np.array([0.5])[0]) == "0.500"
+
+
+def test_label_refuses_a_name_that_is_not_a_string():
+  # label(None) raised a raw AttributeError from None.split
+  for call in (report.label, report_src.metric):
+    with pytest.raises(ValueError, match=r"name must be a metric name \(a str\) .* got None"):
+      call(None)
+  with pytest.raises(ValueError, match=r"name must be a metric name .* got b'ConfECE' \(bytes\)"):
+    report.label(b"ConfECE")
+  with pytest.raises(ValueError, match=r"binning must be 'fixed' or 'quantile', got \['fixed'\]"):
+    report.label("ConfECE", ["fixed"])  # was a TypeError (unhashable list)
+  assert report.label("ConfECE", None, 15) == "ConfECE(fix;15)"
+
+
+def test_robustness_bins_refuse_counts_and_bin_counts_beyond_their_bounds():
+  # count=3 * 10**9 allocated 22 GB of points (the process was killed) for ~2000 bin counts;
+  # hi=2**63 - 1 wrapped to a negative bin count in the int64 cast
+  for kw, match in [
+    ({"count": 3 * 10**9}, r"count must be <= 1048576, got 3000000000: each point is a bin"),
+    ({"count": 2**20 + 1}, r"count must be <= 1048576, got 1048577"),
+    ({"hi": 2**63 - 1}, r"hi must be <= 16777216, got 9223372036854775807"),
+    ({"hi": 2**24 + 1}, r"hi must be <= 16777216, got 16777217"),
+  ]:
+    with pytest.raises(ValueError, match=match):
+      report.robustness_bins(10**30, **kw)
+  np.testing.assert_array_equal(report.robustness_bins(10**6, count=2**20), np.arange(2, 2001))
+  assert report.robustness_bins(2**30, hi=2**24, count=2)[-1] == 2**24
+
+
+def test_formatters_and_writer_name_the_report_keys_they_lack(tmp_path):
+  # {"settings": {}, "metrics": {}} passed the check, then raised a raw KeyError: 'input'
+  bare = {"settings": {}, "metrics": {}}
+  for fmt in (report.format_summary, report.format_markdown):
+    with pytest.raises(ValueError, match=r"missing: \['input'\]\['n'\], \['input'\]\['num"):
+      fmt(bare)
+  out = tmp_path / "out"
+  with pytest.raises(
+    ValueError, match=r"missing: \['input'\]\['n'\], \['robustness'\]\['num_bins'\]"
+  ):
+    report.write_report(bare, out_dir=str(out), formats=("png",))
+  rep = _one_model_rep()
+  rep["timing"] = {"total_s": 1.0}  # the summary names the device and version too
+  with pytest.raises(
+    ValueError, match=r"missing: \['jaxcal'\]\['device'\], .*\(format_summary reads"
+  ):
+    report.format_summary(rep)
+  del rep["input"]["kind"], rep["timing"]
+  with pytest.raises(ValueError, match=r"missing: \['input'\]\['kind'\] \(format_markdown"):
+    report.format_markdown(rep)
+  comp = _compare_rep()
+  del comp["rank_stability"][0]["n"], comp["metrics"]["bb"]["smECE"]
+  with pytest.raises(
+    ValueError, match=r"\['metrics'\]\['bb'\]\['smECE'\]\['estimate'\], .*\['n'\]"
+  ):
+    report.format_summary(comp)
+  with pytest.raises(ValueError, match=r"missing: \['rank_stability'\]\[0\]\['n'\] \(write_report"):
+    report.write_report(comp, out_dir=str(out), formats=("png",))
+  assert not out.exists()
+  with pytest.raises(ValueError, match="rep must be a report dict .* got list"):
+    report.format_summary([])
+  paths = report.write_report(bare, out_dir=str(out), formats=())  # report.json alone: as before
+  assert sorted(paths) == ["json"]
+
+
+def test_write_report_refuses_half_a_pair_and_predictions_of_a_comparison(tmp_path):
+  # write_report(rep, x, None) left the reliability diagrams out, and a comparison report
+  # ignored x and y, silently
+  x, y = np.full((1234, 3), 1 / 3), np.zeros(1234, int)
+  out = tmp_path / "out"
+  for args, match in [
+    ((_one_model_rep(), x, None), r"scores_in was given without labels: the reliability"),
+    ((_one_model_rep(), None, y), r"labels was given without scores_in: the reliability"),
+    ((_compare_rep(), x, y), r"scores_in and labels: a comparison report .* pass neither"),
+    ((_compare_rep(), None, y), r"labels: a comparison report .* pass neither"),
+  ]:
+    with pytest.raises(ValueError, match=match):
+      report.write_report(*args, str(out), formats=("png",))
+  assert not out.exists()
+
+
+def test_find_models_refuses_a_path_that_is_not_a_string(tmp_path):
+  # None raised os.stat's TypeError, bytes str.endswith's
+  for path in (None, b"/tmp", 3):
+    with pytest.raises(TypeError, match=r"path must be a file or folder path \(a str or os.Pa"):
+      report.find_models(path)
+  z = dict(logits=np.zeros((2, 2)), labels=np.zeros(2, int))
+  np.savez(tmp_path / "a.npz", **z)
+  np.savez(tmp_path / "b.npz", **z)
+  assert report.find_models(tmp_path) == report.find_models(str(tmp_path))
+  assert report.find_models(tmp_path)["a"] == str(tmp_path / "a.npz")

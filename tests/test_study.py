@@ -414,6 +414,50 @@ def test_summary_columns():
     }
 
 
+def _two_bin_counts():
+  return study.StudyResult(
+    models=("a",),
+    values={"conf_ece": np.array([[0.1, 0.2]])},
+    axes={"conf_ece": ("model", "num_bins")},
+    coords={"num_bins": [5, 10]},
+    info={},
+  )
+
+
+@pytest.mark.parametrize(
+  "call, exc, msg",
+  [
+    # an int was a file descriptor: to_json(1) wrote to stdout and closed it
+    (lambda r: r.to_json(1), TypeError, r"path must be a str or os.PathLike .*got 1 \(int\)"),
+    (lambda r: r.to_json(True), TypeError, r"path must be a str .*got True \(bool\)"),
+    (lambda r: r.to_json(b"out.json"), TypeError, r"path must be a str .*\(bytes\)"),
+    # '10' read "num_bins = 10 was not evaluated; bin counts: [5, 10]"
+    (lambda r: r.summary("10"), ValueError, r"num_bins must be an integer >= 1 .*got '10'"),
+    (lambda r: r.summary(True), ValueError, r"num_bins must be an integer >= 1, got True"),
+    (lambda r: r.summary(np.array([5, 10])), ValueError, r"num_bins must be one bin count"),
+    (lambda r: r.summary(7), ValueError, r"num_bins = 7 was not evaluated; bin counts: \[5, 10\]"),
+  ],
+)
+def test_study_result_bad_input(call, exc, msg, monkeypatch):
+  def never(path, *args, **kwargs):  # (without the fix, to_json(1) would close this stdout)
+    raise AssertionError(f"opened {path!r}")
+
+  monkeypatch.setattr(study_src, "open", never, raising=False)
+  with pytest.raises(exc, match=msg):
+    call(_two_bin_counts())
+
+
+def test_study_result_paths_and_bin_counts_that_work(tmp_path):
+  res = _two_bin_counts()
+  for path in (str(tmp_path / "a.json"), tmp_path / "b.json"):
+    text = res.to_json(path)
+    assert pathlib.Path(path).read_text() == text + "\n" and json.loads(text) == res.to_dict()
+  assert (
+    res.summary(10) == res.summary(np.int64(10)) == res.summary(10.0) == res.summary(np.array(10))
+  )
+  assert "conf_ece@10" in res.summary(10)
+
+
 def test_evaluate_refuses_to_be_traced(logits):
   """Under jit it raised ConcretizationTypeError, under checked TracerBoolConversionError."""
   z, y = logits

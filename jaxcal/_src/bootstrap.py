@@ -56,7 +56,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -121,10 +121,12 @@ class BootstrapResult(NamedTuple):
 
 
 def _check_confidence(confidence: Any) -> float:
-  try:
-    c = float(confidence)
-  except (TypeError, ValueError):
-    raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}") from None
+  """``confidence`` as a float in ``(0, 1)``.
+
+  A number only, as ``calibration_report`` takes it (``check_float_option``):
+  ``float()`` let the string ``"0.9"`` through, and ``True`` read as 1.
+  """
+  c = V.check_float_option(confidence, "confidence")
   if not 0.0 < c < 1.0:
     raise ValueError(f"confidence must lie in (0, 1), e.g. 0.95; got {confidence!r}")
   return c
@@ -342,7 +344,8 @@ def interval(
     non-finite inputs give NaN ends instead of an error.
 
   Raises:
-    ValueError: an unknown method, a confidence outside ``(0, 1)``, samples
+    ValueError: an unknown method, a confidence that is not a number in
+      ``(0, 1)`` (a string or a bool included), samples
       whose trailing shape differs from the estimate's, fewer than 2
       resampled values (``B < 2``: an empty or one-point "interval"), or a
       NaN or infinite estimate, sample or acceleration (eager calls).
@@ -419,6 +422,11 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
     ]
     return fn(*_gather(arrays, axes, slot, idx))
 
+  if V.checking():
+    # jaxcal.checked reports the first failed check: fn on the caller's data, traced
+    # first, so a bad input is described by its own rows (not by a resample's, where
+    # rows repeat); its values are unused (the estimate below is element 0)
+    fn(*arrays)
   per_resample = [jax.random.split(k, num_resamples) for k in keys]
   per_resample = [jnp.concatenate([r[:1], r]) for r in per_resample]
   full = jnp.arange(num_resamples + 1) == 0
@@ -442,6 +450,48 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
       parts.append(map_batches(drop, jnp.arange(num_groups), batch_size))
     jack = parts
   return estimate, samples, jack
+
+
+def _check_work(num_resamples: int, sizes: tuple[int, ...]) -> None:
+  """Refuses ``num_resamples × n`` index entries beyond ``2^31 - 1`` before anything is drawn.
+
+  The index sets are drawn a batch at a time, but the keys, the loop and the
+  time grow with the total: ``num_resamples = 10**9`` on ``n = 20`` was killed
+  by the OS at 21 GB after 69 s (any value up to ``MAX_RESAMPLES`` passed).
+  """
+  n = sum(sizes)
+  whose = "" if len(sizes) == 1 else f" (n: the samples of the {len(sizes)} groups together)"
+  V.check_entries(
+    num_resamples * n,
+    f"the resample indices (num_resamples, n) = ({num_resamples:,}, {n:,}){whose}",
+    f"pass fewer resamples (at most {V.MAX_ENTRIES // n:,} for n = {n:,})",
+  )
+
+
+def _check_statistic(samples: Any, num_resamples: int) -> None:
+  """Checks the ``(num_resamples, ...)`` resampled values' shapes and dtypes (from ``eval_shape``).
+
+  Every leaf must be real (boolean, integer or floating: a complex one raised
+  ``ldexp not supported`` from the interval), and its ``(num_resamples + 1,
+  *shape)`` resampled values (the estimate rides along) must fit
+  :data:`~jaxcal._src.validation.MAX_ENTRIES`.
+  """
+  for path, leaf in jax.tree_util.tree_flatten_with_path(samples)[0]:
+    where = f"fn's output{jax.tree_util.keystr(path)}"
+    dt = jnp.dtype(leaf.dtype)
+    if not (dt == jnp.bool_ or jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.floating)):
+      raise ValueError(
+        f"the statistic must return real numbers (floating, integer or boolean arrays): "
+        f"{where} has dtype {dt}; return the parts to bootstrap as real arrays "
+        "(e.g. jnp.real and jnp.imag of a complex value)"
+      )
+    size = math.prod(leaf.shape[1:])
+    V.check_entries(
+      (num_resamples + 1) * size,
+      f"the resampled values of {where} (num_resamples + 1, *shape) = "
+      f"({num_resamples + 1:,}{''.join(f', {d}' for d in leaf.shape[1:])})",
+      f"pass fewer resamples (at most {V.MAX_ENTRIES // max(size, 1) - 1:,}) or a smaller statistic",
+    )
 
 
 def bootstrap(
@@ -519,7 +569,13 @@ def bootstrap(
       data set with fewer than 2 samples (every resample of one sample is
       that sample: sd 0 and a zero-width interval), ``num_resamples < 2``,
       ``batch_size < 1``, ``jackknife_groups < 2``, an unknown ``method``
-      or a ``confidence`` outside ``(0, 1)``; and any
+      or a ``confidence`` that is not a number in ``(0, 1)`` (a string
+      ``"0.9"`` or a bool included); ``num_resamples × n`` resample indices
+      (``n`` summed over the groups), ``(num_resamples + 1) × size`` values
+      of a statistic's output, or ``batch_size × size`` entries of one
+      gathered batch of a data array beyond ``2^31 - 1`` (refused before
+      anything is drawn); a statistic with a complex (or other non-real)
+      output; and any
       error ``fn`` raises while it is traced (with BCa on the jackknife's
       ``n - n // G`` samples too).
 
@@ -560,6 +616,15 @@ def bootstrap(
   axes = [sample_axis] * len(arrs) if one_axis else list(sample_axis)
   if len(axes) != len(arrs):
     raise ValueError(f"sample_axis has {len(axes)} entries for {len(arrs)} arrays")
+  if groups is not None and (
+    isinstance(groups, str | bytes)
+    or not isinstance(groups, Iterable)
+    or (isinstance(groups, np.ndarray | jax.Array) and groups.ndim != 1)
+  ):  # an int raised Python's "'int' object is not iterable"
+    raise ValueError(
+      f"groups must be a sequence of one int per array (e.g. (0, 0, 1)) or None, got "
+      f"{groups!r} ({type(groups).__name__})"
+    )
   # integers only: float labels were truncated (0.2 and 0.9 made one paired group)
   grp = (
     [0] * len(arrs)
@@ -587,10 +652,19 @@ def bootstrap(
       f"bootstrap needs at least 2 samples per data array, got n = {min(sizes)} along the "
       "sample axis: every resample of one sample is that sample (sd 0, a zero-width interval)"
     )
+  _check_work(num_resamples, sizes)
   if batch_size is None:
     batch_size = _auto_batch(sum(a.size * a.dtype.itemsize for a in arrs), num_resamples)
   else:
     batch_size = min(V.check_int(batch_size, "batch_size"), num_resamples)
+    for i, a in enumerate(arrs):
+      if batch_size > 1:  # (one resample of an array is the size of the array itself)
+        V.check_entries(
+          batch_size * a.size,
+          f"one batch of data array {i} resampled (batch_size, *shape) = "
+          f"({batch_size:,}, {', '.join(map(str, a.shape))})",
+          "pass a smaller batch_size (by default a batch gathers about 128 MiB)",
+        )
   keys = [key] if len(names) == 1 else list(jax.random.split(key, len(names)))
   jackknife = None
   perms: list[jax.Array] = []
@@ -600,10 +674,7 @@ def bootstrap(
       jax.random.permutation(jax.random.fold_in(k, 1), n).astype(jnp.int32)
       for k, n in zip(keys, sizes)
     ]
-  estimate, samples, jack = _resampled(
-    keys,
-    perms,
-    arrs,
+  static = dict(
     fn=fn,
     axes=tuple(axes_norm),
     slot=tuple(names.index(g) for g in grp),
@@ -612,6 +683,10 @@ def bootstrap(
     batch_size=batch_size,
     jackknife=jackknife,
   )
+  # the output's shapes and dtypes first, allocating nothing (the trace is the call's own:
+  # jit caches it)
+  _check_statistic(_resampled.eval_shape(keys, perms, arrs, **static)[1], num_resamples)
+  estimate, samples, jack = _resampled(keys, perms, arrs, **static)
   sd, lo, hi = _summary(estimate, samples, jack, _levels(confidence), method=method)
   return BootstrapResult(estimate=estimate, sd=sd, lo=lo, hi=hi, samples=samples)
 
@@ -736,7 +811,9 @@ def consistency_bands(
 
   Raises:
     ValueError: ``key`` is not a PRNG key; invalid probabilities, bin count,
-      binning, resample count or confidence.
+      binning, resample count or confidence (a string or a bool included);
+      ``num_resamples × num_bins`` resampled gaps or ``num_resamples × n``
+      resample indices beyond ``2^31 - 1`` (refused before anything is drawn).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -764,6 +841,13 @@ def consistency_bands(
       f"quantile binning with num_bins = {m} needs at least that many samples, got n = {p.shape[0]}"
     )
   num_resamples = V.check_int(num_resamples, "num_resamples", 2, MAX_RESAMPLES)
+  # before anything is drawn: 2**24 bins asked XLA for 134 GB (raw RESOURCE_EXHAUSTED)
+  V.check_entries(
+    num_resamples * m,
+    f"the resampled gaps per bin (num_resamples, num_bins) = ({num_resamples:,}, {m:,})",
+    f"pass fewer resamples (at most {V.MAX_ENTRIES // m:,} for {m:,} bins) or fewer bins",
+  )
+  _check_work(num_resamples, (p.shape[0],))
   level = _check_confidence(confidence)
   batch = _auto_batch(4 * p.shape[0] * p.dtype.itemsize, num_resamples)  # O(n) each
   out = _consistency(key, p, m, binning, num_resamples, batch, level)

@@ -126,7 +126,9 @@ def _pick(
 
   ``{split}_<scores>`` with ``{split}_labels`` first; else the unsplit
   ``<scores>`` with ``labels``/``y`` (a file of one data set). The scores and
-  the labels always come from the same kind of name, never one of each.
+  the labels always come from the same kind of name, never one of each. Two
+  score arrays of one kind, or both ``labels`` and ``y`` for the scores read,
+  are refused: which one is meant is not guessed.
   """
   keys = list(mapping.keys())
   for prefix in (f"{split}_", ""):
@@ -142,9 +144,13 @@ def _pick(
     for stem in _SCORE_KEYS:
       k = prefix + stem
       if k in keys:
-        for lk in label_keys:
-          if lk in keys:
-            return mapping[k](), mapping[lk](), own, stem
+        found = [lk for lk in label_keys if lk in keys]
+        if len(found) > 1:  # 'labels' was taken and 'y' ignored without a word
+          raise ValueError(
+            f"{path}: holds several label arrays {found}; keep one (jaxcal would not guess which)"
+          )
+        if found:
+          return mapping[k](), mapping[found[0]](), own, stem
         want = " or ".join(repr(x) for x in label_keys)
         raise ValueError(f"{path}: found {k!r} but no labels array ({want})")
   raise ValueError(
@@ -221,8 +227,11 @@ def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.n
       file, a named pipe or device (refused before it is opened: reading a
       pipe waits for a writer), not an ``.npz``/``.npy`` (empty, truncated, corrupt), missing
       arrays, object (pickled) arrays, a header claiming more data than the
-      file holds, non-numeric scores, scores not ``(n, C)``, labels of the
-      wrong shape, non-integral or outside ``[0, C)``.
+      file holds, non-numeric scores, scores not ``(n, C)``, float64 scores
+      that are infinite or beyond float32's range, two score arrays or two
+      label arrays (``labels`` and ``y``) to choose from, labels of the
+      wrong shape, non-integral or outside ``[0, C)``. (NaN scores, and inf
+      in float32 files, are left to the metrics' value checks.)
 
   Example:
     >>> x, y = load_predictions(DEFAULT_PREDICTIONS)
@@ -310,9 +319,16 @@ def _load_split(
     raise ValueError(f"{p}: {e}") from None
   kind = "probs" if stem in _PROBS_STEMS else "logits" if stem == "logits" else None
   if scores.dtype.kind == "f" and scores.dtype.itemsize > 4:
+    inf = np.isinf(scores)  # not "beyond the float32 range": inf stays inf, as in float32 files
+    if inf.any():
+      i = tuple(int(v) for v in np.unravel_index(int(np.argmax(inf)), scores.shape))
+      raise ValueError(
+        f"{p}: scores{list(i)} = {scores[i]:g} is not finite; the metrics need finite scores "
+        "(for a class that cannot occur, save probabilities with a 0 rather than a -inf logit)"
+      )
     out = scores
     if kind == "logits" and shift_logits:  # the softmax is the same
-      with np.errstate(invalid="ignore"):  # inf - inf: NaN, refused by the value checks
+      with np.errstate(invalid="ignore"):  # a NaN row stays NaN: refused by the value checks
         out = scores - np.max(scores, axis=1, keepdims=True)
     big = np.abs(out) > np.finfo(np.float32).max  # float64 beyond float32: inf after the cast
     if big.any():
@@ -407,7 +423,11 @@ def synthetic(
     ValueError: ``key`` is not a PRNG key (e.g. an int seed); ``n`` or
       ``num_classes`` not an int (a bool, ``2.5``) or too small;
       ``concentration``, ``scale`` or ``temperature`` not a finite number
-      (NaN, inf, a string), or ``concentration``/``temperature <= 0``.
+      (NaN, inf, a string), or ``concentration``/``temperature <= 0``; on an
+      eager call, also parameters that overflow float32 (``scale = 1e39``,
+      ``concentration = 1e-39``, ``temperature = 1e-38``: NaN probabilities),
+      the message giving the usable range (under ``jax.jit`` with a traced
+      ``key`` such draws are NaN).
 
   Example:
     >>> import jax
@@ -438,4 +458,46 @@ def synthetic(
   mu = jax.nn.softmax(logits, axis=-1)
   y = jax.random.categorical(ky, logits, axis=-1).astype(jnp.int32)
   p = jax.nn.softmax(jax.nn.log_softmax(logits, axis=-1) / temperature, axis=-1)
+  if V.is_concrete(mu, p):  # eager: one scalar comes back (under jit: NaN, as the metrics)
+    _check_synthetic(int(_nonfinite(mu, p)), num_classes, scale, concentration, temperature)
   return Synthetic(p, y, mu)
+
+
+#: The largest ``|g|`` of a float32 ``jax.random.normal`` draw (``sqrt(2) erfinv(1 - 2^-24)``).
+_NORMAL_MAX = 5.42
+
+
+@jax.jit
+def _nonfinite(mu: jax.Array, p: jax.Array) -> jax.Array:
+  """0 when ``mu`` and ``p`` are finite, 1 when ``mu`` is not, else 2 (one fused reduction)."""
+  return jnp.where(jnp.all(jnp.isfinite(mu)), jnp.where(jnp.all(jnp.isfinite(p)), 0, 2), 1)
+
+
+def _check_synthetic(
+  code: int, num_classes: int, scale: float, concentration: float, temperature: float
+) -> None:
+  """Raises when :func:`synthetic`'s parameters overflowed float32 (``code`` of :func:`_nonfinite`).
+
+  ``scale = 1e39`` (inf in float32), ``concentration = 1e-39`` (a subnormal,
+  flushed to 0) or ``temperature = 1e-38`` passed the "finite, > 0" checks
+  and gave all-NaN probabilities and labels drawn from NaN.
+  """
+  f32 = np.finfo(np.float32)
+  tiny = float(f32.tiny)
+  if code == 1:
+    bound = float(f32.max) / (2 * _NORMAL_MAX)
+    raise ValueError(
+      f"scale = {scale:g} and concentration = {concentration:g} overflow float32: the true "
+      "logits scale * g / sqrt(concentration) (g standard normal, |g| up to "
+      f"{_NORMAL_MAX}) are not finite and the probabilities NaN; keep |scale| <= {bound:.1e} "
+      f"and |scale| / sqrt(concentration) <= {bound:.1e}, with concentration >= {tiny:.3g} "
+      "(float32's smallest normal number)"
+    )
+  if code == 2:
+    bound = max(tiny, 2 * math.log(num_classes) / float(f32.max))
+    raise ValueError(
+      f"temperature = {temperature:g} overflows float32: log(probabilities) / temperature "
+      f"is not finite and the predictions NaN; use temperature >= {bound:.3g} "
+      f"(for num_classes = {num_classes}: 2 log(num_classes) / {float(f32.max):.3g}, and at "
+      f"least {tiny:.3g}, float32's smallest normal number)"
+    )

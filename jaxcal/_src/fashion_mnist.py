@@ -163,9 +163,9 @@ def load_fashion_mnist(root: str | os.PathLike | None = None) -> dict[str, np.nd
 
   Raises:
     FileNotFoundError: a file is missing.
-    ValueError: a corrupt file: wrong magic number, size not matching the
-      header, images not 3-d, image/label counts that differ, or labels
-      outside ``0..9``.
+    ValueError: ``root`` not a path (or ``None``); a corrupt file: wrong
+      magic number, size not matching the header, images not 3-d,
+      image/label counts that differ, or labels outside ``0..9``.
 
   Example:
     >>> data = load_fashion_mnist()  # doctest: +SKIP
@@ -175,7 +175,15 @@ def load_fashion_mnist(root: str | os.PathLike | None = None) -> dict[str, np.nd
   Reference: Xiao, Rasul & Vollgraf (2017), Fashion-MNIST; the file format of
   LeCun et al.'s MNIST (IDX).
   """
-  root = pathlib.Path(root) if root is not None else dataset_dir("fashion_mnist")
+  if root is None:
+    root = dataset_dir("fashion_mnist")
+  elif isinstance(root, str | bytes | os.PathLike):
+    root = pathlib.Path(os.fsdecode(root))
+  else:  # pathlib's bare "expected str, bytes or os.PathLike object, not int"
+    raise ValueError(
+      f"root must be a folder path (str or os.PathLike) or None, got {root!r} "
+      f"({type(root).__name__})"
+    )
   out: dict[str, np.ndarray] = {}
   for split in ("train", "test"):
     ipath = _find(root, FILES[(split, "images")])

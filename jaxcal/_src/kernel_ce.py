@@ -315,20 +315,32 @@ def skce(
     raise ValueError(f"skce needs at least 2 samples, got n = {d.count}")
   if n < 2:
     raise ValueError(f"skce needs at least 2 samples, got n = {n}")
-  if estimator == "block":
-    # the selected samples bound the blocks (an eager where selecting fewer than
-    # block_size gave 0 / 0 = NaN); a traced count folds into the flag below
-    sel = d.count if isinstance(d.count, int) else n
-    if (
-      isinstance(block_size, bool) or not isinstance(block_size, int) or not 2 <= block_size <= sel
-    ):
-      what = " selected by where" if d.where is not None else ""
-      raise ValueError(f"block_size must be an int in [2, n = {sel}{what}], got {block_size!r}")
+  # numpy integers are ints here too (np.int64(4) was refused); bools are not
+  block_size, row_block = (
+    int(v) if isinstance(v, np.integer) else v for v in (block_size, row_block)
+  )
+  # the type is checked whatever the estimator (a bad value was silently unused);
+  # the selected samples bound the blocks of the block estimator (an eager where
+  # selecting fewer than block_size gave 0 / 0 = NaN; a traced count folds into
+  # the flag below)
+  block = estimator == "block"
+  sel = (d.count if isinstance(d.count, int) else n) if block else None
+  if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 2:
+    what = " selected by where" if d.where is not None else ""
+    bounds = f"in [2, n = {sel}{what}]" if block else ">= 2"
+    raise ValueError(f"block_size must be an int {bounds}, got {block_size!r}")
+  if block and block_size > sel:
+    what = " selected by where" if d.where is not None else ""
+    raise ValueError(f"block_size must be an int in [2, n = {sel}{what}], got {block_size!r}")
   if row_block is None:
     row_block = _row_block(n, c)
   elif isinstance(row_block, bool) or not isinstance(row_block, int) or row_block < 1:
     raise ValueError(f"row_block must be an int >= 1, got {row_block!r}")
   kern = LaplacianKernel(1.0) if kernel is None else kernel
+  if isinstance(kern, type):  # LaplacianKernel, not LaplacianKernel(1.0): a raw TypeError
+    raise TypeError(
+      f"kernel must be a kernel instance, e.g. {kern.__name__}(1.0), got the class {kern.__name__}"
+    )
   if not callable(kern):
     raise TypeError(f"kernel must be callable on squared distances, got {type(kern).__name__}")
   ok = d.ok

@@ -19,6 +19,10 @@ import numbers
 import re
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from jaxcal._src import validation as V
+
 __all__ = [
   "Metric",
   "METRICS",
@@ -127,7 +131,14 @@ KIND_AXIS_LABEL = {
 
 
 def metric(name: str) -> Metric:
-  """The :class:`Metric` of a display name (``"ConfECE"``) or label (``"ConfECE(fix;15)"``)."""
+  """The :class:`Metric` of a display name (``"ConfECE"``) or label (``"ConfECE(fix;15)"``).
+
+  Raises ``ValueError`` for a name that is not a ``str`` or names no metric.
+  """
+  if not isinstance(name, str):  # None raised a raw AttributeError from .split
+    raise ValueError(
+      f"name must be a metric name (a str) such as 'ConfECE', got {name!r} ({type(name).__name__})"
+    )
   stem = name.split("(", 1)[0]
   if stem not in _BY_NAME:
     raise ValueError(f"unknown metric name {name!r}; known names: {', '.join(_BY_NAME)}")
@@ -147,9 +158,10 @@ def label(name: str, binning: str | None = None, num_bins: int | None = None) ->
     The label, as the truthful-calibration paper's Table 1 writes it.
 
   Raises:
-    ValueError: an unknown name, binning or bin count (not an int ``>= 1``),
-      or quantile bins for ECCE (a label :func:`parse_label` refuses). A
-      metric without bins ignores ``binning`` and ``num_bins``.
+    ValueError: ``name`` not a ``str`` or an unknown name, an unknown
+      binning (not ``"fixed"``, ``"quantile"`` or ``None``), a bin count not
+      an int ``>= 1``, or quantile bins for ECCE (a label :func:`parse_label`
+      refuses). A metric without bins ignores ``binning`` and ``num_bins``.
 
   Example:
     >>> label("ConfECE", num_bins=15), label("LinCE_cw"), label("Brier")
@@ -166,8 +178,8 @@ def label(name: str, binning: str | None = None, num_bins: int | None = None) ->
     raise ValueError(f"num_bins must be an int >= 1 or None, got {num_bins!r}")
   if m.binning is None:
     return m.name
-  rule = binning or m.binning
-  if rule not in BINNING_ABBREV:
+  rule = m.binning if binning is None else binning
+  if not isinstance(rule, str) or rule not in BINNING_ABBREV:  # (a list raised a TypeError)
     raise ValueError(f"binning must be 'fixed' or 'quantile', got {rule!r}")
   if m.name == "ECCE" and rule == "quantile":
     raise ValueError("ECCE always uses equal-width bins; pass binning='fixed' or None")
@@ -177,9 +189,12 @@ def label(name: str, binning: str | None = None, num_bins: int | None = None) ->
   return f"{m.name}({inner})"
 
 
-_LABEL = re.compile(r"^(?P<name>[A-Za-z_]+)(?:\((?P<inner>[^()]*)\))?$")
+#: A whole label (matched with ``fullmatch``: ``$`` also matched before a final
+#: newline, so ``"ConfECE(fix;15)\n"`` parsed).
+_LABEL = re.compile(r"(?P<name>[A-Za-z_]+)(?:\((?P<inner>[^()]*)\))?")
 #: What a label's parentheses hold: a rule, a rule and a bin count, or a count alone.
-_BINS = re.compile(r"^(?:(?P<rule>fix|qua)(?:;(?P<m>\d+))?|(?P<count>\d+))$")
+#: ASCII digits only: ``\d`` also matched other scripts' digits (``"١٥"`` read as 15).
+_BINS = re.compile(r"(?:(?P<rule>fix|qua)(?:;(?P<m>[0-9]+))?|(?P<count>[0-9]+))")
 
 
 def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
@@ -198,9 +213,10 @@ def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
   Raises:
     ValueError: ``text`` is not a label of that form (parentheses holding
       neither a rule nor a bin count, such as ``"ConfECE()"``,
-      ``"ConfECE(;15)"`` or ``"ConfECE(fix;)"``), names no metric, gives
-      bins to a metric without them, quantile bins to ECCE, or a bin count
-      below 1.
+      ``"ConfECE(;15)"`` or ``"ConfECE(fix;)"``; anything after the label,
+      even a newline; a bin count in other than the ASCII digits 0-9),
+      names no metric, gives bins to a metric without them, quantile bins
+      to ECCE, or a bin count below 1.
 
   Example:
     >>> m, rule, bins = parse_label("ConfCE_corr(qua;2000)")
@@ -211,15 +227,15 @@ def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
   Multi-Class Prediction", arXiv:2510.06388, §5.1 (the notation
   ``Cal(qua;m)`` / ``Cal(fix;m)`` for ``m`` quantile or fixed bins).
   """
-  match = _LABEL.match(text) if isinstance(text, str) else None
+  match = _LABEL.fullmatch(text) if isinstance(text, str) else None
   if not match:
     raise ValueError(f"{text!r} is not a metric label such as 'ConfECE(fix;15)'")
   m = metric(match["name"])
-  bins = _BINS.match(match["inner"]) if match["inner"] is not None else None
+  bins = _BINS.fullmatch(match["inner"]) if match["inner"] is not None else None
   if match["inner"] is not None and not bins:
     raise ValueError(
       f"{text!r} is not a metric label: the parentheses must hold 'fix' or 'qua', "
-      f"optionally followed by ';' and a bin count, e.g. 'ConfECE(fix;15)'"
+      f"optionally followed by ';' and a bin count (digits 0-9), e.g. 'ConfECE(fix;15)'"
     )
   rule_abbrev = bins["rule"] if bins else None
   count = (bins["m"] or bins["count"]) if bins else None
@@ -233,6 +249,11 @@ def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
   return m, rule, int(count) if count is not None else None
 
 
+#: Most significant digits :func:`format_number` writes: 17 write any float64 exactly
+#: (``repr`` needs at most 17); float32 needs 9.
+MAX_DIGITS = 17
+
+
 def format_number(x: Any, digits: int = 3) -> str:
   """A number with ``digits`` significant digits; scientific below 1e-3 and from ``10^digits``.
 
@@ -243,7 +264,9 @@ def format_number(x: Any, digits: int = 3) -> str:
   Args:
     x: a real number (Python or numpy scalar, or a 0-d array); a bool is
       written as ``True`` / ``False``.
-    digits: significant digits, an int ``>= 1`` (default 3).
+    digits: significant digits, an int from 1 to 17 (default 3): 17
+      write any float64 exactly, more would only write the noise of its
+      binary expansion.
 
   Returns:
     The formatted number: an integer in full, anything else with ``digits``
@@ -251,25 +274,44 @@ def format_number(x: Any, digits: int = 3) -> str:
     those values.
 
   Raises:
-    ValueError: ``digits`` not an int ``>= 1``, or ``x`` not a real number
-      (a string, bytes or a complex number).
+    ValueError: ``digits`` not an int from 1 to 17, or ``x`` not a
+      real number (``None``, a string, bytes, a complex number, a list, an
+      array that is not 0-d).
 
   Example:
     >>> [format_number(v) for v in (0.945199, 0.02564, 8.312e-05, 0.5, 12.0, 123456.0, 10000)]
     ['0.945', '0.0256', '8.31e-5', '0.500', '12.0', '1.23e5', '10,000']
   """
-  if isinstance(digits, bool) or not isinstance(digits, numbers.Integral) or digits < 1:
-    raise ValueError(f"digits must be an int >= 1 (significant digits), got {digits!r}")
+  # digits=10**9 built a 1 GB string of float64 noise
+  digits = V.check_int_option(
+    digits,
+    "digits",
+    minimum=1,
+    maximum=MAX_DIGITS,
+    hint="17 significant digits write any float64 exactly",
+  )
   kind = getattr(getattr(x, "dtype", None), "kind", "")
   if isinstance(x, (str, bytes, complex)) or (kind and kind in "USc"):  # text or complex
     raise ValueError(
       f"x must be a real number, got {x!r} ({type(x).__name__}); pass a float (for text, float(x))"
     )
+  try:
+    ndim = np.ndim(x)
+  except ValueError:  # a ragged nested list
+    ndim = None
+  if ndim != 0:  # [1.0] and np.array([1.0]) raised float()'s TypeError
+    what = (
+      f"ragged {type(x).__name__}" if ndim is None else f"{type(x).__name__} of shape {np.shape(x)}"
+    )
+    raise ValueError(f"x must be a real number, got {what}; format each entry on its own")
   if isinstance(x, bool) or kind == "b":
     return str(bool(x))  # numpy bools too (not "1.00")
   if isinstance(x, int) or (kind and kind in "iu"):
     return f"{int(x):,}"
-  v = float(x)
+  try:
+    v = float(x)
+  except (TypeError, ValueError, OverflowError):
+    raise ValueError(f"x must be a real number, got {x!r} ({type(x).__name__})") from None
   if math.isnan(v):
     return "nan"
   if math.isinf(v):

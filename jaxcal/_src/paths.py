@@ -109,7 +109,7 @@ def dataset_dir(name: str) -> pathlib.Path:
       ...
     FileNotFoundError: fashion_mnist not found (looked in /nonexistent); install it ...
   """
-  if name not in DATASETS:
+  if not isinstance(name, str) or name not in DATASETS:  # a list raised "unhashable type"
     raise ValueError(f"name must be one of {sorted(DATASETS)}, got {name!r}")
   places = _candidates(name)
   for path in places:

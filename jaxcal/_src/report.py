@@ -109,6 +109,11 @@ RANK_ERRORS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: Most log-spaced points :func:`robustness_bins` takes (``count``): each is a bin
+#: count at which the report computes every error; 3e9 points needed 22 GB.
+MAX_ROBUSTNESS_COUNT = 2**20
+
+
 def robustness_bins(n: int, lo: int = 2, hi: int = 2000, count: int = 20) -> np.ndarray:
   """About ``count`` bin counts from ``lo`` to ``min(hi, n)``, evenly spaced on a log scale.
 
@@ -116,9 +121,10 @@ def robustness_bins(n: int, lo: int = 2, hi: int = 2000, count: int = 20) -> np.
     n: the sample size, an int ``>= 1``; the largest bin count is ``min(hi, n)``
       (``lo`` when that is smaller than ``lo``).
     lo: the smallest bin count, an int ``>= 1`` (default 2).
-    hi: the largest bin count when ``n`` allows it, an int ``>= lo`` (default 2000).
-    count: number of log-spaced points before rounding, an int ``>= 1``
-      (default 20).
+    hi: the largest bin count when ``n`` allows it, an int from ``lo`` to
+      ``2**24`` (default 2000; no metric takes more bins).
+    count: number of log-spaced points before rounding, an int from 1 to
+      ``2**20`` (default 20).
 
   Returns:
     A sorted ``(k,)`` int64 numpy array of distinct bin counts, ``k <= count``
@@ -126,8 +132,9 @@ def robustness_bins(n: int, lo: int = 2, hi: int = 2000, count: int = 20) -> np.
     ``max(lo, min(hi, n))``.
 
   Raises:
-    ValueError: a non-int argument, ``n``, ``lo`` or ``count`` below 1, or
-      ``hi < lo``.
+    ValueError: a non-int argument, ``n``, ``lo`` or ``count`` below 1,
+      ``hi < lo``, ``hi`` above ``2**24`` or ``count`` above ``2**20``
+      (checked before anything is allocated).
 
   Example:
     >>> robustness_bins(10000, count=6).tolist()
@@ -139,8 +146,18 @@ def robustness_bins(n: int, lo: int = 2, hi: int = 2000, count: int = 20) -> np.
   """
   n = V.check_int_option(n, "n", minimum=1)
   lo = V.check_int_option(lo, "lo", minimum=1)
-  hi = V.check_int_option(hi, "hi", minimum=lo)
-  count = V.check_int_option(count, "count", minimum=1)
+  # hi = 2**63 - 1 wrapped to a negative bin count in the int64 cast
+  hi = V.check_int_option(
+    hi, "hi", minimum=lo, maximum=V.MAX_NUM_BINS, hint="no metric takes more bins"
+  )
+  # count = 3 * 10**9 allocated 22 GB of points (killed) for at most ~hi distinct counts
+  count = V.check_int_option(
+    count,
+    "count",
+    minimum=1,
+    maximum=MAX_ROBUSTNESS_COUNT,
+    hint="each point is a bin count at which every error is computed (the report uses 20)",
+  )
   top = max(lo, min(hi, n))
   grid = np.unique(np.geomspace(lo, top, count).round().astype(np.int64))
   return grid
@@ -1024,7 +1041,7 @@ def find_models(path: str) -> dict[str, str] | None:
   ``m.npz`` (one of them was dropped).
 
   Args:
-    path: a file or folder path (a ``str``).
+    path: a file or folder path (a ``str`` or an ``os.PathLike`` of one).
 
   Returns:
     ``None`` when ``path`` is not a folder, holds ``.npy`` files, or has no
@@ -1034,11 +1051,21 @@ def find_models(path: str) -> dict[str, str] | None:
     the suffix, or with it where a sub-folder has that name (both in sorted
     order; the paths are joined to ``path``).
 
+  Raises:
+    TypeError: ``path`` is not a ``str`` or ``os.PathLike`` of a ``str``
+      (``None``, bytes).
+
   Example:
     >>> from jaxcal.data import DEFAULT_PREDICTIONS
     >>> find_models(str(DEFAULT_PREDICTIONS)) is None
     True
   """
+  # None raised os.stat's TypeError; bytes str.endswith's
+  text = os.fspath(path) if isinstance(path, os.PathLike) else path
+  if not isinstance(text, str):
+    raise TypeError(
+      f"path must be a file or folder path (a str or os.PathLike), got {type(path).__name__}"
+    )
   if not os.path.isdir(path):
     return None
   entries = sorted(os.listdir(path))
@@ -1096,13 +1123,15 @@ def write_report(
   ``rank_stability_C<C>_n<n>`` per group of models with the same class and
   sample counts, and ``intervals_<error>`` (the headline
   errors of every model with their intervals). Each figure is written once
-  per format.
+  per format. The two reliability diagrams need the predictions and labels:
+  a one-model report without them gets the other figures only.
 
   Args:
     rep: a report dict.
     scores_in: ``(n, C)`` predictions of a one-model report (for the
-      reliability diagram).
-    labels: ``(n,)`` labels of a one-model report.
+      reliability diagrams), with ``labels``; ``None`` (with ``labels``
+      ``None``): no reliability diagrams. A comparison report takes neither.
+    labels: ``(n,)`` labels of a one-model report, with ``scores_in``.
     out_dir: output folder (created).
     formats: figure formats (``"png"``, ``"pdf"``, ``"svg"``); none (an
       empty sequence): ``report.json`` alone.
@@ -1111,9 +1140,12 @@ def write_report(
     name -> path of every file written (figures by their first format).
 
   Raises:
-    ValueError: ``rep`` not a report, an unknown format, ``out_dir`` a file,
-      not creatable or not writable, or ``scores_in`` of another shape than
-      the report's predictions (checked before anything is written).
+    ValueError: ``rep`` not a report or lacking a key the figures read (the
+      message names them), an unknown format, ``out_dir`` a file, not
+      creatable or not writable, ``scores_in`` without ``labels`` or
+      ``labels`` without ``scores_in``, either of them with a comparison
+      report, or ``scores_in`` of another shape than the report's
+      predictions (checked before anything is written).
     TypeError: ``out_dir`` not a path.
 
   Example:
@@ -1138,6 +1170,21 @@ def write_report(
   for fmt in formats:  # before any file is written
     if fmt not in ("png", "pdf", "svg"):
       raise ValueError(f"formats must be among ('png', 'pdf', 'svg'), got {fmt!r}")
+  # half a pair left the reliability diagrams out, and a comparison ignored both, silently
+  given = [k for k, v in (("scores_in", scores_in), ("labels", labels)) if v is not None]
+  if given and "rank_stability" in rep:
+    raise ValueError(
+      f"{' and '.join(given)}: a comparison report (from compare_report) has no reliability "
+      "diagrams, so it takes no predictions; pass neither"
+    )
+  if len(given) == 1:
+    other = "labels" if given[0] == "scores_in" else "scores_in"
+    raise ValueError(
+      f"{given[0]} was given without {other}: the reliability diagrams need both; "
+      "pass both, or neither to leave those figures out"
+    )
+  if formats:  # every key the figures read
+    _check_report(rep, "figures", arrays=bool(given))
   output_folder(out_dir, "out_dir", create=False)  # the type, and not a file, before any work
   if scores_in is not None and "input" in rep:
     shape = (rep["input"].get("n"), rep["input"].get("num_classes"))
@@ -1209,6 +1256,10 @@ def _write_single_figures(rep, scores_in, labels, save):
     save("utility_ecdf", fig)
 
 
+#: The errors of a comparison's ``intervals_<error>`` figures.
+_INTERVAL_FIGURES = (("ConfECE", "fixed"), ("ConfCE_corr", "quantile"), ("LinCE_cw", "quantile"))
+
+
 def _write_compare_figures(rep, save):
   from jaxcal import plots
 
@@ -1221,7 +1272,7 @@ def _write_compare_figures(rep, save):
       ),
     )
   m = rep["settings"]["num_bins"]
-  for nm, b in (("ConfECE", "fixed"), ("ConfCE_corr", "quantile"), ("LinCE_cw", "quantile")):
+  for nm, b in _INTERVAL_FIGURES:
     lab = label(nm, b, m)
     rows = {}
     for model, entries in rep["metrics"].items():
@@ -1316,10 +1367,119 @@ def _figure(figures: Mapping[str, str] | None, name: str) -> str:
   return f" ({os.path.basename(figures[name])})"
 
 
-def _check_report(rep: Any) -> None:
-  """A report dict from :func:`calibration_report` or :func:`compare_report`, else a ValueError."""
-  if not isinstance(rep, dict) or "settings" not in rep or "metrics" not in rep:
-    raise ValueError("rep must be a report dict from calibration_report or compare_report")
+def _key_text(path: tuple) -> str:
+  """``['input']['n']``: where a key lies in a report."""
+  return "".join(f"[{k!r}]" for k in path)
+
+
+def _at(rep: Any, path: tuple, default: Any = None) -> Any:
+  """The value at ``path`` (dict keys, list indices) in ``rep``, or ``default`` when absent."""
+  node = rep
+  for k in path:
+    if isinstance(node, Mapping) and k in node:
+      node = node[k]
+    elif isinstance(node, list) and isinstance(k, int) and 0 <= k < len(node):
+      node = node[k]
+    else:
+      return default
+  return node
+
+
+def _keys_of(section: Any) -> list:
+  """The keys of a dict section (nothing for anything else, which its own path reports)."""
+  return list(section) if isinstance(section, Mapping) else []
+
+
+_ABSENT = object()  # (a key holding None is there)
+
+#: What each reader of a report reads (``_check_report``'s ``use``).
+_READERS = {"summary": "format_summary", "markdown": "format_markdown", "figures": "write_report"}
+
+
+def _report_reads(rep: dict, use: str, arrays: bool) -> list[tuple]:
+  """The key paths that ``use`` (a key of ``_READERS``) reads of ``rep`` (given its sections)."""
+  one = "rank_stability" not in rep
+  need: list[tuple] = []
+  if (use != "figures" or not one) and _at(rep, ("settings", "resamples")):  # _interval_text
+    need += [("settings", "confidence"), ("settings", "interval")]
+  if one:
+    if use in ("summary", "markdown"):
+      need += [("input", k) for k in ("n", "num_classes", "kind")]
+      need += [("metrics", lab, "estimate") for lab in _keys_of(rep["metrics"])]
+      for fam in _keys_of(rep.get("utility")):
+        need += [("utility", fam, "num_utilities")]
+        need += [("utility", fam, "quantiles", q) for q in ("0.5", "0.9", "1.0")]
+      for mode in _keys_of(rep.get("decomposition")):
+        need += [("decomposition", mode, k) for k in ("S", "MCB", "DSC", "UNC")]
+      if use == "summary" and rep.get("timing"):
+        need += [("timing", "total_s"), ("jaxcal", "device"), ("jaxcal", "jaxcal")]
+    else:  # the figures of one model
+      need += [("input", "n")]
+      need += [("utility", fam, "errors") for fam in _keys_of(rep.get("utility"))]
+      if arrays:
+        need += [("settings", "num_bins"), ("settings", "confidence"), ("seeds", "seed")]
+    if use == "figures" or rep.get("robustness"):
+      need += [("robustness", k) for k in ("num_bins", "curves", "calibrated_value")]
+      curves = _at(rep, ("robustness", "curves"))
+      need += [("robustness", "curves", lab, "estimate") for lab in _keys_of(curves)]
+    return need
+  need += [("settings", "num_bins")]
+  if use != "figures":
+    need += [("models",)]
+  models = _at(rep, ("models",))
+  if models is not None and not isinstance(models, list):
+    need += [("models", 0)]  # (a list of dicts)
+  names = [_at(models, (i, "name")) for i in range(len(models))] if isinstance(models, list) else []
+  if use == "summary":
+    need += [("models", i, "name") for i in range(len(names))]
+  m = _at(rep, ("settings", "num_bins"))
+  if isinstance(m, int | np.integer) and not isinstance(m, bool) and m >= 1:
+    labs = {  # the headline errors each reader shows of every model
+      "summary": _summary_columns(m),
+      "markdown": [label(nm, b, m if b else None) for nm, b in HEADLINE],
+      "figures": [label(nm, b, m) for nm, b in _INTERVAL_FIGURES],
+    }[use]
+    rows = [x for x in names if isinstance(x, str)] if use == "summary" else rep["metrics"]
+    need += [("metrics", x, lab, "estimate") for x in rows for lab in labs]
+  blocks = rep["rank_stability"]
+  if not isinstance(blocks, list):
+    return [*need, ("rank_stability", 0)]  # (a list of groups)
+  keys = ("num_bins", "models", "errors", *(("n", "num_classes") if use != "markdown" else ()))
+  for i, block in enumerate(blocks):
+    need += [("rank_stability", i, k) for k in keys]
+    if use == "summary" and _at(rep, ("settings", "resamples")):
+      need += [("rank_stability", i, "paired")]
+    for lab in _keys_of(_at(block, ("errors",))):
+      need += [("rank_stability", i, "errors", lab, "between_bins", "estimate")]
+  return need
+
+
+def _check_report(rep: Any, use: str | None = None, *, arrays: bool = False) -> None:
+  """A report dict from :func:`calibration_report` or :func:`compare_report`, else a ValueError.
+
+  With ``use`` (a key of ``_READERS``) every key that reader reads must be
+  there too (``format_summary({"settings": {}, "metrics": {}})`` raised a
+  ``KeyError: 'input'``); ``arrays``: ``write_report`` was given the
+  predictions and labels (the reliability figures read the seed).
+  """
+  if not isinstance(rep, dict):
+    raise ValueError(
+      "rep must be a report dict from calibration_report or compare_report, "
+      f"got {type(rep).__name__}"
+    )
+  lacking = [
+    _key_text((k,)) for k in ("settings", "metrics") if not isinstance(rep.get(k), Mapping)
+  ]
+  reader = ""
+  if not lacking and use is not None:
+    reads = _report_reads(rep, use, arrays)
+    lacking = [_key_text(p) for p in reads if _at(rep, p, _ABSENT) is _ABSENT]
+    reader = f" ({_READERS[use]} reads them)"
+  if lacking:
+    raise ValueError(
+      "rep must be a report dict from calibration_report or compare_report; missing: "
+      f"{', '.join(dict.fromkeys(lacking))}{reader}"
+    )
 
 
 def format_summary(rep: dict, *, figures: Mapping[str, str] | None = None) -> str:
@@ -1346,7 +1506,8 @@ def format_summary(rep: dict, *, figures: Mapping[str, str] | None = None) -> st
     correlations of their rankings between bin counts.
 
   Raises:
-    ValueError: ``rep`` is not a report dict (no ``settings`` or ``metrics``).
+    ValueError: ``rep`` is not a report dict, or lacks a key the summary
+      reads (the message names every missing key, e.g. ``['input']['n']``).
 
   Example:
     >>> rep = {
@@ -1362,7 +1523,7 @@ def format_summary(rep: dict, *, figures: Mapping[str, str] | None = None) -> st
         LinCE_cw(qua;15)*  0.0123  class-wise squared binned error (truthful)
         (* truthful: reporting the true probabilities minimises its expectation)
   """
-  _check_report(rep)
+  _check_report(rep, "summary")
   if "rank_stability" in rep:
     return _compare_summary(rep)
   inp = rep["input"]
@@ -1372,8 +1533,8 @@ def format_summary(rep: dict, *, figures: Mapping[str, str] | None = None) -> st
     f"{_interval_text(rep)}",
   ]
   rows = _metric_rows(rep["metrics"])
-  w = max(len(r[0]) for r in rows)
-  w2 = max(len(r[1]) for r in rows)
+  w = max((len(r[0]) for r in rows), default=0)  # (no metrics: max() raised)
+  w2 = max((len(r[1]) for r in rows), default=0)
   for name, val, desc in rows:
     lines.append(f"    {name:{w}s}  {val:{w2}s}  {desc}")
   lines.append("    (* truthful: reporting the true probabilities minimises its expectation)")
@@ -1414,16 +1575,20 @@ def _rank_interval_text(rep: dict, block: dict) -> str:
   return f"{'paired' if block['paired'] else 'unpaired'} bootstrap"
 
 
-def _compare_summary(rep: dict) -> str:
-  s = rep["settings"]
-  lines = [f"jaxcal report — {len(rep['models'])} models; {_interval_text(rep)}"]
-  m = s["num_bins"]
+def _summary_columns(m: int) -> list[str]:
+  """The headline labels the comparison summary shows of every model (``m`` bins)."""
   show = [
     label(nm, b, m) for nm, b in HEADLINE if nm in ("accuracy", "ConfECE", "smECE", "LinCE_cw")
   ]
-  show = [x for x in show if "qua" not in x or x.startswith("LinCE")]
+  return [x for x in show if "qua" not in x or x.startswith("LinCE")]
+
+
+def _compare_summary(rep: dict) -> str:
+  s = rep["settings"]
+  lines = [f"jaxcal report — {len(rep['models'])} models; {_interval_text(rep)}"]
+  show = _summary_columns(s["num_bins"])
   names = [x["name"] for x in rep["models"]]
-  w = max(len(x) for x in names)
+  w = max((len(x) for x in names), default=0)
   lines.append("    " + " " * w + "  " + "  ".join(f"{x:26s}" for x in show))
   outside = False
   for name in names:
@@ -1480,7 +1645,8 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
     Spearman correlations of their ranking between pairs of bin counts.
 
   Raises:
-    ValueError: ``rep`` is not a report dict (no ``settings`` or ``metrics``).
+    ValueError: ``rep`` is not a report dict, or lacks a key the tables
+      read (the message names every missing key, e.g. ``['input']['n']``).
 
   Example:
     >>> rep = {
@@ -1494,7 +1660,7 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
     >>> lines[4]
     '| accuracy | 0.945 | top-1 accuracy |'
   """
-  _check_report(rep)
+  _check_report(rep, "markdown")
   if "rank_stability" in rep:
     m = rep["settings"]["num_bins"]
     labs = [label(nm, b, m if b else None) for nm, b in HEADLINE]

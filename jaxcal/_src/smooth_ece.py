@@ -612,6 +612,11 @@ def smooth_ece_bandwidth(
   return V.fold(sig[0] if mode == "top_label" else sig, d.ok)
 
 
+#: Most points of a smooth reliability curve's mesh (:func:`smooth_reliability`): a
+#: diagram's grid, whose sums are ``(2 num_points, 3)``.
+MAX_NUM_POINTS = 10**6
+
+
 class SmoothReliability(NamedTuple):
   """The data of a smooth reliability diagram (top label).
 
@@ -683,7 +688,8 @@ def smooth_reliability(
 
   Raises:
     ValueError: bad probabilities or labels, a bandwidth that is not a
-      finite scalar ``>= 1e-4``, or ``num_points`` not an int ``>= 2``.
+      finite scalar ``>= 1e-4``, or ``num_points`` not an int in ``[2,
+      10**6]`` (checked first).
 
   Example:
     >>> import jax.numpy as jnp
@@ -695,10 +701,12 @@ def smooth_reliability(
   Reference: Błasiok & Nakkiran (2023), arXiv:2309.12236, §6 (reliability
   diagrams).
   """
+  # numpy ints too; 10**9 points asked XLA for 36 GB, 2**40 raised a raw OverflowError
+  num_points = V.check_int_option(
+    num_points, "num_points", minimum=2, maximum=MAX_NUM_POINTS, hint="a mesh for a diagram"
+  )
   d = V.check_predictions(probs, labels, from_logits=from_logits)
   p, y = d.probs(), d.labels
-  if isinstance(num_points, bool) or not isinstance(num_points, int) or num_points < 2:
-    raise ValueError(f"num_points must be an int >= 2, got {num_points!r}")
   ok = None
   if bandwidth is None:
     _, sig = _auto_core(p, y, None, mode="top_label", sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH))

@@ -50,6 +50,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -209,8 +210,18 @@ class StudyResult:
       "info": _plain(self.info),
     }
 
-  def to_json(self, path: str | None = None) -> str:
-    """JSON text of :meth:`to_dict`; also written to ``path`` when given."""
+  def to_json(self, path: str | os.PathLike | None = None) -> str:
+    """JSON text of :meth:`to_dict`; also written to ``path`` (``str`` or ``os.PathLike``) when given.
+
+    Raises:
+      TypeError: ``path`` is not a path (``open`` took an int as a file
+        descriptor: ``to_json(1)`` wrote to stdout and closed it).
+    """
+    if path is not None and not isinstance(path, str | os.PathLike):
+      raise TypeError(
+        f"path must be a str or os.PathLike file path, or None; got {path!r} "
+        f"({type(path).__name__})"
+      )
     text = json.dumps(self.to_dict(), indent=1)
     if path is not None:
       with open(path, "w") as f:
@@ -248,15 +259,24 @@ class StudyResult:
     over sampled utilities as its median and maximum, decompositions as
     their MCB and DSC (a Brier decomposition's terms are of the multiclass
     Brier score divided by ``C``, and their columns say so).
+
+    Raises:
+      ValueError: ``num_bins`` is not one bin count (a string ``'10'``, ``True``,
+        an array), or is a bin count the study did not evaluate.
     """
     cols: list[tuple[str, np.ndarray]] = []
     bins = self.coords.get("num_bins")
     one = self.info.get("num_bins")  # a study of one bin count (no axis)
     j = 0
+    if num_bins is not None:  # '10' read "num_bins = 10 was not evaluated", True as 1
+      m = V.check_num_bins(num_bins)  # evaluate's rule: an int, or an integral float (15.0)
+      if np.ndim(m) != 0:
+        raise ValueError(f"num_bins must be one bin count, got {num_bins!r}")
+      num_bins = int(m)
     if num_bins is not None and (bins is not None or one is not None):
       if num_bins not in (bins if bins is not None else [one]):
         raise ValueError(
-          f"num_bins = {num_bins} was not evaluated; bin counts: {bins if bins else [one]}"
+          f"num_bins = {num_bins!r} was not evaluated; bin counts: {bins if bins else [one]}"
         )
       if bins is not None:
         j = bins.index(num_bins)

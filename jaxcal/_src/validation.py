@@ -302,6 +302,7 @@ def checked(fn: Callable) -> Callable:
   Raises:
     ValueError: (from the wrapped function) the first failed check; also
       when called on traced values (wrap the outermost function instead).
+    TypeError: ``fn`` not callable.
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -316,6 +317,8 @@ def checked(fn: Callable) -> Callable:
   Reference: the ``checkify`` transformation, JAX documentation
   ("Debugging: checkify"); ``chex.chexify`` (chex, DeepMind).
   """
+  if not callable(fn):  # checked(3) wrapped, and failed only when called
+    raise TypeError(f"checked(fn) needs a function, got {type(fn).__name__}")
   checkified = checkify.checkify(fn, errors=checkify.user_checks)
 
   @functools.wraps(fn)
@@ -2044,14 +2047,17 @@ def check_features_ok(
 def probs_or_logits(x: Any, name: str = "predictions") -> bool:
   """Whether ``(n, C)`` scores are probabilities (True) or logits (False), refusing to guess.
 
-  The rule of :func:`looks_like_probs`, with one case taken out: scores
-  whose every entry is finite and in ``[0, 1]`` and whose every row sums to
-  within 0.5 of one, but not within the simplex tolerance (probabilities
-  rounded to a few decimals, say), are neither safely probabilities (the
-  metrics reject them) nor safely logits (a softmax of probabilities is a
-  silently wrong prediction): they raise. (Logits of all zeros, rows summing
-  to 0, stay logits.) One more fused reduction, only when the scores are not
-  probabilities.
+  The rule of :func:`looks_like_probs`, with two cases taken out. Scores
+  whose every entry is finite and in ``[0, 1]`` and not all rows of which
+  sum to one within the simplex tolerance are neither safely probabilities
+  (the metrics reject them) nor safely logits (a softmax of probabilities is
+  a silently wrong prediction), and they raise when every row sums to within
+  0.5 of one (probabilities rounded to a few decimals, say) or some row sums
+  to one within the tolerance (probabilities with a corrupt row: one row of
+  zeros turned every row's softmax into the report's prediction, ConfECE
+  0.72 for 0.025). Logits of all zeros, or with every row summing far from
+  one (``0.4 p``), stay logits. One more fused reduction, only when the
+  scores are not probabilities.
 
   Args:
     x: ``(n, C)`` scores (numpy or JAX, concrete).
@@ -2064,6 +2070,7 @@ def probs_or_logits(x: Any, name: str = "predictions") -> bool:
     ValueError: entries all in ``[0, 1]`` with rows not summing to one (the
       message names the first such row and the two ways out); or, for a
       wrong shape, the shape error.
+    TypeError: ``x`` traced (under ``jax.jit`` or ``vmap``).
 
   Example:
     >>> import numpy as np
@@ -2074,11 +2081,13 @@ def probs_or_logits(x: Any, name: str = "predictions") -> bool:
     ...
     ValueError: predictions: every entry lies in [0, 1] as in probabilities, but rows of ...
   """
+  _host_decision(x, "probs_or_logits")
   if looks_like_probs(x):
     return True
   arr = _device(_matrix(x, name, min_classes=1))
-  lo, hi, sum_lo, sum_hi = np.asarray(_ranges(arr)).tolist()
-  if not (lo >= 0.0 and hi <= 1.0 and sum_lo >= 0.5 and sum_hi <= 1.5):  # NaN: False
+  lo, hi, sum_lo, sum_hi, near = np.asarray(_ranges(arr)).tolist()
+  unit = lo >= 0.0 and hi <= 1.0  # NaN: False
+  if not (unit and ((sum_lo >= 0.5 and sum_hi <= 1.5) or near <= simplex_atol(arr.dtype))):
     return False
   try:
     check_probs(arr, name=name)
@@ -2101,8 +2110,19 @@ def _ranges(x: jax.Array) -> jax.Array:
   read as probabilities and refused with a message that contradicted itself).
   """
   s = jnp.sum(x, axis=1, dtype=jnp.float32)
-  r = jnp.stack([jnp.min(x), jnp.max(x), jnp.min(s), jnp.max(s)]).astype(jnp.float32)
+  near = jnp.min(jnp.abs(s - 1.0))  # the row sum closest to one
+  r = jnp.stack([jnp.min(x), jnp.max(x), jnp.min(s), jnp.max(s), near]).astype(jnp.float32)
   return jnp.where(jnp.isnan(jnp.sum(s)), jnp.nan, r)
+
+
+def _host_decision(x: Any, fn: str) -> None:
+  """Refuses a traced ``x``: ``fn`` returns a Python bool read from its values."""
+  if not is_concrete(x):
+    raise TypeError(
+      f"{fn} needs a concrete array, not a traced one: it reads the values back to "
+      "decide, in Python, what the scores are; call it outside jax.jit / vmap and pass "
+      "from_logits to the metrics inside"
+    )
 
 
 def looks_like_probs(x: Any) -> bool:
@@ -2119,11 +2139,16 @@ def looks_like_probs(x: Any) -> bool:
   Returns:
     ``True`` for probabilities, ``False`` otherwise (also for a wrong shape).
 
+  Raises:
+    TypeError: ``x`` traced (under ``jax.jit`` or ``vmap``): the answer is a
+      Python bool read from the values.
+
   Example:
     >>> import numpy as np
     >>> looks_like_probs(np.array([[0.2, 0.8]])), looks_like_probs(np.array([[2.0, -1.0]]))
     (True, False)
   """
+  _host_decision(x, "looks_like_probs")
   try:
     arr = _device(_matrix(x, "scores", min_classes=1))
   except ValueError:

@@ -5,16 +5,11 @@ from __future__ import annotations
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal._src import validation as V
 from jaxcal._src.names import format_number
 from jaxcal._src.plots import _mpl
 from jaxcal._src.smooth_ece import smooth_reliability
 
 __all__ = ["smooth_reliability_diagram"]
-
-#: Most points of the drawn curve: a plot grid (its kernel sums are ``num_points x n``;
-#: ``10**9`` ran out of memory and ``2**63`` raised a raw ``OverflowError``).
-MAX_NUM_POINTS = 10**6
 
 
 def smooth_reliability_diagram(
@@ -70,10 +65,7 @@ def smooth_reliability_diagram(
   Reference: Błasiok & Nakkiran (2023), "Smooth ECE: Principled Reliability
   Diagrams via Kernel Smoothing", arXiv:2309.12236, §6.
   """
-  _mpl.check_ax(ax)  # before the computation
-  num_points = V.check_int_option(
-    num_points, "num_points", minimum=2, maximum=MAX_NUM_POINTS, hint="a plot grid of the curve"
-  )
+  _mpl.check_ax(ax)  # before the computation (num_points: the metric checks it first)
   s = smooth_reliability(probs, labels, bandwidth, num_points=num_points, from_logits=from_logits)
   text = title or _mpl.title("Smooth reliability diagram", model, int(np.shape(labels)[0]))
   with _mpl.style():
