@@ -51,7 +51,11 @@ order and ``a.merge(b)`` puts ``b`` after ``a``: merged in data order they
 are bitwise the one-shot samples in the one-shot order (the quantile rule
 splits ties by position; without tied scores any order gives the same
 bins), so the errors computed from them differ from the one-shot values
-only by the rounding of the final sums.
+only by the rounding of the final sums. That holds for probabilities: an
+update with ``from_logits=True`` records its batch's softmax, which XLA:CPU
+rounds by up to a few ulp differently in batches of fewer than 4,096
+entries, enough to move exact ties at 1.0 between quantile bins (see the
+README's note on bitwise reproducibility).
 
 Masked samples (``where=False``, e.g. the padding of a last partial batch)
 are absent, as in every metric: they add nothing to any sum or count, are

@@ -1066,7 +1066,12 @@ def evaluate(
   float32 predicted utilities round equal in one program (but not in the
   other) are one group of the UC rule, so the worst interval can differ by
   about one sample's residual over n (CIFAR-100, n = 2,000, rank
-  utilities: 1.7e-4 relative, the padded program nearer float64).
+  utilities: 1.7e-4 relative, the padded program nearer float64). With
+  ``from_logits=True`` the softmax of a padded model can differ by an ulp
+  from the one-shot call's (XLA:CPU rounds arrays of fewer than 4,096
+  entries differently), which moves exact ties at 1.0 between quantile
+  bins: ``conf_ce_corr`` with 4 bins of 240 temperature-scaled CIFAR-10 rows
+  padded to 448 differed by 1.9 %; pass probabilities for bitwise equality.
 
   Args:
     predictions: a stack ``(M, n, C)``, one ``(n, C)`` array, a list of
