@@ -309,6 +309,22 @@ def test_bbq_in_float32_at_large_n_matches_the_float64_reference():
     np.testing.assert_allclose(q[:, c], want, rtol=0, atol=5e-6, err_msg=c)
 
 
+def test_bbq_of_an_overconfident_model_stays_in_the_unit_interval(tmp_path):
+  # CIFAR-10 ResNet-110 logits x 10: the running sum of the averaged steps' jumps
+  # cancelled to -7e-11, so 6,913 test probabilities were negative (NaN log loss)
+  # and the saved fit was refused on loading ("values must be in [0, 1]")
+  z, y = load_cifar("cifar10_resnet110", "val")
+  zt, _ = load_cifar("cifar10_resnet110", "test")
+  rc = recalibrate.fit("bbq", 10 * z, y)
+  values = np.asarray(rc.values)
+  assert values.min() >= 0.0 and values.max() <= 1.0
+  q = np.asarray(rc(10 * zt[:2000]))
+  assert q.min() >= 0.0 and np.allclose(q.sum(1), 1.0, atol=1e-5)
+  recalibrate.save(rc, tmp_path / "bbq.npz")
+  back = recalibrate.load(tmp_path / "bbq.npz")
+  np.testing.assert_array_equal(np.asarray(back(10 * zt[:2000])), q)
+
+
 def test_bbq_bin_range():
   # [max(1, floor(n^(1/3) / K)), min(n, ceil(K n^(1/3)))], K = 10 by default
   from jaxcal._src.recal.bbq import bbq_bin_range

@@ -200,7 +200,10 @@ def _fit_bbq(p, onehot, prior, *, lo, hi):
     sc, sj = jax.lax.sort((flat_cut, flat_jump), num_keys=1)
     start = jnp.sum(w * theta[:, 0])
     values = start + jnp.concatenate([jnp.zeros((1,), s.dtype), jnp.cumsum(sj)])
-    return sc, values
+    # an average of step functions in [0, 1] is in [0, 1]; the running sum of its
+    # jumps cancels to -2e-10 (-7e-18 in float64) after the last step of confident
+    # scores: negative probabilities (NaN log loss) and a saved fit load refused
+    return sc, jnp.clip(values, 0.0, 1.0)
 
   return map_columns(per_class, p, onehot)
 
