@@ -50,8 +50,8 @@ def interval_plot(
     ValueError: no rows, a row that is not 1 or 3 numbers, an estimate that
       is not finite, an interval with ``lo > hi`` or an infinite end (NaN
       ends draw no interval), ``reference`` not a finite number, ``log_x``
-      not a bool, with ``log_x`` an estimate ``<= 0`` (its point would be
-      drawn nowhere; an interval reaching 0 runs off the left edge), or
+      not a bool, with ``log_x`` an estimate or a ``reference`` ``<= 0``
+      (drawn nowhere; an interval reaching 0 runs off the left edge), or
       ``n`` not ``None`` or an int ``>= 1``.
 
   Example:
@@ -69,6 +69,8 @@ def interval_plot(
   log_x = V.check_flag(log_x, "log_x")
   if reference is not None:
     reference = V.check_float_option(reference, "reference")
+    if log_x and reference <= 0:  # drawn nowhere on a log axis, without a word
+      raise ValueError(f"log_x needs a positive reference, got {reference}; use log_x=False")
   names = list(rows)
   vals = []
   for name in names:
@@ -109,6 +111,8 @@ def interval_plot(
     ax.set_xlabel(metric)
     if log_x:
       finite = v[np.isfinite(v) & (v > 0)]
+      if reference is not None:  # in view (the limits came from the rows alone)
+        finite = np.append(finite, reference)
       if finite.size:
         lo, hi = finite.min() / 1.2, finite.max() * 1.2
         ax.set_xlim(lo, hi)

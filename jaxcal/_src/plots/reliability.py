@@ -23,31 +23,43 @@ _MIN_WIDTH = 0.004
 
 
 def _quantile_bars(
-  lo: np.ndarray, hi: np.ndarray, keep: np.ndarray
+  lo: np.ndarray, hi: np.ndarray, keep: np.ndarray, conf: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
   """Left ends and widths of the non-empty quantile bins' bars: in ``[0, 1]``, none overlapping.
 
-  A bar spans its bin's confidences ``[lo, hi]`` where that is at least
-  :data:`_MIN_WIDTH` wide and clear of its neighbours. A bin of one value
-  (every confidence 1.0 in float32, or a tie split across bins) would be
-  invisible, or hidden under the next: each bar starts where the one before
-  it ends and is at least :data:`_MIN_WIDTH` wide, then each ends where the
-  one after it starts (and at 1), shortened or, below that width, moved left.
+  A bar spans its bin's confidences ``[lo, hi]`` where that is at least a
+  minimum width and clear of its neighbours. A bin of one value (every
+  confidence 1.0 in float32, or a tie split across bins) would be invisible,
+  or hidden under the next: each bar starts where the one before it ends and
+  is at least that wide, then each ends where the one after it starts (and
+  at 1), shortened or, below that width, moved left. The minimum width is
+  :data:`_MIN_WIDTH`, halved (down to 1/64 of it) while that moves a bar off
+  its bin's mean confidence ``conf``: at 0.004, twenty bins of a confident
+  CIFAR-10 model crowded into ``[0.989, 1]`` were pushed left, 17 bars
+  outside their bins (up to 0.05 off). Exact ties can leave some bars off.
   """
   idx = np.flatnonzero(keep)
-  w = min(_MIN_WIDTH, 1.0 / max(len(idx), 1))
-  left, right = lo.astype(np.float64).copy(), hi.astype(np.float64).copy()
-  end = 0.0
-  for b in idx:  # no bar starts before the previous one ends
-    left[b] = max(left[b], end)
-    right[b] = max(right[b], left[b] + w)
-    end = right[b]
-  start = 1.0
-  for b in idx[::-1]:  # nor ends after the next one starts
-    right[b] = min(right[b], start)
-    left[b] = min(left[b], right[b] - w)
-    start = left[b]
-  return left, right - left
+  base = min(_MIN_WIDTH, 1.0 / max(len(idx), 1))
+  best = None
+  for w in base / 2.0 ** np.arange(7):
+    left, right = lo.astype(np.float64).copy(), hi.astype(np.float64).copy()
+    end = 0.0
+    for b in idx:  # no bar starts before the previous one ends
+      left[b] = max(left[b], end)
+      right[b] = max(right[b], left[b] + w)
+      end = right[b]
+    start = 1.0
+    for b in idx[::-1]:  # nor ends after the next one starts
+      right[b] = min(right[b], start)
+      left[b] = min(left[b], right[b] - w)
+      start = left[b]
+    tol = 1e-9
+    off = int(np.sum((left[idx] > conf[idx] + tol) | (right[idx] < conf[idx] - tol)))
+    if best is None or off < best[0]:
+      best = (off, left, right - left)
+    if off == 0:
+      break
+  return best[1], best[2]
 
 
 def reliability_diagram(
@@ -75,10 +87,11 @@ def reliability_diagram(
   is evidence of miscalibration in that bin; inside it, the gap is within
   sampling noise. The lower panel counts the samples per bin (log scale).
   Quantile bins are drawn between the smallest and largest confidence they
-  hold, at least 0.004 wide and not overlapping, inside ``[0, 1]``: a bin
-  of one value (all confidences 1.0, or a tie split across bins) is drawn
-  beside its neighbours, which are shortened or moved just enough (the
-  consistency bands stay at the bins' mean confidences).
+  hold, at least 0.004 wide (less where bins crowd, so that each bar still
+  covers its bin's mean confidence) and not overlapping, inside ``[0, 1]``:
+  a bin of one value (all confidences 1.0, or a tie split across bins) is
+  drawn beside its neighbours, which are shortened or moved just enough
+  (the consistency bands stay at the bins' mean confidences).
 
   Args:
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
@@ -149,7 +162,7 @@ def reliability_diagram(
   keep = cnt > 0
   width = hi - lo  # fixed bins: 1 / num_bins; quantile bins: their range of confidences
   if binning == "quantile":
-    lo, width = _quantile_bars(lo, hi, keep)
+    lo, width = _quantile_bars(lo, hi, keep, conf)
   with _mpl.style():
     hist_ax = None
     if ax is None:
