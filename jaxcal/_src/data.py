@@ -452,6 +452,13 @@ def synthetic(
   temperature = V.check_float_option(temperature, "temperature", positive=True)
   concentration = V.check_float_option(concentration, "concentration", positive=True)
   scale = V.check_float_option(scale, "scale")
+  # not float32 numbers (their cast overflows or flushes): refused before any draw, under
+  # jit too; values that overflow only in some draws are checked on the outputs below
+  big, tiny = float(np.finfo(np.float32).max), float(np.finfo(np.float32).tiny)
+  if abs(scale) > big or concentration < tiny:  # (Python floats: no float32 cast here)
+    _check_synthetic(1, num_classes, scale, concentration, temperature)
+  if temperature < tiny:
+    _check_synthetic(2, num_classes, scale, concentration, temperature)
   kg, ky = jax.random.split(key)
   g = jax.random.normal(kg, (n, num_classes), jnp.float32)  # the same draw under x64
   logits = scale * g / jnp.sqrt(concentration)
