@@ -963,8 +963,11 @@ def test_bca_comparison_reports_the_models_sample_count(monkeypatch):
 @pytest.mark.parametrize(
   "text, message",
   [
-    ("ConfECE(fix;0)", r"the bin count must be an int >= 1, got 0"),
-    ("ECCE(0)", r"the bin count must be an int >= 1, got 0"),
+    ("ConfECE(fix;0)", r"the bin count must be an int in \[1, 2\*\*24\], got 0"),
+    ("ECCE(0)", r"the bin count must be an int in \[1, 2\*\*24\], got 0"),
+    # above any metric's bins; 5,000 digits raised Python's bare int-conversion limit
+    ("ConfECE(qua;16777217)", r"the bin count must be an int in \[1, 2\*\*24\], got 16777217"),
+    ("ECCE(" + "9" * 5000 + ")", r"got 999999\.\.\. \(5000 digits\)"),
     ("ConfECE()", r"not a metric label: the parentheses must hold 'fix' or 'qua'"),
     ("ConfECE(;15)", r"not a metric label: the parentheses must hold 'fix' or 'qua'"),
     ("ConfECE(fix;)", r"not a metric label: the parentheses must hold 'fix' or 'qua'"),
@@ -1001,6 +1004,13 @@ def test_format_number_refuses_bad_digits_and_non_real_x():
     report.format_number(np.array(0.5)) == "0.500" and report.format_number(float("nan")) == "nan"
   )
   assert report.format_number(12345) == "12,345" and report.format_number(np.int64(7)) == "7"
+
+
+def test_format_number_names_an_int_too_long_to_write():
+  # 10**5000 raised Python's bare "Exceeds the limit (4300 digits) for integer string"
+  with pytest.raises(ValueError, match=r"x must be a real number Python can write: .* 5,001"):
+    report.format_number(10**5000)
+  assert report.format_number(10**20) == "100,000,000,000,000,000,000"
 
 
 def test_format_number_refuses_none_sequences_and_absurd_digits():

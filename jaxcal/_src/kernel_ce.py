@@ -325,13 +325,15 @@ def skce(
   # the flag below)
   block = estimator == "block"
   sel = (d.count if isinstance(d.count, int) else n) if block else None
-  if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 2:
+  if (
+    isinstance(block_size, bool)
+    or not isinstance(block_size, int)
+    or block_size < 2
+    or (block and block_size > sel)
+  ):
     what = " selected by where" if d.where is not None else ""
     bounds = f"in [2, n = {sel}{what}]" if block else ">= 2"
     raise ValueError(f"block_size must be an int {bounds}, got {block_size!r}")
-  if block and block_size > sel:
-    what = " selected by where" if d.where is not None else ""
-    raise ValueError(f"block_size must be an int in [2, n = {sel}{what}], got {block_size!r}")
   if row_block is None:
     row_block = _row_block(n, c)
   elif isinstance(row_block, bool) or not isinstance(row_block, int) or row_block < 1:

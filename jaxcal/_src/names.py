@@ -216,7 +216,7 @@ def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
       ``"ConfECE(;15)"`` or ``"ConfECE(fix;)"``; anything after the label,
       even a newline; a bin count in other than the ASCII digits 0-9),
       names no metric, gives bins to a metric without them, quantile bins
-      to ECCE, or a bin count below 1.
+      to ECCE, or a bin count outside ``[1, 2**24]``.
 
   Example:
     >>> m, rule, bins = parse_label("ConfCE_corr(qua;2000)")
@@ -243,8 +243,10 @@ def parse_label(text: str) -> tuple[Metric, str | None, int | None]:
     raise ValueError(f"{text!r}: {m.name} has no bins; its label is {m.name!r}")
   if m.name == "ECCE" and rule_abbrev == "qua":
     raise ValueError(f"{text!r}: ECCE always uses equal-width bins; write e.g. 'ECCE(15)'")
-  if count is not None and int(count) < 1:
-    raise ValueError(f"{text!r}: the bin count must be an int >= 1, got {count}")
+  # (a count of 5,000 digits raised Python's bare int-conversion limit)
+  if count is not None and (len(count) > 9 or not 1 <= int(count) <= V.MAX_NUM_BINS):
+    shown = count if len(count) <= 12 else f"{count[:6]}... ({len(count)} digits)"
+    raise ValueError(f"{text[:40]!r}: the bin count must be an int in [1, 2**24], got {shown}")
   rule = _ABBREV_BINNING.get(rule_abbrev or "", m.binning if m.binning else None)
   return m, rule, int(count) if count is not None else None
 
@@ -307,7 +309,14 @@ def format_number(x: Any, digits: int = 3) -> str:
   if isinstance(x, bool) or kind == "b":
     return str(bool(x))  # numpy bools too (not "1.00")
   if isinstance(x, int) or (kind and kind in "iu"):
-    return f"{int(x):,}"
+    try:
+      return f"{int(x):,}"
+    except ValueError:  # 10**5000: Python's bare "Exceeds the limit ... for integer string"
+      digits_of_x = int(int(x).bit_length() * math.log10(2)) + 1
+      raise ValueError(
+        f"x must be a real number Python can write: an int of about {digits_of_x:,} digits "
+        "is beyond its limit for writing integers (sys.set_int_max_str_digits)"
+      ) from None
   try:
     v = float(x)
   except (TypeError, ValueError, OverflowError):
