@@ -804,3 +804,7 @@ def test_a_utility_batch_refuses_an_index_out_of_range_and_iterates_once():
   items = list(batch)
   assert len(items) == 8
   np.testing.assert_array_equal(items[-1].params, batch[-1].params)
+  # a tuple reaches past the batch axis: u[1, 3] is entry 3 of utility 1, not an index 3
+  # of a batch (the range check took its parts for batch indices)
+  pair = U.sample_linear(jax.random.key(4), 2, 5)
+  np.testing.assert_array_equal(pair[1, 4].params, pair.params[1, 4])

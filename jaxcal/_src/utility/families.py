@@ -143,15 +143,19 @@ class Utility:
     if not self.batch_shape:
       raise TypeError("indexing a single utility; only batches can be indexed")
     ints = idx if isinstance(idx, int | np.integer) else None
-    if ints is None and not isinstance(idx, slice | bool | jax.core.Tracer) and idx is not None:
-      a = np.asarray(jax.device_get(idx)) if isinstance(idx, jax.Array) else np.asarray(idx)
-      if a.dtype.kind in "iu":  # jnp.int32(7) and np.array(7) were clamped to the last one
+    # a tuple indexes more than the batch axis: JAX's to check (u[1, 4] is entry 4 of u[1])
+    skip = slice | bool | tuple | jax.core.Tracer
+    if ints is None and not isinstance(idx, skip) and idx is not None:
+      a = np.asarray(idx)
+      if a.dtype.kind in "iu" and a.ndim <= 1:  # jnp.int32(7), np.array(7) were clamped
         ints = a
     if ints is not None and np.size(ints):
+      n = len(self)
       lo, hi = int(np.min(ints)), int(np.max(ints))
-      if lo < -len(self) or hi >= len(self):
-        bad = lo if lo < -len(self) else hi
-        raise IndexError(f"utility index {bad} is out of range for a batch of {len(self)}")
+      if lo < -n or hi >= n:
+        raise IndexError(
+          f"utility index {lo if lo < -n else hi} is out of range for a batch of {n}"
+        )
     prm = self.params
     if _is_sequence(prm):  # as uc() reads them: a float array
       prm = V.as_float(prm, "utility.params")
