@@ -479,7 +479,7 @@ def _check_statistic(samples: Any, num_resamples: int) -> None:
   for path, leaf in jax.tree_util.tree_flatten_with_path(samples)[0]:
     where = f"fn's output{jax.tree_util.keystr(path)}"
     dt = jnp.dtype(leaf.dtype)
-    if not (dt == jnp.bool_ or jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.floating)):
+    if not (dt == jnp.bool_ or V.real_dtype(dt)):
       raise ValueError(
         f"the statistic must return real numbers (floating, integer or boolean arrays): "
         f"{where} has dtype {dt}; return the parts to bootstrap as real arrays "
@@ -657,14 +657,14 @@ def bootstrap(
     batch_size = _auto_batch(sum(a.size * a.dtype.itemsize for a in arrs), num_resamples)
   else:
     batch_size = min(V.check_int(batch_size, "batch_size"), num_resamples)
-    for i, a in enumerate(arrs):
-      if batch_size > 1:  # (one resample of an array is the size of the array itself)
-        V.check_entries(
-          batch_size * a.size,
-          f"one batch of data array {i} resampled (batch_size, *shape) = "
-          f"({batch_size:,}, {', '.join(map(str, a.shape))})",
-          "pass a smaller batch_size (by default a batch gathers about 128 MiB)",
-        )
+    # (one resample of an array is the size of the array itself: nothing to bound at 1)
+    for i, a in enumerate(arrs if batch_size > 1 else ()):
+      V.check_entries(
+        batch_size * a.size,
+        f"one batch of data array {i} resampled (batch_size, *shape) = "
+        f"({batch_size:,}, {', '.join(map(str, a.shape))})",
+        "pass a smaller batch_size (by default a batch gathers about 128 MiB)",
+      )
   keys = [key] if len(names) == 1 else list(jax.random.split(key, len(names)))
   jackknife = None
   perms: list[jax.Array] = []

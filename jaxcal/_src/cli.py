@@ -412,9 +412,10 @@ def _scores_path(path: str) -> str:
   A pair was named after its labels file (``test_labels.npy``), the same for
   every model whose labels are shared.
   """
-  if "," in path and not os.path.exists(path):  # as data reads a pair
-    return path.split(",", 1)[0]
-  return path
+  from jaxcal._src.data import _pair
+
+  pair = _pair(path)
+  return path if pair is None else pair[0]
 
 
 def _name(path: str, depth: int = 1) -> str:

@@ -159,10 +159,18 @@ def _pick(
   )
 
 
-def _load_raw(p: str, split: str) -> tuple[np.ndarray, np.ndarray, bool, str]:
+def _pair(p: str) -> tuple[str, str] | None:
+  """``(scores, labels)`` paths of a ``"scores.npy,labels.npy"`` pair, or ``None`` for one path."""
   if "," in p and not os.path.exists(p):
     a, b = p.split(",", 1)
-    return _npy_file(a), _npy_file(b), False, "scores"
+    return a, b
+  return None
+
+
+def _load_raw(p: str, split: str) -> tuple[np.ndarray, np.ndarray, bool, str]:
+  pair = _pair(p)
+  if pair is not None:
+    return _npy_file(pair[0]), _npy_file(pair[1]), False, "scores"
   if os.path.isdir(p):
     names = sorted(os.listdir(p))
     files = {f[:-4]: os.path.join(p, f) for f in names if f.endswith(".npy")}

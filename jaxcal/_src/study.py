@@ -1156,7 +1156,8 @@ def evaluate(
   bins_np = np.atleast_1d(np.asarray(m, np.int32)).reshape(-1)
   if bins_np.size == 0:
     raise ValueError("num_bins is an empty array; give at least one bin count")
-  V.check_bin_arrays(bins_np.size, V.bucket(int(bins_np.max())))  # before any data is read
+  max_bins = V.bucket(int(bins_np.max()))  # new bin arrays of this bound reuse the program
+  V.check_bin_arrays(bins_np.size, max_bins)  # before any data is read
   if chunk_size is not None and (
     isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
   ):
@@ -1288,7 +1289,6 @@ def evaluate(
         _put(np.asarray(SW._pad_rows(u.params, -(-u.batch_shape[0] // du) * du)), util_sharding)
         for u in us.values()
       ]
-      max_bins = V.bucket(int(bins_np.max()))  # new bin arrays reuse the program
       masked = st.where is not None
       # metrics in a canonical order: the same set in another order shares the program
       canon = tuple(sorted(mets, key=lambda mt: mt.name))
