@@ -407,6 +407,8 @@ def test_calibrated_far_apart_clusters_have_small_lce():
     ("bandwidth_str", "bandwidth must be a finite number > 0, got 'a'"),
     ("bandwidth_array", r"bandwidth must be a scalar, got shape \(2,\)"),
     ("bandwidth_tiny", r"bandwidth = 1e-30 is below the smallest supported bandwidth 1.08e-19"),
+    # inf in float32: a numpy overflow warning and a flat kernel before
+    ("bandwidth_huge", r"bandwidth = 1e\+39 is beyond float32's range"),
     ("rows", "features has 299 rows"),
     ("features_1d", r"features must have shape \(n, D\)"),
     ("min_bin_size", "min_bin_size must be an integer >= 0"),
@@ -432,7 +434,7 @@ def test_lce_value_errors(data, bad, fragment):
     phi = phi[:, :0]
   elif bad.startswith("bandwidth"):
     values = {"0": 0.0, "_neg": -1.0, "_nan": float("nan"), "_inf": float("inf")}
-    values.update(_bool=True, _str="a", _array=np.ones(2), _tiny=1e-30)
+    values.update(_bool=True, _str="a", _array=np.ones(2), _tiny=1e-30, _huge=1e39)
     kw["bandwidth"] = values[bad[len("bandwidth") :]]
   elif bad == "rows":
     phi = phi[:-1]

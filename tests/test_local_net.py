@@ -287,6 +287,13 @@ def test_apply_value_errors(setup):
     ("alignment_weight", "alignment_weight must be >= 0"),
     ("init_scale", "init_scale must be > 0"),
     ("dropout", r"dropout must be in \[0, 1\), got 1.0"),
+    # float32 overflow: a non-finite loss at epoch 1 (a FloatingPointError telling the
+    # user to lower the option), or an overflow warning and an infinite bandwidth
+    ("huge_learning_rate", r"learning_rate = 1e\+39 is beyond float32's range \(3.4e\+38\)"),
+    ("huge_lam", r"lam = 1e\+39 is beyond float32's range"),
+    ("huge_alignment_weight", r"alignment_weight = 1e\+39 is beyond float32's range"),
+    ("huge_init_scale", r"init_scale = 1e\+39 is beyond float32's range"),
+    ("huge_bandwidth", r"bandwidth = 1e\+39 is beyond float32's range"),
   ],
 )
 def test_fit_value_errors(bad, match):
@@ -348,6 +355,8 @@ def test_fit_value_errors(bad, match):
     kw[bad] = 0.0
   elif bad == "dropout":
     kw[bad] = 1.0
+  elif bad.startswith("huge_"):
+    kw[bad[len("huge_") :]] = 1e39
   for method in ("local_net", "kcal"):
     with pytest.raises(ValueError, match=match):
       base.fit(method, logits, y, **kw)

@@ -590,6 +590,13 @@ def test_binned_norms_match_loop(norm, binning):
     (lambda: metrics.mmce(P_SMALL, Y_SMALL, np.inf), ValueError, "bandwidth must be a finite"),
     (lambda: metrics.mmce(P_SMALL, Y_SMALL, True), ValueError, "got True"),
     (lambda: metrics.mmce(P_SMALL, Y_SMALL, 1e-40), ValueError, "smallest supported bandwidth"),
+    # inf in float32: a numpy overflow warning and an infinite bandwidth before
+    (lambda: metrics.mmce(P_SMALL, Y_SMALL, 1e39), ValueError, r"1e\+39 is beyond float32's"),
+    (
+      lambda: metrics.skce(P_SMALL, Y_SMALL, metrics.GaussianKernel(1e39)),
+      ValueError,
+      r"GaussianKernel.bandwidth = 1e\+39 is beyond float32's range",
+    ),
     (lambda: metrics.mmce(P_SMALL, Y_SMALL, np.ones(2)), ValueError, "must be a scalar"),
     (lambda: metrics.debiased_ce(P_SMALL, Y_SMALL, 0), ValueError, "num_bins"),
     (lambda: metrics.debiased_ce(P_SMALL, Y_SMALL, mode="top"), ValueError, "mode"),

@@ -2250,7 +2250,7 @@ def check_bandwidth(
   ):
     raise ValueError(f"{name} must be a finite number > 0, got {bandwidth!r}")
   if isinstance(bandwidth, (int, float, np.integer, np.floating)):
-    v = check_float_option(bandwidth, name, positive=True)
+    v = check_float_option(bandwidth, name, positive=True, dtype=dtype)
     w = jnp.asarray(v, dtype)
   else:
     w = as_float(bandwidth, name)
@@ -2645,9 +2645,20 @@ def seed_key(seed: Any, name: str = "seed", *, minimum: int = SEED_RANGE[0]) -> 
 
 
 def check_float_option(
-  value: Any, name: str, *, minimum: float | None = None, positive: bool = False
+  value: Any,
+  name: str,
+  *,
+  minimum: float | None = None,
+  positive: bool = False,
+  dtype: Any = None,
 ) -> float:
   """Validates a finite real option (``positive``: ``> 0``; ``minimum``: ``>=``).
+
+  With ``dtype`` (a floating type the option is computed in) a magnitude
+  beyond that type's range is refused too: ``1e39`` is ``inf`` in float32,
+  which the computation would carry on with (a learning rate or loss weight
+  of ``inf``: a non-finite loss epochs later; a bandwidth of ``inf``: a
+  numpy overflow warning and a flat kernel).
 
   Example:
     >>> check_float_option(1e-6, "tol", minimum=0.0)
@@ -2683,4 +2694,9 @@ def check_float_option(
     raise ValueError(f"{name} must be > 0, got {v}")
   if minimum is not None and v < minimum:
     raise ValueError(f"{name} must be >= {minimum}, got {v}")
+  if dtype is not None and abs(v) > float(jnp.finfo(dtype).max):
+    raise ValueError(
+      f"{name} = {v:g} is beyond {jnp.dtype(dtype).name}'s range "
+      f"({float(jnp.finfo(dtype).max):.2g}), where the computation runs"
+    )
   return v

@@ -786,20 +786,21 @@ def _train(
   n, num_classes = x.shape
   y = V.check_labels(labels, n, num_classes)
   f = V.check_features(features, n)
-  bandwidth = V.check_float_option(bandwidth, "bandwidth", positive=True)
+  # the network and its kernel run in float32 whatever the inputs' dtype (x64 too)
+  f32 = jnp.float32
+  bandwidth = V.check_float_option(bandwidth, "bandwidth", positive=True, dtype=f32)
   # the metric's rule: a bandwidth whose square underflows makes every kernel weight 0
-  # the network and its kernel run in float32 whatever the features' dtype (x64 too)
-  V.check_bandwidth(bandwidth, jnp.float32, squared=True)
+  V.check_bandwidth(bandwidth, f32, squared=True)
   if alignment not in ALIGNMENTS:
     raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
   if monitor not in MONITORS:
     raise ValueError(f"monitor must be one of {MONITORS}, got {monitor!r}")
   for name, v in (("lam", lam), ("alignment_weight", alignment_weight)):
-    V.check_float_option(v, name, minimum=0.0)
+    V.check_float_option(v, name, minimum=0.0, dtype=f32)
   if init_scale is not None:
-    V.check_float_option(init_scale, "init_scale", positive=True)
+    V.check_float_option(init_scale, "init_scale", positive=True, dtype=f32)
   # >= 0, not > 0: a rate of 0 keeps the initial network (the strong initialisation)
-  learning_rate = V.check_float_option(learning_rate, "learning_rate", minimum=0.0)
+  learning_rate = V.check_float_option(learning_rate, "learning_rate", minimum=0.0, dtype=f32)
   if V.check_float_option(val_fraction, "val_fraction", minimum=0.0) >= 1:
     raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
   for name, v in (("pca_dim", pca_dim), ("hidden", hidden), ("batch_size", batch_size)):

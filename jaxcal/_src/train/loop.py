@@ -482,9 +482,10 @@ def train_classifier(
   _check_model(model)
   epochs = V.check_int_option(epochs, "epochs", minimum=0)
   batch_size = V.check_int_option(batch_size, "batch_size", minimum=1)
-  learning_rate = V.check_float_option(learning_rate, "learning_rate", minimum=0.0)
-  if abs(learning_rate) > float(np.finfo(np.float32).max):  # the optimiser's float32: 1e300 is inf
-    raise ValueError(f"learning_rate = {learning_rate:g} is beyond float32's range (3.4e38)")
+  # the optimiser's float32: 1e300 is inf
+  learning_rate = V.check_float_option(
+    learning_rate, "learning_rate", minimum=0.0, dtype=jnp.float32
+  )
   seed = V.check_seed(seed)
   verbose = V.check_flag(verbose, "verbose")
   if on_epoch is not None and not callable(on_epoch):
