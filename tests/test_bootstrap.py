@@ -372,15 +372,23 @@ def test_the_estimate_is_the_eager_statistic_and_the_program_is_reused(small_pre
       (np.zeros(20),),
       {"num_resamples": 10**9},
       ValueError,
-      r"the resample indices \(num_resamples, n\) = \(1,000,000,000, 20\) would hold "
-      r"20,000,000,000 entries, above 2\^31 - 1 = 2,147,483,647: pass fewer resamples "
-      r"\(at most 107,374,182 for n = 20\)",
+      r"the resample indices and keys \(num_resamples, n \+ 4\) = \(1,000,000,000, 24\) would "
+      r"hold 24,000,000,000 entries, above 2\^31 - 1 = 2,147,483,647: pass fewer resamples "
+      r"\(at most 89,478,485 for n = 20\)",
+    ),
+    # the keys alone (two words a resample, split and copied) needed about 20 GB
+    (
+      (np.zeros(2),),
+      {"num_resamples": 10**9},
+      ValueError,
+      r"\(num_resamples, n \+ 4\) = \(1,000,000,000, 6\) would hold 6,000,000,000 entries",
     ),
     (
       (np.zeros(20), np.zeros(30)),
       {"num_resamples": 5 * 10**7, "groups": (0, 1)},
       ValueError,
-      r"\(50,000,000, 50\) \(n: the samples of the 2 groups together\) would hold",
+      r"\(num_resamples, n \+ 8\) = \(50,000,000, 58\) \(n: the samples of the 2 groups "
+      r"together\) would hold",
     ),
     (
       (np.zeros((10, 100)),),
@@ -686,7 +694,7 @@ def test_consistency_bands_refuse_sizes_before_anything_is_drawn():
   with pytest.raises(ValueError, match=r"\(num_resamples, num_bins\) = \(1,000,000,000, 5\)"):
     BS.consistency_bands(jax.random.key(0), p, 5, num_resamples=10**9)
   with pytest.raises(
-    ValueError, match=r"the resample indices \(num_resamples, n\) = \(20,000,000, 200\)"
+    ValueError, match=r"the resample indices and keys \(num_resamples, n \+ 4\) = \(20,000,000, 204\)"
   ):
     BS.consistency_bands(jax.random.key(0), p, 5, num_resamples=2 * 10**7)
   with pytest.raises(ValueError, match=r"confidence must be a number, got '0.9' \(str\)"):

@@ -115,8 +115,12 @@ def test_resample_indices_sizes():
   k = jax.random.key(0)
   with pytest.raises(ValueError, match=r"int32 indices \(n,\) = \(2,147,483,648,\).*smaller n"):
     bootstrap.resample_indices(k, 2**31, 1)  # a raw OverflowError
-  with pytest.raises(ValueError, match=r"\(num_resamples, n\) = \(1,000,000,000, 100\).*fewer"):
+  with pytest.raises(
+    ValueError, match=r"\(num_resamples, n \+ 2\) = \(1,000,000,000, 102\).*fewer"
+  ):
     bootstrap.resample_indices(k, 100, 10**9)  # out of memory
+  with pytest.raises(ValueError, match=r"\(num_resamples, n \+ 2\) = \(800,000,000, 3\)"):
+    bootstrap.resample_indices(k, 1, 8 * 10**8)  # the keys: 6.4 GB
   with pytest.raises(ValueError, match=ABOVE):
     dominance.resample_indices(k, 2**31 - 1, 2)
   assert bootstrap.resample_indices(k, 5, 3).shape == (3, 5)

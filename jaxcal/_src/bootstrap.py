@@ -84,6 +84,8 @@ METHODS = ("percentile", "bca", "basic", "normal")
 #: Most resamples of one call: the resamples and the estimate beside them are
 #: numbered in int32 (2^31 resamples raised numpy's OverflowError deep inside).
 MAX_RESAMPLES = 2**31 - 2
+# uint32 words a resample's key takes per group while the draws run: split, then copied once
+_KEY_WORDS = 4
 
 #: Bytes of resampled inputs gathered per batch when ``batch_size`` is automatic.
 _BATCH_BYTES = 1 << 27
@@ -154,10 +156,10 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
   Raises:
     ValueError: ``key`` is not a PRNG key (e.g. an int seed), ``n < 1`` or
       ``num_resamples < 1``, ``n > 2^31 - 1`` (the indices are int32; 2^31
-      raised a raw ``OverflowError``), or an index array ``(B, n)`` of more
-      than ``2^31 - 1`` entries (refused before it is allocated: it ran out
-      of memory); :func:`bootstrap` draws the index sets one batch at a time
-      instead.
+      raised a raw ``OverflowError``), or index and key arrays ``(B, n)``
+      and ``(B, 2)`` of more than ``2^31 - 1`` entries together (refused
+      before they are allocated: they ran out of memory); :func:`bootstrap`
+      draws the index sets one batch at a time instead.
 
   Example:
     >>> import jax
@@ -171,11 +173,11 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
   n = V.check_int(n, "n")
   num_resamples = V.check_int(num_resamples, "num_resamples", 1, MAX_RESAMPLES)
   V.check_entries(n, f"one resample's int32 indices (n,) = ({n:,},)", "pass a smaller n")
-  V.check_entries(
-    num_resamples * n,
-    f"the resample indices (num_resamples, n) = ({num_resamples:,}, {n:,})",
+  V.check_entries(  # the keys: two uint32 words per resample
+    num_resamples * (n + 2),
+    f"the resample indices and keys (num_resamples, n + 2) = ({num_resamples:,}, {n + 2:,})",
     "pass fewer resamples, or draw them in batches (jaxcal.bootstrap.bootstrap never stores "
-    "them all)",
+    "the indices all)",
   )
   return jax.vmap(lambda k: _indices(k, n))(jax.random.split(key, num_resamples))
 
@@ -453,18 +455,22 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
 
 
 def _check_work(num_resamples: int, sizes: tuple[int, ...]) -> None:
-  """Refuses ``num_resamples × n`` index entries beyond ``2^31 - 1`` before anything is drawn.
+  """Refuses ``num_resamples × (n + 4 g)`` index and key words beyond ``2^31 - 1`` up front.
 
   The index sets are drawn a batch at a time, but the keys, the loop and the
   time grow with the total: ``num_resamples = 10**9`` on ``n = 20`` was killed
   by the OS at 21 GB after 69 s (any value up to ``MAX_RESAMPLES`` passed).
+  The keys are stored whole: two uint32 words per resample and group, split
+  and then copied once (4 words), so ``10**9`` resamples of ``n = 2``
+  samples passed a bound on the indices alone and needed about 20 GB.
   """
-  n = sum(sizes)
+  n, k = sum(sizes), _KEY_WORDS * len(sizes)
   whose = "" if len(sizes) == 1 else f" (n: the samples of the {len(sizes)} groups together)"
   V.check_entries(
-    num_resamples * n,
-    f"the resample indices (num_resamples, n) = ({num_resamples:,}, {n:,}){whose}",
-    f"pass fewer resamples (at most {V.MAX_ENTRIES // n:,} for n = {n:,})",
+    num_resamples * (n + k),
+    f"the resample indices and keys (num_resamples, n + {k}) = ({num_resamples:,}, {n + k:,})"
+    + whose,
+    f"pass fewer resamples (at most {V.MAX_ENTRIES // (n + k):,} for n = {n:,})",
   )
 
 
@@ -570,8 +576,9 @@ def bootstrap(
       that sample: sd 0 and a zero-width interval), ``num_resamples < 2``,
       ``batch_size < 1``, ``jackknife_groups < 2``, an unknown ``method``
       or a ``confidence`` that is not a number in ``(0, 1)`` (a string
-      ``"0.9"`` or a bool included); ``num_resamples × n`` resample indices
-      (``n`` summed over the groups), ``(num_resamples + 1) × size`` values
+      ``"0.9"`` or a bool included); ``num_resamples × (n + 4 G)`` resample
+      index and key words (``n`` summed over the ``G`` groups),
+      ``(num_resamples + 1) × size`` values
       of a statistic's output, or ``batch_size × size`` entries of one
       gathered batch of a data array beyond ``2^31 - 1`` (refused before
       anything is drawn); a statistic with a complex (or other non-real)
@@ -812,8 +819,9 @@ def consistency_bands(
   Raises:
     ValueError: ``key`` is not a PRNG key; invalid probabilities, bin count,
       binning, resample count or confidence (a string or a bool included);
-      ``num_resamples × num_bins`` resampled gaps or ``num_resamples × n``
-      resample indices beyond ``2^31 - 1`` (refused before anything is drawn).
+      ``num_resamples × num_bins`` resampled gaps or ``num_resamples × (n + 4)``
+      resample indices and key words beyond ``2^31 - 1`` (refused before anything
+      is drawn).
 
   Example:
     >>> import jax, jax.numpy as jnp
