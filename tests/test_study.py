@@ -436,6 +436,12 @@ def _two_bin_counts():
     (lambda r: r.summary(True), ValueError, r"num_bins must be an integer >= 1, got True"),
     (lambda r: r.summary(np.array([5, 10])), ValueError, r"num_bins must be one bin count"),
     (lambda r: r.summary(7), ValueError, r"num_bins = 7 was not evaluated; bin counts: \[5, 10\]"),
+    # JAX's raw ConcretizationTypeError
+    (
+      lambda r: jax.jit(lambda m: jnp.float32(len(r.summary(m))))(10),
+      ValueError,
+      r"num_bins of a summary must be a concrete bin count \(a Python int\), not a traced",
+    ),
   ],
 )
 def test_study_result_bad_input(call, exc, msg, monkeypatch):

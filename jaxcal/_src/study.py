@@ -268,6 +268,10 @@ class StudyResult:
     bins = self.coords.get("num_bins")
     one = self.info.get("num_bins")  # a study of one bin count (no axis)
     j = 0
+    if isinstance(num_bins, jax.core.Tracer):  # int() of it raised JAX's ConcretizationTypeError
+      raise ValueError(
+        "num_bins of a summary must be a concrete bin count (a Python int), not a traced value"
+      )
     if num_bins is not None:  # '10' read "num_bins = 10 was not evaluated", True as 1
       m = V.check_num_bins(num_bins)  # evaluate's rule: an int, or an integral float (15.0)
       if np.ndim(m) != 0:
