@@ -694,7 +694,8 @@ def test_consistency_bands_refuse_sizes_before_anything_is_drawn():
   with pytest.raises(ValueError, match=r"\(num_resamples, num_bins\) = \(1,000,000,000, 5\)"):
     BS.consistency_bands(jax.random.key(0), p, 5, num_resamples=10**9)
   with pytest.raises(
-    ValueError, match=r"the resample indices and keys \(num_resamples, n \+ 4\) = \(20,000,000, 204\)"
+    ValueError,
+    match=r"the resample indices and keys \(num_resamples, n \+ 4\) = \(20,000,000, 204\)",
   ):
     BS.consistency_bands(jax.random.key(0), p, 5, num_resamples=2 * 10**7)
   with pytest.raises(ValueError, match=r"confidence must be a number, got '0.9' \(str\)"):
