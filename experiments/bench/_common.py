@@ -39,6 +39,8 @@ __all__ = [
   "machine_note",
   "json_child",
   "interleaved",
+  "clear_caches",
+  "check_agree",
 ]
 
 #: experiments/results/ beside this folder.
@@ -89,13 +91,26 @@ def timeit(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> dict:
   }
 
 
-def interleaved(paths: dict[str, tuple[Callable, tuple]], repeat: int) -> dict[str, dict]:
+def clear_caches() -> None:
+  """Clears JAX's compilation caches (nothing without JAX): the next call compiles cold."""
+  try:
+    import jax
+  except ImportError:
+    return
+  jax.clear_caches()
+
+
+def interleaved(
+  paths: dict[str, tuple[Callable, tuple]], repeat: int, *, cold: bool = False
+) -> dict[str, dict]:
   """Times each ``fn(*args)`` of ``paths`` call by call in turn, blocking on every result.
 
-  Each path's first call (tracing and compilation) is timed alone first; then
-  ``repeat`` rounds call every path once each, so the paths share the
-  machine's state. Returns ``name -> {"median_s", "best_s", "first_call_s",
-  "times_s"}``.
+  Each path's first call (tracing and compilation) is timed alone first, after
+  :func:`clear_caches` with ``cold=True`` (so it does not reuse programs an
+  earlier path or benchmark compiled); then ``repeat`` rounds call every path
+  once each, starting one path later each round, so the paths share the
+  machine's state and none always runs first. Returns ``name -> {"median_s",
+  "best_s", "first_call_s", "times_s"}``.
   """
 
   def once(fn, args) -> float:
@@ -103,10 +118,16 @@ def interleaved(paths: dict[str, tuple[Callable, tuple]], repeat: int) -> dict[s
     _block(fn(*args))
     return time.perf_counter() - t0
 
-  first = {k: once(fn, a) for k, (fn, a) in paths.items()}
+  first = {}
+  for k, (fn, a) in paths.items():
+    if cold:
+      clear_caches()
+    first[k] = once(fn, a)
   times: dict[str, list[float]] = {k: [] for k in paths}
-  for _ in range(max(1, repeat)):
-    for k, (fn, a) in paths.items():
+  names = list(paths)
+  for r in range(max(1, repeat)):
+    for k in names[r % len(names) :] + names[: r % len(names)]:
+      fn, a = paths[k]
       times[k].append(once(fn, a))
   return {
     k: {
@@ -147,17 +168,91 @@ def cpu_load() -> list[float] | None:
     return None
 
 
-def machine_note(load: list[float] | None, cpu_count: int | None = None) -> str:
-  """One line on how busy the machine was (the 1-minute load vs its cores)."""
+def machine_note(
+  load: list[float] | None,
+  cpu_count: int | None = None,
+  statistic: str = "median of the timed calls",
+) -> str:
+  """One line on how busy the machine was (the 1-minute load vs its cores).
+
+  ``statistic`` names the figure the benchmark compares (its median, or its
+  best, of the timed calls).
+  """
   if load is None:
     return "load unknown"
   cores = cpu_count or os.cpu_count() or 1
   if load[0] < 0.5 * cores:
-    return f"quiet machine (1-minute load {load[0]} on {cores} cores); both sides measured in the same run"
+    return (
+      f"quiet machine (1-minute load {load[0]} on {cores} cores); both sides measured in "
+      f"the same run, {statistic}"
+    )
   return (
     f"machine shared with other jobs during the measurement (1-minute load {load[0]} on "
-    f"{cores} cores); both sides measured in the same run, best of the timed calls"
+    f"{cores} cores); both sides measured in the same run, {statistic}"
   )
+
+
+def check_agree(values: dict[str, Any], reference: str, rtol: float, atol: float = 0.0) -> dict:
+  """Asserts every contender's value matches ``values[reference]``; returns the differences.
+
+  A fast wrong answer must not pass as a speed-up: each benchmark compares
+  the values its contenders computed before it writes a ratio.
+
+  Args:
+    values: contender -> its value (a number or an array); ``None`` is skipped.
+    reference: the contender the others are compared with.
+    rtol, atol: the tolerance, as in ``numpy.testing.assert_allclose``.
+
+  Returns:
+    contender -> largest absolute difference from the reference.
+
+  Raises:
+    AssertionError: naming the contender whose value differs.
+  """
+  want = np.asarray(values[reference], np.float64)
+  out = {}
+  for k, v in values.items():
+    if v is None:
+      continue
+    got = np.asarray(v, np.float64)
+    np.testing.assert_allclose(
+      got, want, rtol=rtol, atol=atol, err_msg=f"{k} differs from {reference}"
+    )
+    out[k] = float(np.max(np.abs(got - want))) if got.size else 0.0
+  return out
+
+
+def _git_commit() -> str | None:
+  """The repository's commit (with ``+dirty`` for uncommitted changes), if known."""
+  root = pathlib.Path(__file__).resolve().parents[2]
+  try:
+    head = subprocess.run(
+      ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+    )
+    if head.returncode != 0:
+      return None
+    dirty = subprocess.run(
+      ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+      capture_output=True,
+      text=True,
+      timeout=10,
+    )
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+  except (OSError, subprocess.SubprocessError):
+    return None
+
+
+def _versions(*names: str) -> dict[str, str | None]:
+  """Installed versions of the named distributions (``None`` where absent)."""
+  from importlib import metadata
+
+  out: dict[str, str | None] = {}
+  for n in names:
+    try:
+      out[n] = metadata.version(n)
+    except metadata.PackageNotFoundError:
+      out[n] = None
+  return out
 
 
 def device_info() -> dict:
@@ -171,6 +266,19 @@ def device_info() -> dict:
     "load_avg_at_start": cpu_load(),
     "python": platform.python_version(),
     "numpy": np.__version__,
+    "git_commit": _git_commit(),
+    "versions": _versions(
+      "jaxcal",
+      "jax",
+      "jaxlib",
+      "numpy",
+      "scipy",
+      "scikit-learn",
+      "torch",
+      "torchmetrics",
+      "netcal",
+      "relplot",
+    ),
   }
   try:
     import jax
@@ -185,6 +293,11 @@ def device_info() -> dict:
         "devices": [str(d) for d in devs],
       }
     )
+    if devs and devs[0].platform == "gpu":  # the CUDA runtime and driver of the run
+      try:
+        info["gpu_platform_version"] = devs[0].client.platform_version
+      except AttributeError:
+        pass
   except ImportError:
     pass
   return info
@@ -214,9 +327,14 @@ def write_result(
   the environment variable ``JAXCAL_RESULTS_DIR``, else
   ``experiments/results/``.
 
+  The 1-minute load at the end (``load_avg_at_end``) is added when the
+  result lacks it.
+
   Returns:
     The path written.
   """
+  if "load_avg_at_end" not in result:
+    result = {**result, "load_avg_at_end": cpu_load()}
   if results_dir is None:
     results_dir = os.environ.get("JAXCAL_RESULTS_DIR") or RESULTS_DIR
   out_dir = pathlib.Path(results_dir)
