@@ -738,3 +738,20 @@ def test_a_step_that_does_not_lower_the_brier_score_stops_the_fit():
   rc = R.fit_patching(z, y, max_steps=4, tol=0.0, num_samples=0, stepsize=1e-12, progress=False)
   assert (rc.num_steps, rc.stop_reason, bool(rc.converged)) == (0, "no Brier decrease", False)
   np.testing.assert_allclose(np.asarray(rc(z)), np.asarray(jax.nn.softmax(jnp.asarray(z))), atol=0)
+
+
+def test_a_failed_line_search_stops_the_fit_and_says_so():
+  """No trial of the backtracking search meets the Armijo condition (a huge initial
+  step): the fit stopped as "no Brier decrease", blaming the score, and a last trial
+  that happened to lower the Brier score would have been kept without meeting it."""
+  z, y = _synthetic()
+  rc = R.fit_patching(z, y, max_steps=3, tol=0.0, num_samples=0, stepsize=1e12, progress=False)
+  assert (rc.num_steps, rc.stop_reason, bool(rc.converged)) == (0, "line search failed", False)
+  np.testing.assert_allclose(np.asarray(rc(z)), np.asarray(jax.nn.softmax(jnp.asarray(z))), atol=0)
+  # a step the search can reach from its start makes progress
+  assert (
+    R.fit_patching(
+      z, y, max_steps=3, tol=0.0, num_samples=0, stepsize=1e3, progress=False
+    ).num_steps
+    > 0
+  )

@@ -696,6 +696,14 @@ def test_bad_inputs_raise():
     U.uc(p * 0.5, y, U.top_class())
   with pytest.raises(ValueError, match="non-empty"):
     U.ecdf(jnp.zeros((0,)))
+  # found by a review helper: gamma = inf passed the bounds (0, inf) (the top-1 weights)
+  with pytest.raises(ValueError, match=r"gamma contains non-finite values .* gamma\[1\]: inf"):
+    U.dcg([1.0, np.inf], 5)
+  # parameters of a top_class utility were ignored without a word
+  with pytest.raises(
+    ValueError, match=r"a top_class utility takes no parameters .*got shape \(7,\)"
+  ):
+    U.uc(p, y, U.Utility(jnp.ones(7), "top_class"))
 
 
 def test_values_checks_like_uc():
@@ -808,3 +816,13 @@ def test_a_utility_batch_refuses_an_index_out_of_range_and_iterates_once():
   # of a batch (the range check took its parts for batch indices)
   pair = U.sample_linear(jax.random.key(4), 2, 5)
   np.testing.assert_array_equal(pair[1, 4].params, pair.params[1, 4])
+  # found by a review helper: a 2-D index array and a tuple's later parts were clamped
+  # (batch[np.array([[0, 9]])][0, 1] was utility 7; batch[:, 7] of 4 classes, class 3)
+  with pytest.raises(IndexError, match=r"utility index 9 is out of range for a batch of 8"):
+    batch[np.array([[0, 9]])]
+  for idx in ((slice(None), 7), (0, -5), (jnp.int32(1), 4), (slice(None), np.array([0, 4]))):
+    with pytest.raises(IndexError, match=r"does not fit the parameters of shape \(8, 4\)"):
+      batch[idx]
+  np.testing.assert_array_equal(batch[np.array([[0, 7]])].params, batch.params[np.array([[0, 7]])])
+  np.testing.assert_array_equal(batch[:, 3].params, batch.params[:, 3])
+  np.testing.assert_array_equal(batch[jnp.int32(2), -4].params, batch.params[2, 0])

@@ -583,7 +583,10 @@ def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
     # all, not a min and a max: across devices XLA:CPU's min/max all-reduce
     # drops NaN, so a NaN in a sharded array would pass (a boolean all keeps it).
     xm = _masked(x, where, a.lo).astype(acc)
-    return jnp.all((xm >= a.lo - a.tol) & (xm <= a.hi + a.tol))
+    inside = (xm >= a.lo - a.tol) & (xm <= a.hi + a.tol)
+    if not (math.isfinite(a.lo) and math.isfinite(a.hi)):  # an open end lets inf through
+      inside = inside & jnp.isfinite(xm)  # (dcg(gamma=inf) passed bounds (0, inf))
+    return jnp.all(inside)
   if not jnp.issubdtype(x.dtype, jnp.floating):
     return jnp.bool_(True)
   # A non-finite (NaN) entry makes its row sum non-finite (NaN); a finite row

@@ -61,8 +61,15 @@ __all__ = ["Patching", "fit_patching", "project_simplex", "apply_patch"]
 #: Witness kinds, by the code stored in :attr:`Patching.kind`.
 LINEAR, RANK, DECISION = 0, 1, 2
 #: Why a fit stopped, by the code of the loop state.
-_REASONS = ("running", "tol", "max_steps", "no Brier decrease", "bad sample_witnesses draw")
-_BAD_DRAW = 4
+_REASONS = (
+  "running",
+  "tol",
+  "max_steps",
+  "no Brier decrease",
+  "bad sample_witnesses draw",
+  "line search failed",
+)
+_BAD_DRAW, _SEARCH_FAILED = 4, 5
 
 
 def project_simplex(x: jax.Array) -> jax.Array:
@@ -181,7 +188,9 @@ class Patching(Recalibrator):
     num_iter: number of patches ``T``.
     converged: whether the last audited error is ``<= tol``.
     num_classes: ``C`` (static).
-    stop_reason: ``"tol"``, ``"max_steps"`` or ``"no Brier decrease"`` (static).
+    stop_reason: ``"tol"``, ``"max_steps"``, ``"no Brier decrease"`` or ``"line
+      search failed"`` (no trial step of the backtracking search met the
+      Armijo condition; its step is not applied) (static).
   """
 
   method = "patching"
@@ -422,7 +431,7 @@ def _step(p, y, key, fixed: _Witnesses, scale, cfg):
   fun = lambda x: _brier(project_simplex(x), y)
   sq = jnp.mean(jnp.sum(w * w, axis=1))
   init = scale.astype(p.dtype) * err / (jnp.maximum(sq, 1e-12) if cfg["quadratic"] else c)
-  eta, _ = armijo_stepsize(fun, p, -w, value=b0, grad=grad, init_stepsize=init)
+  eta, failed = armijo_stepsize(fun, p, -w, value=b0, grad=grad, init_stepsize=init)
   patch = {
     "kind": kind,
     "vec": vec,
@@ -433,7 +442,7 @@ def _step(p, y, key, fixed: _Witnesses, scale, cfg):
     "eta": eta.astype(p.dtype),
   }
   p_new = apply_patch(p, patch)
-  return err, patch, p_new, b0, _brier(p_new, y), ok
+  return err, patch, p_new, b0, _brier(p_new, y), ok, failed
 
 
 def _as_tuple(u: Any) -> tuple[F.Utility, ...]:
@@ -450,11 +459,15 @@ def _run_block(
   def body(carry):
     s, i = carry
     key = jax.random.fold_in(base_key, s.t)
-    err, patch, p_new, b0, b1, ok = _step(s.p, y, key, fixed, scale, cfg)
+    err, patch, p_new, b0, b1, ok, failed = _step(s.p, y, key, fixed, scale, cfg)
     stop_tol = err <= tol
     stop_max = s.t >= max_steps
     stop_brier = ~(b1 < b0)
-    reason = jnp.where(stop_tol, 1, jnp.where(stop_max, 2, jnp.where(stop_brier, 3, 0)))
+    # a failed search's last trial is not an Armijo step, whatever it does to the Brier score
+    reason = jnp.where(stop_brier, 3, 0)
+    reason = jnp.where(
+      stop_tol, 1, jnp.where(stop_max, 2, jnp.where(failed, _SEARCH_FAILED, reason))
+    )
     reason = jnp.where(ok, reason, _BAD_DRAW)
     reason = reason.astype(s.reason.dtype)  # int64 under x64: the loop carries int32
     keep = reason == 0
@@ -559,6 +572,9 @@ def fit_patching(
     stepsize: initial line-search step: ``"err_over_c"`` (default, ``err/C``),
       ``"quadratic"`` (``err / mean ||w||²``, the minimiser of the Brier
       upper bound without projection), or a float multiplying ``err/C``.
+      Backtracking halves the step up to 30 times; when no trial meets the
+      Armijo condition the fit stops there (``stop_reason`` ``"line search
+      failed"``; pass a smaller ``stepsize``).
     seed: PRNG seed of the fresh samples (default 0).
     chunk_size: utilities per chunk in the audit (default: automatic).
     progress: draw a progress bar on stderr when the fit runs longer than

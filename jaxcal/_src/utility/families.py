@@ -136,18 +136,21 @@ class Utility:
   def __getitem__(self, idx: Any) -> Utility:
     """Indexes a batch: ``batch[i]`` is one utility, ``batch[a:b]`` a sub-batch.
 
-    An integer (or a concrete integer array: numpy, a JAX scalar) outside
-    ``[-len, len)`` raises ``IndexError``: JAX would clamp it to the last or
-    first utility, a plausible wrong one. A traced index is JAX's to clamp.
+    An integer (or a concrete integer array of any rank: numpy, a JAX
+    scalar) outside ``[-len, len)`` raises ``IndexError``: JAX would clamp it
+    to the last or first utility, a plausible wrong one. A concrete tuple
+    index reaches past the batch axis (``u[1, 4]`` is entry 4 of ``u[1]``)
+    and is checked against the whole parameter shape as numpy checks it
+    (``u[:, 7]`` of 4 classes picked class 3). A traced index is JAX's to
+    clamp.
     """
     if not self.batch_shape:
       raise TypeError("indexing a single utility; only batches can be indexed")
     ints = idx if isinstance(idx, int | np.integer) else None
-    # a tuple indexes more than the batch axis: JAX's to check (u[1, 4] is entry 4 of u[1])
     skip = slice | bool | tuple | jax.core.Tracer
     if ints is None and not isinstance(idx, skip) and idx is not None:
       a = np.asarray(idx)
-      if a.dtype.kind in "iu" and a.ndim <= 1:  # jnp.int32(7), np.array(7) were clamped
+      if a.dtype.kind in "iu":  # jnp.int32(7), np.array(7), np.array([[0, 5]]) were clamped
         ints = a
     if ints is not None and np.size(ints):
       n = len(self)
@@ -156,6 +159,16 @@ class Utility:
         raise IndexError(
           f"utility index {lo if lo < -n else hi} is out of range for a batch of {n}"
         )
+    if isinstance(idx, tuple) and not any(isinstance(i, jax.core.Tracer) for i in idx):
+      shape = _shape_of(self.params, "utility.params")
+      try:  # numpy's bounds check on a view of no memory (slices stay views)
+        np.broadcast_to(np.False_, shape)[
+          tuple(np.asarray(i) if isinstance(i, jax.Array) else i for i in idx)
+        ]
+      except IndexError as e:
+        raise IndexError(
+          f"utility index {idx!r} does not fit the parameters of shape {shape}: {e}"
+        ) from None
     prm = self.params
     if _is_sequence(prm):  # as uc() reads them: a float array
       prm = V.as_float(prm, "utility.params")
@@ -792,6 +805,11 @@ def _check_shape(u: Utility, num_classes: int | None, name: str) -> None:
     )
   if not jnp.issubdtype(prm.dtype, jnp.floating):
     raise ValueError(f"{name}: parameters must be floating point, got dtype {prm.dtype}")
+  if u.kind == "top_class" and prm.shape[-1] != 0:  # they were ignored without a word
+    raise ValueError(
+      f"{name}: a top_class utility takes no parameters (top_class() builds it: params of "
+      f"shape (..., 0)), got shape {tuple(prm.shape)}"
+    )
   if u.kind != "top_class":
     c = prm.shape[-2] if u.kind == "decision" else prm.shape[-1]
     if u.kind == "similarity" and prm.shape[-1] != prm.shape[-2]:
