@@ -2203,7 +2203,9 @@ def check_num_bins(
     if jnp.issubdtype(a.dtype, jnp.floating) and not np.all(np.isfinite(a) & (a == np.round(a))):
       flat = a.ravel()
       bad = flat[~(np.isfinite(flat) & (flat == np.round(flat)))][:3]  # inf == round(inf)
-      raise ValueError(f"{name} must be finite and integer-valued, got {bad}")
+      # a number as it was passed (2.5 read "got [2.5]"); an array's first bad entries
+      got = f"{bad[0]:g}" if a.ndim == 0 else f"entries {', '.join(f'{v:g}' for v in bad)}"
+      raise ValueError(f"{name} must be finite and integer-valued, got {got}")
     if a.size and a.min() < 1:
       raise ValueError(f"{name} must be >= 1, got minimum {a.min():g}")
     if at_most is not None:
