@@ -6,21 +6,28 @@ temporaries at most 3x the input, and under ``vmap`` over models no slower
 per model than a loop. Measured here, in one process:
 
 * ``jaxcal``: one public call ``classwise_ce(p, y, num_bins=np.arange(2, 202))``
-  on device arrays (validation included): the first call (tracing and
-  compilation) and the steady state (best and median of ``--repeat`` calls
-  after a warm-up), wall and process CPU time;
+  on device arrays (validation included), wall and process CPU time;
+* ``numpy``: the best vectorised numpy a user would write (nothing of
+  jaxcal): the matrix transposed once to contiguous class rows; per class
+  one ``np.sort`` of packed ``uint64`` keys ``(float32 bits << 32) | index``
+  (the scores are non-negative, so this is the order of a stable argsort, the
+  quantile rule's tie order, in a fraction of its time), float64 prefix sums
+  of the residuals ``p - 1[y = r]`` in that order, read at the ends
+  ``floor(j n / m)`` of all 200 bin counts at once; the squared bin sums are
+  summed over the classes and per bin count by ``np.add.reduceat``. No loop
+  over bin counts; the loop over classes keeps the temporaries to a few rows;
+* the two are timed by ``_common.interleaved`` (cold): each side's first call
+  alone after clearing JAX's caches (jaxcal's: tracing and compilation), then
+  ``--repeat`` rounds calling both, alternating which goes first; the figure
+  compared is the MEDIAN of the timed calls. Their values are checked to
+  agree (``_common.check_agree``) before the ratio is written;
 * ``temporaries``: XLA's compiled memory analysis (``temp_size_in_bytes``)
   of the same computation (the core, vmapped over the 200 bin counts),
   against the bytes of the input;
-* ``numpy``: the best vectorised numpy a user would write: each class column
-  sorted once (``np.argsort(..., kind="stable")``, the quantile rule's tie
-  order), float64 prefix sums of the residuals ``p - 1[y = r]`` in that
-  order, and per bin count the prefix sums at the ends ``floor(j n / m)``:
-  no re-binning per bin count. Warmed up and timed the same way (its runs are
-  long: ``--np-repeat`` timed calls, default 1);
 * ``vmap over models``: ``--models`` models of ``n / models`` samples each
-  (the same total), ``jax.vmap`` of the public call against a Python loop of
-  the same calls, per model.
+  (the same total), ``jax.vmap`` of the public call (with and without
+  ``max_bins``) against a Python loop of the same calls, per model,
+  interleaved the same way (cold first calls, medians).
 
 The data: over-confident softmax outputs of Gaussian logits with labels drawn
 from a tempered version (synthetic: no real data set of that size is
@@ -28,18 +35,21 @@ bundled), float32.
 
   python experiments/bench/classwise_large.py           # writes results/classwise_large.json
   python experiments/bench/classwise_large.py --small   # n = 100,000: classwise_large_small.json
+
+(The folder is ``$JAXCAL_RESULTS_DIR`` when set.)
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import cpu_load, device_info, machine_note, timeit, write_result
+from _common import check_agree, cpu_load, device_info, interleaved, machine_note, write_result
 
 import jaxcal
 from jaxcal import metrics
@@ -61,34 +71,62 @@ def synthetic(n: int, c: int, seed: int = 0):
   return p.astype(np.float32), y.astype(np.int32)
 
 
+def _sort_row(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """A contiguous row of non-negative float32 scores sorted, and its order (ties by index).
+
+  One ``np.sort`` of ``(bits << 32) | index`` keys: non-negative float32 bit
+  patterns order like their values (``-0.0`` would not; softmax outputs are
+  never ``-0.0``), so this is the order of a stable argsort (``n < 2**32``).
+  """
+  keys = scores.view(np.uint32).astype(np.uint64) << np.uint64(32)
+  keys |= np.arange(scores.shape[0], dtype=np.uint64)
+  keys.sort()
+  order = (keys & np.uint64(0xFFFFFFFF)).astype(np.intp)
+  return (keys >> np.uint64(32)).astype(np.uint32).view(np.float32), order
+
+
 def numpy_classwise_ce(p: np.ndarray, y: np.ndarray, ms: np.ndarray) -> np.ndarray:
-  """Sort each column once, float64 prefix sums, sums at the quantile ends per bin count."""
+  """Each class sorted once, float64 prefix sums read at every bin count's quantile ends at once."""
   n, c = p.shape
-  out = np.zeros(len(ms))
+  ms = np.asarray(ms, np.int64)
+  starts = np.concatenate([[0], np.cumsum(ms + 1)[:-1]])  # bin count k: ends starts[k]..+m
+  ends = np.concatenate([(np.arange(m + 1, dtype=np.int64) * n) // m for m in ms])
+  pt = np.ascontiguousarray(p.T)  # (C, n): class rows
+  sq = np.zeros(len(ends) - 1)
+  prefix = np.zeros(n + 1)
   for r in range(c):
-    order = np.argsort(p[:, r], kind="stable")
-    resid = p[order, r].astype(np.float64) - (y[order] == r)
-    prefix = np.concatenate([[0.0], np.cumsum(resid)])
-    for k, m in enumerate(ms):
-      ends = (np.arange(m + 1, dtype=np.int64) * n) // m
-      out[k] += np.sum(np.diff(prefix[ends]) ** 2)
-  return out / (n * n * c)
+    s_sorted, order = _sort_row(pt[r])
+    np.cumsum(s_sorted.astype(np.float64) - (y[order] == r), out=prefix[1:])
+    d = np.diff(prefix[ends])  # the bin sums of every bin count
+    sq += d * d
+  sq[starts[1:] - 1] = 0.0  # the differences across two bin counts
+  return np.add.reduceat(sq, starts) / (n * n * c)
 
 
-def cpu_timed(fn, repeat: int, warmup: int = 1) -> dict:
-  """:func:`_common.timeit` plus the process CPU time of each timed call."""
-  cpu = []
+def with_cpu(fn, cpu: list[float]):
+  """``fn`` recording each call's process CPU time in ``cpu`` (the wall time is ``interleaved``'s)."""
 
-  def wrapped():
+  def wrapped(*args):
     c0 = time.process_time()
-    out = jax.block_until_ready(fn())
+    out = jax.block_until_ready(fn(*args))
     cpu.append(time.process_time() - c0)
     return out
 
-  t = timeit(wrapped, repeat=repeat, warmup=warmup)
-  t["cpu_s"] = cpu[warmup:]
-  t["first_cpu_s"] = cpu[0] if warmup else None
-  return t
+  return wrapped
+
+
+def timed(paths: dict, repeat: int) -> dict:
+  """``_common.interleaved(paths, repeat, cold=True)`` plus each path's CPU time per call.
+
+  Adds ``cpu_s`` (the timed calls' process CPU times), ``first_cpu_s`` and
+  ``median_cpu_s`` to each path's entry.
+  """
+  cpu = {k: [] for k in paths}
+  res = interleaved({k: (with_cpu(f, cpu[k]), a) for k, (f, a) in paths.items()}, repeat, cold=True)
+  for k, t in res.items():
+    t["first_cpu_s"], t["cpu_s"] = cpu[k][0], cpu[k][1:]
+    t["median_cpu_s"] = statistics.median(cpu[k][1:])
+  return res
 
 
 def main(argv=None) -> int:
@@ -96,8 +134,9 @@ def main(argv=None) -> int:
   ap.add_argument("--small", action="store_true", help="n = 100,000 (quick)")
   ap.add_argument("--n", type=int, default=None)
   ap.add_argument("--classes", type=int, default=100)
-  ap.add_argument("--repeat", type=int, default=3)
-  ap.add_argument("--np-repeat", type=int, default=1)
+  ap.add_argument(
+    "--repeat", type=int, default=3, help="interleaved rounds: timed calls of each contender"
+  )
   ap.add_argument("--models", type=int, default=4)
   ap.add_argument("--skip-numpy", action="store_true")
   args = ap.parse_args(argv)
@@ -105,23 +144,57 @@ def main(argv=None) -> int:
   c = args.classes
   ms = np.arange(2, 202)
   info = device_info()
+  statistic = f"median of {args.repeat} interleaved timed calls (cold first calls apart)"
   print(
-    f"classwise_large: n={n} C={c}, {len(ms)} bin counts, {info.get('device')}, load {info['load_avg_at_start']}"
+    f"classwise_large: n={n} C={c}, {len(ms)} bin counts, {info.get('device')}, "
+    f"load {info['load_avg_at_start']}; {statistic}"
   )
   p, y = synthetic(n, c)
   pd, yd = jax.device_put(p), jax.device_put(y)
   input_bytes = p.nbytes + y.nbytes
 
-  def call():
+  def call(pd, yd):
     return metrics.classwise_ce(pd, yd, ms)
 
-  t_jax = cpu_timed(call, args.repeat)
-  got = np.asarray(call())
+  # Values first: a fast wrong answer must not pass as a speed-up.
+  got = np.asarray(call(pd, yd))
+  agreement = None
+  if not args.skip_numpy:
+    want = numpy_classwise_ce(p, y, ms)
+    diff = check_agree({"jaxcal": got, "numpy": want}, "numpy", rtol=1e-5)
+    agreement = {
+      "max_abs_diff": diff["jaxcal"],
+      "max_rel_diff": float(np.max(np.abs(got - want) / np.abs(want))),
+      "rtol": 1e-5,
+    }
+
+  paths = {"jaxcal": (call, (pd, yd))}
+  if not args.skip_numpy:
+    paths["numpy_packed_sort"] = (numpy_classwise_ce, (p, y, ms))
+  res = timed(paths, args.repeat)
+  t_jax = res["jaxcal"]
   print(
-    f"  jaxcal: first call {t_jax['first_s']:.1f} s, steady best {t_jax['best_s']:.2f} s "
-    f"(median {t_jax['median_s']:.2f} s, cpu {min(t_jax['cpu_s']):.2f} s)",
+    f"  jaxcal: cold first call {t_jax['first_call_s']:.1f} s, steady median "
+    f"{t_jax['median_s']:.2f} s (best {t_jax['best_s']:.2f} s, cpu {t_jax['median_cpu_s']:.2f} s)",
     flush=True,
   )
+
+  result_np = None
+  if not args.skip_numpy:
+    t_np = res["numpy_packed_sort"]
+    speedup = t_np["median_s"] / t_jax["median_s"]
+    result_np = {
+      "timing": t_np,
+      "numpy_over_jaxcal_median": speedup,
+      "max_rel_diff_vs_jaxcal": agreement["max_rel_diff"],
+      "agreement": agreement,
+    }
+    print(
+      f"  numpy (packed sort once, all ends at once): median {t_np['median_s']:.2f} s "
+      f"(first {t_np['first_call_s']:.2f} s); ratio (numpy / jaxcal time) {speedup:.2f}x; "
+      f"max rel diff {agreement['max_rel_diff']:.1e}",
+      flush=True,
+    )
 
   # Temporaries: the core for all bin counts, as the public call compiles it.
   w = jnp.full((c,), 1.0 / c, jnp.float32)
@@ -140,14 +213,6 @@ def main(argv=None) -> int:
     f"  temporaries {temp / 2**20:.0f} MiB = {temp / input_bytes:.2f}x the input ({input_bytes / 2**20:.0f} MiB)"
   )
 
-  result_np = None
-  if not args.skip_numpy:
-    t_np = timeit(lambda: numpy_classwise_ce(p, y, ms), repeat=args.np_repeat, warmup=1)
-    want = numpy_classwise_ce(p, y, ms)
-    rel = float(np.max(np.abs(got - want) / np.abs(want)))
-    result_np = {"timing": t_np, "max_rel_diff_vs_jaxcal": rel}
-    print(f"  numpy (sort once, prefix sums): best {t_np['best_s']:.1f} s; max rel diff {rel:.1e}")
-
   # vmap over models vs a loop of the same calls.
   k = args.models
   per = n // k
@@ -155,7 +220,7 @@ def main(argv=None) -> int:
   ys = jnp.stack([jnp.asarray(synthetic(per, c, seed=s)[1]) for s in range(k)])
   vm = jax.jit(jax.vmap(lambda p, y: metrics.classwise_ce(p, y, ms)))
 
-  def loop():
+  def loop(ps, ys):
     return [metrics.classwise_ce(ps[i], ys[i], ms) for i in range(k)]
 
   # The same with max_bins given. The public call infers the same bound (256)
@@ -163,46 +228,61 @@ def main(argv=None) -> int:
   # computation: their difference is the timing noise of the run.
   vm_mb = jax.jit(jax.vmap(lambda p, y: metrics.classwise_ce(p, y, ms, max_bins=max_bins)))
 
-  t_vmap = cpu_timed(lambda: vm(ps, ys), args.repeat)
-  t_vmap_mb = cpu_timed(lambda: vm_mb(ps, ys), args.repeat)
-  t_loop = cpu_timed(loop, args.repeat)
-  agree = float(np.max(np.abs(np.asarray(vm(ps, ys)) - np.stack([np.asarray(a) for a in loop()]))))
+  looped = np.stack([np.asarray(a) for a in loop(ps, ys)])
+  agree = check_agree(
+    {"vmap": vm(ps, ys), "vmap_max_bins": vm_mb(ps, ys), "loop": looped}, "loop", rtol=1e-5
+  )
+  agree = max(agree.values())
+  tv = timed(
+    {"vmap": (vm, (ps, ys)), "vmap_max_bins": (vm_mb, (ps, ys)), "loop": (loop, (ps, ys))},
+    args.repeat,
+  )
+  t_vmap, t_vmap_mb, t_loop = tv["vmap"], tv["vmap_max_bins"], tv["loop"]
   print(
-    f"  {k} models of n={per}: vmap {t_vmap['best_s'] / k:.2f} s per model, loop "
-    f"{t_loop['best_s'] / k:.2f} s per model (ratio {t_vmap['best_s'] / t_loop['best_s']:.2f}); max |diff| {agree:.1e}"
+    f"  {k} models of n={per}: vmap {t_vmap['median_s'] / k:.2f} s per model, loop "
+    f"{t_loop['median_s'] / k:.2f} s per model (ratio {t_vmap['median_s'] / t_loop['median_s']:.2f}); max |diff| {agree:.1e}"
   )
   print(
-    f"  vmap with max_bins={max_bins}: {t_vmap_mb['best_s'] / k:.2f} s per model "
-    f"(ratio {t_vmap_mb['best_s'] / t_loop['best_s']:.2f}; CPU time ratio "
-    f"{min(t_vmap_mb['cpu_s']) / min(t_loop['cpu_s']):.2f})"
+    f"  vmap with max_bins={max_bins}: {t_vmap_mb['median_s'] / k:.2f} s per model "
+    f"(ratio {t_vmap_mb['median_s'] / t_loop['median_s']:.2f}; CPU time ratio "
+    f"{t_vmap_mb['median_cpu_s'] / t_loop['median_cpu_s']:.2f})"
   )
 
   result = {
     "benchmark": "classwise_large",
-    "description": "classwise_ce (quantile bins) for 200 bin counts in one public call; "
-    "temporaries from XLA's memory analysis; numpy sort-once + prefix sums; vmap over models vs a loop",
+    "description": "classwise_ce (quantile bins) for 200 bin counts in one public call vs numpy "
+    "(classes sorted once by np.sort of packed uint64 keys, float64 prefix sums read at every "
+    "bin count's ends at once), interleaved, cold first calls, medians compared; temporaries "
+    "from XLA's memory analysis; vmap over models vs a loop",
     **info,
     "jaxcal_version": jaxcal.__version__,
+    "jax_compilation_cache_dir": jax.config.jax_compilation_cache_dir,
     "load_avg_at_end": cpu_load(),
-    "note": machine_note(info["load_avg_at_start"]),
+    "note": machine_note(info["load_avg_at_start"], statistic=statistic),
+    "statistic": statistic,
+    "repeat": args.repeat,
     "n": n,
     "num_classes": c,
     "num_bins": [int(ms[0]), int(ms[-1])],
-    "targets": {"steady_s": 10.0, "temporaries_over_input": 3.0, "vmap_over_loop_per_model": 1.0},
+    "targets": {
+      "steady_median_s": 10.0,
+      "temporaries_over_input": 3.0,
+      "vmap_over_loop_per_model": 1.0,
+    },
     "jaxcal": t_jax,
     "temporaries_bytes": temp,
     "input_bytes": input_bytes,
     "temporaries_over_input": temp / input_bytes,
-    "numpy_sort_once_prefix_sums": result_np,
+    "numpy_packed_sort": result_np,
     "vmap_over_models": {
       "models": k,
       "n_per_model": per,
       "vmap": t_vmap,
       "loop": t_loop,
-      "vmap_over_loop": t_vmap["best_s"] / t_loop["best_s"],
+      "vmap_over_loop_median": t_vmap["median_s"] / t_loop["median_s"],
       "vmap_max_bins": t_vmap_mb,
-      "vmap_max_bins_over_loop": t_vmap_mb["best_s"] / t_loop["best_s"],
-      "vmap_max_bins_over_loop_cpu": min(t_vmap_mb["cpu_s"]) / min(t_loop["cpu_s"]),
+      "vmap_max_bins_over_loop_median": t_vmap_mb["median_s"] / t_loop["median_s"],
+      "vmap_max_bins_over_loop_cpu_median": t_vmap_mb["median_cpu_s"] / t_loop["median_cpu_s"],
       "max_abs_diff": agree,
     },
   }
