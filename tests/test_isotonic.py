@@ -392,6 +392,21 @@ _FIT = (np.array([0.2, 0.4, 0.6], np.float32), np.array([0.0, 1.0, 1.0], np.floa
     (IsotonicFit(*_FIT), ["a"], "x_new must be a real numeric array"),
     (_FIT, [0.3], "fit must be an IsotonicFit .*got tuple"),
     (IsotonicFit(_FIT[0], _FIT[1][:2]), [0.3], r"fit must hold two \(n,\) arrays"),
+    # a fit built by hand was read as if sorted: [0.5, 1.0] here, the step function
+    # of the sorted points gives [1.0, 0.0] (found by a review helper)
+    (
+      IsotonicFit(np.float32([0.6, 0.2, 0.4]), np.float32([1.0, 0.0, 0.5])),
+      [0.5, 0.1],
+      r"fit.x must be non-decreasing, got fit.x\[1\] = 0.2 < fit.x\[0\] = 0.6; .*isotonic_fit",
+    ),
+    (
+      IsotonicFit(_FIT[0], np.float32([1.0, 0.0, 0.5])),
+      [0.3],
+      r"fit.y must be non-decreasing, got fit.y\[1\] = 0.0 < fit.y\[0\] = 1.0",
+    ),
+    (IsotonicFit(np.float32([np.nan, 0.4, 0.6]), _FIT[1]), [0.3], "fit.x contains NaN or -inf"),
+    (IsotonicFit(np.float32([-np.inf, 0.4, 0.6]), _FIT[1]), [0.3], "fit.x contains NaN or -inf"),
+    (IsotonicFit(_FIT[0], np.float32([0.0, 1.0, np.inf])), [0.3], "fit.y contains non-finite"),
   ],
 )
 def test_predict_bad_input(fit, x_new, msg):
@@ -404,6 +419,35 @@ def test_predict_under_jit_gives_nan_for_non_finite_queries():
   f = IsotonicFit(*(jnp.asarray(a) for a in _FIT))
   got = jax.jit(isotonic_predict)(f, jnp.array([np.nan, 0.3, -np.inf]))
   np.testing.assert_array_equal(np.asarray(got), [np.nan, 1.0, np.nan])
+
+
+def test_predict_reads_a_hand_built_or_zero_weight_fit_and_refuses_a_bad_one_under_jit():
+  """A sorted fit built by hand and a fit whose zero-weight points sort last as +inf are
+  read; an unsorted or decreasing one predicts NaN under jit (as isotonic_fit's traced bad
+  fit) and raises the eager message in checked mode (it gave wrong steps silently)."""
+  from jaxcal._src.validation import checked
+
+  q = jnp.array([0.5, 0.1])
+  good = IsotonicFit(jnp.array([0.2, 0.4, 0.6]), jnp.array([0.0, 0.5, 1.0]))
+  assert isotonic_predict(good, q).tolist() == [1.0, 0.0]
+  zw = isotonic_fit(
+    jnp.array([0.1, 0.4, 0.2, 0.3]), jnp.array([0.0, 1, 1, 0]), jnp.array([1, 0, 1, 1.0])
+  )
+  assert np.isinf(np.asarray(zw.x)[-1])  # the zero-weight point
+  np.testing.assert_array_equal(
+    np.asarray(isotonic_predict(zw, jnp.array([0.35, 0.5]))), [0.5, 0.5]
+  )
+  bad = IsotonicFit(jnp.array([0.6, 0.2, 0.4]), jnp.array([1.0, 0.0, 0.5]))
+  got = jax.jit(isotonic_predict)(bad, q)
+  assert np.isnan(np.asarray(got)).all()
+  stacked = IsotonicFit(*(jnp.stack([a, b]) for a, b in zip(bad, good)))
+  got = jax.vmap(isotonic_predict, in_axes=(0, None))(stacked, q)
+  np.testing.assert_array_equal(np.asarray(got), [[np.nan, np.nan], [1.0, 0.0]])
+  with pytest.raises(ValueError, match=r"fit.x must be non-decreasing, got fit.x\[1\] = 0.2"):
+    checked(jax.jit(isotonic_predict))(bad, q)
+  with pytest.raises(ValueError, match="fit.x must be non-decreasing"):  # closed over in a jit
+    jax.jit(lambda t: isotonic_predict(bad, t))(q)
+  assert np.asarray(bad.x).tolist() == np.float32([0.6, 0.2, 0.4]).tolist()  # not modified
 
 
 def test_fit_matches_regression_and_sorted_fit_is_the_step_function():

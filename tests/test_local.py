@@ -456,6 +456,20 @@ def test_lce_value_errors(data, bad, fragment):
     lce(p, y, phi, **kw)
 
 
+def test_class_weights_are_used_as_given_as_documented(data):
+  """The class weights are priors summing to 1, used as given as in every class-weighted
+  metric of jaxcal: ``np.ones(C)`` gives ``C`` times the LCE and the default MLCE, and the
+  global MLCE does not read them (the docstring did not say so; a review helper asked)."""
+  p, y, phi = data
+  C = p.shape[1]
+  one = lce(p, y, phi, bandwidth=2.0)
+  ones = lce(p, y, phi, bandwidth=2.0, class_weights=np.ones(C))
+  np.testing.assert_allclose(np.asarray(ones), C * np.asarray(one), rtol=1e-5)
+  g1 = lce(p, y, phi, bandwidth=2.0, mlce="global")
+  g2 = lce(p, y, phi, bandwidth=2.0, mlce="global", class_weights=np.ones(C))
+  assert float(g1.mlce) == float(g2.mlce)
+
+
 def test_lce_small_bandwidth_limit_and_empty_num_bins(data):
   # gamma -> 0: each anchor keeps only itself, e_ic = |p_ic - 1[y = c]|. Its
   # own distance is float32 rounding noise (~1e-6 here), which used to make
@@ -603,7 +617,14 @@ PHI3, T3 = np.arange(6.0).reshape(3, 2), np.eye(3)[[0, 1, 1]]
     (dict(bandwidth=0.0), "bandwidth must be > 0"),
     (dict(bandwidth=True), "bandwidth must be a finite number > 0, got True"),
     (dict(bandwidth=1e-30), "below the smallest supported bandwidth"),
-    (dict(targets=np.ones((4, 2))), "must share n"),
+    (dict(targets=np.ones((4, 2))), r"the same number of rows n; got \(3, 2\) and \(4, 2\)"),
+    # read "must share n" for 1-D targets of the same n (found by a review helper)
+    (
+      dict(targets=T3[:, 0]),
+      r"targets must be 2-D \(n, d\), got shape \(3,\); .*targets\[:, None\]",
+    ),
+    (dict(targets=T3[None]), r"targets must be 2-D \(n, d\), got shape \(1, 3, 3\)$"),
+    (dict(features=PHI3[:, 0]), r"features must be 2-D \(n, D\), got shape \(3,\)$"),
     (dict(features=np.full((3, 2), np.nan)), "features contains non-finite"),
     (dict(features=np.ones((3, 0))), r"D >= 1"),
     (dict(targets=np.where(np.eye(3, dtype=bool), np.nan, T3)), "targets contains non-finite"),

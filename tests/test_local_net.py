@@ -280,6 +280,9 @@ def test_apply_value_errors(setup):
     ("seed", "seed must be an int, got 2.5"),
     ("epochs", "epochs must be >= 1, got 0"),
     ("batch_size", "batch_size must be >= 1, got 0"),
+    # every batch held one real row, weighed 0: all losses and gradients were 0 and the
+    # fit silently trained nothing (found by a review helper)
+    ("batch_size_one", r"batch_size must be >= 2, got 1: the kernel estimate of a row is over"),
     ("hidden", "hidden must be >= 1, got 0"),
     # XLA's out-of-memory error before (found by a review helper)
     ("hidden_huge", r"with hidden = 1000000000000, the hidden layer's .* pass hidden <= "),
@@ -345,6 +348,8 @@ def test_fit_value_errors(bad, match):
     kw["seed"] = 2.5
   elif bad in ("epochs", "batch_size", "hidden"):
     kw[bad] = 0
+  elif bad == "batch_size_one":
+    kw["batch_size"] = 1
   elif bad == "hidden_huge":
     kw["hidden"] = 10**12
   elif bad == "seed_huge":
@@ -1075,6 +1080,49 @@ def test_a_batch_of_one_row_adds_no_fake_loss():
     hist[bs] = np.asarray(r.history)[0]
   assert abs(hist[64][6] - hist[65][6]) < 0.02  # validation CE: 0.98 against 0.70 before
   assert abs(hist[64][5] - hist[65][5]) < 0.01  # validation alignment
+
+
+def test_a_last_batch_of_one_row_does_not_dilute_the_reported_means():
+  """With ``m = B + 1`` validation rows the last batch holds one row, which has no kernel
+  estimate and is weighed 0; the loop still divided by all ``m`` rows, so the history read
+  ``B / (B + 1)`` of the mean over the rows with an estimate (found by a review helper).
+  Now it is that mean: the loss of the first batch, recomputed from the kept network."""
+  from jaxcal.recalibrate import fit
+
+  rng = np.random.default_rng(0)
+  phi = rng.normal(size=(300, 6)).astype(np.float32)
+  y = (phi[:, 0] > 0).astype(np.int32)
+  z = np.stack([-phi[:, 0], phi[:, 0]], 1).astype(np.float32)
+  B = 32
+  zv, yv, fv = z[: B + 1], y[: B + 1], phi[: B + 1]
+  opts = dict(features=phi, pca_dim=4, epochs=1, verbose=False, batch_size=B, bandwidth=2.0)
+  opts = {**opts, "learning_rate": 0.0, "dropout": 0.0, "validation_data": (zv, yv, fv)}
+  rc = fit("local_net", z, y, **opts)
+  first = np.random.default_rng([0, 1]).permutation(B + 1)[:B]  # _train's validation order
+  want = local_net_loss(
+    rc.logits(zv, fv)[first],
+    rc.refined_features(zv, fv)[first],
+    yv[first],
+    np.ones(B, np.float32),
+    bandwidth=2.0,
+  )
+  np.testing.assert_allclose(np.asarray(rc.history)[0, 4:], np.asarray(want), rtol=1e-5)
+
+
+def test_a_non_finite_validation_loss_raises():
+  """Validation features 1e30 times the calibration ones overflow the float32 kernel: the
+  validation loss was NaN, never below the best value, so the fit silently kept the initial
+  network with best_epoch 0 (found by a review helper). Now a FloatingPointError, as for
+  the training loss."""
+  from jaxcal.recalibrate import fit
+
+  phi, logits, y = _make(n=300)
+  val = (logits[:50], y[:50], phi[:50] * np.float32(1e30))
+  opts = dict(features=phi, pca_dim=4, epochs=1, verbose=False, validation_data=val)
+  with pytest.raises(
+    FloatingPointError, match="LoCal Net validation loss is not finite at epoch 1"
+  ):
+    fit("local_net", logits, y, **opts)
 
 
 @pytest.mark.parametrize("residual_vectors", [False, True])

@@ -716,6 +716,28 @@ _C = {"a": [0.1, 0.2, 0.3]}
     (lambda: plots.ecdf_plot({"a": [0.1, np.nan]}), ValueError, r"curve 'a' must be finite"),
     (lambda: plots.bin_robustness_plot(_M, {"a": [0, np.inf, 1]}), ValueError, "must be finite"),
     (lambda: plots.lce_bandwidth_plot([1, 2], {"a": [0.1, np.nan]}), ValueError, "finite"),
+    # bandwidths '12' were read as the one bandwidth 12, [[1, 2]] flattened (found by a
+    # review helper); a curve '0.1' as the number 0.1
+    (
+      lambda: plots.lce_bandwidth_plot("12", {"a": [0.1, 0.2]}),
+      ValueError,
+      r"bandwidths must be a 1-D sequence \(k,\) of numbers, got '12'",
+    ),
+    (
+      lambda: plots.lce_bandwidth_plot([[1, 2]], {"a": [0.1, 0.2]}),
+      ValueError,
+      r"bandwidths must be a 1-D sequence \(k,\) of numbers, got shape \(1, 2\)",
+    ),
+    (
+      lambda: plots.lce_bandwidth_plot(10.0, {"a": [0.1]}),
+      ValueError,
+      r"bandwidths must be a 1-D sequence \(k,\) of numbers, got shape \(\)",
+    ),
+    (
+      lambda: plots.lce_bandwidth_plot([1.0], {"a": "0.1"}),
+      ValueError,
+      "curve 'a' must be numbers, got the string '0.1'",
+    ),
     (
       lambda: plots.interval_plot({"a": (np.nan, 0.1, 0.2)}, metric="x"),
       ValueError,
@@ -792,6 +814,21 @@ _C = {"a": [0.1, 0.2, 0.3]}
 def test_bad_plot_inputs_raise(call, error, match):
   with pytest.raises(error, match=match):
     call()
+
+
+def test_lce_bandwidth_plot_spans_600_decades_without_overflow(tmp_path):
+  """Bandwidths 1e-300 and 1e300: ``g.max() / g.min()`` overflowed (a RuntimeWarning), and
+  matplotlib's 5 % autoscale margin in log space overflowed too (found by a review helper).
+  Now the two are compared and the limits set before the log scale."""
+  import warnings
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    fig = plots.lce_bandwidth_plot([1e-300, 1e300], {"a": [0.1, 0.2]})
+    fig.savefig(tmp_path / "f.png")
+  lo, hi = fig.axes[0].get_xlim()
+  assert fig.axes[0].get_xscale() == "log"
+  np.testing.assert_allclose([lo, hi], [1e-300 / 1.1, 1e300 * 1.1])
 
 
 def test_savefig_bad_arguments_raise(tmp_path):

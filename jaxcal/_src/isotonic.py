@@ -50,7 +50,7 @@ jax.enable_x64(True):``) for agreement with scikit-learn's float64 fit to
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -811,6 +811,72 @@ def predict_unchecked(fit: IsotonicFit, t: jax.Array) -> jax.Array:
   return jnp.where(jnp.isfinite(t), out, jnp.asarray(jnp.nan, out.dtype))
 
 
+@jax.jit
+def _fit_stats(x: jax.Array, y: jax.Array) -> tuple[jax.Array, ...]:
+  """Whether ``(x, y)`` is a step function :func:`isotonic_predict` can read, in one
+  fused reduction: ``(ok, x_bad, y_bad, (i, a[i], a[i + 1]) for a = x, y)``.
+
+  ``x_bad``: ``x`` holds NaN or ``-inf`` (``+inf`` marks the zero-weight
+  points of a fit, which sort last); ``y_bad``: ``y`` a non-finite value;
+  ``i``: the first position with ``a[i + 1] < a[i]``, or -1.
+  """
+
+  def first_drop(a):
+    drop = a[1:] < a[:-1]
+    i = jnp.where(jnp.any(drop), jnp.argmax(drop), -1).astype(jnp.int32)
+    return i, a[jnp.maximum(i, 0)], a[jnp.minimum(i + 1, a.shape[0] - 1)]
+
+  x_bad = jnp.any(jnp.isnan(x) | (x == -jnp.inf))
+  y_bad = jnp.any(~jnp.isfinite(y))
+  x_drop, y_drop = first_drop(x), first_drop(y)
+  ok = ~x_bad & ~y_bad & (x_drop[0] < 0) & (y_drop[0] < 0)
+  return ok, x_bad, y_bad, x_drop, y_drop
+
+
+#: Why an :class:`IsotonicFit` built by hand is refused (the tail of the messages).
+_FIT_HINT = (
+  "an IsotonicFit holds the inputs sorted ascending and non-decreasing fitted values: build "
+  "it with isotonic_fit(x, y)"
+)
+
+
+def _fit_checks(stats) -> list[tuple[Any, str, dict]]:
+  """``(ok, message template, values)`` of each rule of a fit, from :func:`_fit_stats`
+  (eager calls format the first failed one; checked mode passes them to checkify)."""
+  _, x_bad, y_bad, (xi, xlo, xhi), (yi, ylo, yhi) = stats
+  drop = "{name} must be non-decreasing, got {name}[{j}] = {hi} < {name}[{i}] = {lo}; "
+  return [
+    (~x_bad, f"fit.x contains NaN or -inf; {_FIT_HINT}", {}),
+    (~y_bad, f"fit.y contains non-finite values (NaN or inf); {_FIT_HINT}", {}),
+    (xi < 0, drop.replace("{name}", "fit.x") + _FIT_HINT, dict(i=xi, j=xi + 1, lo=xlo, hi=xhi)),
+    (yi < 0, drop.replace("{name}", "fit.y") + _FIT_HINT, dict(i=yi, j=yi + 1, lo=ylo, hi=yhi)),
+  ]
+
+
+def _check_fit(fx: jax.Array, fy: jax.Array) -> jax.Array | None:
+  """Checks a fit: raises on a concrete one, else returns the traced flag.
+
+  A concrete fit is checked now, also one closed over inside a user's jit
+  (compile-time evaluation keeps the check from being staged out); its few
+  scalars come back, and the first failed rule raises. A traced one gives
+  its flag (the caller folds it: NaN out), and in checked mode one check
+  per rule.
+  """
+  from jaxcal._src import validation as V
+
+  if V.is_concrete(fx, fy):
+    with jax.ensure_compile_time_eval():
+      stats = jax.device_get(_fit_stats(fx, fy))
+    for ok, template, values in _fit_checks(stats):
+      if not ok:
+        raise ValueError(template.format(**{k: str(v) for k, v in values.items()}))
+    return None
+  stats = _fit_stats(fx, fy)
+  for ok, template, values in _fit_checks(stats):
+    V.trace_check(ok, template, **values)
+  return stats[0]
+
+
 def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
   """Evaluates a fitted isotonic step function at new points.
 
@@ -823,17 +889,21 @@ def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
   ``as.stepfun(isoreg(x, y))``.
 
   Args:
-    fit: an :class:`IsotonicFit` with ``(n,)`` arrays (from :func:`isotonic_fit`).
+    fit: an :class:`IsotonicFit` with ``(n,)`` arrays (from :func:`isotonic_fit`):
+      ``fit.x`` non-decreasing without NaN or ``-inf`` (a fit's zero-weight
+      points sort last as ``+inf``), ``fit.y`` finite and non-decreasing.
     x_new: finite queries, an array of any shape.
 
   Returns:
     Fitted values with the shape of ``x_new``. Under a transformation a
-    non-finite query gives NaN (eager calls raise).
+    non-finite query gives NaN, and a fit that breaks the rules above gives
+    NaN everywhere (eager calls raise; so does checked mode).
 
   Raises:
     ValueError: ``fit`` is not an :class:`IsotonicFit` of two ``(n,)``
-      arrays (a plain ``(x, y)`` tuple included), or ``x_new`` holds NaN or
-      inf (on concrete queries).
+      arrays (a plain ``(x, y)`` tuple included), ``fit.x`` or ``fit.y``
+      decreases somewhere or holds bad values (on a concrete fit), or
+      ``x_new`` holds NaN or inf (on concrete queries).
 
   Example:
     >>> import jax.numpy as jnp
@@ -850,7 +920,8 @@ def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
   if not isinstance(fit, IsotonicFit):
     raise ValueError(
       f"fit must be an IsotonicFit (the result of isotonic_fit), got {type(fit).__name__}; "
-      "build one with isotonic_fit(x, y) or IsotonicFit(x_sorted, y_fitted)"
+      "build one with isotonic_fit(x, y), or IsotonicFit(x_sorted, y_fitted) with both "
+      "non-decreasing"
     )
   fx, fy = V.as_float(fit.x, "fit.x"), V.as_float(fit.y, "fit.y")
   if fx.ndim != 1 or fx.shape[0] == 0 or fy.shape != fx.shape:
@@ -858,12 +929,16 @@ def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
       "fit must hold two (n,) arrays with n >= 1, got fit.x of shape "
       f"{tuple(fx.shape)} and fit.y of shape {tuple(fy.shape)}"
     )
+  # A fit built by hand, IsotonicFit(x, y) with x unsorted, was read as if sorted: the
+  # binary search returned values of the wrong steps, silently.
+  # (traced: a bad fit predicts NaN everywhere, as isotonic_fit's traced bad fit is NaN)
+  fit_ok = _check_fit(fx, fy)
   t = V.as_float(x_new, "x_new")
   if V.is_concrete(t):
     V.check_values(t, "x_new")  # raises on NaN / inf (one fused reduction)
   else:  # NaN rows stay NaN; checked mode raises as an eager call does
     V.trace_check(jnp.all(jnp.isfinite(t)), "x_new contains non-finite values (NaN or inf)")
-  return predict_unchecked(IsotonicFit(fx, fy), t.astype(fx.dtype))
+  return V.fold(predict_unchecked(IsotonicFit(fx, fy), t.astype(fx.dtype)), fit_ok)
 
 
 def pools(sorted_fit: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -62,11 +62,15 @@ MLCE_MODES = ("weighted", "global")
 
 
 class LocalCalibration(NamedTuple):
-  """``(lce, mlce)``: the prior-weighted mean and the maximum local error.
+  """``(lce, mlce)``: the local calibration error and the maximal local calibration error.
 
   Attributes:
-    lce: ``()`` LCE, the prior-weighted mean of the local errors.
-    mlce: ``()`` MLCE, the maximum local error.
+    lce: ``()`` LCE, the prior-weighted mean over classes of each class's
+      mean local error.
+    mlce: ``()`` MLCE, with ``mlce="weighted"`` (the default, the paper's)
+      the prior-weighted mean over classes of each class's largest local
+      error, not the largest error overall; with ``mlce="global"`` the
+      largest local error of any class.
   """
 
   lce: jax.Array
@@ -274,9 +278,18 @@ def nadaraya_watson(
   include_self = V.check_flag(include_self, "include_self")
   f = V.as_float(features, "features")
   t = V.as_float(targets, "targets")
-  if f.ndim != 2 or t.ndim != 2 or f.shape[0] != t.shape[0]:
+  # one message for three problems read "must share n" for targets (300,) beside
+  # features (300, 5), which do share n: say which rule is broken
+  for name, a, shape in (("features", f, "(n, D)"), ("targets", t, "(n, d)")):
+    if a.ndim != 2:
+      hint = (
+        "; one column of values is targets[:, None]" if name == "targets" and a.ndim == 1 else ""
+      )
+      raise ValueError(f"{name} must be 2-D {shape}, got shape {tuple(a.shape)}{hint}")
+  if f.shape[0] != t.shape[0]:
     raise ValueError(
-      f"features (n, D) and targets (n, d) must share n; got {tuple(f.shape)} and {tuple(t.shape)}"
+      f"features (n, D) and targets (n, d) must have the same number of rows n; got "
+      f"{tuple(f.shape)} and {tuple(t.shape)}"
     )
   n = f.shape[0]
   if n == 0 or f.shape[1] == 0:
@@ -629,8 +642,13 @@ def lce(
       ``sqrt(eps) * ||phi||`` the distances are float32 rounding: only the
       anchor itself and its exact copies keep their full weight, and the
       ``gamma -> 0`` limit is read from them).
-    class_weights: ``(C,)`` weights ``pi`` (default uniform ``1/C``; the paper
-      uses training-label priors, uniform on balanced data).
+    class_weights: ``(C,)`` weights ``pi``, class priors summing to 1
+      (default uniform ``1/C``; the paper uses training-label priors,
+      uniform on balanced data): finite, non-negative, with a positive sum,
+      used as given, as every class-weighted metric in jaxcal uses them
+      (not normalised): weights summing to ``s`` scale LCE and the default
+      MLCE by ``s`` (``np.ones(C)`` gives ``C`` times the LCE; pass
+      ``w / w.sum()``). ``mlce="global"`` does not read them.
     mlce: ``"weighted"`` (default, the paper's MLCE) or ``"global"`` (the
       single largest ``e_ic``).
     max_bins: static bound on the bin counts (needed for a traced
@@ -654,7 +672,8 @@ def lce(
     JAX cannot transpose (``jax.grad`` raises).
 
   Raises:
-    ValueError: bad probabilities/labels, features that are not ``(n, D)``
+    ValueError: bad probabilities/labels, ``class_weights`` not ``(C,)``,
+      finite, non-negative with a positive sum, features that are not ``(n, D)``
       with the same ``n`` and ``D >= 1`` or hold NaN/inf, a ``bandwidth``
       that is not a finite scalar ``> 0`` (or a bool, or below 1.1e-19 in
       float32), a ``min_bin_size`` that is not an integer ``>= 0`` (or,

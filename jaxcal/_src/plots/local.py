@@ -66,8 +66,9 @@ def lce_bandwidth_plot(
   Raises:
     TypeError: ``curves``, ``bands`` or ``reference`` not a mapping, ``ax``
       not a matplotlib ``Axes``.
-    ValueError: no curves, a bandwidth that is not positive, bandwidths not
-      increasing, a curve, band
+    ValueError: no curves, ``bandwidths`` not a 1-D sequence of numbers (a
+      string, a scalar, a 2-D array), a bandwidth that is not positive,
+      bandwidths not increasing, a curve given as a string, a curve, band
       or floor whose length differs from ``bandwidths``, a curve or floor
       that is not finite, a band with an infinite end or ``lo > hi`` (NaN
       ends are not drawn), a band or reference for a method that is not a
@@ -86,6 +87,13 @@ def lce_bandwidth_plot(
   arXiv:2510.26566, §4 (LCE, Eq. 2) and App. D.3 (γ = 10 on PCA-50
   features).
   """
+  # a string was read as one number ('12': one bandwidth 12) and a (1, k) array was
+  # flattened: neither is the (k,) row of bandwidths the x axis needs
+  if isinstance(bandwidths, str | bytes) or np.ndim(bandwidths) != 1:
+    shown = (
+      repr(bandwidths) if isinstance(bandwidths, str | bytes) else f"shape {np.shape(bandwidths)}"
+    )
+    raise ValueError(f"bandwidths must be a 1-D sequence (k,) of numbers, got {shown:.80}")
   g = _mpl.numbers(bandwidths, "bandwidths", finite=False)
   _mpl.check_mapping(curves, "curves", "method -> (k,) LCE values")
   _mpl.check_ax(ax)
@@ -102,6 +110,8 @@ def lce_bandwidth_plot(
     reference = {k: V.check_float_option(v, f"reference[{k!r}]") for k, v in reference.items()}
 
   def _vals(what: str, v) -> np.ndarray:
+    if isinstance(v, str | bytes):  # '0.1' was read as the number 0.1
+      raise ValueError(f"{what} must be numbers, got the string {v!r:.80}")
     a = _mpl.numbers(v, what)
     if a.shape != g.shape:
       raise ValueError(
@@ -134,9 +144,13 @@ def lce_bandwidth_plot(
       ys.append(fl)
     ax.set_xlabel("kernel bandwidth γ")
     ax.set_ylabel("local calibration error LCE")
-    if g.max() / g.min() > 1:
-      _mpl.log_ticks(ax, "x", g.min() / 1.1, g.max() * 1.1)
-      ax.set_xlim(g.min() / 1.1, g.max() * 1.1)
+    if g.max() > g.min():  # compared, not divided: 1e300 / 1e-300 overflowed (a RuntimeWarning)
+      # a margin of 10 % each side, short of inf next to the largest float
+      lo, hi = g.min() / 1.1, min(g.max(), np.finfo(np.float64).max / 1.1) * 1.1
+      # limits first: they turn autoscaling off, whose 5 % margin in log space went past
+      # the largest float across 600 decades (an overflow warning from matplotlib)
+      ax.set_xlim(lo, hi)
+      _mpl.log_ticks(ax, "x", lo, hi)
     _mpl.error_axis(ax, ys)
     _mpl.legend_outside(ax, "below", ncol=2)
     ax.set_title(title or _mpl.title(what, model, n))

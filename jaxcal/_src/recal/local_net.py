@@ -805,6 +805,14 @@ def _train(
     raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
   for name, v in (("pca_dim", pca_dim), ("hidden", hidden), ("batch_size", batch_size)):
     V.check_int_option(v, name, minimum=1)
+  if batch_size < 2:
+    # each row's target is the kernel estimate over the *other* rows of its batch: in a
+    # batch of one row there is none, local_net_loss weighs the row 0, and every loss and
+    # gradient was 0 (a fit that trained nothing, with a history of zeros)
+    raise ValueError(
+      f"batch_size must be >= 2, got {batch_size}: the kernel estimate of a row is over the "
+      "other rows of its batch, so a batch of one row has no target and trains nothing"
+    )
   V.check_entries(  # the (B, B) batch kernel: XLA aborts the process beyond int32
     batch_size * batch_size,
     f"with batch_size = {batch_size}, the (B, B) batch kernel",
@@ -899,6 +907,13 @@ def _train(
   col = {"loss": 0, "alignment": 1, "ce": 2}[monitor]
   best_params, best_val, best_epoch, stale, stopped = params, np.inf, 0, 0, False
   history = []
+  # The loop pads the last batch; when it holds one real row, local_net_loss weighs that
+  # row 0 (no neighbour, no estimate), but the loop still divides the epoch's sum by all
+  # m rows: the reported means were (m - 1) / m of the mean over the rows with an
+  # estimate. The lone row's batch is fixed by m and batch_size alone, not by the order.
+  lone = lambda m: m > batch_size and m % batch_size == 1
+  tr_scale = tr.size / (tr.size - 1) if lone(tr.size) else 1.0
+  va_scale = va.size / (va.size - 1) if lone(va.size) else 1.0
   t0 = time.perf_counter()
   for epoch in range(1, epochs + 1):
     params, opt_state, tr_terms = train_epoch(
@@ -912,7 +927,7 @@ def _train(
       batch_size=int(batch_size),
       loss_params=loss_params,
     )
-    tr_terms = np.asarray(jax.device_get(tr_terms), np.float64)  # 3 scalars
+    tr_terms = np.asarray(jax.device_get(tr_terms), np.float64) * tr_scale  # 3 scalars
     if has_val:
       va_terms = evaluate(
         graphdef,
@@ -922,13 +937,21 @@ def _train(
         batch_size=int(batch_size),
         loss_params=loss_params,
       )
-      va_terms = np.asarray(jax.device_get(va_terms), np.float64)
+      va_terms = np.asarray(jax.device_get(va_terms), np.float64) * va_scale
     else:
       va_terms = np.full(3, np.nan)
+    # the validation terms too: a NaN there compares False with the best value every
+    # epoch, so best_epoch stayed 0 and the initial network came back without a word
     if not np.all(np.isfinite(tr_terms)):
       raise FloatingPointError(
         f"LoCal Net loss is not finite at epoch {epoch} (try a larger bandwidth, or a "
         "smaller learning_rate, lam, alignment_weight or init_scale)"
+      )
+    if has_val and not np.all(np.isfinite(va_terms)):
+      raise FloatingPointError(
+        f"LoCal Net validation loss is not finite at epoch {epoch} (validation features far "
+        "outside the calibration features' range overflow float32; or try a larger bandwidth, "
+        "or a smaller learning_rate, lam, alignment_weight or init_scale)"
       )
     history.append((epoch, *tr_terms, *va_terms))
     improved = (not has_val) or va_terms[col] < best_val
@@ -1051,7 +1074,9 @@ def fit_local_net(
       ``phi(x)`` (the authors feed the raw features).
     learning_rate: Adam step size (paper: 1e-3); a finite number ``>= 0``
       (0 keeps the network at its initialisation).
-    batch_size: batch size (paper: 1024); the kernel estimate uses the batch.
+    batch_size: batch size (paper: 1024), an int ``>= 2``: the kernel
+      estimate of a row is over the other rows of its batch. A last batch
+      of one row has none; it is left out of that epoch's figures.
     epochs: maximum number of epochs (authors: 100).
     patience: stop after this many epochs without a strictly lower monitored
       validation value (authors: 10); ``None``: train all ``epochs``.
@@ -1083,13 +1108,13 @@ def fit_local_net(
       ``seed`` not an int ``>= 0``,
       a bool option (``standardize_input``, ``restore_best``, ``verbose``,
       ``residual_vectors``) that is not True/False, unknown ``alignment`` /
-      ``monitor``, ``pca_dim > min(n, D)``, a ``batch_size`` whose
+      ``monitor``, ``pca_dim > min(n, D)``, a ``batch_size`` below 2 or whose
       ``(B, B)`` batch kernel exceeds ``2**31 - 1`` entries (``> 46340``),
       ``validation_data`` that is not an ``(inputs, labels, features)``
       tuple, a ``checkpoint_dir`` that is a file, cannot be created or is
       not writable, or too few samples.
     TypeError: a ``checkpoint_dir`` that is not a path.
-    FloatingPointError: the loss became non-finite.
+    FloatingPointError: the training or validation loss became non-finite.
 
   Example:
     >>> import jax, jax.numpy as jnp
