@@ -65,7 +65,8 @@ def timeit(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> dict:
       the first one's time is reported as ``first_s``.
 
   Returns:
-    dict with ``best_s`` (minimum, the figure to compare), ``median_s``,
+    dict with ``best_s`` (minimum), ``median_s`` (the figure the benchmarks
+    compare since 2026-12-01; see :func:`interleaved` for two contenders),
     ``mean_s``, ``times_s`` (every timed call), ``first_s`` (the first
     warm-up call, i.e. including compilation; ``None`` if ``warmup == 0``)
     and ``repeat``.

@@ -220,7 +220,9 @@ def main(argv=None) -> dict:
       "float64": diff64["jaxcal_float64"],
     },
     "machine_note": machine_note(
-      load_end, info.get("cpu_count"), statistic=f"median of {args.repeat} interleaved calls each"
+      info["load_avg_at_start"],
+      info.get("cpu_count"),
+      statistic=f"median of {args.repeat} interleaved calls each",
     ),
     "load_avg_at_end": load_end,
     **info,

@@ -251,7 +251,9 @@ def main(argv=None):
       "sizes": lce_res,
     },
     "machine_note": machine_note(
-      load_end, info.get("cpu_count"), statistic=f"median of {args.repeat} interleaved calls each"
+      info["load_avg_at_start"],
+      info.get("cpu_count"),
+      statistic=f"median of {args.repeat} interleaved calls each",
     ),
     "quick": args.quick,
     **info,

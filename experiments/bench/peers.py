@@ -686,7 +686,8 @@ def part_measures(args, repeat) -> dict:
       slow = key.startswith(("fit_", "skce_unbiased"))
       entry = run_table(table, max(2, repeat // 2) if slow else repeat)
       full = f"{key}_{name}"
-      out[full] = {**entry, "n": int(n), "C": int(k), "load_after": cpu_load()}
+      rows = nm if key.startswith("mmce") else n  # MMCE runs on its first nm rows
+      out[full] = {**entry, "n": int(rows), "C": int(k), "load_after": cpu_load()}
       if key.startswith("conf_ece"):
         out[full]["scores_on_bin_edges"] = edge_top
       print(_line(full, out[full]), flush=True)
