@@ -8,7 +8,7 @@ evaluated on one test split), computes
   ConfECE(fix), ConfCE(qua), ConfCE_corr(qua), LinCE_cw(qua) at
   m = 2000 / 20 / 5 ("2k/20/5"), each with ``±1.96 sd`` from a bootstrap over
   test samples (``jaxcal.bootstrap.bootstrap``, ``method="normal"``);
-* the maximum dominance set (longest chain of the "every loss <=" order over
+* the maximum dominance set (longest chain of the "every loss <=, one <" order over
   Brier, log, spherical, classification error and confidence loss,
   ``jaxcal.dominance.dominance_chain``) and the Spearman / Kendall
   correlation between chain position and each error (the dominance figure,

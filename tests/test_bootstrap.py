@@ -383,6 +383,13 @@ def test_the_estimate_is_the_eager_statistic_and_the_program_is_reused(small_pre
       ValueError,
       r"\(num_resamples, n \+ 4\) = \(1,000,000,000, 6\) would hold 6,000,000,000 entries",
     ),
+    # an rbg key has four words: its keys take twice the room (found by a reread)
+    (
+      (np.zeros(2),),
+      {"num_resamples": 3 * 10**8, "key": "rbg"},
+      ValueError,
+      r"\(num_resamples, n \+ 8\) = \(300,000,000, 10\)",
+    ),
     (
       (np.zeros(20), np.zeros(30)),
       {"num_resamples": 5 * 10**7, "groups": (0, 1)},
@@ -421,8 +428,10 @@ def test_the_estimate_is_the_eager_statistic_and_the_program_is_reused(small_pre
   ],
 )
 def test_bad_input(args, kwargs, exc, msg):
+  impl = kwargs.pop("key", None)  # a key implementation other than the default
+  key = jax.random.key(0) if impl is None else jax.random.key(0, impl=impl)
   with pytest.raises(exc, match=msg):
-    BS.bootstrap(jax.random.key(0), jnp.mean, *args, **kwargs)
+    BS.bootstrap(key, jnp.mean, *args, **kwargs)
 
 
 def test_integers_that_int32_cannot_hold_are_refused_not_wrapped():

@@ -570,3 +570,16 @@ def test_vmap_empty_batch():
   np.testing.assert_array_equal(
     jax.vmap(isotonic_fit)(x1[None], y1[None]).y[0], isotonic_fit(x1, y1).y
   )
+
+
+def test_predict_from_a_one_point_fit():
+  """A fit of one sample is one step everywhere: the fit check of a hand-built fit
+  took the argmax of no pairs and raised (found by a reread)."""
+  fit = isotonic_fit(jnp.array([0.5]), jnp.array([1.0]))
+  np.testing.assert_array_equal(np.asarray(isotonic_predict(fit, jnp.array([0.1, 0.9]))), [1, 1])
+  one = IsotonicFit(jnp.array([0.5]), jnp.array([0.3]))
+  got = jax.jit(isotonic_predict)(one, jnp.array([0.2]))
+  np.testing.assert_allclose(np.asarray(got), [0.3])
+  stacked = IsotonicFit(jnp.array([[0.5], [0.1]]), jnp.array([[0.3], [0.7]]))
+  got = jax.vmap(isotonic_predict, in_axes=(0, None))(stacked, jnp.array([0.2]))
+  np.testing.assert_allclose(np.asarray(got), [[0.3], [0.7]])

@@ -121,6 +121,8 @@ def test_resample_indices_sizes():
     bootstrap.resample_indices(k, 100, 10**9)  # out of memory
   with pytest.raises(ValueError, match=r"\(num_resamples, n \+ 2\) = \(800,000,000, 3\)"):
     bootstrap.resample_indices(k, 1, 8 * 10**8)  # the keys: 6.4 GB
+  with pytest.raises(ValueError, match=r"\(num_resamples, n \+ 4\) = \(500,000,000, 5\)"):
+    bootstrap.resample_indices(jax.random.key(0, impl="rbg"), 1, 5 * 10**8)  # 4-word keys
   with pytest.raises(ValueError, match=ABOVE):
     dominance.resample_indices(k, 2**31 - 1, 2)
   assert bootstrap.resample_indices(k, 5, 3).shape == (3, 5)

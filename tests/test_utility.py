@@ -826,3 +826,8 @@ def test_a_utility_batch_refuses_an_index_out_of_range_and_iterates_once():
   np.testing.assert_array_equal(batch[np.array([[0, 7]])].params, batch.params[np.array([[0, 7]])])
   np.testing.assert_array_equal(batch[:, 3].params, batch.params[:, 3])
   np.testing.assert_array_equal(batch[jnp.int32(2), -4].params, batch.params[2, 0])
+  # other index errors stay JAX's own (a reread found numpy's wording there)
+  with pytest.raises(TypeError, match="Indexer must have integer or boolean type"):
+    batch[(0.5,)]
+  with pytest.raises(IndexError, match="Slice entries must be static integers"):
+    jax.jit(lambda i: batch[:, i:].params)(1)

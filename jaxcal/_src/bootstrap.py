@@ -84,8 +84,12 @@ METHODS = ("percentile", "bca", "basic", "normal")
 #: Most resamples of one call: the resamples and the estimate beside them are
 #: numbered in int32 (2^31 resamples raised numpy's OverflowError deep inside).
 MAX_RESAMPLES = 2**31 - 2
-# uint32 words a resample's key takes per group while the draws run: split, then copied once
-_KEY_WORDS = 4
+
+
+def _key_words(key: jax.Array) -> int:
+  """uint32 words of one key of ``key``'s implementation (threefry 2, rbg 4)."""
+  return int(jax.random.key_data(key).shape[-1])
+
 
 #: Bytes of resampled inputs gathered per batch when ``batch_size`` is automatic.
 _BATCH_BYTES = 1 << 27
@@ -157,7 +161,8 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
     ValueError: ``key`` is not a PRNG key (e.g. an int seed), ``n < 1`` or
       ``num_resamples < 1``, ``n > 2^31 - 1`` (the indices are int32; 2^31
       raised a raw ``OverflowError``), or index and key arrays ``(B, n)``
-      and ``(B, 2)`` of more than ``2^31 - 1`` entries together (refused
+      and ``(B, w)`` (``w`` words per key: 2 for threefry) of more than
+      ``2^31 - 1`` entries together (refused
       before they are allocated: they ran out of memory); :func:`bootstrap`
       draws the index sets one batch at a time instead.
 
@@ -173,9 +178,10 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
   n = V.check_int(n, "n")
   num_resamples = V.check_int(num_resamples, "num_resamples", 1, MAX_RESAMPLES)
   V.check_entries(n, f"one resample's int32 indices (n,) = ({n:,},)", "pass a smaller n")
-  V.check_entries(  # the keys: two uint32 words per resample
-    num_resamples * (n + 2),
-    f"the resample indices and keys (num_resamples, n + 2) = ({num_resamples:,}, {n + 2:,})",
+  w = _key_words(key)  # the keys' uint32 words per resample (threefry 2)
+  V.check_entries(
+    num_resamples * (n + w),
+    f"the resample indices and keys (num_resamples, n + {w}) = ({num_resamples:,}, {n + w:,})",
     "pass fewer resamples, or draw them in batches (jaxcal.bootstrap.bootstrap never stores "
     "the indices all)",
   )
@@ -454,17 +460,19 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
   return estimate, samples, jack
 
 
-def _check_work(num_resamples: int, sizes: tuple[int, ...]) -> None:
-  """Refuses ``num_resamples × (n + 4 g)`` index and key words beyond ``2^31 - 1`` up front.
+def _check_work(num_resamples: int, sizes: tuple[int, ...], key_words: int) -> None:
+  """Refuses ``num_resamples × (n + 2 w g)`` index and key words beyond ``2^31 - 1`` up front.
 
   The index sets are drawn a batch at a time, but the keys, the loop and the
   time grow with the total: ``num_resamples = 10**9`` on ``n = 20`` was killed
   by the OS at 21 GB after 69 s (any value up to ``MAX_RESAMPLES`` passed).
-  The keys are stored whole: two uint32 words per resample and group, split
-  and then copied once (4 words), so ``10**9`` resamples of ``n = 2``
-  samples passed a bound on the indices alone and needed about 20 GB.
+  The keys are stored whole: ``w = key_words`` uint32 words per resample and
+  group (2 for the default threefry keys), split and then copied once, so
+  ``10**9`` resamples of ``n = 2`` samples passed a bound on the indices
+  alone and needed about 20 GB. (The batching pads the last batch of keys
+  too: the bound is the arrays' size, not the allocator's peak.)
   """
-  n, k = sum(sizes), _KEY_WORDS * len(sizes)
+  n, k = sum(sizes), 2 * key_words * len(sizes)
   whose = "" if len(sizes) == 1 else f" (n: the samples of the {len(sizes)} groups together)"
   V.check_entries(
     num_resamples * (n + k),
@@ -576,8 +584,9 @@ def bootstrap(
       that sample: sd 0 and a zero-width interval), ``num_resamples < 2``,
       ``batch_size < 1``, ``jackknife_groups < 2``, an unknown ``method``
       or a ``confidence`` that is not a number in ``(0, 1)`` (a string
-      ``"0.9"`` or a bool included); ``num_resamples × (n + 4 G)`` resample
-      index and key words (``n`` summed over the ``G`` groups),
+      ``"0.9"`` or a bool included); ``num_resamples × (n + 2 w G)`` resample
+      index and key words (``n`` summed over the ``G`` groups, ``w`` words
+      per key: 2 for threefry, split and then copied),
       ``(num_resamples + 1) × size`` values
       of a statistic's output, or ``batch_size × size`` entries of one
       gathered batch of a data array beyond ``2^31 - 1`` (refused before
@@ -659,7 +668,7 @@ def bootstrap(
       f"bootstrap needs at least 2 samples per data array, got n = {min(sizes)} along the "
       "sample axis: every resample of one sample is that sample (sd 0, a zero-width interval)"
     )
-  _check_work(num_resamples, sizes)
+  _check_work(num_resamples, sizes, _key_words(key))
   if batch_size is None:
     batch_size = _auto_batch(sum(a.size * a.dtype.itemsize for a in arrs), num_resamples)
   else:
@@ -819,9 +828,9 @@ def consistency_bands(
   Raises:
     ValueError: ``key`` is not a PRNG key; invalid probabilities, bin count,
       binning, resample count or confidence (a string or a bool included);
-      ``num_resamples × num_bins`` resampled gaps or ``num_resamples × (n + 4)``
-      resample indices and key words beyond ``2^31 - 1`` (refused before anything
-      is drawn).
+      ``num_resamples × num_bins`` resampled gaps or ``num_resamples × (n + 2 w)``
+      resample indices and key words (``w`` words per key: 2 for threefry)
+      beyond ``2^31 - 1`` (refused before anything is drawn).
 
   Example:
     >>> import jax, jax.numpy as jnp
@@ -855,7 +864,7 @@ def consistency_bands(
     f"the resampled gaps per bin (num_resamples, num_bins) = ({num_resamples:,}, {m:,})",
     f"pass fewer resamples (at most {V.MAX_ENTRIES // m:,} for {m:,} bins) or fewer bins",
   )
-  _check_work(num_resamples, (p.shape[0],))
+  _check_work(num_resamples, (p.shape[0],), _key_words(key))
   level = _check_confidence(confidence)
   batch = _auto_batch(4 * p.shape[0] * p.dtype.itemsize, num_resamples)  # O(n) each
   out = _consistency(key, p, m, binning, num_resamples, batch, level)

@@ -555,8 +555,10 @@ def conf_ece(
     Scalar, or an array shaped like ``num_bins``.
 
   Raises:
-    ValueError: bad probabilities, labels, mask or bin counts (on eager calls;
-      under ``jit`` invalid values give NaN, see :func:`jaxcal.checked`).
+    ValueError: bad probabilities, labels, mask or bin counts, or quantile
+      bins outnumbering the samples (on eager calls; under ``jit`` invalid
+      values give NaN, see :func:`jaxcal.checked`, and a traced count above
+      ``n`` leaves bins empty, the value of ``m = n``).
 
   Example:
     >>> import jax.numpy as jnp
@@ -625,7 +627,7 @@ def conf_ce(
     0.0178
 
   Reference: Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
-  Multi-Class Prediction*, arXiv:2510.06388, §3.2 and Theorem C.1 (ConfCE is
+  Multi-Class Prediction*, arXiv:2510.06388, §3.2 and Example C.1 (ConfCE is
   not truthful).
   """
   bins = V.check_bins(num_bins, binning, max_bins)
@@ -754,7 +756,7 @@ def classwise_ece(
   from_logits: bool = False,
   where: ArrayLike | None = None,
 ) -> jax.Array:
-  """Classwise binned calibration error CWE_bin (ℓ1; also RMS and max norms).
+  """Classwise binned calibration error CWE_bin (ℓ1; also RMS and max norms; not truthful).
 
   ``CWE = sum_r w_r (1/n) sum_B |sum_{i in B} (p_ir - 1[y_i = r])|``, each
   class's column binned on its own, weights ``w_r = 1/C`` by default.
@@ -788,8 +790,9 @@ def classwise_ece(
     Scalar, or an array shaped like ``num_bins``.
 
   Raises:
-    ValueError: bad probabilities, labels, mask, class weights or bin counts
-      (eager calls).
+    ValueError: bad probabilities, labels, mask, class weights or bin counts,
+      or quantile bins outnumbering the samples (eager calls; a traced count
+      above ``n`` leaves bins empty, the value of ``m = n``).
 
   Example:
     >>> import jax.numpy as jnp
@@ -852,7 +855,7 @@ def binary_ce(
   Example:
     >>> import jax.numpy as jnp
     >>> round(float(binary_ce(jnp.array([0.2, 0.4, 0.6, 0.8]), jnp.array([0, 1, 0, 1]), 2)), 4)
-    0.01
+    0.02
 
   Reference: Hartline, Hu & Wu (2025), *A Perfectly Truthful Calibration
   Measure*, arXiv:2508.13100 (ℓ2-QECE); Lu, Wu, Hartline & Hu (2025),
@@ -1033,7 +1036,8 @@ def lin_ce(
     0.0
 
   Reference: Lu, Wu, Hartline & Hu (2025), *Truthful Calibration Errors for
-  Multi-Class Prediction*, arXiv:2510.06388, §3.1, Theorem 3.1.
+  Multi-Class Prediction*, arXiv:2510.06388, §2, Definition 2.1 (LinCE) and
+  §3.1, Theorem 3.1 (truthful).
   """
   sums, _, n, ok = _lin_sums(reports, signals, bin_ids, num_bins, where)
   return V.fold(jnp.sum(sums**2) / n / n, ok)

@@ -129,7 +129,11 @@ def dominance_matrix(losses: ArrayLike) -> jax.Array:
   one is strictly smaller. The relation is a strict partial order
   (irreflexive, antisymmetric, transitive); two rows with identical losses do
   not dominate each other. Comparisons are exact on the given values: round
-  the table first to treat near-equal losses as equal.
+  the table first to treat near-equal losses as equal. The papers state the
+  rule two ways (Definition 2.9: every loss lower or equal; footnote 5 of
+  §5.3: every loss smaller); this one lies between them, and differs from
+  either only where losses tie (equal classification errors on a finite
+  test set).
 
   Args:
     losses: ``(p, L)`` table, one row per predictor and one column per loss

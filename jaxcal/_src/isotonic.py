@@ -822,6 +822,8 @@ def _fit_stats(x: jax.Array, y: jax.Array) -> tuple[jax.Array, ...]:
   """
 
   def first_drop(a):
+    if a.shape[0] < 2:  # one step: nothing can decrease (argmax of no pairs raised)
+      return jnp.int32(-1), a[0], a[0]
     drop = a[1:] < a[:-1]
     i = jnp.where(jnp.any(drop), jnp.argmax(drop), -1).astype(jnp.int32)
     return i, a[jnp.maximum(i, 0)], a[jnp.minimum(i + 1, a.shape[0] - 1)]

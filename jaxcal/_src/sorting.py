@@ -456,8 +456,8 @@ def sort_descending(x: jax.Array, axis: int = -1) -> jax.Array:
 
   Example:
     >>> import jax.numpy as jnp
-    >>> sort_descending(jnp.array([[0.2, 0.5, 0.3]])).tolist()
-    [[0.5, 0.3, 0.2]]
+    >>> sort_descending(jnp.array([[0.25, 0.5, 0.375]])).tolist()
+    [[0.5, 0.375, 0.25]]
   """
   if x.dtype.itemsize not in _UINT or not jnp.issubdtype(x.dtype, jnp.floating):
     return -jnp.sort(-x, axis=axis)

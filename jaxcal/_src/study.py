@@ -262,7 +262,7 @@ class StudyResult:
 
     Raises:
       ValueError: ``num_bins`` is not one bin count (a string ``'10'``, ``True``,
-        an array), or is a bin count the study did not evaluate.
+        an array, a traced value), or is a bin count the study did not evaluate.
     """
     cols: list[tuple[str, np.ndarray]] = []
     bins = self.coords.get("num_bins")

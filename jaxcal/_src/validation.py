@@ -582,7 +582,9 @@ def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
     # Elementwise compares (False for NaN; +-inf lie outside) and one boolean
     # all, not a min and a max: across devices XLA:CPU's min/max all-reduce
     # drops NaN, so a NaN in a sharded array would pass (a boolean all keeps it).
-    xm = _masked(x, where, a.lo).astype(acc)
+    # unselected entries read as a finite value inside the bounds (-inf would fail isfinite)
+    fill = a.lo if math.isfinite(a.lo) else a.hi if math.isfinite(a.hi) else 0.0
+    xm = _masked(x, where, fill).astype(acc)
     inside = (xm >= a.lo - a.tol) & (xm <= a.hi + a.tol)
     if not (math.isfinite(a.lo) and math.isfinite(a.hi)):  # an open end lets inf through
       inside = inside & jnp.isfinite(xm)  # (dcg(gamma=inf) passed bounds (0, inf))
@@ -2242,8 +2244,9 @@ def check_bandwidth(
   own grid-size bound.)
 
   A concrete bandwidth (a Python or NumPy number, a 0-d array) must be a
-  finite number ``> 0`` (not a bool) and at least :func:`smallest_bandwidth`;
-  otherwise ``ValueError`` naming ``name``. A traced one comes back with the
+  finite number ``> 0`` (not a bool), at least :func:`smallest_bandwidth`
+  and (a Python or NumPy number) within ``dtype``'s range; otherwise
+  ``ValueError`` naming ``name``. A traced one comes back with the
   flag ``isfinite(w) & (w >= smallest)`` to fold into the result (NaN), and
   ``None`` as the flag when it was checked here.
   """

@@ -89,12 +89,13 @@ def lce_bandwidth_plot(
   """
   # a string was read as one number ('12': one bandwidth 12) and a (1, k) array was
   # flattened: neither is the (k,) row of bandwidths the x axis needs
-  if isinstance(bandwidths, str | bytes) or np.ndim(bandwidths) != 1:
-    shown = (
-      repr(bandwidths) if isinstance(bandwidths, str | bytes) else f"shape {np.shape(bandwidths)}"
+  if isinstance(bandwidths, str | bytes):
+    raise ValueError(f"bandwidths must be a 1-D sequence (k,) of numbers, got {bandwidths!r:.80}")
+  g = _mpl.numbers(bandwidths, "bandwidths", finite=False)  # ragged: its own message
+  if np.ndim(bandwidths) != 1:
+    raise ValueError(
+      f"bandwidths must be a 1-D sequence (k,) of numbers, got shape {np.shape(bandwidths)}"
     )
-    raise ValueError(f"bandwidths must be a 1-D sequence (k,) of numbers, got {shown:.80}")
-  g = _mpl.numbers(bandwidths, "bandwidths", finite=False)
   _mpl.check_mapping(curves, "curves", "method -> (k,) LCE values")
   _mpl.check_ax(ax)
   n = _mpl.check_count(n)

@@ -86,8 +86,8 @@ def project_simplex(x: jax.Array) -> jax.Array:
 
   Example:
     >>> import jax.numpy as jnp
-    >>> project_simplex(jnp.array([[0.5, 0.9, -0.2]])).tolist()
-    [[0.3..., 0.7..., 0.0]]
+    >>> [[round(v, 4) for v in row] for row in project_simplex(jnp.array([[0.5, 0.9, -0.2]])).tolist()]
+    [[0.3, 0.7, 0.0]]
 
   Reference: Duchi, Shalev-Shwartz, Singer & Chandra (2008), "Efficient
   projections onto the l1-ball for learning in high dimensions", ICML, Fig. 1.
@@ -541,7 +541,9 @@ def fit_patching(
   ``η_t``: backtracking Armijo search (jaxopt) on the Brier score of
   ``Π_Δ(P - ηW)`` starting at ``err/C`` (Prop. A.1's step, for which the
   Brier score provably drops by ``err²/C``). A step that would not lower the
-  Brier score ends the fit, so the Brier score never increases.
+  Brier score ends the fit, so the Brier score never increases, and so does
+  a search in which no trial step meets the Armijo condition (``stop_reason``
+  ``"line search failed"``).
 
   The audited utilities at each step: the finite ``family`` (``U_comb`` by
   default), ``num_samples`` fresh ``U_lin``/``U_rank`` samples, the fixed

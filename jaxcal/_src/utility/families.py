@@ -159,16 +159,19 @@ class Utility:
         raise IndexError(
           f"utility index {lo if lo < -n else hi} is out of range for a batch of {n}"
         )
-    if isinstance(idx, tuple) and not any(isinstance(i, jax.core.Tracer) for i in idx):
+    if isinstance(idx, tuple) and not any(_traced_part(i) for i in idx):
       shape = _shape_of(self.params, "utility.params")
       try:  # numpy's bounds check on a view of no memory (slices stay views)
         np.broadcast_to(np.False_, shape)[
           tuple(np.asarray(i) if isinstance(i, jax.Array) else i for i in idx)
         ]
       except IndexError as e:
-        raise IndexError(
-          f"utility index {idx!r} does not fit the parameters of shape {shape}: {e}"
-        ) from None
+        if "out of bounds" in str(e):  # other index errors are JAX's to word (TypeError...)
+          raise IndexError(
+            f"utility index {idx!r} does not fit the parameters of shape {shape}: {e}"
+          ) from None
+      except (TypeError, ValueError):
+        pass
     prm = self.params
     if _is_sequence(prm):  # as uc() reads them: a float array
       prm = V.as_float(prm, "utility.params")
@@ -188,6 +191,13 @@ class Utility:
     """
     p = V.check_probs(probs, rows=True)
     return utility_values(check_utility(self, p.shape[1], batched=False), p)
+
+
+def _traced_part(i: Any) -> bool:
+  """A part of a tuple index that is traced, or a slice with a traced bound."""
+  if isinstance(i, slice):
+    return any(isinstance(b, jax.core.Tracer) for b in (i.start, i.stop, i.step))
+  return isinstance(i, jax.core.Tracer)
 
 
 def _is_sequence(prm: Any) -> bool:

@@ -179,7 +179,7 @@ def uc(
     >>> from jaxcal.utility import uc, top_class
     >>> p = jnp.array([[0.9, 0.1], [0.8, 0.2], [0.6, 0.4], [0.3, 0.7]])
     >>> r = uc(p, jnp.array([0, 1, 1, 1]), top_class())
-    >>> round(float(r.value), 4), float(r.lo), float(r.hi), int(r.sign)
+    >>> round(float(r.value), 4), round(float(r.lo), 4), round(float(r.hi), 4), int(r.sign)
     (0.275, 0.6, 0.8, -1)
 
   Reference: Hegazy, Jordan & Dieuleveut (2025), *Scalable Utility-Aware
