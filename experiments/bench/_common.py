@@ -229,7 +229,7 @@ def check_agree(values: dict[str, Any], reference: str, rtol: float, atol: float
 
 
 def _git_commit() -> str | None:
-  """The repository's commit (with ``+dirty`` for uncommitted changes), if known."""
+  """The repository's commit (``+dirty``: uncommitted changes outside ``experiments/results``)."""
   root = pathlib.Path(__file__).resolve().parents[2]
   try:
     head = subprocess.run(
@@ -237,8 +237,18 @@ def _git_commit() -> str | None:
     )
     if head.returncode != 0:
       return None
-    dirty = subprocess.run(
-      ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+    dirty = subprocess.run(  # the results a benchmark run writes do not count
+      [
+        "git",
+        "-C",
+        str(root),
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ".",
+        ":(exclude)experiments/results",
+      ],
       capture_output=True,
       text=True,
       timeout=10,
