@@ -285,6 +285,31 @@ def _npz_bytes(tmp_path):
   return (tmp_path / "good.npz").read_bytes()
 
 
+def test_load_refuses_joined_files_duplicate_members_and_a_bad_split(tmp_path):
+  """Found by a review helper: each was read without a word (numpy reads the first
+  array of two joined .npy files and the last of two members of one name)."""
+  one = io.BytesIO()
+  np.save(one, np.full((4, 3), 1 / 3, np.float32))
+  (tmp_path / "joined.npy").write_bytes(one.getvalue() * 2)
+  np.save(tmp_path / "labels.npy", np.arange(4) % 3)
+  with pytest.raises(
+    ValueError, match=r"joined\.npy: 176 bytes follow its array of shape \(4, 3\)"
+  ):
+    data.load_split(f"{tmp_path / 'joined.npy'},{tmp_path / 'labels.npy'}")
+  lab = io.BytesIO()
+  np.save(lab, np.arange(4) % 3)
+  with zipfile.ZipFile(tmp_path / "dup.npz", "w") as zf, pytest.warns(UserWarning):
+    zf.writestr("logits.npy", one.getvalue())
+    zf.writestr("labels.npy", lab.getvalue())
+    zf.writestr("labels.npy", lab.getvalue())  # zipfile warns of the duplicate name
+  with pytest.raises(ValueError, match=r"dup\.npz: holds two arrays named 'labels'"):
+    data.load_split(tmp_path / "dup.npz")
+  np.savez(tmp_path / "ok.npz", logits=np.zeros((4, 3)), labels=np.arange(4) % 3)
+  for split in (None, 3, ""):  # None looked for 'None_logits'; 3 returned the data
+    with pytest.raises(ValueError, match=r"split must be a split's name such as 'test'"):
+      data.load_split(tmp_path / "ok.npz", split)
+
+
 def test_load_refuses_broken_files_naming_them(tmp_path):
   import numpy.lib.format as fmt
 

@@ -97,6 +97,8 @@ CORRUPTIONS = {
   "count": r"^train split: 5 images but 4 labels$",
   "label_range": r"train-labels-idx1-ubyte\.gz: labels must lie in \[0, 10\), found 10",
   "header": r"train-images-idx3-ubyte\.gz: too short for an IDX header \(2 bytes\)",
+  # found by a review helper: train images of 32 x 32 beside test images of 28 x 28 loaded
+  "image_size": r"the train images are \(32, 32\) but the test images \(28, 28\)",
 }
 
 
@@ -131,6 +133,8 @@ def test_corrupt_files_raise(tiny, corruption, message):
     _write(lab, _idx(np.array([0, 1, 10, 3, 3], np.uint8)))
   elif corruption == "header":
     _write(img, b"\x00\x00")
+  elif corruption == "image_size":
+    _write(img, _idx(np.zeros((5, 32, 32), np.uint8)))
   with pytest.raises(ValueError, match=message):
     F.load_fashion_mnist(root)
 

@@ -86,6 +86,11 @@ def _read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
       f"{what}: the header claims shape {shape} of {dtype} ({nbytes:,} bytes) but only "
       f"{max(avail, 0):,} bytes follow: the file is truncated or corrupt"
     )
+  if nbytes < avail:  # np.save writes the array's bytes and nothing after them
+    raise ValueError(
+      f"{what}: {avail - nbytes:,} bytes follow its array of shape {shape} ({nbytes:,} "
+      "bytes): not one .npy array (two files joined?)"
+    )
   buf = f.read(nbytes)
   if len(buf) != nbytes:
     raise ValueError(f"{what}: truncated: {len(buf):,} of {nbytes:,} bytes of data")
@@ -111,7 +116,10 @@ def _npz_members(zf: zipfile.ZipFile, path: str) -> dict[str, Callable[[], np.nd
         except (zipfile.BadZipFile, EOFError, zlib.error) as e:
           raise ValueError(f"{path}: corrupt member {info.filename!r}: {e}") from None
 
-      members[info.filename[:-4]] = read
+      name = info.filename[:-4]
+      if name in members:  # numpy reads the last copy without a word
+        raise ValueError(f"{path}: holds two arrays named {name!r}; which one is meant?")
+      members[name] = read
   return members
 
 
@@ -295,6 +303,8 @@ def _load_split(
   """
   if not isinstance(path, str | bytes | os.PathLike):
     raise ValueError(f"path must be a file or folder path, got {path!r}")
+  if not isinstance(split, str) or not split:  # None looked for 'None_logits'
+    raise ValueError(f"split must be a split's name such as 'test' or 'val', got {split!r}")
   p = os.fsdecode(os.fspath(path))
   try:
     scores, labels, found, stem = _load_raw(p, split)

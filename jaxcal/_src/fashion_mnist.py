@@ -202,4 +202,10 @@ def load_fashion_mnist(root: str | os.PathLike | None = None) -> dict[str, np.nd
       )
     out[f"{split}_images"] = images
     out[f"{split}_labels"] = labels
+  # a model trained on one image size cannot read the other: one set is not Fashion-MNIST's
+  if out["train_images"].shape[1:] != out["test_images"].shape[1:]:
+    raise ValueError(
+      f"the train images are {out['train_images'].shape[1:]} but the test images "
+      f"{out['test_images'].shape[1:]}: the files are not one data set"
+    )
   return out
