@@ -41,6 +41,7 @@ __all__ = [
   "interleaved",
   "clear_caches",
   "check_agree",
+  "packed_sort_rows",
 ]
 
 #: experiments/results/ beside this folder.
@@ -226,6 +227,26 @@ def check_agree(values: dict[str, Any], reference: str, rtol: float, atol: float
     )
     out[k] = float(np.max(np.abs(got - want))) if got.size else 0.0
   return out
+
+
+def packed_sort_rows(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Each row of non-negative float32 ``scores`` (``(..., n)``, contiguous) sorted, with its order.
+
+  The numpy references' sort: one ``np.sort`` of ``(bits << 32) | index``
+  keys, 10x faster than a stable argsort for the same order (ties by
+  index). Non-negative float32 bit patterns order like their values
+  (``-0.0`` would not: softmax outputs are never ``-0.0``); the index needs
+  ``n < 2**32``.
+
+  Returns:
+    ``(sorted scores, order)``: float32 and ``intp``, shaped like ``scores``.
+  """
+  n = scores.shape[-1]
+  keys = scores.view(np.uint32).astype(np.uint64) << np.uint64(32)
+  keys |= np.arange(n, dtype=np.uint64)
+  keys.sort(axis=-1)
+  order = (keys & np.uint64(0xFFFFFFFF)).astype(np.intp)
+  return (keys >> np.uint64(32)).astype(np.uint32).view(np.float32), order
 
 
 def _git_commit() -> str | None:

@@ -56,6 +56,7 @@ from _common import (
   device_info,
   interleaved,
   machine_note,
+  packed_sort_rows,
   write_result,
 )
 
@@ -68,23 +69,6 @@ from jaxcal import metrics
 # nothing of jaxcal): sort each score vector once, take float64 prefix sums
 # of the residuals in that order, and read them at the bin ends of every bin
 # count at once.
-
-
-def _sort_rows(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Each row of non-negative float32 ``scores`` (``(..., n)``, contiguous) sorted.
-
-  Returns the sorted scores and the order (ties by index: the order of a
-  stable argsort), from one ``np.sort`` of ``(bits << 32) | index`` keys.
-  Non-negative float32 bit patterns order like their values (``-0.0`` would
-  not: softmax outputs are never ``-0.0``); the index needs ``n < 2**32``.
-  """
-  n = scores.shape[-1]
-  keys = scores.view(np.uint32).astype(np.uint64) << np.uint64(32)
-  keys |= np.arange(n, dtype=np.uint64)
-  keys.sort(axis=-1)
-  order = (keys & np.uint64(0xFFFFFFFF)).astype(np.intp)
-  s_sorted = (keys >> np.uint64(32)).astype(np.uint32).view(np.float32)
-  return s_sorted, order
 
 
 def _prefix(resid: np.ndarray) -> np.ndarray:
@@ -137,7 +121,7 @@ def np_conf(p, y, ms, binning, kind):
   top = np.argmax(p, axis=1)
   c = p[np.arange(n), top]
   z = top == y
-  s_sorted, order = _sort_rows(c)
+  s_sorted, order = packed_sort_rows(c)
   prefix = _prefix(s_sorted.astype(np.float64) - z[order])
   sums = np.diff(prefix[_ends(s_sorted, ms, binning)])  # every bin of every count
   if kind == "ece":
@@ -151,7 +135,7 @@ def np_conf(p, y, ms, binning, kind):
 def _cw_prep(p, y, sign=1.0):
   """Class columns as sorted rows, and the (C, n + 1) prefix sums of their residuals."""
   num_classes = p.shape[1]
-  s_sorted, order = _sort_rows(np.ascontiguousarray(p.T))  # (C, n)
+  s_sorted, order = packed_sort_rows(np.ascontiguousarray(p.T))  # (C, n)
   labelled = y[order] == np.arange(num_classes)[:, None]
   resid = s_sorted.astype(np.float64) - labelled
   if sign < 0:

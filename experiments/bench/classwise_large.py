@@ -49,7 +49,15 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import check_agree, cpu_load, device_info, interleaved, machine_note, write_result
+from _common import (
+  check_agree,
+  cpu_load,
+  device_info,
+  interleaved,
+  machine_note,
+  packed_sort_rows,
+  write_result,
+)
 
 import jaxcal
 from jaxcal import metrics
@@ -71,20 +79,6 @@ def synthetic(n: int, c: int, seed: int = 0):
   return p.astype(np.float32), y.astype(np.int32)
 
 
-def _sort_row(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """A contiguous row of non-negative float32 scores sorted, and its order (ties by index).
-
-  One ``np.sort`` of ``(bits << 32) | index`` keys: non-negative float32 bit
-  patterns order like their values (``-0.0`` would not; softmax outputs are
-  never ``-0.0``), so this is the order of a stable argsort (``n < 2**32``).
-  """
-  keys = scores.view(np.uint32).astype(np.uint64) << np.uint64(32)
-  keys |= np.arange(scores.shape[0], dtype=np.uint64)
-  keys.sort()
-  order = (keys & np.uint64(0xFFFFFFFF)).astype(np.intp)
-  return (keys >> np.uint64(32)).astype(np.uint32).view(np.float32), order
-
-
 def numpy_classwise_ce(p: np.ndarray, y: np.ndarray, ms: np.ndarray) -> np.ndarray:
   """Each class sorted once, float64 prefix sums read at every bin count's quantile ends at once."""
   n, c = p.shape
@@ -95,7 +89,7 @@ def numpy_classwise_ce(p: np.ndarray, y: np.ndarray, ms: np.ndarray) -> np.ndarr
   sq = np.zeros(len(ends) - 1)
   prefix = np.zeros(n + 1)
   for r in range(c):
-    s_sorted, order = _sort_row(pt[r])
+    s_sorted, order = packed_sort_rows(pt[r])
     np.cumsum(s_sorted.astype(np.float64) - (y[order] == r), out=prefix[1:])
     d = np.diff(prefix[ends])  # the bin sums of every bin count
     sq += d * d
