@@ -788,8 +788,9 @@ def _train(
   f = V.check_features(features, n)
   # the network and its kernel run in float32 whatever the inputs' dtype (x64 too)
   f32 = jnp.float32
-  bandwidth = V.check_float_option(bandwidth, "bandwidth", positive=True, dtype=f32)
-  # the metric's rule: a bandwidth whose square underflows makes every kernel weight 0
+  bandwidth = V.check_float_option(bandwidth, "bandwidth", positive=True)
+  # the metric's rule: a bandwidth whose square underflows makes every kernel weight 0,
+  # and one beyond float32's range is inf there
   V.check_bandwidth(bandwidth, f32, squared=True)
   if alignment not in ALIGNMENTS:
     raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
@@ -907,13 +908,15 @@ def _train(
   col = {"loss": 0, "alignment": 1, "ce": 2}[monitor]
   best_params, best_val, best_epoch, stale, stopped = params, np.inf, 0, 0, False
   history = []
+
   # The loop pads the last batch; when it holds one real row, local_net_loss weighs that
   # row 0 (no neighbour, no estimate), but the loop still divides the epoch's sum by all
   # m rows: the reported means were (m - 1) / m of the mean over the rows with an
   # estimate. The lone row's batch is fixed by m and batch_size alone, not by the order.
-  lone = lambda m: m > batch_size and m % batch_size == 1
-  tr_scale = tr.size / (tr.size - 1) if lone(tr.size) else 1.0
-  va_scale = va.size / (va.size - 1) if lone(va.size) else 1.0
+  def mean_scale(m: int) -> float:
+    return m / (m - 1) if m > batch_size and m % batch_size == 1 else 1.0
+
+  tr_scale, va_scale = mean_scale(tr.size), mean_scale(va.size)
   t0 = time.perf_counter()
   for epoch in range(1, epochs + 1):
     params, opt_state, tr_terms = train_epoch(

@@ -464,9 +464,10 @@ def _run_block(
     stop_max = s.t >= max_steps
     stop_brier = ~(b1 < b0)
     # a failed search's last trial is not an Armijo step, whatever it does to the Brier score
-    reason = jnp.where(stop_brier, 3, 0)
     reason = jnp.where(
-      stop_tol, 1, jnp.where(stop_max, 2, jnp.where(failed, _SEARCH_FAILED, reason))
+      stop_tol,
+      1,
+      jnp.where(stop_max, 2, jnp.where(failed, _SEARCH_FAILED, jnp.where(stop_brier, 3, 0))),
     )
     reason = jnp.where(ok, reason, _BAD_DRAW)
     reason = reason.astype(s.reason.dtype)  # int64 under x64: the loop carries int32
