@@ -178,10 +178,10 @@ def resample_indices(key: jax.Array, n: int, num_resamples: int) -> jax.Array:
   n = V.check_int(n, "n")
   num_resamples = V.check_int(num_resamples, "num_resamples", 1, MAX_RESAMPLES)
   V.check_entries(n, f"one resample's int32 indices (n,) = ({n:,},)", "pass a smaller n")
-  w = _key_words(key)  # the keys' uint32 words per resample (threefry 2)
-  V.check_entries(
-    num_resamples * (n + w),
-    f"the resample indices and keys (num_resamples, n + {w}) = ({num_resamples:,}, {n + w:,})",
+  _check_work(  # the (B, n) indices are returned whole, beside the (B, w) keys
+    num_resamples,
+    (n,),
+    _key_words(key),
     "pass fewer resamples, or draw them in batches (jaxcal.bootstrap.bootstrap never stores "
     "the indices all)",
   )
@@ -460,25 +460,29 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
   return estimate, samples, jack
 
 
-def _check_work(num_resamples: int, sizes: tuple[int, ...], key_words: int) -> None:
-  """Refuses ``num_resamples × (n + 2 w g)`` index and key words beyond ``2^31 - 1`` up front.
+def _check_work(
+  num_resamples: int, sizes: tuple[int, ...], words: int, fix: str | None = None
+) -> None:
+  """Refuses ``num_resamples × (n + words)`` index and key words beyond ``2^31 - 1`` up front.
 
   The index sets are drawn a batch at a time, but the keys, the loop and the
   time grow with the total: ``num_resamples = 10**9`` on ``n = 20`` was killed
   by the OS at 21 GB after 69 s (any value up to ``MAX_RESAMPLES`` passed).
-  The keys are stored whole: ``w = key_words`` uint32 words per resample and
-  group (2 for the default threefry keys), split and then copied once, so
-  ``10**9`` resamples of ``n = 2`` samples passed a bound on the indices
-  alone and needed about 20 GB. (The batching pads the last batch of keys
-  too: the bound is the arrays' size, not the allocator's peak.)
+  The keys are stored whole: ``w`` uint32 words per resample and group (2
+  for the default threefry keys, :func:`_key_words`), split and then copied
+  once (``words = 2 w g``), so ``10**9`` resamples of ``n = 2`` samples
+  passed a bound on the indices alone and needed about 20 GB. (The batching
+  pads the last batch of keys too: the bound is the arrays' size, not the
+  allocator's peak.) ``fix``: the message's advice (default: the most
+  resamples that fit).
   """
-  n, k = sum(sizes), 2 * key_words * len(sizes)
+  n, k = sum(sizes), words
   whose = "" if len(sizes) == 1 else f" (n: the samples of the {len(sizes)} groups together)"
   V.check_entries(
     num_resamples * (n + k),
     f"the resample indices and keys (num_resamples, n + {k}) = ({num_resamples:,}, {n + k:,})"
     + whose,
-    f"pass fewer resamples (at most {V.MAX_ENTRIES // (n + k):,} for n = {n:,})",
+    fix or f"pass fewer resamples (at most {V.MAX_ENTRIES // (n + k):,} for n = {n:,})",
   )
 
 
@@ -668,7 +672,7 @@ def bootstrap(
       f"bootstrap needs at least 2 samples per data array, got n = {min(sizes)} along the "
       "sample axis: every resample of one sample is that sample (sd 0, a zero-width interval)"
     )
-  _check_work(num_resamples, sizes, _key_words(key))
+  _check_work(num_resamples, sizes, 2 * _key_words(key) * len(sizes))
   if batch_size is None:
     batch_size = _auto_batch(sum(a.size * a.dtype.itemsize for a in arrs), num_resamples)
   else:
@@ -864,7 +868,7 @@ def consistency_bands(
     f"the resampled gaps per bin (num_resamples, num_bins) = ({num_resamples:,}, {m:,})",
     f"pass fewer resamples (at most {V.MAX_ENTRIES // m:,} for {m:,} bins) or fewer bins",
   )
-  _check_work(num_resamples, (p.shape[0],), _key_words(key))
+  _check_work(num_resamples, (p.shape[0],), 2 * _key_words(key))
   level = _check_confidence(confidence)
   batch = _auto_batch(4 * p.shape[0] * p.dtype.itemsize, num_resamples)  # O(n) each
   out = _consistency(key, p, m, binning, num_resamples, batch, level)
