@@ -1271,9 +1271,7 @@ def _write_compare_figures(rep, save):
         block["num_bins"], corr, num_models=len(block["models"]), n=block["n"]
       ),
     )
-  m = rep["settings"]["num_bins"]
-  for nm, b in _INTERVAL_FIGURES:
-    lab = label(nm, b, m)
+  for nm, lab in _figure_columns(rep["settings"]["num_bins"]):
     rows = {}
     for model, entries in rep["metrics"].items():
       e = entries[lab]
@@ -1434,11 +1432,10 @@ def _report_reads(rep: dict, use: str, arrays: bool) -> list[tuple]:
     need += [("models", i, "name") for i in range(len(names))]
   m = _at(rep, ("settings", "num_bins"))
   if isinstance(m, int | np.integer) and not isinstance(m, bool) and m >= 1:
-    labs = {  # the headline errors each reader shows of every model
-      "summary": _summary_columns(m),
-      "markdown": [label(nm, b, m if b else None) for nm, b in HEADLINE],
-      "figures": [label(nm, b, m) for nm, b in _INTERVAL_FIGURES],
-    }[use]
+    if use == "figures":  # the headline errors each reader shows of every model
+      labs = [lab for _, lab in _figure_columns(m)]
+    else:
+      labs = (_summary_columns if use == "summary" else _markdown_columns)(m)
     rows = [x for x in names if isinstance(x, str)] if use == "summary" else rep["metrics"]
     need += [("metrics", x, lab, "estimate") for x in rows for lab in labs]
   blocks = rep["rank_stability"]
@@ -1575,6 +1572,16 @@ def _rank_interval_text(rep: dict, block: dict) -> str:
   return f"{'paired' if block['paired'] else 'unpaired'} bootstrap"
 
 
+def _markdown_columns(m: int) -> list[str]:
+  """The headline labels the comparison's Markdown table shows of every model (``m`` bins)."""
+  return [label(nm, b, m if b else None) for nm, b in HEADLINE]
+
+
+def _figure_columns(m: int) -> list[tuple[str, str]]:
+  """``(name, label)`` of the errors the comparison draws an interval figure of (``m`` bins)."""
+  return [(nm, label(nm, b, m)) for nm, b in _INTERVAL_FIGURES]
+
+
 def _summary_columns(m: int) -> list[str]:
   """The headline labels the comparison summary shows of every model (``m`` bins)."""
   show = [
@@ -1662,8 +1669,7 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
   """
   _check_report(rep, "markdown")
   if "rank_stability" in rep:
-    m = rep["settings"]["num_bins"]
-    labs = [label(nm, b, m if b else None) for nm, b in HEADLINE]
+    labs = _markdown_columns(rep["settings"]["num_bins"])
     out = [f"{len(rep['models'])} models; {_interval_text(rep)}.", ""]
     out.append("| model | " + " | ".join(labs) + " |")
     out.append("|---" * (len(labs) + 1) + "|")
