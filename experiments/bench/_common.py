@@ -40,6 +40,7 @@ __all__ = [
   "json_child",
   "interleaved",
   "clear_caches",
+  "cold_first_calls",
   "check_agree",
   "packed_sort_rows",
 ]
@@ -102,19 +103,41 @@ def clear_caches() -> None:
   jax.clear_caches()
 
 
+def cold_first_calls(
+  paths: dict[str, tuple[Callable, tuple]], cold: Callable[[str], bool] = lambda name: True
+) -> dict[str, tuple[float, Any]]:
+  """Each ``fn(*args)``'s first call, timed alone after :func:`clear_caches`, and its result.
+
+  The caches are cleared before the paths ``cold(name)`` selects (so none
+  reuses a program an earlier path or benchmark compiled); clearing them
+  evicts the programs of the paths before it, so every path is then called
+  once more, untimed, before any timed round.
+
+  Returns:
+    ``name -> (seconds, result)`` of each first call.
+  """
+  out = {}
+  for k, (fn, a) in paths.items():
+    if cold(k):
+      clear_caches()
+    t0 = time.perf_counter()
+    res = _block(fn(*a))
+    out[k] = (time.perf_counter() - t0, res)
+  for fn, a in paths.values():  # compile again what the clearing evicted
+    _block(fn(*a))
+  return out
+
+
 def interleaved(
   paths: dict[str, tuple[Callable, tuple]], repeat: int, *, cold: bool = False
 ) -> dict[str, dict]:
   """Times each ``fn(*args)`` of ``paths`` call by call in turn, blocking on every result.
 
-  Each path's first call (tracing and compilation) is timed alone first, after
-  :func:`clear_caches` with ``cold=True`` (so it does not reuse programs an
-  earlier path or benchmark compiled; each path is then called once more,
-  untimed, since clearing the caches evicted the programs of the paths before
-  it); then ``repeat`` rounds call every path once each, starting one path
-  later each round, so the paths share the machine's state and none always
-  runs first. Returns ``name -> {"median_s", "best_s", "first_call_s",
-  "times_s"}``.
+  Each path's first call (tracing and compilation) is timed alone first, cold
+  with ``cold=True`` (:func:`cold_first_calls`); then ``repeat`` rounds call
+  every path once each, starting one path later each round, so the paths
+  share the machine's state and none always runs first. Returns ``name ->
+  {"median_s", "best_s", "first_call_s", "times_s"}``.
   """
 
   def once(fn, args) -> float:
@@ -122,14 +145,10 @@ def interleaved(
     _block(fn(*args))
     return time.perf_counter() - t0
 
-  first = {}
-  for k, (fn, a) in paths.items():
-    if cold:
-      clear_caches()
-    first[k] = once(fn, a)
-  if cold:  # clearing the caches evicted the earlier paths' programs: compile them again
-    for fn, a in paths.values():
-      once(fn, a)
+  if cold:
+    first = {k: t for k, (t, _) in cold_first_calls(paths).items()}
+  else:
+    first = {k: once(fn, a) for k, (fn, a) in paths.items()}
   times: dict[str, list[float]] = {k: [] for k in paths}
   names = list(paths)
   for r in range(max(1, repeat)):

@@ -116,7 +116,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from _common import (
   _block,
   check_agree,
-  clear_caches,
+  cold_first_calls,
   cpu_load,
   device_info,
   machine_note,
@@ -167,15 +167,10 @@ def interleaved(contestants: dict[str, Callable], repeat: int) -> dict:
   docstring: the previous contestant's spinning threads must not slow it).
   Each entry keeps the first call's result as ``raw`` (for the value check).
   """
-  out = {}
-  for name, fn in contestants.items():
-    if name.startswith("jaxcal"):
-      clear_caches()
-    t0 = time.perf_counter()
-    raw = _block(fn())
-    out[name] = {"first_s": time.perf_counter() - t0, "times_s": [], "raw": raw}
-  for fn in contestants.values():  # warm again: the clearing evicted the earlier ones' programs
-    _block(fn())
+  first = cold_first_calls(
+    {k: (fn, ()) for k, fn in contestants.items()}, cold=lambda name: name.startswith("jaxcal")
+  )
+  out = {k: {"first_s": t, "times_s": [], "raw": raw} for k, (t, raw) in first.items()}
   names = list(contestants)
   order = np.random.default_rng(0)
   for _ in range(repeat):

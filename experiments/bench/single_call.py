@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import check_agree, clear_caches, cpu_load, device_info, machine_note, write_result
+from _common import check_agree, cpu_load, device_info, machine_note, write_result
+from _common import interleaved as timed
 
 import jaxcal
 from jaxcal import metrics, scores
@@ -128,36 +127,22 @@ def _run(f):
   return out
 
 
-def interleaved(contenders: dict, rounds: int) -> dict:
-  """Median (and min) wall time of each contender over rounds run in rotating order."""
-  for f in contenders.values():  # warm-up (compilation, caches)
-    _run(f)
-  times = {k: [] for k in contenders}
-  names = list(contenders)
-  for r in range(rounds):
-    for k in names[r % len(names) :] + names[: r % len(names)]:
-      t0 = time.perf_counter()
-      _run(contenders[k])
-      times[k].append(time.perf_counter() - t0)
+def interleaved(contenders: dict, rounds: int, cold: bool = False) -> dict:
+  """Median (and min) wall time of each contender over rounds run in rotating order.
+
+  :func:`_common.interleaved` of the thunks (with ``cold=True`` each first
+  call after clearing JAX's caches, ``first_call_ms``), in milliseconds.
+  """
+  t = timed({k: (f, ()) for k, f in contenders.items()}, rounds, cold=cold)
   return {
     k: {
-      "median_ms": 1e3 * statistics.median(v),
-      "min_ms": 1e3 * min(v),
-      "times_ms": [1e3 * t for t in v],
+      "median_ms": 1e3 * v["median_s"],
+      "min_ms": 1e3 * v["best_s"],
+      "times_ms": [1e3 * x for x in v["times_s"]],
+      **({"first_call_ms": 1e3 * v["first_call_s"]} if cold else {}),
     }
-    for k, v in times.items()
+    for k, v in t.items()
   }
-
-
-def first_calls(contenders: dict) -> dict:
-  """Wall time of each contender's first call after clearing JAX's caches."""
-  out = {}
-  for k, f in contenders.items():
-    clear_caches()
-    t0 = time.perf_counter()
-    _run(f)
-    out[k] = 1e3 * (time.perf_counter() - t0)
-  return out
 
 
 def bench_metric(name: str, p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
@@ -175,10 +160,8 @@ def bench_metric(name: str, p: np.ndarray, y: np.ndarray, rounds: int) -> dict:
     "jaxcal in user jit": lambda: in_jit(pd, yd),
     "numpy by hand": lambda: ref(p, y),
   }
-  first = first_calls(contenders)
-  timing = interleaved(contenders, rounds)
-  for k in timing:
-    timing[k]["first_call_ms"] = first[k]
+  timing = interleaved(contenders, rounds, cold=True)
+  first = {k: v["first_call_ms"] for k, v in timing.items()}
   values = {k: float(_run(f)) for k, f in contenders.items()}
   want = values["numpy by hand"]
   rel = {k: abs(v - want) / max(abs(want), 1e-30) for k, v in values.items()}
