@@ -303,6 +303,22 @@ def test_sweep_markdown_and_json(capsys, tmp_path):
   assert json.loads(capsys.readouterr().out)["m"] == 8
 
 
+def test_sweep_text_states_quantiles_not_fractions(capsys, tmp_path):
+  """With 3 utilities the interpolated 90% quantile lies above 2 of them: the text said
+  "90% of utilities have UC <= q", which held for 67% (found by a review helper)."""
+  default = str(data.DEFAULT_PREDICTIONS)
+  argv = ["sweep", default, "--m", "3", "--out", str(tmp_path / "s.json")]
+  assert cli.main(argv + ["--format", "json"]) == 0
+  q = json.loads(capsys.readouterr().out)["quantiles"]
+  errs = np.asarray(json.loads((tmp_path / "s.json").read_text())["errors"])
+  assert np.mean(errs <= q["90%"]) < 0.9  # the case: not a fraction of the utilities
+  assert cli.main(argv + ["--force"]) == 0
+  text = capsys.readouterr().out
+  assert "of utilities have UC" not in text and "  90% quantile of UC: " in text
+  help_text = cli.build_parser()._subparsers._group_actions[0].choices["sweep"].format_help()
+  assert "jax.enable_x64" in " ".join(help_text.split())  # the key of a seed beyond 2**32
+
+
 def test_recalibrate_refuses_to_fit_and_score_on_the_same_samples(small_file, tmp_path, capsys):
   out = str(tmp_path / "x.npz")
   assert (

@@ -1733,6 +1733,39 @@ def test_platt_and_beta_converge_on_logits_of_small_scale(c10):
     assert abs(nll(beta64(zt.astype(np.float64) * 1e-3)) - ref_nll) < 1e-4
 
 
+def test_beta_reports_the_fits_it_uses(c10):
+  """``converged`` and ``num_iter`` describe the free fit and the refits some class takes.
+
+  On the default data every class keeps its free fit (5 Newton iterations); the unused
+  refit with ``a = 0`` needs 8. With ``max_iter=5`` the fit in use had converged, yet
+  the result read ``converged=False`` and warned, and ``num_iter`` read 8 (found by a
+  review helper).
+  """
+  zv, yv, _, _ = c10
+  s = np.clip(np.asarray(jax.nn.softmax(zv, axis=-1)), np.finfo(np.float32).eps, 1 - 1e-7)
+  onehot = jnp.asarray(np.eye(zv.shape[1], dtype=np.float32)[yv].T)
+  init = jnp.broadcast_to(jnp.array([1.0, 1.0, 0.0], jnp.float32), (zv.shape[1], 3))
+
+  def newton_iterations(mask_a, mask_b):
+    features = (jnp.asarray(np.log(s).T) * mask_a, jnp.asarray(-np.log1p(-s).T) * mask_b, 1.0)
+    return int(logistic_newton(features, onehot, init, max_iter=500, tol=1e-6).num_iter)
+
+  free, refit = newton_iterations(1.0, 1.0), newton_iterations(0.0, 1.0)
+  assert refit > free  # the case: an unused refit that outlasts the free fit
+  full = R.fit_beta(zv, yv)
+  assert bool(jnp.all(full.a >= 0)) and bool(jnp.all(full.b >= 0))  # no class refits
+  assert int(full.num_iter) == free
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # no "did not converge" warning
+    limited = R.fit_beta(zv, yv, max_iter=free)
+  assert bool(limited.converged) and int(limited.num_iter) == free
+  for got, want in ((limited.a, full.a), (limited.b, full.b), (limited.d, full.d)):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  with pytest.warns(RuntimeWarning, match="did not converge"):
+    short = R.fit_beta(zv, yv, max_iter=free - 1)
+  assert not bool(short.converged)
+
+
 # (scale c, offset e) of the feature c x + e in each problem of one batch
 _AFFINE = [(1.0, 0.0), (1e-8, 0.0), (1e-3, 0.0), (1e3, 0.0), (1e30, 0.0), (1.0, 1e3), (1e-3, 5.0)]
 

@@ -353,7 +353,13 @@ def _one_model_rep():
   }
   return {
     "input": {"source": "toy", "n": 1234, "num_classes": 3, "kind": "logits"},
-    "settings": {"num_bins": 15, "resamples": 10, "confidence": 0.9, "interval": "basic"},
+    "settings": {
+      "num_bins": 15,
+      "resamples": 10,
+      "robustness_resamples": 40,
+      "confidence": 0.9,
+      "interval": "basic",
+    },
     "metrics": {
       "ConfECE(fix;15)": {"estimate": 0.05, "lo": 0.04, "hi": 0.06, "truthful": False},
       "LinCE_cw(qua;15)": {"estimate": 2e-4, "lo": 1e-4, "hi": 3e-4, "truthful": True},
@@ -384,6 +390,31 @@ def test_summary_of_one_model_reads_the_right_numbers():
   assert "†" not in text  # no headline estimate outside its interval
 
 
+def test_bin_count_bands_name_their_own_resamples(rep, small, tmp_path, monkeypatch):
+  """The bin-count bands come from ``robustness_resamples``: the table and the figure
+  said nothing of them, under a header naming the headline's ``resamples`` (10 here,
+  or "no intervals" with ``resamples=0``, above bands drawn from 50; found by a review
+  helper)."""
+  md = report.format_markdown(rep)
+  assert "95% percentile bootstrap intervals over 10 resamples." in md  # the headline's
+  assert "bin count m; 95% percentile bootstrap intervals over 50 resamples:" in md
+  titles = []
+  from jaxcal import plots
+
+  draw = plots.bin_robustness_plot
+  monkeypatch.setattr(
+    plots, "bin_robustness_plot", lambda *a, **kw: titles.append(kw["title"]) or draw(*a, **kw)
+  )
+  report.write_report(rep, out_dir=str(tmp_path), formats=("png",))
+  assert titles == [
+    "Calibration error against the bin count (95% percentile bootstrap intervals over 50 "
+    "resamples) — toy (n = 1,500)"
+  ]
+  hand = _one_model_rep()
+  hand["settings"]["robustness_resamples"] = 0  # no bands: nothing said of them
+  assert "Errors across the bin count m:" in report.format_markdown(hand)
+
+
 def test_summaries_name_the_figure_files_that_were_written():
   # they named bin_robustness.png (and utility_ecdf.png) whatever write_report had written
   rep = _one_model_rep()
@@ -394,7 +425,7 @@ def test_summaries_name_the_figure_files_that_were_written():
   text = report.format_summary(rep, figures=written)
   assert "  bin count (bin_robustness.svg): one model's errors" in text and ".png" not in text
   md = report.format_markdown(rep, figures=written)
-  assert "Errors across the bin count m (bin_robustness.svg):" in md
+  assert "Errors across the bin count m (bin_robustness.svg); 90% basic bootstrap" in md
   assert "Utility calibration UC over sampled utilities (utility_ecdf.svg):" in md
   for fmt in (report.format_summary, report.format_markdown):  # nothing written: none named
     assert "bin_robustness" not in fmt(rep) and "utility_ecdf" not in fmt(rep, figures={})

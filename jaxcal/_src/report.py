@@ -462,7 +462,8 @@ def _sampled_utilities(seed: int, family: str, m: int, num_classes: int):
   """The report's ``m`` sampled utilities of one family (``jaxcal sweep`` draws the same).
 
   The key of family ``i`` (its place in ``UTILITY_FAMILIES``: linear 0, rank
-  1) is ``jax.random.split(jax.random.key(seed))[i]``, so a sweep of ``m``
+  1) is ``jax.random.split(jax.random.key(seed))[i]`` (the key made under
+  ``jax.enable_x64``, :func:`~jaxcal._src.validation.seed_key`), so a sweep of ``m``
   utilities of one family reproduces the report's eCDF of that family.
   """
   from jaxcal import utility
@@ -647,7 +648,8 @@ def calibration_report(
     "seeds": {
       "seed": int(seed),
       "keys": "jax.random.split(jax.random.key(seed), 3) -> bootstrap, bin-count bands, "
-      "consistency bands; utilities: jax.random.split(jax.random.key(seed)) -> linear, rank",
+      "consistency bands; utilities: jax.random.split(jax.random.key(seed)) -> linear, rank; "
+      "jax.random.key(seed) made under jax.enable_x64 (all 64 bits of the seed)",
     },
   }
   # Every section's programs are dispatched before any number is read back (_Pending): the
@@ -1220,6 +1222,7 @@ def write_report(
 
 def _write_single_figures(rep, scores_in, labels, save):
   from jaxcal import plots
+  from jaxcal._src.plots import _mpl
 
   inp = rep["input"]
   model, n = inp.get("source") or None, inp["n"]
@@ -1242,6 +1245,11 @@ def _write_single_figures(rep, scores_in, labels, save):
       reference=rob["calibrated_value"],
       model=model,
       n=n,
+      title=_mpl.title(
+        "Calibration error against the bin count" + (f" ({t})" if (t := _band_text(rep)) else ""),
+        model,
+        n,
+      ),
     ),
   )
   ecdfs = {fam: v["errors"] for fam, v in rep.get("utility", {}).items()}
@@ -1287,13 +1295,23 @@ def _write_compare_figures(rep, save):
     )
 
 
-def _interval_text(rep: dict) -> str:
+def _interval_text(rep: dict, resamples: str = "resamples") -> str:
+  """What the intervals are: the headline metrics' (``resamples``), or the bin-count
+  bands' (``"robustness_resamples"``, their own count: the headline's had named it)."""
   s = rep["settings"]
-  if not s.get("resamples"):
-    return "no intervals (resamples = 0)"
+  if not s.get(resamples):
+    return f"no intervals ({resamples} = 0)"
   # enough digits for 99.99 (three significant digits read "100", stripped to "1")
   pct = format(100 * s["confidence"], ".6g")
-  return f"{pct}% {s['interval']} bootstrap intervals over {s['resamples']} resamples"
+  return f"{pct}% {s['interval']} bootstrap intervals over {s[resamples]} resamples"
+
+
+def _band_text(rep: dict) -> str:
+  """What the bin-count bands are (:func:`_interval_text`), or ``""`` where none are drawn."""
+  curves = (rep.get("robustness") or {}).get("curves", {})
+  if not rep["settings"].get("robustness_resamples") or all("lo" not in v for v in curves.values()):
+    return ""
+  return _interval_text(rep, "robustness_resamples")
 
 
 #: Why a rank correlation between two bin counts reads ``nan``.
@@ -1722,7 +1740,8 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
   if rob:
     bins = rob["num_bins"]
     cols = sorted({bins[0], bins[len(bins) // 2], bins[-1]})
-    out += ["", f"Errors across the bin count m{_figure(figures, 'bin_robustness')}:", ""]
+    what = f"; {t}" if (t := _band_text(rep)) else ""
+    out += ["", f"Errors across the bin count m{_figure(figures, 'bin_robustness')}{what}:", ""]
     out.append("| error | " + " | ".join(f"m = {b}" for b in cols) + " | calibrated predictor |")
     out.append("|---" * (len(cols) + 2) + "|")
     outside = False

@@ -52,8 +52,9 @@ class BetaCalibration(ClasswiseRecalibrator):
 
   Attributes:
     a, b, d: ``(C,)`` parameters.
-    num_iter: Newton iterations.
-    converged: whether the fit converged
+    num_iter: Newton iterations of the fits in use: the free fit and each
+      refit some class takes (the most of them).
+    converged: whether those fits converged
       (:func:`~jaxcal._src.recal.scaling.logistic_newton`).
     normalize: divide rows by their sums (static, default True).
     num_classes: ``C`` (static).
@@ -98,7 +99,11 @@ def _fit_beta(p, onehot, max_iter, tol):
   use_no_b = ~use_no_a & (b[0] < 0)
   row = jnp.where(use_no_a, 1, jnp.where(use_no_b, 2, 0))
   pick = lambda v: jnp.take_along_axis(v, row[None, :], axis=0)[0]
-  return pick(a), pick(b), pick(d), jnp.max(iters), jnp.all(conv)
+  # the fits in use: the free one (its signs choose) and each refit some class takes;
+  # an unused refit's iterations and convergence are not the result's (it had flagged
+  # a converged fit as not converged, with a warning)
+  used = jnp.stack([jnp.bool_(True), jnp.any(use_no_a), jnp.any(use_no_b)])
+  return pick(a), pick(b), pick(d), jnp.max(jnp.where(used, iters, 0)), jnp.all(conv | ~used)
 
 
 def fit_beta(
