@@ -796,6 +796,40 @@ def test_train_epoch_and_evaluate_count_every_sample_once():
   np.testing.assert_allclose(np.asarray(ev), [*want, 0.0], rtol=1e-6)  # no key: no dropout
 
 
+def _paired_terms(model, batch, weights, key):
+  """:func:`_mean_terms` on rows that have a partner: a batch of one real row weighs it 0
+  (as LoCal Net's loss, whose target is an estimate over the *other* rows)."""
+  weights = jnp.where(jnp.sum(weights > 0) >= 2, weights, 0.0)
+  return _mean_terms(model, batch, weights, key)
+
+
+def test_a_batch_below_min_rows_takes_no_optimiser_step():
+  """5 rows in batches of 4: the last batch holds one row, whose loss has a zero gradient.
+  With momentum the optimiser still moved the parameters on it (a step on no data, as
+  LoCal Net's Adam did for a lone last row); ``min_rows=2`` leaves the parameters and
+  the optimiser state as the full batch left them."""
+  import optax
+
+  graphdef, params = nnx.split(_Shift(), nnx.Param)
+  x = jnp.arange(1.0, 6.0)
+  tx = optax.sgd(0.1, momentum=0.9)
+  key = jax.random.key(0)
+  run = lambda **kw: train.train_epoch(
+    graphdef, tx, params, tx.init(params), (x,), key, loss_fn=_paired_terms, batch_size=4, **kw
+  )
+  stepped, _, _ = run()
+  kept, state, terms = run(min_rows=2)
+  # the full batch's four rows (the epoch's permutation): one SGD step from b = 0
+  first = np.asarray(x)[np.asarray(jax.random.permutation(jax.random.split(key)[0], 5))[:4]]
+  grad = -2.0 * np.mean(first)
+  np.testing.assert_allclose(float(kept["b"][...]), -0.1 * grad, rtol=1e-6)
+  np.testing.assert_allclose(float(stepped["b"][...]), -0.1 * grad * 1.9, rtol=1e-6)
+  np.testing.assert_allclose(float(jax.tree.leaves(state)[0]), grad, rtol=1e-6)  # momentum
+  np.testing.assert_allclose(float(terms[0]), np.mean(first) * 4 / 5, rtol=1e-6)  # still counted
+  with pytest.raises(ValueError, match="min_rows must be >= 1, got 0"):
+    run(min_rows=0)
+
+
 def test_models_and_to_float_images():
   np.testing.assert_allclose(
     np.asarray(train.to_float_images(jnp.array([0, 51, 255], jnp.uint8))),
@@ -1107,6 +1141,28 @@ def test_a_last_batch_of_one_row_does_not_dilute_the_reported_means():
     bandwidth=2.0,
   )
   np.testing.assert_allclose(np.asarray(rc.history)[0, 4:], np.asarray(want), rtol=1e-5)
+
+
+def test_local_net_takes_no_step_on_a_lone_last_row(monkeypatch):
+  """m = B + 1 training rows: the last batch holds one row, with no kernel estimate and a
+  zero gradient; Adam stepped on it along its momentum. Each epoch now runs with
+  ``min_rows=2`` (whose effect test_a_batch_below_min_rows_takes_no_optimiser_step
+  checks)."""
+  from jaxcal._src.recal import local_net as LN
+  from jaxcal.recalibrate import fit
+
+  phi, logits, y = _make(n=33)
+  seen = []
+  epoch = LN.train_epoch
+
+  def spy(*a, **kw):
+    seen.append(kw.get("min_rows"))
+    return epoch(*a, **kw)
+
+  monkeypatch.setattr(LN, "train_epoch", spy)
+  opts = dict(features=phi, pca_dim=4, epochs=2, verbose=False, batch_size=32, val_fraction=0.0)
+  fit("local_net", logits, y, **opts)
+  assert seen == [2, 2]
 
 
 def test_a_non_finite_validation_loss_raises():

@@ -929,6 +929,7 @@ def _train(
       loss_fn=loss_fn,
       batch_size=int(batch_size),
       loss_params=loss_params,
+      min_rows=2,  # a lone last row has no target: no Adam step on its zero gradient
     )
     tr_terms = np.asarray(jax.device_get(tr_terms), np.float64) * tr_scale  # 3 scalars
     if has_val:

@@ -227,6 +227,7 @@ def train_epoch(
   loss_fn: LossFn,
   batch_size: int,
   loss_params: Any = None,
+  min_rows: int = 1,
 ) -> tuple[nnx.State, optax.OptState, jax.Array]:
   """One pass over ``data`` in shuffled mini-batches, one compiled ``lax.scan``.
 
@@ -257,6 +258,12 @@ def train_epoch(
     loss_params: ``None`` (default), or a pytree of arrays passed to
       ``loss_fn`` as a fifth argument (traced: other values of the same
       shapes and dtypes reuse the compiled epoch).
+    min_rows: a batch with fewer real rows takes no optimiser step (the
+      parameters and the optimiser state stay as they were; its terms still
+      count), an int ``>= 1`` (static, default 1: every batch steps). A loss
+      that gives such a batch no target (LoCal Net's kernel estimate over
+      the *other* rows of a batch, for a lone last row) has a zero gradient
+      there, and Adam would still move the parameters along its momentum.
 
   Returns:
     ``(params, opt_state, terms)``: the updated state, the optimiser state
@@ -266,7 +273,7 @@ def train_epoch(
   Raises:
     TypeError: ``data`` not a non-empty tuple, ``loss_fn`` not callable.
     ValueError: arrays of ``data`` with different (or no) rows, a bad ``key``,
-      ``batch_size`` not an int ``>= 1``.
+      ``batch_size`` or ``min_rows`` not an int ``>= 1``.
 
   Example:
     >>> import jax, jax.numpy as jnp, optax
@@ -285,6 +292,7 @@ def train_epoch(
     (1,)
   """
   batch_size = _check_loop(data, key, loss_fn, batch_size, keyed=True)
+  min_rows = V.check_int_option(min_rows, "min_rows", minimum=1)
   return _train_epoch(
     graphdef,
     tx,
@@ -295,6 +303,7 @@ def train_epoch(
     loss_params,
     loss_fn=_with_params(loss_fn, loss_params),
     batch_size=batch_size,
+    min_rows=min_rows,
   )
 
 
@@ -312,8 +321,10 @@ def _with_params(loss_fn: LossFn, loss_params: Any) -> LossFn:
   return _WithoutParams(loss_fn) if loss_params is None else loss_fn
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "tx", "loss_fn", "batch_size"))
-def _train_epoch(graphdef, tx, params, opt_state, data, key, loss_params, *, loss_fn, batch_size):
+@functools.partial(jax.jit, static_argnames=("graphdef", "tx", "loss_fn", "batch_size", "min_rows"))
+def _train_epoch(
+  graphdef, tx, params, opt_state, data, key, loss_params, *, loss_fn, batch_size, min_rows
+):
   n = data[0].shape[0]
   k_perm, k_drop = jax.random.split(key)
   idx, w = _batches(k_perm, n, batch_size)
@@ -326,8 +337,13 @@ def _train_epoch(graphdef, tx, params, opt_state, data, key, loss_params, *, los
     (_, terms), g = jax.value_and_grad(
       lambda q: loss_fn(nnx.merge(graphdef, q), batch, wb, kb, loss_params), has_aux=True
     )(p)
-    upd, s = tx.update(g, s, p)
-    return (optax.apply_updates(p, upd), s), terms * jnp.sum(wb).astype(terms.dtype)
+    upd, s_new = tx.update(g, s, p)
+    p_new = optax.apply_updates(p, upd)
+    if min_rows > 1:  # too few rows: no step (static: every batch steps by default)
+      step_ok = jnp.sum(wb > 0) >= min_rows
+      keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(step_ok, a, b), new, old)
+      p_new, s_new = keep(p_new, p), keep(s_new, s)
+    return (p_new, s_new), terms * jnp.sum(wb).astype(terms.dtype)
 
   (params, opt_state), terms = jax.lax.scan(
     step, (params, opt_state), (idx, w, jnp.arange(idx.shape[0]))
