@@ -319,6 +319,33 @@ def test_sweep_text_states_quantiles_not_fractions(capsys, tmp_path):
   assert "jax.enable_x64" in " ".join(help_text.split())  # the key of a seed beyond 2**32
 
 
+def test_report_band_resamples(small_file, tmp_path, capsys):
+  """The bin-count bands had 50 resamples whatever the command line said (only
+  ``--resamples 0`` turned them off): ``--band-resamples`` sets them, and the Markdown
+  names them (found by a review helper)."""
+  argv = ["report", str(small_file), "--out", str(tmp_path / "r"), "--utilities", "0"]
+  argv += ["--figures", "", "--format", "md", "--resamples", "0"]
+
+  def bands(*extra):
+    assert cli.main(argv + list(extra)) == 0
+    text = capsys.readouterr().out
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    return rep["settings"]["robustness_resamples"], text
+
+  n, text = bands()
+  assert n == 0 and "Errors across the bin count m:" in text  # --resamples 0: none
+  n, text = bands("--band-resamples", "12")
+  assert n == 12 and "bin count m; 95% percentile bootstrap intervals over 12 resamples:" in text
+  assert "no intervals (resamples = 0)." in text  # the headline's own
+  assert cli.main(argv + ["--band-resamples", "1"]) == 2
+  assert "--band-resamples must be 0 (no intervals) or at least 2, got 1" in capsys.readouterr().err
+  other = tmp_path / "other.npz"
+  other.write_bytes(small_file.read_bytes())
+  two = ["report", str(small_file), str(other), "--band-resamples", "5"]
+  assert cli.main(two + ["--out", str(tmp_path / "c")]) == 2
+  assert "a comparison of several models draws no bands" in capsys.readouterr().err
+
+
 def test_recalibrate_refuses_to_fit_and_score_on_the_same_samples(small_file, tmp_path, capsys):
   out = str(tmp_path / "x.npz")
   assert (

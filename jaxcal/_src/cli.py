@@ -352,6 +352,12 @@ def _cmd_report(args) -> int:
         f"{args.predictions[0]}: holds one model ({', '.join(models)}); a comparison needs at "
         "least two: give that model's own path to report it"
       )
+    if args.band_resamples is not None:  # compare_report draws no bin-count bands
+      raise UserError(
+        "--band-resamples: a comparison of several models draws no bands across bin counts "
+        "(it ranks the models at each bin count); report each model on its own, or drop "
+        "--band-resamples"
+      )
     if args.utilities:  # compare_report samples no utilities: the option would be ignored
       raise UserError(
         "--utilities: a comparison of several models samples no utilities (only one model's "
@@ -382,8 +388,15 @@ def _cmd_report(args) -> int:
     x, y, source, probs = _load(path, args.split, shift_logits=True)
     x, y = _for_report(x, y, probs)
     utilities = 1500 if args.utilities is None else args.utilities
+    bands = args.band_resamples
+    if bands is None:  # "--resamples 0: none": no bands either, unless asked for
+      bands = 0 if args.resamples == 0 else 50
     with _user_input():  # calibration_report's own checks, before its computation
       report._check_settings(args.bins, args.resamples, args.confidence, args.interval, len(y))
+    with _user_input():
+      report._check_settings(
+        args.bins, bands, args.confidence, args.interval, len(y), "--band-resamples"
+      )
     with _user_input("--utilities: "):
       report._check_utilities(utilities, x.shape[1])
     rep = report.calibration_report(
@@ -393,7 +406,7 @@ def _cmd_report(args) -> int:
       source=source,
       path=path,
       **options,
-      **({"robustness_resamples": 0} if args.resamples == 0 else {}),  # "0: none": no bands
+      robustness_resamples=bands,
     )
     paths = report.write_report(rep, x, y, args.out, formats=args.figures)
   fmt = report.format_markdown if args.format == "md" else report.format_summary
@@ -676,6 +689,13 @@ def build_parser() -> argparse.ArgumentParser:
     type=_non_negative,
     default=200,
     help="bootstrap resamples of the intervals (200; 0: none)",
+  )
+  r.add_argument(
+    "--band-resamples",
+    type=_non_negative,
+    default=None,  # 50, or 0 with --resamples 0 (None tells an explicit value apart)
+    help="bootstrap resamples of the bands across bin counts of one model's report (50, "
+    "or 0 with --resamples 0; 0: none; not with several models)",
   )
   r.add_argument("--confidence", type=float, default=0.95, help="coverage of the intervals (0.95)")
   r.add_argument(
