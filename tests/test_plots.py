@@ -293,6 +293,29 @@ def test_reliability_diagram_quantile_bars_cover_their_mean_confidence_where_bin
   assert np.all(left[1:] >= right[:-1] - 1e-12) and left[0] >= 0 and right[-1] <= 1
 
 
+def test_reliability_diagram_quantile_bars_of_tied_bins_stay_near_their_confidence():
+  """Most confidences exactly 1.0 (sharpened logits in float32): every width leaves as many
+  of those bins' bars off their confidence, and the widest had won, moving them left by up
+  to 0.044, so overconfident bins (accuracy 0.98 at confidence 1) stood wholly above the
+  diagonal (found by a review helper on CIFAR-10 logits x 3). Now no bar is moved past
+  its accuracy: the bars are narrower, still side by side."""
+  rng = np.random.default_rng(0)
+  conf = np.concatenate([np.ones(800), rng.uniform(0.5, 0.99, 200)])
+  labels = np.where(rng.random(1000) < 0.98, 0, 1)  # 2% wrong where the model is sure
+  p = np.stack([conf, 0.6 * (1 - conf), 0.4 * (1 - conf)], axis=1).astype(np.float32)
+  stats = metrics.reliability_stats(p, labels, 15, "quantile")
+  keep = np.asarray(stats.counts) > 0
+  mean, acc = np.asarray(stats.confidence)[keep], np.asarray(stats.accuracy)[keep]
+  assert np.sum(mean == 1.0) >= 10  # the case: many bins of one value
+  bars = _bars(plots.reliability_diagram(p, labels, 15, "quantile").axes[0].containers[0])
+  left, right = bars[:, 0], bars[:, 0] + bars[:, 1]
+  assert np.any(acc < mean - 0.01)  # overconfident bins, which were drawn above the diagonal
+  assert not np.any((acc < mean) & (acc > right)), (acc, right)
+  assert not np.any((acc > mean) & (acc < left))
+  assert bars[:, 1].min() >= 0.004 / 64 and np.mean(mean - right < 0.02) == 1
+  assert np.all(left[1:] >= right[:-1] - 1e-12) and left[0] >= 0 and right[-1] <= 1
+
+
 def test_reliability_diagram_bands_drawn_clipped_on_kept_bins_and_checked():
   """Band segments at the bins' mean confidence, clipped to [0, 1], none for empty bins."""
   p = _top_label_probs(_CONF)
@@ -801,6 +824,39 @@ _C = {"a": [0.1, 0.2, 0.3]}
       r"correlations\['a'\] must lie in \[-1, 1\]",
     ),
     (lambda: plots.ecdf_plot([0.1, 0.2]), TypeError, "curves must be a mapping"),
+    # numeric strings and complex values read as numbers (the imaginary part dropped
+    # with numpy's warning); a number as the metric or model ended in str.join's
+    # "sequence item 0: expected str instance" (found by a review helper)
+    (
+      lambda: plots.interval_plot({"a": "0.1"}, metric="x"),
+      ValueError,
+      r"rows\['a'\] must be real numbers, got '0.1'",
+    ),
+    (
+      lambda: plots.bin_robustness_plot(["5", "10"], {"a": [1, 2]}),
+      ValueError,
+      r"num_bins must be real numbers, got \['5', '10'\]",
+    ),
+    (
+      lambda: plots.ecdf_plot({"a": np.array(["0.1", 0.2], dtype=object)}),
+      ValueError,
+      "curve 'a' must be real numbers",
+    ),
+    (
+      lambda: plots.ecdf_plot({"a": [0.1 + 1j, 0.2]}),
+      ValueError,
+      r"curve 'a' must be real numbers, got \[\(0.1\+1j\), 0.2\]",
+    ),
+    (
+      lambda: plots.interval_plot({"a": (0.1, 0.05, 0.2)}, metric=3),
+      TypeError,
+      "metric must be a str or None, got int 3",
+    ),
+    (
+      lambda: plots.ecdf_plot({"a": [0.1, 0.2]}, model=5),
+      TypeError,
+      "model must be a str or None, got int 5",
+    ),
     # MCB-DSC: an IndexError / a numpy ufunc TypeError / a loop over 10**7 isolines
     (lambda: plots.mcb_dsc_plot({"a": (0.1,)}, 0.5), ValueError, r"points\['a'\] must be a pair"),
     (lambda: plots.mcb_dsc_plot({"a": (0.1, 0.2)}, "x"), ValueError, "unc must be a number"),

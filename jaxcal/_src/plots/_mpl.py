@@ -143,7 +143,13 @@ def numbers(value: Any, name: str, *, finite: bool = True) -> np.ndarray:
   has more than one axis longer than 1 (a stack of rows), or (``finite``) holds NaN or inf:
   a figure of such values would mislead."""
   try:
-    a = np.asarray(value, np.float64)
+    raw = np.asarray(value)
+    # numeric strings ("0.1") and complex values had read as numbers (the imaginary
+    # part dropped with only numpy's warning); an object array holding either too
+    kinds = {np.asarray(v).dtype.kind for v in raw.ravel()} if raw.dtype.kind == "O" else set()
+    if not (V.real_dtype(raw.dtype) or (raw.dtype.kind == "O" and kinds <= set("iuf"))):
+      raise TypeError
+    a = np.asarray(raw, np.float64)
   except (TypeError, ValueError):
     raise ValueError(f"{name} must be real numbers, got {value!r:.80}") from None
   if sum(d > 1 for d in a.shape) > 1:  # a (k, M) stack is k curves, not one
@@ -246,8 +252,19 @@ def check_count(value: Any, name: str = "n") -> int | None:
   return None if value is None else V.check_int(value, name, minimum=1)
 
 
+def check_label(value: Any, name: str) -> None:
+  """``value`` is a str or None (a figure's name for something), else a TypeError naming ``name``."""
+  if value is not None and not isinstance(value, str):
+    raise TypeError(f"{name} must be a str or None, got {type(value).__name__} {value!r:.40}")
+
+
 def title(what: str, model: str | None = None, n: int | None = None) -> str:
-  """``what — model (n = 10,000)``; parts that are ``None`` are left out."""
+  """``what — model (n = 10,000)``; parts that are ``None`` are left out.
+
+  ``model`` must be a string or ``None``: a number there had ended in
+  ``str.join``'s "sequence item 0: expected str instance".
+  """
+  check_label(model, "model")
   parts = [what] if what else []
   tail = model or ""
   if n is not None:

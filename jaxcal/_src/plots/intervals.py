@@ -65,6 +65,7 @@ def interval_plot(
   """
   _mpl.check_mapping(rows, "rows", "name -> (estimate, lo, hi)")
   _mpl.check_ax(ax)
+  _mpl.check_label(metric, "metric")  # the x label and title (3 ended in str.join's error)
   n = _mpl.check_count(n)
   log_x = V.check_flag(log_x, "log_x")
   if reference is not None:

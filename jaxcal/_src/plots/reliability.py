@@ -23,7 +23,7 @@ _MIN_WIDTH = 0.004
 
 
 def _quantile_bars(
-  lo: np.ndarray, hi: np.ndarray, keep: np.ndarray, conf: np.ndarray
+  lo: np.ndarray, hi: np.ndarray, keep: np.ndarray, conf: np.ndarray, acc: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
   """Left ends and widths of the non-empty quantile bins' bars: in ``[0, 1]``, none overlapping.
 
@@ -36,7 +36,13 @@ def _quantile_bars(
   :data:`_MIN_WIDTH`, halved (down to 1/64 of it) while that moves a bar off
   its bin's mean confidence ``conf``: at 0.004, twenty bins of a confident
   CIFAR-10 model crowded into ``[0.989, 1]`` were pushed left, 17 bars
-  outside their bins (up to 0.05 off). Exact ties can leave some bars off.
+  outside their bins (up to 0.05 off). Exact ties can leave some bars off
+  at every width. Before the count of bars off, no bar may be moved past its
+  accuracy ``acc`` (an overconfident bin whose bar lies wholly where the
+  diagonal is below its accuracy reads as underconfident, and the reverse):
+  where 13 bins of sharpened CIFAR-10 logits held only confidence 1.0, the
+  widest bars reached down to 0.948 and showed bins of accuracy 0.988 above
+  the diagonal.
   """
   idx = np.flatnonzero(keep)
   base = min(_MIN_WIDTH, 1.0 / max(len(idx), 1))
@@ -54,9 +60,12 @@ def _quantile_bars(
       left[b] = min(left[b], right[b] - w)
       start = left[b]
     tol = 1e-9
-    off = int(np.sum((left[idx] > conf[idx] + tol) | (right[idx] < conf[idx] - tol)))
-    if best is None or off < best[0]:
-      best = (off, left, right - left)
+    c, a = conf[idx], acc[idx]
+    off = int(np.sum((left[idx] > c + tol) | (right[idx] < c - tol)))
+    flipped = int(np.sum(((a < c - tol) & (right[idx] < a)) | ((a > c + tol) & (left[idx] > a))))
+    score = (flipped, off)  # the widest of the best (visible bars)
+    if best is None or score < best[0]:
+      best = (score, left, right - left)
     if off == 0:
       break
   return best[1], best[2]
@@ -162,7 +171,7 @@ def reliability_diagram(
   keep = cnt > 0
   width = hi - lo  # fixed bins: 1 / num_bins; quantile bins: their range of confidences
   if binning == "quantile":
-    lo, width = _quantile_bars(lo, hi, keep, conf)
+    lo, width = _quantile_bars(lo, hi, keep, conf, acc)
   with _mpl.style():
     hist_ax = None
     if ax is None:
