@@ -27,8 +27,8 @@
 #
 # 1. **Calibration while training.** A streaming state (`jaxcal.streaming`)
 #    accumulates the sufficient statistics of the binned errors batch by batch
-#    inside the jitted eval step and gives, every epoch, the same numbers as
-#    the one-shot metrics on the whole test set: ECE, the truthful errors
+#    inside the jitted eval step and gives, every epoch, the numbers of
+#    the one-shot metrics on the whole test set (to float32 rounding): ECE, the truthful errors
 #    (ConfCE_corr with its default quantile bins, from compact per-sample
 #    records; LinCE_cw with fixed bins, from fixed-size statistics), proper
 #    scores and accuracy. Averaging per-batch ECEs instead is biased.
@@ -123,8 +123,8 @@ result = train.train_classifier(
 )
 
 # %% [markdown]
-# The streaming numbers are the one-shot numbers on all 10,000 test images
-# (the state is exact: integer counts, compensated sums, records in data
+# The streaming numbers are the one-shot numbers on all 10,000 test images, to
+# float32 rounding (the state loses nothing: integer counts, compensated sums, records in data
 # order), checked here for the final model. The mean of per-batch ECEs is
 # larger: with 768 samples a batch, the noise in each bin's average adds to
 # every per-batch ECE and does not average out.
