@@ -316,6 +316,28 @@ def test_reliability_diagram_quantile_bars_of_tied_bins_stay_near_their_confiden
   assert np.all(left[1:] >= right[:-1] - 1e-12) and left[0] >= 0 and right[-1] <= 1
 
 
+def test_log_axes_say_where_they_moved_non_positive_values():
+  """On a log axis an eCDF's zeros were drawn at the smallest positive error of any curve,
+  and an interval reaching below 0 started at the left edge, neither marked (found by a
+  review helper): the legend counts the moved errors, an arrow marks the cut interval."""
+  fig = plots.ecdf_plot(
+    {"A": np.geomspace(3e-4, 0.1, 30), "B": np.r_[np.zeros(10), np.geomspace(1e-3, 0.1, 30)]},
+    log_x=True,
+  )
+  texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+  assert texts == ["A", "B (10 ≤ 0 drawn at 0.0003)"]
+  linear = plots.ecdf_plot({"B": np.zeros(5)}, log_x=True)  # no positive error: linear
+  assert linear.axes[0].get_xscale() == "linear"
+  assert [t.get_text() for t in linear.axes[0].get_legend().get_texts()] == ["B"]
+  rows = {"a": (0.01, -0.004, 0.03), "b": (0.01, 0.005, 0.02)}
+  ax = plots.interval_plot(rows, metric="x", log_x=True).axes[0]
+  (arrow,) = [line for line in ax.lines if line.get_marker() == "<"]
+  np.testing.assert_allclose(arrow.get_xydata(), [[ax.get_xlim()[0], 1.0]])  # row "a" (top)
+  assert not [
+    line for line in plots.interval_plot(rows, metric="x").axes[0].lines if line.get_marker() == "<"
+  ]
+
+
 def test_reliability_diagram_bands_drawn_clipped_on_kept_bins_and_checked():
   """Band segments at the bins' mean confidence, clipped to [0, 1], none for empty bins."""
   p = _top_label_probs(_CONF)

@@ -46,9 +46,11 @@ def mcb_dsc_plot(
 
   Every point is one decomposition ``S = MCB − DSC + UNC``; points on the
   same grey line ``DSC = MCB + UNC − S`` have the same mean score ``S``
-  (each line is labelled with its ``S`` where it leaves the plot). Better forecasts lie up and to the left. The legend is drawn to the
-  right of the axes, for at most 24 points (with more, none is drawn: label
-  the points on the returned axes, or plot fewer).
+  (each line is labelled with its ``S`` where it leaves the plot, unless that
+  label would crowd one already placed). Better forecasts lie up and to the
+  left. The legend is drawn to the right of the axes, for at most 24 points
+  (with more, none is drawn: label the points on the returned axes, or plot
+  fewer).
 
   Args:
     points: label -> ``(mcb, dsc)``.

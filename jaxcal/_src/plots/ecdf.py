@@ -34,7 +34,8 @@ def ecdf_plot(
     curves: ``{label: errors}``, each ``(M,)`` errors (e.g. from
       :func:`jaxcal.utility.uc_sweep`); the curves are drawn in dict order.
     log_x: logarithmic error axis (non-positive errors are drawn at the
-      smallest positive error; with none the axis stays linear).
+      smallest positive error, and the curve's legend entry says how many;
+      with none the axis stays linear).
     ax: a matplotlib ``Axes`` to draw on (default: a new figure).
     xlabel: x-axis label.
     title: the full title (default: "eCDF of UC over M utilities — model (n = ...)").
@@ -77,14 +78,20 @@ def ecdf_plot(
   with _mpl.style():
     fig, ax = _mpl.new_axes(ax, figsize=(5.6, 3.6))
     for i, (label_, e) in enumerate(arrays.items()):
-      if log_x:
+      text = str(label_)
+      if log_x and positive:  # (with no positive error the axis stays linear)
+        # moved to the smallest positive error of any curve: the legend says how many
+        # (they had looked like errors of that size)
+        moved = int(np.sum(e <= 0))
+        if moved:
+          text += f" ({moved:,} ≤ 0 drawn at {_mpl.tick_label(floor)})"
         e = np.maximum(e, floor)
       frac = np.arange(1, e.size + 1) / e.size
       ax.step(
         np.concatenate([[e[0]], e]),
         np.concatenate([[0.0], frac]),
         where="post",
-        label=str(label_),
+        label=text,
         color=_mpl.PALETTE[i % len(_mpl.PALETTE)],
       )
     if log_x and positive:  # (one distinct value: a decade around it)

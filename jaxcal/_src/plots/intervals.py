@@ -51,7 +51,8 @@ def interval_plot(
       is not finite, an interval with ``lo > hi`` or an infinite end (NaN
       ends draw no interval), ``reference`` not a finite number, ``log_x``
       not a bool, with ``log_x`` an estimate or a ``reference`` ``<= 0``
-      (drawn nowhere; an interval reaching 0 runs off the left edge), or
+      (drawn nowhere; an interval reaching 0 runs off the left edge, marked
+      there by an arrow), or
       ``n`` not ``None`` or an int ``>= 1``.
 
   Example:
@@ -118,6 +119,11 @@ def interval_plot(
         lo, hi = finite.min() / 1.2, finite.max() * 1.2
         ax.set_xlim(lo, hi)
         _mpl.log_ticks(ax, "x", lo, hi)
+        # an interval reaching 0 or below runs off the left edge: an arrow there says so
+        # (it had started at the edge unmarked, as if it ended there)
+        for i in np.flatnonzero(has & (v[:, 1] <= 0)):
+          color = _mpl.PALETTE[i % len(_mpl.PALETTE)]
+          ax.plot(lo, y[i], "<", color=color, ms=6, clip_on=False)
     else:  # at most five short labels: long decimals such as 0.0125 ran into each other
       from matplotlib import ticker
 

@@ -61,7 +61,8 @@ def bin_robustness_plot(
   CWE_bin; the squared errors ConfCE, ConfCE_corr and LinCE_cw; names that
   are not metric labels share an "other" panel), with its bootstrap band
   when given, on logarithmic axes (a linear error axis where a value is
-  at most 0, or where the values span at most a factor of 3).
+  at most 0, or where the values span at most a factor of 3; a linear bin
+  count axis where the counts span less than a factor of 10).
 
   What to expect. A single model's binned errors are *not* constant in the
   bin count ``m``: for a miscalibrated model the squared errors fall roughly
