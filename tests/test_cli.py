@@ -548,6 +548,7 @@ def test_report_passes_every_setting_and_names_the_models(tmp_path, capsys, monk
     confidence=0.8,
     interval="basic",
     seed=5,
+    robustness_resamples=50,  # --band-resamples' default
   )
   assert capsys.readouterr().out.startswith("summary of one\n")
   calls.clear()  # "--resamples 0: none" bootstrapped the bin-count bands all the same
@@ -644,6 +645,7 @@ def test_parser_defaults():
     bins=15,
     utilities=None,  # 1500 for one model; None: not given (refused when comparing models)
     resamples=200,
+    band_resamples=None,  # 50, or 0 with --resamples 0
     confidence=0.95,
     interval="percentile",
     figures=("png", "pdf"),

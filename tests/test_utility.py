@@ -627,7 +627,8 @@ def test_ecdf_and_plot():
 
   fig = ecdf_plot({"a": np.array([0.01, 0.02, 0.03]), "b": jnp.array([0.0, 0.05])}, log_x=True)
   ax = fig.axes[0]
-  assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+  # b's 0 is drawn at a's smallest error, 0.01: its legend entry says so
+  assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b (1 ≤ 0 drawn at 0.01)"]
   assert ax.get_xscale() == "log"
   import matplotlib.pyplot as plt
 
