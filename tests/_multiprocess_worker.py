@@ -141,6 +141,47 @@ def mismatches(pid: int, data, out: dict) -> None:
       lambda: jaxcal.evaluate(p[None], y[None], ["conf_ece"] + ["brier"] * pid, num_bins=15)
     ),
   }
+  # global arrays (equal shards): an argument that differs mixed the processes' rows
+  # binned with their own counts (15 and 16 share a program), or aborted (15 and 20),
+  # or hung ("fixed" and "quantile"), or ended in JAX's AssertionError (utilities)
+  from jax.sharding import Mesh, NamedSharding
+  from jax.sharding import PartitionSpec as P
+
+  from jaxcal import metrics
+
+  rows = NamedSharding(Mesh(np.array(jax.devices()), ("d",)), P("d"))
+  half = min(cut, data["probs"].shape[0] - cut) // 4 * 4
+  pg = jax.make_array_from_process_local_data(rows, p[:half])
+  yg = jax.make_array_from_process_local_data(rows, y[:half])
+  out["global"] = {
+    "num_bins": attempt(lambda: metrics.conf_ece(pg, yg, 15 + pid)),
+    "binning": attempt(lambda: metrics.conf_ece(pg, yg, 15, ("fixed", "quantile")[pid])),
+    "same": {"value": float(metrics.classwise_ce(pg, yg, 15))},
+    "uc_sweep": attempt(lambda: utility.uc_sweep(pg, yg, own, chunk_size=5)),
+  }
+  # more than on_every_process's 4 KB to compare: compared by digests (it raised on
+  # the processes whose payload was too long, and the others waited in the all-gather)
+  from jaxcal._src import validation as V
+
+  def compare(differ):
+    big = {f"value {i}": "x" * 100 + str(pid if i == differ else 0) for i in range(50)}
+    return attempt(lambda: V.on_every_process(lambda: None, same=lambda _: big))
+
+  out["big"] = {"equal": compare(-1), "differ": compare(7)}
+  out["uc_devices"] = {  # the devices in another order on process 1
+    "uc_sweep": attempt(
+      lambda: utility.uc_sweep(p, y, us, devices=jax.devices()[:: 1 - 2 * pid], chunk_size=5)
+    )
+  }
+  out["uc_logits"] = {  # logits on process 1 only
+    "uc_sweep": attempt(lambda: utility.uc_sweep(p, y, us, from_logits=pid == 1, chunk_size=5))
+  }
+  devs = np.array(jax.devices()[:: 1 - 2 * pid])
+  out["mesh"] = {
+    "evaluate": attempt(
+      lambda: jaxcal.evaluate(p[None], y[None], ["brier"], mesh=Mesh(devs, ("models",)))
+    )
+  }
   bins = np.array([5, 15]) if pid == 0 else np.array([5, 20])
   state = streaming.Calibration.empty(c, bins, capacity=p.shape[0] + 7 * pid).update(p, y)
   out["state"] = {"merge": attempt(lambda: streaming.merge_across_processes(state))}

@@ -242,6 +242,18 @@ def test_input_shaped_differently_on_one_process_raises_on_every_process(union, 
     "on process 0 and (): [20] on process 1",
     ("arguments", "evaluate_metrics"): "metrics must be the same on every process, got "
     "['conf_ece'] on process 0 and ['conf_ece', 'brier'] on process 1",
+    # on global arrays (found by a review helper): 15 and 16 bins gave one mixed number
+    # without a word, 15 and 20 aborted, "fixed" and "quantile" hung
+    ("global", "num_bins"): "conf_ece's num_bins must be the same on every process, got 15 "
+    "on process 0 and 16 on process 1",
+    ("global", "binning"): "conf_ece's binning must be the same on every process, got fixed "
+    "on process 0 and quantile on process 1",
+    ("global", "uc_sweep"): "utilities (kind, values) must be the same on every process",
+    ("uc_devices", "uc_sweep"): "devices (in order) must be the same on every process",
+    ("uc_logits", "uc_sweep"): "every process must make the same call (every argument besides "
+    "the data the same), but process 0 compares ['the class count C of probs'",
+    ("mesh", "evaluate"): "mesh must be the same on every process",
+    ("big", "differ"): "value 7 must be the same on every process, got sha256 ",
   }
   for (case, call), text in want.items():
     got = [r[case][call] for r in results]
@@ -249,6 +261,17 @@ def test_input_shaped_differently_on_one_process_raises_on_every_process(union, 
     assert "error" in got[0] and got[0]["error"].startswith(text), (case, call, got[0])
   for r in results:  # records of different capacities still merge
     assert r["capacity"]["merge"] == {"value": None}, r["capacity"]
+    assert r["big"]["equal"] == {"value": None}, r["big"]
+  # the same arguments on global arrays: the union's value, on both processes
+  half = min(CUT, p.shape[0] - CUT) // 4 * 4
+  union = (
+    np.concatenate([p[:half], p[CUT : CUT + half]]),
+    np.concatenate([y[:half], y[CUT : CUT + half]]),
+  )
+  for r in results:
+    np.testing.assert_allclose(
+      r["global"]["same"]["value"], metrics.classwise_ce(*union, 15), rtol=1e-5
+    )
   # process 1 holds no rows: both give the result of process 0's rows alone
   # (this refused "on process 1: probs is empty" before); no rows anywhere raises
   p0, y0 = p[:CUT], y[:CUT]  # process 0's rows

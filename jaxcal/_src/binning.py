@@ -93,6 +93,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
 from jaxcal._src.numerics import PRECISION, lift, map_batches
 from jaxcal._src.sorting import argsort_keys, float_to_key, key_to_float, stable_argsort
 
@@ -543,6 +544,7 @@ def bin_ends(
   return jnp.concatenate([jnp.zeros((1,), jnp.int32), ends.astype(jnp.int32)])
 
 
+@V.same_arguments
 def bin_ids(
   scores: ArrayLike,
   num_bins: ArrayLike,

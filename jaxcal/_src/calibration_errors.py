@@ -513,6 +513,7 @@ def _weights_or_uniform(d: V.Checked) -> jax.Array | np.ndarray:
   return d.weights.astype(d.scores.dtype)
 
 
+@V.same_arguments
 def conf_ece(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -583,6 +584,7 @@ def conf_ece(
   return _run(_conf_from_scores, d, bins, rows=_top_label, kind="ece", norm=norm)
 
 
+@V.same_arguments
 def conf_ce(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -637,6 +639,7 @@ def conf_ce(
   return _run(_conf_from_scores, d, bins, rows=_top_label, kind="ce")
 
 
+@V.same_arguments
 def conf_ce_corr(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -692,6 +695,7 @@ def conf_ce_corr(
   return _run(_conf_from_scores, d, bins, rows=_top_label, kind="ce_corr")
 
 
+@V.same_arguments
 def classwise_ce(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -744,6 +748,7 @@ def classwise_ce(
   return _run(_classwise_core, d, bins, _weights_or_uniform(d), kind="ce")
 
 
+@V.same_arguments
 def classwise_ece(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -818,6 +823,7 @@ def classwise_ece(
   return _run(_classwise_core, d, bins, _weights_or_uniform(d), kind="ece", norm=norm)
 
 
+@V.same_arguments
 def binary_ce(
   p: ArrayLike,
   y: ArrayLike,
@@ -866,6 +872,7 @@ def binary_ce(
   return _run(_binary_core, d, bins)
 
 
+@V.same_arguments
 def ecce(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -1001,6 +1008,7 @@ def _lin_bin_sums(u, s, b, wh, num_bins: int) -> tuple[jax.Array, jax.Array]:
   return sums, jax.ops.segment_sum(ones, b, num_segments=num_bins)
 
 
+@V.same_arguments
 def lin_ce(
   reports: ArrayLike,
   signals: ArrayLike,
@@ -1043,6 +1051,7 @@ def lin_ce(
   return V.fold(jnp.sum(sums**2) / n / n, ok)
 
 
+@V.same_arguments
 def lin_ece(
   reports: ArrayLike,
   signals: ArrayLike,
@@ -1164,6 +1173,7 @@ def _reliability_of_top(c, z, num_bins, binning, where=None):
   return ReliabilityStats(cnt, means[:, 0], means[:, 1], lower, upper)
 
 
+@V.same_arguments
 def reliability_stats(
   probs: ArrayLike,
   labels: ArrayLike,

@@ -77,6 +77,7 @@ def _debiased_core(p, y, m, where=None, *, max_bins, mode, squared):
   return safe_sqrt(jnp.mean(jnp.maximum(sq, 0.0)))  # all clipped to 0: a zero gradient, not NaN
 
 
+@V.same_arguments
 def debiased_ce(
   probs: ArrayLike,
   labels: ArrayLike,

@@ -162,6 +162,7 @@ _decompose = jax.jit(decompose_core, static_argnames=("score", "mode"))
 decompose_all = jax.jit(decompose_many, static_argnames=("specs",))
 
 
+@V.same_arguments
 def decompose(
   probs: ArrayLike,
   labels: ArrayLike,

@@ -239,6 +239,7 @@ def _is_array_pytree(tree) -> bool:
   )
 
 
+@V.same_arguments
 def skce(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -508,6 +509,7 @@ def _mmce_core(p, y, width, where=None):
   return safe_sqrt(quad)
 
 
+@V.same_arguments
 def mmce(
   probs: ArrayLike,
   labels: ArrayLike,

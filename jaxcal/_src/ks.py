@@ -66,6 +66,7 @@ def _ks_core(p, y, w, where=None, *, mode):
   return jnp.sum(w * _ks_rows(s, s - b, where))
 
 
+@V.same_arguments
 def ks_ce(
   probs: ArrayLike,
   labels: ArrayLike,

@@ -207,6 +207,7 @@ def gaussian_log_kernel(
   return -d2 / (2.0 * jnp.asarray(bandwidth, d2.dtype) ** 2)
 
 
+@V.same_arguments
 def nadaraya_watson(
   features: ArrayLike,
   targets: ArrayLike,
@@ -560,6 +561,7 @@ def _compiled(batched: bool, **static):
   return jax.jit(f)
 
 
+@V.same_arguments
 def lce(
   probs: ArrayLike,
   labels: ArrayLike,

@@ -214,6 +214,7 @@ def _evaluate(
   return V.fold(out, d.ok)
 
 
+@V.same_arguments
 def brier(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -254,6 +255,7 @@ def brier(
   return _evaluate(brier_per_sample, probs, labels, per_sample, from_logits, where)
 
 
+@V.same_arguments
 def log_loss(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -295,6 +297,7 @@ def log_loss(
   return _evaluate(log_loss_per_sample, probs, labels, per_sample, from_logits, where)
 
 
+@V.same_arguments
 def spherical(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -335,6 +338,7 @@ def spherical(
   return _evaluate(spherical_per_sample, probs, labels, per_sample, from_logits, where)
 
 
+@V.same_arguments
 def classification_error(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -375,6 +379,7 @@ def classification_error(
   return _evaluate(classification_error_per_sample, probs, labels, per_sample, from_logits, where)
 
 
+@V.same_arguments
 def confidence_loss(
   probs: ArrayLike,
   labels: ArrayLike,

@@ -460,6 +460,7 @@ def _bandwidths(bandwidth, min_bandwidth):
   return sig, bound, jnp.isfinite(sig) & (sig >= bound)
 
 
+@V.same_arguments
 def smooth_ece(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -568,6 +569,7 @@ def smooth_ece(
   return V.fold(out.reshape(shape), V.both_ok(sig_ok, d.ok))
 
 
+@V.same_arguments
 def smooth_ece_bandwidth(
   probs: ArrayLike,
   labels: ArrayLike,
@@ -652,6 +654,7 @@ def _reliability_core(p, y, sigma, *, num_points, sizes):
   return t, acc, a[:, 2], _smece_at(f, r, ones, sigma, sizes)  # sums of non-negative terms
 
 
+@V.same_arguments
 def smooth_reliability(
   probs: ArrayLike,
   labels: ArrayLike,

@@ -1200,6 +1200,12 @@ def evaluate(
       "names": V.digest(None if names is None else [str(s) for s in names]),
       "the utility batches": V.digest(list(ubatches)),
       "chunk_size": chunk_size,
+      # another device order stalled 30 s in Gloo's setup, then failed on both
+      "mesh": V.digest(
+        None
+        if mesh is None
+        else (dict(mesh.shape), [dev.id for dev in np.asarray(mesh.devices).flat])
+      ),
     },
   )
   if x is not None:

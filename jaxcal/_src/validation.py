@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import fractions
 import functools
+import inspect
 import json
 import math
 import sys
@@ -1719,6 +1720,75 @@ def check_union_rows(sizes: Any, name: str = "probs") -> None:
 _AGREE_BYTES = 4096
 
 
+def spans_processes(tree: Any) -> bool:
+  """Whether a leaf of ``tree`` is a concrete ``jax.Array`` spanning several processes."""
+  return any(
+    isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer) and not a.is_fully_addressable
+    for a in jax.tree.leaves(tree)
+  )
+
+
+def _argument_text(value: Any) -> str:
+  """:func:`digest` of one argument: arrays (also inside pytrees) by shape, dtype and
+  bytes, functions by name (their ``repr`` holds an address, other on every process)."""
+  if callable(value) and hasattr(value, "__qualname__"):
+    return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+  leaves, tree = jax.tree.flatten(value)
+  if any(isinstance(a, np.ndarray | jax.Array) for a in leaves):
+    return digest(f"{tree}: {[digest(a) for a in leaves]}")
+  return digest(value)
+
+
+def same_arguments(fn: Callable) -> Callable:
+  """``fn``, which first checks that its arguments agree across processes when its data span them.
+
+  A public metric called on a global ``jax.Array`` that spans processes runs
+  one program on every process; an argument that differs between them mixed
+  the processes' results without a word (``num_bins`` 15 on one process and
+  16 on the other share a compiled program, each process binning its rows
+  with its own count) or ended in a collective's abort or a hang (15 against
+  20 bins, ``"fixed"`` against ``"quantile"``). With such data, the call
+  first compares every argument across the processes
+  (:func:`on_every_process`: one small all-gather) and raises the same
+  ``ValueError`` on every process, naming the argument. With one process,
+  or no argument spanning processes, or under tracing, it is ``fn``.
+
+  Args:
+    fn: a public function of data sets.
+
+  Returns:
+    The wrapped function, with ``fn``'s signature and docstring.
+
+  Example:
+    >>> same_arguments(lambda x, m=15: m)(1.0)
+    15
+  """
+  sig = inspect.signature(fn)
+
+  @functools.wraps(fn)
+  def wrapper(*args: Any, **kwargs: Any) -> Any:
+    if jax.process_count() > 1 and spans_processes((args, kwargs)):
+      try:
+        arguments = sig.bind(*args, **kwargs).arguments
+      except TypeError:  # fn's own error, from fn
+        return fn(*args, **kwargs)
+      name = getattr(fn, "__name__", "the function")
+      on_every_process(
+        lambda: None,
+        same=lambda _: {f"{name}'s {k}": _argument_text(v) for k, v in arguments.items()},
+      )
+    return fn(*args, **kwargs)
+
+  return wrapper
+
+
+def _sha(text: str) -> str:
+  """``sha256 <16 hex digits>`` of ``text``."""
+  import hashlib
+
+  return "sha256 " + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def digest(value: Any) -> str:
   """A short text naming ``value`` for :func:`on_every_process`'s ``same``: ``str(value)``
   up to 120 characters, else a SHA-256 prefix of it (arrays by shape, dtype and bytes).
@@ -1739,7 +1809,7 @@ def digest(value: Any) -> str:
     raw = np.ascontiguousarray(np.asarray(value)).tobytes()
     return head + ": " + hashlib.sha256(raw).hexdigest()[:16]
   text = str(value)
-  return text if len(text) <= 120 else "sha256 " + hashlib.sha256(text.encode()).hexdigest()[:16]
+  return text if len(text) <= 120 else _sha(text)
 
 
 @functools.cache
@@ -1807,10 +1877,14 @@ def on_every_process(fn: Callable[[], Any], *, same: Callable[[Any], dict] | Non
       text = text[: len(text) // 2] + " ..."
       raw = json.dumps({"error": [kind, text]}).encode()
   else:
-    sent = {"same": {} if same is None else {k: str(v) for k, v in same(out).items()}}
-    raw = json.dumps(sent).encode()
-    if len(raw) > _AGREE_BYTES:
-      raise ValueError(f"on_every_process: the values to compare take {len(raw)} bytes")
+    values = {} if same is None else {k: str(v) for k, v in same(out).items()}
+    raw = json.dumps({"same": values}).encode()
+    if len(raw) > _AGREE_BYTES:  # compared by digests: raising here, on this process
+      # alone, had left the others waiting in the all-gather
+      values = {k: _sha(v) if len(v) > 40 else v for k, v in values.items()}
+      raw = json.dumps({"same": values}).encode()
+    if len(raw) > _AGREE_BYTES:  # too many names: one digest of them all
+      raw = json.dumps({"same": {"the compared values": _sha(json.dumps(values))}}).encode()
   buf = np.zeros(_AGREE_BYTES, np.uint8)
   buf[: len(raw)] = np.frombuffer(raw, np.uint8)
   rows = np.asarray(multihost_utils.process_allgather(buf)).reshape(-1, _AGREE_BYTES)
@@ -1819,6 +1893,13 @@ def on_every_process(fn: Callable[[], Any], *, same: Callable[[Any], dict] | Non
     if "error" in g:
       cls = TypeError if g["error"][0] == "TypeError" else ValueError
       raise cls(f"on process {k}: {g['error'][1]}") from err
+  for k, g in enumerate(got[1:], 1):
+    if list(g["same"]) != list(got[0]["same"]):  # (uc_sweep's from_logits: "C of logits"
+      # against "C of probs" had read as a class count of None on process 1)
+      raise ValueError(
+        "every process must make the same call (every argument besides the data the same), "
+        f"but process 0 compares {list(got[0]['same'])} and process {k} {list(g['same'])}"
+      )
   for name, v0 in got[0]["same"].items():
     for k, g in enumerate(got[1:], 1):
       vk = g["same"].get(name)

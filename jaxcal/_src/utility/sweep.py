@@ -509,15 +509,20 @@ def uc_sweep(
         "devices must include devices of every process in a multi-process run (got devices "
         f"of processes {sorted({dev.process_index for dev in devs})}); leave devices=None"
       )
+    # every argument besides the data must agree, on global arrays too: utilities 8
+    # against 12 aborted in a collective, other values mixed; the devices in another
+    # order (the mesh) hung, and on global arrays other utilities ended in JAX's
+    # AssertionError from device_put
+    V.on_every_process(
+      lambda: None,
+      same=lambda _: {
+        "utilities (kind, values)": f"{utilities.kind} " + V.digest(utilities.params),
+        "chunk_size": chunk_size,
+        "from_logits": bool(from_logits),
+        "devices (in order)": V.digest([dev.id for dev in devs]),
+      },
+    )
     if shard:
-      # the utilities must agree: 8 against 12 aborted in a collective, other values mixed
-      V.on_every_process(
-        lambda: None,
-        same=lambda _: {
-          "utilities (kind, values)": f"{utilities.kind} " + V.digest(utilities.params),
-          "chunk_size": chunk_size,
-        },
-      )
       (p, y), where, sizes = process_shards(mesh, "u", p, y)  # this process's rows of the union
       V.check_union_rows(sizes, name)
       chk = V.check_predictions(p, y, from_logits=from_logits, where=where, padding=True, name=name)
@@ -602,6 +607,7 @@ def uc_class_core(
 _uc_class_jit = jax.jit(uc_class_core, static_argnums=(2, 3))
 
 
+@V.same_arguments
 def uc_class(
   probs: ArrayLike,
   labels: ArrayLike,

@@ -131,6 +131,7 @@ def _uc_jit(p, y, utility, where=None):
   return uc_from_scores(v, u, where=where)
 
 
+@V.same_arguments
 def uc(
   probs: ArrayLike,
   labels: ArrayLike,
