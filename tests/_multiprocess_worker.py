@@ -14,6 +14,7 @@ eagerly and the values under ``jax.jit`` (see :func:`bad_inputs`). With
 :func:`mismatches`).
 """
 
+import functools
 import json
 import sys
 
@@ -78,6 +79,14 @@ def bad_inputs(pid: int, data, out: dict) -> None:
       state = update(state, pl[i : i + 100], yl[i : i + 100])
     merged = streaming.merge_across_processes(state).compute()
     res["streaming_jit"] = {k: np.asarray(merged[k]).tolist() for k in ("conf_ece", "brier")}
+
+
+def _kernel(s, w):
+  return jax.numpy.exp(-s / w)
+
+
+def _kernel_of(w):  # closures of one factory, other constants on the two processes
+  return lambda s: jax.numpy.exp(-s / w)
 
 
 def mismatches(pid: int, data, out: dict) -> None:
@@ -157,6 +166,11 @@ def mismatches(pid: int, data, out: dict) -> None:
     "num_bins": attempt(lambda: metrics.conf_ece(pg, yg, 15 + pid)),
     "binning": attempt(lambda: metrics.conf_ece(pg, yg, 15, ("fixed", "quantile")[pid])),
     "same": {"value": float(metrics.classwise_ce(pg, yg, 15))},
+    # a default passed on one process and left out on the other is the same call; a
+    # partial kernel prints an address of its own on every process (both were refused)
+    "default": {"value": float(metrics.conf_ece(pg, yg, *([15] if pid else [])))},
+    "partial": {"value": float(metrics.skce(pg, yg, functools.partial(_kernel, w=1.0)))},
+    "closure": attempt(lambda: metrics.skce(pg, yg, _kernel_of(1.0 + pid))),
     "uc_sweep": attempt(lambda: utility.uc_sweep(pg, yg, own, chunk_size=5)),
   }
   # more than on_every_process's 4 KB to compare: compared by digests (it raised on

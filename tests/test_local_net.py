@@ -828,6 +828,8 @@ def test_a_batch_below_min_rows_takes_no_optimiser_step():
   np.testing.assert_allclose(float(terms[0]), np.mean(first) * 4 / 5, rtol=1e-6)  # still counted
   with pytest.raises(ValueError, match="min_rows must be >= 1, got 0"):
     run(min_rows=0)
+  with pytest.raises(ValueError, match=r"min_rows must be <= batch_size \(4\), got 5"):
+    run(min_rows=5)  # no batch would step: it trained nothing, without a word
 
 
 def test_models_and_to_float_images():

@@ -253,7 +253,9 @@ def test_input_shaped_differently_on_one_process_raises_on_every_process(union, 
     ("uc_logits", "uc_sweep"): "every process must make the same call (every argument besides "
     "the data the same), but process 0 compares ['the class count C of probs'",
     ("mesh", "evaluate"): "mesh must be the same on every process",
-    ("big", "differ"): "value 7 must be the same on every process, got sha256 ",
+    ("big", "differ"): "every argument besides the data must be the same on every process, "
+    "but process 1 differs from process 0 (compared by a digest",
+    ("global", "closure"): "skce's kernel must be the same on every process, got ",
   }
   for (case, call), text in want.items():
     got = [r[case][call] for r in results]
@@ -272,6 +274,9 @@ def test_input_shaped_differently_on_one_process_raises_on_every_process(union, 
     np.testing.assert_allclose(
       r["global"]["same"]["value"], metrics.classwise_ce(*union, 15), rtol=1e-5
     )
+    np.testing.assert_allclose(r["global"]["default"]["value"], metrics.conf_ece(*union), rtol=1e-5)
+    want = metrics.skce(*union, lambda s: jax.numpy.exp(-s))
+    np.testing.assert_allclose(r["global"]["partial"]["value"], want, rtol=1e-4, atol=1e-7)
   # process 1 holds no rows: both give the result of process 0's rows alone
   # (this refused "on process 1: probs is empty" before); no rows anywhere raises
   p0, y0 = p[:CUT], y[:CUT]  # process 0's rows

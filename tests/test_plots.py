@@ -316,6 +316,17 @@ def test_reliability_diagram_quantile_bars_of_tied_bins_stay_near_their_confiden
   assert np.all(left[1:] >= right[:-1] - 1e-12) and left[0] >= 0 and right[-1] <= 1
 
 
+def test_plot_numbers_take_none_and_real_objects():
+  """None is an interval end not drawn (a loaded report.json's null), a Fraction a number:
+  refusing strings and complex values had refused them too (found by a review helper)."""
+  import fractions
+
+  ax = plots.interval_plot({"a": (0.01, None, None), "b": (0.02, 0.01, 0.03)}, metric="m").axes[0]
+  assert len(ax.collections) == 1  # b's interval alone
+  fig = plots.ecdf_plot({"a": [fractions.Fraction(1, 10), np.float32(0.2), jax.numpy.float32(0.3)]})
+  np.testing.assert_allclose(fig.axes[0].lines[0].get_xdata()[1:], [0.1, 0.2, 0.3], rtol=1e-6)
+
+
 def test_log_axes_say_where_they_moved_non_positive_values():
   """On a log axis an eCDF's zeros were drawn at the smallest positive error of any curve,
   and an interval reaching below 0 started at the left edge, neither marked (found by a

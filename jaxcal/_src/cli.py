@@ -390,7 +390,7 @@ def _cmd_report(args) -> int:
     utilities = 1500 if args.utilities is None else args.utilities
     bands = args.band_resamples
     if bands is None:  # "--resamples 0: none": no bands either, unless asked for
-      bands = 0 if args.resamples == 0 else 50
+      bands = 0 if args.resamples == 0 else report.ROBUSTNESS_RESAMPLES
     with _user_input():  # calibration_report's own checks, before its computation
       report._check_settings(args.bins, args.resamples, args.confidence, args.interval, len(y))
     with _user_input():

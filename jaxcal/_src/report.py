@@ -535,6 +535,10 @@ def _environment() -> dict:
   }
 
 
+#: Bootstrap resamples of the bands across bin counts of one model's report (default).
+ROBUSTNESS_RESAMPLES = 50
+
+
 def calibration_report(
   scores_in: ArrayLike,
   labels: ArrayLike,
@@ -542,7 +546,7 @@ def calibration_report(
   num_bins: int = 15,
   num_utilities: int = 1500,
   resamples: int = 200,
-  robustness_resamples: int = 50,
+  robustness_resamples: int = ROBUSTNESS_RESAMPLES,
   confidence: float = 0.95,
   interval: str = "percentile",
   seed: int = 0,

@@ -1544,9 +1544,7 @@ def merge_across_processes(state: Any) -> Any:
     )
   if jax.process_count() == 1:
     return state
-  if any(  # updated with global arrays (rows on every process): already the union
-    isinstance(x, jax.Array) and not x.is_fully_addressable for x in jax.tree.leaves(state)
-  ):
+  if V.spans_processes(state):  # updated with global arrays (rows on every process): the union
     return state
   from jax.experimental import multihost_utils
 

@@ -827,10 +827,6 @@ def _xp(*arrays):
   return np if all(isinstance(a, np.ndarray) for a in arrays) else jnp
 
 
-def _spans(x) -> bool:
-  return isinstance(x, jax.Array) and not x.is_fully_addressable
-
-
 def _across_devices(x) -> bool:
   """A device array split over several devices (not one device's, not replicated)."""
   return (
@@ -1025,7 +1021,7 @@ def _pad_models(st: _Stack, total: int) -> _Stack:
 
 def _put(a, sharding: NamedSharding):
   """On ``sharding``: numpy by blocks (each device gets its own), device arrays device-to-device."""
-  if _spans(a):
+  if V.spans_processes(a):
     return a
   if isinstance(a, np.ndarray):
     return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
@@ -1259,7 +1255,7 @@ def evaluate(
     us = us_by_c[c]
     for st in stacks:
       names_here = [model_names[i] for i in st.index]
-      if multi and not _spans(st.x):
+      if multi and not V.spans_processes(st.x):
         # this process's rows, checked once assembled into the union: every
         # process runs the one check and raises the same error, naming the
         # union's row (a check of the shard alone would raise on its process

@@ -47,6 +47,7 @@ import functools
 import inspect
 import json
 import math
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -1728,15 +1729,39 @@ def spans_processes(tree: Any) -> bool:
   )
 
 
-def _argument_text(value: Any) -> str:
-  """:func:`digest` of one argument: arrays (also inside pytrees) by shape, dtype and
-  bytes, functions by name (their ``repr`` holds an address, other on every process)."""
-  if callable(value) and hasattr(value, "__qualname__"):
-    return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _argument_text(value: Any, depth: int = 0) -> str:
+  """:func:`digest` of one argument, the same on every process for equal arguments.
+
+  Arrays (also inside pytrees) by shape, dtype and bytes; a function by its
+  name, code, defaults and the values it closes over (two closures of one
+  factory with other constants differ), a ``functools.partial`` by its parts;
+  memory addresses are left out of any ``repr`` (``<function k at 0x7f..>``
+  differs on every process). Other objects are compared by their ``repr``:
+  a callable instance's attributes only as far as its ``repr`` shows them.
+  """
+  if depth > 4:  # (a function closing over itself)
+    return "..."
+  if isinstance(value, functools.partial):
+    parts = [value.func, value.args, sorted(value.keywords.items())]
+    return digest("partial " + " ".join(_argument_text(v, depth + 1) for v in parts))
+  if inspect.isfunction(value):
+    try:
+      cells = [c.cell_contents for c in value.__closure__ or ()]
+    except ValueError:  # an empty cell
+      cells = ["<empty>"]
+    held = [value.__defaults__, value.__kwdefaults__, *cells]
+    code = value.__code__.co_code.hex() + repr(value.__code__.co_consts)
+    return digest(
+      f"{value.__module__}.{value.__qualname__} {_sha(_ADDRESS.sub('', code))} "
+      + " ".join(_argument_text(v, depth + 1) for v in held)
+    )
   leaves, tree = jax.tree.flatten(value)
   if any(isinstance(a, np.ndarray | jax.Array) for a in leaves):
-    return digest(f"{tree}: {[digest(a) for a in leaves]}")
-  return digest(value)
+    return digest(f"{_ADDRESS.sub('', str(tree))}: {[digest(a) for a in leaves]}")
+  return digest(_ADDRESS.sub("", str(value)))
 
 
 def same_arguments(fn: Callable) -> Callable:
@@ -1748,8 +1773,9 @@ def same_arguments(fn: Callable) -> Callable:
   16 on the other share a compiled program, each process binning its rows
   with its own count) or ended in a collective's abort or a hang (15 against
   20 bins, ``"fixed"`` against ``"quantile"``). With such data, the call
-  first compares every argument across the processes
-  (:func:`on_every_process`: one small all-gather) and raises the same
+  first compares every argument across the processes, defaults included
+  (:func:`on_every_process`: one small all-gather; functions and other
+  objects as :func:`_argument_text` names them) and raises the same
   ``ValueError`` on every process, naming the argument. With one process,
   or no argument spanning processes, or under tracing, it is ``fn``.
 
@@ -1769,9 +1795,11 @@ def same_arguments(fn: Callable) -> Callable:
   def wrapper(*args: Any, **kwargs: Any) -> Any:
     if jax.process_count() > 1 and spans_processes((args, kwargs)):
       try:
-        arguments = sig.bind(*args, **kwargs).arguments
+        bound = sig.bind(*args, **kwargs)
       except TypeError:  # fn's own error, from fn
         return fn(*args, **kwargs)
+      bound.apply_defaults()  # a default passed on one process and left out on another
+      arguments = bound.arguments
       name = getattr(fn, "__name__", "the function")
       on_every_process(
         lambda: None,
@@ -1842,7 +1870,10 @@ def on_every_process(fn: Callable[[], Any], *, same: Callable[[Any], dict] | Non
   to the local error where there is one). ``same(out)`` names what must
   agree across processes, ``{description: value}`` (the class count, the
   dtype): a difference raises the same ``ValueError`` on every process,
-  naming both values and processes. With one process this is ``fn()``.
+  naming both values and processes (values are compared by ``str``; when
+  they do not fit in the all-gather, by a digest of them all, and the error
+  names no value). Another set of descriptions on some process (another
+  call) raises too. With one process this is ``fn()``.
 
   Args:
     fn: the local preparation; its ``ValueError`` / ``TypeError`` are shared.
@@ -1878,13 +1909,14 @@ def on_every_process(fn: Callable[[], Any], *, same: Callable[[Any], dict] | Non
       raw = json.dumps({"error": [kind, text]}).encode()
   else:
     values = {} if same is None else {k: str(v) for k, v in same(out).items()}
-    raw = json.dumps({"same": values}).encode()
-    if len(raw) > _AGREE_BYTES:  # compared by digests: raising here, on this process
-      # alone, had left the others waiting in the all-gather
-      values = {k: _sha(v) if len(v) > 40 else v for k, v in values.items()}
-      raw = json.dumps({"same": values}).encode()
-    if len(raw) > _AGREE_BYTES:  # too many names: one digest of them all
-      raw = json.dumps({"same": {"the compared values": _sha(json.dumps(values))}}).encode()
+    # every process sends its values' digest too; one whose values do not fit sends
+    # only that, and then the digests are compared (raising here, on this process
+    # alone, had left the others waiting in the all-gather; digesting only where a
+    # payload was long had told an equal value apart from itself)
+    whole = _sha(json.dumps(values))
+    raw = json.dumps({"same": values, "whole": whole}).encode()
+    if len(raw) > _AGREE_BYTES:
+      raw = json.dumps({"same": None, "whole": whole}).encode()
   buf = np.zeros(_AGREE_BYTES, np.uint8)
   buf[: len(raw)] = np.frombuffer(raw, np.uint8)
   rows = np.asarray(multihost_utils.process_allgather(buf)).reshape(-1, _AGREE_BYTES)
@@ -1893,6 +1925,14 @@ def on_every_process(fn: Callable[[], Any], *, same: Callable[[Any], dict] | Non
     if "error" in g:
       cls = TypeError if g["error"][0] == "TypeError" else ValueError
       raise cls(f"on process {k}: {g['error'][1]}") from err
+  if any(g["same"] is None for g in got):  # too long to send whole somewhere
+    for k, g in enumerate(got[1:], 1):
+      if g["whole"] != got[0]["whole"]:
+        raise ValueError(
+          "every argument besides the data must be the same on every process, but process "
+          f"{k} differs from process 0 (compared by a digest: the values are too long to send)"
+        )
+    return out
   for k, g in enumerate(got[1:], 1):
     if list(g["same"]) != list(got[0]["same"]):  # (uc_sweep's from_logits: "C of logits"
       # against "C of probs" had read as a class count of None on process 1)

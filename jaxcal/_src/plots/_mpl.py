@@ -11,6 +11,7 @@ log ticks (:func:`log_ticks`). :func:`savefig` writes PNG beside PDF/SVG.
 from __future__ import annotations
 
 import contextlib
+import numbers as numbers_
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -138,6 +139,15 @@ def check_keys(value: Any, known: Any, name: str, of: str, what: str) -> None:
     raise ValueError(f"{name} has entries {extra} that are not {of} {list(known)}")
 
 
+def _real(v: Any) -> bool:
+  """An element of an object array :func:`numbers` reads: None (NaN) or a real number."""
+  if v is None:
+    return True
+  if isinstance(v, bool | np.bool_ | str | bytes):
+    return False
+  return isinstance(v, numbers_.Real) or V.real_dtype(np.asarray(v).dtype)
+
+
 def numbers(value: Any, name: str, *, finite: bool = True) -> np.ndarray:
   """``value`` as a 1-D float64 array; a ValueError naming ``name`` if it is not real numbers,
   has more than one axis longer than 1 (a stack of rows), or (``finite``) holds NaN or inf:
@@ -145,9 +155,9 @@ def numbers(value: Any, name: str, *, finite: bool = True) -> np.ndarray:
   try:
     raw = np.asarray(value)
     # numeric strings ("0.1") and complex values had read as numbers (the imaginary
-    # part dropped with only numpy's warning); an object array holding either too
-    kinds = {np.asarray(v).dtype.kind for v in raw.ravel()} if raw.dtype.kind == "O" else set()
-    if not (V.real_dtype(raw.dtype) or (raw.dtype.kind == "O" and kinds <= set("iuf"))):
+    # part dropped with only numpy's warning); an object array holding either too.
+    # None stays NaN (report.json's null: no interval end), Fraction a number.
+    if not (V.real_dtype(raw.dtype) or (raw.dtype.kind == "O" and all(map(_real, raw.flat)))):
       raise TypeError
     a = np.asarray(raw, np.float64)
   except (TypeError, ValueError):

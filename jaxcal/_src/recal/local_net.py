@@ -1080,7 +1080,8 @@ def fit_local_net(
       (0 keeps the network at its initialisation).
     batch_size: batch size (paper: 1024), an int ``>= 2``: the kernel
       estimate of a row is over the other rows of its batch. A last batch
-      of one row has none; it is left out of that epoch's figures.
+      of one row has none; it takes no optimiser step and is left out of
+      that epoch's figures.
     epochs: maximum number of epochs (authors: 100).
     patience: stop after this many epochs without a strictly lower monitored
       validation value (authors: 10); ``None``: train all ``epochs``.

@@ -273,7 +273,8 @@ def train_epoch(
   Raises:
     TypeError: ``data`` not a non-empty tuple, ``loss_fn`` not callable.
     ValueError: arrays of ``data`` with different (or no) rows, a bad ``key``,
-      ``batch_size`` or ``min_rows`` not an int ``>= 1``.
+      ``batch_size`` or ``min_rows`` not an int ``>= 1``, ``min_rows`` above
+      ``batch_size``.
 
   Example:
     >>> import jax, jax.numpy as jnp, optax
@@ -293,6 +294,11 @@ def train_epoch(
   """
   batch_size = _check_loop(data, key, loss_fn, batch_size, keyed=True)
   min_rows = V.check_int_option(min_rows, "min_rows", minimum=1)
+  if min_rows > batch_size:  # no batch would step: a run that trained nothing, silently
+    raise ValueError(
+      f"min_rows must be <= batch_size ({batch_size}), got {min_rows}: no batch would take "
+      "an optimiser step"
+    )
   return _train_epoch(
     graphdef,
     tx,

@@ -318,10 +318,6 @@ def _sweep_jit(kind: str, chunk_size: int, mesh: Mesh | None, m: int, masked: bo
   return jax.jit(_sweep_fn(kind, chunk_size, mesh, m, masked))
 
 
-def _spans_processes(x) -> bool:
-  return isinstance(x, jax.Array) and not x.is_fully_addressable
-
-
 def process_shards(
   mesh: Mesh, axis: str | tuple[str, ...] | None, *arrays: ArrayLike, row_axis: int = 0
 ) -> tuple[tuple[jax.Array, ...], jax.Array]:
@@ -384,7 +380,7 @@ def placed(x: Any, sharding: NamedSharding) -> Any:
   whole array back to the host and sent it to every device. Host arrays are
   sent with ``jax.device_put``.
   """
-  if isinstance(x, jax.core.Tracer) or _spans_processes(x):
+  if isinstance(x, jax.core.Tracer) or V.spans_processes(x):
     return x
   if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1:
     if x.sharding.is_equivalent_to(sharding, x.ndim):
@@ -481,7 +477,7 @@ def uc_sweep(
   shard = (
     jax.process_count() > 1
     and V.is_concrete(probs, labels)
-    and not (_spans_processes(probs) or _spans_processes(labels))
+    and not (V.spans_processes(probs) or V.spans_processes(labels))
   )
   name = "logits" if from_logits else "probs"
   ok = None  # the traced check's flag: the result is folded with it, not left to NaN inputs
