@@ -7,6 +7,7 @@ layer's properties: inputs untouched, accepted inputs, messages, NaN under
 """
 
 import inspect
+import os
 import pathlib
 import subprocess
 import sys
@@ -1494,3 +1495,47 @@ def test_non_finite_float_labels_are_refused_without_a_class_count():
   ):
     V.check_labels(jnp.array([0.0, jnp.inf, 1.0]), 3, None)
   np.testing.assert_array_equal(V.check_labels(jnp.array([0.0, 7.0]), 2, None), [0, 7])
+
+
+def _kernel(s, w):
+  return jnp.exp(-s / w)
+
+
+def test_argument_text_is_the_same_in_every_process_for_equal_arguments():
+  """What ``same_arguments`` compares across processes: a ``repr`` address (a partial
+  kernel's) and a set constant's order (string hashing) differ between processes and
+  made equal kernels differ; closures with other constants compared equal (found by a
+  review helper)."""
+  import functools
+
+  from jaxcal._src.validation import _argument_text
+
+  def of(w):
+    return lambda s: jnp.exp(-s / w)
+
+  assert _argument_text(of(1.0)) == _argument_text(of(1.0))
+  assert _argument_text(of(1.0)) != _argument_text(of(2.0))
+  part = functools.partial(_kernel, w=1.0)
+  assert "0x" not in _argument_text(part)
+  assert _argument_text(part) != _argument_text(functools.partial(_kernel, w=2.0))
+  assert _argument_text(np.arange(3.0)) != _argument_text(np.arange(3.0) + 1)
+  code = textwrap.dedent(
+    """
+    import functools
+    from jaxcal._src.validation import _argument_text
+    def k(s, w):
+      return s in {"alpha", "beta", "gamma", "delta"}
+    print(_argument_text(functools.partial(k, w=1.0)), _argument_text(lambda s: s in {"a", "b", "c"}))
+    """
+  )
+  seen = {
+    subprocess.run(
+      [sys.executable, "-c", code],
+      env={**os.environ, "PYTHONHASHSEED": str(seed), "JAX_PLATFORMS": "cpu"},
+      capture_output=True,
+      text=True,
+      check=True,
+    ).stdout
+    for seed in (1, 2, 3)
+  }
+  assert len(seen) == 1, seen

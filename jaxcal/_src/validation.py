@@ -1732,6 +1732,21 @@ def spans_processes(tree: Any) -> bool:
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
+def _code_text(code: Any) -> str:
+  """A function's bytecode and constants as text, the same in every process: nested code
+  by its own text, a frozenset (``x in {"a", "b"}``) sorted (its order follows the
+  process's string hashing)."""
+  consts = []
+  for c in code.co_consts:
+    if inspect.iscode(c):
+      consts.append(_code_text(c))
+    elif isinstance(c, frozenset):
+      consts.append(str(sorted(map(repr, c))))
+    else:
+      consts.append(_ADDRESS.sub("", repr(c)))
+  return f"{code.co_code.hex()} {code.co_names} {consts}"
+
+
 def _argument_text(value: Any, depth: int = 0) -> str:
   """:func:`digest` of one argument, the same on every process for equal arguments.
 
@@ -1753,9 +1768,8 @@ def _argument_text(value: Any, depth: int = 0) -> str:
     except ValueError:  # an empty cell
       cells = ["<empty>"]
     held = [value.__defaults__, value.__kwdefaults__, *cells]
-    code = value.__code__.co_code.hex() + repr(value.__code__.co_consts)
     return digest(
-      f"{value.__module__}.{value.__qualname__} {_sha(_ADDRESS.sub('', code))} "
+      f"{value.__module__}.{value.__qualname__} {_sha(_code_text(value.__code__))} "
       + " ".join(_argument_text(v, depth + 1) for v in held)
     )
   leaves, tree = jax.tree.flatten(value)
