@@ -731,13 +731,25 @@ def test_the_armijo_slope_is_twice_the_audited_error():
   assert float(rc.eta[0]) == pytest.approx(init / 2, rel=1e-6)
 
 
-def test_a_step_that_does_not_lower_the_brier_score_stops_the_fit():
-  """Guards the stopping rule "no Brier decrease": a step too small to change the
-  float32 Brier score passes the Armijo test but is not kept, and the fit stops."""
+def test_a_step_below_the_float32_resolution_of_the_brier_score_is_measured():
+  """The line search and the "no Brier decrease" rule compared two float32 Brier scores,
+  whose difference is rounding once the change falls below ~1e-7: with ``stepsize=1e-6``
+  the fit stopped after one step ("no Brier decrease"; with 1e-5 on CIFAR-10 logits the
+  search failed at once), though each step lowers the score. Both now measure the change
+  itself (found by a review helper); it matches a float64 difference."""
   z, y = _synthetic()
-  rc = R.fit_patching(z, y, max_steps=4, tol=0.0, num_samples=0, stepsize=1e-12, progress=False)
-  assert (rc.num_steps, rc.stop_reason, bool(rc.converged)) == (0, "no Brier decrease", False)
-  np.testing.assert_allclose(np.asarray(rc(z)), np.asarray(jax.nn.softmax(jnp.asarray(z))), atol=0)
+  rc = R.fit_patching(z, y, max_steps=4, tol=0.0, num_samples=0, stepsize=1e-6, progress=False)
+  assert (rc.num_steps, rc.stop_reason) == (4, "max_steps")
+  assert np.all(np.diff(np.asarray(rc.briers)) <= 0)
+  from jaxcal._src.recal.patching import _brier_change
+
+  p = jax.nn.softmax(jnp.asarray(z))
+  q = np.asarray(rc(z))
+  onehot = np.eye(z.shape[1])[y]
+  p64, q64 = np.asarray(p, np.float64), q.astype(np.float64)
+  want = np.mean(np.sum((q64 - onehot) ** 2 - (p64 - onehot) ** 2, axis=1))
+  got = float(_brier_change(jnp.asarray(q), p, jnp.asarray(onehot, jnp.float32)))
+  assert want < 0 and got == pytest.approx(want, rel=1e-3)
 
 
 def test_a_failed_line_search_stops_the_fit_and_says_so():

@@ -370,6 +370,16 @@ def _brier(p: jax.Array, y: jax.Array) -> jax.Array:
   return jnp.mean(brier_per_sample(p, y))
 
 
+def _brier_change(q: jax.Array, p: jax.Array, onehot: jax.Array) -> jax.Array:
+  """``Brier(q) - Brier(p)`` as ``mean_i Σ_r (q - p)(q + p - 2 Y)``: accurate for tiny steps.
+
+  The difference of the two means is float32 rounding once the true change
+  falls below it (``err²/C`` at ``err ~ 1e-3``, C = 100): every trial of the
+  line search then failed, and a smaller step only made it worse.
+  """
+  return jnp.mean(jnp.sum((q - p) * (q + p - 2.0 * onehot), axis=1))
+
+
 def _audit(p, y, cands: _Witnesses, chunk: int):
   """The worst witness over ``cands``: ``(kind, vec, mat)``."""
   c = p.shape[1]
@@ -394,7 +404,11 @@ def _audit(p, y, cands: _Witnesses, chunk: int):
 
 
 def _step(p, y, key, fixed: _Witnesses, scale, cfg):
-  """One audit and (if it is kept) one patch: ``(err, patch, p_new, brier, brier_new, ok)``.
+  """One audit and (if it is kept) one patch.
+
+  Returns ``(err, patch, p_new, brier, brier_new, ok, failed, lowers)``:
+  ``failed`` the line search found no Armijo step, ``lowers`` the patch
+  lowers the Brier score (:func:`_brier_change` below 0).
 
   ``ok``: the draw of ``sample_witnesses`` (if any) is finite and in ``[-1, 1]``.
   """
@@ -426,12 +440,15 @@ def _step(p, y, key, fixed: _Witnesses, scale, cfg):
   lo, hi = _cut_points(v, res.lo, res.hi)
   w = xi * ubar * ((v >= lo) & (v <= hi)).astype(p.dtype)[:, None]
   # Step size: backtracking Armijo on Brier(Π(P - ηW)), slope <∇Brier, -W> = -2 err.
-  b0 = _brier(p, y)
-  grad = 2.0 * (p - jax.nn.one_hot(y, c, dtype=p.dtype)) / n
-  fun = lambda x: _brier(project_simplex(x), y)
+  # The search runs on the change of the Brier score from P (0 at P), not on the score
+  # itself, whose float32 rounding hid changes below ~1e-8.
+  onehot = jax.nn.one_hot(y, c, dtype=p.dtype)
+  grad = 2.0 * (p - onehot) / n
+  fun = lambda x: _brier_change(project_simplex(x), p, onehot)
   sq = jnp.mean(jnp.sum(w * w, axis=1))
   init = scale.astype(p.dtype) * err / (jnp.maximum(sq, 1e-12) if cfg["quadratic"] else c)
-  eta, failed = armijo_stepsize(fun, p, -w, value=b0, grad=grad, init_stepsize=init)
+  zero = jnp.zeros((), p.dtype)
+  eta, failed = armijo_stepsize(fun, p, -w, value=zero, grad=grad, init_stepsize=init)
   patch = {
     "kind": kind,
     "vec": vec,
@@ -442,7 +459,8 @@ def _step(p, y, key, fixed: _Witnesses, scale, cfg):
     "eta": eta.astype(p.dtype),
   }
   p_new = apply_patch(p, patch)
-  return err, patch, p_new, b0, _brier(p_new, y), ok, failed
+  lowers = _brier_change(p_new, p, onehot) < 0
+  return err, patch, p_new, _brier(p, y), _brier(p_new, y), ok, failed, lowers
 
 
 def _as_tuple(u: Any) -> tuple[F.Utility, ...]:
@@ -459,10 +477,10 @@ def _run_block(
   def body(carry):
     s, i = carry
     key = jax.random.fold_in(base_key, s.t)
-    err, patch, p_new, b0, b1, ok, failed = _step(s.p, y, key, fixed, scale, cfg)
+    err, patch, p_new, b0, b1, ok, failed, lowers = _step(s.p, y, key, fixed, scale, cfg)
     stop_tol = err <= tol
     stop_max = s.t >= max_steps
-    stop_brier = ~(b1 < b0)
+    stop_brier = ~lowers  # the change itself: b1 < b0 read float32 rounding
     # a failed search's last trial is not an Armijo step, whatever it does to the Brier score
     reason = jnp.where(
       stop_tol,
