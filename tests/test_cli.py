@@ -346,6 +346,30 @@ def test_report_band_resamples(small_file, tmp_path, capsys):
   assert "a comparison of several models draws no bands" in capsys.readouterr().err
 
 
+def test_outputs_inside_an_input_folder_are_refused(tmp_path, capsys):
+  """``--out m1/recal.npz`` beside m1's .npy files made m1 unreadable as an input ("holds
+  .npy files and .npz files") for recalibrate and report (found by a review helper)."""
+  x, y = data.default_predictions()
+  m1 = tmp_path / "m1"
+  m1.mkdir()
+  for split, rows in (("val", slice(0, 600)), ("test", slice(600, 1200))):
+    np.save(m1 / f"{split}_logits.npy", np.asarray(x[rows]))
+    np.save(m1 / f"{split}_labels.npy", np.asarray(y[rows]))
+  argv = ["recalibrate", "temperature", str(m1), str(m1), "--out"]
+  assert cli.main(argv + [str(m1 / "recal.npz")]) == 2
+  assert "is inside the input folder" in capsys.readouterr().err
+  assert sorted(p.name for p in m1.iterdir()) == [
+    "test_labels.npy",
+    "test_logits.npy",
+    "val_labels.npy",
+    "val_logits.npy",
+  ]
+  assert cli.main(argv + [str(tmp_path / "recal.npz")]) == 0  # beside it: fine
+  capsys.readouterr()
+  sweep = ["sweep", str(m1), "--m", "4", "--out", str(m1 / "s.json")]
+  assert cli.main(sweep) == 2 and "is inside the input folder" in capsys.readouterr().err
+
+
 def test_recalibrate_refuses_to_fit_and_score_on_the_same_samples(small_file, tmp_path, capsys):
   out = str(tmp_path / "x.npz")
   assert (

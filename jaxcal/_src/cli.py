@@ -184,6 +184,14 @@ def _check_out_file(path: str, option: str, force: bool, inputs: tuple = ()) -> 
   for src in inputs:
     if src and os.path.exists(path) and os.path.exists(src) and os.path.samefile(path, src):
       raise UserError(f"{option} {path}: is an input file of this command; write elsewhere")
+    # a file written into an input folder of .npy files made that folder unreadable as an
+    # input ("holds .npy files and .npz files") for this command and jaxcal report
+    parent = os.path.dirname(os.path.abspath(path))
+    if src and os.path.isdir(src) and os.path.isdir(parent) and os.path.samefile(parent, src):
+      raise UserError(
+        f"{option} {path}: is inside the input folder {src}, which a new file there would "
+        "make unreadable as an input; write elsewhere"
+      )
   if os.path.exists(path) and not force:
     raise UserError(f"{option} {path}: the file exists; pass --force to overwrite it")
   problem = _parent_problem(path)

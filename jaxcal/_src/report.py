@@ -1310,6 +1310,23 @@ def _interval_text(rep: dict, resamples: str = "resamples") -> str:
   return f"{pct}% {s['interval']} bootstrap intervals over {s[resamples]} resamples"
 
 
+def _table_pairs(bins: Sequence[int]) -> list[tuple[int, int]]:
+  """The bin-count pairs of the Markdown ranking table: the fewest, 20 (else the middle)
+  and the most bins, pairwise (the truthful paper's Table 1: 5, 20 and 2000 bins).
+
+  The first six pairs in the given order had been all from 5 bins (5 vs 10 ... 5 vs
+  500 with the default bin counts), never 5 or 20 against 2000.
+
+  Example:
+    >>> _table_pairs([5, 10, 20, 50, 100, 200, 500, 1000, 2000])
+    [(5, 20), (5, 2000), (20, 2000)]
+  """
+  s = sorted(set(bins))
+  mid = 20 if 20 in s else s[len(s) // 2]
+  keep = sorted({s[0], mid, s[-1]})
+  return [(a, b) for i, a in enumerate(keep) for b in keep[i + 1 :]]
+
+
 def _band_text(rep: dict) -> str:
   """What the bin-count bands are (:func:`_interval_text`), or ``""`` where none are drawn."""
   curves = (rep.get("robustness") or {}).get("curves", {})
@@ -1703,8 +1720,7 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
     for block in rep["rank_stability"]:
       bins = block["num_bins"]
       out += ["", f"Spearman correlation of the ranking of {len(block['models'])} models:", ""]
-      pairs = [(bins[i], bins[j]) for i in range(len(bins)) for j in range(i + 1, len(bins))]
-      pairs = [p for p in pairs if p[0] in (5, 20) or p[1] == bins[-1]][:6]
+      pairs = _table_pairs(bins)
       head = [f"{a} vs {b} bins" for a, b in pairs]
       out.append("| error | " + " | ".join(head) + " |")
       out.append("|---" * (len(head) + 1) + "|")
