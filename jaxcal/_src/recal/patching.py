@@ -441,7 +441,7 @@ def _step(p, y, key, fixed: _Witnesses, scale, cfg):
   w = xi * ubar * ((v >= lo) & (v <= hi)).astype(p.dtype)[:, None]
   # Step size: backtracking Armijo on Brier(Π(P - ηW)), slope <∇Brier, -W> = -2 err.
   # The search runs on the change of the Brier score from P (0 at P), not on the score
-  # itself, whose float32 rounding hid changes below ~1e-8.
+  # itself, whose float32 rounding hid changes below ~1e-7.
   onehot = jax.nn.one_hot(y, c, dtype=p.dtype)
   grad = 2.0 * (p - onehot) / n
   fun = lambda x: _brier_change(project_simplex(x), p, onehot)
