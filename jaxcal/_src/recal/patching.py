@@ -406,9 +406,10 @@ def _audit(p, y, cands: _Witnesses, chunk: int):
 def _step(p, y, key, fixed: _Witnesses, scale, cfg):
   """One audit and (if it is kept) one patch.
 
-  Returns ``(err, patch, p_new, brier, brier_new, ok, failed, lowers)``:
-  ``failed`` the line search found no Armijo step, ``lowers`` the patch
-  lowers the Brier score (:func:`_brier_change` below 0).
+  Returns ``(err, patch, p_new, brier, ok, failed, lowers)``: ``brier``
+  the score of ``p`` (the history), ``failed`` the line search found no
+  Armijo step, ``lowers`` the patch lowers the Brier score
+  (:func:`_brier_change` below 0).
 
   ``ok``: the draw of ``sample_witnesses`` (if any) is finite and in ``[-1, 1]``.
   """
@@ -460,7 +461,7 @@ def _step(p, y, key, fixed: _Witnesses, scale, cfg):
   }
   p_new = apply_patch(p, patch)
   lowers = _brier_change(p_new, p, onehot) < 0
-  return err, patch, p_new, _brier(p, y), _brier(p_new, y), ok, failed, lowers
+  return err, patch, p_new, _brier(p, y), ok, failed, lowers
 
 
 def _as_tuple(u: Any) -> tuple[F.Utility, ...]:
@@ -477,10 +478,10 @@ def _run_block(
   def body(carry):
     s, i = carry
     key = jax.random.fold_in(base_key, s.t)
-    err, patch, p_new, b0, b1, ok, failed, lowers = _step(s.p, y, key, fixed, scale, cfg)
+    err, patch, p_new, b0, ok, failed, lowers = _step(s.p, y, key, fixed, scale, cfg)
     stop_tol = err <= tol
     stop_max = s.t >= max_steps
-    stop_brier = ~lowers  # the change itself: b1 < b0 read float32 rounding
+    stop_brier = ~lowers  # the change itself: a difference of two scores read float32 rounding
     # a failed search's last trial is not an Armijo step, whatever it does to the Brier score
     reason = jnp.where(
       stop_tol,
