@@ -292,6 +292,10 @@ def test_report_on_a_folder_of_models_compares_rankings(tmp_path, capsys):
   (group,) = rep["rank_stability"]
   assert "ConfCE(qua)" in group["errors"]
   assert (out / "rank_stability_C10_n600.png").exists()
+  # the split read is recorded of every model, as the one-model report's source is
+  # (--split val had been indistinguishable from test in report.json; found by a review)
+  one = "(no 'test' split: the file's one data set)"
+  assert [m["source"] for m in rep["models"]] == [f"T{t}.npz {one}" for t in (0.5, 1.0, 2.0)]
 
 
 def test_sweep_markdown_and_json(capsys, tmp_path):
@@ -999,7 +1003,8 @@ def test_report_on_several_models_reads_the_split_it_is_given(tmp_path, capsys, 
   splits = [_split_file(f, 30, 20) for f in files]
   argv = ["report", *files, "--split", "val", "--bins", "7", "--resamples", "0"]
   assert cli.main(argv + ["--out", str(tmp_path / "r")]) == 0
-  ((models,), _), *_ = calls
+  ((models,), kw), *_ = calls
+  assert kw["sources"] == {"m0": "m0.npz (val)", "m1": "m1.npz (val)"}  # recorded in models
   for name, s in zip(["m0", "m1"], splits, strict=True):
     x, y = models[name]
     assert np.asarray(x).shape == (30, 3) and np.asarray(y).tolist() == s["val_labels"].tolist()

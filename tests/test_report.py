@@ -455,13 +455,13 @@ def test_markdown_of_one_model_has_the_first_middle_and_last_bin_count():
   assert report.format_markdown(rep).count(OUTSIDE_NOTE) == 1
 
 
-def _compare_rep():
+def _compare_rep(bins=(5, 10, 20, 50)):
   """A hand-made report of three models: the rank-correlation cells are known exactly."""
   from jaxcal._src import report as R
 
   m = 15
   labs = [report.label(nm, b, m if b else None) for nm, b in R.HEADLINE]
-  bins = [5, 10, 20, 50]
+  bins = list(bins)
   corr = (np.arange(16).reshape(4, 4) / 100).tolist()  # [i][j] = (4 i + j) / 100
   models = ["a", "bb", "c"]
   metrics_ = {
@@ -508,6 +508,11 @@ def test_comparison_summary_and_markdown_read_the_right_cells():
   assert "| c | 0.300 | 0.301 |" in md
   rep["rank_stability"] = []
   assert "no group of >= 3 models" in report.format_summary(rep)
+  # bin counts given out of order: the summary reads the fewest against the most bins,
+  # not the first against the last (found by a review helper)
+  text = report.format_summary(_compare_rep(bins=(50, 5, 20, 10)))
+  assert "kept between 5 and 50 bins" in text
+  assert text.endswith("\n    ConfCE(qua)       0.040")  # [1][0]: 5 (index 1) vs 50 (index 0)
   # an estimate outside its interval is marked and explained, as in the markdown
   lab = text.splitlines()[1].split()[1]
   rep["metrics"]["bb"][lab].update(lo=0.3, hi=0.4, estimate_outside_interval=True)
@@ -906,6 +911,7 @@ def test_compare_report_refuses_bad_options():
     (dict(seed=True), "seed must be an int"),
     (dict(confidence="0.9"), "confidence must be a number"),
     (dict(paths={"m0": "a.npz", "typo": "b.npz"}), r"paths names no model \['typo'\]"),
+    (dict(sources={"typo": "b.npz (val)"}), r"sources names no model \['typo'\]"),
   ]:
     with pytest.raises(ValueError, match=msg):
       report.compare_report(ms, resamples=0, **kw)
@@ -916,6 +922,8 @@ def test_compare_report_refuses_bad_options():
     (ms, dict(rank_bins="520"), "rank_bins must be a sequence"),
     (ms, dict(paths="m0"), "paths must be a dict"),
     (ms, dict(paths={"m0": 3}), r"paths\['m0'\] must be a path"),
+    (ms, dict(sources=["m0"]), "sources must be a dict"),
+    (ms, dict(sources={"m0": 3}), r"sources\['m0'\] must be a str"),
   ]:
     with pytest.raises(TypeError, match=msg):
       report.compare_report(models, resamples=0, **kw)

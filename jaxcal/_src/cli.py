@@ -371,9 +371,9 @@ def _cmd_report(args) -> int:
         "--utilities: a comparison of several models samples no utilities (only one model's "
         "report has UC eCDFs); report each model on its own, or drop --utilities"
       )
-    loaded = {}
+    loaded, sources = {}, {}
     for name, path in models.items():
-      x, y, _, probs = _load(path, args.split, shift_logits=True)
+      x, y, sources[name], probs = _load(path, args.split, shift_logits=True)
       loaded[name] = _for_report(x, y, probs)
     with _user_input():  # compare_report's own checks, before its computation
       report._check_settings(
@@ -389,7 +389,7 @@ def _cmd_report(args) -> int:
         args.interval,
         args.resamples,
       )
-    rep = report.compare_report(loaded, paths=models, **options)
+    rep = report.compare_report(loaded, paths=models, sources=sources, **options)
     paths = report.write_report(rep, out_dir=args.out, formats=args.figures)
   else:
     path = args.predictions[0] if args.predictions else None

@@ -802,6 +802,7 @@ def compare_report(
   interval: str = "percentile",
   seed: int = 0,
   paths: Mapping[str, str] | None = None,
+  sources: Mapping[str, str] | None = None,
 ) -> dict:
   """The report of several models: headline metrics and binning robustness of rankings.
 
@@ -827,6 +828,9 @@ def compare_report(
     interval: the bootstrap interval method.
     seed: the one seed (group ``g`` uses ``jax.random.fold_in(key(seed), g)``).
     paths: name -> input path, recorded in ``models``.
+    sources: name -> a description of the predictions (the file and split
+      read, as ``source`` of :func:`calibration_report`), recorded in
+      ``models``.
 
   Returns:
     A JSON-able dict with ``jaxcal``, ``settings``, ``seeds``, ``models``
@@ -880,6 +884,15 @@ def compare_report(
     for k, v in paths.items():
       if not isinstance(v, str | os.PathLike):
         raise TypeError(f"paths[{k!r}] must be a path, got {type(v).__name__}")
+  if sources is not None:
+    if not isinstance(sources, Mapping):
+      raise TypeError(f"sources must be a dict name -> str, got {type(sources).__name__}")
+    unknown = [k for k in sources if k not in models]
+    if unknown:
+      raise ValueError(f"sources names no model {unknown!r}; the models are {list(models)!r}")
+    for k, v in sources.items():
+      if not isinstance(v, str):
+        raise TypeError(f"sources[{k!r}] must be a str, got {type(v).__name__}")
   shapes = {name: tuple(v[0].shape) for name, v in prepared.items()}
   groups = _groups(shapes, rank_bins, interval, resamples)
   rep: dict[str, Any] = {
@@ -939,6 +952,7 @@ def compare_report(
         {
           "name": name,
           "path": None if not paths or name not in paths else os.path.abspath(paths[name]),
+          "source": None if not sources else sources.get(name),
           "n": int(p_.shape[0]),
           "num_classes": int(p_.shape[1]),
           "kind": "probabilities" if is_probs else "logits",
@@ -1646,7 +1660,8 @@ def _compare_summary(rep: dict) -> str:
     lines.append(f"    ({OUTSIDE_NOTE})")
   for block in rep["rank_stability"]:
     bins = block["num_bins"]
-    a, b = bins[0], bins[-1]
+    i, j = bins.index(min(bins)), bins.index(max(bins))  # the counts as given: any order
+    a, b = bins[i], bins[j]
     lines.append(
       f"  ranking of {len(block['models'])} models (n = {block['n']:,}, C = "
       f"{block['num_classes']}) kept between {a} and {b} bins — Spearman "
@@ -1654,7 +1669,6 @@ def _compare_summary(rep: dict) -> str:
     )
     for lab, v in block["errors"].items():
       bb = v["between_bins"]
-      i, j = 0, len(bins) - 1
       lo = bb.get("lo")
       text = format_interval(
         bb["estimate"][i][j],
@@ -1663,7 +1677,7 @@ def _compare_summary(rep: dict) -> str:
         2,
       )
       lines.append(f"    {lab:17s} {text}")
-    if _unranked(block, [(0, len(bins) - 1)]):
+    if _unranked(block, [(i, j)]):
       lines.append(f"    ({UNRANKED_NOTE})")
   if not rep["rank_stability"]:
     lines.append("  (no group of >= 3 models with the same n and C: no ranking comparison)")
