@@ -82,7 +82,8 @@ leaves, so ``jax.lax.psum(state, axis)`` inside ``shard_map`` merges the
 devices' states (the compensation terms are summed as they are: one extra
 rounding per summand; a ``psum`` adds the counts without the overflow
 check, so a total past 2^31 - 1 is caught only where it wraps to a negative
-count). A :class:`Records` state is gathered with
+count; ``jax.lax.all_gather(state, axis).reduce()`` merges them with every
+sum checked and the compensation kept). A :class:`Records` state is gathered with
 ``jax.lax.all_gather(state, axis)`` and then ``.reduce()``-d. Across
 ``jax.distributed`` processes, :func:`merge_across_processes` gathers every
 process's state and merges them in process order, so every host computes
