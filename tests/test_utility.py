@@ -554,7 +554,7 @@ def test_uc_sweep_chunked_equals_unchunked_and_uc():
   p, y = _data(n=80, c=5, seed=8)
   lin = U.sample_linear(jax.random.PRNGKey(5), 23, 5)
   full = U.uc_sweep(p, y, lin)
-  for chunk in (1, 7):  # 7: 4 chunks of 6, one padded utility
+  for chunk in (1, 7):  # 7: 4 chunks of 6, the last shifted back to end at 23 (one recomputed)
     np.testing.assert_allclose(U.uc_sweep(p, y, lin, chunk_size=chunk), full, atol=1e-7)
   for batch in (
     lin,

@@ -152,6 +152,12 @@ def simplex_atol(dtype: Any) -> float:
   (measured within 8.4e-4), and still rejects every input that is not a
   probability matrix (logits, unnormalised scores, rows summing to 0.999).
 
+  Rows accepted within the tolerance are used as given, not renormalised
+  (as every metric reads its input): a value moves by up to the rows'
+  deficit, e.g. UC of the top-``C`` utility (``u = v = 1`` on the simplex)
+  reads up to the mean of ``|1 - sum_j p_j|``. Divide the rows by their sums first
+  where that matters.
+
   Args:
     dtype: the dtype the probabilities arrive in.
 

@@ -594,9 +594,10 @@ def fit_patching(
     stepsize: initial line-search step: ``"err_over_c"`` (default, ``err/C``),
       ``"quadratic"`` (``err / mean ||w||²``, the minimiser of the Brier
       upper bound without projection), or a float multiplying ``err/C``.
-      Backtracking halves the step up to 30 times; when no trial meets the
-      Armijo condition the fit stops there (``stop_reason`` ``"line search
-      failed"``; pass a smaller ``stepsize``).
+      Backtracking tries at most 30 steps (the first and 29 halvings); when
+      no trial meets the Armijo condition the fit stops there
+      (``stop_reason`` ``"line search failed"``; pass a smaller
+      ``stepsize``).
     seed: PRNG seed of the fresh samples (default 0).
     chunk_size: utilities per chunk in the audit (default: automatic).
     progress: draw a progress bar on stderr when the fit runs longer than
