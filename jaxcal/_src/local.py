@@ -201,7 +201,9 @@ def gaussian_log_kernel(
 
   Reference: Barbera, Perini, De Toni, Passerini & Pugnana (2025),
   "Multiclass Local Calibration with the Jensen-Shannon Distance",
-  arXiv:2510.26566, §4 (Eq. 2) and App. D.3.
+  arXiv:2510.26566, §4 (Eq. 2: "a kernel function k with bandwidth γ") and
+  App. D.3; the Gaussian form ``exp(-||a - b||^2 / (2 γ^2))`` is the
+  authors' code's (the paper names no kernel).
   """
   d2 = squared_distances(a, b, a_sq, b_sq, snap=snap)
   return -d2 / (2.0 * jnp.asarray(bandwidth, d2.dtype) ** 2)
@@ -272,7 +274,8 @@ def nadaraya_watson(
     >>> nadaraya_watson(phi, y, bandwidth=1.0).round(3).tolist()
     [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]
 
-  Reference: Barbera et al. (2025), arXiv:2510.26566, §4 Eq. (2) and §7;
+  Reference: Barbera et al. (2025), arXiv:2510.26566, §4 Eq. (2) and §7
+  (the Gaussian kernel is the authors' code's: the paper names none);
   Nadaraya (1964); Watson (1964).
   """
   # "no" was read as True and None as False: the other estimator, no error

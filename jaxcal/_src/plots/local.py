@@ -84,8 +84,8 @@ def lce_bandwidth_plot(
 
   Reference: Barbera, Perini, De Toni, Passerini & Pugnana (2025),
   "Multiclass Local Calibration with the Jensen-Shannon Distance",
-  arXiv:2510.26566, §4 (LCE, Eq. 2) and App. D.3 (γ = 10 on PCA-50
-  features).
+  arXiv:2510.26566, §3 (LCE, MLCE), §4 Eq. (2) (the Nadaraya–Watson
+  estimate) and App. D.3 (γ = 10 on PCA-50 features).
   """
   # a string was read as one number ('12': one bandwidth 12) and a (1, k) array was
   # flattened: neither is the (k,) row of bandwidths the x axis needs

@@ -11,7 +11,10 @@ refined features ``phi~`` (k) and logits ``g~`` (C), combined residually
 with ``w`` initialised to 1 and ``b ~ N(0, 0.01^2)``: scalars, or one per
 dimension (the authors' code for C > 10). The hidden layer and both heads
 start with ``N(0, 0.01^2)`` weights and zero biases, so that at the start
-``phi' ~ phi_PCA`` and ``g' ~ g`` (the paper's "strong initialisation").
+``phi' ~ phi_PCA`` and ``g' ~ g`` (the paper's "strong initialisation"). The
+zero biases are jaxcal's choice: the paper is silent, and the authors' code
+keeps PyTorch's ``U(+-1/sqrt(fan_in))`` biases there (``g'`` then starts up
+to 0.125 per class from ``g`` at 64 hidden units).
 Training minimises over batches
 
     (1/B) sum_i [ a * d(softmax(g'_i), theta_i) + lambda * CE(y_i, theta_i) ],
@@ -1040,7 +1043,9 @@ def fit_local_net(
   Minimises ``a * d(softmax(g'), theta) + lambda * CE(y, theta)`` over
   batches (see the module docstring for ``phi'``, ``g'``, ``theta`` and the
   alignment distances ``d``). Every default is the value of the paper
-  (App. D.2) or, where the paper is silent, of its authors' code.
+  (App. D.2) or, where the paper is silent, of its authors' code, except
+  the zero initial biases of the hidden layer and heads (see
+  ``init_scale``).
 
   The float options (``bandwidth``, ``lam``, ``alignment_weight``,
   ``dropout``, ``learning_rate``, ``init_scale``) reach the compiled
@@ -1070,7 +1075,9 @@ def fit_local_net(
     alignment_weight: weight of the alignment term (1; 0 trains K-Cal's loss).
     init_scale: standard deviation of the ``N(0, s^2)`` initial weights of
       the hidden layer and both heads, biases 0 (paper: 0.01, so that at the
-      start ``phi' ~ phi_PCA`` and ``g' ~ g``); ``None``: flax's defaults.
+      start ``phi' ~ phi_PCA`` and ``g' ~ g``; the zero biases are
+      jaxcal's choice, the authors' code keeps PyTorch's uniform ones);
+      ``None``: flax's defaults.
     residual_vectors: per-dimension ``w_phi, b_phi, w_g, b_g`` instead of
       scalars; ``None`` (default): vectors when ``C > 10``, as the authors'
       code does.

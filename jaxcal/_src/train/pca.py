@@ -50,9 +50,12 @@ def fit_pca(x: ArrayLike, k: int) -> PCA:
   (the right singular vectors of ``Z``, which scikit-learn's ``PCA`` finds by
   SVD), each with its largest-magnitude entry made positive (deterministic
   signs). The LoCal Nets paper reduces backbone features by PCA to ``k =
-  50``, fitted on the calibration split (App. D.2); the standardisation is
-  jaxcal's choice (a unit that fires on a handful of samples gets a whole
-  component).
+  50``, fitted on the calibration split (App. D.2). The authors' code
+  standardises too (scikit-learn's ``StandardScaler`` before ``PCA``), but
+  refits the scaler on every split, so their test features are scaled by
+  the test split's own statistics; jaxcal scales every split by the
+  calibration split's (a unit that fires on a handful of samples still
+  gets a whole component).
 
   Args:
     x: ``(n, D)`` finite features.
@@ -154,7 +157,8 @@ def standardize(pca: PCA, x: jax.Array) -> jax.Array:
 
   Reference: Barbera et al. (2025), "Multiclass Local Calibration with the
   Jensen-Shannon Distance", arXiv:2510.26566, App. D.2 (the PCA-reduced
-  features of the LoCal Nets; the standardisation is jaxcal's choice).
+  features of the LoCal Nets; scaled by the calibration split's statistics,
+  where the authors' code refits its scaler on every split).
   """
   x = _check_input(pca, x)
   return (x - lift(pca.mean, x.ndim)) / lift(pca.scale, x.ndim)
