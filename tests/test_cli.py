@@ -731,8 +731,11 @@ def test_unnormalised_class_wise_outputs_are_written_as_scores(tmp_path, capsys)
   assert "classwise_scores" in capsys.readouterr().err
 
 
-def test_named_logits_are_logits_whatever_their_values(tmp_path, capsys):
-  # logits (l, 1 - l) lie on the simplex: an array named logits was reported as probabilities
+def test_named_logits_are_never_read_as_probabilities(tmp_path, capsys):
+  # logits (l, 1 - l) lie on the simplex: an array named logits was reported as probabilities.
+  # Then softmax outputs saved as logits were softmaxed again, silently (NLL 1.52 for 0.190;
+  # found by a review helper): rows on the simplex named logits are refused, naming both
+  # ways out, and logits shifted by a constant (the same softmax) are reported as logits.
   rng = np.random.default_rng(0)
   lo = rng.uniform(0.2, 0.8, 600).astype(np.float32)
   z = np.stack([lo, 1 - lo], 1)
@@ -740,6 +743,11 @@ def test_named_logits_are_logits_whatever_their_values(tmp_path, capsys):
   np.savez(tmp_path / "b.npz", logits=z, labels=y)
   out = tmp_path / "r"
   argv = ["report", str(tmp_path / "b.npz"), "--out", str(out), "--resamples", "0"]
+  assert cli.main(argv + ["--utilities", "4", "--figures", ""]) == 2
+  err = capsys.readouterr().err
+  assert "named 'logits' are probabilities" in err and "add a constant" in err
+  assert not out.exists()
+  np.savez(tmp_path / "b.npz", logits=z + 1, labels=y)
   assert cli.main(argv + ["--utilities", "4", "--figures", ""]) == 0
   rep = json.loads((out / "report.json").read_text())
   assert rep["input"]["kind"] == "logits"

@@ -303,7 +303,7 @@ def _load(path: str | None, split: str, shift_logits: bool = False):
         f"{what} (an array named probs is read as probabilities; save logits as 'logits')"
       ) from None
     probs = True
-  elif kind == "logits":  # named logits: logits, whatever their values
+  elif kind == "logits":  # named logits: logits (rows on the simplex were refused at load)
     with _user_input():
       V.check_logits(x, name=path)
     probs = False

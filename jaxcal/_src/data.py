@@ -246,7 +246,9 @@ def load_predictions(path: str | os.PathLike, split: str = "test") -> tuple[np.n
       file holds, non-numeric scores, scores not ``(n, C)``, float64 scores
       that are infinite or beyond float32's range, two score arrays or two
       label arrays (``labels`` and ``y``) to choose from, labels of the
-      wrong shape, non-integral or outside ``[0, C)``. (NaN scores, and inf
+      wrong shape, non-integral or outside ``[0, C)``, an array named
+      ``logits`` that holds probabilities (rows on the simplex: a softmax
+      of them would be a wrong prediction). (NaN scores, and inf
       in float32 files, are left to the metrics' value checks.)
 
   Example:
@@ -336,6 +338,17 @@ def _load_split(
   except ValueError as e:
     raise ValueError(f"{p}: {e}") from None
   kind = "probs" if stem in _PROBS_STEMS else "logits" if stem == "logits" else None
+  # before the shift hides it; float64 read on the device only where the float32 cast is safe
+  if (
+    kind == "logits"
+    and (scores.dtype.itemsize <= 4 or (np.min(scores) >= 0 and np.max(scores) <= 1))
+    and V.looks_like_probs(scores)
+  ):
+    raise ValueError(
+      f"{p}: the scores named 'logits' are probabilities (every entry in [0, 1], every row "
+      "summing to one), and a softmax of probabilities is a wrong prediction; save them as "
+      "'probs' (or, if they really are logits, add a constant: the softmax is unchanged)"
+    )
   if scores.dtype.kind == "f" and scores.dtype.itemsize > 4:
     inf = np.isinf(scores)  # not "beyond the float32 range": inf stays inf, as in float32 files
     if inf.any():
