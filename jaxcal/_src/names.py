@@ -46,8 +46,12 @@ class Metric(NamedTuple):
     kind: ``"l1"`` (ℓ1 error, binned or kernel-smoothed), ``"squared"`` (binned squared error),
       ``"cumulative"``, ``"utility"``, ``"score"`` (a proper score or a
       classification loss, lower is better) or ``"accuracy"`` (higher is better).
-    truthful: whether the papers prove it truthful (reporting the true
-      probabilities minimises its expectation).
+    truthful: whether the papers prove it a truthful calibration error
+      (reporting the true probabilities minimises its expectation). The
+      proper scores (NLL, Brier, spherical) are minimised by the true
+      probabilities too, but they are scores, not calibration errors: the
+      flag is ``False`` for them, as for every error the truthful paper
+      does not prove truthful.
     binning: the binning rule it uses by default (``None`` when not binned).
     description: one line for tables.
   """

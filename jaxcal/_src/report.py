@@ -1365,6 +1365,9 @@ def _unranked(block: dict, cells: list[tuple[int, int]]) -> bool:
   )
 
 
+#: Footnote of the starred (truthful) rows.
+TRUTHFUL_NOTE = "* truthful calibration error: the true probabilities minimise its expectation"
+
 #: Footnote of the rows whose estimate lies outside its own interval.
 OUTSIDE_NOTE = (
   "† the estimate lies outside its bootstrap interval: the error's estimator is biased "
@@ -1571,7 +1574,7 @@ def format_summary(rep: dict, *, figures: Mapping[str, str] | None = None) -> st
       n = 500 samples, C = 10 classes (logits); no intervals (resamples = 0)
         accuracy           0.945   top-1 accuracy
         LinCE_cw(qua;15)*  0.0123  class-wise squared binned error (truthful)
-        (* truthful: reporting the true probabilities minimises its expectation)
+        (* truthful calibration error: the true probabilities minimise its expectation)
   """
   _check_report(rep, "summary")
   if "rank_stability" in rep:
@@ -1587,7 +1590,7 @@ def format_summary(rep: dict, *, figures: Mapping[str, str] | None = None) -> st
   w2 = max((len(r[1]) for r in rows), default=0)
   for name, val, desc in rows:
     lines.append(f"    {name:{w}s}  {val:{w2}s}  {desc}")
-  lines.append("    (* truthful: reporting the true probabilities minimises its expectation)")
+  lines.append(f"    ({TRUTHFUL_NOTE})")
   if _any_outside(rep["metrics"]):
     lines.append(f"    ({OUTSIDE_NOTE})")
   rob = rep.get("robustness")
@@ -1767,7 +1770,7 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
   for name, val, desc in _metric_rows(rep["metrics"]):
     out.append(f"| {name} | {val} | {desc} |")
   out.append("")
-  out.append("\\* truthful: reporting the true probabilities minimises its expectation.")
+  out.append(f"\\{TRUTHFUL_NOTE}.")
   if _any_outside(rep["metrics"]):
     out += ["", OUTSIDE_NOTE + "."]
   rob = rep.get("robustness")

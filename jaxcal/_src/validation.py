@@ -2193,7 +2193,7 @@ def check_features_ok(
 def probs_or_logits(x: Any, name: str = "predictions") -> bool:
   """Whether ``(n, C)`` scores are probabilities (True) or logits (False), refusing to guess.
 
-  The rule of :func:`looks_like_probs`, with two cases taken out. Scores
+  The rule of :func:`looks_like_probs`, with three cases taken out. Scores
   whose every entry is finite and in ``[0, 1]`` and not all rows of which
   sum to one within the simplex tolerance are neither safely probabilities
   (the metrics reject them) nor safely logits (a softmax of probabilities is
@@ -2201,8 +2201,10 @@ def probs_or_logits(x: Any, name: str = "predictions") -> bool:
   0.5 of one (probabilities rounded to a few decimals, say) or some row sums
   to one within the tolerance (probabilities with a corrupt row: one row of
   zeros turned every row's softmax into the report's prediction, ConfECE
-  0.72 for 0.025). Logits of all zeros, or with every row summing far from
-  one (``0.4 p``), stay logits. One more fused reduction, only when the
+  0.72 for 0.025). Scores whose every row sums to one within the tolerance
+  but with an entry outside ``[0, 1]`` (a ``-0.0015``) raise too: they had
+  been read as logits. Logits of all zeros, or with every row summing far
+  from one (``0.4 p``), stay logits. One more fused reduction, only when the
   scores are not probabilities.
 
   Args:
@@ -2232,17 +2234,26 @@ def probs_or_logits(x: Any, name: str = "predictions") -> bool:
     return True
   arr = _device(_matrix(x, name, min_classes=1))
   lo, hi, sum_lo, sum_hi, near = np.asarray(_ranges(arr)).tolist()
+  tol = simplex_atol(arr.dtype)
   unit = lo >= 0.0 and hi <= 1.0  # NaN: False
-  if not (unit and ((sum_lo >= 0.5 and sum_hi <= 1.5) or near <= simplex_atol(arr.dtype))):
+  # every row summing to one: probabilities with an entry just outside [0, 1] (-0.0015)
+  # had been read as logits, and their softmax reported (found by a review helper)
+  ones = sum_lo >= 1.0 - tol and sum_hi <= 1.0 + tol
+  if not (ones or (unit and ((sum_lo >= 0.5 and sum_hi <= 1.5) or near <= tol))):
     return False
   try:
     check_probs(arr, name=name)
   except ValueError as e:
     found = str(e).split(" Pass logits with")[0]  # that advice is for the metrics' keyword
+    seen = "every entry lies in [0, 1]" if unit else "every row sums to one"
+    fix = (
+      "Normalise the rows (p / p.sum(axis=1, keepdims=True))"
+      if unit
+      else "Clip the entries to [0, 1] and normalise the rows"
+    )
     raise ValueError(
-      f"{name}: every entry lies in [0, 1] as in probabilities, but {found} Normalise the "
-      "rows (p / p.sum(axis=1, keepdims=True)); if they are logits, add a constant to "
-      "them (softmax is unchanged) so that they are not read as probabilities."
+      f"{name}: {seen} as in probabilities, but {found} {fix}; if they are logits, add a "
+      "constant to them (softmax is unchanged) so that they are not read as probabilities."
     ) from None
   return True  # pragma: no cover - looks_like_probs said no
 
