@@ -388,9 +388,20 @@ def test_debiased_ce_matches_loop(mode):
 
 
 def test_debiased_ce_more_bins_than_samples_and_vmap():
+  # every bin of one sample: no estimate. An exact 0 had come back for num_bins >= n on
+  # distinct scores, also for a model 97 % confident and always wrong (review helper)
   p, y = P_SMALL[:10], Y_SMALL[:10]
-  assert float(metrics.debiased_ce(p, y, 50)) == pytest.approx(
-    R.debiased_ce(p, y, 50), rel=1e-5, abs=1e-7
+  assert len(np.unique(p.max(1))) == 10
+  for m in (10, 50, 2**63):
+    with pytest.raises(ValueError, match="no bin holds two samples"):
+      metrics.debiased_ce(p, y, m)
+  assert np.isnan(jax.jit(lambda a, b: metrics.debiased_ce(a, b, 50, "marginal"))(p, y))
+  tied = np.repeat(p[:5], 2, axis=0)  # discrete: num_bins = n is one bin per distinct value
+  assert float(metrics.debiased_ce(tied, y, 10)) == pytest.approx(
+    R.debiased_ce(tied, y, 10), rel=1e-5, abs=1e-7
+  )
+  assert float(metrics.debiased_ce(tied, y, 10)) == pytest.approx(
+    float(metrics.debiased_ce(tied, y, 5)), rel=1e-6
   )
   pb, yb = np.stack([P_SMALL, P_SMALL[::-1]]), np.stack([Y_SMALL, Y_SMALL])
   out = jax.vmap(lambda a, b: metrics.debiased_ce(a, b, 5))(pb, yb)
@@ -828,15 +839,16 @@ def test_debiased_ce_bin_counts_above_n_act_as_n():
   """Any count above n gives the value at n (the docstring's rule), without per-bin arrays of
   that size: 2**24 + 1 used to raise, 10**7 allocated 400 MB for 100 samples."""
   rng = np.random.default_rng(0)
-  p = rng.dirichlet(np.ones(3), 100).astype(np.float32)
-  y = rng.integers(0, 3, 100)
+  p = np.repeat(rng.dirichlet(np.ones(3), 50).astype(np.float32), 2, axis=0)  # tied pairs:
+  y = rng.integers(0, 3, 100)  # at n bins each bin holds two samples (distinct: no estimate)
   for mode in ("top_label", "marginal"):
     at_n = float(metrics.debiased_ce(p, y, 100, mode, squared=True))
+    assert np.isfinite(at_n) and at_n != 0.0
     for m in (101, 10**7, 2**24 + 1, 2**40):
       assert float(metrics.debiased_ce(p, y, m, mode, squared=True)) == at_n, (mode, m)
     got = np.asarray(metrics.debiased_ce(p, y, np.array([5, 10**8]), mode, squared=True))
-    np.testing.assert_array_equal(
-      got, [float(metrics.debiased_ce(p, y, 5, mode, squared=True)), at_n]
+    np.testing.assert_allclose(  # one compiled call for both counts: float32 rounding
+      got, [float(metrics.debiased_ce(p, y, 5, mode, squared=True)), at_n], rtol=1e-6
     )
   with pytest.raises(ValueError, match="num_bins must be >= 1, got 0"):
     metrics.debiased_ce(p, y, 0)

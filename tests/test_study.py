@@ -553,6 +553,13 @@ def test_bad_inputs(logits):
     jaxcal.evaluate(x, yy, ["brier"], utilities={1: a, "1": b}, from_logits=True)
   with pytest.raises(ValueError, match="names must be strings, one per model; got None"):
     jaxcal.evaluate([x[0], x[1]], [yy[0], yy[1]], ["brier"], names=[None, "b"], from_logits=True)
+  # names given with a dict replaced its keys by position while the labels stayed matched
+  # by key: model "a"'s Brier was reported as "b"'s (found by a review helper)
+  two = {"a": x[0], "b": x[1]}
+  with pytest.raises(ValueError, match=r"a dict of predictions is named by its keys \['a', 'b'\]"):
+    jaxcal.evaluate(two, {"a": yy[0], "b": yy[1]}, ["brier"], names=["b", "a"], from_logits=True)
+  same = jaxcal.evaluate(two, yy[0], ["brier"], names=("a", "b"), from_logits=True)
+  assert list(same.models) == ["a", "b"]
   mixed = jaxcal.evaluate({0: x[0], "b": x[1]}, yy[0], ["brier"], from_logits=True)
   assert list(mixed.models) == ["0", "b"]
   want = [scores.brier(x[i], yy[0], from_logits=True) for i in range(2)]

@@ -19,8 +19,9 @@ continuous predictions, i.e. ``lower_bound_scaling_ce`` with 15
 ``get_equal_bins`` bins. That function first tests whether the
 predictions look discrete (fewer distinct values than a quarter of the
 samples in every column) and then uses one bin per distinct value instead;
-jaxcal always uses the equal-mass bins (pass ``num_bins`` explicitly for
-discrete predictors).
+jaxcal always uses the equal-mass bins; for discrete predictors pass
+``num_bins = n`` (one part per sample: the midpoint cuts then fall between
+distinct values only, which is the package's ``get_discrete_bins``).
 """
 
 from __future__ import annotations
@@ -66,15 +67,20 @@ def _row_sq(s, b, m, max_bins, where=None):
   gap = sums[:, 0] / safe
   ybar = sums[:, 1] / safe
   per = gap**2 - ybar * (1.0 - ybar) / (safe - 1.0)
-  return jnp.sum(jnp.where(ok, cnt * per, 0.0)) / jnp.asarray(n, s.dtype)
+  sq = jnp.sum(jnp.where(ok, cnt * per, 0.0)) / jnp.asarray(n, s.dtype)
+  # no bin of two samples: no estimate (an exact 0 had come back for num_bins >= n)
+  return jnp.where(jnp.any(ok), sq, jnp.nan)
 
 
 def _debiased_core(p, y, m, where=None, *, max_bins, mode, squared):
   s, b = _binary_rows(p, y, mode)
   sq = map_rows(lambda si, bi: _row_sq(si, bi, m, max_bins, where), s, b)  # 8 rows at a time
+  mean = jnp.mean(sq)  # NaN where a row has no bin of two samples
   if squared:
-    return jnp.mean(sq)
-  return safe_sqrt(jnp.mean(jnp.maximum(sq, 0.0)))  # all clipped to 0: a zero gradient, not NaN
+    return mean
+  # all clipped to 0: a zero gradient, not NaN; the NaN kept explicitly (XLA:CPU's maximum
+  # drops it under some compile options)
+  return jnp.where(jnp.isnan(mean), mean, safe_sqrt(jnp.mean(jnp.maximum(sq, 0.0))))
 
 
 @V.same_arguments
@@ -104,6 +110,11 @@ def debiased_ce(
     labels: ``(n,)`` integer labels.
     num_bins: bins per column (default 15); values above ``n`` act as ``n``.
       An int, or an int array (one compiled call; the result has its shape).
+      Bins of one sample are dropped but ``n`` still counts them, so the
+      estimate shrinks toward 0 as ``num_bins`` nears ``n``; keep ``n /
+      num_bins >= 2`` on distinct scores. For discrete predictors,
+      ``num_bins = n`` gives the package's one bin per distinct value
+      (midpoint cuts fall between distinct values only).
     mode: ``"top_label"`` (default) or ``"marginal"``.
     squared: return the debiased squared error itself (the mean of ``SQ_c``
       for marginal), unclipped and without the square root; it can be
@@ -119,7 +130,8 @@ def debiased_ce(
 
   Raises:
     ValueError: bad probabilities or labels, ``num_bins < 1``, an unknown
-      ``mode`` or a ``squared`` that is not a bool.
+      ``mode`` or a ``squared`` that is not a bool; eagerly, no bin of two
+      samples (NaN under ``jit``).
 
   Example:
     >>> import jax.numpy as jnp
@@ -139,4 +151,11 @@ def debiased_ce(
   rows = np.shape(probs)[0] if np.ndim(probs) == 2 and np.shape(probs)[0] else None
   bins = V.check_bins(num_bins, "fixed", max_bins, at_most=rows)._replace(binning=None)
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
-  return _run(_debiased_core, d, bins, mode=mode, squared=V.check_flag(squared, "squared"))
+  out = _run(_debiased_core, d, bins, mode=mode, squared=V.check_flag(squared, "squared"))
+  if V.is_concrete(out) and bool(jnp.any(jnp.isnan(out))):  # eager: inputs checked, so no bin
+    raise ValueError(
+      "debiased_ce: no bin holds two samples (every bin of the equal-mass rule has one, as "
+      "num_bins >= n does on distinct scores), so there is no estimate; use fewer bins "
+      "(n / num_bins >= 2)"
+    )
+  return out

@@ -378,7 +378,13 @@ def _models(predictions: Any, labels: Any, names: Sequence[str] | None):
       ys = [labels[k] for k in keys]
     else:
       ys = [labels] * len(xs)
-    names = [str(k) for k in keys] if names is None else names
+    own = [str(k) for k in keys]
+    if names is not None and list(names) != own:  # matched by position: relabelled the models
+      raise ValueError(
+        f"names {list(names)!r}: a dict of predictions is named by its keys {own!r}, and its "
+        "labels are matched by key; drop names (or rename the keys)"
+      )
+    names = own
   elif isinstance(predictions, (list, tuple)):
     xs = list(predictions)
     if isinstance(labels, (list, tuple)):
@@ -1096,7 +1102,8 @@ def evaluate(
       several class counts.
     from_logits: ``predictions`` are logits (a softmax is applied inside
       the compiled call).
-    names: model names (default: the dict keys, or ``model_0``, ...).
+    names: model names (default: the dict keys, or ``model_0``, ...); a
+      dict is named by its keys (other ``names`` are refused).
     mesh: a ``jax.sharding.Mesh`` with axes ``("models", "utilities")`` or
       ``("models",)``; default: every device, see the module notes.
     chunk_size: utilities evaluated together per device in UC sweeps
