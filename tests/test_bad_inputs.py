@@ -815,6 +815,30 @@ def test_checked_mode_raises_where_eager_raises_for_traced_arguments(name):
     jaxcal.checked(jax.jit(fn))(*args)
 
 
+@pytest.mark.parametrize("name", ["conf_ce", "classwise_ce", "binary_ce", "conf_ce_corr"])
+def test_checked_mode_raises_for_quantile_bins_above_a_traced_selection(name):
+  """Quantile bins outnumbering the samples a traced ``where`` selects: an eager call
+  raises, but ``checked(jit)`` and ``vmap`` returned the value at n bins with no error
+  (found by a review helper); plain ``jit`` keeps the documented value at n bins."""
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(3), 60).astype(np.float32)
+  y = rng.integers(0, 3, 60)
+  w = np.arange(60) < 5  # 5 samples for 15 bins
+  if name == "binary_ce":  # (n,) scores of one event
+    p, y = p[:, 0], (y == 0).astype(np.int32)
+  fn = functools.partial(getattr(metrics, name), num_bins=15)
+  msg = r"quantile binning with num_bins = 15 needs at least that many samples, got n = 5 sel"
+  with pytest.raises(ValueError, match=msg):
+    fn(p, y, where=w)
+  assert np.isfinite(jax.jit(lambda m: fn(p, y, where=m))(w))
+  with pytest.raises(ValueError, match=msg):
+    jaxcal.checked(jax.jit(lambda m: fn(p, y, where=m)))(w)
+  masks = np.stack([np.ones(60, bool), w])
+  with pytest.raises(ValueError, match=r"num_bins = 15 needs at least that many samples"):
+    jaxcal.checked(jax.vmap(lambda m: fn(p, y, where=m)))(masks)
+  jaxcal.checked(jax.vmap(lambda m: fn(p, y, where=m)))(masks[:1])  # enough samples: no error
+
+
 @pytest.mark.parametrize("method", ["vector", "platt", "histogram", "dirichlet"])
 def test_checked_mode_raises_for_a_class_without_a_sample_in_a_fit(method):
   # The traced fit folded a missing class into NaN parameters; checked mode

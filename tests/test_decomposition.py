@@ -164,6 +164,11 @@ def test_classwise_log_score_clips_probabilities_within_the_tolerance():
     (dict(probs=np.array([[0.5, 0.6], [0.5, 0.5]])), "sum to 1"),
     (dict(probs=np.array([[0.5, np.nan], [0.5, 0.5]])), "non-finite"),
     (dict(probs=np.array([[1.5, 0.6], [0.5, 0.5]]), require_simplex=False), r"\[0, 1\]"),
+    # -log q_y off the simplex: all-ones rows scored 0 and MCB was -log 3 (review helper)
+    (
+      dict(probs=np.ones((2, 2)), score="log", mode="normalized", require_simplex=False),
+      r"score='log' with mode='normalized' needs rows on the simplex",
+    ),
     (dict(labels=np.array([0, 2])), "labels"),
     (dict(probs=np.ones(3) / 3), "shape"),
   ],

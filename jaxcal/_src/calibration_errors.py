@@ -423,13 +423,17 @@ def _run(
   if staged:
     x, y = _row_stage(rows, d.from_logits)(x, y), None
   out, count = V.run_checked(d, f, x, y, d.where, m_arr, *extra)
-  if bins.binning == "quantile" and bins.largest is not None and isinstance(count, int):
-    if bins.largest > count:
-      raise ValueError(
-        f"too few samples for the bins: quantile binning with num_bins = {bins.largest} "
-        f"needs at least that many samples, got n = {count}"
-        + (" selected by where" if d.where is not None else "")
-      )
+  if bins.binning == "quantile" and bins.largest is not None:
+    what = (
+      f"too few samples for the bins: quantile binning with num_bins = {bins.largest} "
+      "needs at least that many samples, got n = {n}"
+      + (" selected by where" if d.where is not None else "")
+    )
+    if isinstance(count, int):
+      if bins.largest > count:
+        raise ValueError(what.format(n=count))
+    elif count is not None:  # a traced where: checked mode raises as an eager call does
+      V.trace_check(jnp.all(count >= bins.largest), what, n=count)
   if batched:
     out = out.reshape(np.shape(m))
   return V.fold(out, d.ok)
@@ -559,7 +563,8 @@ def conf_ece(
     ValueError: bad probabilities, labels, mask or bin counts, or quantile
       bins outnumbering the samples (on eager calls; under ``jit`` invalid
       values give NaN, see :func:`jaxcal.checked`, and a traced count above
-      ``n`` leaves bins empty, the value of ``m = n``).
+      ``n`` leaves bins empty, the value of ``m = n``; in :func:`jaxcal.checked` a concrete count
+      above the samples a traced ``where`` selects raises).
 
   Example:
     >>> import jax.numpy as jnp
@@ -620,7 +625,8 @@ def conf_ce(
   Raises:
     ValueError: bad probabilities, labels, mask or bin counts, or quantile
       bins outnumbering the samples (eager calls; a traced count above ``n``
-      leaves bins empty, the value of ``m = n``).
+      leaves bins empty, the value of ``m = n``; in :func:`jaxcal.checked` a concrete count
+      above the samples a traced ``where`` selects raises).
 
   Example:
     >>> import jax.numpy as jnp
@@ -676,7 +682,8 @@ def conf_ce_corr(
   Raises:
     ValueError: bad probabilities, labels, mask or bin counts, or quantile
       bins outnumbering the samples (eager calls; a traced count above ``n``
-      leaves bins empty, the value of ``m = n``).
+      leaves bins empty, the value of ``m = n``; in :func:`jaxcal.checked` a concrete count
+      above the samples a traced ``where`` selects raises).
 
   Example:
     >>> import jax.numpy as jnp
@@ -731,7 +738,8 @@ def classwise_ce(
   Raises:
     ValueError: bad probabilities, labels, mask or bin counts, or quantile
       bins outnumbering the samples (eager calls; a traced count above ``n``
-      leaves bins empty, the value of ``m = n``).
+      leaves bins empty, the value of ``m = n``; in :func:`jaxcal.checked` a concrete count
+      above the samples a traced ``where`` selects raises).
 
   Example:
     >>> import jax.numpy as jnp
@@ -797,7 +805,9 @@ def classwise_ece(
   Raises:
     ValueError: bad probabilities, labels, mask, class weights or bin counts,
       or quantile bins outnumbering the samples (eager calls; a traced count
-      above ``n`` leaves bins empty, the value of ``m = n``).
+      above ``n`` leaves bins empty, the value of ``m = n``; in
+      :func:`jaxcal.checked` a concrete count above the samples a traced
+      ``where`` selects raises).
 
   Example:
     >>> import jax.numpy as jnp

@@ -184,7 +184,8 @@ def decompose(
   class probabilities (PAV per class, ties pooled) and ``phat_0`` the class
   frequencies. ``mode="classwise"`` (CW) uses the fits as they are: for the
   Brier score this is the CORP decomposition of each binary summand, with
-  ``MCB >= 0`` and ``DSC >= 0``; ``mode="normalized"`` (N) divides each row of
+  ``MCB >= 0`` and ``DSC >= 0`` (up to float32 rounding: a constant
+  forecast's DSC can read ``-2e-8``); ``mode="normalized"`` (N) divides each row of
   fits by its sum (the stronger, multiclass notion of calibration).
 
   Scores (means over samples):
@@ -203,7 +204,9 @@ def decompose(
     score: ``"brier"`` or ``"log"``.
     mode: ``"classwise"`` or ``"normalized"``.
     require_simplex: check that rows sum to one; pass ``False`` for
-      class-wise predictions in ``[0, 1]`` that need not (e.g. CW-HB output).
+      class-wise predictions in ``[0, 1]`` that need not (e.g. CW-HB output;
+      refused with ``score="log", mode="normalized"``, whose ``-log q_y`` is
+      proper on the simplex only).
     where: optional ``(n,)`` bool mask; masked-out samples are left out of
       the fits and the means (as if absent).
 
@@ -212,9 +215,10 @@ def decompose(
     ``score == mcb - dsc + unc`` up to rounding.
 
   Raises:
-    ValueError: unknown ``score``/``mode``, bad shapes, NaN, values outside
-      ``[0, 1]``, rows off the simplex (with ``require_simplex``), labels out
-      of range, an empty mask (eager calls; NaN under ``jit``).
+    ValueError: unknown ``score``/``mode``, the normalized log score
+      without ``require_simplex``, bad shapes, NaN, values outside ``[0,
+      1]``, rows off the simplex (with ``require_simplex``), labels out of
+      range, an empty mask (eager calls; NaN under ``jit``).
 
   Example:
     >>> import jax.numpy as jnp
@@ -232,7 +236,14 @@ def decompose(
     raise ValueError(f"score must be one of {_SCORES}, got {score!r}")
   if mode not in _MODES:
     raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-  d = V.check_predictions(
-    probs, labels, where=where, simplex=V.check_flag(require_simplex, "require_simplex")
-  )
+  simplex = V.check_flag(require_simplex, "require_simplex")
+  if score == "log" and mode == "normalized" and not simplex:
+    # -log q_y is proper on the simplex only: all-ones rows scored 0 (perfect) and MCB
+    # came out negative (-log 3), with no error (found by a review helper)
+    raise ValueError(
+      "score='log' with mode='normalized' needs rows on the simplex (the multiclass log "
+      "loss -log q_y is a proper score only there); keep require_simplex=True, or use "
+      "mode='classwise' (binary log losses) or score='brier' for class-wise outputs"
+    )
+  d = V.check_predictions(probs, labels, where=where, simplex=simplex)
   return V.fold(_decompose(d.scores, d.labels, score=score, mode=mode, where=d.where), d.ok)
