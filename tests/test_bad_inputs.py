@@ -876,3 +876,27 @@ def test_bad_input_under_disable_jit_gives_the_message(call):
   with jax.disable_jit(), pytest.raises(ValueError) as got:
     call()
   assert str(got.value) == want
+
+
+def test_longdouble_inputs_are_read_as_float64_and_string_masks_refused():
+  """``np.longdouble`` arrays raised JAX's TypeError naming an internal function (or "Dtype
+  float128 is not a valid JAX array type"); ``bin_ids(where="yes")`` raised JAX's TypeError
+  where every other ``where`` names the mask (found by a review helper)."""
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(3), 50)
+  y = rng.integers(0, 3, 50)
+  wide = p.astype(np.longdouble)
+  for fn in (
+    scores.brier,
+    metrics.conf_ece,
+    lambda a, b: utility.uc(a, b, utility.top_class()).value,
+  ):
+    assert float(fn(wide, y)) == float(fn(p, y))
+  got = jaxcal.recalibrate.fit_temperature(np.log(wide), y)
+  assert float(got.temperature) == float(
+    jaxcal.recalibrate.fit_temperature(np.log(p), y).temperature
+  )
+  with pytest.raises(
+    ValueError, match=r"where must be a bool array \(a sample mask\), got dtype <U3"
+  ):
+    metrics.bin_ids(p[:, 0], 2, where="yes")

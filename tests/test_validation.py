@@ -452,6 +452,7 @@ def test_probabilities_off_the_simplex_are_not_taken_for_logits():
   with pytest.raises(ValueError, match=r"predictions: every row sums to one"):
     report.calibration_report(q, np.zeros(len(q), int), num_utilities=0, resamples=0)
   assert not V.probs_or_logits(np.log(p) - np.log(p).mean(1, keepdims=True))  # rows sum to 0
+  assert not V.probs_or_logits(np.array([[2.0, -1.0], [1.5, -0.5]]))  # logits summing to one
   for fn in (V.looks_like_probs, V.probs_or_logits):  # a Python bool: not under jit
     with pytest.raises(TypeError, match=rf"{fn.__name__} needs a concrete array"):
       jax.jit(fn)(p)

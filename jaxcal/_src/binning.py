@@ -357,9 +357,11 @@ def masked_last(scores: jax.Array, where: jax.Array | None) -> jax.Array:
 
 def _check_where(where: ArrayLike, n: int) -> jax.Array:
   """An ``(..., n)`` bool sample mask, as a JAX array."""
-  w = jnp.asarray(where)
+  # a host value is read as numpy first: jnp.asarray("yes") raised JAX's own TypeError
+  w = where if isinstance(where, jax.Array | jax.core.Tracer) else V.host_array(where, "where")
   if w.dtype != jnp.bool_:
     raise ValueError(f"where must be a bool array (a sample mask), got dtype {w.dtype}")
+  w = jnp.asarray(w)
   if w.ndim < 1 or w.shape[-1] != n:
     raise ValueError(f"where must have shape (n,) = ({n},), got {tuple(w.shape)}")
   return w

@@ -1003,7 +1003,9 @@ def host_array(x: Any, name: str) -> np.ndarray:
   included: they would be used as if valid. A masked array with a masked
   entry is refused (one without is its data). Big-endian (non-native) arrays
   are converted to native order: JAX refuses them, and a native-order view of
-  their bytes read ``'>i8'`` labels ``k * 2**56`` as ``k``.
+  their bytes read ``'>i8'`` labels ``k * 2**56`` as ``k``. ``np.longdouble``
+  arrays become float64 (JAX has no wider float; jaxcal computes in float32,
+  or float64 under x64).
 
   Raises:
     ValueError: ``x`` is a masked array with masked entries, or not an array
@@ -1029,6 +1031,8 @@ def host_array(x: Any, name: str) -> np.ndarray:
     raise ValueError(f"{name} must be a numeric array, got {type(x).__name__}: {e}") from None
   if not a.dtype.isnative:
     a = a.astype(a.dtype.newbyteorder("="))
+  if a.dtype.kind == "f" and a.dtype.itemsize > 8:  # np.longdouble: JAX has no such dtype
+    a = a.astype(np.float64)  # (JAX's own TypeError named an internal function)
   return a
 
 
@@ -2202,8 +2206,8 @@ def probs_or_logits(x: Any, name: str = "predictions") -> bool:
   to one within the tolerance (probabilities with a corrupt row: one row of
   zeros turned every row's softmax into the report's prediction, ConfECE
   0.72 for 0.025). Scores whose every row sums to one within the tolerance
-  but with an entry outside ``[0, 1]`` (a ``-0.0015``) raise too: they had
-  been read as logits. Logits of all zeros, or with every row summing far
+  with an entry just outside ``[0, 1]`` (within ``[-0.05, 1.05]``: a
+  ``-0.0015``) raise too: they had been read as logits. Logits of all zeros, or with every row summing far
   from one (``0.4 p``), stay logits. One more fused reduction, only when the
   scores are not probabilities.
 
@@ -2236,9 +2240,10 @@ def probs_or_logits(x: Any, name: str = "predictions") -> bool:
   lo, hi, sum_lo, sum_hi, near = np.asarray(_ranges(arr)).tolist()
   tol = simplex_atol(arr.dtype)
   unit = lo >= 0.0 and hi <= 1.0  # NaN: False
-  # every row summing to one: probabilities with an entry just outside [0, 1] (-0.0015)
-  # had been read as logits, and their softmax reported (found by a review helper)
-  ones = sum_lo >= 1.0 - tol and sum_hi <= 1.0 + tol
+  # every row summing to one, entries near [0, 1]: probabilities with an entry just outside
+  # (-0.0015) had been read as logits, and their softmax reported (found by a review
+  # helper); logits such as (2, -1) sum to one too, and stay logits
+  ones = sum_lo >= 1.0 - tol and sum_hi <= 1.0 + tol and lo >= -0.05 and hi <= 1.05
   if not (ones or (unit and ((sum_lo >= 0.5 and sum_hi <= 1.5) or near <= tol))):
     return False
   try:
