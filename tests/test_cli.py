@@ -1016,3 +1016,83 @@ def test_report_on_several_models_reads_the_split_it_is_given(tmp_path, capsys, 
   for name, s in zip(["m0", "m1"], splits, strict=True):
     x, y = models[name]
     assert np.asarray(x).shape == (30, 3) and np.asarray(y).tolist() == s["val_labels"].tolist()
+
+
+def test_a_report_into_an_earlier_reports_folder_keeps_only_its_own_figures(
+  tmp_path, capsys, monkeypatch
+):
+  """A second report into one folder left the first one's figures of other names and
+  formats beside its report.json (reliability.pdf of one model beside a comparison of
+  two, written as PNG; found by a review helper); --format json printed the timing
+  unrounded (15.0479 for the written 15.0)."""
+  from jaxcal._src import report
+
+  x, y = data.default_predictions()
+  files = [tmp_path / "a.npz", tmp_path / "b.npz"]
+  for t, f in zip((1.0, 2.0), files):
+    np.savez(f, logits=np.asarray(x[:300]) / t, labels=np.asarray(y[:300]))
+  compare = report.compare_report
+
+  def timed(*args, **kwargs):  # a timing with more than three digits
+    rep = compare(*args, **kwargs)
+    rep["timing"]["total_s"] = 15.0479
+    return rep
+
+  monkeypatch.setattr(report, "compare_report", timed)
+  out = tmp_path / "rep"
+  one = ["report", str(files[0]), "--out", str(out), "--resamples", "0", "--utilities", "0"]
+  assert cli.main(one + ["--figures", "png,pdf"]) == 0
+  stems = ("reliability", "smooth_reliability", "bin_robustness")
+  written = json.loads((out / "report.json").read_text())["files"]
+  assert written == [f"{s}.{f}" for s in stems for f in ("png", "pdf")] + ["report.json"]
+  (out / "notes.pdf").write_bytes(b"%PDF")  # not the report's: kept
+  two = ["report", *map(str, files), "--out", str(out), "--resamples", "0", "--figures", "png"]
+  capsys.readouterr()
+  assert cli.main(two + ["--format", "json"]) == 0
+  printed = json.loads(capsys.readouterr().out)
+  rep = json.loads((out / "report.json").read_text())
+  assert printed == rep and rep["timing"] == {"total_s": 15.0}  # what was written
+  assert rep["files"] == ["intervals_ConfECE.png", "intervals_ConfCE_corr.png"] + [
+    "intervals_LinCE_cw.png",
+    "report.json",
+  ]
+  assert sorted(p.name for p in out.iterdir()) == sorted(rep["files"] + ["notes.pdf"])
+  for _ in range(2):  # the first report again, twice: its files and nothing else
+    assert cli.main(one + ["--figures", "png,pdf"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(written + ["notes.pdf"])
+
+
+def test_the_source_of_a_missing_split_says_which_arrays_were_read(tmp_path):
+  """A file of logits/labels and val_* arrays read for --split test was "the file's one
+  data set" although it holds two (found by a review helper)."""
+  x = np.eye(3, dtype=np.float32)[[0, 1, 2, 0]] * 2.0
+  y = np.array([0, 1, 2, 0])
+  both = tmp_path / "both.npz"
+  np.savez(both, logits=x, labels=y, val_logits=x, val_labels=y)
+  assert cli._load(str(both), "test")[2] == (
+    "both.npz (no 'test' split: its unprefixed arrays; it also holds split 'val')"
+  )
+  assert cli._load(str(both), "val")[2] == "both.npz (val)"
+  folder = tmp_path / "npy"  # a folder of .npy files: the same names
+  folder.mkdir()
+  for name, a in dict(probs=x / 2, labels=y, val_scores=x, val_labels=y, tr_logits=x).items():
+    np.save(folder / f"{name}.npy", a)  # (tr_logits without tr_labels: no split)
+  np.save(folder / "train_logits.npy", x)
+  np.save(folder / "train_labels.npy", y)
+  assert cli._load(str(folder), "test")[2].endswith("it also holds splits 'train', 'val')")
+  one = tmp_path / "one.npz"
+  np.savez(one, logits=x, labels=y)
+  assert cli._load(str(one), "test")[2] == "one.npz (no 'test' split: the file's one data set)"
+  np.save(tmp_path / "s.npy", x)
+  np.save(tmp_path / "l.npy", y)
+  pair = f"{tmp_path / 's.npy'},{tmp_path / 'l.npy'}"
+  assert cli._load(pair, "val")[2] == "s.npy (no 'val' split: the file's one data set)"
+
+
+def test_the_readme_names_every_method_of_the_recalibrate_help():
+  """`kcal` (K-Cal) is listed by jaxcal recalibrate --help but the README named neither it
+  nor fit_kcal (found by a review helper)."""
+  readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+  missing = [m for m in cli.RECALIBRATION_METHODS if not re.search(rf"[`.]fit_{m}`", readme)]
+  assert missing == []
+  assert '`fit("kcal"' in readme

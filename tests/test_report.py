@@ -1164,3 +1164,102 @@ def test_find_models_refuses_a_path_that_is_not_a_string(tmp_path):
   np.savez(tmp_path / "b.npz", **z)
   assert report.find_models(tmp_path) == report.find_models(str(tmp_path))
   assert report.find_models(tmp_path)["a"] == str(tmp_path / "a.npz")
+
+
+def test_a_report_removes_only_the_figures_an_earlier_report_listed(tmp_path):
+  """An earlier report's figures of other names or formats stayed beside a new report.json
+  and contradicted it (found by a review helper): report.json lists the files written, and
+  the next write removes those it listed and does not rewrite; nothing else."""
+  import os
+
+  out = tmp_path / "rep"
+  out.mkdir()
+  (tmp_path / "outside.png").write_bytes(b"x")
+  (out / "sub.png").mkdir()
+  for name in ("old.png", "old.pdf", "notes.pdf", "data.npz", "listed.txt", ".hidden.png"):
+    (out / name).write_bytes(b"x")
+  os.symlink(tmp_path / "outside.png", out / "link.png")
+  listed = ["old.png", "old.pdf", "../outside.png", str(tmp_path / "outside.png"), "sub.png"]
+  listed += ["link.png", "data.npz", "listed.txt", ".hidden.png", "gone.svg", 3, None]
+  (out / "report.json").write_text(json.dumps({"files": listed}))
+  bare = {"settings": {"num_bins": 15}, "metrics": {"accuracy": {"estimate": 0.9}}}
+  report.write_report({**bare, "files": ["stale"]}, out_dir=str(out), formats=())
+  assert json.loads((out / "report.json").read_text())["files"] == ["report.json"]
+  left = sorted(p.name for p in out.iterdir())  # old.png and old.pdf removed
+  kept = [".hidden.png", "data.npz", "link.png", "listed.txt", "notes.pdf", "report.json"]
+  assert left == [*kept, "sub.png"] and (out / "sub.png").is_dir()  # (a folder: kept)
+  assert (tmp_path / "outside.png").exists() and (out / "link.png").is_symlink()
+  # a report of other formats into the folder of another: only the new one's figures stay
+  out = tmp_path / "again"
+  report.write_report(_one_model_rep(), out_dir=str(out), formats=("png", "pdf"))
+  files = ["bin_robustness.png", "bin_robustness.pdf", "report.json"]
+  assert json.loads((out / "report.json").read_text())["files"] == files
+  report.write_report(_one_model_rep(), out_dir=str(out), formats=("svg", "png"))
+  files = ["bin_robustness.svg", "bin_robustness.png", "report.json"]
+  assert json.loads((out / "report.json").read_text())["files"] == files
+  assert sorted(p.name for p in out.iterdir()) == sorted(files)
+  # an earlier report.json that is no report of this jaxcal's: nothing removed
+  for text in ("not json", '["old.png"]', '{"files": "old.png"}', '{"metrics": {}}'):
+    (out / "old.png").write_bytes(b"x")
+    (out / "report.json").write_text(text)
+    report.write_report(bare, out_dir=str(out), formats=())
+    assert (out / "old.png").exists()
+
+
+def test_comparison_tables_name_their_group_and_mark_correlations_outside_their_interval():
+  """Two groups' ranking tables had the same title, and a correlation outside its own
+  interval had no † (the models' table marks its estimates; found by a review helper)."""
+  from jaxcal._src.report import OUTSIDE_NOTE, RANK_OUTSIDE_NOTE
+
+  rep = _compare_rep()
+  other = json.loads(json.dumps(rep["rank_stability"][0]))
+  other.update(n=10_000, num_classes=100, models=["d", "e", "f"])
+  rep["rank_stability"].append(other)
+  md = report.format_markdown(rep)
+  assert "Spearman correlation of the ranking of 3 models (n = 600, C = 10: a, bb, c):" in md
+  assert "of 3 models (n = 10,000, C = 100: d, e, f):" in md
+  assert "†" not in md
+  corr = np.arange(16).reshape(4, 4) / 100  # [i][j] = (4 i + j) / 100
+  bb = rep["rank_stability"][1]["errors"]["ConfCE(qua)"]["between_bins"]
+  bb["lo"], bb["hi"] = (corr - 0.005).tolist(), (corr + 0.005).tolist()
+  bb["lo"][0][3] = 0.04  # 5 vs 50 bins: 0.03 lies below [0.04, 0.035]
+  rep["settings"]["resamples"] = 10
+  md = report.format_markdown(rep)
+  assert "| ConfCE(qua) | 0.020 [0.015, 0.025] | 0.030 [0.040, 0.035] † | 0.11 [0.10, 0.12] |" in md
+  assert md.count(RANK_OUTSIDE_NOTE) == 1 and OUTSIDE_NOTE not in md
+  assert md.index("(n = 10,000") < md.index(RANK_OUTSIDE_NOTE)  # below its table
+  text = report.format_summary(rep)  # the summary reads 5 vs 50 bins: marked there too
+  assert "    ConfCE(qua)       0.030 [0.040, 0.035] †" in text
+  assert text.count(RANK_OUTSIDE_NOTE) == 1
+  bb2 = rep["rank_stability"][0]["errors"]["ConfCE(qua)"]["between_bins"]
+  bb2["lo"], bb2["hi"] = bb["lo"], bb["hi"]  # both groups marked: the note comes once
+  assert report.format_markdown(rep).count(RANK_OUTSIDE_NOTE) == 1
+  assert report.format_summary(rep).count(RANK_OUTSIDE_NOTE) == 1
+
+
+def test_a_collapsed_bca_interval_is_not_explained_as_a_shifted_spread():
+  """With --interval bca, [1.61e-6, 1.61e-6] was footnoted as "the spread of the estimate,
+  shifted"; a collapsed BCa interval is named as such (found by a review helper)."""
+  from jaxcal._src.report import COLLAPSED_NOTE, OUTSIDE_NOTE
+
+  rep = _one_model_rep()
+  rep["settings"]["interval"] = "bca"
+  lab = "LinCE_cw(qua;15)"
+  rep["metrics"][lab].update(lo=1.6101e-6, hi=1.6102e-6, estimate_outside_interval=True)
+  rep["robustness"]["curves"]["ConfECE(fix)"]["lo"][0] = 0.009  # [0.009, 0.009] at m = 2
+  for text in (report.format_summary(rep), report.format_markdown(rep)):
+    assert text.count(COLLAPSED_NOTE) == 1 and "--interval percentile" in text
+  # the robustness table's † at m = 100 is a shifted spread: both notes, each once
+  md = report.format_markdown(rep)
+  assert md.count(OUTSIDE_NOTE) == 1 and md.index(COLLAPSED_NOTE) < md.index(OUTSIDE_NOTE)
+  assert OUTSIDE_NOTE not in report.format_summary(rep)
+  rep["settings"]["interval"] = "percentile"  # not a BCa interval: no such note
+  for text in (report.format_summary(rep), report.format_markdown(rep)):
+    assert COLLAPSED_NOTE not in text and OUTSIDE_NOTE in text
+  comp = _compare_rep()  # the comparison's tables too
+  comp["settings"].update(resamples=10, interval="bca")
+  comp["metrics"]["bb"]["smECE"].update(lo=0.3, hi=0.3, estimate_outside_interval=True)
+  bb = comp["rank_stability"][0]["errors"]["ConfCE(qua)"]["between_bins"]
+  bb["lo"] = bb["hi"] = [[0.5] * 4] * 4
+  for text in (report.format_summary(comp), report.format_markdown(comp)):
+    assert text.count(COLLAPSED_NOTE) == 1 and OUTSIDE_NOTE not in text

@@ -315,7 +315,50 @@ def _load(path: str | None, split: str, shift_logits: bool = False):
   name = os.path.basename(os.path.normpath(_scores_path(path)))
   if found:
     return x, y, f"{name} ({split})", probs
+  others = _splits(path)
+  if others:  # a file of logits/labels and val_* arrays holds two data sets, not one
+    which = ", ".join(repr(s) for s in others)
+    also = f"split{'s' if len(others) > 1 else ''} {which}"
+    return x, y, f"{name} (no '{split}' split: its unprefixed arrays; it also holds {also})", probs
   return x, y, f"{name} (no '{split}' split: the file's one data set)", probs
+
+
+def _splits(path: str) -> list[str]:
+  """The splits ``s`` a predictions file or folder holds: ``s_<scores>`` with ``s_labels``.
+
+  The names ``data._load_raw`` reads: an ``.npz``'s arrays, a folder's ``.npy`` files
+  (or its one ``.npz``'s arrays); a ``scores.npy,labels.npy`` pair holds none. Sorted;
+  empty where nothing can be listed.
+  """
+  import zipfile
+
+  from jaxcal._src import data
+
+  if data._pair(path) is not None:
+    return []
+  try:
+    if os.path.isdir(path):
+      entries = sorted(os.listdir(path))
+      npy = [e[: -len(".npy")] for e in entries if e.endswith(".npy")]
+      npz = [e for e in entries if e.endswith(".npz")]
+      if not npy and len(npz) == 1:
+        return _splits(os.path.join(path, npz[0]))
+      names = set(npy)
+    else:
+      with zipfile.ZipFile(path) as zf:
+        names = {m[: -len(".npy")] for m in zf.namelist() if m.endswith(".npy")}
+  except (OSError, zipfile.BadZipFile):
+    return []
+  return sorted(
+    {
+      k[: -len(stem) - 1]
+      for k in names
+      for stem in data._SCORE_KEYS
+      if k.endswith(f"_{stem}")
+      and len(k) > len(stem) + 1
+      and f"{k[: -len(stem) - 1]}_labels" in names
+    }
+  )
 
 
 def _same_data(xc, yc, xt, yt) -> bool:
@@ -419,7 +462,12 @@ def _cmd_report(args) -> int:
     paths = report.write_report(rep, x, y, args.out, formats=args.figures)
   fmt = report.format_markdown if args.format == "md" else report.format_summary
   text = fmt(rep, figures=paths)  # names the figure files written, in their format
-  _emit(args, text, {k: v for k, v in rep.items()})
+  if args.format == "json":  # the report itself: report.json as written (timing to 3
+    with open(paths["json"], encoding="utf-8") as f:  # digits, the files), not the dict
+      written = json.load(f)
+  else:
+    written = {}
+  _emit(args, text, written)
   if args.format != "json":
     figures = ", ".join(sorted(k for k in paths if k != "json"))
     drawn = f" and the figures {figures} ({', '.join(args.figures)})" if figures else ""

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -39,7 +40,7 @@ from jaxcal._src.names import (
   metric,
   round_floats,
 )
-from jaxcal._src.paths import atomic_file, output_folder
+from jaxcal._src.paths import atomic_file, input_file, output_folder
 from jaxcal._src.scores import _log_loss_of_logits, log_loss_per_sample
 
 __all__ = [
@@ -1146,6 +1147,15 @@ def write_report(
   per format. The two reliability diagrams need the predictions and labels:
   a one-model report without them gets the other figures only.
 
+  ``report.json`` lists the files written (``files``: names relative to
+  ``out_dir``, ``report.json`` last). Written into the folder of an earlier
+  report, the figures that report's ``files`` named and this one does not
+  rewrite (other formats, other models' figures) are removed once the new
+  ``report.json`` is written: they would contradict it. Nothing else is
+  removed: only names of plain files directly in ``out_dir`` ending in
+  ``.png``, ``.pdf`` or ``.svg``, and nothing when the earlier
+  ``report.json`` cannot be read or has no ``files`` list.
+
   Args:
     rep: a report dict.
     scores_in: ``(n, C)`` predictions of a one-model report (for the
@@ -1157,7 +1167,8 @@ def write_report(
       empty sequence): ``report.json`` alone.
 
   Returns:
-    name -> path of every file written (figures by their first format).
+    name -> path of every file written (figures by their first format; the
+    other formats' files lie beside them).
 
   Raises:
     ValueError: ``rep`` not a report or lacking a key the figures read (the
@@ -1214,13 +1225,16 @@ def write_report(
         f"shape {shape}: pass the predictions the report was computed on"
       )
   output_folder(out_dir, "out_dir")
+  earlier = _listed_figures(out_dir)  # before report.json is replaced
   plt = None
   paths: dict[str, str] = {}
+  files: list[str] = []
 
   def save(name, fig):
     nonlocal plt
     written = plots.savefig(fig, os.path.join(out_dir, name), formats)
     paths[name] = written[0]
+    files.extend(os.path.basename(p) for p in written)
     from jaxcal._src.plots._mpl import pyplot
 
     plt = pyplot()
@@ -1232,10 +1246,75 @@ def write_report(
     else:
       _write_single_figures(rep, scores_in, labels, save)
   paths["json"] = os.path.join(out_dir, "report.json")
+  ready = _json_ready(rep)
+  ready["files"] = [*files, "report.json"]
   with atomic_file(paths["json"]) as f:
-    json.dump(_json_ready(rep), f, indent=1)
+    json.dump(ready, f, indent=1)
     f.write("\n")
+  # an earlier report's figures beside this report.json had contradicted it (its
+  # bin_robustness.pdf beside a report of other models, written as PNG only)
+  for name in earlier:
+    if name not in files:
+      _remove_figure(out_dir, name)
   return paths
+
+
+#: The suffixes of the files :func:`write_report` removes of an earlier report's.
+_FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def _figure_name(name: Any) -> bool:
+  """Whether ``name`` (an entry of a report.json's ``files``) is a figure's file name in
+  its folder: a str ending in a figure suffix, with no folder part (``../x.png``, ``a/b.png``
+  and absolute paths are not)."""
+  return (
+    isinstance(name, str)
+    and name.endswith(_FIGURE_SUFFIXES)
+    and not name.startswith(".")
+    and os.path.basename(name) == name
+    and not any(sep and sep in name for sep in ("/", "\\", os.sep, os.altsep))
+    and "\0" not in name
+  )
+
+
+def _plain_file(path: str) -> bool:
+  """Whether ``path`` is a regular file itself (not a link, folder, pipe or device)."""
+  try:
+    return stat.S_ISREG(os.lstat(path).st_mode)
+  except (OSError, ValueError):
+    return False
+
+
+def _listed_figures(out_dir: Any) -> list[str]:
+  """The figure files the ``report.json`` in ``out_dir`` lists that are there (its ``files``).
+
+  Only figure names (:func:`_figure_name`) of plain files; none where there is no
+  ``report.json``, or one that is not a plain file, not JSON or has no list ``files``
+  (a report of an earlier jaxcal, or someone else's file).
+  """
+  path = os.path.join(out_dir, "report.json")
+  if not _plain_file(path):
+    return []
+  try:
+    with open(input_file(path), encoding="utf-8") as f:
+      earlier = json.load(f)
+  except (OSError, ValueError):  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
+    return []
+  listed = earlier.get("files") if isinstance(earlier, dict) else None
+  if not isinstance(listed, list):
+    return []
+  names = [x for x in listed if _figure_name(x)]
+  return [x for x in dict.fromkeys(names) if _plain_file(os.path.join(out_dir, x))]
+
+
+def _remove_figure(out_dir: Any, name: str) -> None:
+  """Removes the figure file ``name`` of ``out_dir`` when it is still a plain file."""
+  path = os.path.join(out_dir, name)
+  if _figure_name(name) and _plain_file(path):
+    try:
+      os.remove(path)
+    except FileNotFoundError:  # (removed meanwhile)
+      pass
 
 
 def _write_single_figures(rep, scores_in, labels, save):
@@ -1378,6 +1457,70 @@ OUTSIDE_NOTE = (
 )
 
 
+#: Footnote of the rank correlations that lie outside their own interval.
+RANK_OUTSIDE_NOTE = (
+  "† the correlation lies outside its bootstrap interval: a resample (which duplicates "
+  "samples) biases the binned errors, more so at many bins, which shifts the rankings it "
+  "compares; the interval is the spread of the correlation, shifted"
+)
+
+#: Footnote of the † intervals of zero width of a BCa report (OUTSIDE_NOTE's "spread of
+#: the estimate, shifted" is false for them).
+COLLAPSED_NOTE = (
+  "† on an interval of zero width: the BCa interval collapsed (nearly every resample lies on "
+  "one side of the estimate, which makes its bias correction extreme); --interval percentile "
+  "shows the resamples' spread"
+)
+
+
+def _outside(estimate: Any, lo: Any, hi: Any) -> bool:
+  """Whether a real ``estimate`` lies outside ``[lo, hi]`` (never where one is None or NaN)."""
+  if any(v is None for v in (estimate, lo, hi)):
+    return False
+  e, a, b = (float(v) for v in (estimate, lo, hi))
+  return e < a or e > b
+
+
+def _notes(
+  rep: dict, marked: Sequence[tuple[Any, Any]], digits: int = 3, note: str = OUTSIDE_NOTE
+) -> list[str]:
+  """The footnotes of the † cells, given the ``(lo, hi)`` of each (in a table of ``digits``).
+
+  ``note`` explains a † (:data:`OUTSIDE_NOTE`, :data:`RANK_OUTSIDE_NOTE`), except on an
+  interval of a BCa report that reads as zero width (``[1.61e-6, 1.61e-6]``): a collapsed
+  interval, which :data:`COLLAPSED_NOTE` explains. No cell: no note.
+  """
+  bca = rep["settings"].get("interval") == "bca"
+  collapsed = [
+    bca and None not in (lo, hi) and format_number(lo, digits) == format_number(hi, digits)
+    for lo, hi in marked
+  ]
+  return ([note] if not all(collapsed) else []) + ([COLLAPSED_NOTE] if any(collapsed) else [])
+
+
+def _marked(entries: Mapping[str, dict], labels: Sequence[str] | None = None) -> list[tuple]:
+  """``(lo, hi)`` of the metric entries (of ``labels``, default all) marked †."""
+  keys = entries if labels is None else labels
+  return [
+    (entries[k].get("lo"), entries[k].get("hi"))
+    for k in keys
+    if entries[k].get("estimate_outside_interval")
+  ]
+
+
+def _rank_cell(bb: dict, i: int, j: int) -> tuple[str, tuple | None]:
+  """``estimate [lo, hi]`` of the rank correlation ``[i][j]`` (2 digits), marked † when the
+  estimate lies outside its interval, and the marked ``(lo, hi)`` (else ``None``)."""
+  lo, hi = bb.get("lo"), bb.get("hi")
+  a = None if lo is None else lo[i][j]
+  b = None if lo is None or hi is None else hi[i][j]
+  est = bb["estimate"][i][j]
+  text = format_interval(est, a, b, 2)
+  if _outside(est, a, b):
+    return text + " †", (a, b)
+  return text, None
+
+
 def _interval_cell(e: dict) -> str:
   """``estimate [lo, hi]`` of one metric entry, marked † when the estimate lies outside."""
   val = format_interval(e["estimate"], e.get("lo"), e.get("hi"))
@@ -1497,7 +1640,7 @@ def _report_reads(rep: dict, use: str, arrays: bool) -> list[tuple]:
   blocks = rep["rank_stability"]
   if not isinstance(blocks, list):
     return [*need, ("rank_stability", 0)]  # (a list of groups)
-  keys = ("num_bins", "models", "errors", *(("n", "num_classes") if use != "markdown" else ()))
+  keys = ("num_bins", "models", "errors", "n", "num_classes")
   for i, block in enumerate(blocks):
     need += [("rank_stability", i, k) for k in keys]
     if use == "summary" and _at(rep, ("settings", "resamples")):
@@ -1538,7 +1681,8 @@ def _check_report(rep: Any, use: str | None = None, *, arrays: bool = False) -> 
 def format_summary(rep: dict, *, figures: Mapping[str, str] | None = None) -> str:
   """The terminal summary of a report (one model or several).
 
-  Numbers have three significant digits; ``*`` marks the truthful errors.
+  Numbers have three significant digits; ``*`` marks the truthful errors and
+  ``†`` an estimate outside its own interval (explained once in a footnote).
 
   Args:
     rep: a report dict from :func:`calibration_report` (one model) or
@@ -1591,8 +1735,7 @@ def format_summary(rep: dict, *, figures: Mapping[str, str] | None = None) -> st
   for name, val, desc in rows:
     lines.append(f"    {name:{w}s}  {val:{w2}s}  {desc}")
   lines.append(f"    ({TRUTHFUL_NOTE})")
-  if _any_outside(rep["metrics"]):
-    lines.append(f"    ({OUTSIDE_NOTE})")
+  lines += [f"    ({x})" for x in _notes(rep, _marked(rep["metrics"]))]
   rob = rep.get("robustness")
   if rob:
     lines.append(
@@ -1653,14 +1796,14 @@ def _compare_summary(rep: dict) -> str:
   names = [x["name"] for x in rep["models"]]
   w = max((len(x) for x in names), default=0)
   lines.append("    " + " " * w + "  " + "  ".join(f"{x:26s}" for x in show))
-  outside = False
+  marked = []
   for name in names:
     e = rep["metrics"][name]
     vals = [_interval_cell(e[x]) for x in show]
-    outside = outside or any(e[x].get("estimate_outside_interval") for x in show)
+    marked += _marked(e, show)
     lines.append(f"    {name:{w}s}  " + "  ".join(f"{v:26s}" for v in vals))
-  if outside:
-    lines.append(f"    ({OUTSIDE_NOTE})")
+  shown = _notes(rep, marked)
+  lines += [f"    ({x})" for x in shown]
   for block in rep["rank_stability"]:
     bins = block["num_bins"]
     i, j = bins.index(min(bins)), bins.index(max(bins))  # the counts as given: any order
@@ -1670,18 +1813,17 @@ def _compare_summary(rep: dict) -> str:
       f"{block['num_classes']}) kept between {a} and {b} bins — Spearman "
       f"({_rank_interval_text(rep, block)}):"
     )
+    marked = []
     for lab, v in block["errors"].items():
-      bb = v["between_bins"]
-      lo = bb.get("lo")
-      text = format_interval(
-        bb["estimate"][i][j],
-        None if lo is None else lo[i][j],
-        None if lo is None else bb["hi"][i][j],
-        2,
-      )
+      text, miss = _rank_cell(v["between_bins"], i, j)
+      marked += [miss] if miss else []
       lines.append(f"    {lab:17s} {text}")
     if _unranked(block, [(i, j)]):
       lines.append(f"    ({UNRANKED_NOTE})")
+    for x in _notes(rep, marked, 2, RANK_OUTSIDE_NOTE):
+      if x not in shown:  # each note once
+        shown.append(x)
+        lines.append(f"    ({x})")
   if not rep["rank_stability"]:
     lines.append("  (no group of >= 3 models with the same n and C: no ranking comparison)")
   return "\n".join(lines)
@@ -1704,8 +1846,10 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
     The markdown text, a ``str`` ending in a newline. One model: a metric |
     estimate [interval] | what table, then tables of the errors across bin
     counts, of the UC quantiles and of the Brier decompositions. Several
-    models: a model-by-headline-error table and, per group of models, the
-    Spearman correlations of their ranking between pairs of bin counts.
+    models: a model-by-headline-error table and, per group of models (its
+    title names their ``n``, ``C`` and the models), the Spearman correlations
+    of their ranking between pairs of bin counts. ``†`` marks an estimate
+    outside its own interval, explained once in a footnote.
 
   Raises:
     ValueError: ``rep`` is not a report dict, or lacks a key the tables
@@ -1729,35 +1873,40 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
     out = [f"{len(rep['models'])} models; {_interval_text(rep)}.", ""]
     out.append("| model | " + " | ".join(labs) + " |")
     out.append("|---" * (len(labs) + 1) + "|")
+    marked = []
     for model in rep["metrics"]:
       e = rep["metrics"][model]
       out.append(f"| {model} | " + " | ".join(_interval_cell(e[x]) for x in labs) + " |")
-    if any(_any_outside(e) for e in rep["metrics"].values()):
-      out += ["", OUTSIDE_NOTE + "."]
+      marked += _marked(e, labs)
+    shown = _notes(rep, marked)
+    out += [x for note in shown for x in ("", note + ".")]
     for block in rep["rank_stability"]:
       bins = block["num_bins"]
-      out += ["", f"Spearman correlation of the ranking of {len(block['models'])} models:", ""]
+      # two groups (C = 100 and C = 10 models, say) had the same title
+      out += [
+        "",
+        f"Spearman correlation of the ranking of {len(block['models'])} models (n = "
+        f"{block['n']:,}, C = {block['num_classes']}: {', '.join(block['models'])}):",
+        "",
+      ]
       pairs = _table_pairs(bins)
       head = [f"{a} vs {b} bins" for a, b in pairs]
       out.append("| error | " + " | ".join(head) + " |")
       out.append("|---" * (len(head) + 1) + "|")
+      marked = []
       for lab, v in block["errors"].items():
-        bb = v["between_bins"]
         cells = []
         for a, b in pairs:
-          i, j = bins.index(a), bins.index(b)
-          lo = bb.get("lo")
-          cells.append(
-            format_interval(
-              bb["estimate"][i][j],
-              None if lo is None else lo[i][j],
-              None if lo is None else bb["hi"][i][j],
-              2,
-            )
-          )
+          text, miss = _rank_cell(v["between_bins"], bins.index(a), bins.index(b))
+          cells.append(text)
+          marked += [miss] if miss else []
         out.append(f"| {lab} | " + " | ".join(cells) + " |")
       if _unranked(block, [(bins.index(a), bins.index(b)) for a, b in pairs]):
         out += ["", UNRANKED_NOTE + "."]
+      for note in _notes(rep, marked, 2, RANK_OUTSIDE_NOTE):
+        if note not in shown:  # each note once, below the first table that needs it
+          shown.append(note)
+          out += ["", note + "."]
     return "\n".join(out) + "\n"
   inp = rep["input"]
   out = [
@@ -1771,8 +1920,8 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
     out.append(f"| {name} | {val} | {desc} |")
   out.append("")
   out.append(f"\\{TRUTHFUL_NOTE}.")
-  if _any_outside(rep["metrics"]):
-    out += ["", OUTSIDE_NOTE + "."]
+  shown = _notes(rep, _marked(rep["metrics"]))
+  out += [x for note in shown for x in ("", note + ".")]
   rob = rep.get("robustness")
   if rob:
     bins = rob["num_bins"]
@@ -1781,7 +1930,7 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
     out += ["", f"Errors across the bin count m{_figure(figures, 'bin_robustness')}{what}:", ""]
     out.append("| error | " + " | ".join(f"m = {b}" for b in cols) + " | calibrated predictor |")
     out.append("|---" * (len(cols) + 2) + "|")
-    outside = False
+    marked = []
     for lab, v in rob["curves"].items():
       lo, hi = v.get("lo"), v.get("hi")
       cells = []
@@ -1791,14 +1940,14 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
         if lo is None:
           cells.append(format_number(e))
           continue
-        miss = e < float(lo[i]) or e > float(hi[i])
-        outside |= miss
+        miss = _outside(e, lo[i], hi[i])
+        marked += [(lo[i], hi[i])] if miss else []
         cells.append(format_interval(e, lo[i], hi[i]) + (" †" if miss else ""))
       ref = rob["calibrated_value"].get(lab)
       cells.append("—" if ref is None else format_number(ref))
       out.append(f"| {lab} | " + " | ".join(cells) + " |")
-    if outside and not _any_outside(rep["metrics"]):
-      out += ["", OUTSIDE_NOTE + "."]
+    # (each note once: those of the metrics' table are not repeated)
+    out += [x for note in _notes(rep, marked) if note not in shown for x in ("", note + ".")]
   u = rep.get("utility") or {}
   if u:
     fig = _figure(figures, "utility_ecdf")

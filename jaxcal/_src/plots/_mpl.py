@@ -343,7 +343,9 @@ def log_ticks(ax, axis: str = "y", lo: float | None = None, hi: float | None = N
   if decades >= 2:
     a.set_major_locator(ticker.LogLocator(base=10, numticks=12))
     a.set_major_formatter(ticker.LogFormatterSciNotation(base=10))
-    a.set_minor_locator(ticker.LogLocator(base=10, subs=np.arange(2, 10) * 0.1, numticks=12))
+    # 2..9 times each power of ten (subs 0.2..0.9 had put them a decade low: none
+    # above the last power of ten shown, a spurious decade below the first)
+    a.set_minor_locator(ticker.LogLocator(base=10, subs=np.arange(2.0, 10.0), numticks=12))
     a.set_minor_formatter(ticker.NullFormatter())
     if decades > 8:  # label every other decade
       a.set_major_locator(
@@ -398,6 +400,10 @@ def savefig(
   fig, path: str | os.PathLike, formats: Sequence[str] = ("png", "pdf"), dpi: int = 150
 ) -> list[str]:
   """Writes ``fig`` once per format: ``path`` with each suffix (PNG raster, PDF/SVG vector).
+
+  Saving the same figure twice writes the same bytes: the SVG and PDF files
+  carry no date (matplotlib's default is the time of the save) and the SVG's
+  ids are hashed with a fixed salt (``svg.hashsalt``, random by default).
 
   Args:
     fig: a matplotlib ``Figure``.
@@ -462,12 +468,26 @@ def savefig(
   from jaxcal._src.paths import atomic_file
 
   plt = pyplot()
-  with plt.rc_context(_RC):
+  # byte-identical files from identical figures: no date (SVG "Date", PDF "CreationDate";
+  # matplotlib writes the time of the save) and a fixed salt of the SVG ids (a random
+  # uuid4 by default)
+  with plt.rc_context({**_RC, "svg.hashsalt": "jaxcal"}):
     for fmt in formats:
       p = f"{stem}.{fmt}"
       # whole or not at all: an error mid-write left a truncated file (and, over an
       # existing one, lost it); the temporary file is removed, the old file kept
       with atomic_file(p, "wb") as f:
-        fig.savefig(f, dpi=dpi if fmt == "png" else None, bbox_inches="tight", format=fmt)
+        fig.savefig(
+          f,
+          dpi=dpi if fmt == "png" else None,
+          bbox_inches="tight",
+          format=fmt,
+          metadata=_FIXED_METADATA.get(fmt),
+        )
       out.append(p)
   return out
+
+
+#: What :func:`savefig` passes as ``metadata`` per format: the keys matplotlib fills with
+#: the time of the save, removed (``None``), so two saves of one figure are the same bytes.
+_FIXED_METADATA = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}
