@@ -104,6 +104,17 @@ def test_load_refuses_probabilities_named_logits(tmp_path):
           _load_split(str(path), "test", shift_logits=shift)
       with pytest.raises(ValueError, match=r"save them as 'probs'"):
         data.load_predictions(path)
+  # float64 probabilities whose last column is 1 - the rest hold -2e-16 entries: they had
+  # skipped a [0, 1] pre-check of float64 files (found by the session's reread)
+  rng = np.random.default_rng(0)
+  q = rng.dirichlet([0.5] * 3, 1000)
+  q[:500, 2] = 0.0
+  q /= q.sum(1, keepdims=True)
+  q[:, -1] = 1.0 - q[:, :-1].sum(1)
+  assert q.min() < 0
+  np.savez(tmp_path / "neg64.npz", logits=q, labels=np.arange(1000) % 3)
+  with pytest.raises(ValueError, match=r"scores named 'logits' are probabilities"):
+    _load_split(str(tmp_path / "neg64.npz"), "test", shift_logits=True)
   np.savez(tmp_path / "shifted.npz", logits=p + 1.0, labels=y[:200])  # the way out it names
   assert data.load_predictions(tmp_path / "shifted.npz")[0].shape == (200, 10)
   np.savez(tmp_path / "probs.npz", probs=p, labels=y[:200])

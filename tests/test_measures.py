@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxcal
+
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 import _measures_reference as R
 import _reference as R0
@@ -396,6 +398,13 @@ def test_debiased_ce_more_bins_than_samples_and_vmap():
     with pytest.raises(ValueError, match="no bin holds two samples"):
       metrics.debiased_ce(p, y, m)
   assert np.isnan(jax.jit(lambda a, b: metrics.debiased_ce(a, b, 50, "marginal"))(p, y))
+  with pytest.raises(ValueError, match="no bin holds two samples"):  # as eager (the reread)
+    jaxcal.checked(jax.jit(lambda a, b: metrics.debiased_ce(a, b, 50)))(p, y)
+  bad = p.copy()
+  bad[0, 0] = np.nan  # bad values are named first
+  with pytest.raises(ValueError, match="non-finite"):
+    jaxcal.checked(jax.jit(lambda a, b: metrics.debiased_ce(a, b, 50)))(bad, y)
+  jaxcal.checked(jax.jit(lambda a, b: metrics.debiased_ce(a, b, 5)))(p, y)  # no error
   tied = np.repeat(p[:5], 2, axis=0)  # discrete: num_bins = n is one bin per distinct value
   assert float(metrics.debiased_ce(tied, y, 10)) == pytest.approx(
     R.debiased_ce(tied, y, 10), rel=1e-5, abs=1e-7

@@ -1181,7 +1181,8 @@ def test_a_report_removes_only_the_figures_an_earlier_report_listed(tmp_path):
   os.symlink(tmp_path / "outside.png", out / "link.png")
   listed = ["old.png", "old.pdf", "../outside.png", str(tmp_path / "outside.png"), "sub.png"]
   listed += ["link.png", "data.npz", "listed.txt", ".hidden.png", "gone.svg", 3, None]
-  (out / "report.json").write_text(json.dumps({"files": listed}))
+  ours = {"jaxcal": {"jaxcal": "0"}, "settings": {}}  # a jaxcal report's keys
+  (out / "report.json").write_text(json.dumps({**ours, "files": listed}))
   bare = {"settings": {"num_bins": 15}, "metrics": {"accuracy": {"estimate": 0.9}}}
   report.write_report({**bare, "files": ["stale"]}, out_dir=str(out), formats=())
   assert json.loads((out / "report.json").read_text())["files"] == ["report.json"]
@@ -1191,15 +1192,18 @@ def test_a_report_removes_only_the_figures_an_earlier_report_listed(tmp_path):
   assert (tmp_path / "outside.png").exists() and (out / "link.png").is_symlink()
   # a report of other formats into the folder of another: only the new one's figures stay
   out = tmp_path / "again"
-  report.write_report(_one_model_rep(), out_dir=str(out), formats=("png", "pdf"))
+  one = {**_one_model_rep(), **ours}  # (a report of calibration_report has both keys)
+  report.write_report(one, out_dir=str(out), formats=("png", "pdf"))
   files = ["bin_robustness.png", "bin_robustness.pdf", "report.json"]
   assert json.loads((out / "report.json").read_text())["files"] == files
-  report.write_report(_one_model_rep(), out_dir=str(out), formats=("svg", "png"))
+  report.write_report(one, out_dir=str(out), formats=("svg", "png"))
   files = ["bin_robustness.svg", "bin_robustness.png", "report.json"]
   assert json.loads((out / "report.json").read_text())["files"] == files
   assert sorted(p.name for p in out.iterdir()) == sorted(files)
   # an earlier report.json that is no report of this jaxcal's: nothing removed
-  for text in ("not json", '["old.png"]', '{"files": "old.png"}', '{"metrics": {}}'):
+  # (another tool's report.json with a "files" list named a user's figure: the reread)
+  other = ('{"files": ["old.png"]}', '{"jaxcal": "1.0", "settings": {}, "files": ["old.png"]}')
+  for text in ("not json", '["old.png"]', '{"files": "old.png"}', '{"metrics": {}}', *other):
     (out / "old.png").write_bytes(b"x")
     (out / "report.json").write_text(text)
     report.write_report(bare, out_dir=str(out), formats=())

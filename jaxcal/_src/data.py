@@ -338,16 +338,18 @@ def _load_split(
   except ValueError as e:
     raise ValueError(f"{p}: {e}") from None
   kind = "probs" if stem in _PROBS_STEMS else "logits" if stem == "logits" else None
-  # before the shift hides it; float64 read on the device only where the float32 cast is safe
+  # before the shift hides it; float64 read on the device only where the float32 cast is
+  # safe (within [-1, 2]: a 1 - sum(rest) column's -2e-16 had skipped a [0, 1] pre-check)
   if (
     kind == "logits"
-    and (scores.dtype.itemsize <= 4 or (np.min(scores) >= 0 and np.max(scores) <= 1))
+    and (scores.dtype.itemsize <= 4 or (np.min(scores) >= -1 and np.max(scores) <= 2))
     and V.looks_like_probs(scores)
   ):
     raise ValueError(
-      f"{p}: the scores named 'logits' are probabilities (every entry in [0, 1], every row "
-      "summing to one), and a softmax of probabilities is a wrong prediction; save them as "
-      "'probs' (or, if they really are logits, add a constant: the softmax is unchanged)"
+      f"{p}: the scores named 'logits' are probabilities (every entry in [0, 1] and every "
+      "row summing to one, within the simplex tolerance), and a softmax of probabilities is "
+      "a wrong prediction; save them as 'probs' (or, if they really are logits, add a "
+      "constant: the softmax is unchanged)"
     )
   if scores.dtype.kind == "f" and scores.dtype.itemsize > 4:
     inf = np.isinf(scores)  # not "beyond the float32 range": inf stays inf, as in float32 files

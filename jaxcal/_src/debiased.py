@@ -109,7 +109,8 @@ def debiased_ce(
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
     labels: ``(n,)`` integer labels.
     num_bins: bins per column (default 15); values above ``n`` act as ``n``.
-      An int, or an int array (one compiled call; the result has its shape).
+      An int, or an int array (one compiled call; the result has its shape;
+      an eager call raises when any of its counts has no bin of two samples).
       Bins of one sample are dropped but ``n`` still counts them, so the
       estimate shrinks toward 0 as ``num_bins`` nears ``n``; keep ``n /
       num_bins >= 2`` on distinct scores. For discrete predictors,
@@ -130,8 +131,8 @@ def debiased_ce(
 
   Raises:
     ValueError: bad probabilities or labels, ``num_bins < 1``, an unknown
-      ``mode`` or a ``squared`` that is not a bool; eagerly, no bin of two
-      samples (NaN under ``jit``).
+      ``mode`` or a ``squared`` that is not a bool; eagerly and in
+      :func:`jaxcal.checked`, no bin of two samples (NaN under plain ``jit``).
 
   Example:
     >>> import jax.numpy as jnp
@@ -152,10 +153,13 @@ def debiased_ce(
   bins = V.check_bins(num_bins, "fixed", max_bins, at_most=rows)._replace(binning=None)
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, defer=True)
   out = _run(_debiased_core, d, bins, mode=mode, squared=V.check_flag(squared, "squared"))
-  if V.is_concrete(out) and bool(jnp.any(jnp.isnan(out))):  # eager: inputs checked, so no bin
-    raise ValueError(
-      "debiased_ce: no bin holds two samples (every bin of the equal-mass rule has one, as "
-      "num_bins >= n does on distinct scores), so there is no estimate; use fewer bins "
-      "(n / num_bins >= 2)"
-    )
+  none = (
+    "debiased_ce: no bin holds two samples (every bin of the equal-mass rule has one, as "
+    "num_bins >= n does on distinct scores), so there is no estimate; use fewer bins "
+    "(n / num_bins >= 2)"
+  )
+  if not V.is_concrete(out):  # checked mode raises as an eager call does (bad values first)
+    V.trace_check(~jnp.any(jnp.isnan(out)), none)
+  elif bool(jnp.any(jnp.isnan(out))):  # eager: the inputs were checked, so no bin
+    raise ValueError(none)
   return out

@@ -570,7 +570,8 @@ def calibration_report(
   Args:
     scores_in: ``(n, C)`` logits or probabilities (rows on the simplex are
       taken as probabilities, anything else as logits, except entries all
-      in ``[0, 1]`` with rows near but off the simplex, which raise: see
+      in ``[0, 1]`` with rows near but off the simplex, and rows summing to
+      one with an entry just outside ``[0, 1]``, which raise: see
       :func:`~jaxcal._src.validation.probs_or_logits`).
     labels: ``(n,)`` integer labels.
     num_bins: bin count of the headline errors.
@@ -1154,7 +1155,9 @@ def write_report(
   ``report.json`` is written: they would contradict it. Nothing else is
   removed: only names of plain files directly in ``out_dir`` ending in
   ``.png``, ``.pdf`` or ``.svg``, and nothing when the earlier
-  ``report.json`` cannot be read or has no ``files`` list.
+  ``report.json`` cannot be read, is not a jaxcal report (its ``jaxcal``
+  and ``settings``) or has no ``files`` list; a file that cannot be
+  removed is kept.
 
   Args:
     rep: a report dict.
@@ -1300,7 +1303,10 @@ def _listed_figures(out_dir: Any) -> list[str]:
       earlier = json.load(f)
   except (OSError, ValueError):  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
     return []
-  listed = earlier.get("files") if isinstance(earlier, dict) else None
+  # a jaxcal report's (its "jaxcal" and "settings"): another tool's report.json with a
+  # "files" list named a user's figures for removal (found by the session's reread)
+  ours = isinstance(earlier, dict) and isinstance(earlier.get("jaxcal"), dict)
+  listed = earlier.get("files") if ours and "settings" in earlier else None
   if not isinstance(listed, list):
     return []
   names = [x for x in listed if _figure_name(x)]
@@ -1313,7 +1319,7 @@ def _remove_figure(out_dir: Any, name: str) -> None:
   if _figure_name(name) and _plain_file(path):
     try:
       os.remove(path)
-    except FileNotFoundError:  # (removed meanwhile)
+    except OSError:  # removed meanwhile, or not ours to remove (a shared folder): kept
       pass
 
 
