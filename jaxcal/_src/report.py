@@ -794,6 +794,22 @@ class _Compare:
     )
 
 
+def _check_per_model(
+  given: Any, name: str, models: Mapping, kind: Any, one: str, each: str
+) -> None:
+  """Checks an optional dict model name -> value (``paths``, ``sources``) of ``compare_report``."""
+  if given is None:
+    return
+  if not isinstance(given, Mapping):
+    raise TypeError(f"{name} must be a dict name -> {each}, got {type(given).__name__}")
+  unknown = [k for k in given if k not in models]
+  if unknown:
+    raise ValueError(f"{name} names no model {unknown!r}; the models are {list(models)!r}")
+  for k, v in given.items():
+    if not isinstance(v, kind):
+      raise TypeError(f"{name}[{k!r}] must be {one}, got {type(v).__name__}")
+
+
 def compare_report(
   models: Mapping[str, tuple[ArrayLike, ArrayLike]],
   *,
@@ -877,24 +893,8 @@ def compare_report(
   )
   seed = V.check_seed(seed)
   rank_bins = _check_rank_bins(rank_bins)
-  if paths is not None:
-    if not isinstance(paths, Mapping):
-      raise TypeError(f"paths must be a dict name -> path or None, got {type(paths).__name__}")
-    unknown = [k for k in paths if k not in models]
-    if unknown:
-      raise ValueError(f"paths names no model {unknown!r}; the models are {list(models)!r}")
-    for k, v in paths.items():
-      if not isinstance(v, str | os.PathLike):
-        raise TypeError(f"paths[{k!r}] must be a path, got {type(v).__name__}")
-  if sources is not None:
-    if not isinstance(sources, Mapping):
-      raise TypeError(f"sources must be a dict name -> str, got {type(sources).__name__}")
-    unknown = [k for k in sources if k not in models]
-    if unknown:
-      raise ValueError(f"sources names no model {unknown!r}; the models are {list(models)!r}")
-    for k, v in sources.items():
-      if not isinstance(v, str):
-        raise TypeError(f"sources[{k!r}] must be a str, got {type(v).__name__}")
+  _check_per_model(paths, "paths", models, str | os.PathLike, "a path", "path or None")
+  _check_per_model(sources, "sources", models, str, "a str", "str")
   shapes = {name: tuple(v[0].shape) for name, v in prepared.items()}
   groups = _groups(shapes, rank_bins, interval, resamples)
   rep: dict[str, Any] = {
