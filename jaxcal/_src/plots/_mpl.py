@@ -360,6 +360,40 @@ def log_ticks(ax, axis: str = "y", lo: float | None = None, hi: float | None = N
   a.set_minor_formatter(ticker.NullFormatter())
 
 
+#: Mantissas of the minor ticks :func:`label_minor_ticks` labels (2e-3, 5e-3, ...).
+_MINOR_LABELS = (2.0, 5.0)
+
+
+def label_minor_ticks(ax: Any, lo: float, hi: float) -> None:
+  """Labels the minor ticks at 2 and 5 times a power of ten of a :func:`log_ticks` ``x`` axis
+  when fewer than three major ticks lie in ``[lo, hi]`` (two decades had showed two labels
+  only).
+
+  The labels are written as the major ones are (``2×10^-3`` beside ``10^-3``, or the
+  value itself on a narrower axis).
+  """
+  from matplotlib import ticker
+
+  axis = ax.xaxis
+  major = np.asarray(axis.get_major_locator().tick_values(lo, hi))
+  if np.sum((major >= lo * (1 - 1e-9)) & (major <= hi * (1 + 1e-9))) >= 3:
+    return
+  sci = isinstance(axis.get_major_formatter(), ticker.LogFormatterSciNotation)
+
+  def text(v: float, pos: Any = None) -> str:
+    if not v > 0:
+      return ""
+    exponent = int(np.floor(np.log10(v) + 1e-9))
+    mantissa = v / 10.0**exponent
+    if not any(abs(mantissa - m) < 1e-6 for m in _MINOR_LABELS):
+      return ""
+    if sci:
+      return rf"$\mathdefault{{{mantissa:g}\times10^{{{exponent}}}}}$"
+    return _short(v)
+
+  axis.set_minor_formatter(ticker.FuncFormatter(text))
+
+
 def tick_label(v: float) -> str:
   """A linear-axis tick label: at most three significant digits, no trailing zeros.
 

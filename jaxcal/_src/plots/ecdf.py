@@ -101,7 +101,7 @@ def ecdf_plot(
       lo, hi = (floor / 1.2, big * 1.2) if big > floor else (floor / 3.0, floor * 3.0)
       ax.set_xlim(lo, hi)
       _mpl.log_ticks(ax, "x", lo, hi)
-      _label_minor_ticks(ax, lo, hi)
+      _mpl.label_minor_ticks(ax, lo, hi)
       if "log" not in xlabel.lower():  # the scale was not said: 1e-3 to 1e-2 read as linear
         xlabel += " (log scale)"
     ax.set_xlabel(xlabel)
@@ -115,36 +115,3 @@ def ecdf_plot(
     ax.set_title(title)
     _mpl.legend_outside(ax, "right")
   return fig
-
-
-#: Mantissas of the minor ticks labelled where few major ticks show (2e-3, 5e-3, ...).
-_MINOR_LABELS = (2.0, 5.0)
-
-
-def _label_minor_ticks(ax: Any, lo: float, hi: float) -> None:
-  """Labels the minor ticks at 2 and 5 times a power of ten of the log ``x`` axis when fewer
-  than three major ticks lie in ``[lo, hi]`` (two decades had showed two labels only).
-
-  The labels are written as the major ones are (``2×10^-3`` beside ``10^-3``, or the
-  value itself on a narrower axis).
-  """
-  from matplotlib import ticker
-
-  axis = ax.xaxis
-  major = np.asarray(axis.get_major_locator().tick_values(lo, hi))
-  if np.sum((major >= lo * (1 - 1e-9)) & (major <= hi * (1 + 1e-9))) >= 3:
-    return
-  sci = isinstance(axis.get_major_formatter(), ticker.LogFormatterSciNotation)
-
-  def text(v: float, pos: Any = None) -> str:
-    if not v > 0:
-      return ""
-    exponent = int(np.floor(np.log10(v) + 1e-9))
-    mantissa = v / 10.0**exponent
-    if not any(abs(mantissa - m) < 1e-6 for m in _MINOR_LABELS):
-      return ""
-    if sci:
-      return rf"$\mathdefault{{{mantissa:g}\times10^{{{exponent}}}}}$"
-    return _mpl._short(v)
-
-  axis.set_minor_formatter(ticker.FuncFormatter(text))
