@@ -299,7 +299,7 @@ def test_an_estimate_outside_its_interval_is_flagged_and_explained():
   assert "estimate_outside_interval" not in R._with_interval(np.zeros(3), (np.zeros(3),) * 2)
   entries = {"ConfECE(fix;15)": dict(R._with_interval(0.5, (0.6, 0.7)), truthful=False)}
   rows = R._metric_rows(entries)
-  assert rows[0][1].endswith(" †") and R._any_outside(entries)
+  assert rows[0][1].endswith(" †") and R._marked(entries) == [(0.6, 0.7)]
 
 
 def test_settings_take_num_bins_up_to_n_and_refuse_one_resample():

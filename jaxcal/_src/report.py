@@ -1504,6 +1504,13 @@ def _notes(
   return ([note] if not all(collapsed) else []) + ([COLLAPSED_NOTE] if any(collapsed) else [])
 
 
+def _once(shown: list[str], notes: list[str]) -> list[str]:
+  """The ``notes`` not in ``shown`` yet, added to it (each footnote once per document)."""
+  new = [x for x in notes if x not in shown]
+  shown += new
+  return new
+
+
 def _marked(entries: Mapping[str, dict], labels: Sequence[str] | None = None) -> list[tuple]:
   """``(lo, hi)`` of the metric entries (of ``labels``, default all) marked †."""
   keys = entries if labels is None else labels
@@ -1539,10 +1546,6 @@ def _metric_rows(entries: Mapping[str, dict]) -> list[tuple[str, str, str]]:
     mark = "*" if e.get("truthful") else ""
     rows.append((lab + mark, _interval_cell(e), _desc(lab)))
   return rows
-
-
-def _any_outside(entries: Mapping[str, dict]) -> bool:
-  return any(e.get("estimate_outside_interval") for e in entries.values())
 
 
 def _desc(lab: str) -> str:
@@ -1826,10 +1829,7 @@ def _compare_summary(rep: dict) -> str:
       lines.append(f"    {lab:17s} {text}")
     if _unranked(block, [(i, j)]):
       lines.append(f"    ({UNRANKED_NOTE})")
-    for x in _notes(rep, marked, 2, RANK_OUTSIDE_NOTE):
-      if x not in shown:  # each note once
-        shown.append(x)
-        lines.append(f"    ({x})")
+    lines += [f"    ({x})" for x in _once(shown, _notes(rep, marked, 2, RANK_OUTSIDE_NOTE))]
   if not rep["rank_stability"]:
     lines.append("  (no group of >= 3 models with the same n and C: no ranking comparison)")
   return "\n".join(lines)
@@ -1909,10 +1909,12 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
         out.append(f"| {lab} | " + " | ".join(cells) + " |")
       if _unranked(block, [(bins.index(a), bins.index(b)) for a, b in pairs]):
         out += ["", UNRANKED_NOTE + "."]
-      for note in _notes(rep, marked, 2, RANK_OUTSIDE_NOTE):
-        if note not in shown:  # each note once, below the first table that needs it
-          shown.append(note)
-          out += ["", note + "."]
+      # each note once, below the first table that needs it
+      out += [
+        x
+        for note in _once(shown, _notes(rep, marked, 2, RANK_OUTSIDE_NOTE))
+        for x in ("", note + ".")
+      ]
     return "\n".join(out) + "\n"
   inp = rep["input"]
   out = [
@@ -1953,7 +1955,7 @@ def format_markdown(rep: dict, *, figures: Mapping[str, str] | None = None) -> s
       cells.append("—" if ref is None else format_number(ref))
       out.append(f"| {lab} | " + " | ".join(cells) + " |")
     # (each note once: those of the metrics' table are not repeated)
-    out += [x for note in _notes(rep, marked) if note not in shown for x in ("", note + ".")]
+    out += [x for note in _once(shown, _notes(rep, marked)) for x in ("", note + ".")]
   u = rep.get("utility") or {}
   if u:
     fig = _figure(figures, "utility_ecdf")
