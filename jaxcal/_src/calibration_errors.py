@@ -563,8 +563,9 @@ def conf_ece(
     ValueError: bad probabilities, labels, mask or bin counts, or quantile
       bins outnumbering the samples (on eager calls; under ``jit`` invalid
       values give NaN, see :func:`jaxcal.checked`, and a traced count above
-      ``n`` leaves bins empty, the value of ``m = n``; in :func:`jaxcal.checked` a concrete count
-      above the samples a traced ``where`` selects raises).
+      ``n`` leaves bins empty, the value of ``m = n``; in
+      :func:`jaxcal.checked` a concrete count above the samples a traced
+      ``where`` selects raises).
 
   Example:
     >>> import jax.numpy as jnp

@@ -185,8 +185,9 @@ def decompose(
   frequencies. ``mode="classwise"`` (CW) uses the fits as they are: for the
   Brier score this is the CORP decomposition of each binary summand, with
   ``MCB >= 0`` and ``DSC >= 0`` (up to float32 rounding: a constant
-  forecast's DSC can read ``-2e-8``); ``mode="normalized"`` (N) divides each row of
-  fits by its sum (the stronger, multiclass notion of calibration).
+  forecast's DSC can read ``-2e-8``); ``mode="normalized"`` (N) divides
+  each row of fits by its sum (the stronger, multiclass notion of
+  calibration).
 
   Scores (means over samples):
 

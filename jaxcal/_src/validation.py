@@ -155,8 +155,8 @@ def simplex_atol(dtype: Any) -> float:
   Rows accepted within the tolerance are used as given, not renormalised
   (as every metric reads its input): a value moves by up to the rows'
   deficit, e.g. UC of the top-``C`` utility (``u = v = 1`` on the simplex)
-  reads up to the mean of ``|1 - sum_j p_j|``. Divide the rows by their sums first
-  where that matters.
+  reads up to the mean of ``|1 - sum_j p_j|``. Divide the rows by their
+  sums first where that matters.
 
   Args:
     dtype: the dtype the probabilities arrive in.
@@ -2207,9 +2207,9 @@ def probs_or_logits(x: Any, name: str = "predictions") -> bool:
   zeros turned every row's softmax into the report's prediction, ConfECE
   0.72 for 0.025). Scores whose every row sums to one within the tolerance
   with an entry just outside ``[0, 1]`` (within ``[-0.05, 1.05]``: a
-  ``-0.0015``) raise too: they had been read as logits. Logits of all zeros, or with every row summing far
-  from one (``0.4 p``), stay logits. One more fused reduction, only when the
-  scores are not probabilities.
+  ``-0.0015``) raise too: they had been read as logits. Logits of all
+  zeros, or with every row summing far from one (``0.4 p``), stay logits.
+  One more fused reduction, only when the scores are not probabilities.
 
   Args:
     x: ``(n, C)`` scores (numpy or JAX, concrete).
