@@ -626,8 +626,8 @@ def conf_ce(
   Raises:
     ValueError: bad probabilities, labels, mask or bin counts, or quantile
       bins outnumbering the samples (eager calls; a traced count above ``n``
-      leaves bins empty, the value of ``m = n``; in :func:`jaxcal.checked` a concrete count
-      above the samples a traced ``where`` selects raises).
+      leaves bins empty, the value of ``m = n``; in :func:`jaxcal.checked` a
+      concrete count above the samples a traced ``where`` selects raises).
 
   Example:
     >>> import jax.numpy as jnp
@@ -683,8 +683,8 @@ def conf_ce_corr(
   Raises:
     ValueError: bad probabilities, labels, mask or bin counts, or quantile
       bins outnumbering the samples (eager calls; a traced count above ``n``
-      leaves bins empty, the value of ``m = n``; in :func:`jaxcal.checked` a concrete count
-      above the samples a traced ``where`` selects raises).
+      leaves bins empty, the value of ``m = n``; in :func:`jaxcal.checked` a
+      concrete count above the samples a traced ``where`` selects raises).
 
   Example:
     >>> import jax.numpy as jnp
@@ -739,8 +739,8 @@ def classwise_ce(
   Raises:
     ValueError: bad probabilities, labels, mask or bin counts, or quantile
       bins outnumbering the samples (eager calls; a traced count above ``n``
-      leaves bins empty, the value of ``m = n``; in :func:`jaxcal.checked` a concrete count
-      above the samples a traced ``where`` selects raises).
+      leaves bins empty, the value of ``m = n``; in :func:`jaxcal.checked` a
+      concrete count above the samples a traced ``where`` selects raises).
 
   Example:
     >>> import jax.numpy as jnp
