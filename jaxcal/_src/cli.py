@@ -293,7 +293,7 @@ def _load(path: str | None, split: str, shift_logits: bool = False):
       x, y = data.default_predictions(split)
     return x, y, f"embedded CIFAR-10 ResNet-110 ({split})", False  # (logits)
   with _user_input():  # data's messages name the file
-    x, y, found, kind = data._load_split(path, split, shift_logits)
+    x, y, found, kind, others = data._load_split(path, split, shift_logits)
   if kind == "probs":  # named probabilities: checked as such, never taken for logits
     try:
       V.check_probs(x, name=f"{path}: probs")
@@ -315,50 +315,11 @@ def _load(path: str | None, split: str, shift_logits: bool = False):
   name = os.path.basename(os.path.normpath(_scores_path(path)))
   if found:
     return x, y, f"{name} ({split})", probs
-  others = _splits(path)
   if others:  # a file of logits/labels and val_* arrays holds two data sets, not one
     which = ", ".join(repr(s) for s in others)
     also = f"split{'s' if len(others) > 1 else ''} {which}"
     return x, y, f"{name} (no '{split}' split: its unprefixed arrays; it also holds {also})", probs
   return x, y, f"{name} (no '{split}' split: the file's one data set)", probs
-
-
-def _splits(path: str) -> list[str]:
-  """The splits ``s`` a predictions file or folder holds: ``s_<scores>`` with ``s_labels``.
-
-  The names ``data._load_raw`` reads: an ``.npz``'s arrays, a folder's ``.npy`` files
-  (or its one ``.npz``'s arrays); a ``scores.npy,labels.npy`` pair holds none. Sorted;
-  empty where nothing can be listed.
-  """
-  import zipfile
-
-  from jaxcal._src import data
-
-  if data._pair(path) is not None:
-    return []
-  try:
-    if os.path.isdir(path):
-      entries = sorted(os.listdir(path))
-      npy = [e[: -len(".npy")] for e in entries if e.endswith(".npy")]
-      npz = [e for e in entries if e.endswith(".npz")]
-      if not npy and len(npz) == 1:
-        return _splits(os.path.join(path, npz[0]))
-      names = set(npy)
-    else:
-      with zipfile.ZipFile(path) as zf:
-        names = {m[: -len(".npy")] for m in zf.namelist() if m.endswith(".npy")}
-  except (OSError, zipfile.BadZipFile):
-    return []
-  return sorted(
-    {
-      k[: -len(stem) - 1]
-      for k in names
-      for stem in data._SCORE_KEYS
-      if k.endswith(f"_{stem}")
-      and len(k) > len(stem) + 1
-      and f"{k[: -len(stem) - 1]}_labels" in names
-    }
-  )
 
 
 def _same_data(xc, yc, xt, yt) -> bool:

@@ -127,10 +127,25 @@ def _npz_members(zf: zipfile.ZipFile, path: str) -> dict[str, Callable[[], np.nd
 _PROBS_STEMS = ("probs", "probabilities")
 
 
+def _splits_in(keys: Any) -> list[str]:
+  """The splits ``s`` among array names: ``s_<scores>`` beside ``s_labels`` (sorted)."""
+  return sorted(
+    {
+      k[: -len(stem) - 1]
+      for k in keys
+      for stem in _SCORE_KEYS
+      if k.endswith(f"_{stem}")
+      and len(k) > len(stem) + 1
+      and f"{k[: -len(stem) - 1]}_labels" in keys
+    }
+  )
+
+
 def _pick(
   mapping: dict[str, Callable[[], np.ndarray]], split: str, path: str
-) -> tuple[np.ndarray, np.ndarray, bool, str]:
-  """``(scores, labels, whether they are the split's own arrays, the scores' name stem)``.
+) -> tuple[np.ndarray, np.ndarray, bool, str, list[str]]:
+  """``(scores, labels, whether they are the split's own arrays, the scores' name stem,
+  the splits the arrays hold)``.
 
   ``{split}_<scores>`` with ``{split}_labels`` first; else the unsplit
   ``<scores>`` with ``labels``/``y`` (a file of one data set). The scores and
@@ -158,7 +173,7 @@ def _pick(
             f"{path}: holds several label arrays {found}; keep one (jaxcal would not guess which)"
           )
         if found:
-          return mapping[k](), mapping[found[0]](), own, stem
+          return mapping[k](), mapping[found[0]](), own, stem, _splits_in(keys)
         want = " or ".join(repr(x) for x in label_keys)
         raise ValueError(f"{path}: found {k!r} but no labels array ({want})")
   raise ValueError(
@@ -175,10 +190,10 @@ def _pair(p: str) -> tuple[str, str] | None:
   return None
 
 
-def _load_raw(p: str, split: str) -> tuple[np.ndarray, np.ndarray, bool, str]:
+def _load_raw(p: str, split: str) -> tuple[np.ndarray, np.ndarray, bool, str, list[str]]:
   pair = _pair(p)
   if pair is not None:
-    return _npy_file(pair[0]), _npy_file(pair[1]), False, "scores"
+    return _npy_file(pair[0]), _npy_file(pair[1]), False, "scores", []
   if os.path.isdir(p):
     names = sorted(os.listdir(p))
     files = {f[:-4]: os.path.join(p, f) for f in names if f.endswith(".npy")}
@@ -291,12 +306,14 @@ def load_split(path: str | os.PathLike, split: str = "test") -> tuple[np.ndarray
 
 def _load_split(
   path: Any, split: str, shift_logits: bool = False
-) -> tuple[np.ndarray, np.ndarray, bool, str | None]:
-  """:func:`load_split` and what the scores' array name says they are.
+) -> tuple[np.ndarray, np.ndarray, bool, str | None, list[str]]:
+  """:func:`load_split`, what the scores' array name says they are, and the splits held.
 
   The fourth item is ``"probs"`` for an array named ``probs`` /
   ``probabilities``, ``"logits"`` for ``logits``, ``None`` for a name that
-  says neither (``predictions``, ``scores``, a pair of ``.npy`` files).
+  says neither (``predictions``, ``scores``, a pair of ``.npy`` files). The
+  fifth names the splits ``s`` the file holds (``s_<scores>`` beside
+  ``s_labels``; none for a pair of ``.npy`` files).
   With ``shift_logits``, float64 scores named ``logits`` are shifted by each
   row's maximum before the float32 cast (for uses that only read their
   softmax: rows of sequence log-likelihoods near ``-1e5`` kept float32 steps
@@ -309,7 +326,7 @@ def _load_split(
     raise ValueError(f"split must be a split's name such as 'test' or 'val', got {split!r}")
   p = os.fsdecode(os.fspath(path))
   try:
-    scores, labels, found, stem = _load_raw(p, split)
+    scores, labels, found, stem, splits = _load_raw(p, split)
   except FileNotFoundError as e:
     raise ValueError(f"predictions not found: {e.filename or p}") from None
   except IsADirectoryError as e:
@@ -376,7 +393,7 @@ def _load_split(
         )
       raise ValueError(f"{p}: {what} (jaxcal computes in float32); rescale the scores")
     scores = out
-  return scores.astype(np.float32), np.asarray(labels, np.int32), found, kind
+  return scores.astype(np.float32), np.asarray(labels, np.int32), found, kind, splits
 
 
 def default_predictions(split: str = "test") -> tuple[np.ndarray, np.ndarray]:
