@@ -187,6 +187,11 @@ def mismatches(pid: int, data, out: dict) -> None:
       lambda: utility.uc_sweep(p, y, us, devices=jax.devices()[:: 1 - 2 * pid], chunk_size=5)
     )
   }
+  out["uc_where"] = {  # a mask on process 1 only
+    "uc_sweep": attempt(
+      lambda: utility.uc_sweep(p, y, us, chunk_size=5, where=None if pid == 0 else y >= 0)
+    )
+  }
   out["uc_logits"] = {  # logits on process 1 only
     "uc_sweep": attempt(lambda: utility.uc_sweep(p, y, us, from_logits=pid == 1, chunk_size=5))
   }
@@ -255,6 +260,12 @@ def main() -> None:
 
   us = utility.sample_linear(jax.random.key(0), 10, c)
   out["uc_sweep"] = np.asarray(utility.uc_sweep(p, y, us, chunk_size=3)).tolist()
+  # a mask over the union's rows (every third dropped), NaN and bad labels in the dropped rows
+  keep = (np.arange(p.shape[0]) + rows.start) % 3 != 0
+  pn, yn = np.where(keep[:, None], p, np.nan), np.where(keep, y, -1)
+  out["uc_sweep_where"] = np.asarray(
+    utility.uc_sweep(pn, yn, us, chunk_size=3, where=keep)
+  ).tolist()
 
   state = streaming.Calibration.empty(c, np.array([5, 15]), capacity=p.shape[0])
   for i in range(0, p.shape[0], 64):

@@ -47,6 +47,11 @@ def main() -> None:
   out["uc_sweep"] = np.asarray(utility.uc_sweep(p[0], y[0], lin, chunk_size=2))
   f = jax.jit(lambda pp, yy: utility.uc_sweep(pp, yy, lin, chunk_size=2))
   out["uc_sweep_jit"] = np.asarray(f(p[0], y[0]))
+  # with a mask: the selected rows' errors (eager and under jit), on the 4-way utility mesh
+  keep = np.arange(n) % 3 != 0
+  out["uc_sweep_where"] = np.asarray(utility.uc_sweep(p[0], y[0], lin, chunk_size=2, where=keep))
+  fw = jax.jit(lambda pp, yy, ww: utility.uc_sweep(pp, yy, lin, chunk_size=2, where=ww))
+  out["uc_sweep_where_jit"] = np.asarray(fw(p[0], y[0], keep))
 
   # row-sharded device arrays are gathered on the devices, not read back to the host
   # (jax.device_put of a row-sharded array to a replicated sharding went through the host)

@@ -90,6 +90,8 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
   results = _run_two(path, tmp_path, devices_per_process)
   us = utility.sample_linear(jax.random.key(0), 10, p.shape[1])
   want_uc = np.asarray(utility.uc_sweep(p, y, us, chunk_size=3, devices=jax.devices()[:1]))
+  keep = np.arange(p.shape[0]) % 3 != 0  # the workers' mask of the union's rows
+  want_where = utility.uc_sweep(p[keep], y[keep], us, chunk_size=3, devices=jax.devices()[:1])
   logits = np.log(np.maximum(p, 1e-30))
   want_two = jaxcal.evaluate(
     np.stack([logits, 0.5 * logits]),
@@ -103,6 +105,7 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
     assert r["devices"] == 2 * devices_per_process
     # the masked (padded) union: float rounding of 1/n only
     np.testing.assert_allclose(r["uc_sweep"], want_uc, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(r["uc_sweep_where"], want_where, rtol=1e-6, atol=1e-7)
     s = r["streaming"]
     assert r["streaming_merge_again"] == 0
     bins = np.array([5, 15])
@@ -250,6 +253,7 @@ def test_input_shaped_differently_on_one_process_raises_on_every_process(union, 
     "on process 0 and quantile on process 1",
     ("global", "uc_sweep"): "utilities (kind, values) must be the same on every process",
     ("uc_devices", "uc_sweep"): "devices (in order) must be the same on every process",
+    ("uc_where", "uc_sweep"): "whether where is given must be the same on every process",
     ("uc_logits", "uc_sweep"): "every process must make the same call (every argument besides "
     "the data the same), but process 0 compares ['the class count C of probs'",
     ("mesh", "evaluate"): "mesh must be the same on every process",

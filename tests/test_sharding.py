@@ -99,6 +99,10 @@ def test_sharded_equals_one_device(data, got):
   one = utility.uc_sweep(p[0], y[0], lin, chunk_size=2, devices=jax.devices()[:1])
   np.testing.assert_allclose(got["uc_sweep"], one, atol=ATOL)
   np.testing.assert_allclose(got["uc_sweep_jit"], one, atol=ATOL)
+  keep = np.arange(p.shape[1]) % 3 != 0  # the worker's mask
+  sub = utility.uc_sweep(p[0, keep], y[0, keep], lin, chunk_size=2, devices=jax.devices()[:1])
+  np.testing.assert_allclose(got["uc_sweep_where"], sub, atol=ATOL)
+  np.testing.assert_allclose(got["uc_sweep_where_jit"], sub, atol=ATOL)
   k = (300 // devices) * devices  # the rows the worker sharded
   np.testing.assert_allclose(
     got["uc_sweep_rows"], utility.uc_sweep(p[0, :k], y[0, :k], lin), atol=ATOL

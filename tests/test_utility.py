@@ -760,6 +760,41 @@ def test_uc_and_uc_class_take_where():
     U.uc(p, y, u, where=np.zeros(200, bool))
 
 
+def test_uc_sweep_takes_where():
+  """``uc_sweep(where=)``: the subset's errors for both kinds of utility, eager, under jit
+  and under vmap over masks; masked rows (NaN, label out of range) are never read; the
+  caller's arrays are untouched; a bad mask is refused by name (it took no mask before)."""
+  rng = np.random.default_rng(1)
+  n, c = 300, 5
+  p = rng.dirichlet(np.ones(c), n).astype(np.float32)
+  y = rng.integers(0, c, n)
+  w = rng.random(n) < 0.6
+  pn, yn = p.copy(), y.copy()
+  pn[~w], yn[~w] = np.nan, 9
+  before = pn.copy(), yn.copy(), w.copy()
+  for us in (U.sample_linear(jax.random.key(0), 7, c), U.sample_rank(jax.random.key(1), 7, c)):
+    want = np.asarray(U.uc_sweep(p[w], y[w], us))
+    np.testing.assert_allclose(U.uc_sweep(pn, yn, us, where=w), want, rtol=1e-6, atol=1e-7)
+    jitted = jax.jit(lambda a, b, m, us=us: U.uc_sweep(a, b, us, chunk_size=3, where=m))
+    np.testing.assert_allclose(jitted(pn, yn, w), want, rtol=1e-6, atol=1e-7)
+    masks = np.stack([w, ~w])
+    looped = [U.uc_sweep(p[m], y[m], us) for m in masks]
+    batched = jax.vmap(lambda m, us=us: U.uc_sweep(p, y, us, where=m))(masks)
+    np.testing.assert_allclose(batched, np.stack(looped), rtol=1e-6, atol=1e-7)
+    # the rows uc takes with the same mask
+    one = U.uc(pn, yn, jax.tree.map(lambda a: a[0], us), where=w).value
+    assert float(one) == pytest.approx(float(want[0]), rel=1e-5, abs=4 / w.sum())
+  for a, b in zip((pn, yn, w), before, strict=True):
+    np.testing.assert_array_equal(a, b)
+  us = U.sample_linear(jax.random.key(0), 3, c)
+  with pytest.raises(ValueError, match="where selects no samples"):
+    U.uc_sweep(p, y, us, where=np.zeros(n, bool))
+  with pytest.raises(ValueError, match=r"where must have shape \(300,\)"):
+    U.uc_sweep(p, y, us, where=w[:10])
+  with pytest.raises(ValueError, match="where must be a boolean mask"):
+    U.uc_sweep(p, y, us, where=w.astype(int))
+
+
 def test_sweep_checksum_sees_float64_data_and_row_order():
   """The multi-process jit check compares this sum over the mesh: its float64 form kept only
   the low 32 bits (0 for short mantissas: two processes' different data agreed, and the

@@ -418,6 +418,7 @@ def uc_sweep(
   *,
   from_logits: bool = False,
   devices: Sequence[jax.Device] | None = None,
+  where: ArrayLike | None = None,
 ) -> jax.Array:
   """Utility calibration errors of a batch of utilities, in one compiled call.
 
@@ -440,6 +441,11 @@ def uc_sweep(
     devices: devices to shard the utility axis over (default: all of
       ``jax.devices()``, every process's; a single device runs without a
       mesh).
+    where: optional ``(n,)`` bool mask, laid out like ``labels`` (host-local
+      rows: this process's mask); masked-out samples are treated as absent
+      (``n`` is the number of ``True`` entries, their values are not
+      checked and cannot reach the result), so a padded last batch or
+      uneven shards give the selected samples' errors.
 
   Returns:
     ``(M,)`` errors, replicated over the devices. ``chunk_size`` and
@@ -455,8 +461,10 @@ def uc_sweep(
     ValueError: bad probabilities/labels, utility values outside ``[-1, 1]``,
       mismatched ``C``, a single utility instead of a batch,
       ``chunk_size < 1``, ``devices`` that are empty, repeat a device or
-      hold something other than ``jax.Device`` objects, or ``devices`` that
-      leave out some of another process's devices in a multi-process run.
+      hold something other than ``jax.Device`` objects, ``devices`` that
+      leave out some of another process's devices in a multi-process run, or
+      a ``where`` that is not an ``(n,)`` bool mask, selects no sample, or
+      is given on some processes only.
 
   Example:
     >>> import jax.numpy as jnp
@@ -476,16 +484,26 @@ def uc_sweep(
   # raise on its process only while the others wait in the assembly.
   shard = (
     jax.process_count() > 1
-    and V.is_concrete(probs, labels)
-    and not (V.spans_processes(probs) or V.spans_processes(labels))
+    and V.is_concrete(probs, labels, where)
+    and not V.spans_processes((probs, labels, where))
   )
   name = "logits" if from_logits else "probs"
   ok = None  # the traced check's flag: the result is folded with it, not left to NaN inputs
+  mask = None  # the checked sample mask, when ``where`` is given
   if shard:  # a shape, class-count or dtype error on one process raises on every process
     p, y = V.process_shard(probs, labels, name=name)
+    mask = V.on_every_process(lambda: None if where is None else V.check_where(where, p.shape[0]))
+    if mask is not None:  # masked-out rows made neutral and valid before the union's check,
+      # which then numbers every row of the union (masked ones too) as it stands
+      p = V.upcast(p)
+      fill = jnp.asarray(0.0 if from_logits else 1.0 / p.shape[1], p.dtype)
+      p = jnp.where(mask[:, None], p, fill)
+      y = jnp.where(mask, y, 0)
   else:
-    d = V.check_predictions(probs, labels, from_logits=from_logits, name=name)
-    p, y, ok = d.probs(), d.labels, d.ok
+    d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, name=name)
+    # masked-out rows: valid neutral values (their NaN cannot reach the sums)
+    p, y = d.neutral() if d.where is not None else (d.probs(), d.labels)
+    ok, mask = d.ok, d.where
   utilities = F.check_utility(utilities, p.shape[1], batched=True, name="utilities")
   m = utilities.batch_shape[0]
   if m == 0:
@@ -516,14 +534,21 @@ def uc_sweep(
         "chunk_size": chunk_size,
         "from_logits": bool(from_logits),
         "devices (in order)": V.digest([dev.id for dev in devs]),
+        "whether where is given": where is not None,
       },
     )
     if shard:
-      (p, y), where, sizes = process_shards(mesh, "u", p, y)  # this process's rows of the union
+      own = () if mask is None else (mask,)
+      # this process's rows of the union (and of the caller's mask), padded
+      (p, y, *own), real, sizes = process_shards(mesh, "u", p, y, *own)
       V.check_union_rows(sizes, name)
-      chk = V.check_predictions(p, y, from_logits=from_logits, where=where, padding=True, name=name)
+      chk = V.check_predictions(p, y, from_logits=from_logits, where=real, padding=True, name=name)
       p, y = chk.probs(), chk.labels
-      args = (p, y, where)
+      mask = real & own[0] if own else real  # the caller's mask within the real rows
+      if own and not bool(jnp.any(mask)):  # one replicated scalar, the same on every process
+        raise ValueError("where selects no samples: at least one entry must be True")
+  if mask is not None:
+    args = (p, y, mask)
   if chunk_size is None:
     chunk_size = default_chunk_size(
       utilities.kind, p.shape[0], p.shape[1], tuple(utilities.params.shape), devs[0]
