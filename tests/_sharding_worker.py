@@ -104,6 +104,42 @@ def main() -> None:
     out["stream/" + k] = np.asarray(fixed[k])
   out["stream/records_conf_ce_corr"] = np.asarray(r.reduce().compute(BINS)["conf_ce_corr"])
   out["stream/n"] = np.int32(rows_per * d)
+  # the same from logits under shard_map's default check_vma=True (the value check's
+  # cond had a constant branch, and Records.reduce a constant scan carry: both raised
+  # JAX's TypeError there); a scan over batches from a pcast empty state; the metrics
+  # and scores of each device's rows
+  zdev = jax.device_put(z[0, : rows_per * d], NamedSharding(mesh, P("models")))
+  empty_scores = streaming.Scores.empty(c)
+
+  def per_device_logits(zz, yy):
+    start = jax.lax.pcast(empty_bins, "models", to="varying")
+    half = zz.shape[0] // 2
+    batches = (zz[: 2 * half].reshape(2, half, c), yy[: 2 * half].reshape(2, half))
+    bins = jax.lax.scan(lambda st, b: (st.update(*b, from_logits=True), None), start, batches)[0]
+    rest = zz[2 * half :], yy[2 * half :]
+    bins = bins.update(*rest, from_logits=True)
+    sc = jax.lax.psum(empty_scores.update(zz, yy, from_logits=True), "models")
+    recs = jax.lax.all_gather(empty_recs.update(zz, yy, from_logits=True), "models").reduce()
+    own = (
+      metrics.conf_ece(zz, yy, 15, from_logits=True),
+      metrics.classwise_ce(zz, yy, 5, from_logits=True),
+      scores.brier(zz, yy, from_logits=True),
+    )
+    return (
+      jax.lax.psum(bins, "models").compute()["conf_ece"],
+      sc.compute()["brier"],
+      recs.compute(BINS)["conf_ce_corr"][None],
+      jnp.stack(own)[None],
+    )
+
+  vma = jax.shard_map(
+    per_device_logits,
+    mesh=mesh,
+    in_specs=(P("models"), P("models")),
+    out_specs=(P(), P(), P("models"), P("models")),
+  )(zdev, ydev)
+  for k, v in zip(("bins_conf_ece", "scores_brier", "records_conf_ce_corr", "own"), vma):
+    out["stream_vma/" + k] = np.asarray(v)
 
   # bad input sharded over the samples: the eager check raises the one-device message,
   # with the global row (one in the third shard); the inputs and their sharding unchanged

@@ -121,6 +121,25 @@ def test_sharded_equals_one_device(data, got):
   np.testing.assert_allclose(
     got["stream/records_conf_ce_corr"], metrics.conf_ce_corr(p0, y0, BINS), rtol=1e-6
   )
+  # the same from logits under shard_map's default check_vma=True (it raised JAX's
+  # TypeError: a constant cond branch in the value check, a constant scan carry in
+  # Records.reduce), and each device's own rows' metrics and scores
+  z0 = z[0, :k]
+  vma = {name: got["stream_vma/" + name] for name in ("bins_conf_ece", "scores_brier")}
+  want = metrics.conf_ece(z0, y0, BINS, "fixed", from_logits=True)
+  np.testing.assert_allclose(vma["bins_conf_ece"], want, atol=ATOL)
+  np.testing.assert_allclose(vma["scores_brier"], scores.brier(z0, y0, from_logits=True), rtol=1e-6)
+  recs = got["stream_vma/records_conf_ce_corr"]
+  assert recs.shape == (devices, BINS.size)  # one copy per device (out_specs=P(axis))
+  want_recs = metrics.conf_ce_corr(z0, y0, BINS, from_logits=True)
+  np.testing.assert_allclose(recs, np.broadcast_to(want_recs, recs.shape), rtol=1e-6)
+  for i, (zi, yi) in enumerate(zip(np.split(z0, devices), np.split(y0, devices), strict=True)):
+    own = [
+      metrics.conf_ece(zi, yi, 15, from_logits=True),
+      metrics.classwise_ce(zi, yi, 5, from_logits=True),
+      scores.brier(zi, yi, from_logits=True),
+    ]
+    np.testing.assert_allclose(got["stream_vma/own"][i], own, rtol=1e-6, atol=ATOL)
   # bad input sharded over the samples: the one-device message, naming the global row
   # (a NaN in [0, 1]-checked scores was missed: XLA:CPU's min/max all-reduce drops NaN)
   row = int(got["bad/row"])

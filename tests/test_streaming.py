@@ -513,6 +513,11 @@ def test_a_batch_of_no_rows_adds_nothing():
   ):
     with pytest.raises(ValueError, match=match):
       streaming.Scores.empty(3).update(a, b)
+  # logits of another class count are named as logits (they were called probs)
+  with pytest.raises(
+    ValueError, match=r"^logits has C = 4 classes but the state was made for C = 3"
+  ):
+    streaming.FixedBins.empty(3).update(np.zeros((2, 4), np.float32), y[:2], from_logits=True)
 
 
 def test_more_samples_than_int32_counts_hold_raise_eagerly_and_give_nan_under_jit():

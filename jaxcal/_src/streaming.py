@@ -84,7 +84,14 @@ rounding per summand; a ``psum`` adds the counts without the overflow
 check, so a total past 2^31 - 1 is caught only where it wraps to a negative
 count; ``jax.lax.all_gather(state, axis).reduce()`` merges them with every
 sum checked and the compensation kept). A :class:`Records` state is gathered with
-``jax.lax.all_gather(state, axis)`` and then ``.reduce()``-d. Across
+``jax.lax.all_gather(state, axis)`` and then ``.reduce()``-d. Under
+``shard_map``'s default ``check_vma=True`` a ``psum``-merged state is the
+same on every device (``out_specs=P()``), while what an ``all_gather``
+returns is typed as varying over the axis: return it (or its
+``compute()``) with ``out_specs=P(axis)``, one copy per device, or pass
+``check_vma=False``; a ``lax.scan`` whose carry starts from ``empty(...)``
+needs ``jax.lax.pcast(state, axis, to="varying")`` first (JAX's rule for
+carries, not jaxcal's). Across
 ``jax.distributed`` processes, :func:`merge_across_processes` gathers every
 process's state and merges them in process order, so every host computes
 the union's numbers.
@@ -220,7 +227,8 @@ def _prepare(probs, labels, where, from_logits, num_classes, log_loss=False):
   p = V.fold(p, d.ok)
   if p.shape[1] != num_classes:
     raise ValueError(
-      f"probs has C = {p.shape[1]} classes but the state was made for C = {num_classes}; "
+      f"{'logits' if from_logits else 'probs'} has C = {p.shape[1]} classes but the state "
+      f"was made for C = {num_classes}; "
       "make the state with the predictions' class count"
     )
   bad = np.int32(0) if d.ok is None else (~d.ok).astype(jnp.int32)
@@ -870,7 +878,11 @@ def _reduce_records(stacked: Records) -> Records:
   total = _check_capacity(k * cap, "merged")
   counts = stacked.count
   ends = jax.lax.scan(  # -1 past MAX_COUNT, as merge's sums
-    lambda acc, c: (_add_count(acc, c),) * 2, jnp.zeros((), counts.dtype), counts
+    # (the carry starts from the counts, not a constant: inside shard_map the
+    # gathered counts vary over devices and the carry's type must match them)
+    lambda acc, c: (_add_count(acc, c),) * 2,
+    jnp.zeros_like(counts[0]),
+    counts,
   )[1]
   before = jnp.concatenate([jnp.zeros((1,), counts.dtype), ends[:-1]])
   start = jnp.clip(before, 0, jnp.arange(k, dtype=counts.dtype) * cap)  # (k,)

@@ -581,10 +581,13 @@ def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
       negative = lo < 0
     if not complete:
       return ok
+    # (each branch's output derived from the data: a constant would be
+    # device-invariant inside shard_map, and the cond refuses unlike branches)
     return ok & jax.lax.cond(
       negative,
-      lambda: jnp.max(_masked(x, where, 1)).astype(acc) <= 1 + a.tol,
-      lambda: jnp.bool_(True),
+      lambda neg: jnp.max(_masked(x, where, 1)).astype(acc) <= 1 + a.tol,
+      lambda neg: ~neg,
+      negative,
     )
   if a.kind == "unit":
     # Elementwise compares (False for NaN; +-inf lie outside) and one boolean
@@ -603,10 +606,12 @@ def _array_ok(a: _Arr, x: jax.Array, where, complete: bool = True) -> jax.Array:
   # can only overflow (inf - inf), and then the exact test (rarely run) clears it.
   good = jnp.isfinite if a.kind == "finite" else (lambda v: ~jnp.isnan(v))
   s = jnp.sum(x, axis=_rows(x), dtype=acc) if x.ndim > 1 else x
-  return jax.lax.cond(
-    jnp.all(_ignore(good(s), where)),
-    lambda: jnp.bool_(True),
-    lambda: jnp.all(_ignore(jnp.all(good(x), axis=_rows(x)), where)),
+  fine = jnp.all(_ignore(good(s), where))
+  return jax.lax.cond(  # (the true branch returns ``fine``, not a constant: see above)
+    fine,
+    lambda f: f,
+    lambda f: jnp.all(_ignore(jnp.all(good(x), axis=_rows(x)), where)),
+    fine,
   )
 
 
