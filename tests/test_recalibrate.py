@@ -1334,7 +1334,9 @@ def test_a_recalibrator_call_gives_nan_rows_under_jit_whatever_its_apply_does():
   out = np.asarray(jax.jit(lambda x: rc(x))(z))
   assert np.isnan(out[1]).all() and np.allclose(out[0], 1 / 3)
   # probabilities: a row off the simplex (or with an entry above 1) is a bad row
-  p = np.array([[0.2, 0.3, 0.5], [0.2, 0.3, 0.6], [1.5, -0.2, -0.3]], np.float32)
+  # (the last row: a negative entry in a row summing to one, every entry at most 1; a
+  # mutation review found the lower bound untested, the third row's 1.5 failing first)
+  p = np.array([[0.2, 0.3, 0.5], [0.2, 0.3, 0.6], [1.5, -0.2, -0.3], [0.6, 0.5, -0.1]], np.float32)
   out = np.asarray(jax.jit(lambda x: Uniform(num_classes=3, from_logits=False)(x))(p))
   assert np.allclose(out[0], 1 / 3) and np.isnan(out[1:]).all()
   np.testing.assert_allclose(np.asarray(jax.jit(lambda x: rc(x))(np.zeros((2, 3)))), 1 / 3)

@@ -191,6 +191,16 @@ def test_scalar_num_bins_and_float64():
     out = st.compute()
     assert out["conf_ece"].shape == () and out["conf_ece"].dtype == jnp.float64
     np.testing.assert_allclose(out["conf_ece"], R.conf_ece(p, y, 15, "fixed"), rtol=1e-12)
+    # scores exactly on bin edges (0.25, 0.5, 0.75: edges of 4, 8 and 16 bins) in the
+    # float64 state, as test_fixed_bins_match_float64_reference checks the float32 one
+    # (a mutation review: the float64 branch's edge rule could flip without a test failing)
+    q = np.round(rng.dirichlet(np.ones(3), 60) * 4) / 4
+    q[q.sum(axis=1) != 1] = [0.5, 0.25, 0.25]
+    z = rng.integers(0, 3, 60)
+    got = streaming.FixedBins.empty(3, BINS, dtype=jnp.float64).update(q, z).compute()
+    for name in ("conf_ece", "conf_ce_corr", "classwise_ece", "classwise_ce"):
+      want = [getattr(R, name)(q, z, int(m), "fixed") for m in BINS]
+      np.testing.assert_allclose(got[name], want, rtol=1e-12, atol=1e-15, err_msg=name)
 
 
 def test_scores_equal_oneshot(cifar100):
