@@ -31,6 +31,7 @@ from jax.typing import ArrayLike
 from jaxcal._src.numerics import PRECISION, segment_sum_accurate
 from jaxcal._src.recal.base import (
   Recalibrator,
+  all_top_labels,
   fit_arrays,
   fold_fit,
   pytree_dataclass,
@@ -69,7 +70,9 @@ class EnsembleTemperatureScaling(Recalibrator):
       weights' fit for ``loss="nll"``; not those of the log-loss temperature
       fit, of at most 200 iterations, that may give its starting point).
     converged: whether every L-BFGS fit stopped by its rule (gradient norm
-      below ``tol``, or no decrease at working precision) within its limit.
+      below ``tol``, or no decrease at working precision) within its limit;
+      False too when the split has no optimum (every label the top label
+      of its row: the temperature falls towards 0).
     num_classes: ``C`` (static).
   """
 
@@ -238,13 +241,14 @@ def fit_ensemble_temperature(
   )
   max_iter, tol = check_solver_options(max_iter, tol, z.dtype)
   t, w, k, conv = _fit_ets(z, onehot, loss=loss, max_iter=max_iter, tol=tol)
+  sep = all_top_labels(z, onehot)  # its temperature part has no minimiser: T -> 0
   rc = EnsembleTemperatureScaling(
     temperature=t,
     weights=w,
     num_iter=k,
-    converged=conv,
+    converged=conv & ~sep,
     num_classes=int(z.shape[1]),
     from_logits=from_logits,
   )
-  warn_if_not_converged(rc, "ensemble temperature scaling")
+  warn_if_not_converged(rc, "ensemble temperature scaling", no_optimum=sep)
   return fold_fit(rc, ok)

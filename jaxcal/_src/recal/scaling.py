@@ -61,6 +61,7 @@ from jaxcal._src import validation as V
 from jaxcal._src.numerics import PRECISION, lift
 from jaxcal._src.recal.base import (
   Recalibrator,
+  all_top_labels,
   finish_rows,
   fit_arrays,
   fold_fit,
@@ -475,7 +476,9 @@ class TemperatureScaling(Recalibrator):
     num_iter: L-BFGS iterations.
     converged: whether L-BFGS stopped by its rule (:func:`lbfgs_minimize`:
       gradient norm below ``tol``, or two steps that no longer lowered the
-      objective at working precision) within ``max_iter``.
+      objective at working precision) within ``max_iter``; False too when
+      the split has no optimum (every label the top label of its row: the
+      log loss falls as ``T -> 0``).
     num_classes: ``C`` seen at fit time (static).
   """
 
@@ -573,10 +576,15 @@ def fit_temperature(
   )
   max_iter, tol = check_solver_options(max_iter, tol, z.dtype)
   t, k, conv = _fit_temperature(z, onehot, max_iter, tol)
+  sep = all_top_labels(z, onehot)  # no minimiser: T -> 0 (it read converged, T = 0.001)
   rc = TemperatureScaling(
-    temperature=t, num_iter=k, converged=conv, num_classes=int(z.shape[1]), from_logits=from_logits
+    temperature=t,
+    num_iter=k,
+    converged=conv & ~sep,
+    num_classes=int(z.shape[1]),
+    from_logits=from_logits,
   )
-  warn_if_not_converged(rc, "temperature scaling")
+  warn_if_not_converged(rc, "temperature scaling", no_optimum=sep)
   return fold_fit(rc, ok)
 
 
@@ -606,7 +614,11 @@ class LinearScaling(Recalibrator):
       iterations: the gradient norm below ``tol``, or L-BFGS stalled
       (:func:`lbfgs_minimize`) and a fresh, re-preconditioned start from
       there (of at least 30 iterations before a stall may end it) no
-      longer lowered the objective at working precision.
+      longer lowered the objective at working precision. False too when
+      no strength's cross-validation fits converged (every ``cv_nll``
+      ``inf``: the strongest was fitted on no evidence) or the split has no
+      optimum (every label the top label of its row: the unpenalised
+      diagonal sharpens without bound).
     on_log_probs: apply to ``log softmax(logits)`` instead of the logits (static).
     num_classes: ``C`` (static).
   """
@@ -976,6 +988,9 @@ def _fit_linear_public(
     int(num_folds),
     V.seed_key(seed),  # made here: any int64 seed, the same folds as a static one
   )
+  sep = all_top_labels(z, onehot)  # the diagonal's sharpening is not penalised: no minimiser
+  # no strength converged in cross-validation: the strongest was fitted on no evidence
+  cv_failed = jnp.all(jnp.isinf(cv_nll)) if cv_nll.shape[0] else jnp.zeros((), bool)
   rc = cls(
     weight=w,
     bias=b,
@@ -983,7 +998,7 @@ def _fit_linear_public(
     reg_mu=mu,
     cv_nll=cv_nll,
     num_iter=k,
-    converged=conv,
+    converged=conv & ~sep & ~cv_failed,
     on_log_probs=on_log_probs,
     num_classes=int(z.shape[1]),
     from_logits=opts.from_logits,
@@ -996,7 +1011,7 @@ def _fit_linear_public(
       f"too large for {z.dtype.name}); rescale the inputs or compute in float64 "
       "(jax.enable_x64)"
     )
-  warn_if_not_converged(rc, f"{cls.method} scaling")
+  warn_if_not_converged(rc, f"{cls.method} scaling", no_optimum=sep, cv_failed=cv_failed)
   return fold_fit(rc, ok)
 
 
@@ -1052,7 +1067,9 @@ def fit_vector(
     tol: gradient-norm tolerance (default 1e-5; the fit also stops, converged,
       once a fresh start no longer lowers the objective at working precision).
     cv_max_iter: iteration limit of each cross-validation fit (default 300;
-      a strength whose fold fits do not converge within it is not selected).
+      a strength whose fold fits do not converge within it is not selected;
+      when none converges the strongest is fitted and ``converged`` is
+      False).
 
   Returns:
     :class:`VectorScaling` (``weight`` is ``diag(a)``) with the chosen
@@ -1124,7 +1141,9 @@ def fit_matrix(
     tol: gradient-norm tolerance (default 1e-5; the fit also stops, converged,
       once a fresh start no longer lowers the objective at working precision).
     cv_max_iter: iteration limit of each cross-validation fit (default 300;
-      a strength whose fold fits do not converge within it is not selected).
+      a strength whose fold fits do not converge within it is not selected;
+      when none converges the strongest is fitted and ``converged`` is
+      False).
 
   Returns:
     :class:`LinearScaling` with the chosen ``reg_lambda``, ``reg_mu`` and the
@@ -1196,7 +1215,9 @@ def fit_dirichlet(
     tol: gradient-norm tolerance (default 1e-5; the fit also stops, converged,
       once a fresh start no longer lowers the objective at working precision).
     cv_max_iter: iteration limit of each cross-validation fit (default 300;
-      a strength whose fold fits do not converge within it is not selected).
+      a strength whose fold fits do not converge within it is not selected;
+      when none converges the strongest is fitted and ``converged`` is
+      False).
 
   Returns:
     :class:`DirichletCalibration` with the chosen ``reg_lambda``, ``reg_mu``
