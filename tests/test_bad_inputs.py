@@ -151,7 +151,10 @@ CASES = [
   C("max_bins huge", metrics.conf_ece, (P, Y), {"num_bins": 5, "max_bins": 2**24 + 1}, ValueError, r"max_bins must be a static Python int in \[1, 16777216\], got 16777217"),
   C("max_bins float", metrics.conf_ece, (P, Y), {"max_bins": 16.0}, ValueError, r"max_bins must be"),
   C("lce max_bins huge", metrics.lce, (P, Y, P), {"num_bins": 2, "max_bins": 2**31}, ValueError, r"max_bins must be a static Python int in \[1, 16777216\], got 2147483648"),
-  C("reliability bins array", metrics.reliability_stats, (P, Y), {"num_bins": np.array([2, 3])}, ValueError, r"Python int"),
+  C("labels bool, C > 2", metrics.conf_ece, (np.full((4, 3), 1 / 3, np.float32), np.array([True, False, True, True])), {}, ValueError, r"labels are booleans but the predictions have C = 3 classes: pass integer class indices"),
+  C("labels bool, C > 2, jit", jax.jit(scores.brier), (np.full((4, 3), 1 / 3, np.float32), np.array([True, False, True, True])), {}, ValueError, r"labels are booleans but the predictions have C = 3"),
+  C("reliability bins array", metrics.reliability_stats, (P, Y), {"num_bins": np.array([2, 3])}, ValueError, r"Python or numpy integer \(not an array\)"),
+  C("reliability bins jax scalar", metrics.reliability_stats, (P, Y), {"num_bins": jnp.int32(2)}, ValueError, r"Python or numpy integer \(not an array\) for reliability_stats, got"),
   # ---- class weights
   C("class_weights shape", metrics.classwise_ece, (P, Y), {"class_weights": np.ones(3)}, ValueError, r"class_weights must have shape \(2,\)"),
   C("class_weights negative", metrics.ecce, (P, Y), {"class_weights": np.array([1.0, -1.0])}, ValueError, r"non-negative.*-1", True),

@@ -652,7 +652,7 @@ def test_consistency_bands_quantile_logits_and_bad_input():
     jax.random.key(0), x[:500], 5, "quantile", num_resamples=20, from_logits=True
   )
   assert b.lo.shape == (5,) and int(jnp.sum(b.counts)) == 500
-  with pytest.raises(ValueError, match="num_bins must be a Python int"):
+  with pytest.raises(ValueError, match="num_bins must be a Python or numpy integer"):
     BS.consistency_bands(jax.random.key(0), x[:50], jnp.array([3, 4]), from_logits=True)
   with pytest.raises(ValueError, match="needs at least that many samples"):
     BS.consistency_bands(jax.random.key(0), x[:5], 10, "quantile", from_logits=True)

@@ -855,7 +855,10 @@ def consistency_bands(
     p = V.check_probs(probs)
   m = V.check_num_bins(num_bins)
   if not isinstance(m, int):
-    raise ValueError(f"num_bins must be a Python int for consistency_bands, got {num_bins!r}")
+    raise ValueError(
+      "num_bins must be a Python or numpy integer (not an array) for consistency_bands, "
+      f"got {num_bins!r}"
+    )
   binning = V.check_binning(binning)
   if binning == "quantile" and m > p.shape[0]:
     raise ValueError(

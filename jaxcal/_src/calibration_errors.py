@@ -1202,7 +1202,7 @@ def reliability_stats(
   Args:
     probs: ``(n, C)`` probabilities (logits with ``from_logits=True``).
     labels: ``(n,)`` integer labels in ``[0, C)``.
-    num_bins: static bin count (a Python int).
+    num_bins: static bin count (a Python or numpy integer, not an array).
     binning: ``"fixed"`` or ``"quantile"``.
     from_logits: treat ``probs`` as logits and apply a softmax first.
     where: optional ``(n,)`` bool mask; masked-out samples are left out of
@@ -1214,7 +1214,8 @@ def reliability_stats(
 
   Raises:
     ValueError: bad probabilities, labels or mask, a bin count that is not a
-      Python int, quantile bins outnumbering the samples (eager calls).
+      Python or numpy integer (a JAX array included), quantile bins
+      outnumbering the samples (eager calls).
 
   Example:
     >>> import jax.numpy as jnp
@@ -1227,7 +1228,10 @@ def reliability_stats(
   """
   m = V.check_num_bins(num_bins)
   if not isinstance(m, int):
-    raise ValueError("num_bins must be a Python int for reliability_stats")
+    raise ValueError(
+      "num_bins must be a Python or numpy integer (not an array) for reliability_stats, "
+      f"got {num_bins!r}"
+    )
   binning = V.check_binning(binning)
   d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
   if binning == "quantile" and isinstance(d.count, int) and m > d.count:

@@ -129,11 +129,12 @@ def dominance_matrix(losses: ArrayLike) -> jax.Array:
   one is strictly smaller. The relation is a strict partial order
   (irreflexive, antisymmetric, transitive); two rows with identical losses do
   not dominate each other. Comparisons are exact on the given values: round
-  the table first to treat near-equal losses as equal. The papers state the
-  rule two ways (Definition 2.9: every loss lower or equal; footnote 5 of
-  §5.3: every loss smaller); this one lies between them, and differs from
-  either only where losses tie (equal classification errors on a finite
-  test set).
+  the table first to treat near-equal losses as equal. The paper's current
+  text (§5.2) forms "the induced dominance partial order" of the proper
+  losses without a rule for ties; its first arXiv version stated the rule
+  two ways (Definition 2.9: every loss lower or equal; footnote 5 of §5.3:
+  every loss smaller). This one lies between them, and differs from either
+  only where losses tie (equal classification errors on a finite test set).
 
   Args:
     losses: ``(p, L)`` table, one row per predictor and one column per loss
@@ -162,8 +163,9 @@ def dominance_matrix(losses: ArrayLike) -> jax.Array:
     >>> dominance_matrix(jnp.array([[0.1, 0.2], [0.3, 0.2], [0.0, 0.9]])).astype(int).tolist()
     [[0, 1, 0], [0, 0, 0], [0, 0, 0]]
 
-  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388v1, Definition 2.9 and
-  §5.3 (footnote 5).
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §4 (Blackwell
+  dominance, Theorem 4.1) and §5.2 (the dominance partial order induced by
+  the proper losses); v1, Definition 2.9 and §5.3 (footnote 5).
   """
   _check_loss_table(losses)
   p, num_losses = np.shape(losses)
@@ -244,9 +246,9 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
     >>> dominance_chain(L).tolist()
     [1, 2, 0]
 
-  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388v1, §5.3 (footnote 5:
-  "the longest path" of the dominance partial order);
-  Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §5.2 ("maximum dominance set").
+  Reference: Lu, Wu, Hartline & Hu (2025), arXiv:2510.06388, §5.2 ("maximum
+  dominance set, namely the largest subset that admits a total order");
+  v1, §5.3 (footnote 5: "the longest path" of the dominance partial order).
   """
   if not V.is_concrete(losses):
     raise ValueError(

@@ -1434,6 +1434,11 @@ def _labels(
   if isinstance(y, np.ndarray):
     y = _host_labels(y, num_classes, name, where, defer)
   if y.dtype == np.bool_:
+    if num_classes is not None and num_classes > 2:  # e.g. labels > 4 for labels, C = 10
+      raise ValueError(
+        f"{name} are booleans but the predictions have C = {num_classes} classes: pass "
+        "integer class indices (booleans read as classes 0 and 1)"
+      )
     return y.astype(np.int32) if isinstance(y, np.ndarray) else y.astype(jnp.int32), "int"
   return y, ("float" if jnp.issubdtype(y.dtype, jnp.floating) else "int")
 
