@@ -470,12 +470,13 @@ def refuse_probs_as_logits(x: jax.Array, name: str, fix: str) -> None:
   A softmax of probabilities is a wrong prediction, not an error: temperature
   scaling applied to a softmax's output read NLL 1.63 for 0.196 on CIFAR-10.
   Every row in ``[0, 1]`` and summing to one does not happen to real logits.
-  No-op under tracing (the values are unknown).
+  No-op under tracing (the values are unknown, also for concrete inputs
+  closed over by a traced function: a check program inside a trace is staged).
 
   Raises:
     ValueError: naming ``name`` and ``fix``.
   """
-  if V.is_concrete(x) and V.looks_like_probs(x):
+  if V.is_concrete(x) and V._trace_clean() and V.looks_like_probs(x):
     raise ValueError(
       f"{name} are given as logits but are probabilities (every entry in [0, 1] and every "
       f"row summing to one): a softmax of them would be a wrong prediction; {fix} (for "
