@@ -68,6 +68,20 @@ def test_dominance_matrix_matches_loop_reference_jit_and_vmap():
   assert not np.any(ref & np.swapaxes(ref, 1, 2))
 
 
+def test_dominance_matrix_in_row_blocks_equals_the_direct_one(monkeypatch):
+  """Past ``_COMPARISONS`` booleans the matrix is built in row blocks; no test reached that
+  path (a mutation review: it could come back transposed without a test failing)."""
+  from jaxcal._src import dominance as DD
+
+  rng = np.random.default_rng(5)
+  table = rng.integers(0, 3, size=(23, 4)).astype(np.float32)
+  ref = np.array([[ref_dominates(a, b) for b in table] for a in table])
+  np.testing.assert_array_equal(np.asarray(D.dominance_matrix(table)), ref)
+  monkeypatch.setattr(DD, "_COMPARISONS", 23 * 4 * 5)  # blocks of 5 rows, the last short
+  np.testing.assert_array_equal(np.asarray(D.dominance_matrix(table)), ref)
+  assert ref.any() and not np.array_equal(ref, ref.T)  # a transposed result would differ
+
+
 def test_dominance_chain_is_a_longest_valid_chain():
   for L in random_tables(1, 60):
     chain = D.dominance_chain(L)

@@ -826,6 +826,12 @@ def test_a_batch_below_min_rows_takes_no_optimiser_step():
   np.testing.assert_allclose(float(stepped["b"][...]), -0.1 * grad * 1.9, rtol=1e-6)
   np.testing.assert_allclose(float(jax.tree.leaves(state)[0]), grad, rtol=1e-6)  # momentum
   np.testing.assert_allclose(float(terms[0]), np.mean(first) * 4 / 5, rtol=1e-6)  # still counted
+  # a batch of exactly min_rows rows steps (5 rows in batches of 3: the last holds 2)
+  run3 = lambda **kw: train.train_epoch(
+    graphdef, tx, params, tx.init(params), (x,), key, loss_fn=_paired_terms, batch_size=3, **kw
+  )
+  np.testing.assert_array_equal(float(run3(min_rows=2)[0]["b"][...]), float(run3()[0]["b"][...]))
+  assert float(run3(min_rows=3)[0]["b"][...]) != float(run3()[0]["b"][...])
   with pytest.raises(ValueError, match="min_rows must be >= 1, got 0"):
     run(min_rows=0)
   with pytest.raises(ValueError, match=r"min_rows must be <= batch_size \(4\), got 5"):
@@ -929,6 +935,7 @@ def test_splits():
   np.testing.assert_array_equal(np.sort(np.r_[fit, val]), np.arange(1000))
   assert np.all(np.diff(fit) > 0) and np.all(np.diff(val) > 0)
   assert train.calibration_fit_val(1000, seed=3, val_fraction=0.25)[1].size == 250
+  assert [a.size for a in train.calibration_fit_val(27, 0)] == [24, 3]  # round(2.7), not int
   t = train.trace_splits(50, 11, seed=1)
   np.testing.assert_array_equal(np.sort(t["train_order"]), np.arange(50))
   assert not np.array_equal(t["train_order"], np.arange(50))

@@ -292,6 +292,23 @@ def test_log_beta_matches_scipy_in_float32():
   got = np.asarray(_log_beta(jnp.asarray(x), jnp.asarray(y)), np.float64)
   want = betaln(x.astype(np.float64), y.astype(np.float64))
   np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)  # log-gammas: 0.18 off
+  with jax.enable_x64(True):  # float64: the series' third term matters (a mutation review)
+    got64 = np.asarray(_log_beta(jnp.asarray(x, jnp.float64), jnp.asarray(y, jnp.float64)))
+  want64 = betaln(x.astype(np.float64), y.astype(np.float64))
+  np.testing.assert_allclose(got64, want64, rtol=0, atol=5e-9)  # (unmutated: 6e-10)
+
+
+def test_ets_weights_stay_on_the_simplex_where_the_free_optimum_leaves_it():
+  """The three-weight QP's optimum over the simplex, where the unconstrained one has a
+  weight of -5e-4: never a negative mixture weight (a mutation review found the check
+  of the faces' solutions untested)."""
+  from jaxcal._src.recal.ensemble_temperature import _simplex_qp
+
+  b = jnp.array([0.6, 0.4005, -0.0005], jnp.float32)
+  w = np.asarray(_simplex_qp(jnp.eye(3, dtype=jnp.float32), b), np.float64)
+  assert w.min() >= 0 and abs(w.sum() - 1) < 1e-6
+  # the float64 optimum on the face w3 = 0: project (0.6, 0.4005) onto w1 + w2 = 1
+  np.testing.assert_allclose(w, [0.59975, 0.40025, 0.0], atol=1e-6)
 
 
 def test_bbq_in_float32_at_large_n_matches_the_float64_reference():

@@ -136,6 +136,23 @@ def test_row_sum_min_matches_a_float64_reference(c):
     row_sum_min(np.zeros((2, 33), np.float32))
 
 
+def test_two_sum_is_exact_whichever_argument_is_larger():
+  """TwoSum, not Fast2Sum: the streaming merge, kernel_ce and the segment sums add either
+  way round (a mutation review: only |a| >= |b| was tested)."""
+  from jaxcal._src.numerics import segment_sum_accurate, two_sum
+
+  for a, b in ((1.0, 2.0**-30), (2.0**-30, 1.0), (-3.0, 2.0**25 + 1), (2.0**25 + 1, -3.0)):
+    s, e = two_sum(jnp.float32(a), jnp.float32(b))
+    assert float(s) + float(e) == np.float64(np.float32(a)) + np.float64(np.float32(b))
+  # three chunks (64 blocks of 512 samples each, on the CPU) summing 1.5, 2^25 and -2^25:
+  # exact total 1.5, added across chunks by two_sum (2.0 when its error term is dropped)
+  v = np.zeros(3 * 64 * 512, np.float32)
+  v[0], v[64 * 512], v[2 * 64 * 512] = 1.5, 2.0**25, -(2.0**25)
+  ids = np.zeros(v.size, np.int32)
+  got = segment_sum_accurate(jnp.asarray(v, jnp.float32), jnp.asarray(ids), 1, block=512)
+  assert float(got[0]) == 1.5
+
+
 @pytest.mark.parametrize("n", [1, 512, 513, 40000])
 def test_segment_sum_accurate_matches_a_float64_reference(n):
   from jaxcal._src.numerics import _chunked_segment_sum, segment_sum_accurate
