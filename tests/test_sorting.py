@@ -337,3 +337,18 @@ def test_sort_with_payload_differentiates_the_sorted_keys(dtype):
     (xs, ps), (dxs, dps) = jax.jvp(fn, (x, pay), (tx, tp))
     np.testing.assert_array_equal(np.asarray(dxs, np.float32), [[2.0, 3.0, 1.0, 4.0]])
     np.testing.assert_array_equal(dps, [[20.0, 30.0, 10.0, 40.0]])
+
+
+def test_sort_descending_carries_its_tangents():
+  """The integer-key sort carried no derivative: a rank utility's UC had a zero gradient in
+  the probabilities, and the simplex projection's threshold a zero one (a review helper's
+  finite-difference check). The tangents follow the values, along either axis."""
+  x = jnp.array([[3.0, 1.0, 2.0], [0.0, 5.0, 4.0]])
+  jac = np.asarray(jax.jacfwd(lambda a: S.sort_descending(a, axis=0))(x)).reshape(6, 6)
+  want = np.zeros((6, 6))
+  for out, src in enumerate([0, 4, 5, 3, 1, 2]):  # [[3, 5, 4], [0, 1, 2]]: flat sources
+    want[out, src] = 1.0
+  np.testing.assert_array_equal(jac, want)
+  grad = jax.grad(lambda a: jnp.sum(S.sort_descending(a) * jnp.arange(3.0)[None]))(x)
+  np.testing.assert_array_equal(np.asarray(grad), [[0.0, 2.0, 1.0], [2.0, 0.0, 1.0]])
+  np.testing.assert_array_equal(np.asarray(S.sort_descending(x, axis=-2)), [[3, 5, 4], [0, 1, 2]])

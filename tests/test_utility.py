@@ -867,3 +867,30 @@ def test_a_utility_batch_refuses_an_index_out_of_range_and_iterates_once():
     batch[(0.5,)]
   with pytest.raises(IndexError, match="Slice entries must be static integers"):
     jax.jit(lambda i: batch[:, i:].params)(1)
+
+
+def test_rank_utilities_have_the_gradient_of_their_value():
+  """``v_u(p) = Σ_r θ_r p_(r)`` with the ranks held: the gradient was exactly zero for every
+  rank utility (top_k, dcg, rank, sample_rank) while top_class() of the same value had
+  one (the sorted probabilities came from an integer-key sort); float64, central
+  differences along a direction within the simplex."""
+  p = jnp.array(
+    [[0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.1, 0.2, 0.7], [0.45, 0.35, 0.2], [0.25, 0.47, 0.28]]
+  )
+  y = jnp.array([1, 1, 2, 0, 2])
+  v = np.random.default_rng(0).standard_normal(p.shape)
+  v = v - v.mean(1, keepdims=True)
+  with jax.enable_x64(True):
+    p, v = jnp.asarray(p, jnp.float64), jnp.asarray(v, jnp.float64)
+    cases = {
+      "top_k(1)": lambda q: U.uc(q, y, U.top_k(1, 3)).value,
+      "top_k(2)": lambda q: U.uc(q, y, U.top_k(2, 3)).value,
+      "dcg": lambda q: U.uc(q, y, U.dcg(1.0, 3)).value,
+      "uc_class topk": lambda q: U.uc_class(q, y, "topk"),
+      "uc_sweep rank": lambda q: jnp.sum(U.uc_sweep(q, y, U.sample_rank(jax.random.key(0), 4, 3))),
+    }
+    for name, f in cases.items():
+      got = float(jnp.sum(jax.grad(f)(p) * v))
+      fd = float((f(p + 1e-7 * v) - f(p - 1e-7 * v)) / 2e-7)
+      assert abs(fd) > 1e-3, name  # the value moves along v
+      assert got == pytest.approx(fd, rel=1e-6), name

@@ -32,6 +32,7 @@ every branch.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -461,7 +462,30 @@ def sort_descending(x: jax.Array, axis: int = -1) -> jax.Array:
   """
   if x.dtype.itemsize not in _UINT or not jnp.issubdtype(x.dtype, jnp.floating):
     return -jnp.sort(-x, axis=axis)
+  return _descending(x, axis % x.ndim)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _descending(x: jax.Array, axis: int) -> jax.Array:
+  """:func:`sort_descending`'s integer-key sort; its tangents are permuted as the values.
+
+  The integer keys carry no derivative: without this rule a rank utility's
+  predicted utility ``Σ_r θ_r p_(r)`` (and the simplex projection's threshold)
+  had a zero gradient in ``p`` (a review helper's finite-difference check).
+  """
   return jnp.flip(key_to_float(jnp.sort(float_to_key(x), axis=axis), x.dtype), axis=axis)
+
+
+@_descending.defjvp
+def _descending_jvp(axis, primals, tangents):
+  """One sort of the keys with their positions: the values and the tangents' order."""
+  (x,), (t,) = primals, tangents
+  xm = jnp.moveaxis(x, axis, -1)
+  iota = jax.lax.broadcasted_iota(jnp.int32, xm.shape, xm.ndim - 1)
+  key, perm = jax.lax.sort((float_to_key(xm), iota), dimension=xm.ndim - 1, num_keys=1)
+  out = jnp.flip(key_to_float(key, x.dtype), axis=-1)
+  (tm,) = _permuted_tangents(jnp.flip(perm, axis=-1), jnp.moveaxis(t, axis, -1))
+  return jnp.moveaxis(out, -1, axis), jnp.moveaxis(tm, -1, axis)
 
 
 def _permuted_tangents(perm: jax.Array, *tangents: jax.Array) -> tuple[jax.Array, ...]:
