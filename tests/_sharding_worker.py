@@ -124,6 +124,8 @@ def main() -> None:
       metrics.conf_ece(zz, yy, 15, from_logits=True),
       metrics.classwise_ce(zz, yy, 5, from_logits=True),
       scores.brier(zz, yy, from_logits=True),
+      metrics.skce(zz, yy, from_logits=True),  # (a constant loop carry raised there too)
+      metrics.smooth_ece(zz, yy, from_logits=True),
     )
     return (
       jax.lax.psum(bins, "models").compute()["conf_ece"],

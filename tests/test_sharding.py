@@ -138,6 +138,8 @@ def test_sharded_equals_one_device(data, got):
       metrics.conf_ece(zi, yi, 15, from_logits=True),
       metrics.classwise_ce(zi, yi, 5, from_logits=True),
       scores.brier(zi, yi, from_logits=True),
+      metrics.skce(zi, yi, from_logits=True),
+      metrics.smooth_ece(zi, yi, from_logits=True),
     ]
     np.testing.assert_allclose(got["stream_vma/own"][i], own, rtol=1e-6, atol=ATOL)
   # bad input sharded over the samples: the one-device message, naming the global row

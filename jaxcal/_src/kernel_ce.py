@@ -179,7 +179,7 @@ def _quadratic(p, y, kernel, where, *, biased: bool, block: int):
 
     return jax.lax.fori_loop(i, nb, inner, acc)
 
-  zero = jnp.zeros((), p.dtype)
+  zero = jnp.zeros_like(pp[0, 0])  # (from the data: inside shard_map the carry varies)
   hi, lo = jax.lax.fori_loop(0, nb, outer, (zero, zero))
   total = hi + lo
   m = jnp.sum(valid).astype(p.dtype)

@@ -327,7 +327,8 @@ def _auto(f, r, w, sizes: _Sizes):
     end = jnp.where(search & ok, mid, end)
     return start, end, val
 
-  init = (jnp.ones((), dt), jnp.zeros((), dt), jnp.zeros((), dt))
+  zero = jnp.zeros_like(r[0])  # from the data: inside shard_map the carry varies as r does
+  init = (zero + 1, zero, zero)
   start, _, val = jax.lax.fori_loop(0, last + 1, body, init)
   return val, start
 
