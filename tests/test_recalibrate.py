@@ -1899,7 +1899,9 @@ def test_bbq_fits_one_sample():
 # ------------------------------------------- fits that look fine and are not (review)
 
 
-@pytest.mark.parametrize("method", ["temperature", "ensemble_temperature", "vector", "dirichlet"])
+@pytest.mark.parametrize(
+  "method", ["temperature", "ensemble_temperature", "vector", "matrix", "dirichlet"]
+)
 def test_a_split_without_an_optimum_is_not_reported_converged(c10, method):
   """Every calibration label the top label of its row (the model's predictions passed as
   labels): the log loss falls as the map sharpens. Temperature scaling read converged with
@@ -1944,3 +1946,8 @@ def test_probabilities_given_as_logits_are_refused(c10):
   np.testing.assert_allclose(rc(np.log(probs)), rc(zt[:50]), rtol=1e-5, atol=1e-6)
   assert np.isfinite(np.asarray(jax.jit(lambda a: rc(a))(probs))).all()  # traced: unknown
   assert rc(np.array([[2.0, -1.0] + [0.0] * 8], np.float32)).shape == (1, 10)  # real logits
+  # one or two rows are not judged (real C = 2 logits (0.25, 0.75) lie on the simplex)
+  assert rc(probs[:2]).shape == (2, 10)
+  # bfloat16 softmax rows sum to one within 2e-3: judged with bfloat16's tolerance
+  with pytest.raises(ValueError, match="given as logits but are probabilities"):
+    rc(jnp.asarray(probs, jnp.bfloat16))

@@ -327,7 +327,7 @@ def fit(method: str, inputs: ArrayLike, labels: ArrayLike, **options: Any) -> Re
   Example:
     >>> import jax, jax.numpy as jnp
     >>> z = 3.0 * jax.random.normal(jax.random.key(0), (200, 4))
-    >>> rc = fit("temperature", z, jnp.argmax(z, axis=1))
+    >>> rc = fit("temperature", z, jax.random.categorical(jax.random.key(1), z / 3.0))
     >>> rc(z).shape
     (200, 4)
   """
@@ -388,7 +388,8 @@ def prepare_fit(
   d = V.check_predictions(inputs, labels, from_logits=from_logits, name="inputs")
   x, y, ok = d.scores, d.labels, d.ok
   if from_logits:
-    refuse_probs_as_logits(x, "inputs", "pass from_logits=False to fit on probabilities")
+    fix = "pass from_logits=False to fit on probabilities"
+    refuse_probs_as_logits(x, "inputs", fix, getattr(inputs, "dtype", None))
   c = x.shape[1]
   if require_all_classes:
     if V.is_concrete(y):
@@ -457,26 +458,40 @@ def check_inputs(
   if V.check_flag(from_logits, "from_logits"):
     x = V.check_logits(inputs, name, rows=rows)
     fix = "this recalibrator was fitted on logits: apply it to logits" if rows else None
-    refuse_probs_as_logits(x, name, fix or "pass from_logits=False for probabilities")
+    fix = fix or "pass from_logits=False for probabilities"
+    refuse_probs_as_logits(x, name, fix, getattr(inputs, "dtype", None))
     return x
   # an apply has no from_logits to pass: a map fitted on probabilities takes probabilities
   fix = "This recalibrator was fitted on probabilities: apply it to probabilities" if rows else None
   return V.check_probs(inputs, name, rows=rows, fix=fix)
 
 
-def refuse_probs_as_logits(x: jax.Array, name: str, fix: str) -> None:
+#: Fewest rows that :func:`refuse_probs_as_logits` judges: one or two rows of real
+#: logits may lie on the simplex (a C = 2 row (0.25, 0.75)); three such rows hardly do.
+_PROBS_AS_LOGITS_ROWS = 3
+
+
+def refuse_probs_as_logits(x: jax.Array, name: str, fix: str, dtype: Any = None) -> None:
   """Eagerly, raises when ``(n, C)`` logits ``x`` are probabilities (:func:`looks_like_probs`).
 
   A softmax of probabilities is a wrong prediction, not an error: temperature
   scaling applied to a softmax's output read NLL 1.63 for 0.196 on CIFAR-10.
-  Every row in ``[0, 1]`` and summing to one does not happen to real logits.
-  No-op under tracing (the values are unknown, also for concrete inputs
-  closed over by a traced function: a check program inside a trace is staged).
+  Every row in ``[0, 1]`` and summing to one does not happen to real logits;
+  fewer than three rows are not judged (one or two rows of real logits can).
+  ``dtype``: the caller's dtype, whose simplex tolerance applies (``x`` is
+  upcast: bfloat16 softmax rows sum to one only within 2e-3, beyond
+  float32's 1e-3). No-op under tracing (the values are unknown, also for
+  concrete inputs closed over by a traced function: a check program inside
+  a trace is staged).
 
   Raises:
     ValueError: naming ``name`` and ``fix``.
   """
-  if V.is_concrete(x) and V._trace_clean() and V.looks_like_probs(x):
+  if not (V.is_concrete(x) and V._trace_clean()) or x.shape[0] < _PROBS_AS_LOGITS_ROWS:
+    return
+  if dtype is not None and jnp.issubdtype(dtype, jnp.floating) and jnp.dtype(dtype).itemsize < 4:
+    x = x.astype(dtype)  # exact: x was upcast from it
+  if V.looks_like_probs(x):
     raise ValueError(
       f"{name} are given as logits but are probabilities (every entry in [0, 1] and every "
       f"row summing to one): a softmax of them would be a wrong prediction; {fix} (for "
@@ -724,7 +739,7 @@ def save(rc: Recalibrator, path: str | os.PathLike) -> None:
   Example:
     >>> import os, tempfile, jax, jax.numpy as jnp
     >>> z = 3.0 * jax.random.normal(jax.random.key(0), (200, 4))
-    >>> rc = fit("temperature", z, jnp.argmax(z, axis=1))
+    >>> rc = fit("temperature", z, jax.random.categorical(jax.random.key(1), z / 3.0))
     >>> path = os.path.join(tempfile.mkdtemp(), "ts.npz")
     >>> save(rc, path)
     >>> float(load(path).temperature) == float(rc.temperature)
