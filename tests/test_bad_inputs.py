@@ -903,3 +903,12 @@ def test_longdouble_inputs_are_read_as_float64_and_string_masks_refused():
     ValueError, match=r"where must be a bool array \(a sample mask\), got dtype <U3"
   ):
     metrics.bin_ids(p[:, 0], 2, where="yes")
+
+
+def test_boolean_bin_ids_stay_bins_zero_and_one():
+  """The refusal of boolean class labels with C > 2 first caught ``lin_ce``/``lin_ece``'s
+  boolean bin ids too (a reread found it): they are bins 0 and 1 whatever num_bins."""
+  u, s = jnp.array([0.1, 0.9, 0.4, 0.6]), jnp.array([0.0, 1.0, 1.0, 0.0])
+  b = jnp.array([True, False, True, False])
+  for fn in (metrics.lin_ece, metrics.lin_ce):
+    assert float(fn(u, s, b, 5)) == pytest.approx(float(fn(u, s, b.astype(jnp.int32), 5)))

@@ -1416,10 +1416,13 @@ def _labels(
   where: Any,
   defer: bool = False,
   rows_of: str = "the predictions",
+  classes: bool = True,
 ) -> tuple:
   """Trace-time label checks and host narrowing checks; returns (array, kind).
 
-  ``rows_of`` names what has the ``n`` rows, in the length message.
+  ``rows_of`` names what has the ``n`` rows, in the length message;
+  ``classes`` False for integer ids that are not class labels (bin ids:
+  booleans are then ids 0 and 1 whatever ``num_classes``).
   """
   y = _array(labels, name)
   if y.ndim != 1:
@@ -1434,7 +1437,7 @@ def _labels(
   if isinstance(y, np.ndarray):
     y = _host_labels(y, num_classes, name, where, defer)
   if y.dtype == np.bool_:
-    if num_classes is not None and num_classes > 2:  # e.g. labels > 4 for labels, C = 10
+    if classes and num_classes is not None and num_classes > 2:  # labels > 4 for C = 10
       raise ValueError(
         f"{name} are booleans but the predictions have C = {num_classes} classes: pass "
         "integer class indices (booleans read as classes 0 and 1)"
@@ -2039,7 +2042,7 @@ def check_arrays(
   y, y_kind, y_name, c = None, None, "labels", None
   if labels is not None:
     y_name, ids, c = labels
-    y, y_kind = _labels(ids, n, c, y_name, where, rows_of=" and ".join(names))
+    y, y_kind = _labels(ids, n, c, y_name, where, rows_of=" and ".join(names), classes=False)
     y = _device(y)
   spec = _Spec(
     xs=tuple(_Arr(kind, k, x.ndim, SIMPLEX_ATOL) for k, x in zip(names, xs)),
