@@ -126,6 +126,7 @@ def main() -> None:
       scores.brier(zz, yy, from_logits=True),
       metrics.skce(zz, yy, from_logits=True),  # (a constant loop carry raised there too)
       metrics.smooth_ece(zz, yy, from_logits=True),
+      scores.decompose(jax.nn.softmax(zz, axis=-1), yy).mcb,  # (PAV loops: constant carries)
     )
     return (
       jax.lax.psum(bins, "models").compute()["conf_ece"],

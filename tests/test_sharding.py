@@ -140,6 +140,7 @@ def test_sharded_equals_one_device(data, got):
       scores.brier(zi, yi, from_logits=True),
       metrics.skce(zi, yi, from_logits=True),
       metrics.smooth_ece(zi, yi, from_logits=True),
+      scores.decompose(jax.nn.softmax(zi, axis=-1), yi).mcb,
     ]
     np.testing.assert_allclose(got["stream_vma/own"][i], own, rtol=1e-6, atol=ATOL)
   # bad input sharded over the samples: the one-device message, naming the global row
