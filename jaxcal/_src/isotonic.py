@@ -57,7 +57,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
 
-from jaxcal._src.numerics import map_columns
+from jaxcal._src.numerics import carry_like, map_columns
 from jaxcal._src.sorting import (
   argsort_keys,
   float_to_key,
@@ -146,22 +146,6 @@ def _sorted_data(key, y, w):
 CHUNK = 256
 
 
-def _following(tree, ref: jax.Array):
-  """``tree``'s leaves typed as varying like ``ref`` (a zero of ``ref``'s kind added).
-
-  A loop carry must keep its type: inside ``shard_map`` (``check_vma=True``)
-  a constant initial carry is device-invariant while the loop body makes it
-  vary with the data, and JAX raised its ``TypeError``. ``zeros_like`` keeps
-  ``ref``'s type and costs nothing at run time (a broadcast constant).
-  """
-
-  def one(a):
-    zero = jnp.zeros_like(ref, shape=(), dtype=a.dtype)
-    return a | zero if a.dtype == jnp.bool_ else a + zero
-
-  return jax.tree.map(one, tree)
-
-
 def _level1(s, w, code, length, head_open):
   """Stack PAV in every lane (column) of ``(L, lanes)`` sorted data.
 
@@ -233,7 +217,7 @@ def _level1(s, w, code, length, head_open):
     jnp.zeros((size + 1, lanes), dt),
     jnp.full((size + 1, lanes), -1, jnp.int32),
   )
-  init = _following((z, z, z, z, m1, m1, z, z, jnp.zeros((lanes,), jnp.int32)) + mem, s)
+  init = carry_like((z, z, z, z, m1, m1, z, z, jnp.zeros((lanes,), jnp.int32)) + mem, s)
   carry, _ = lax.scan(step, init, jnp.arange(size, dtype=jnp.int32))
   cw, cs, _, _, brow, _, _, _, depth, mw, ms, mp = carry
   count = jnp.where(length > 0, depth + 1, 0)
@@ -283,7 +267,7 @@ def _row_blocks(mw, ms, mp, count, rows, chunks, length, head_open):
     jnp.zeros((rows * n,), jnp.int32),
     jnp.zeros((rows * n,), bool),
   )
-  start = _following(start, mw)
+  start = carry_like(start, mw)
   _, _, w, s_, e, j = lax.while_loop(lambda st: jnp.any(st[0] >= 0), walk, start)
   shape = (rows, n)
   return w.reshape(shape), s_.reshape(shape), e.reshape(shape), j.reshape(shape), nblocks
@@ -331,7 +315,7 @@ def _level2_row(bw, bs, be, bj, nb):
     return i + (push | joins).astype(jnp.int32), top, sw, ss, se
 
   zero = jnp.zeros((b,), jnp.int32)
-  init = _following((zero, zero, jnp.ones_like(bw), jnp.zeros_like(bs), jnp.zeros_like(be)), bw)
+  init = carry_like((zero, zero, jnp.ones_like(bw), jnp.zeros_like(bs), jnp.zeros_like(be)), bw)
   _, top, sw, ss, se = lax.while_loop(cond, body, init)
   return top, sw, ss, se
 
@@ -381,7 +365,7 @@ def _count_below(bounds: jax.Array, count: jax.Array, q: jax.Array) -> jax.Array
     probe = jnp.take_along_axis(bounds, jnp.clip(cand - 1, 0, last), axis=-1)
     return jnp.where((cand <= count[:, None]) & (probe < q), cand, pos), step // 2
 
-  init = _following((jnp.zeros(q.shape, jnp.int32), step0), q)
+  init = carry_like((jnp.zeros(q.shape, jnp.int32), step0), q)
   pos, _ = lax.while_loop(lambda st: st[1] > 0, body, init)
   return pos
 

@@ -53,7 +53,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import _confidence
-from jaxcal._src.numerics import PRECISION, safe_sqrt, two_sum
+from jaxcal._src.numerics import PRECISION, carry_like, safe_sqrt, two_sum
 from jaxcal._src.sorting import sort_with_payload
 
 __all__ = [
@@ -179,8 +179,8 @@ def _quadratic(p, y, kernel, where, *, biased: bool, block: int):
 
     return jax.lax.fori_loop(i, nb, inner, acc)
 
-  zero = jnp.zeros_like(pp[0, 0])  # (from the data: inside shard_map the carry varies)
-  hi, lo = jax.lax.fori_loop(0, nb, outer, (zero, zero))
+  zero = jnp.zeros((), p.dtype)
+  hi, lo = jax.lax.fori_loop(0, nb, outer, carry_like((zero, zero), pp))
   total = hi + lo
   m = jnp.sum(valid).astype(p.dtype)
   return total / (m * m if biased else m * (m - 1.0))

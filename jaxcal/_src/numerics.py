@@ -246,6 +246,28 @@ def row_sum_min(x: jax.Array, dtype: Any = None) -> tuple[jax.Array, jax.Array]:
   return _pairwise([c.astype(acc) for c in cols], jnp.add), _pairwise(cols, jnp.minimum)
 
 
+def carry_like(tree: Any, ref: jax.Array) -> Any:
+  """A loop's initial carry ``tree`` with every leaf typed as varying like ``ref``.
+
+  A loop carry must keep its type: inside ``shard_map`` (``check_vma=True``)
+  a constant initial carry is device-invariant while the loop body makes it
+  vary with the data, and JAX raised its ``TypeError``. A zero of ``ref``'s
+  kind (``zeros_like``: a broadcast constant, nothing read at run time) is
+  added to each leaf (or-ed into a bool one); the values are unchanged.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> carry_like((jnp.ones(2), jnp.zeros((), jnp.int32)), jnp.arange(3.0))
+    (Array([1., 1.], dtype=float32), Array(0, dtype=int32))
+  """
+
+  def one(a):
+    zero = jnp.zeros_like(ref, shape=(), dtype=a.dtype)
+    return a | zero if a.dtype == jnp.bool_ else a + zero
+
+  return jax.tree.map(one, tree)
+
+
 def two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
   """``s = fl(a + b)`` and its exact rounding error ``e``: ``a + b = s + e`` (Knuth's TwoSum).
 

@@ -75,7 +75,7 @@ from jaxcal._src.calibration_errors import (
   _top_label,
   _weights_or_uniform,
 )
-from jaxcal._src.numerics import PRECISION, lift, map_rows, segment_sum_accurate
+from jaxcal._src.numerics import PRECISION, carry_like, lift, map_rows, segment_sum_accurate
 
 __all__ = [
   "smooth_ece",
@@ -327,8 +327,7 @@ def _auto(f, r, w, sizes: _Sizes):
     end = jnp.where(search & ok, mid, end)
     return start, end, val
 
-  zero = jnp.zeros_like(r[0])  # from the data: inside shard_map the carry varies as r does
-  init = (zero + 1, zero, zero)
+  init = carry_like((jnp.ones((), dt), jnp.zeros((), dt), jnp.zeros((), dt)), r)
   start, _, val = jax.lax.fori_loop(0, last + 1, body, init)
   return val, start
 

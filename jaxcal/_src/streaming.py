@@ -114,7 +114,7 @@ from jaxcal._src import calibration_errors as CE
 from jaxcal._src import scores as S
 from jaxcal._src import validation as V
 from jaxcal._src.calibration_errors import ReliabilityStats, _confidence_parts
-from jaxcal._src.numerics import lift, two_sum
+from jaxcal._src.numerics import carry_like, lift, two_sum
 
 __all__ = [
   "FixedBins",
@@ -878,10 +878,9 @@ def _reduce_records(stacked: Records) -> Records:
   total = _check_capacity(k * cap, "merged")
   counts = stacked.count
   ends = jax.lax.scan(  # -1 past MAX_COUNT, as merge's sums
-    # (the carry starts from the counts, not a constant: inside shard_map the
-    # gathered counts vary over devices and the carry's type must match them)
+    # (the carry typed like the counts: inside shard_map they vary over devices)
     lambda acc, c: (_add_count(acc, c),) * 2,
-    jnp.zeros_like(counts[0]),
+    carry_like(jnp.zeros((), counts.dtype), counts),
     counts,
   )[1]
   before = jnp.concatenate([jnp.zeros((1,), counts.dtype), ends[:-1]])

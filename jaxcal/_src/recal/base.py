@@ -457,8 +457,11 @@ def check_inputs(
   """
   if V.check_flag(from_logits, "from_logits"):
     x = V.check_logits(inputs, name, rows=rows)
-    fix = "this recalibrator was fitted on logits: apply it to logits" if rows else None
-    fix = fix or "pass from_logits=False for probabilities"
+    fix = (
+      "this recalibrator was fitted on logits: apply it to logits"
+      if rows
+      else "pass from_logits=False for probabilities"
+    )
     refuse_probs_as_logits(x, name, fix, getattr(inputs, "dtype", None))
     return x
   # an apply has no from_logits to pass: a map fitted on probabilities takes probabilities

@@ -495,9 +495,7 @@ def uc_sweep(
     mask = V.on_every_process(lambda: None if where is None else V.check_where(where, p.shape[0]))
     if mask is not None:  # masked-out rows made neutral and valid before the union's check,
       # which then numbers every row of the union (masked ones too) as it stands
-      p = V.upcast(p)
-      fill = jnp.asarray(0.0 if from_logits else 1.0 / p.shape[1], p.dtype)
-      p = jnp.where(mask[:, None], p, fill)
+      p = V._masked(V.upcast(p), mask, 0.0 if from_logits else 1.0 / p.shape[1])
       y = jnp.where(mask, y, 0)
   else:
     d = V.check_predictions(probs, labels, from_logits=from_logits, where=where, name=name)
