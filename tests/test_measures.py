@@ -924,6 +924,37 @@ def test_smooth_ece_bandwidth_takes_where():
     metrics.smooth_ece_bandwidth(p, y, where=np.zeros(300, bool))
 
 
+def test_smooth_reliability_takes_where():
+  """``where=`` as in smooth_ece: the subset's curve, density, bandwidth and smECE, eagerly,
+  under jit and under vmap over masks; masked rows (NaN, label 99) are never read."""
+  rng = np.random.default_rng(1)
+  p = rng.dirichlet(np.ones(4) / 2, 400).astype(np.float32)
+  y = rng.integers(0, 4, 400)
+  w = rng.random(400) < 0.6
+  pn, yn = p.copy(), y.copy()
+  pn[~w], yn[~w] = np.nan, 99
+  for bw in (None, 0.05):
+    want = metrics.smooth_reliability(p[w], y[w], bw, num_points=40)
+    got = metrics.smooth_reliability(pn, yn, bw, num_points=40, where=w)
+    jitted = jax.jit(lambda a, b, m: metrics.smooth_reliability(a, b, bw, num_points=40, where=m))
+    for g in (got, jitted(pn, yn, w)):
+      for name, u, v in zip(want._fields, g, want):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=2e-5, atol=1e-7, err_msg=name)
+    assert float(got.smooth_ece) == pytest.approx(
+      float(metrics.smooth_ece(p[w], y[w], bw)), rel=1e-5
+    )
+  masks = np.stack([w, ~w])
+  both = jax.vmap(lambda m: metrics.smooth_reliability(p, y, 0.05, num_points=40, where=m))(masks)
+  for i, m in enumerate(masks):
+    one = metrics.smooth_reliability(p[m], y[m], 0.05, num_points=40)
+    np.testing.assert_allclose(np.asarray(both.accuracy[i]), np.asarray(one.accuracy), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(both.density[i]), np.asarray(one.density), rtol=1e-5)
+  with pytest.raises(ValueError, match="where selects no samples"):
+    metrics.smooth_reliability(p, y, where=np.zeros(400, bool))
+  with pytest.raises(ValueError, match=r"labels\[\d+\] = 99"):
+    metrics.smooth_reliability(pn, yn, 0.05, where=np.ones(400, bool))
+
+
 # ---------------------------------------------------------------- gradients
 
 

@@ -219,6 +219,16 @@ def test_smooth_reliability_diagram_names_the_model_and_writes_smece_like_the_re
   assert ax.get_legend() is not None
 
 
+def test_smooth_reliability_diagram_draws_the_samples_where_selects(toy):
+  p, y = toy
+  keep = np.arange(len(y)) % 3 != 0
+  fig = plots.smooth_reliability_diagram(p, y, 0.1, where=keep, model="toy")
+  _check(fig, title_fragment=f"Smooth reliability diagram — toy (n = {keep.sum()})")
+  want = report.format_number(float(metrics.smooth_ece(p[keep], y[keep], 0.1)))
+  assert f"smECE = {want} " in fig.axes[0].texts[0].get_text()
+  assert want != report.format_number(float(metrics.smooth_ece(p, y, 0.1)))
+
+
 def _top_label_probs(conf):
   """``(n, 3)`` probabilities whose top label is class 0 with confidence ``conf``."""
   conf = np.asarray(conf, np.float64)

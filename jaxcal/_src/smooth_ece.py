@@ -653,20 +653,19 @@ class SmoothReliability(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("num_points", "sizes"))
-def _reliability_core(p, y, sigma, *, num_points, sizes):
+def _reliability_core(p, y, where, sigma, *, num_points, sizes):
   f, r = _binary_parts(p, y, "top_label")
   f, r = f[0], r[0]
-  n = f.shape[0]
+  w = _weights(r, where)  # a masked-out sample weighs 0 in every sum
   z = f - r
-  ones = jnp.ones_like(f)
   t = jnp.arange(num_points, dtype=p.dtype) / (num_points - 1)
   # direct sums, each accurate relative to itself: the FFT's round-off (~1e-7 of
   # the peak) read as an accuracy of 1.0 where no confidence lies (CIFAR-10,
   # confidence 0.03; relplot's is 0), and zeroing sums below it read 0 at the
   # edges of clusters (relplot's 0.93)
-  a = _smoothed_points(f, jnp.stack([z, ones, ones / n], axis=1), sigma, sizes, t)
+  a = _smoothed_points(f, jnp.stack([z * w, w, w / jnp.sum(w)], axis=1), sigma, sizes, t)
   acc = jnp.clip(a[:, 0] / (a[:, 1] + _DENSITY_EPS), 0.0, 1.0)
-  return t, acc, a[:, 2], _smece_at(f, r, ones, sigma, sizes)  # sums of non-negative terms
+  return t, acc, a[:, 2], _smece_at(f, r, w, sigma, sizes)  # sums of non-negative terms
 
 
 @V.same_arguments
@@ -677,11 +676,13 @@ def smooth_reliability(
   *,
   num_points: int = 200,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> SmoothReliability:
   """Kernel-smoothed top-label reliability curve and confidence density.
 
   ``accuracy(t) = Σ_i K(t, f_i) y_i / (Σ_i K(t, f_i) + 10^-4)`` and
-  ``density(t) = (1/n) Σ_i K(t, f_i)`` with relplot's reflected Gaussian
+  ``density(t) = (1/n) Σ_i K(t, f_i)`` (sums over the samples ``where``
+  selects, ``n`` their count) with relplot's reflected Gaussian
   kernel at the automatic smooth-ECE bandwidth (relplot's
   ``prepare_rel_diagram`` main line without bootstrap bands; its reflection
   gives predictions at exactly 0 or 1 about half their density, see the
@@ -700,6 +701,9 @@ def smooth_reliability(
       :func:`smooth_ece_bandwidth`).
     num_points: mesh size (static).
     from_logits: treat ``probs`` as logits.
+    where: optional ``(n,)`` bool mask; masked-out samples are treated as
+      absent (the curve, density, bandwidth and smECE of the selected
+      samples, as :func:`smooth_ece` with the same ``where``).
 
   Returns:
     :class:`SmoothReliability`. Under ``jit`` / ``vmap``, invalid
@@ -725,11 +729,13 @@ def smooth_reliability(
   num_points = V.check_int_option(
     num_points, "num_points", minimum=2, maximum=MAX_NUM_POINTS, hint="a mesh for a diagram"
   )
-  d = V.check_predictions(probs, labels, from_logits=from_logits)
-  p, y = d.probs(), d.labels
+  d = V.check_predictions(probs, labels, from_logits=from_logits, where=where)
+  p, y = d.neutral()  # masked-out rows: valid neutral values, weight 0
   ok = None
   if bandwidth is None:
-    _, sig = _auto_core(p, y, None, mode="top_label", sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH))
+    _, sig = _auto_core(
+      p, y, d.where, mode="top_label", sizes=_sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH)
+    )
     sigma = sig[0]
     sizes = _sizes(SMOOTH_ECE_MIN_AUTO_BANDWIDTH)
   else:
@@ -737,7 +743,7 @@ def smooth_reliability(
     if s.ndim != 0:
       raise ValueError(f"bandwidth must be a scalar here, got shape {tuple(s.shape)}")
     sigma, sizes = s.astype(p.dtype), _sizes(bound)
-  t, acc, dens, ce = _reliability_core(p, y, sigma, num_points=num_points, sizes=sizes)
+  t, acc, dens, ce = _reliability_core(p, y, d.where, sigma, num_points=num_points, sizes=sizes)
   # the mesh does not depend on the data; everything else is NaN for bad input
   curves = V.fold((acc, dens, sigma, ce), V.both_ok(ok, d.ok))
   return SmoothReliability(t, *curves)

@@ -19,6 +19,7 @@ def smooth_reliability_diagram(
   *,
   num_points: int = 200,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
   title: str | None = None,
   model: str | None = None,
   ax=None,
@@ -40,6 +41,8 @@ def smooth_reliability_diagram(
     num_points: points of the curve, an int in ``[2, 10**6]`` (a plot grid:
       the default 200 is smooth at any print size).
     from_logits: treat ``probs`` as logits.
+    where: optional ``(n,)`` bool mask of the samples drawn (as
+      :func:`jaxcal.metrics.smooth_reliability`; the title's ``n`` counts them).
     title: the full title (default: "Smooth reliability diagram — model
       (n = ...)").
     model: model name for the default title.
@@ -66,8 +69,11 @@ def smooth_reliability_diagram(
   Diagrams via Kernel Smoothing", arXiv:2309.12236, §6.
   """
   _mpl.check_ax(ax)  # before the computation (num_points: the metric checks it first)
-  s = smooth_reliability(probs, labels, bandwidth, num_points=num_points, from_logits=from_logits)
-  text = title or _mpl.title("Smooth reliability diagram", model, int(np.shape(labels)[0]))
+  s = smooth_reliability(
+    probs, labels, bandwidth, num_points=num_points, from_logits=from_logits, where=where
+  )
+  n = int(np.shape(labels)[0]) if where is None else int(np.count_nonzero(np.asarray(where)))
+  text = title or _mpl.title("Smooth reliability diagram", model, n)
   with _mpl.style():
     return _draw(s, text, ax)
 
