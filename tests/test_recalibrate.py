@@ -1289,6 +1289,51 @@ def test_fold_fit_makes_floating_fields_nan_and_converged_false():
   assert np.isnan(np.asarray(bad(np.zeros((2, 3), np.float32)))).all()
 
 
+def test_hand_built_recalibrators_take_host_values_and_refuse_bad_ones():
+  """A recalibrator built by hand from Python numbers, lists or numpy arrays applies like
+  one built from JAX arrays (a Python float temperature raised AttributeError), eagerly and
+  closed over by jit; values a file could not load are refused by field name (a numpy
+  temperature of -1 predicted softmax(-z), valid-looking rows)."""
+  z = np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32)
+  want = np.asarray(jax.nn.softmax(z / 1.5))
+  for t in (1.5, np.float32(1.5), np.array(1.5), jnp.asarray(1.5)):
+    rc = R.TemperatureScaling(temperature=t, num_iter=0, converged=True, num_classes=3)
+    np.testing.assert_allclose(np.asarray(rc(z)), want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda x: rc(x))(z)), want, rtol=1e-6)
+    assert type(rc.temperature) is type(t)  # the caller's object is not modified
+  platt = R.PlattScaling(
+    scale=[2.0] * 3, bias=np.zeros(3), num_iter=0, converged=True, num_classes=3, from_logits=False
+  )
+  logit = np.log(want) - np.log1p(-want)
+  q = jax.nn.sigmoid(2 * logit)
+  np.testing.assert_allclose(
+    np.asarray(platt(want)), np.asarray(q / q.sum(-1, keepdims=True)), rtol=1e-5
+  )
+  temp = functools.partial(R.TemperatureScaling, num_iter=0, converged=True, num_classes=3)
+  bad = (
+    (temp(temperature=-1.0), ValueError, r"TemperatureScaling.temperature must be finite and > 0"),
+    (temp(temperature=float("nan")), ValueError, r"TemperatureScaling.temperature holds NaN"),
+    (temp(temperature=[1.5]), ValueError, r"field 'temperature' has shape \(1,\), expected"),
+    (temp(temperature="1.5"), TypeError, r"temperature must be an array of numbers, got str"),
+    (temp(temperature=[1, [2]]), TypeError, r"temperature must be an array of numbers"),
+    (
+      R.PlattScaling(
+        scale=np.ones(4),
+        bias=np.zeros(4),
+        num_iter=0,
+        converged=True,
+        num_classes=3,
+        from_logits=False,
+      ),
+      ValueError,
+      r"field 'scale' has shape \(4,\), expected \(3,\)",
+    ),
+  )
+  for rc, exc, msg in bad:
+    with pytest.raises(exc, match=msg):
+      rc(z if not isinstance(rc, R.PlattScaling) else want)
+
+
 def test_nan_rows_and_normalize_rows():
   from jaxcal._src.recal.base import nan_rows, normalize_rows
 

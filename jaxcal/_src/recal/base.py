@@ -135,11 +135,28 @@ class Recalibrator:
 
   @classmethod
   def array_shapes(cls, static: dict[str, Any]) -> dict[str, tuple[str | int, ...]]:
-    """Each array field's symbolic shape, given the static fields (default: ``shapes``)."""
+    """Each array field's symbolic shape, given the static fields (default: ``shapes``).
+
+    Args:
+      static: the static fields by name (``num_classes``, options).
+
+    Returns:
+      field name -> shape in ints and symbols (``"C"`` is ``num_classes``).
+    """
     return cls.shapes
 
   def apply(self, inputs: jax.Array) -> jax.Array:  # pragma: no cover - abstract
-    """Recalibrated probabilities for validated ``(n, C)`` inputs (traceable)."""
+    """Recalibrated probabilities for validated ``(n, C)`` inputs (traceable).
+
+    The map alone: :meth:`__call__` validates the inputs first and is what
+    users call; ``apply`` is what subclasses implement.
+
+    Args:
+      inputs: ``(n, C)`` logits (``from_logits``) or probabilities, checked.
+
+    Returns:
+      ``(n, C)`` recalibrated probabilities.
+    """
     raise NotImplementedError
 
   def __call__(self, inputs: ArrayLike) -> jax.Array:
@@ -149,14 +166,76 @@ class Recalibrator:
     that ``C`` equals the ``num_classes`` seen at fit time. Bad values raise
     on an eager call; under ``jax.jit`` / ``jax.vmap`` the rows of bad inputs
     come back as NaN (:func:`nan_rows`), never as plausible probabilities.
+    A recalibrator built by hand may hold Python numbers, lists or numpy
+    arrays: they are checked as :func:`load` checks a file (shapes, value
+    rules such as ``T > 0``, no NaN) and used as arrays.
+
+    Args:
+      inputs: ``(n, C)`` logits (``from_logits``) or probabilities.
+
+    Returns:
+      ``(n, C)`` recalibrated probabilities.
 
     Raises:
-      ValueError: bad inputs (eager calls), or ``C`` differs from the fit's.
+      ValueError: bad inputs (eager calls), ``C`` differs from the fit's, or a
+        hand-built field of the wrong shape or value.
+      TypeError: a hand-built field that is not numbers.
     """
     x = check_inputs(inputs, self.from_logits, rows=True)
     check_num_classes(self, x.shape[1])
-    q = self.apply(x)
+    q = _with_host_fields_checked(self).apply(x)
     return q if V.is_concrete(x) else nan_rows(q, x)
+
+
+def _with_host_fields_checked(rc: Recalibrator) -> Recalibrator:
+  """``rc`` with its host-valued array fields checked and made arrays (a no-op for a fit's).
+
+  A hand-built ``TemperatureScaling(temperature=1.5, ...)`` failed at apply
+  with ``AttributeError: 'float' object has no attribute 'astype'``; one with
+  ``temperature=-1.0`` predicted ``softmax(-z)``, and one with a NaN
+  temperature, closed over by a ``jit``, valid-looking rows (XLA folds the
+  constant). Fields given as Python numbers, lists or numpy arrays are on the
+  host already: they are checked against the class's ``value_rules`` (as
+  :func:`load` checks a file) and for NaN without a device round trip. JAX
+  arrays (a fit's, :func:`load`'s, tracers) and nested trees (a LoCal Net's
+  parameters) are used as they are.
+
+  Raises:
+    TypeError: a field holds values that are not numbers.
+    ValueError: a field holds NaN or breaks its ``value_rules``.
+  """
+  host = {
+    f.name: getattr(rc, f.name)
+    for f in dataclasses.fields(rc)
+    if f.metadata.get("pytree_node", True)
+    and not isinstance(getattr(rc, f.name), (jax.Array, dict, type(None)))
+  }
+  if not host:
+    return rc
+  name = type(rc).__name__
+  arrays = {}
+  for field, value in host.items():
+    try:
+      a = np.asarray(value)
+    except ValueError as e:  # ragged lists
+      raise TypeError(f"{name}.{field} must be an array of numbers ({e})") from None
+    if a.dtype.kind not in "biuf":
+      raise TypeError(
+        f"{name}.{field} must be an array of numbers, got {type(value).__name__} "
+        f"of dtype {a.dtype.name}"
+      )
+    x = a.astype(np.float64)
+    rules = rc.value_rules.get(field, ())
+    problem = "holds NaN" if np.isnan(x).any() else rules and _value_problem(x, rules)
+    if problem:
+      raise ValueError(f"{name}.{field} {problem}")
+    arrays[field] = jnp.asarray(a)
+  fields = {f.name: getattr(rc, f.name) for f in dataclasses.fields(rc)}
+  shapes = {k: np.shape(v) for k, v in fields.items() if hasattr(v, "shape") or k in host}
+  problem = _shape_problem(type(rc), shapes, {k: v for k, v in fields.items() if k not in shapes})
+  if problem:
+    raise ValueError(f"{name}: {problem.replace('array ', 'field ', 1)}")
+  return dataclasses.replace(rc, **arrays)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -176,7 +255,14 @@ class ClasswiseRecalibrator(Recalibrator):
   normalize: bool = static_field(default=True)
 
   def classwise(self, p: jax.Array) -> jax.Array:  # pragma: no cover - abstract
-    """``(n, C)`` values ``g_c(p[:, c])`` of the fitted class-wise maps (traceable)."""
+    """``(n, C)`` values ``g_c(p[:, c])`` of the fitted class-wise maps (traceable).
+
+    Args:
+      p: ``(n, C)`` probabilities.
+
+    Returns:
+      ``(n, C)`` values of the class-wise maps, before :func:`finish_rows`.
+    """
     raise NotImplementedError
 
   def apply(self, inputs: jax.Array) -> jax.Array:
@@ -185,6 +271,13 @@ class ClasswiseRecalibrator(Recalibrator):
     The class-wise maps (``searchsorted`` steps, clipped interpolation) would
     turn a NaN score into a grid value, so rows with a non-finite entry are
     set to NaN (:func:`nan_rows`) before the rows are finished.
+
+    Args:
+      inputs: ``(n, C)`` logits (``from_logits``) or probabilities, checked.
+
+    Returns:
+      ``(n, C)`` recalibrated probabilities (rows summed to one with
+      ``normalize``).
     """
     p = to_probs(inputs, self.from_logits)
     return finish_rows(nan_rows(self.classwise(p), p), self.normalize)
@@ -880,21 +973,21 @@ def _check_values(cls: type, arrays: dict[str, np.ndarray], path: Any) -> None:
         raise _bad(path, f"its {field} {problem}")
 
 
-def _check_shapes(cls: type, shapes: dict[str, tuple[int, ...]], static: dict, path: Any) -> None:
-  """Checks the stored array shapes against ``cls.shapes`` (``"C"`` = ``num_classes``)."""
+def _shape_problem(cls: type, shapes: dict[str, tuple[int, ...]], static: dict) -> str | None:
+  """What the array shapes break of ``cls.shapes`` (``"C"`` = ``num_classes``), or None."""
   c = static.get("num_classes")
   if "num_classes" in {f.name for f in dataclasses.fields(cls)}:
     if isinstance(c, bool) or not isinstance(c, int) or c < 1:
-      raise _bad(path, f"the header's num_classes is {c!r}, not a positive int")
+      return f"the header's num_classes is {c!r}, not a positive int"
   bound: dict[str, int] = {"C": c} if isinstance(c, int) else {}
   for name, spec in cls.array_shapes(static).items():
     if name not in shapes:
       if name in static and static[name] is None:
         continue
-      raise _bad(path, f"method {cls.method!r} needs the array {name!r}, which is missing")
+      return f"method {cls.method!r} needs the array {name!r}, which is missing"
     shape = shapes[name]
     if len(shape) != len(spec):
-      raise _bad(path, f"array {name!r} has shape {shape}, expected {len(spec)} axes {spec}")
+      return f"array {name!r} has shape {shape}, expected {len(spec)} axes {spec}"
     for dim, sym in zip(shape, spec):
       if isinstance(sym, int):
         ok = dim == sym
@@ -902,7 +995,15 @@ def _check_shapes(cls: type, shapes: dict[str, tuple[int, ...]], static: dict, p
         ok = bound.setdefault(sym, dim) == dim
       if not ok:
         want = tuple(bound.get(s, s) if isinstance(s, str) else s for s in spec)
-        raise _bad(path, f"array {name!r} has shape {shape}, expected {want}")
+        return f"array {name!r} has shape {shape}, expected {want}"
+  return None
+
+
+def _check_shapes(cls: type, shapes: dict[str, tuple[int, ...]], static: dict, path: Any) -> None:
+  """Raises :func:`_bad` for stored array shapes that break ``cls.shapes``."""
+  problem = _shape_problem(cls, shapes, static)
+  if problem:
+    raise _bad(path, problem)
 
 
 def load(path: str | os.PathLike) -> Recalibrator:
