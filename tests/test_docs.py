@@ -113,3 +113,42 @@ def test_public_docstrings_have_summary_args_returns_example_and_reference():
       if "Reference" not in doc:
         problems.append(f"{where}: no Reference (the paper, section, equation)")
   assert not problems, "\n".join(problems)
+
+
+def test_public_methods_document_their_arguments_and_returns():
+  """Each public method of a public class (its own docstring or the one it inherits): a
+  one-line summary, Args naming every parameter and a Returns section (``merge``,
+  ``Scores.empty``, ``Recalibrator.apply`` and the LoCal Net's methods had none)."""
+  import inspect
+
+  problems = []
+  seen = set()
+  for m, name, cls in _public_callables():
+    if not inspect.isclass(cls) or cls in seen or not cls.__module__.startswith("jaxcal"):
+      continue
+    seen.add(cls)
+    for attr, raw in vars(cls).items():
+      if attr.startswith("_") and attr != "__call__":
+        continue
+      fn = raw.__func__ if isinstance(raw, classmethod | staticmethod) else raw
+      if not inspect.isfunction(fn) or fn.__module__ != cls.__module__ and not fn.__doc__:
+        continue  # generated (dataclass ``replace``, NamedTuple helpers)
+      params = [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+      ]
+      doc = inspect.getdoc(getattr(cls, attr)) or ""
+      where = f"jaxcal.{m}.{name}.{attr}"
+      if not doc.split("\n", 1)[0].strip():
+        problems.append(f"{where}: no one-line summary")
+        continue
+      if not params:
+        continue
+      args = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+      undocumented = [p for p in params if not re.search(rf"^\s+(\w+, )*{p}\b", args, flags=re.M)]
+      if undocumented:
+        problems.append(f"{where}: Args do not describe {undocumented}")
+      if "Returns:" not in doc:
+        problems.append(f"{where}: no Returns")
+  assert not problems, "\n".join(problems)

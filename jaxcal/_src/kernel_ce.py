@@ -92,7 +92,14 @@ class LaplacianKernel(NamedTuple):
   bandwidth: ArrayLike = 1.0
 
   def __call__(self, sqdist: jax.Array) -> jax.Array:
-    """Kernel value from the squared Euclidean distance."""
+    """Kernel value from the squared Euclidean distance.
+
+    Args:
+      sqdist: squared distances ``||p - q||^2``, any shape.
+
+    Returns:
+      Kernel values of the same shape.
+    """
     return jnp.exp(-safe_sqrt(sqdist) / self.bandwidth)  # (a zero distance: no NaN gradient)
 
 
@@ -120,7 +127,14 @@ class GaussianKernel(NamedTuple):
   bandwidth: ArrayLike = 1.0
 
   def __call__(self, sqdist: jax.Array) -> jax.Array:
-    """Kernel value from the squared Euclidean distance."""
+    """Kernel value from the squared Euclidean distance.
+
+    Args:
+      sqdist: squared distances ``||p - q||^2``, any shape.
+
+    Returns:
+      Kernel values of the same shape.
+    """
     return jnp.exp(-sqdist / (2.0 * self.bandwidth**2))
 
 

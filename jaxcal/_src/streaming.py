@@ -647,7 +647,18 @@ class FixedBins(_Streaming):
     )
 
   def merge(self, other: FixedBins) -> FixedBins:
-    """The state of both data sets (associative and commutative; counts exact)."""
+    """The state of both data sets (associative and commutative; counts exact).
+
+    Args:
+      other: a :class:`FixedBins` of the same class count, bin counts, dtype
+        and parts kept.
+
+    Returns:
+      The :class:`FixedBins` of the union of both states' samples.
+
+    Raises:
+      ValueError: ``other`` differs in configuration.
+    """
     return _merge_sums(self, other, (("conf_hi", "conf_lo"), ("cw_hi", "cw_lo")))
 
   def compute(self, class_weights: ArrayLike | None = None) -> dict[str, jax.Array]:
@@ -975,6 +986,14 @@ class Scores(_Streaming):
   def empty(cls, num_classes: int, *, confusion: bool = False, dtype: Any = jnp.float32) -> Scores:
     """An empty state (``confusion=True`` also keeps the ``(C, C)`` confusion counts).
 
+    Args:
+      num_classes: ``C``, the number of classes (``>= 2``).
+      confusion: also keep the ``(C, C)`` int32 confusion counts.
+      dtype: float dtype of the sums (``float32`` or ``float64``).
+
+    Returns:
+      A :class:`Scores` state that has seen no samples.
+
     Raises:
       ValueError: ``num_classes`` not an int ``>= 2``, ``confusion`` not a
         bool, or a dtype other than float32 / float64.
@@ -1018,6 +1037,12 @@ class Scores(_Streaming):
 
   def merge(self, other: Scores) -> Scores:
     """The state of both data sets (associative and commutative).
+
+    Args:
+      other: a :class:`Scores` of the same class count, dtype and parts kept.
+
+    Returns:
+      The :class:`Scores` of the union of both states' samples.
 
     Raises:
       ValueError: ``other`` is not a :class:`Scores` of the same class
@@ -1184,6 +1209,12 @@ class Records(_Streaming):
 
   def merge(self, other: Records) -> Records:
     """Both buffers' records, ``other``'s after ``self``'s (capacity: the sum).
+
+    Args:
+      other: :class:`Records` of the same kind, class count and dtype.
+
+    Returns:
+      :class:`Records` holding ``self``'s records, then ``other``'s.
 
     Raises:
       ValueError: ``other`` is not :class:`Records` of the same kind, class
@@ -1438,6 +1469,9 @@ class Calibration(_Streaming):
       confusion: keep the confusion matrix.
       dtype: float dtype of the sums.
 
+    Returns:
+      A :class:`Calibration` that has seen no samples.
+
     Raises:
       ValueError: as :meth:`FixedBins.empty`, :meth:`Scores.empty` and
         :meth:`Records.empty` (e.g. ``capacity=True``).
@@ -1468,6 +1502,12 @@ class Calibration(_Streaming):
 
   def merge(self, other: Calibration) -> Calibration:
     """Merges every part (records: ``other``'s after ``self``'s).
+
+    Args:
+      other: a :class:`Calibration` of the same configuration.
+
+    Returns:
+      The :class:`Calibration` of both states' samples.
 
     Raises:
       ValueError: ``other`` is not a :class:`Calibration`, or differs in

@@ -218,6 +218,12 @@ class StudyResult:
   def to_json(self, path: str | os.PathLike | None = None) -> str:
     """JSON text of :meth:`to_dict`; also written to ``path`` (``str`` or ``os.PathLike``) when given.
 
+    Args:
+      path: a file to write the text to (with a newline), or None.
+
+    Returns:
+      The JSON text (one-space indents).
+
     Raises:
       TypeError: ``path`` is not a path (``open`` took an int as a file
         descriptor: ``to_json(1)`` wrote to stdout and closed it).
@@ -264,6 +270,13 @@ class StudyResult:
     over sampled utilities as its median and maximum, decompositions as
     their MCB and DSC (a Brier decomposition's terms are of the multiclass
     Brier score divided by ``C``, and their columns say so).
+
+    Args:
+      num_bins: the bin count of the binned errors' column (default: the
+        first evaluated).
+
+    Returns:
+      The Markdown table.
 
     Raises:
       ValueError: ``num_bins`` is not one bin count (a string ``'10'``, ``True``,

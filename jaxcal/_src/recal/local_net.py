@@ -484,6 +484,15 @@ class LocalNet(Recalibrator):
     return self.module()(phi_in, pca_transform(self.pca, f), logits.astype(self.pca_mean.dtype))
 
   def apply(self, inputs: jax.Array, features: jax.Array | None = None) -> jax.Array:
+    """Recalibrated probabilities ``softmax(g')`` for checked inputs (traceable).
+
+    Args:
+      inputs: ``(n, C)`` logits (``from_logits``) or probabilities.
+      features: ``(n, D)`` backbone features (``D`` the fit's ``feature_dim``).
+
+    Returns:
+      ``(n, C)`` probabilities.
+    """
     if features is None:
       raise ValueError("a LoCal Net needs the backbone features: rc(logits, features=phi)")
     z = to_logits(inputs, self.from_logits)
@@ -509,22 +518,65 @@ class LocalNet(Recalibrator):
 
     Bad values raise on an eager call; under ``jax.jit`` the rows of bad
     inputs come back as NaN.
+
+    Args:
+      inputs: ``(n, C)`` logits (``from_logits``) or probabilities.
+      features: ``(n, D)`` backbone features (``D`` the fit's ``feature_dim``).
+
+    Returns:
+      ``(n, C)`` recalibrated probabilities.
+
+    Raises:
+      ValueError: bad inputs or features (eager calls), another ``C`` or
+        ``D`` than the fit's, or no features.
     """
     x, f = self._check(inputs, features)
     return _rows_of(_apply_compiled(self, x, f), x, f)
 
   def logits(self, inputs: ArrayLike, features: ArrayLike) -> jax.Array:
-    """Refined logits ``g'`` ``(n, C)`` (NaN rows for bad inputs under ``jax.jit``)."""
+    """Refined logits ``g'`` ``(n, C)`` (NaN rows for bad inputs under ``jax.jit``).
+
+    Args:
+      inputs: ``(n, C)`` logits (``from_logits``) or probabilities.
+      features: ``(n, D)`` backbone features (``D`` the fit's ``feature_dim``).
+
+    Returns:
+      ``(n, C)`` refined logits.
+
+    Raises:
+      ValueError: as :meth:`__call__`.
+    """
     x, f = self._check(inputs, features)
     return _rows_of(_forward_compiled(self, to_logits(x, self.from_logits), f)[1], x, f)
 
   def refined_features(self, inputs: ArrayLike, features: ArrayLike) -> jax.Array:
-    """Refined features ``phi'`` ``(n, pca_dim)`` (where the paper measures LN's LCE)."""
+    """Refined features ``phi'`` ``(n, pca_dim)`` (where the paper measures LN's LCE).
+
+    Args:
+      inputs: ``(n, C)`` logits (``from_logits``) or probabilities.
+      features: ``(n, D)`` backbone features (``D`` the fit's ``feature_dim``).
+
+    Returns:
+      ``(n, pca_dim)`` refined features.
+
+    Raises:
+      ValueError: as :meth:`__call__`.
+    """
     x, f = self._check(inputs, features)
     return _rows_of(_forward_compiled(self, to_logits(x, self.from_logits), f)[0], x, f)
 
   def pca_features(self, features: ArrayLike) -> jax.Array:
-    """``phi_PCA`` ``(n, pca_dim)``: the calibration-split PCA of ``features``."""
+    """``phi_PCA`` ``(n, pca_dim)``: the calibration-split PCA of ``features``.
+
+    Args:
+      features: ``(n, D)`` backbone features.
+
+    Returns:
+      ``(n, pca_dim)`` component scores of the standardised features.
+
+    Raises:
+      ValueError: features of another width or not finite.
+    """
     f = V.as_float(features, "features")
     if f.ndim != 2 or f.shape[1] != self.feature_dim:
       raise ValueError(f"features must have shape (n, {self.feature_dim}), got {tuple(f.shape)}")

@@ -244,6 +244,12 @@ class Patching(Recalibrator):
 
     Under ``jax.jit`` the rows of bad inputs are NaN at every step.
 
+    Args:
+      inputs: ``(n, C)`` logits (``from_logits``) or probabilities.
+
+    Returns:
+      ``(T + 1, n, C)`` probabilities: the start, then after each patch.
+
     Raises:
       ValueError: bad inputs (eager calls), or inputs with another number of
         classes than the fit's.

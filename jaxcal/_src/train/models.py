@@ -78,6 +78,14 @@ class MLP(_Backbone):
     self.feature_dim = dims[-1]
 
   def features(self, x: jax.Array) -> jax.Array:
+    """The last hidden layer's activations (the LoCal Net's backbone features).
+
+    Args:
+      x: ``(b, ...)`` inputs, flattened per row.
+
+    Returns:
+      ``(b, feature_dim)`` features.
+    """
     h = _flat(x)
     for layer in self.layers:
       h = jax.nn.relu(layer(h))
@@ -151,6 +159,17 @@ class CNN(_Backbone):
     self.image_size = image_size
 
   def features(self, x: jax.Array) -> jax.Array:
+    """The dense layer's activations after the convolutions (the backbone features).
+
+    Args:
+      x: ``(b, S, S)`` or ``(b, S, S, 1)`` images, ``S`` the model's ``image_size``.
+
+    Returns:
+      ``(b, feature_dim)`` features.
+
+    Raises:
+      ValueError: images of another shape.
+    """
     h = x[..., None] if x.ndim == 3 else x
     side = self.image_size
     if h.ndim != 4 or h.shape[1:] != (side, side, 1):

@@ -188,6 +188,12 @@ class Utility:
     checks them: a batch of utilities, another ``C`` or values outside
     ``[-1, 1]`` raise a ``ValueError`` (under a transformation bad rows or
     parameters give NaN).
+
+    Args:
+      probs: ``(n, C)`` probabilities.
+
+    Returns:
+      ``(n, C)`` utilities ``u(p_i, e_j)`` of each row against each outcome.
     """
     p = V.check_probs(probs, rows=True)
     return utility_values(check_utility(self, p.shape[1], batched=False), p)
