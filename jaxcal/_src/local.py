@@ -600,8 +600,16 @@ def lce(
 
   The default MLCE is the quantity behind every MLCE the paper reports (its
   authors' code: per-class maxima, averaged with the class priors); the
-  global maximum is a single order statistic over ``n C`` anchors, much
-  noisier from one sample to the next.
+  paper's §3 formula is a maximum over anchors of the ``l1`` error vector,
+  whose class-wise analogue is ``mlce="global"``: a single order statistic
+  over ``n C`` anchors, much noisier from one sample to the next (CIFAR-100
+  ResNet-110, 1,500 test rows, logits as features, ``gamma = 1``: 0.878
+  weighted against 0.9998 global).
+
+  ``LCE_c`` is a mean over the kept anchors, as the authors' code computes
+  it; the paper's §3 formula weights each kept bin by ``|B_b| / n``, so there
+  dropped small bins pull LCE down (on CIFAR-10 and CIFAR-100 test subsets,
+  the formula's value is 0.977-0.987 of this one).
 
   **Classes without kept bins.** A class none of whose bins holds more than
   ``min_bin_size`` samples has no anchors; it counts as ``LCE_c = max_i e_ic
@@ -654,8 +662,8 @@ def lce(
       (not normalised): weights summing to ``s`` scale LCE and the default
       MLCE by ``s`` (``np.ones(C)`` gives ``C`` times the LCE; pass
       ``w / w.sum()``). ``mlce="global"`` does not read them.
-    mlce: ``"weighted"`` (default, the paper's MLCE) or ``"global"`` (the
-      single largest ``e_ic``).
+    mlce: ``"weighted"`` (default, the authors' code's MLCE behind the
+      paper's tables) or ``"global"`` (the single largest ``e_ic``).
     max_bins: static bound on the bin counts (needed for a traced
       ``num_bins``); default: the largest count rounded up to a power of
       two, so that counts 9 to 16 share one compiled program.
