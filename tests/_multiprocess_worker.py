@@ -330,6 +330,38 @@ def main() -> None:
   yg = jax.make_array_from_process_local_data(NamedSharding(mesh, P("rows")), y[:200])
   glob = streaming.merge_across_processes(streaming.Scores.empty(c).update(pg, yg))
   out["global_scores"] = {k: float(v) for k, v in glob.compute().items() if np.ndim(v) == 0}
+
+  # global and host-local batches in one state: each process's copy held other samples,
+  # and the merge returned a different, wrong number on each (no error)
+  def error_of(f):
+    try:
+      f()
+    except ValueError as e:
+      return str(e)
+    return None
+
+  local = (p[200:220], y[200:220])
+  out["mixed"] = {
+    "global_then_local": error_of(lambda: streaming.Scores.empty(c).update(pg, yg).update(*local)),
+    "local_then_global": error_of(
+      lambda: streaming.Calibration.empty(c, 15).update(*local).update(pg, yg)
+    ),
+  }
+  step = jax.jit(lambda st, a, b: st.update(a, b))  # inside jit: the merge finds it
+  mixed = step(step(streaming.FixedBins.empty(c, 15), pg, yg), *local)
+  out["mixed"]["jit_merge"] = error_of(lambda: streaming.merge_across_processes(mixed))
+  # a list of global models: the message named global arrays as the way out
+  out["evaluate_list_global"] = error_of(lambda: jaxcal.evaluate([pg], [yg], ["brier"]))
+  # functions that read their input on the host: a ValueError naming it (was JAX's RuntimeError)
+  from jaxcal import dominance, report
+
+  losses = jax.make_array_from_process_local_data(
+    NamedSharding(mesh, P("rows", None)), np.arange(12.0).reshape(4, 3) + 12 * pid
+  )
+  out["host_read_global"] = [
+    error_of(lambda: report.calibration_report(pg, yg)),
+    error_of(lambda: dominance.dominance_chain(losses)),
+  ]
   # uc_sweep under jit: on global arrays the union's; on host-local ones (different on
   # each process, which a tracer cannot tell) NaN, where it gave a vector mixed from both
   swept = jax.jit(lambda a, b: utility.uc_sweep(a, b, us, chunk_size=3))

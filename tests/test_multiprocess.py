@@ -133,6 +133,14 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
     want_glob = utility.uc_sweep(p[first], y[first], us, chunk_size=3, devices=jax.devices()[:1])
     np.testing.assert_allclose(r["uc_sweep_jit_global"], want_glob, rtol=1e-6, atol=1e-7)
     assert np.isnan(r["uc_sweep_jit_local"]).all()  # was the two processes' values, mixed
+    mixed = r["mixed"]  # global and host-local batches in one state: refused on both processes
+    assert "holds global arrays" in mixed["global_then_local"], mixed
+    assert "has seen host-local batches" in mixed["local_then_global"], mixed
+    assert "copies differ between processes" in mixed["jit_merge"], mixed
+    assert (
+      "list or dict of models is not supported, of host-local or global"
+      in (r["evaluate_list_global"])
+    )
   assert results[0]["uc_sweep"] == results[1]["uc_sweep"]  # identical on both hosts
   assert results[0]["global_scores"] == results[1]["global_scores"]
 

@@ -256,7 +256,7 @@ def dominance_chain(losses: ArrayLike) -> np.ndarray:
       "on the values, so call it outside jax.jit / jax.vmap"
     )
   _check_loss_table(losses)
-  x = V.host_array(losses if isinstance(losses, np.ndarray) else jax.device_get(losses), "losses")
+  x = V.host_array(losses, "losses")
   if not (
     np.issubdtype(x.dtype, np.integer)
     or jnp.issubdtype(x.dtype, jnp.floating)

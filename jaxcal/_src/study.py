@@ -46,7 +46,8 @@ Hosts. In a ``jax.distributed`` run, a stack of host-local arrays is this
 process's rows (samples) of every model: the rows of all processes are
 assembled in process order (padded and masked where the shards differ in
 size), and every process gets the union's result. Global ``jax.Array``
-inputs are used as they are.
+inputs are used as they are. Models go in one stack there: a list or dict of
+models is refused, of host-local or global arrays.
 """
 
 from __future__ import annotations
@@ -1202,8 +1203,9 @@ def evaluate(
       return entries, x, y
     if multi:
       raise ValueError(
-        "in a multi-process run pass one stack (M, n_local, C) of this process's rows, or "
-        "global jax.Arrays; a list or dict of host-local arrays is not supported"
+        "in a multi-process run a list or dict of models is not supported, of host-local or "
+        "global arrays: pass one stack (M, n_local, C) of this process's rows, or one global "
+        "jax.Array stack (M, n, C) or (n, C)"
       )
     return entries, None, None
 

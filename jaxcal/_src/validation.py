@@ -1013,8 +1013,8 @@ def host_array(x: Any, name: str) -> np.ndarray:
   or float64 under x64).
 
   Raises:
-    ValueError: ``x`` is a masked array with masked entries, or not an array
-      (ragged lists and the like).
+    ValueError: ``x`` is a masked array with masked entries, not an array
+      (ragged lists and the like), or a ``jax.Array`` spanning processes.
 
   Example:
     >>> host_array(np.arange(3, dtype=">i8"), "labels").dtype.isnative
@@ -1030,6 +1030,13 @@ def host_array(x: Any, name: str) -> np.ndarray:
         "the samples), or fill the entries with .filled(value)"
       )
     x = x.data
+  if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) and not x.is_fully_addressable:
+    raise ValueError(  # (JAX's RuntimeError named no argument)
+      f"{name} is a jax.Array spanning several processes, and this is read on the host: "
+      "gather it on every process first (jax.experimental.multihost_utils.process_allgather("
+      "x, tiled=True)), or use a function that takes global arrays (the metrics, scores, "
+      "uc_sweep, evaluate, the streaming states)"
+    )
   try:
     a = np.asarray(x)
   except (TypeError, ValueError) as e:  # ragged lists and the like
