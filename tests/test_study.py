@@ -620,13 +620,32 @@ def test_one_call_compiles_two_programs_per_class_count(logits):
       first = jaxcal.evaluate(xs, ys, mets, num_bins=BINS, utilities=us, from_logits=True)
       names_first = list(grab.names)
       jaxcal.evaluate(xs, ys, mets, num_bins=BINS, utilities=us, from_logits=True)
+      # renamed batches (digits, in the other order): names are not in the program
+      renamed = {"1": us["lin"], "0": us["rank"]}
+      again = jaxcal.evaluate(xs, ys, mets, num_bins=BINS, utilities=renamed, from_logits=True)
+      names_again = list(grab.names)
+      # a growing list of checkpoints: 9, then 10 models share a model-count bucket
+      k = z.shape[0]
+      grow = [(z[i % k, i : i + 77], y[i % k, i : i + 77]) for i in range(10)]
+      nine = jaxcal.evaluate(
+        [g[0] for g in grow[:9]], [g[1] for g in grow[:9]], ["brier"], from_logits=True
+      )
+      names_nine = list(grab.names)
+      ten = jaxcal.evaluate([g[0] for g in grow], [g[1] for g in grow], ["brier"], from_logits=True)
   finally:
     for lg in loggers:
       lg.removeHandler(grab)
   assert len(first.info["programs"]) == 2
   major = [n for n in names_first if n not in ("convert_element_type", "broadcast_in_dim")]
   assert sorted(major) == ["_ok_jit", "_ok_jit", "run", "run"], names_first
-  assert grab.names == names_first  # the second call compiled nothing
+  assert names_again == names_first  # the second and third calls compiled nothing
+  assert "run" in names_nine[len(names_again) :]
+  assert [n for n in grab.names[len(names_nine) :] if n in ("run", "_ok_jit")] == []
+  want = [float(scores.brier(jax.nn.softmax(jnp.asarray(a)), b)) for a, b in grow]
+  np.testing.assert_allclose(nine["brier"], want[:9], rtol=1e-6)
+  np.testing.assert_allclose(ten["brier"], want, rtol=1e-6)
+  np.testing.assert_array_equal(again["uc:1"], first["uc:lin"])
+  np.testing.assert_array_equal(again["uc:0"], first["uc:rank"])
   p100 = jax.nn.softmax(jnp.asarray(z100[:77]))
   np.testing.assert_allclose(first["ecce"][3], metrics.ecce(p100, y100[:77], BINS), atol=ATOL)
   np.testing.assert_allclose(
