@@ -583,3 +583,17 @@ def test_predict_from_a_one_point_fit():
   stacked = IsotonicFit(jnp.array([[0.5], [0.1]]), jnp.array([[0.3], [0.7]]))
   got = jax.vmap(isotonic_predict, in_axes=(0, None))(stacked, jnp.array([0.2]))
   np.testing.assert_allclose(np.asarray(got), [[0.3], [0.7]])
+
+
+def test_integer_or_bool_targets_keep_the_scores_float_dtype_under_x64():
+  """float32 scores with 0/1 integer or bool targets fit in float32 under x64 too (as every
+  metric and fit_isotonic do); bool targets widened the fit to float64 (JAX's default float)."""
+  x = np.linspace(0, 1, 50, dtype=np.float32)
+  y = np.arange(50) % 3 == 0
+  with jax.enable_x64(True):
+    want = np.asarray(isotonic_regression(x, y.astype(np.float32)))
+    for t in (y, y.astype(np.int32), jnp.asarray(y)):
+      got = isotonic_regression(x, t)
+      assert got.dtype == jnp.float32, t.dtype
+      np.testing.assert_array_equal(np.asarray(got), want)
+    assert isotonic_regression(x.astype(np.float64), y).dtype == jnp.float64

@@ -1567,3 +1567,14 @@ def test_argument_text_is_the_same_in_every_process_for_equal_arguments():
     for seed in (1, 2, 3)
   }
   assert len(seen) == 1, seen
+
+
+def test_row_sum_message_names_bfloat16_cast_up():
+  """bfloat16 softmax rows cast to float32 sum to one within 3e-3, outside float32's 1e-3:
+  the refusal says to pass them as bfloat16 (which accepts them)."""
+  z = np.random.default_rng(0).normal(size=(2000, 10)) * 3
+  p16 = jax.nn.softmax(jnp.asarray(z, jnp.float32)).astype(jnp.bfloat16)
+  y = np.zeros(2000, np.int32)
+  assert np.isfinite(float(scores.brier(p16, y)))  # accepted as bfloat16
+  with pytest.raises(ValueError, match=r"must sum to 1 .*pass them as bfloat16"):
+    scores.brier(np.asarray(p16.astype(jnp.float32)), y)

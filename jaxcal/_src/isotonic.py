@@ -91,6 +91,12 @@ class IsotonicFit(NamedTuple):
   y: jax.Array
 
 
+def _given_float(v: Any) -> bool:
+  """Whether a caller's input came with a floating dtype (an array of floats)."""
+  dt = getattr(v, "dtype", None)
+  return dt is not None and jnp.issubdtype(dt, jnp.floating)
+
+
 def _float_dtype(*xs) -> jnp.dtype:
   dt = jnp.result_type(*[x.dtype for x in xs if x is not None])
   if not jnp.issubdtype(dt, jnp.floating):
@@ -545,7 +551,11 @@ def _prepare(x, y, weights):
       )
       good = (low >= 0) & positive & (subnormal == 0)
       ok = good if ok is None else ok & good
-  dt = _float_dtype(xa, ya, wa)
+  # the float inputs' dtype: integer or bool targets (labels) do not widen float32
+  # scores to JAX's default float (float64 under x64)
+  given = [(xa, x), (ya, y), (wa, weights)]
+  floats = [a for a, v in given if a is not None and _given_float(v)]
+  dt = _float_dtype(*(floats or [xa]))
   xa = xa.astype(dt)
   ya, wa, k, lost_y, lost_w = _scaled(ya.astype(dt), None if wa is None else wa.astype(dt))
   if V.is_concrete(lost_y, lost_w):  # under vmap over the weights alone only lost_w is traced
