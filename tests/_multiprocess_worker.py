@@ -350,6 +350,11 @@ def main() -> None:
   step = jax.jit(lambda st, a, b: st.update(a, b))  # inside jit: the merge finds it
   mixed = step(step(streaming.FixedBins.empty(c, 15), pg, yg), *local)
   out["mixed"]["jit_merge"] = error_of(lambda: streaming.merge_across_processes(mixed))
+  # host-local rows merged first (the union on every process), then global batches; and a
+  # host-local batch of no rows (a process's empty shard) for a global state: both taken
+  merged = streaming.merge_across_processes(streaming.Scores.empty(c).update(*local))
+  both = merged.update(pg, yg).update(p[:0], y[:0])
+  out["merged_then_global"] = float(streaming.merge_across_processes(both).compute()["brier"])
   # a list of global models: the message named global arrays as the way out
   out["evaluate_list_global"] = error_of(lambda: jaxcal.evaluate([pg], [yg], ["brier"]))
   # functions that read their input on the host: a ValueError naming it (was JAX's RuntimeError)

@@ -127,11 +127,16 @@ def test_public_methods_document_their_arguments_and_returns():
     if not inspect.isclass(cls) or cls in seen or not cls.__module__.startswith("jaxcal"):
       continue
     seen.add(cls)
-    for attr, raw in vars(cls).items():
+    # its own methods and those it inherits from jaxcal's (private) bases
+    own = {}
+    for base in reversed(cls.__mro__):
+      if base.__module__.startswith("jaxcal"):
+        own.update(vars(base))
+    for attr, raw in own.items():
       if attr.startswith("_") and attr != "__call__":
         continue
       fn = raw.__func__ if isinstance(raw, classmethod | staticmethod) else raw
-      if not inspect.isfunction(fn) or fn.__module__ != cls.__module__ and not fn.__doc__:
+      if not inspect.isfunction(fn) or not fn.__module__.startswith("jaxcal"):
         continue  # generated (dataclass ``replace``, NamedTuple helpers)
       params = [
         p.name

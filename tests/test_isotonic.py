@@ -597,3 +597,8 @@ def test_integer_or_bool_targets_keep_the_scores_float_dtype_under_x64():
       assert got.dtype == jnp.float32, t.dtype
       np.testing.assert_array_equal(np.asarray(got), want)
     assert isotonic_regression(x.astype(np.float64), y).dtype == jnp.float64
+    # integer scores still fit in the default float: int64 timestamps stay distinct
+    t = 1_700_000_000 + 3 * np.arange(50)
+    got = isotonic_regression(t, y.astype(np.float32))
+    assert got.dtype == jnp.float64
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-7)

@@ -135,12 +135,19 @@ def test_two_processes_give_the_union_result(union, tmp_path, devices_per_proces
     assert np.isnan(r["uc_sweep_jit_local"]).all()  # was the two processes' values, mixed
     mixed = r["mixed"]  # global and host-local batches in one state: refused on both processes
     assert "holds global arrays" in mixed["global_then_local"], mixed
-    assert "has seen host-local batches" in mixed["local_then_global"], mixed
-    assert "copies differ between processes" in mixed["jit_merge"], mixed
+    assert "host-local rows this state has seen" in mixed["local_then_global"], mixed
+    assert "must be the same on every process" in mixed["local_then_global"], mixed
+    assert "a state of global arrays" in mixed["jit_merge"], mixed
+    assert "must be the same on every process" in mixed["jit_merge"], mixed
     assert (
       "list or dict of models is not supported, of host-local or global"
       in (r["evaluate_list_global"])
     )
+    for msg, name in zip(r["host_read_global"], ("predictions", "losses")):
+      assert f"{name} is a jax.Array spanning several processes" in msg, msg
+    rows = np.r_[first, 200:220, 500:520]  # the global rows and both processes' local ones
+    want_both = float(scores.brier(p[rows], y[rows]))
+    np.testing.assert_allclose(r["merged_then_global"], want_both, rtol=1e-6)
   assert results[0]["uc_sweep"] == results[1]["uc_sweep"]  # identical on both hosts
   assert results[0]["global_scores"] == results[1]["global_scores"]
 

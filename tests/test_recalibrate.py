@@ -1334,6 +1334,49 @@ def test_hand_built_recalibrators_take_host_values_and_refuse_bad_ones():
       rc(z if not isinstance(rc, R.PlattScaling) else want)
 
 
+_NAN_FIT_CLOSED_OVER = """
+import json
+import jax, numpy as np
+import jaxcal.recalibrate as R
+rng = np.random.default_rng(0)
+z = (rng.normal(size=(200, 3))).astype(np.float32)
+y = rng.integers(0, 3, 200)
+zb = z.copy()
+zb[3, 1] = np.nan
+out = {}
+for method in ("temperature", "vector", "platt"):
+  rc = jax.jit(lambda a, b, m=method: R.fit(m, a, b))(zb, y)
+  got = [np.asarray(jax.jit(lambda a, rc=rc: rc(a))(x)) for x in (z[:4], z)]
+  good = R.fit(method, z, y)
+  diff = np.abs(np.asarray(jax.jit(lambda a, rc=good: rc(a))(z[:4])) - np.asarray(good(z[:4])))
+  out[method] = [bool(np.isnan(g).all()) for g in got] + [float(diff.max())]
+print(json.dumps(out))
+"""
+
+
+def test_a_nan_fit_closed_over_by_jit_gives_nan_rows():
+  """A fit folded to NaN under jit (bad calibration data), then closed over by another jit:
+  XLA:CPU folded the NaN constant through the softmax into rows like [1, 0, -0] (vector
+  scaling: negative entries, platt: 1/3 each), where eager calls and a fit passed as an
+  argument gave NaN. Run with XLA's default flags (the suite's lower optimisation level
+  does not fold it)."""
+  flags = " ".join(
+    f for f in os.environ.get("XLA_FLAGS", "").split() if f not in FAST_COMPILE_FLAGS
+  )
+  run = subprocess.run(
+    [sys.executable, "-c", _NAN_FIT_CLOSED_OVER],
+    env=dict(os.environ, XLA_FLAGS=flags),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert run.returncode == 0, run.stderr[-3000:]
+  out = json.loads(run.stdout.strip().splitlines()[-1])
+  for method, (small, large, diff) in out.items():
+    assert small and large, (method, out)
+    assert diff < 1e-6, (method, diff)
+
+
 def test_nan_rows_and_normalize_rows():
   from jaxcal._src.recal.base import nan_rows, normalize_rows
 

@@ -551,11 +551,9 @@ def _prepare(x, y, weights):
       )
       good = (low >= 0) & positive & (subnormal == 0)
       ok = good if ok is None else ok & good
-  # the float inputs' dtype: integer or bool targets (labels) do not widen float32
-  # scores to JAX's default float (float64 under x64)
-  given = [(xa, x), (ya, y), (wa, weights)]
-  floats = [a for a, v in given if a is not None and _given_float(v)]
-  dt = _float_dtype(*(floats or [xa]))
+  # integer or bool targets (labels) do not widen float32 scores to JAX's default float
+  # (float64 under x64); integer scores and weights do (int64 timestamps need float64)
+  dt = _float_dtype(xa, ya if _given_float(y) else None, wa)
   xa = xa.astype(dt)
   ya, wa, k, lost_y, lost_w = _scaled(ya.astype(dt), None if wa is None else wa.astype(dt))
   if V.is_concrete(lost_y, lost_w):  # under vmap over the weights alone only lost_w is traced

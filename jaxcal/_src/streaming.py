@@ -247,70 +247,65 @@ def _parts(state: Any) -> tuple[Any, ...]:
   return (state,)
 
 
-def _check_same_kind(state: Any, probs: Any) -> None:
-  """Refuses mixing global and host-local batches in one state of a multi-process run.
+def _same_kind(state: Any, probs: Any) -> Any:
+  """``state``, ready for ``probs``; refuses mixing global and host-local batches in a multi-process run.
 
   A state updated with global arrays holds every process's rows, replicated;
   a host-local batch added to it lands on each process's copy only, and a
   state of host-local rows given a global batch is read as replicated: either
   way each process held other samples, and :func:`merge_across_processes`
   returned a different, wrong number on each (accuracy 0.9486 and 0.9464 for
-  0.9475, no error). Eager calls only (traced leaves are not inspected; the
-  merge checks the replicas too).
+  0.9475, no error). A host-local state that is the same on every process
+  (merged by :func:`merge_across_processes`) takes global batches: its leaves
+  are handed over as host values, which a program reads as the same on every
+  process (a state's device arrays are committed to one device, which a global
+  batch's program refused). A batch of no rows adds nothing. Eager calls only
+  (traced leaves are not inspected; the merge checks the copies too).
   """
   if isinstance(probs, jax.core.Tracer) or any(
     isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(state)
   ):
-    return
+    return state
   state_global, batch_global = V.spans_processes(state), V.spans_processes(probs)
-  if state_global and not batch_global:
+  if state_global and not batch_global and np.shape(probs)[:1] != (0,):
     raise ValueError(
       "this state holds global arrays (every process's rows, from global batches) and the "
       "batch is host-local: it would be added to each process's copy separately. Pass every "
-      "batch as a global jax.Array (jax.make_array_from_process_local_data), or keep the "
-      "host-local batches in a state of their own and merge it with merge_across_processes"
+      "batch as a global jax.Array (jax.make_array_from_process_local_data; pad an uneven "
+      "last batch and pass where=)"
     )
   if batch_global and not state_global:
     seen = any(int(p.count) != 0 or int(p.invalid) != 0 for p in _parts(state))
-    if seen:
-      raise ValueError(
-        "the batch is a global jax.Array (every process's rows) but this state has seen "
-        "host-local batches (each process's own rows): their sum would be read as the same "
-        "on every process. Merge the host-local state first (merge_across_processes), or "
-        "keep global and host-local batches in states of their own"
+    if seen:  # a collective: every process passes the global batch
+      _check_copies_agree(
+        state,
+        "the host-local rows this state has seen before a global batch (merge the state "
+        "with merge_across_processes first, so that every process holds the union)",
       )
+    return jax.tree.map(lambda a: np.asarray(a) if isinstance(a, jax.Array) else a, state)
+  return state
 
 
-def _check_replicas_agree(state: Any) -> None:
-  """Raises on every process when a global state's replicated leaves differ between processes.
+def _check_copies_agree(state: Any, what: str) -> None:
+  """Raises on every process when ``state``'s copies differ between processes.
 
-  One all-gather of a 32-byte digest per process: of each replicated leaf's
-  first local shard, and of each host-local leaf. A state updated with global
-  arrays holds the same sums on every process; they differ only when host-local
-  batches were added too (inside ``jit``, where :func:`_check_same_kind` does
-  not look), and such a state is no one data set's.
+  One :func:`~jaxcal._src.validation.on_every_process` of a 32-byte digest:
+  of each replicated global leaf's first local shard, and of each host-local
+  leaf (leaves split across processes, such as global records, are skipped).
   """
   import hashlib
 
-  from jax.experimental import multihost_utils
+  def digest() -> str:
+    h = hashlib.sha256()
+    for a in jax.tree.leaves(state):
+      if isinstance(a, jax.Array) and not a.is_fully_addressable:
+        if not a.sharding.is_fully_replicated:
+          continue  # rows split across processes (records): each process holds its own
+        a = a.addressable_shards[0].data
+      h.update(np.ascontiguousarray(np.asarray(a)).tobytes())
+    return h.hexdigest()[:16]
 
-  h = hashlib.sha256()
-  for a in jax.tree.leaves(state):
-    if isinstance(a, jax.Array) and not a.is_fully_addressable:
-      if not a.sharding.is_fully_replicated:
-        continue  # rows split across processes (records): each process holds its own
-      a = a.addressable_shards[0].data
-    h.update(np.ascontiguousarray(np.asarray(a)).tobytes())
-  mine = np.frombuffer(h.digest(), np.uint8)
-  every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, mine.size)
-  differ = [i for i in range(every.shape[0]) if not np.array_equal(every[i], every[0])]
-  if differ:
-    raise ValueError(
-      f"this state holds global arrays whose copies differ between processes (process 0 and "
-      f"{differ[0]}): host-local batches were added to it (e.g. inside jit). Keep global and "
-      "host-local batches in states of their own: merge the host-local state with "
-      "merge_across_processes, then merge the two"
-    )
+  V.on_every_process(digest, same=lambda d: {what: d})
 
 
 def _num_classes(num_classes: Any) -> int:
@@ -528,14 +523,13 @@ class _Streaming:
         the batch is counted in ``invalid`` and ``compute`` gives NaN. In a
         multi-process run, an eager host-local batch for a state holding
         global arrays, or a global batch for a state that has seen
-        host-local ones (:func:`merge_across_processes`).
+        host-local rows not merged by :func:`merge_across_processes`.
     """
-    if jax.process_count() > 1:
-      _check_same_kind(self, probs)
+    state = _same_kind(self, probs) if jax.process_count() > 1 else self
     batch = _prepare(probs, labels, where, from_logits, self.num_classes, self._sums_log_loss)
     if batch[0].shape[0] == 0:  # no rows add nothing (a process's empty shard, a last batch)
       return self
-    return self._ingest(*batch)
+    return state._ingest(*batch)
 
   def reduce(self) -> Any:
     """Merges states stacked along a leading axis (e.g. after ``all_gather``) into one, in order.
@@ -1644,10 +1638,11 @@ def merge_across_processes(state: Any) -> Any:
   state updated with global arrays (rows on every process, as
   ``jax.make_array_from_process_local_data`` makes them: it holds every
   process's samples already), the state is returned unchanged, once its
-  copies are checked to agree across processes (a 32-byte digest each).
-  Keep global and host-local batches in states of their own: an eager
-  ``update`` refuses to mix them, and a state mixed inside ``jit`` is
-  refused here.
+  copies are checked to agree across processes (a digest each). Make every
+  batch of such a state global: an eager ``update`` refuses a host-local batch
+  for it, and a state mixed inside ``jit`` is refused here. A host-local
+  state merged here (the same on every process) may go on with global
+  batches.
 
   Bad input: update the states inside ``jax.jit`` (the eval step), so a bad
   batch on any process poisons its state and the merged state is NaN on
@@ -1684,7 +1679,11 @@ def merge_across_processes(state: Any) -> Any:
   if jax.process_count() == 1:
     return state
   if V.spans_processes(state):  # updated with global arrays (rows on every process): the union
-    _check_replicas_agree(state)
+    _check_copies_agree(
+      state,
+      "a state of global arrays (host-local batches added to it, e.g. inside jit, make "
+      "each process's copy differ: pass every batch as a global jax.Array)",
+    )
     return state
   from jax.experimental import multihost_utils
 

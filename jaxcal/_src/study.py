@@ -22,9 +22,10 @@ count rounds up to the same power of two (the static ``max_bins``) reuses
 it, and the utility values are checked inside it. The data are validated once per stack
 (one fused reduction); so a study compiles two programs per (``C``, size,
 model-count bucket), and a second call with the same shapes compiles
-nothing. A list or dict of ``M`` models is padded to ``size_bucket(M)``
-models (copies of the first, results dropped), so a growing list of
-checkpoints compiles ``O(log M)`` times. A stack ``(M, n, C)`` is run as it
+nothing. A list or dict of ``M`` models of one dtype is padded to
+``size_bucket(M)`` models (copies of the first, results dropped), so a
+growing list of checkpoints compiles ``O(log M)`` times (models of several
+dtypes are validated each at its own tolerance, and compile per ``M``). A stack ``(M, n, C)`` is run as it
 is, without the padding copy, so it compiles for its own ``M`` and ``n``:
 stacks of other sizes compile again, where a list of the same models shares
 the buckets. The program's key orders the metrics by name and holds the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
@@ -72,7 +73,8 @@ def smooth_reliability_diagram(
   s = smooth_reliability(
     probs, labels, bandwidth, num_points=num_points, from_logits=from_logits, where=where
   )
-  n = int(np.shape(labels)[0]) if where is None else int(np.count_nonzero(np.asarray(where)))
+  # the count on device: a global mask spanning processes is not read on the host
+  n = int(np.shape(labels)[0]) if where is None else int(jnp.count_nonzero(jnp.asarray(where)))
   text = title or _mpl.title("Smooth reliability diagram", model, n)
   with _mpl.style():
     return _draw(s, text, ax)

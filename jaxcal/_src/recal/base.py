@@ -168,7 +168,8 @@ class Recalibrator:
     come back as NaN (:func:`nan_rows`), never as plausible probabilities.
     A recalibrator built by hand may hold Python numbers, lists or numpy
     arrays: they are checked as :func:`load` checks a file (shapes, value
-    rules such as ``T > 0``, no NaN) and used as arrays.
+    rules such as ``T > 0``) and for NaN, and used as arrays. Under
+    ``jit`` a fit holding NaN (one folded from bad data) gives NaN rows.
 
     Args:
       inputs: ``(n, C)`` logits (``from_logits``) or probabilities.
@@ -183,8 +184,26 @@ class Recalibrator:
     """
     x = check_inputs(inputs, self.from_logits, rows=True)
     check_num_classes(self, x.shape[1])
-    q = _with_host_fields_checked(self).apply(x)
-    return q if V.is_concrete(x) else nan_rows(q, x)
+    rc = _with_host_fields_checked(self)
+    q = rc.apply(x)
+    if V.is_concrete(x):
+      return q
+    return fold_fields(nan_rows(q, x), rc)
+
+
+def fold_fields(q: jax.Array, rc: Any) -> jax.Array:
+  """``q``, all NaN where a float field of ``rc`` holds NaN (a fit folded under ``jit``).
+
+  A NaN fit closed over by a ``jit`` is a constant that XLA:CPU folds through
+  the softmax into valid-looking rows (``[1, 0, -0]``, even negative entries
+  for vector scaling), where an eager call or a fit passed as an argument
+  gives NaN. One small reduction over the parameters.
+  """
+  fields = [a for a in jax.tree.leaves(rc) if jnp.issubdtype(jnp.result_type(a), jnp.floating)]
+  if not fields:
+    return q
+  ok = jnp.all(jnp.stack([~jnp.any(jnp.isnan(a)) for a in fields]))
+  return jnp.where(ok, q, jnp.nan)
 
 
 def _with_host_fields_checked(rc: Recalibrator) -> Recalibrator:
@@ -195,8 +214,9 @@ def _with_host_fields_checked(rc: Recalibrator) -> Recalibrator:
   ``temperature=-1.0`` predicted ``softmax(-z)``, and one with a NaN
   temperature, closed over by a ``jit``, valid-looking rows (XLA folds the
   constant). Fields given as Python numbers, lists or numpy arrays are on the
-  host already: they are checked against the class's ``value_rules`` (as
-  :func:`load` checks a file) and for NaN without a device round trip. JAX
+  host already: they are checked against the class's shapes and
+  ``value_rules`` (as :func:`load` checks a file) and, unlike :func:`load`,
+  for NaN, without a device round trip. JAX
   arrays (a fit's, :func:`load`'s, tracers) and nested trees (a LoCal Net's
   parameters) are used as they are.
 

@@ -42,8 +42,10 @@ from jaxcal._src.numerics import PRECISION, lift
 from jaxcal._src.progress import Progress
 from jaxcal._src.recal.base import (
   Recalibrator,
+  _with_host_fields_checked,
   check_inputs,
   check_num_classes,
+  fold_fields,
   nan_rows,
   normalize_rows,
   pytree_dataclass,
@@ -263,12 +265,13 @@ class Patching(Recalibrator):
     """
     x = check_inputs(inputs, self.from_logits, rows=True)
     check_num_classes(self, x.shape[1])
-    p = self._start(x)
-    _, qs = jax.lax.scan(_patch_trace_step, p, self.patches())
+    rc = _with_host_fields_checked(self)  # as __call__: a hand-built one's fields
+    p = rc._start(x)
+    _, qs = jax.lax.scan(_patch_trace_step, p, rc.patches())
     out = jnp.concatenate([p[None], qs])
     if V.is_concrete(x):
       return out
-    return jax.vmap(nan_rows, in_axes=(0, None))(out, x)
+    return fold_fields(jax.vmap(nan_rows, in_axes=(0, None))(out, x), rc)
 
 
 def _start_probs(x: jax.Array, from_logits: bool) -> jax.Array:

@@ -27,9 +27,28 @@ class _Backbone(nnx.Module):
   """Shared head of the backbones: ``features(x)`` -> dropout -> ``head``."""
 
   def __call__(self, x: jax.Array, key: jax.Array | None = None) -> jax.Array:
+    """Logits of a batch: ``head(dropout(features(x)))``.
+
+    Args:
+      x: ``(b, ...)`` inputs (as :meth:`features` takes them).
+      key: a PRNG key for dropout while training; ``None`` (evaluation): no
+        dropout.
+
+    Returns:
+      ``(b, C)`` logits.
+    """
     return self.logits_from_features(self.features(x), key)
 
   def logits_from_features(self, h: jax.Array, key: jax.Array | None = None) -> jax.Array:
+    """Logits from backbone features: ``head(dropout(h))``.
+
+    Args:
+      h: ``(b, feature_dim)`` features from :meth:`features`.
+      key: a PRNG key for dropout while training; ``None``: no dropout.
+
+    Returns:
+      ``(b, C)`` logits.
+    """
     if key is not None and self.dropout.rate > 0:
       h = self.dropout(h, deterministic=False, rngs=key)
     return self.head(h)
