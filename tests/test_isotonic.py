@@ -602,3 +602,26 @@ def test_integer_or_bool_targets_keep_the_scores_float_dtype_under_x64():
     got = isotonic_regression(t, y.astype(np.float32))
     assert got.dtype == jnp.float64
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-7)
+
+
+def test_forward_derivative_in_binary_targets_is_not_lost():
+  """0/1 targets take a packed sort that rebuilt them from bits: the fit's derivative in them
+  was 0 (a grad-review finding); it is the weighted path's (the pooled block's mean moves by
+  1/4 when one of its four targets does)."""
+  with jax.enable_x64(True):
+    x = jnp.array([0.0, 1.0, 2.0, 3.0])
+    y = jnp.array([1.0, 0.0, 1.0, 0.0])
+    t = jnp.array([1.0, 0.0, 0.0, 0.0])
+    got = jax.jvp(lambda v: isotonic_regression(x, v), (y,), (t,))[1]
+    np.testing.assert_allclose(np.asarray(got), [0.25] * 4, atol=1e-12)
+    rng = np.random.default_rng(0)
+    xs = jnp.asarray(rng.random(300))
+    ys = jnp.asarray((rng.random(300) < xs).astype(float))
+    ts = jnp.asarray(rng.normal(size=300))
+    plain = jax.jit(lambda v: jax.jvp(lambda u: isotonic_regression(xs, u), (v,), (ts,))[1])
+    weighted = jax.jvp(lambda u: isotonic_regression(xs, u, jnp.ones(300)), (ys,), (ts,))[1]
+    np.testing.assert_allclose(np.asarray(plain(ys)), np.asarray(weighted), atol=1e-12)
+    np.testing.assert_array_equal(  # the values: still the fast path's
+      np.asarray(isotonic_regression(xs, ys)),
+      np.asarray(isotonic_regression(xs, ys, jnp.ones(300))),
+    )

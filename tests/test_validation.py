@@ -1578,3 +1578,23 @@ def test_row_sum_message_names_bfloat16_cast_up():
   assert np.isfinite(float(scores.brier(p16, y)))  # accepted as bfloat16
   with pytest.raises(ValueError, match=r"must sum to 1 .*pass them as bfloat16"):
     scores.brier(np.asarray(p16.astype(jnp.float32)), y)
+
+
+def test_invalid_input_under_grad_gives_nan_gradients():
+  """Under jax.grad the eager check cannot run; fold made the value NaN with a select, whose
+  derivative sent a zero cotangent: an all-zero gradient for a label out of range or rows off
+  the simplex, no error (a grad-review finding). Valid input keeps its finite gradient."""
+  from jaxcal import metrics
+
+  z = jax.random.normal(jax.random.key(0), (8, 3))
+  bad = jnp.array([0, 1, 2, 3, 0, 1, 2, 0])  # label 3 with C = 3
+  good = jnp.array([0, 1, 2, 2, 0, 1, 2, 0])
+  for f in (
+    lambda t, y: scores.brier(t, y, from_logits=True),
+    lambda t, y: metrics.conf_ece(t, y, from_logits=True),
+    lambda t, y: scores.log_loss(jax.nn.softmax(t) * 1.5, y),  # rows off the simplex
+  ):
+    # (the bad row itself is read through a select: 0 there, NaN everywhere else)
+    assert np.isnan(np.asarray(jax.grad(f)(z, bad))).sum() >= 7 * 3
+  g = jax.grad(lambda t: scores.brier(t, good, from_logits=True))(z)
+  assert np.isfinite(np.asarray(g)).all() and np.abs(np.asarray(g)).max() > 0

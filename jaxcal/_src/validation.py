@@ -362,7 +362,7 @@ def trace_bin_count(m: jax.Array, max_bins: int) -> None:
 
 
 def fold(out: Any, ok: jax.Array | None, ints: int | None = None) -> Any:
-  """``out`` with every floating leaf replaced by NaN where ``ok`` is False.
+  """``out`` with every floating leaf replaced by NaN where ``ok`` is False (its derivative too).
 
   ``ok`` is ``None`` after an eager check (nothing to fold) or a traced bool
   scalar (a ``(batch,)`` array under ``vmap``, handled by ``vmap``). With
@@ -378,7 +378,10 @@ def fold(out: Any, ok: jax.Array | None, ints: int | None = None) -> Any:
       if ints is None or not jnp.issubdtype(v.dtype, jnp.integer):
         return v
       return jnp.where(ok, v, jnp.asarray(ints, v.dtype))
-    return jnp.where(ok, v, jnp.asarray(jnp.nan, v.dtype))
+    # a product, not a select: under jax.grad (where the eager check cannot run) the
+    # derivative is NaN too; a select sent a zero cotangent, an all-zero gradient for
+    # invalid input (labels out of range, rows off the simplex) with no error
+    return v * jnp.where(ok, jnp.ones((), v.dtype), jnp.asarray(jnp.nan, v.dtype))
 
   return jax.tree_util.tree_map(one, out)
 
