@@ -289,23 +289,20 @@ def _same_kind(state: Any, probs: Any) -> Any:
 def _check_copies_agree(state: Any, what: str) -> None:
   """Raises on every process when ``state``'s copies differ between processes.
 
-  One :func:`~jaxcal._src.validation.on_every_process` of a 32-byte digest:
-  of each replicated global leaf's first local shard, and of each host-local
-  leaf (leaves split across processes, such as global records, are skipped).
+  One :func:`~jaxcal._src.validation.on_every_process` of the leaves'
+  :func:`~jaxcal._src.validation.digest`: each replicated global leaf by its
+  first local shard, each host-local leaf as it is (leaves split across
+  processes, such as global records, are skipped).
   """
-  import hashlib
 
-  def digest() -> str:
-    h = hashlib.sha256()
-    for a in jax.tree.leaves(state):
-      if isinstance(a, jax.Array) and not a.is_fully_addressable:
-        if not a.sharding.is_fully_replicated:
-          continue  # rows split across processes (records): each process holds its own
-        a = a.addressable_shards[0].data
-      h.update(np.ascontiguousarray(np.asarray(a)).tobytes())
-    return h.hexdigest()[:16]
+  def local(a: Any) -> Any:
+    if isinstance(a, jax.Array) and not a.is_fully_addressable:
+      # rows split across processes (records): each process holds its own
+      return a.addressable_shards[0].data if a.sharding.is_fully_replicated else None
+    return a
 
-  V.on_every_process(digest, same=lambda d: {what: d})
+  views = [v for v in map(local, jax.tree.leaves(state)) if v is not None]
+  V.on_every_process(lambda: [V.digest(v) for v in views], same=lambda d: {what: d})
 
 
 def _num_classes(num_classes: Any) -> int:

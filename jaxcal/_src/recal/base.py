@@ -202,8 +202,7 @@ def fold_fields(q: jax.Array, rc: Any) -> jax.Array:
   fields = [a for a in jax.tree.leaves(rc) if jnp.issubdtype(jnp.result_type(a), jnp.floating)]
   if not fields:
     return q
-  ok = jnp.all(jnp.stack([~jnp.any(jnp.isnan(a)) for a in fields]))
-  return jnp.where(ok, q, jnp.nan)
+  return V.fold(q, jnp.all(jnp.stack([~jnp.any(jnp.isnan(a)) for a in fields])))
 
 
 def _with_host_fields_checked(rc: Recalibrator) -> Recalibrator:
