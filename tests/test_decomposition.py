@@ -304,3 +304,21 @@ def test_reproduces_case_study_tables_on_cifar10(cifar_dir):
   for mode in PAPER_C10:
     for m, want in PAPER_C10[mode].items():
       np.testing.assert_allclose(got[mode][m], want, atol=1e-9, err_msg=f"{mode} {m}")
+
+
+def test_jacfwd_of_decompose_matches_directional_derivatives():
+  """``jax.jacfwd`` through the class-wise isotonic fits did not finish (the sorts' batching
+  rule re-entered itself); it gives the directional derivatives ``jax.jvp`` gives."""
+  rng = np.random.default_rng(5)
+  with jax.enable_x64(True):
+    z = jnp.asarray(rng.normal(size=(30, 3)))
+    y = jnp.asarray(rng.integers(0, 3, 30))
+
+    def mcb(v):
+      return decompose(jax.nn.softmax(v), y).mcb
+
+    jac = jax.jacfwd(mcb)(z)
+    basis = np.eye(90).reshape(90, 30, 3)
+    want = [jax.jvp(mcb, (z,), (jnp.asarray(e),))[1] for e in basis[::7]]
+    np.testing.assert_allclose(np.asarray(jac).reshape(90)[::7], np.asarray(want), atol=1e-12)
+    assert np.abs(np.asarray(jac)).max() > 0

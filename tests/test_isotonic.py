@@ -625,3 +625,41 @@ def test_forward_derivative_in_binary_targets_is_not_lost():
       np.asarray(isotonic_regression(xs, ys)),
       np.asarray(isotonic_regression(xs, ys, jnp.ones(300))),
     )
+
+
+def _pav_blocks(y: np.ndarray) -> list[list[int]]:
+  """Pool-adjacent-violators on y (already in x order, distinct x): the pools' index lists."""
+  pools: list[list[int]] = []
+  means: list[float] = []
+  for i, v in enumerate(y):
+    pools.append([i])
+    means.append(float(v))
+    while len(means) > 1 and means[-2] > means[-1]:
+      b, mb = pools.pop(), means.pop()
+      a, ma = pools.pop(), means.pop()
+      pools.append(a + b)
+      means.append((ma * len(a) + mb * len(b)) / (len(a) + len(b)))
+  return pools
+
+
+def test_jacfwd_through_the_fit_is_the_pool_averaging_matrix():
+  """``jax.jacfwd`` (``vmap`` of ``jvp`` with unbatched primals) re-entered the row batching
+  rule without end and exhausted memory; the Jacobian in the targets averages each pool."""
+  rng = np.random.default_rng(3)
+  x = rng.permutation(40).astype(np.float64)
+  y = (rng.random(40) < x / 40).astype(np.float64) + 0.1 * rng.random(40)
+  order = np.argsort(x)
+  want = np.zeros((40, 40))
+  for pool in _pav_blocks(y[order]):
+    idx = order[pool]
+    want[np.ix_(idx, idx)] = 1.0 / len(idx)
+  with jax.enable_x64(True):
+    for w in (None, jnp.ones(40)):
+      jac = jax.jacfwd(lambda v, w=w: isotonic_regression(x, v, w))(jnp.asarray(y))
+      np.testing.assert_allclose(np.asarray(jac), want, atol=1e-12)
+    # a batch of tangents at one point (the same call as jacfwd's), and under jit
+    ts = jnp.asarray(rng.normal(size=(3, 40)))
+    got = jax.jit(
+      jax.vmap(lambda t: jax.jvp(lambda v: isotonic_regression(x, v), (jnp.asarray(y),), (t,))[1])
+    )(ts)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ts) @ want.T, atol=1e-12)

@@ -187,6 +187,13 @@ def rowwise_vmap(fn: Callable) -> Callable:
 
   @rows.def_vmap
   def rule(axis_size, in_batched, *args):
+    if not any(in_batched):
+      # Only JAX's forward derivative of this rule asks for it (``jacfwd``,
+      # ``vmap`` of ``jvp`` with the primals or the tangents unbatched): the
+      # rows do not vary along the axis. Calling ``rows`` again here would
+      # re-enter that derivative without end.
+      out = fn(*args)
+      return out, jax.tree.map(lambda _: False, out)
     if axis_size == 0:  # no rows to run ``fn`` on: empty outputs of one row's shapes
       one = [
         jax.ShapeDtypeStruct(a.shape[1:] if bt else a.shape, a.dtype)
