@@ -322,3 +322,21 @@ def test_jacfwd_of_decompose_matches_directional_derivatives():
     want = [jax.jvp(mcb, (z,), (jnp.asarray(e),))[1] for e in basis[::7]]
     np.testing.assert_allclose(np.asarray(jac).reshape(90)[::7], np.asarray(want), atol=1e-12)
     assert np.abs(np.asarray(jac)).max() > 0
+
+
+def test_reverse_mode_matches_central_differences():
+  """``jax.grad`` of a component stopped at the isotonic fits' sorts (no transpose)."""
+  rng = np.random.default_rng(8)
+  with jax.enable_x64(True):
+    z = jnp.asarray(rng.normal(size=(40, 4)))
+    y = jnp.asarray(rng.integers(0, 4, 40))
+    for mode in ("classwise", "normalized"):
+
+      def mcb(v, mode=mode):
+        return decompose(jax.nn.softmax(v), y, mode=mode).mcb
+
+      g = np.asarray(jax.grad(mcb)(z))
+      for i, r in ((3, 2), (21, 0)):
+        e = np.zeros((40, 4))
+        e[i, r] = 1e-6
+        np.testing.assert_allclose(g[i, r], (mcb(z + e) - mcb(z - e)) / 2e-6, rtol=1e-5)

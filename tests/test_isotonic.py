@@ -663,3 +663,32 @@ def test_jacfwd_through_the_fit_is_the_pool_averaging_matrix():
       jax.vmap(lambda t: jax.jvp(lambda v: isotonic_regression(x, v), (jnp.asarray(y),), (t,))[1])
     )(ts)
     np.testing.assert_allclose(np.asarray(got), np.asarray(ts) @ want.T, atol=1e-12)
+
+
+def test_reverse_mode_matches_central_differences():
+  """``jax.grad`` stopped at the sorts' ``custom_vmap`` (no transpose); the fit's derivative
+  holds the pools, so it matches central differences in the targets and the weights."""
+  rng = np.random.default_rng(11)
+  with jax.enable_x64(True):
+    x = jnp.asarray(rng.random(60))
+    y = jnp.asarray(rng.random(60) + x)
+    w = jnp.asarray(rng.random(60) + 0.1)
+    c = jnp.asarray(rng.normal(size=60))
+
+    def f(v, b):
+      return jnp.sum(c * isotonic_regression(x, v, b) ** 2)
+
+    g = jax.jit(jax.grad(f, argnums=(0, 1)))(y, w)
+    gu = jax.grad(lambda v: jnp.sum(c * isotonic_regression(x, v) ** 2))(y)
+    for i in (0, 17, 59):
+      e = np.zeros(60)
+      e[i] = 1e-6
+      fd_y = (f(y + e, w) - f(y - e, w)) / 2e-6
+      fd_w = (f(y, w + e) - f(y, w - e)) / 2e-6
+      fd_u = (f(y + e, None) - f(y - e, None)) / 2e-6
+      np.testing.assert_allclose([g[0][i], g[1][i], gu[i]], [fd_y, fd_w, fd_u], rtol=1e-6)
+    # the fit is piecewise constant in x, and the step function's knots move with x
+    gx = jax.grad(lambda u: jnp.sum(c * isotonic_regression(u, y)))(x)
+    np.testing.assert_array_equal(np.asarray(gx), 0.0)
+    knots = jax.grad(lambda u: jnp.sum(c * isotonic_fit(u, y).x))(x)
+    np.testing.assert_allclose(np.asarray(knots), np.asarray(c)[np.argsort(np.argsort(x))])

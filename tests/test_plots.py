@@ -922,7 +922,8 @@ def test_lce_bandwidth_plot_spans_600_decades_without_overflow(tmp_path):
   import warnings
 
   with warnings.catch_warnings():
-    warnings.simplefilter("error")
+    # the overflow's warning only: matplotlib before 3.10.9 warns of pyparsing 3.3's names
+    warnings.simplefilter("error", RuntimeWarning)
     fig = plots.lce_bandwidth_plot([1e-300, 1e300], {"a": [0.1, 0.2]})
     fig.savefig(tmp_path / "f.png")
   lo, hi = fig.axes[0].get_xlim()
@@ -1137,7 +1138,9 @@ def test_ecdf_plot_says_its_axis_is_logarithmic_and_labels_two_decades_densely()
   assert [at for at, _ in shown["minor"]] == pytest.approx([2e-4, 5e-4, 2e-3, 5e-3, 2e-2])
   assert shown["minor"][2][1] == r"$\mathdefault{2\times10^{-3}}$"
   ticks = ax.xaxis.get_minorticklocs()
-  assert np.any(np.isclose(ticks, 0.03)) and not np.any(ticks < 1e-4)  # the top decade's
+  # the top decade's, and none beyond a decade under the view (matplotlib before 3.11
+  # lists the ticks of one decade past each limit, not drawn)
+  assert np.any(np.isclose(ticks, 0.03)) and not np.any(ticks < lo / 10)
   # three labelled powers of ten: no minor labels; a linear axis says nothing of a scale
   ax = plots.ecdf_plot({"a": np.geomspace(1e-3, 0.2, 20)}, log_x=True).axes[0]
   ax.figure.canvas.draw()

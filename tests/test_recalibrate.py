@@ -2039,3 +2039,24 @@ def test_probabilities_given_as_logits_are_refused(c10):
   # bfloat16 softmax rows sum to one within 2e-3: judged with bfloat16's tolerance
   with pytest.raises(ValueError, match="given as logits but are probabilities"):
     rc(jnp.asarray(probs, jnp.bfloat16))
+
+
+def test_smooth_isotonic_differentiates_in_both_modes():
+  """Its knots are pool medians of the scores: ``jax.grad`` stopped at the isotonic fit's
+  sorts, and ``jax.jacfwd`` did not finish; both match central differences."""
+  rng = np.random.default_rng(2)
+  with jax.enable_x64(True):
+    z = jnp.asarray(rng.normal(size=(60, 3)))
+    y = jnp.asarray(np.arange(60) % 3)
+
+    def f(v):
+      return R.fit_smooth_isotonic(v, y)(v[:5])[:, 0].sum()
+
+    g = np.asarray(jax.grad(f)(z))
+    jf = np.asarray(jax.jacfwd(f)(z))
+    np.testing.assert_allclose(g, jf, atol=1e-12)
+    i, r = np.unravel_index(np.abs(g).argmax(), g.shape)
+    e = np.zeros((60, 3))
+    e[i, r] = 1e-6
+    assert abs(g[i, r]) > 1e-3
+    np.testing.assert_allclose(g[i, r], (f(z + e) - f(z - e)) / 2e-6, rtol=1e-6)

@@ -1404,10 +1404,14 @@ def binned_residual_sums(
   Returns:
     :class:`BinnedSums` whose leading shape ``lead`` is ``scores``' shape
     without ``axis``: ``sums`` and ``cumsums`` ``lead + (max_bins, 1)``,
-    ``counts`` ``lead + (max_bins,)``. Temporaries stay a fraction of the
-    input: the fixed-bin histograms loop over chunks of samples
-    (:data:`EDGE_CHUNK_ELEMENTS`), the sorts over chunks of rows
-    (:data:`ROW_CHUNK_ELEMENTS`).
+    ``counts`` ``lead + (max_bins,)``. The fixed-bin histograms loop over
+    chunks of samples (:data:`EDGE_CHUNK_ELEMENTS`), the sorts over chunks
+    of rows (:data:`ROW_CHUNK_ELEMENTS`); the scores' rows-last copies and
+    the per-count sums remain (XLA:CPU, float32, class rows: 2.2-2.3 times
+    the input at ``n = 10^6``, ``C = 100``, one count or 200; under ``vmap``
+    over ``K`` counts the sums take ``K * C * max_bins`` entries whatever
+    ``n``: 7-14 GB for ``K = 200``, ``C = 10^4`` in ``classwise_ece`` and
+    ``ecce``; pass the counts in batches there).
 
   Raises:
     ValueError: float32 (or narrower) rows of more than

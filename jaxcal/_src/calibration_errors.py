@@ -219,8 +219,9 @@ def _per_class_sums(p, y, m, *, where=None, **options):
   """BinnedSums of ``sign * (p[:, r] - 1[y = r])`` on the bins of ``p[:, r]``, per class.
 
   ``p`` stays in its ``(n, C)`` layout (samples along axis 0): fixed bins
-  need no transposition at all, and the sort strategy transposes its
-  ``uint32`` keys, a chunk of classes at a time. ``options``:
+  need no transposition at all, and the sort strategy transposes the
+  scores (rows last) before sorting them a chunk of classes at a time.
+  ``options``:
   :func:`~jaxcal._src.binning.binned_residual_sums`' ``binning``,
   ``max_bins``, ``sign``, ``counts`` and ``single_count``.
   """

@@ -209,12 +209,13 @@ def _check_dtype(dtype: Any) -> str:
 def _prepare(probs, labels, where, from_logits, num_classes, log_loss=False):
   """Validated ``(p, y, where, bad, nll)`` of one batch for a state made for ``num_classes``.
 
-  As the metrics do: eager bad input raises, traced bad input gives NaN
-  probabilities, and masked-out rows are absent (not checked; uniform
-  probabilities and label 0, so no NaN of theirs reaches a sum; a batch of
-  padding only adds nothing). ``bad``: int32 1 when the traced check
-  failed, else 0 (always 0 eagerly). The NaN probabilities poison the float
-  sums; ``bad`` is what poisons the integer counts. ``nll``: with
+  As the metrics do: eager bad input raises, and masked-out rows are absent
+  (not checked; uniform probabilities and label 0, so no NaN of theirs
+  reaches a sum; a batch of padding only adds nothing). ``bad``: int32 1
+  when the traced check failed, else 0 (always 0 eagerly): counted in
+  ``invalid``, it makes every number ``compute`` returns NaN. The batch
+  itself is not folded to NaN (a product with it was a copy of the batch, a
+  temporary of the input's size in every jitted update). ``nll``: with
   ``from_logits`` and ``log_loss`` (a state that sums the log loss), the
   per-sample log loss computed from the logits
   themselves (:func:`jaxcal._src.scores._log_loss_of_logits`; the log of the
@@ -223,8 +224,7 @@ def _prepare(probs, labels, where, from_logits, num_classes, log_loss=False):
   d = V.check_predictions(
     probs, labels, from_logits=from_logits, where=where, empty_where=True, allow_empty=True
   )
-  p, y = d.neutral()
-  p = V.fold(p, d.ok)
+  p, y = d.neutral()  # not folded: ``invalid`` makes compute NaN (a fold copied the batch)
   if p.shape[1] != num_classes:
     raise ValueError(
       f"{'logits' if from_logits else 'probs'} has C = {p.shape[1]} classes but the state "
