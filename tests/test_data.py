@@ -601,3 +601,18 @@ def test_synthetic_usable_range_is_finite():
 def test_synthetic_needs_a_prng_key():
   with pytest.raises(ValueError, match=r"key must be a JAX PRNG key .*got int"):
     data.synthetic(0, 5, 3)
+
+
+def test_load_takes_bool_labels_of_two_classes_as_the_metrics_do(tmp_path):
+  """Every metric takes bool labels for C = 2; the loader refused them (a review finding)."""
+  z = np.array([[0.0, 1.0], [2.0, 0.0], [0.5, 0.2]], np.float32)
+  y = np.array([True, False, True])
+  np.savez(tmp_path / "b.npz", logits=z, labels=y)
+  xx, yy = data.load_predictions(tmp_path / "b.npz")
+  np.testing.assert_array_equal(yy, [1, 0, 1])
+  assert float(scores.brier(xx, yy, from_logits=True)) == pytest.approx(
+    float(scores.brier(z, y, from_logits=True)), rel=1e-7
+  )
+  np.savez(tmp_path / "b3.npz", logits=np.zeros((3, 3)), labels=y)
+  with pytest.raises(ValueError, match=r"b3.npz: labels must be integers, got dtype bool \("):
+    data.load_predictions(tmp_path / "b3.npz")

@@ -341,8 +341,15 @@ def _load_split(
     raise ValueError(f"{p}: scores must be (n, C) with n >= 1 and C >= 2, got shape {scores.shape}")
   if labels.shape != (scores.shape[0],):
     raise ValueError(f"{p}: labels must have shape ({scores.shape[0]},), got {labels.shape}")
+  if labels.dtype == np.bool_ and scores.shape[1] == 2:  # as every metric takes them
+    labels = labels.astype(np.int64)
   if not V.real_dtype(labels.dtype):
-    raise ValueError(f"{p}: labels must be integers, got dtype {labels.dtype}")
+    hint = (
+      f" (booleans are classes 0 and 1 of two; the scores have C = {scores.shape[1]})"
+      if labels.dtype == np.bool_
+      else ""
+    )
+    raise ValueError(f"{p}: labels must be integers, got dtype {labels.dtype}{hint}")
   # integral and in [0, C), checked before the narrowing cast (2**32 + 1 must not become 1)
   if labels.dtype.kind == "u" and labels.size and labels.max() >= scores.shape[1]:
     i = int(np.argmax(labels >= scores.shape[1]))  # unsigned: named before any signed cast

@@ -1068,7 +1068,12 @@ def _array(x: Any, name: str) -> jax.Array | np.ndarray:
     return arr
   raise ValueError(
     f"{name} must be a real numeric array, got dtype {dt}"
-    + (" (a pickled/object array)" if dt == np.object_ else "")
+    + (
+      " (an object array: jaxcal does not unpickle; a pandas frame of nullable Float32 /"
+      " Int64 columns reads as one, pass frame.to_numpy('float32'))"
+      if dt == np.object_
+      else ""
+    )
   )
 
 
