@@ -1028,3 +1028,16 @@ def test_jitted_update_does_not_copy_the_batch(kind):
   bad[3, 0] = np.nan
   out = update(update(state, bad, y), p, y).compute()
   assert all(np.all(np.isnan(np.asarray(v))) for v in out.values() if v.dtype.kind == "f")
+
+
+def test_interval_thresholds_are_read_only():
+  """The cached thresholds were handed out writable: ``t *= 100`` (a percent axis) rebinned
+  every later state with these counts (``classwise_ece`` 0.0045 for 0.1115; a memory-sharing
+  review). They are read-only now, and the states keep their values."""
+  t = streaming.interval_thresholds(15)
+  state = streaming.FixedBins.empty(10, 15)
+  for arr in (t, state.thresholds):
+    with pytest.raises(ValueError, match="read-only"):
+      arr *= 100
+  np.testing.assert_array_equal(t, streaming.interval_thresholds((15,)))
+  assert t.max() < 1.0 and t.min() > 0.0

@@ -417,7 +417,8 @@ def interval_thresholds(bin_counts: Any, dtype_name: str = "float32") -> np.ndar
     dtype_name: the scores' float dtype, ``"float32"`` or ``"float64"``.
 
   Returns:
-    ``(K,)`` sorted unique thresholds in that dtype.
+    ``(K,)`` sorted unique thresholds in that dtype, a read-only array
+    (shared: copy it to change it).
 
   Raises:
     ValueError: no bin count, a bin count that is not an int ``>= 1``, or
@@ -438,10 +439,11 @@ def interval_thresholds(bin_counts: Any, dtype_name: str = "float32") -> np.ndar
 
 @functools.lru_cache(maxsize=32)
 def _interval_thresholds(bin_counts: tuple[int, ...], dtype_name: str) -> np.ndarray:
-  """:func:`interval_thresholds` of validated arguments (cached)."""
-  return np.unique(
-    np.concatenate([_count_thresholds(m, dtype_name) for m in sorted(set(bin_counts))])
-  )
+  """:func:`interval_thresholds` of validated arguments (cached: read-only, as every caller
+  and every state with these counts shares it; ``t *= 100`` rebinned them all)."""
+  t = np.unique(np.concatenate([_count_thresholds(m, dtype_name) for m in sorted(set(bin_counts))]))
+  t.setflags(write=False)
+  return t
 
 
 def _count_thresholds(m: int, dtype_name: str) -> np.ndarray:
@@ -681,7 +683,7 @@ class FixedBins(_Streaming):
 
   @property
   def thresholds(self) -> np.ndarray:
-    """The ``(K,)`` interval thresholds (static, numpy)."""
+    """The ``(K,)`` interval thresholds (static, numpy, read-only)."""
     return _interval_thresholds(self.bin_counts, self.dtype_name)
 
   @jax.jit

@@ -248,7 +248,9 @@ def _with_host_fields_checked(rc: Recalibrator) -> Recalibrator:
     problem = "holds NaN" if np.isnan(x).any() else rules and _value_problem(x, rules)
     if problem:
       raise ValueError(f"{name}.{field} {problem}")
-    arrays[field] = jnp.asarray(a)
+    # its own device copy, waited for: the caller may write to ``value`` once the call
+    # returns, and a copy still reading it showed those writes (1-8 calls in 200)
+    arrays[field] = V._device(a)
   fields = {f.name: getattr(rc, f.name) for f in dataclasses.fields(rc)}
   shapes = {k: np.shape(v) for k, v in fields.items() if hasattr(v, "shape") or k in host}
   problem = _shape_problem(type(rc), shapes, {k: v for k, v in fields.items() if k not in shapes})
