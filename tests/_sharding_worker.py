@@ -12,7 +12,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxcal
@@ -52,6 +52,26 @@ def main() -> None:
   out["uc_sweep_where"] = np.asarray(utility.uc_sweep(p[0], y[0], lin, chunk_size=2, where=keep))
   fw = jax.jit(lambda pp, yy, ww: utility.uc_sweep(pp, yy, lin, chunk_size=2, where=ww))
   out["uc_sweep_where_jit"] = np.asarray(fw(p[0], y[0], keep))
+
+  # inside a caller's jax.set_mesh (Explicit axes, two of them): the utilities go over its
+  # axes (a mesh of the sweep's own was refused by JAX, eagerly and under jit, and its
+  # output broke the caller's next operation); plain and row-sharded inputs
+  dev = jax.device_count()
+  user = jax.make_mesh((2, dev // 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+  with jax.set_mesh(user):
+    rows2 = (n // dev) * dev
+    ps = jax.device_put(p[0, :rows2], NamedSharding(user, P("data")))
+    ys = jax.device_put(y[0, :rows2], NamedSharding(user, P("data")))
+    runs = (
+      utility.uc_sweep(p[0], y[0], lin, chunk_size=2),
+      jax.jit(lambda pp, yy: utility.uc_sweep(pp, yy, lin, chunk_size=2))(p[0], y[0]),
+      utility.uc_sweep(ps, ys, lin, chunk_size=2),
+      jax.jit(lambda pp, yy: utility.uc_sweep(pp, yy, lin, chunk_size=2))(ps, ys),
+    )
+    out["set_mesh/next_op"] = np.asarray(utility.ecdf(runs[0] - 0.0)[0])
+  for i, r in enumerate(runs):
+    out[f"set_mesh/{i}"] = np.asarray(r)
+  out["set_mesh/rows"] = np.int32(rows2)
 
   # row-sharded device arrays are gathered on the devices, not read back to the host
   # (jax.device_put of a row-sharded array to a replicated sharding went through the host)

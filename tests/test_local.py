@@ -729,3 +729,18 @@ def test_a_class_without_kept_bins_keeps_its_weight():
     got = lce(p, y, phi, num_bins=15, min_bin_size=10, bandwidth=1.0, **BLOCKS)
   want = lce_ref(p, y, phi, 15, 10, 1.0)
   np.testing.assert_allclose([float(got.lce), float(got.mlce)], want, rtol=1e-12)
+
+
+def test_nadaraya_watson_does_not_trip_debug_infs_on_valid_input():
+  """The eager call ran op by op and its masked kernels' ``-inf`` fill raised
+  ``FloatingPointError`` under ``jax_debug_infs`` (found by a review): a user hunting their own
+  infs was sent into jaxcal. One program now; same values."""
+  rng = np.random.default_rng(0)
+  f = jnp.asarray(rng.normal(size=(50, 3)), jnp.float32)
+  t = jnp.asarray(rng.uniform(size=(50, 2)), jnp.float32)
+  ref = np.asarray(nadaraya_watson(f, t))
+  with jax.debug_infs(True), jax.debug_nans(True):
+    got = nadaraya_watson(f, t, mask=np.arange(50) % 4 != 0)
+    np.testing.assert_array_equal(np.asarray(nadaraya_watson(f, t)), ref)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(nadaraya_watson)(f[None], t[None]))[0], ref)
+  assert np.all(np.isfinite(np.asarray(got)))

@@ -107,6 +107,12 @@ def test_sharded_equals_one_device(data, got):
   np.testing.assert_allclose(
     got["uc_sweep_rows"], utility.uc_sweep(p[0, :k], y[0, :k], lin), atol=ATOL
   )
+  # inside the caller's jax.set_mesh (two Explicit axes): eager, jit, row-sharded inputs
+  k2 = int(got["set_mesh/rows"])
+  part = utility.uc_sweep(p[0, :k2], y[0, :k2], lin, chunk_size=2, devices=jax.devices()[:1])
+  for i, want in enumerate((one, one, part, part)):
+    np.testing.assert_allclose(got[f"set_mesh/{i}"], want, atol=ATOL)
+  np.testing.assert_allclose(got["set_mesh/next_op"], np.sort(one), atol=ATOL)
   assert not got["rows_host_copies"].any()  # gathered on the devices, never via the host
   # vmap over models-sharded data: no collective at all, output sharded over models
   assert not got["vmap_collectives"].any()

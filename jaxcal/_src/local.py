@@ -320,7 +320,7 @@ def nadaraya_watson(
       V.trace_check(jnp.any(wh), "mask selects no neighbours: at least one entry must be True")
       ok = V.both_ok(ok, jnp.any(wh))
   (f, t), _, _, vals_ok, _ = V.check_arrays({"features": f, "targets": t})
-  out = _nw_core(f, t, g, include_self=include_self, mask=wh)
+  out = _nw_jit(f, t, g, include_self=include_self, mask=wh)
   return V.fold(out, V.both_ok(ok, vals_ok))
 
 
@@ -396,6 +396,11 @@ def _nw_core(f, t, bandwidth, *, include_self=False, mask=None, queries=None):
     count = count - (1 if mask is None else jnp.asarray(mask, bool).astype(jnp.int32))
   has = jnp.reshape(jnp.asarray(count) > 0, (-1, 1))
   return jnp.where(has & (den <= 0), jnp.asarray(jnp.nan, out.dtype), out)
+
+
+#: :func:`_nw_core` as one program: run op by op, an eager call was slower, and its masked
+#: kernels' ``-inf`` fill tripped ``jax_debug_infs`` on valid input.
+_nw_jit = jax.jit(_nw_core, static_argnames=("include_self",))
 
 
 def _check_bandwidth(bandwidth: ArrayLike, dtype) -> tuple[jax.Array, jax.Array | None]:

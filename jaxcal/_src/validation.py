@@ -380,8 +380,10 @@ def fold(out: Any, ok: jax.Array | None, ints: int | None = None) -> Any:
       return jnp.where(ok, v, jnp.asarray(ints, v.dtype))
     # a product, not a select: under jax.grad (where the eager check cannot run) the
     # derivative is NaN too; a select sent a zero cotangent, an all-zero gradient for
-    # invalid input (labels out of range, rows off the simplex) with no error
-    return v * jnp.where(ok, jnp.ones((), v.dtype), jnp.asarray(jnp.nan, v.dtype))
+    # invalid input (labels out of range, rows off the simplex) with no error. The factor,
+    # 1 or NaN, is sqrt(ok - 1) + 1: no NaN constant, which an eager call's ops made on
+    # valid input too, tripping a user's jax_debug_nans
+    return v * jax.lax.stop_gradient(jnp.sqrt(jnp.asarray(ok, v.dtype) - 1) + 1)
 
   return jax.tree_util.tree_map(one, out)
 

@@ -50,7 +50,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
@@ -263,25 +263,31 @@ def _sweep_fn(kind: str, chunk_size: int, mesh: Mesh | None, m: int, masked: boo
 
   if mesh is None:
     return local
-  d = mesh.devices.size
+  d = mesh.size
+  axes = tuple(mesh.axis_names)  # ("u",), or every axis of a caller's jax.set_mesh
 
   several = jax.process_count() > 1
 
   def body(p, y, prm, *w):
-    out = jax.lax.all_gather(_local_values(kind, p, y, prm, chunk_size, *w), "u", tiled=True)
+    out = jax.lax.all_gather(_local_values(kind, p, y, prm, chunk_size, *w), axes, tiled=True)
     if several:  # host-local arrays of different processes under jit: NaN, not a mixed vector
       sums = jnp.stack([_checksum(a) for a in (p, y, *w)])
-      same = jnp.all(jax.lax.pmin(sums, "u") == jax.lax.pmax(sums, "u"))
+      same = jnp.all(jax.lax.pmin(sums, axes) == jax.lax.pmax(sums, axes))
       out = jnp.where(same, out, jnp.nan)
     return out
 
-  specs = (P(), P(), P("u")) + ((P(),) if masked else ())
+  specs = (P(), P(), P(axes)) + ((P(),) if masked else ())
   sharded = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)
+
+  # a caller's mesh with Explicit axes types every array's sharding: moved to the specs
+  explicit = jax.sharding.AxisType.Explicit in tuple(mesh.axis_types)
 
   @jax.custom_batching.custom_vmap
   def f(p, y, prm, *w):
-    prm = _pad_rows(prm[:m], math.ceil(m / d) * d)
-    return sharded(p, y, prm, *w)[:m]
+    args = (p, y, _pad_rows(prm[:m], math.ceil(m / d) * d), *w)
+    if explicit:
+      args = tuple(jax.reshard(a, s) for a, s in zip(args, specs))
+    return sharded(*args)[:m]
 
   @f.def_vmap
   def _rule(axis_size, in_batched, p, y, prm, *w):
@@ -289,6 +295,22 @@ def _sweep_fn(kind: str, chunk_size: int, mesh: Mesh | None, m: int, masked: boo
     return jax.vmap(local, in_axes=axes)(p, y, prm, *w), True
 
   return f
+
+
+def _caller_mesh() -> Mesh | AbstractMesh | None:
+  """The mesh of a caller's ``jax.set_mesh`` (abstract inside ``jit``), else None.
+
+  Inside one, arrays and programs carry that mesh: a sweep sharded over a
+  mesh of its own (axis ``"u"``) was refused by JAX, eagerly and under
+  ``jit``, and its output broke the caller's next operation.
+  """
+  abstract = jax.sharding.get_abstract_mesh()
+  if abstract.empty:
+    return None
+  try:
+    return jax.sharding.get_mesh()
+  except ValueError:  # inside jax.jit only the abstract mesh is known (shard_map takes it)
+    return abstract
 
 
 def _checksum(a: jax.Array) -> jax.Array:
@@ -439,8 +461,9 @@ def uc_sweep(
       chunk (256 MiB on a CPU, up to 4 GiB on an accelerator).
     from_logits: apply a softmax to ``probs`` first.
     devices: devices to shard the utility axis over (default: all of
-      ``jax.devices()``, every process's; a single device runs without a
-      mesh).
+      ``jax.devices()``, every process's, or inside a caller's
+      ``jax.set_mesh`` every axis of that mesh, the output replicated on
+      it; a single device runs without a mesh).
     where: optional ``(n,)`` bool mask, laid out like ``labels`` (host-local
       rows: this process's mask); masked-out samples are treated as absent
       (``n`` is the number of ``True`` entries, their values are not
@@ -510,10 +533,16 @@ def uc_sweep(
     isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1
   ):
     raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-  devs = list(jax.devices() if devices is None else _check_devices(devices))
-  d = len(devs)
   traced = isinstance(p, jax.core.Tracer) or isinstance(y, jax.core.Tracer)
-  mesh = Mesh(np.array(devs), ("u",)) if d > 1 else None
+  mesh = _caller_mesh() if devices is None else None
+  if mesh is not None:  # the utilities go over every axis of the caller's jax.set_mesh
+    d = mesh.size
+    devs = list(mesh.devices.flat) if isinstance(mesh, Mesh) else jax.devices()[:1]
+    mesh = mesh if d > 1 else None
+  else:
+    devs = list(jax.devices() if devices is None else _check_devices(devices))
+    d = len(devs)
+    mesh = Mesh(np.array(devs), ("u",)) if d > 1 else None
   args: tuple = (p, y)
   if jax.process_count() > 1 and not traced:
     if {dev.process_index for dev in devs} != set(range(jax.process_count())):
@@ -538,7 +567,7 @@ def uc_sweep(
     if shard:
       own = () if mask is None else (mask,)
       # this process's rows of the union (and of the caller's mask), padded
-      (p, y, *own), real, sizes = process_shards(mesh, "u", p, y, *own)
+      (p, y, *own), real, sizes = process_shards(mesh, mesh.axis_names, p, y, *own)
       V.check_union_rows(sizes, name)
       chk = V.check_predictions(p, y, from_logits=from_logits, where=real, padding=True, name=name)
       p, y = chk.probs(), chk.labels
