@@ -72,6 +72,25 @@ def main() -> None:
   for i, r in enumerate(runs):
     out[f"set_mesh/{i}"] = np.asarray(r)
   out["set_mesh/rows"] = np.int32(rows2)
+  # rows sharded over an Explicit axis (jax.make_mesh's default), outside and inside the
+  # caller's jax.set_mesh: the rows' sorts, scatters and reshapes were refused
+  # (ShardingTypeError, or "Resource axis: data ... is not found in mesh: ()")
+  expl = jax.make_mesh((dev,), ("data",), axis_types=(AxisType.Explicit,))
+  pe = jax.device_put(p[0, :rows2], NamedSharding(expl, P("data")))
+  ye = jax.device_put(y[0, :rows2], NamedSharding(expl, P("data")))
+  for where_, ctx in (("outside", None), ("inside", expl)):
+    with jax.set_mesh(ctx):
+      res = (
+        metrics.conf_ece(pe, ye),
+        metrics.classwise_ece(pe, ye),
+        metrics.conf_ce(pe, ye),
+        metrics.smooth_ece(pe, ye),
+        scores.decompose(pe, ye).mcb,
+        utility.uc(pe, ye, utility.top_class()).value,
+        jnp.asarray(jaxcal.evaluate(pe[None], ye[None], ["conf_ece"])["conf_ece"][0]),
+      )
+      out[f"explicit/{where_}/next_op"] = np.asarray(res[0] + 0.0)  # the caller's next op
+    out[f"explicit/{where_}"] = np.array([float(r) for r in res])
 
   # row-sharded device arrays are gathered on the devices, not read back to the host
   # (jax.device_put of a row-sharded array to a replicated sharding went through the host)

@@ -113,6 +113,19 @@ def test_sharded_equals_one_device(data, got):
   for i, want in enumerate((one, one, part, part)):
     np.testing.assert_allclose(got[f"set_mesh/{i}"], want, atol=ATOL)
   np.testing.assert_allclose(got["set_mesh/next_op"], np.sort(one), atol=ATOL)
+  p2, y2 = p[0, :k2], y[0, :k2]
+  want = [
+    metrics.conf_ece(p2, y2),
+    metrics.classwise_ece(p2, y2),
+    metrics.conf_ce(p2, y2),
+    metrics.smooth_ece(p2, y2),
+    scores.decompose(p2, y2).mcb,
+    utility.uc(p2, y2, utility.top_class()).value,
+    metrics.conf_ece(p2, y2),
+  ]
+  for where_ in ("outside", "inside"):
+    np.testing.assert_allclose(got[f"explicit/{where_}"], np.array(want, float), atol=ATOL)
+    np.testing.assert_allclose(got[f"explicit/{where_}/next_op"], want[0], atol=ATOL)
   assert not got["rows_host_copies"].any()  # gathered on the devices, never via the host
   # vmap over models-sharded data: no collective at all, output sharded over models
   assert not got["vmap_collectives"].any()

@@ -1169,6 +1169,21 @@ def evaluate(
   Calibration, §4-5 (UC over sampled utilities); Resin (2025), Calibration in
   Context: A Case Study with Score Decompositions, §2.4 (decompositions).
   """
+  if not jax.sharding.get_abstract_mesh().empty:
+    # inside a caller's jax.set_mesh: JAX refused the study's programs, sharded on a mesh
+    # of their own, in that context; they run outside it (the results are host arrays)
+    with jax.set_mesh(None):
+      return evaluate(
+        predictions,
+        labels,
+        metrics,
+        num_bins=num_bins,
+        utilities=utilities,
+        from_logits=from_logits,
+        names=names,
+        mesh=mesh,
+        chunk_size=chunk_size,
+      )
   mets = _parse_metrics(metrics)
   traced = any(isinstance(a, jax.core.Tracer) for a in _arrays_of(predictions, labels))
   if traced or V.checking():  # checked mode traces the programs evaluate reads back

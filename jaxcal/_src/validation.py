@@ -1059,10 +1059,47 @@ def host_array(x: Any, name: str) -> np.ndarray:
   return a
 
 
+def auto_typed(a: jax.Array) -> jax.Array:
+  """``a`` on the same devices and layout, its mesh's Explicit axes made Auto.
+
+  jaxcal's programs leave sharding to XLA (Auto axes). An array sharded over
+  an Explicit axis (``jax.make_mesh``'s default) types every operation on it,
+  and the rows' sorts, scatters and reshapes were refused (``conf_ece`` of
+  row-sharded logits: "Resource axis: data ... is not found in mesh: ()").
+  Other arrays (and tracers, and arrays inside a caller's ``jax.set_mesh``,
+  where :func:`outside_explicit_context` leaves it first) are returned as
+  they are.
+
+  Args:
+    a: a JAX array.
+
+  Returns:
+    ``a``, or its copy on the Auto-typed twin of its mesh.
+
+  Example:
+    >>> import jax, jax.numpy as jnp
+    >>> auto_typed(jnp.arange(3)).tolist()
+    [0, 1, 2]
+  """
+  s = getattr(a, "sharding", None)
+  if isinstance(a, jax.core.Tracer) or not isinstance(s, jax.sharding.NamedSharding):
+    return a
+  mesh = s.mesh
+  if jax.sharding.AxisType.Explicit not in tuple(mesh.axis_types):
+    return a
+  if not jax.sharding.get_abstract_mesh().empty:  # typed by a caller's set_mesh: kept
+    return a
+  auto = jax.sharding.Mesh(
+    mesh.devices, mesh.axis_names, axis_types=(jax.sharding.AxisType.Auto,) * len(mesh.axis_names)
+  )
+  return jax.device_put(a, jax.sharding.NamedSharding(auto, s.spec))
+
+
 def _array(x: Any, name: str) -> jax.Array | np.ndarray:
-  """A JAX array stays as it is; anything else becomes a numeric numpy array (:func:`host_array`)."""
+  """A JAX array stays as it is (Explicit mesh axes made Auto, :func:`auto_typed`); anything
+  else becomes a numeric numpy array (:func:`host_array`)."""
   if isinstance(x, jax.Array | jax.core.Tracer):
-    arr = x
+    arr = auto_typed(x)
   else:
     arr = host_array(x, name)
   dt = arr.dtype
@@ -1824,6 +1861,22 @@ def _argument_text(value: Any, depth: int = 0) -> str:
   return digest(_ADDRESS.sub("", str(value)))
 
 
+def _explicit_context_mesh() -> Any:
+  """The concrete mesh of an eager caller's ``jax.set_mesh`` with Explicit axes, else None.
+
+  There every array and operation is typed with that mesh: jaxcal's programs,
+  written for Auto sharding, were refused (the rows' sorts and scatters, and
+  arrays made Auto by :func:`auto_typed` against the context's mesh).
+  """
+  abstract = jax.sharding.get_abstract_mesh()
+  if abstract.empty or jax.sharding.AxisType.Explicit not in tuple(abstract.axis_types):
+    return None
+  try:
+    return jax.sharding.get_mesh()
+  except ValueError:  # under jit: left to JAX
+    return None
+
+
 def same_arguments(fn: Callable) -> Callable:
   """``fn``, which first checks that its arguments agree across processes when its data span them.
 
@@ -1837,7 +1890,9 @@ def same_arguments(fn: Callable) -> Callable:
   (:func:`on_every_process`: one small all-gather; functions and other
   objects as :func:`_argument_text` names them) and raises the same
   ``ValueError`` on every process, naming the argument. With one process,
-  or no argument spanning processes, or under tracing, it is ``fn``.
+  or no argument spanning processes, or under tracing, it is ``fn``. An
+  eager call inside a caller's ``jax.set_mesh`` with Explicit axes runs
+  outside that context and replicates its array results on the mesh.
 
   Args:
     fn: a public function of data sets.
@@ -1866,6 +1921,37 @@ def same_arguments(fn: Callable) -> Callable:
         same=lambda _: {f"{name}'s {k}": _argument_text(v) for k, v in arguments.items()},
       )
     return fn(*args, **kwargs)
+
+  return outside_explicit_context(wrapper)
+
+
+def outside_explicit_context(fn: Callable) -> Callable:
+  """``fn``, run outside an eager caller's ``jax.set_mesh`` with Explicit axes.
+
+  Its array results are then replicated on that mesh, so the caller's next
+  operation there takes them. Elsewhere (no such context, or under ``jit``)
+  it is ``fn``.
+
+  Args:
+    fn: a public function of data sets.
+
+  Returns:
+    The wrapped function, with ``fn``'s signature and docstring.
+
+  Example:
+    >>> outside_explicit_context(lambda x: x + 1)(1)
+    2
+  """
+
+  @functools.wraps(fn)
+  def wrapper(*args: Any, **kwargs: Any) -> Any:
+    context = _explicit_context_mesh()
+    if context is None:
+      return fn(*args, **kwargs)
+    with jax.set_mesh(None):
+      out = fn(*args, **kwargs)
+    on = jax.sharding.NamedSharding(context, jax.sharding.PartitionSpec())
+    return jax.tree.map(lambda o: jax.device_put(o, on) if isinstance(o, jax.Array) else o, out)
 
   return wrapper
 

@@ -432,6 +432,7 @@ def _check_devices(devices: Any) -> list[jax.Device]:
   return devs
 
 
+@V.outside_explicit_context
 def uc_sweep(
   probs: ArrayLike,
   labels: ArrayLike,
