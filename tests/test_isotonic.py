@@ -692,3 +692,29 @@ def test_reverse_mode_matches_central_differences():
     np.testing.assert_array_equal(np.asarray(gx), 0.0)
     knots = jax.grad(lambda u: jnp.sum(c * isotonic_fit(u, y).x))(x)
     np.testing.assert_allclose(np.asarray(knots), np.asarray(c)[np.argsort(np.argsort(x))])
+
+
+def test_second_derivatives_and_invalid_weights():
+  """From a reread: the derivative rule computed its fit with the raw PAV (whose key sort and
+  packed 0/1 sort drop tangents), so ``jax.hessian`` read 0; and a select in it turned the
+  NaN cotangent of all-zero weights into a zero gradient in the weights."""
+  rng = np.random.default_rng(0)
+  with jax.enable_x64(True):
+    x = jnp.asarray(rng.random(8))
+    y = jnp.asarray(rng.random(8))
+    knots = jax.hessian(lambda u: jnp.sum(isotonic_fit(u, y).x ** 2))(x)
+    np.testing.assert_allclose(np.diag(np.asarray(knots)), 2.0)
+    x15 = jnp.asarray(rng.random(15))
+    yb = jnp.asarray((rng.random(15) < 0.5).astype(float))
+    jac = np.asarray(jax.jacfwd(lambda v: isotonic_regression(x15, v))(yb))
+    assert np.abs(jac).max() > 0
+    for second in (jax.hessian, lambda g: jax.jacrev(jax.jacrev(g))):
+      hess = second(lambda v: jnp.sum(isotonic_regression(x15, v) ** 2))(yb)
+      np.testing.assert_allclose(np.asarray(hess), 2 * jac.T @ jac, atol=1e-12)
+
+    def f(v, b):
+      return jnp.sum(isotonic_regression(jnp.arange(5.0), v, b) ** 2)
+
+    for w in (jnp.zeros(5), jnp.array([1.0, -1.0, 1.0, 1.0, 1.0])):
+      g = jax.jit(jax.grad(f, argnums=(0, 1)))(jnp.asarray(rng.random(5)), w)
+      assert np.all(np.isnan(np.asarray(g[0]))) and np.all(np.isnan(np.asarray(g[1])))

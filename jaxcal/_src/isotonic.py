@@ -516,14 +516,19 @@ def _core_jvp(primals, tangents):
 
   (pools: maximal runs of equal fitted value, :func:`pools`), and the sorted
   inputs carry ``x``'s tangents permuted. Linear in the tangents through a
-  gather and segment sums, so ``jax.grad`` transposes it. At a kink (two
-  adjacent PAV blocks of equal value, or a zero weight) it is one of the
-  one-sided derivatives: equal-valued blocks count as one pool, and a zero
-  weight's own tangent is dropped.
+  gather and segment sums, so ``jax.grad`` transposes it. At a kink it is
+  the Jacobian with the final pools held (a limit of Jacobians at nearby
+  points, not necessarily a one-sided derivative): adjacent PAV blocks of
+  equal value count as one pool, and a zero weight's own tangent is
+  dropped. Second derivatives hold where the fit is called directly or
+  under ``vmap``; under the class loops of the recalibrators' fits and
+  :func:`~jaxcal.scores.decompose` (``lax.map``) JAX gives 0.
   """
   x, y, *w = primals
   tx, ty, *tw = tangents
-  out = _rows_weighted(x, y, w[0]) if w else _rows_unweighted(x, y)
+  # the differentiable fit again: a second derivative (jax.hessian) goes through this rule
+  # too (the raw fit's key sort and packed 0/1 sort drop tangents: it read 0)
+  out = _core_weighted(x, y, w[0]) if w else _core_unweighted(x, y)
   key = float_to_key(x)
   if w:
     key = jnp.where(w[0] > 0, key, jnp.array(jnp.iinfo(key.dtype).max, key.dtype))
@@ -537,7 +542,8 @@ def _core_jvp(primals, tangents):
   ys, dy = take(y), take(ty)
   if w:
     ws, dw = take(w[0]), take(tw[0])
-    num = ws * dy + jnp.where(ws > 0, dw * (ys - out.sorted_fit), 0)
+    # products, not selects: a NaN cotangent (invalid weights, folded) stays NaN
+    num = ws * dy + dw * jnp.where(ws > 0, ys - out.sorted_fit, 0)
     den = jax.ops.segment_sum(ws, pid, n)
   else:
     num = dy
@@ -546,7 +552,7 @@ def _core_jvp(primals, tangents):
   first = jnp.searchsorted(out.sorted_fit, out.fitted, side="left")
   dx = take(tx)
   if w:
-    dx = jnp.where(ws > 0, dx, 0)  # beyond the positive weights sorted_x is inf
+    dx = dx * (ws > 0)  # beyond the positive weights sorted_x is inf
   return out, _Core(per_pool[pid[first]], dx, per_pool[pid])
 
 
