@@ -8,6 +8,7 @@ one-device results.
 
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -80,15 +81,7 @@ def main() -> None:
   ye = jax.device_put(y[0, :rows2], NamedSharding(expl, P("data")))
   for where_, ctx in (("outside", None), ("inside", expl)):
     with jax.set_mesh(ctx):
-      res = (
-        metrics.conf_ece(pe, ye),
-        metrics.classwise_ece(pe, ye),
-        metrics.conf_ce(pe, ye),
-        metrics.smooth_ece(pe, ye),
-        scores.decompose(pe, ye).mcb,
-        utility.uc(pe, ye, utility.top_class()).value,
-        jnp.asarray(jaxcal.evaluate(pe[None], ye[None], ["conf_ece"])["conf_ece"][0]),
-      )
+      res = explicit_cases(pe, ye)
       out[f"explicit/{where_}/next_op"] = np.asarray(res[0] + 0.0)  # the caller's next op
     out[f"explicit/{where_}"] = np.array([float(r) for r in res])
 
@@ -205,6 +198,19 @@ def main() -> None:
 
   out.update(sample_sharded(z, y, p))
   np.savez(sys.argv[2], **out)
+
+
+def explicit_cases(p: Any, y: Any) -> tuple:
+  """The calls run on rows sharded over an Explicit axis (and their one-device references)."""
+  return (
+    metrics.conf_ece(p, y),
+    metrics.classwise_ece(p, y),
+    metrics.conf_ce(p, y),
+    metrics.smooth_ece(p, y),
+    scores.decompose(p, y).mcb,
+    utility.uc(p, y, utility.top_class()).value,
+    jnp.asarray(jaxcal.evaluate(p[None], y[None], ["conf_ece"])["conf_ece"][0]),
+  )
 
 
 def sample_sharded(z: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:

@@ -21,7 +21,16 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))  # --import-mode=importlib
 from _cpu_devices import ROOT, cpu_devices_env
-from _sharding_worker import BAD_FNS, EAGER, LEFT_OUT, N_SHARDED, bad_cases, called, cases
+from _sharding_worker import (
+  BAD_FNS,
+  EAGER,
+  LEFT_OUT,
+  N_SHARDED,
+  bad_cases,
+  called,
+  cases,
+  explicit_cases,
+)
 from conftest import load_cifar
 
 from jaxcal import metrics, scores, utility
@@ -114,15 +123,7 @@ def test_sharded_equals_one_device(data, got):
     np.testing.assert_allclose(got[f"set_mesh/{i}"], want, atol=ATOL)
   np.testing.assert_allclose(got["set_mesh/next_op"], np.sort(one), atol=ATOL)
   p2, y2 = p[0, :k2], y[0, :k2]
-  want = [
-    metrics.conf_ece(p2, y2),
-    metrics.classwise_ece(p2, y2),
-    metrics.conf_ce(p2, y2),
-    metrics.smooth_ece(p2, y2),
-    scores.decompose(p2, y2).mcb,
-    utility.uc(p2, y2, utility.top_class()).value,
-    metrics.conf_ece(p2, y2),
-  ]
+  want = [float(v) for v in explicit_cases(p2, y2)]
   for where_ in ("outside", "inside"):
     np.testing.assert_allclose(got[f"explicit/{where_}"], np.array(want, float), atol=ATOL)
     np.testing.assert_allclose(got[f"explicit/{where_}/next_op"], want[0], atol=ATOL)
