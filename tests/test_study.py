@@ -472,6 +472,14 @@ def test_evaluate_refuses_to_be_traced(logits):
     f(z[:, :50], y[:, :50])
   with pytest.raises(ValueError, match="evaluate runs eagerly"):
     jaxcal.checked(lambda a, b: study.evaluate(a, b, ["brier"], from_logits=True))(z, y)
+  # inside a caller's jax.set_mesh too (its re-call outside the context ran first: JAX's
+  # "set_mesh can only be used outside of jax.jit"); eagerly there it runs
+  with jax.set_mesh(jax.make_mesh((1,), ("data",))):
+    with pytest.raises(ValueError, match="evaluate runs eagerly .* cannot be traced"):
+      f(z[:, :50], y[:, :50])
+    got = study.evaluate(z[:, :50], y[:, :50], ["brier"], from_logits=True)["brier"]
+  want = study.evaluate(z[:, :50], y[:, :50], ["brier"], from_logits=True)["brier"]
+  np.testing.assert_array_equal(got, want)
 
 
 def test_bad_inputs(logits):

@@ -1169,7 +1169,8 @@ def evaluate(
   Calibration, §4-5 (UC over sampled utilities); Resin (2025), Calibration in
   Context: A Case Study with Score Decompositions, §2.4 (decompositions).
   """
-  if not jax.sharding.get_abstract_mesh().empty:
+  traced = any(isinstance(a, jax.core.Tracer) for a in _arrays_of(predictions, labels))
+  if not traced and not jax.sharding.get_abstract_mesh().empty:
     # inside a caller's jax.set_mesh: JAX refused the study's programs, sharded on a mesh
     # of their own, in that context; they run outside it (the results are host arrays)
     with jax.set_mesh(None):
@@ -1185,7 +1186,6 @@ def evaluate(
         chunk_size=chunk_size,
       )
   mets = _parse_metrics(metrics)
-  traced = any(isinstance(a, jax.core.Tracer) for a in _arrays_of(predictions, labels))
   if traced or V.checking():  # checked mode traces the programs evaluate reads back
     raise ValueError(
       "evaluate runs eagerly (it picks programs and meshes from the data's shapes and "

@@ -1929,8 +1929,8 @@ def outside_explicit_context(fn: Callable) -> Callable:
   """``fn``, run outside an eager caller's ``jax.set_mesh`` with Explicit axes.
 
   Its array results are then replicated on that mesh, so the caller's next
-  operation there takes them. Elsewhere (no such context, or under ``jit``)
-  it is ``fn``.
+  operation there takes them (a per-sample output too: a full copy on every
+  device). Elsewhere (no such context, or under ``jit``) it is ``fn``.
 
   Args:
     fn: a public function of data sets.

@@ -462,9 +462,12 @@ def uc_sweep(
       chunk (256 MiB on a CPU, up to 4 GiB on an accelerator).
     from_logits: apply a softmax to ``probs`` first.
     devices: devices to shard the utility axis over (default: all of
-      ``jax.devices()``, every process's, or inside a caller's
-      ``jax.set_mesh`` every axis of that mesh, the output replicated on
-      it; a single device runs without a mesh).
+      ``jax.devices()``, every process's; a single device runs without a
+      mesh). Inside a caller's ``jax.set_mesh``: under ``jit``, and eagerly
+      with Auto axes, every axis of that mesh (a mesh mixing Explicit and
+      Auto axes: unsharded under ``jit``); eagerly with Explicit axes the
+      call leaves the context (the default above). The output is
+      replicated on the caller's mesh.
     where: optional ``(n,)`` bool mask, laid out like ``labels`` (host-local
       rows: this process's mask); masked-out samples are treated as absent
       (``n`` is the number of ``True`` entries, their values are not
@@ -539,6 +542,9 @@ def uc_sweep(
   if mesh is not None:  # the utilities go over every axis of the caller's jax.set_mesh
     d = mesh.size
     devs = list(mesh.devices.flat) if isinstance(mesh, Mesh) else jax.devices()[:1]
+    types = set(mesh.axis_types)
+    if len(types) > 1:  # Explicit and Auto axes: reshard takes Explicit ones only; unsharded
+      d, devs = 1, devs[:1]
     mesh = mesh if d > 1 else None
   else:
     devs = list(jax.devices() if devices is None else _check_devices(devices))
