@@ -1861,20 +1861,38 @@ def _argument_text(value: Any, depth: int = 0) -> str:
   return digest(_ADDRESS.sub("", str(value)))
 
 
+def context_mesh() -> Any:
+  """The mesh of a caller's ``jax.set_mesh``: concrete eagerly, abstract under ``jit``.
+
+  Returns:
+    a ``jax.sharding.Mesh``, a ``jax.sharding.AbstractMesh`` (inside ``jit``
+    only the abstract mesh is known), or None outside any ``set_mesh``.
+
+  Example:
+    >>> context_mesh() is None
+    True
+  """
+  abstract = jax.sharding.get_abstract_mesh()
+  if abstract.empty:
+    return None
+  try:
+    return jax.sharding.get_mesh()
+  except ValueError:  # under jit
+    return abstract
+
+
 def _explicit_context_mesh() -> Any:
   """The concrete mesh of an eager caller's ``jax.set_mesh`` with Explicit axes, else None.
 
   There every array and operation is typed with that mesh: jaxcal's programs,
   written for Auto sharding, were refused (the rows' sorts and scatters, and
-  arrays made Auto by :func:`auto_typed` against the context's mesh).
+  arrays made Auto by :func:`auto_typed` against the context's mesh). Under
+  ``jit`` (an abstract mesh) it is left to JAX.
   """
-  abstract = jax.sharding.get_abstract_mesh()
-  if abstract.empty or jax.sharding.AxisType.Explicit not in tuple(abstract.axis_types):
+  mesh = context_mesh()
+  if not isinstance(mesh, jax.sharding.Mesh):
     return None
-  try:
-    return jax.sharding.get_mesh()
-  except ValueError:  # under jit: left to JAX
-    return None
+  return mesh if jax.sharding.AxisType.Explicit in tuple(mesh.axis_types) else None
 
 
 def same_arguments(fn: Callable) -> Callable:

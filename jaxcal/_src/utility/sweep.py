@@ -50,7 +50,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AbstractMesh, Mesh, NamedSharding
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
@@ -297,22 +297,6 @@ def _sweep_fn(kind: str, chunk_size: int, mesh: Mesh | None, m: int, masked: boo
   return f
 
 
-def _caller_mesh() -> Mesh | AbstractMesh | None:
-  """The mesh of a caller's ``jax.set_mesh`` (abstract inside ``jit``), else None.
-
-  Inside one, arrays and programs carry that mesh: a sweep sharded over a
-  mesh of its own (axis ``"u"``) was refused by JAX, eagerly and under
-  ``jit``, and its output broke the caller's next operation.
-  """
-  abstract = jax.sharding.get_abstract_mesh()
-  if abstract.empty:
-    return None
-  try:
-    return jax.sharding.get_mesh()
-  except ValueError:  # inside jax.jit only the abstract mesh is known (shard_map takes it)
-    return abstract
-
-
 def _checksum(a: jax.Array) -> jax.Array:
   """A wrapping ``uint32`` sum of ``a``'s bits, each 32-bit word times an odd multiplier of
   its position: replicated copies agree, other data (or the same rows in
@@ -538,8 +522,10 @@ def uc_sweep(
   ):
     raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
   traced = isinstance(p, jax.core.Tracer) or isinstance(y, jax.core.Tracer)
-  mesh = _caller_mesh() if devices is None else None
-  if mesh is not None:  # the utilities go over every axis of the caller's jax.set_mesh
+  # inside a caller's jax.set_mesh, arrays and programs carry its mesh: a sweep sharded over
+  # a mesh of its own ("u") was refused by JAX there, eagerly and under jit
+  mesh = V.context_mesh() if devices is None else None
+  if mesh is not None:  # the utilities go over every axis of the caller's mesh
     d = mesh.size
     devs = list(mesh.devices.flat) if isinstance(mesh, Mesh) else jax.devices()[:1]
     types = set(mesh.axis_types)
