@@ -134,6 +134,20 @@ def test_models_of_different_size_and_class_count_share_programs(logits):
     np.testing.assert_allclose(res["uc:lin"][i], utility.uc_sweep(p, yy, us), atol=ATOL)
 
 
+def test_a_model_of_the_bucket_size_shares_the_buckets_program(logits):
+  """A list whose models fill their bucket exactly (n = 256, 320, 1024: sizes users sweep)
+  went without a mask and compiled a second study program for the bucket (1.6-7.7 s);
+  now every list is masked and the bucket's program is reused."""
+  z, y = logits
+  jaxcal.evaluate([z[0, :250]], [y[0, :250]], ["conf_ece", "brier"], from_logits=True)
+  with new_programs() as events:
+    res = jaxcal.evaluate([z[0, :256]], [y[0, :256]], ["conf_ece", "brier"], from_logits=True)
+  assert _NEW_PROGRAM_EVENTS[1] not in events
+  p = np.asarray(jax.nn.softmax(jnp.asarray(z[0, :256])))
+  np.testing.assert_allclose(res["conf_ece"][0], metrics.conf_ece(p, y[0, :256]), atol=ATOL)
+  np.testing.assert_allclose(res["brier"][0], scores.brier(p, y[0, :256]), atol=ATOL)
+
+
 def test_padded_model_equals_unpadded(logits):
   """The same model alone (no padding) and in a bucket with a larger one (padded, masked)."""
   z, y = logits

@@ -956,9 +956,8 @@ def _list_stacks(entries, from_logits: bool) -> dict[int, list[_Stack]]:
       if parts_at is not None:
         parts = [(list(at), px, py) for at, (px, py) in zip(parts_at, part_xy)]
       sizes = [int(xa.shape[0]) for xa in xs]
-      w = None
-      if any(k < nb for k in sizes):
-        w = np.arange(nb)[None, :] < np.asarray(sizes)[:, None]
+      # a mask even when no model is padded (n the bucket's size): one program per bucket
+      w = np.arange(nb)[None, :] < np.asarray(sizes)[:, None]
       out.setdefault(c, []).append(_Stack([i for i, _, _ in mem], x, y, w, sizes, parts))
   return out
 
