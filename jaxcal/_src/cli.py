@@ -63,7 +63,9 @@ def enable_compilation_cache() -> str | None:
   ``$JAXCAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxcal/jax``, else
   ``~/.cache/jaxcal/jax``; left alone when the user configured JAX's own
   (``JAX_COMPILATION_CACHE_DIR``) or the folder cannot be created. A second
-  run of a command then reuses the compiled programs of the first.
+  run of a command then reuses the compiled programs of the first: all of
+  them, however quick to compile (with a 0.5 s threshold a report stored 10
+  of its 50 programs and compiled the other 40 again in every run, 6 s).
 
   Returns:
     The folder in use, or ``None``.
@@ -84,7 +86,7 @@ def enable_compilation_cache() -> str | None:
   if not os.access(base, os.W_OK):
     return None
   jax.config.update("jax_compilation_cache_dir", base)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   return base
 
 
