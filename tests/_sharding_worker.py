@@ -17,7 +17,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxcal
-from jaxcal import metrics, scores, streaming, utility
+from jaxcal import bootstrap, dominance, metrics, recalibrate, scores, streaming, utility
 
 BINS = np.array([2, 5, 15, 40])
 #: Samples of the sample-sharded comparisons: the first 296 of the 300, a multiple of 4 and 8.
@@ -79,11 +79,17 @@ def main() -> None:
   expl = jax.make_mesh((dev,), ("data",), axis_types=(AxisType.Explicit,))
   pe = jax.device_put(p[0, :rows2], NamedSharding(expl, P("data")))
   ye = jax.device_put(y[0, :rows2], NamedSharding(expl, P("data")))
+  # eagerly and under jit (where JAX types every tracer with the Explicit axis: the
+  # sorts, scatters and pads were refused), and jax.grad inside the context
+  jitted = jax.jit(lambda a, b: explicit_cases(a, b, eager=False))
   for where_, ctx in (("outside", None), ("inside", expl)):
     with jax.set_mesh(ctx):
-      res = explicit_cases(pe, ye)
-      out[f"explicit/{where_}/next_op"] = np.asarray(res[0] + 0.0)  # the caller's next op
-    out[f"explicit/{where_}"] = np.array([float(r) for r in res])
+      for how, run in (("", explicit_cases), ("/jit", jitted)):
+        res = run(pe, ye)
+        out[f"explicit/{where_}{how}/next_op"] = np.asarray(res[0] + 0.0)  # the caller's next op
+        out[f"explicit/{where_}{how}"] = np.array([float(r) for r in res])
+  with jax.set_mesh(expl):
+    out["explicit/grad"] = np.asarray(jax.grad(metrics.conf_ece)(pe, ye))
 
   # row-sharded device arrays are gathered on the devices, not read back to the host
   # (jax.device_put of a row-sharded array to a replicated sharding went through the host)
@@ -200,8 +206,18 @@ def main() -> None:
   np.savez(sys.argv[2], **out)
 
 
-def explicit_cases(p: Any, y: Any) -> tuple:
-  """The calls run on rows sharded over an Explicit axis (and their one-device references)."""
+def explicit_cases(p: Any, y: Any, *, eager: bool = True) -> tuple:
+  """The calls run on rows sharded over an Explicit axis (and their one-device references).
+
+  Metrics, a recalibrator's fit then apply, a streaming state's update, merge and
+  compute, an isotonic regression, a bootstrap and a rank correlation; ``eager=False`` leaves out
+  ``evaluate``, which runs eagerly only.
+  """
+  c = p.shape[1]
+  q = recalibrate.fit_histogram(p, y, from_logits=False)(p)
+  state = streaming.Calibration.empty(c, capacity=p.shape[0]).update(p, y)
+  state = state.merge(streaming.Calibration.empty(c, capacity=p.shape[0]).update(p[::-1], y[::-1]))
+  boot = bootstrap.bootstrap(jax.random.key(1), metrics.conf_ece, p, y, num_resamples=8)
   return (
     metrics.conf_ece(p, y),
     metrics.classwise_ece(p, y),
@@ -209,7 +225,15 @@ def explicit_cases(p: Any, y: Any) -> tuple:
     metrics.smooth_ece(p, y),
     scores.decompose(p, y).mcb,
     utility.uc(p, y, utility.top_class()).value,
-    jnp.asarray(jaxcal.evaluate(p[None], y[None], ["conf_ece"])["conf_ece"][0]),
+    jnp.sum(q * jnp.arange(1.0, c + 1)[None, :]),
+    recalibrate.fit_temperature(jnp.log(p), y).temperature,
+    state.compute()["conf_ece"],
+    state.compute()["conf_ce"],
+    jnp.sum(recalibrate.isotonic_regression(p[:, 0], y == 0) * jnp.arange(p.shape[0])),
+    boot.hi - boot.lo,
+    dominance.rank_correlation(p[:, 0], p[:, 1]),
+  ) + (
+    (jnp.asarray(jaxcal.evaluate(p[None], y[None], ["conf_ece"])["conf_ece"][0]),) if eager else ()
   )
 
 

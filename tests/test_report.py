@@ -591,6 +591,26 @@ def test_report_of_one_sample(small):
   assert two["robustness"]["num_bins"] == [1]
 
 
+def test_a_report_of_bfloat16_probabilities_is_the_metrics_of_them(small):
+  """A bfloat16 model's probabilities, which every metric takes (at bfloat16's tolerance):
+  the report cast them up and checked them again at float32's, so its headline numbers
+  were NaN without a word and its UC sweep raised, telling the caller to pass bfloat16
+  (found by a review helper). Its numbers are now the metrics' on the same array."""
+  import jax.numpy as jnp
+
+  x, y = small
+  p = jax.nn.softmax(jnp.asarray(x[:400], jnp.bfloat16), axis=-1)
+  assert float(jnp.abs(p.astype(jnp.float32).sum(1) - 1).max()) > 1e-3  # off at float32's
+  rep = report.calibration_report(
+    p, y[:400], resamples=0, robustness_resamples=0, num_utilities=3, seed=1
+  )
+  m = rep["metrics"]
+  assert m["ConfECE(fix;15)"]["estimate"] == pytest.approx(float(metrics.conf_ece(p, y[:400])))
+  assert m["Brier"]["estimate"] == pytest.approx(float(scores.brier(p, y[:400])), rel=1e-6)
+  assert m["NLL"]["estimate"] == pytest.approx(float(scores.log_loss(p, y[:400])), rel=1e-6)
+  assert all(np.isfinite(e["estimate"]) for e in m.values())
+
+
 def test_compare_report_ranks_models_by_their_errors(monkeypatch):
   """Spearman between bin counts and with the error rate, per group of (n, C) (scipy, float64)."""
   from jaxcal._src import report as R

@@ -10,6 +10,7 @@ remaining public function of ``(n, C)`` data on the first 296 samples sharded
 over the devices (``_sharding_worker.cases``).
 """
 
+import itertools
 import pathlib
 import subprocess
 import sys
@@ -123,10 +124,13 @@ def test_sharded_equals_one_device(data, got):
     np.testing.assert_allclose(got[f"set_mesh/{i}"], want, atol=ATOL)
   np.testing.assert_allclose(got["set_mesh/next_op"], np.sort(one), atol=ATOL)
   p2, y2 = p[0, :k2], y[0, :k2]
-  want = [float(v) for v in explicit_cases(p2, y2)]
-  for where_ in ("outside", "inside"):
-    np.testing.assert_allclose(got[f"explicit/{where_}"], np.array(want, float), atol=ATOL)
-    np.testing.assert_allclose(got[f"explicit/{where_}/next_op"], want[0], atol=ATOL)
+  want = np.array([float(v) for v in explicit_cases(p2, y2)])
+  for where_, how in itertools.product(("outside", "inside"), ("", "/jit")):
+    np.testing.assert_allclose(
+      got[f"explicit/{where_}{how}"], want[: -1 if how else None], rtol=1e-5, atol=ATOL
+    )
+    np.testing.assert_allclose(got[f"explicit/{where_}{how}/next_op"], want[0], atol=ATOL)
+  np.testing.assert_allclose(got["explicit/grad"], jax.grad(metrics.conf_ece)(p2, y2), atol=ATOL)
   assert not got["rows_host_copies"].any()  # gathered on the devices, never via the host
   # vmap over models-sharded data: no collective at all, output sharded over models
   assert not got["vmap_collectives"].any()

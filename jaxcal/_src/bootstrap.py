@@ -512,6 +512,7 @@ def _check_statistic(samples: Any, num_resamples: int) -> None:
     )
 
 
+@V.outside_explicit_context
 def bootstrap(
   key: jax.Array,
   fn: Callable[..., Any],
@@ -793,6 +794,7 @@ def _consistency(key, probs, num_bins, binning, num_resamples, batch_size, level
   return ConsistencyBands(base.confidence, lo, hi, base.counts, level)
 
 
+@V.outside_explicit_context
 def consistency_bands(
   key: jax.Array,
   probs: ArrayLike,

@@ -119,7 +119,11 @@ def debiased_ce(
     mode: ``"top_label"`` (default) or ``"marginal"``.
     squared: return the debiased squared error itself (the mean of ``SQ_c``
       for marginal), unclipped and without the square root; it can be
-      negative, and it is the quantity whose bias the correction removes.
+      negative, and it is the quantity whose bias the correction removes:
+      the bins' frequency noise. Scores that vary within a bin leave a
+      downward bias, ``-sum_B (n_B / n) var_B(s) / (n_B - 1)`` in
+      expectation on calibrated samples (small, but visible in a Monte Carlo
+      mean: -1.9e-4 at C = 10, n = 1000, 15 bins, ``"marginal"``).
     max_bins: static bound on a traced ``num_bins`` (a traced count above it
       gives NaN; a concrete one is checked, and counts above ``n`` act as ``n``).
     from_logits: treat ``probs`` as logits.

@@ -343,6 +343,7 @@ def _rank_corr_core(a: jax.Array, b: jax.Array, method: str) -> jax.Array:
   return _spearman(a, b) if method == "spearman" else _kendall(a, b)
 
 
+@V.outside_explicit_context
 def rank_correlation(a: ArrayLike, b: ArrayLike, method: str = "spearman") -> jax.Array:
   """Rank correlation between two score vectors, with scipy's tie handling.
 
@@ -460,7 +461,7 @@ def bootstrap(
     "jaxcal.dominance.bootstrap is deprecated; use jaxcal.bootstrap.bootstrap "
     "(method='normal' gives the same estimate ± z·sd interval, confidence=erf(z/√2))",
     DeprecationWarning,
-    stacklevel=2,
+    stacklevel=V.caller_stacklevel(),
   )
   return _bootstrap(
     key,

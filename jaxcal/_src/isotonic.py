@@ -58,6 +58,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
 from jaxcal._src.numerics import carry_like, map_columns
 from jaxcal._src.sorting import (
   argsort_keys,
@@ -729,6 +730,7 @@ def _jit_step(x, y, w, k):
   return IsotonicFit(core.sorted_x, core.sorted_fit * _pow2(k, core.sorted_fit.dtype))
 
 
+@V.outside_explicit_context
 def isotonic_regression(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -> jax.Array:
   """Weighted least-squares increasing fit of ``y`` on ``x`` (PAV solution).
 
@@ -839,6 +841,7 @@ def isotonic_fit_columns(x: jax.Array, y: jax.Array, weights: jax.Array | None =
   return map_columns(lambda a, b: isotonic_fit_sorted(a, b, weights), x, y)
 
 
+@V.outside_explicit_context
 def isotonic_fit(x: ArrayLike, y: ArrayLike, weights: ArrayLike | None = None) -> IsotonicFit:
   """Fits the isotonic step function (for :func:`isotonic_predict`).
 
@@ -963,6 +966,7 @@ def _check_fit(fx: jax.Array, fy: jax.Array) -> jax.Array | None:
   return stats[0]
 
 
+@V.outside_explicit_context
 def isotonic_predict(fit: IsotonicFit, x_new: ArrayLike) -> jax.Array:
   """Evaluates a fitted isotonic step function at new points.
 

@@ -261,14 +261,18 @@ def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool, j
   x = V.host_array(scores_in, "predictions")
   is_probs = V.probs_or_logits(x)  # the one rule; probabilities off the simplex raise
   if is_probs:
-    probs = V.check_probs(x, name="predictions")
+    checked = V.check_probs(x, name="predictions")  # in float32 (at least)
     z = None
+    # bfloat16 / float16 probabilities stay in their dtype: every section checks them again,
+    # at their dtype's tolerance (cast up, a bfloat16 softmax's rows are off by up to 5e-3,
+    # beyond float32's 1e-3: the headline numbers were NaN and the UC sweep raised)
+    probs = checked if checked.dtype == x.dtype else V._device(x)
   else:
     z = V.check_logits(x, name="predictions")
-    probs = jax.nn.softmax(z, axis=-1)
+    probs = checked = jax.nn.softmax(z, axis=-1)
   y = V.check_labels(labels, probs.shape[0], probs.shape[1])
   # the per-sample cores of scores.log_loss (the inputs are checked above)
-  nll = log_loss_per_sample(probs, y) if is_probs else _log_loss_of_logits(z, y)
+  nll = log_loss_per_sample(checked, y) if is_probs else _log_loss_of_logits(z, y)
   return probs, y, is_probs, nll
 
 
@@ -540,6 +544,7 @@ def _environment() -> dict:
 ROBUSTNESS_RESAMPLES = 50
 
 
+@V.outside_explicit_context
 def calibration_report(
   scores_in: ArrayLike,
   labels: ArrayLike,

@@ -495,6 +495,7 @@ class _Streaming:
   #: whether ``_ingest`` sums the log loss (given logits, it is computed from them)
   _sums_log_loss: bool = False
 
+  @V.outside_explicit_context
   def update(
     self,
     probs: ArrayLike,
@@ -530,6 +531,7 @@ class _Streaming:
       return self
     return state._ingest(*batch)
 
+  @V.outside_explicit_context
   def reduce(self) -> Any:
     """Merges states stacked along a leading axis (e.g. after ``all_gather``) into one, in order.
 
@@ -717,6 +719,7 @@ class FixedBins(_Streaming):
       cw_n=cw[2],
     )
 
+  @V.outside_explicit_context
   def merge(self, other: FixedBins) -> FixedBins:
     """The state of both data sets (associative and commutative; counts exact).
 
@@ -732,6 +735,7 @@ class FixedBins(_Streaming):
     """
     return _merge_sums(self, other, (("conf_hi", "conf_lo"), ("cw_hi", "cw_lo")))
 
+  @V.outside_explicit_context
   def compute(self, class_weights: ArrayLike | None = None) -> dict[str, jax.Array]:
     """Every fixed-bin error, each shaped like the state's ``num_bins``.
 
@@ -778,6 +782,7 @@ class FixedBins(_Streaming):
     ok = (self.invalid == 0) & (self.count >= 0)
     return {k: V.fold(v, ok) for k, v in out.items()}
 
+  @V.outside_explicit_context
   def reliability(self, num_bins: int) -> ReliabilityStats:
     """Per-bin counts, mean confidence and accuracy of the top label for one bin count.
 
@@ -843,6 +848,23 @@ def _float_dtypes(state: Any) -> list:
   return [x.dtype for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
 
 
+def _difference(a: Any, b: Any) -> str:
+  """What differs between two states' configurations, in words (for :func:`_check_same`)."""
+  if type(a) is not type(b):
+    return "another kind of state"
+  if _float_dtypes(a) != _float_dtypes(b):
+    names = lambda s: "/".join(sorted({jnp.dtype(d).name for d in _float_dtypes(s)}))
+    return f"dtype {names(a)} against {names(b)}"
+  for f in dataclasses.fields(a):
+    va, vb = getattr(a, f.name), getattr(b, f.name)
+    if (va is None) != (vb is None):
+      return f"{f.name} kept by one state only"
+    if isinstance(va, jax.Array | np.ndarray) or dataclasses.is_dataclass(va) or va == vb:
+      continue
+    return f"{f.name} {va} against {vb}"
+  return "the parts kept differ"
+
+
 def _check_same(a: Any, b: Any, *, structure: bool = True) -> None:
   """Refuses to merge states of another type, float dtype or (``structure``) configuration."""
   if (
@@ -852,7 +874,7 @@ def _check_same(a: Any, b: Any, *, structure: bool = True) -> None:
   ):
     raise ValueError(
       f"cannot merge a {type(a).__name__} with a {type(b).__name__} of a different "
-      "configuration (bin counts, classes, dtype or parts kept must match)"
+      f"configuration ({_difference(a, b)}; bin counts, classes, dtype and parts kept must match)"
     )
   shapes = lambda s: [jnp.shape(x) for x in jax.tree.leaves(s)]
   if structure and shapes(a) != shapes(b):
@@ -1106,6 +1128,7 @@ class Scores(_Streaming):
       confusion=confusion,
     )
 
+  @V.outside_explicit_context
   def merge(self, other: Scores) -> Scores:
     """The state of both data sets (associative and commutative).
 
@@ -1121,6 +1144,7 @@ class Scores(_Streaming):
     """
     return _merge_sums(self, other, (("hi", "lo"),))
 
+  @V.outside_explicit_context
   def compute(self) -> dict[str, jax.Array]:
     """Means of the scores, accuracy, classification error, label frequencies (and confusion).
 
@@ -1278,6 +1302,7 @@ class Records(_Streaming):
       fields["labels"] = self.labels.at[idx].set(y.astype(jnp.int32), mode="drop")
     return dataclasses.replace(self, **fields)
 
+  @V.outside_explicit_context
   def merge(self, other: Records) -> Records:
     """Both buffers' records, ``other``'s after ``self``'s (capacity: the sum).
 
@@ -1394,6 +1419,7 @@ class Records(_Streaming):
       return self.probs[:n], self.labels[:n]
     return self.conf[:n], self.hit[:n]
 
+  @V.outside_explicit_context
   def compute(self, num_bins: ArrayLike = 15, binning: str = "quantile") -> dict[str, jax.Array]:
     """Binned errors of the recorded samples, as the one-shot functions compute them.
 
@@ -1571,6 +1597,7 @@ class Calibration(_Streaming):
       records=recs,
     )
 
+  @V.outside_explicit_context
   def merge(self, other: Calibration) -> Calibration:
     """Merges every part (records: ``other``'s after ``self``'s).
 
@@ -1594,11 +1621,14 @@ class Calibration(_Streaming):
         "not (capacity=None): the merged records would miss the other state's samples; "
         "make both states with a capacity, or both without"
       )
-    recs = None if self.records is None else self.records.merge(other.records)
-    return dataclasses.replace(
-      self, bins=self.bins.merge(other.bins), scores=self.scores.merge(other.scores), records=recs
-    )
+    try:
+      recs = None if self.records is None else self.records.merge(other.records)
+      bins, sc = self.bins.merge(other.bins), self.scores.merge(other.scores)
+    except ValueError as e:  # named the part only (FixedBins), not the state the caller made
+      raise ValueError(f"cannot merge these Calibration states: {e}") from None
+    return dataclasses.replace(self, bins=bins, scores=sc, records=recs)
 
+  @V.outside_explicit_context
   def compute(self) -> dict[str, jax.Array]:
     """One flat dict of every number this state can give (see the class docstring).
 

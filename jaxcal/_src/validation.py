@@ -47,10 +47,11 @@ import functools
 import inspect
 import json
 import math
+import os
 import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -1881,20 +1882,6 @@ def context_mesh() -> Any:
     return abstract
 
 
-def _explicit_context_mesh() -> Any:
-  """The concrete mesh of an eager caller's ``jax.set_mesh`` with Explicit axes, else None.
-
-  There every array and operation is typed with that mesh: jaxcal's programs,
-  written for Auto sharding, were refused (the rows' sorts and scatters, and
-  arrays made Auto by :func:`auto_typed` against the context's mesh). Under
-  ``jit`` (an abstract mesh) it is left to JAX.
-  """
-  mesh = context_mesh()
-  if not isinstance(mesh, jax.sharding.Mesh):
-    return None
-  return mesh if jax.sharding.AxisType.Explicit in tuple(mesh.axis_types) else None
-
-
 def same_arguments(fn: Callable) -> Callable:
   """``fn``, which first checks that its arguments agree across processes when its data span them.
 
@@ -1943,12 +1930,116 @@ def same_arguments(fn: Callable) -> Callable:
   return outside_explicit_context(wrapper)
 
 
-def outside_explicit_context(fn: Callable) -> Callable:
-  """``fn``, run outside an eager caller's ``jax.set_mesh`` with Explicit axes.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # .../jaxcal/
 
-  Its array results are then replicated on that mesh, so the caller's next
-  operation there takes them (a per-sample output too: a full copy on every
-  device). Elsewhere (no such context, or under ``jit``) it is ``fn``.
+
+def caller_stacklevel() -> int:
+  """The ``warnings.warn`` ``stacklevel`` naming the first frame outside jaxcal.
+
+  Called by the function that warns: the warning then points at the user's
+  line, however many of jaxcal's own frames (``fit`` calling ``fit_*``, the
+  public wrappers) lie between.
+
+  Returns:
+    ``stacklevel`` for ``warnings.warn`` in the calling function.
+
+  Example:
+    >>> caller_stacklevel() >= 1
+    True
+  """
+  frame, level = sys._getframe(1), 1
+  while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+    frame, level = frame.f_back, level + 1
+  return level
+
+
+def _explicit_axes(mesh: Any) -> tuple[str, ...]:
+  """The names of ``mesh``'s Explicit axes (none for None or an empty mesh)."""
+  if mesh is None or mesh.empty:
+    return ()
+  return tuple(
+    a for a, t in zip(mesh.axis_names, mesh.axis_types) if t == jax.sharding.AxisType.Explicit
+  )
+
+
+def _explicit_array(a: Any) -> bool:
+  """Whether ``a`` is a concrete JAX array sharded on a mesh with an Explicit axis."""
+  s = (
+    getattr(a, "sharding", None)
+    if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer)
+    else None
+  )
+  return isinstance(s, jax.sharding.NamedSharding) and bool(_explicit_axes(s.mesh))
+
+
+def _traced_explicit_mesh(values: Sequence[Any]) -> Any:
+  """The abstract mesh with Explicit axes that a traced call runs under, else None.
+
+  Inside ``jit`` (or ``grad``, ``vmap``) it is the caller's ``set_mesh``;
+  without one, JAX types a tracer of an Explicit-sharded array with its
+  mesh and leaves the context empty.
+  """
+  abstract = jax.sharding.get_abstract_mesh()
+  if not abstract.empty:
+    return abstract if _explicit_axes(abstract) else None
+  for v in values:
+    s = (
+      getattr(getattr(v, "aval", None), "sharding", None)
+      if isinstance(v, jax.core.Tracer)
+      else None
+    )
+    if isinstance(s, jax.sharding.NamedSharding) and _explicit_axes(s.mesh):
+      return s.mesh
+  return None
+
+
+def _under_auto_axes(fn: Callable, mesh: Any, args: tuple, kwargs: dict) -> Any:
+  """``fn(*args, **kwargs)`` traced with ``mesh``'s Explicit axes made Auto
+  (``jax.sharding.auto_axes``), its results replicated on them.
+
+  Only the JAX arrays among the arguments' leaves pass through
+  ``auto_axes``; the rest (bin counts, names, callables, numpy arrays) stay
+  as they are, so a static argument stays static.
+  """
+  leaves, tree = jax.tree.flatten((args, kwargs))
+  at = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array | jax.core.Tracer)]
+
+  def inner(*arrays: jax.Array) -> Any:
+    full = list(leaves)
+    for i, a in zip(at, arrays, strict=True):
+      full[i] = a
+    a, k = jax.tree.unflatten(tree, full)
+    return fn(*a, **k)
+
+  with jax.sharding.use_abstract_mesh(mesh):
+    run = jax.sharding.auto_axes(
+      inner, axes=_explicit_axes(mesh), out_sharding=jax.sharding.PartitionSpec()
+    )
+    return run(*[leaves[i] for i in at])
+
+
+#: Arguments that are their own only leaf (no pytree to flatten).
+_FLAT = (np.ndarray, jax.Array, np.generic, int, float, str, type(None))
+
+
+def outside_explicit_context(fn: Callable) -> Callable:
+  """``fn``, run with the Explicit mesh axes of its caller made Auto.
+
+  jaxcal's programs leave sharding to XLA (Auto axes). Where the caller
+  types arrays with an Explicit axis (``jax.make_mesh``'s default), every
+  operation is typed with it, and the rows' sorts, scatters and pads were
+  refused ("Arguments to sort must be unsharded over the sorting
+  dimension", "Resource axis: data ... is not found in mesh: ()").
+
+  * Eagerly inside a caller's ``jax.set_mesh`` with Explicit axes, ``fn``
+    runs outside that context.
+  * Traced (under ``jit``, ``grad``, ``vmap``) inside such a context, or on
+    tracers of arrays sharded over an Explicit axis, ``fn`` runs under
+    ``jax.sharding.auto_axes`` with those axes made Auto.
+
+  Either way its array results are replicated on that mesh, so the caller's
+  next operation there takes them (a per-sample output too: a full copy on
+  every device). Elsewhere it is ``fn``.
 
   Args:
     fn: a public function of data sets.
@@ -1963,11 +2054,28 @@ def outside_explicit_context(fn: Callable) -> Callable:
 
   @functools.wraps(fn)
   def wrapper(*args: Any, **kwargs: Any) -> Any:
-    context = _explicit_context_mesh()
-    if context is None:
+    values = (*args, *kwargs.values())
+    nested = not all(isinstance(v, _FLAT) for v in values)
+    if nested:  # a state's or a fit's fields too
+      values = jax.tree.leaves(values)
+    mesh = None if jax.sharding.get_abstract_mesh().empty else context_mesh()
+    if isinstance(mesh, jax.sharding.AbstractMesh) or any(
+      isinstance(v, jax.core.Tracer) for v in values
+    ):  # traced
+      mesh = _traced_explicit_mesh(values)
+      return fn(*args, **kwargs) if mesh is None else _under_auto_axes(fn, mesh, args, kwargs)
+    context = mesh if mesh is not None and _explicit_axes(mesh) else None
+    # (an Explicit-typed array argument is made Auto where it is read, by _array)
+    if context is None and not (nested and any(_explicit_array(v) for v in values)):
       return fn(*args, **kwargs)
-    with jax.set_mesh(None):
+    with jax.set_mesh(None) if context is not None else contextlib.nullcontext():
+      # a fit's or a state's fields made Auto too (they came back replicated on an Explicit mesh)
+      args, kwargs = jax.tree.map(
+        lambda a: auto_typed(a) if isinstance(a, jax.Array) else a, (args, kwargs)
+      )
       out = fn(*args, **kwargs)
+    if context is None:
+      return out
     on = jax.sharding.NamedSharding(context, jax.sharding.PartitionSpec())
     return jax.tree.map(lambda o: jax.device_put(o, on) if isinstance(o, jax.Array) else o, out)
 

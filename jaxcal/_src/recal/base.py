@@ -159,6 +159,7 @@ class Recalibrator:
     """
     raise NotImplementedError
 
+  @V.outside_explicit_context
   def __call__(self, inputs: ArrayLike) -> jax.Array:
     """Recalibrated ``(n, C)`` probabilities for ``(n, C)`` inputs.
 
@@ -185,7 +186,7 @@ class Recalibrator:
     x = check_inputs(inputs, self.from_logits, rows=True)
     check_num_classes(self, x.shape[1])
     rc = _with_host_fields_checked(self)
-    q = rc.apply(x)
+    q = _apply_program(rc, x) if _arrays_only(rc) else rc.apply(x)
     if V.is_concrete(x):
       return q
     return fold_fields(nan_rows(q, x), rc)
@@ -203,6 +204,23 @@ def fold_fields(q: jax.Array, rc: Any) -> jax.Array:
   if not fields:
     return q
   return V.fold(q, jnp.all(jnp.stack([~jnp.any(jnp.isnan(a)) for a in fields])))
+
+
+@jax.jit
+def _apply_program(rc: Recalibrator, x: jax.Array) -> jax.Array:
+  """``rc.apply(x)`` as one compiled program (per recalibrator class, fields' shapes and ``x``'s).
+
+  Eagerly, ``apply`` ran op by op: a class-wise isotonic map 4.4 ms against
+  2.0 ms compiled at n = 10^4, C = 10 (1.55 ms against 0.14 ms at n = 10^3),
+  and 22 small programs compiled on its first call.
+  """
+  return rc.apply(x)
+
+
+def _arrays_only(rc: Recalibrator) -> bool:
+  """Whether ``rc`` is a pytree whose leaves are all JAX arrays (a fit's, :func:`load`'s)."""
+  leaves = jax.tree.leaves(rc)
+  return bool(leaves) and all(isinstance(a, jax.Array) for a in leaves)
 
 
 def _with_host_fields_checked(rc: Recalibrator) -> Recalibrator:
@@ -413,6 +431,7 @@ def _check_options(method: str, fn: Callable, options: dict[str, Any]) -> None:
     )
 
 
+@V.outside_explicit_context
 def fit(method: str, inputs: ArrayLike, labels: ArrayLike, **options: Any) -> Recalibrator:
   """Fits a recalibrator by name on a calibration split.
 
@@ -789,7 +808,7 @@ def warn_if_not_converged(
       f"{what} did not converge in {int(rc.num_iter)} iterations; the fitted map may be "
       "imprecise (raise max_iter, or check the inputs). rc.converged is False."
     )
-  warnings.warn(text, RuntimeWarning, stacklevel=3)
+  warnings.warn(text, RuntimeWarning, stacklevel=V.caller_stacklevel())
 
 
 # ---------------------------------------------------------------------------

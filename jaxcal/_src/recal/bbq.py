@@ -208,6 +208,7 @@ def _fit_bbq(p, onehot, prior, *, lo, hi):
   return map_columns(per_class, p, onehot)
 
 
+@V.outside_explicit_context
 def fit_bbq(
   inputs: ArrayLike,
   labels: ArrayLike,

@@ -106,6 +106,7 @@ def _fit_beta(p, onehot, max_iter, tol):
   return pick(a), pick(b), pick(d), jnp.max(jnp.where(used, iters, 0)), jnp.all(conv | ~used)
 
 
+@V.outside_explicit_context
 def fit_beta(
   inputs: ArrayLike,
   labels: ArrayLike,

@@ -120,6 +120,7 @@ def _fit_hb(p, onehot, m):
   return th[:, : m - 1], vals
 
 
+@V.outside_explicit_context
 def fit_histogram(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -251,6 +252,7 @@ def _fit_ir(p, onehot, shared):
   return core.sorted_x, core.sorted_fit
 
 
+@V.outside_explicit_context
 def fit_isotonic(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -375,6 +377,7 @@ def _fit_sir(p, onehot):
   return jax.vmap(_sir_knots)(core.sorted_x, core.sorted_fit)
 
 
+@V.outside_explicit_context
 def fit_smooth_isotonic(
   inputs: ArrayLike, labels: ArrayLike, *, from_logits: bool = True, normalize: bool = True
 ) -> SmoothIsotonicRecalibrator:

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._src import validation as V
 from jaxcal._src.numerics import PRECISION, segment_sum_accurate
 from jaxcal._src.recal.base import (
   Recalibrator,
@@ -188,6 +189,7 @@ def _fit_ets(z, onehot, *, loss, max_iter, tol):
   return t, w, num_iter, converged
 
 
+@V.outside_explicit_context
 def fit_ensemble_temperature(
   inputs: ArrayLike,
   labels: ArrayLike,

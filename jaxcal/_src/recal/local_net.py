@@ -513,6 +513,7 @@ class LocalNet(Recalibrator):
       )
     return x, f
 
+  @V.outside_explicit_context
   def __call__(self, inputs: ArrayLike, features: ArrayLike | None = None) -> jax.Array:
     """Recalibrated ``(n, C)`` probabilities from logits ``(n, C)`` and features ``(n, D)``.
 
@@ -1062,6 +1063,7 @@ def _train(
   return net, memory
 
 
+@V.outside_explicit_context
 def fit_local_net(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -1273,7 +1275,7 @@ def kernel_calibrator(
         f"{missing.size} of the {net.num_classes} classes ({shown}): they get only the "
         f"floor probability (about {weight_floor:g} / the kernel weights' sum). Give it more "
         "memory (a larger val_fraction, or validation_data holding every class).",
-        stacklevel=2,
+        stacklevel=V.caller_stacklevel(),
       )
   # a KernelCalibrator's own memory is replaced: only the LoCal Net's fields are kept
   fields = {k.name: getattr(net, k.name) for k in dataclasses.fields(LocalNet)}
@@ -1285,6 +1287,7 @@ def kernel_calibrator(
   )
 
 
+@V.outside_explicit_context
 def fit_kcal(
   inputs: ArrayLike,
   labels: ArrayLike,

@@ -546,6 +546,7 @@ def _progress_scalars(state: _State):
   return state.t, state.done, state.errors[last]
 
 
+@V.outside_explicit_context
 def fit_patching(
   inputs: ArrayLike,
   labels: ArrayLike,

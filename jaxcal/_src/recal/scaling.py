@@ -523,6 +523,7 @@ def _fit_temperature(z, onehot, max_iter, tol):
   return jnp.exp(res.params), res.num_iter, res.converged
 
 
+@V.outside_explicit_context
 def fit_temperature(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -1024,6 +1025,7 @@ def _all_finite(w: jax.Array, b: jax.Array) -> jax.Array:
   return jnp.all(jnp.isfinite(w)) & jnp.all(jnp.isfinite(b))
 
 
+@V.outside_explicit_context
 def fit_vector(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -1104,6 +1106,7 @@ def fit_vector(
   return _fit_linear_public(VectorScaling, inputs, labels, opts, diagonal=True, on_log_probs=False)
 
 
+@V.outside_explicit_context
 def fit_matrix(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -1178,6 +1181,7 @@ def fit_matrix(
   return _fit_linear_public(LinearScaling, inputs, labels, opts, diagonal=False, on_log_probs=False)
 
 
+@V.outside_explicit_context
 def fit_dirichlet(
   inputs: ArrayLike,
   labels: ArrayLike,
@@ -1301,6 +1305,7 @@ def _fit_platt(s, onehot, max_iter, tol):
   return (res.params[:, 0], res.params[:, 1]), res.num_iter, res.converged
 
 
+@V.outside_explicit_context
 def fit_platt(
   inputs: ArrayLike,
   labels: ArrayLike,
