@@ -609,6 +609,19 @@ def test_a_report_of_bfloat16_probabilities_is_the_metrics_of_them(small):
   assert m["Brier"]["estimate"] == pytest.approx(float(scores.brier(p, y[:400])), rel=1e-6)
   assert m["NLL"]["estimate"] == pytest.approx(float(scores.log_loss(p, y[:400])), rel=1e-6)
   assert all(np.isfinite(e["estimate"]) for e in m.values())
+  # the decomposition and the calibrated values in float32, as scores.decompose computes
+  # them (they were computed in bfloat16: UNC 0.0898438 for 0.0899300; a reread found it)
+  want = scores.decompose(p, y[:400])
+  got = rep["decomposition"]["classwise"]
+  for k, v in zip(("S", "MCB", "DSC", "UNC"), want, strict=True):
+    assert got[k] == pytest.approx(float(v), rel=1e-5), k
+  p64 = np.asarray(p.astype(jnp.float32), np.float64)
+  conf = np.mean(1 - p64.max(1) ** 2) / 400
+  assert rep["robustness"]["calibrated_value"]["ConfCE_corr(qua)"] == pytest.approx(conf, rel=1e-5)
+  # beside a float32 model on the same labels (one float32 stack): a clear refusal, not NaN
+  q = jax.nn.softmax(jnp.asarray(x[:400]) * 0.8, axis=-1)
+  with pytest.raises(ValueError, match=r"'a' \(bfloat16\), 'b' \(float32\) share their labels"):
+    report.compare_report({"a": (p, y[:400]), "b": (q, y[:400])}, resamples=0)
 
 
 def test_compare_report_ranks_models_by_their_errors(monkeypatch):

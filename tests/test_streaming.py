@@ -722,6 +722,9 @@ def test_merge_refuses_states_of_another_dtype_in_either_order():
         merged = make(dt).merge(st).merge(st)
         count = merged.scores.count if isinstance(merged, streaming.Calibration) else merged.count
         assert int(count) == 4
+  # class-wise sums kept by one state only (it said "dtype float32 against float32")
+  with pytest.raises(ValueError, match="cw_hi kept by one state only;"):
+    streaming.Calibration.empty(4).merge(streaming.Calibration.empty(4, classwise=False))
 
 
 def test_update_keeps_every_leafs_dtype_under_x64():

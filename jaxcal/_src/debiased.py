@@ -123,7 +123,8 @@ def debiased_ce(
       the bins' frequency noise. Scores that vary within a bin leave a
       downward bias, ``-sum_B (n_B / n) var_B(s) / (n_B - 1)`` in
       expectation on calibrated samples (small, but visible in a Monte Carlo
-      mean: -1.9e-4 at C = 10, n = 1000, 15 bins, ``"marginal"``).
+      mean: -1.8e-4 for CIFAR-10 ResNet-110's probabilities with labels drawn
+      from them, n = 1000, 15 bins, ``"marginal"``).
     max_bins: static bound on a traced ``num_bins`` (a traced count above it
       gives NaN; a concrete one is checked, and counts above ``n`` act as ``n``).
     from_logits: treat ``probs`` as logits.

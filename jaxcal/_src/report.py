@@ -266,7 +266,8 @@ def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool, j
     # bfloat16 / float16 probabilities stay in their dtype: every section checks them again,
     # at their dtype's tolerance (cast up, a bfloat16 softmax's rows are off by up to 5e-3,
     # beyond float32's 1e-3: the headline numbers were NaN and the UC sweep raised)
-    probs = checked if checked.dtype == x.dtype else V._device(x)
+    low = jnp.issubdtype(x.dtype, jnp.floating) and jnp.finfo(x.dtype).bits < 32
+    probs = V._device(x) if low else checked
   else:
     z = V.check_logits(x, name="predictions")
     probs = checked = jax.nn.softmax(z, axis=-1)
@@ -415,6 +416,7 @@ def _headline_section(key, probs, y, nll, num_bins, resamples, confidence, inter
 
 def _calibrated_means(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
   """``(mean(1 − c²), mean(1 − ‖p‖²))`` on the device: :func:`_calibrated_values` before ``/ n``."""
+  probs = V.upcast(probs)  # bfloat16 / float16 probabilities: computed in float32
   top = jnp.max(probs, axis=1)
   return jnp.mean(1.0 - top**2), jnp.mean(1.0 - jnp.sum(probs**2, axis=1))
 
@@ -509,7 +511,8 @@ def _decomposition_section(probs, y) -> _Pending:
   from jaxcal._src.decomposition import decompose_all
 
   modes = ("classwise", "normalized")
-  both = decompose_all(probs, y, tuple(("brier", m) for m in modes))
+  # (in float32 at least, as scores.decompose computes: bfloat16 / float16 probabilities)
+  both = decompose_all(V.upcast(probs), y, tuple(("brier", m) for m in modes))
 
   def finish() -> dict:
     return {
@@ -925,6 +928,20 @@ def compare_report(
     labs = [prepared[k][1] for k in names]
     nlls = [prepared[k][3] for k in names]
     paired = all(bool(jnp.array_equal(labs[0], lb)) for lb in labs[1:])
+    dtypes = {k: jnp.dtype(pr.dtype) for k, pr in zip(names, probs)}
+    if (
+      paired
+      and len(set(dtypes.values())) > 1
+      and any(jnp.finfo(d).bits < 32 for d in dtypes.values())
+    ):
+      shown = ", ".join(f"{k!r} ({d.name})" for k, d in dtypes.items())
+      raise ValueError(
+        f"models {shown} share their labels, so they are resampled together in one stack, "
+        "in float32: there bfloat16 / float16 probabilities (rows off the simplex by up to "
+        "4e-3) fail float32's 1e-3 check and every number would be NaN. Pass these models "
+        "in one dtype (all in the low precision, or cast up with the rows renormalised: "
+        "p / p.sum(-1, keepdims=True))"
+      )
     stat = _Compare(num_bins, bins, paired)
     if paired:
       arrays: list[Any] = [jnp.stack(probs), labs[0], jnp.stack(nlls)]

@@ -852,8 +852,8 @@ def _difference(a: Any, b: Any) -> str:
   """What differs between two states' configurations, in words (for :func:`_check_same`)."""
   if type(a) is not type(b):
     return "another kind of state"
-  if _float_dtypes(a) != _float_dtypes(b):
-    names = lambda s: "/".join(sorted({jnp.dtype(d).name for d in _float_dtypes(s)}))
+  names = lambda s: "/".join(sorted({jnp.dtype(d).name for d in _float_dtypes(s)}))
+  if names(a) != names(b):
     return f"dtype {names(a)} against {names(b)}"
   for f in dataclasses.fields(a):
     va, vb = getattr(a, f.name), getattr(b, f.name)

@@ -875,7 +875,7 @@ class _Stack:
   index: list[int]  # positions in the model order
   x: Any
   y: Any
-  where: Any  # (M, n) bool, or None when no row is padding
+  where: Any  # (M, n) bool (always for a list of models), or None for a caller's stack
   sizes: list[int]  # real rows per model
   # models of different dtypes: per dtype, (positions in this stack, x, y) of its
   # models stacked in that dtype, validated at its tolerance (x is then in at
