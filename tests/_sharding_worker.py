@@ -90,6 +90,11 @@ def main() -> None:
         out[f"explicit/{where_}{how}"] = np.array([float(r) for r in res])
   with jax.set_mesh(expl):
     out["explicit/grad"] = np.asarray(jax.grad(metrics.conf_ece)(pe, ye))
+    # a concrete bin-count array closed over stays concrete (it was made a tracer: refused)
+    counts = jnp.array([5, 15])
+    out["explicit/closed_bins"] = np.asarray(
+      jax.jit(lambda a, b: metrics.conf_ece(a, b, num_bins=counts))(pe, ye)
+    )
 
   # row-sharded device arrays are gathered on the devices, not read back to the host
   # (jax.device_put of a row-sharded array to a replicated sharding went through the host)

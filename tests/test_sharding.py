@@ -131,6 +131,9 @@ def test_sharded_equals_one_device(data, got):
     )
     np.testing.assert_allclose(got[f"explicit/{where_}{how}/next_op"], want[0], atol=ATOL)
   np.testing.assert_allclose(got["explicit/grad"], jax.grad(metrics.conf_ece)(p2, y2), atol=ATOL)
+  np.testing.assert_allclose(
+    got["explicit/closed_bins"], metrics.conf_ece(p2, y2, [5, 15]), rtol=1e-5, atol=ATOL
+  )
   assert not got["rows_host_copies"].any()  # gathered on the devices, never via the host
   # vmap over models-sharded data: no collective at all, output sharded over models
   assert not got["vmap_collectives"].any()
