@@ -532,6 +532,16 @@ def test_bin_ids_where():
   z = np.zeros_like(s)
   got = np.asarray(metrics.bin_ids(z, 2, "quantile", where=w))
   np.testing.assert_array_equal(got[w], R.quantile_bins(z[w], 2))
+  # a device mask closed over by a user's jit (scores traced): its count was read
+  # from a tracer (ConcretizationTypeError); now the same bins and the same refusal
+  wd = jnp.asarray(w)
+  for binning in ("fixed", "quantile"):
+    np.testing.assert_array_equal(
+      jax.jit(lambda a: metrics.bin_ids(a, 2, binning, where=wd))(s),
+      metrics.bin_ids(s, 2, binning, where=w),
+    )
+  with pytest.raises(ValueError, match="num_bins = 5 needs at least.*got n = 4 selected by where"):
+    jax.jit(lambda a: metrics.bin_ids(a, 5, "quantile", where=wd))(s)
   with pytest.raises(ValueError, match="where must be a bool array"):
     metrics.bin_ids(s, 2, where=w.astype(int))
   with pytest.raises(ValueError, match="where must have shape"):

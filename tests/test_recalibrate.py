@@ -835,6 +835,22 @@ def test_jit_of_vmapped_fit_equals_a_loop_of_eager_fits(method):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("method", ["histogram", "isotonic", "vector", "platt", "beta"])
+def test_fit_under_jit_with_the_labels_closed_over(method):
+  """Concrete labels closed over by a user's jit (the logits traced): the
+  missing-class check ran on the host and read a tracer (TracerArrayConversionError);
+  it is checked at trace time, and the fit equals the eager one."""
+  z, y = _synthetic(n=150, c=4, seed=1)
+  opts = TRACEABLE.get(method, {})
+  eager = R.fit(method, z, y, **opts)
+  labels = jnp.asarray(y)  # a device array made outside the jit: concrete inside it
+  rc = jax.jit(lambda a: R.fit(method, a, labels, **opts))(z)
+  np.testing.assert_allclose(np.asarray(rc(z)), np.asarray(eager(z)), atol=2e-4)
+  missing = jnp.asarray(np.where(y == 3, 0, y))  # class 3 absent: refused at trace time
+  with pytest.raises(ValueError, match="needs every class.*1 of C = 4 classes"):
+    jax.jit(lambda a: R.fit(method, a, missing, **opts))(z)
+
+
 def test_temperature_for_bootstrap_resamples_in_one_call(c10):
   zv, yv, _, _ = c10
   zv, yv = jnp.asarray(zv[:2000]), jnp.asarray(yv[:2000])

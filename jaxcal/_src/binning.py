@@ -605,7 +605,9 @@ def bin_ids(
   V.check_values(s, "scores", where=w)  # eager: raises for a selected NaN / inf
   if binning == "quantile" and V.is_concrete(mm, w):
     # the selected samples, as every quantile-binned metric counts them (one scalar read)
-    k = n if w is None else int(jnp.sum(w, dtype=jnp.int32))
+    # (evaluated now: a mask closed over by a user's jit is concrete, its sum a tracer)
+    with jax.ensure_compile_time_eval():
+      k = n if w is None else int(jnp.sum(w, dtype=jnp.int32))
     if int(mm) > k:
       raise ValueError(
         f"quantile binning with num_bins = {int(mm)} needs at least that many samples, got "

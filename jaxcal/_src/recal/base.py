@@ -526,7 +526,10 @@ def prepare_fit(
   c = x.shape[1]
   if require_all_classes:
     if V.is_concrete(y):
-      counts = np.asarray(jax.device_get(_class_counts(y, c)))
+      # labels closed over by a user's jit are concrete, but an op on them there
+      # is staged out unless evaluated now (a tracer reached np.asarray)
+      with jax.ensure_compile_time_eval():
+        counts = np.asarray(jax.device_get(_class_counts(y, c)))
       missing = np.flatnonzero(counts == 0)
       if missing.size:
         shown = ", ".join(str(int(k)) for k in missing[:10]) + (" ..." if missing.size > 10 else "")
