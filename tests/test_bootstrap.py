@@ -103,6 +103,98 @@ def test_bca_matches_a_numpy_jackknife_reference():
   assert float(p.lo) != pytest.approx(float(r.lo), rel=1e-3)
 
 
+def test_where_resamples_the_selected_samples_as_a_numpy_loop_does(small_predictions):
+  # A scattered mask: resample b draws k = 200 of the selected samples (the
+  # unmasked index sets of k samples, mapped to the selected rows' places)
+  p, y = small_predictions
+  key = jax.random.key(3)
+  sel = np.sort(np.random.default_rng(1).choice(300, 200, replace=False))
+  mask = np.isin(np.arange(300), sel)
+  idx = sel[np.asarray(BS.resample_indices(key, 200, 60))]
+  loop = np.array([float(metrics.conf_ece(p[i], y[i])) for i in idx])
+  est = float(metrics.conf_ece(p[sel], y[sel]))
+  for method in ("percentile", "basic"):
+    r = BS.bootstrap(key, metrics.conf_ece, p, y, num_resamples=60, method=method, where=mask)
+    np.testing.assert_allclose(np.asarray(r.samples), loop, rtol=2e-5, atol=1e-7)
+    assert float(r.estimate) == pytest.approx(est, rel=1e-6)
+    lo, hi = ref_interval(est, loop, method, 0.95)
+    assert (float(r.lo), float(r.hi)) == pytest.approx((lo, hi), rel=1e-4), method
+  assert mask.sum() == 200  # the caller's mask is not modified
+
+
+def test_where_on_padded_data_reuses_one_program_and_matches_the_unpadded_call(small_predictions):
+  # 250 and 290 samples padded to 320 rows: the same resamples as the unpadded
+  # calls, one compiled program for both sizes
+  p, y = small_predictions
+  key = jax.random.key(4)
+  stat = lambda a, b, where=None: {
+    "q": metrics.conf_ce(a, b, 10, where=where),
+    "s": metrics.smooth_ece(a, b, where=where),
+  }
+  pad_p = np.concatenate([p, np.eye(1, 10, dtype=p.dtype).repeat(20, 0)])
+  pad_y = np.concatenate([y, np.zeros(20, y.dtype)])
+  for n in (250, 290):
+    plain = BS.bootstrap(key, stat, p[:n], y[:n], num_resamples=40)
+    run = lambda: BS.bootstrap(key, stat, pad_p, pad_y, num_resamples=40, where=np.arange(320) < n)
+    if n == 250:
+      padded = run()
+    else:  # the program of n = 250
+      with no_new_programs():
+        padded = run()
+    for f in ("estimate", "samples", "lo", "hi"):
+      for k in ("q", "s"):
+        np.testing.assert_allclose(
+          np.asarray(getattr(padded, f)[k]), np.asarray(getattr(plain, f)[k]), rtol=2e-5, atol=1e-7
+        )
+
+
+def test_where_with_bca_matches_the_leave_one_out_reference_of_the_selected():
+  # jackknife_groups >= k: the ordinary jackknife of the selected samples, order-free
+  x = np.random.default_rng(0).exponential(size=50).astype(np.float32)
+  mask = np.arange(50) % 5 != 0  # 40 selected
+  key = jax.random.key(1)
+  stat = lambda v, where: jnp.log(jnp.mean(v, where=where))
+  r = BS.bootstrap(key, stat, x, num_resamples=300, method="bca", jackknife_groups=40, where=mask)
+  xs = np.asarray(x[mask], np.float64)
+  idx = np.flatnonzero(mask)[np.asarray(BS.resample_indices(key, 40, 300))]
+  loop = np.log(np.asarray(x, np.float64)[idx].mean(1))
+  jack = np.array([np.log(np.delete(xs, i).mean()) for i in range(40)])
+  lo, hi = ref_interval(np.log(xs.mean()), loop, "bca", 0.95, ref_acceleration(jack))
+  assert (float(r.lo), float(r.hi)) == pytest.approx((lo, hi), rel=2e-4)
+
+
+def test_where_under_jit_equals_the_eager_call_and_too_few_selected_give_nan():
+  x = jnp.asarray(np.random.default_rng(2).normal(size=64), jnp.float32)
+  key = jax.random.key(5)
+  run = lambda m, method: BS.bootstrap(
+    key, jnp.mean, x, num_resamples=50, method=method, where=m, jackknife_groups=10
+  )
+  mask = jnp.arange(64) < 45
+  for method in ("percentile", "bca"):
+    eager = run(mask, method)
+    traced = jax.jit(lambda m: run(m, method))(mask)
+    for f in ("estimate", "lo", "hi"):
+      np.testing.assert_allclose(float(getattr(traced, f)), float(getattr(eager, f)), rtol=1e-6)
+    one = jax.jit(lambda m: run(m, method))(jnp.arange(64) < 1)
+    assert np.isnan(float(one.lo)) and np.isnan(float(one.hi))
+
+
+@pytest.mark.parametrize(
+  "kwargs, match",
+  [
+    ({"where": np.ones(6, int)}, "where must be a boolean mask of the samples, got dtype int"),
+    ({"where": np.ones(5, bool)}, r"where must have shape \(6,\)"),
+    ({"where": np.arange(6) < 1}, "at least 2 selected samples, where selects 1 of 6"),
+    ({"where": np.ones(6, bool), "groups": (0, 1)}, "one data set; these arrays form 2 groups"),
+    ({"where": np.ones(6, bool), "fn": lambda a, b: jnp.mean(a)}, "fn has no where argument"),
+  ],
+)
+def test_bad_where(kwargs, match):
+  fn = kwargs.pop("fn", lambda a, b, where: jnp.mean(a, where=where))
+  with pytest.raises(ValueError, match=match):
+    BS.bootstrap(jax.random.key(0), fn, np.zeros(6), np.zeros(6), num_resamples=5, **kwargs)
+
+
 def test_intervals_and_sd_do_not_depend_on_the_scale_of_the_statistic():
   # float32 BCa cubed the jackknife deviations unscaled: a statistic of size 1e15
   # overflowed them and one of 1e-12 underflowed them to 0/0, a NaN interval; the

@@ -609,7 +609,7 @@ def test_sweep_writes_into_a_new_folder_what_it_prints(tmp_path, capsys):
   argv = ["sweep", str(tmp_path / "p.npz"), "--m", "5", "--seed", "3", "--family", "rank"]
   assert cli.main(argv + ["--out", str(out), "--format", "json"]) == 0
   printed = json.loads(capsys.readouterr().out)
-  us = utility.sample_rank(jax.random.split(jax.random.key(3))[1], 5, 3)  # report's rank key
+  us = utility.sample_rank(jax.random.split(jax.random.split(jax.random.key(3), 4)[3])[1], 5, 3)
   want = np.asarray(utility.uc_sweep(x, y, us, from_logits=True), np.float64)
   z = np.load(out)
   np.testing.assert_allclose(z["errors"], want, rtol=1e-6)
@@ -995,7 +995,7 @@ def test_sweep_reads_the_split_it_is_given(tmp_path, capsys):
   assert cli.main(argv + ["--family", "rank", "--out", str(out), "--format", "json"]) == 0
   printed = json.loads(capsys.readouterr().out)
   assert printed["source"] == "s.npz (val)"
-  us = utility.sample_rank(jax.random.split(jax.random.key(3))[1], 5, 3)  # report's rank key
+  us = utility.sample_rank(jax.random.split(jax.random.split(jax.random.key(3), 4)[3])[1], 5, 3)
   x, y = splits["val_logits"], splits["val_labels"]
   want = np.asarray(utility.uc_sweep(x, y, us, from_logits=True), np.float64)
   np.testing.assert_allclose(np.load(out)["errors"], want, rtol=1e-6)

@@ -40,9 +40,13 @@ def test_accuracy_of_a_model_wrong_on_every_sample_is_zero_not_negative(monkeypa
   from jaxcal._src import report as R
 
   x, y = data.default_predictions()
-  monkeypatch.setattr(R.scores, "classification_error", lambda p, y: np.float32(1 + 2**-23))
+  monkeypatch.setattr(
+    R.scores, "classification_error", lambda p, y, where=None: np.float32(1 + 2**-23)
+  )
   assert float(R._FUNCTIONS["accuracy"](x[:15], y[:15], None, None)) == 0.0
-  monkeypatch.setattr(R.scores, "classification_error", lambda p, y: np.float32(-(2**-23)))
+  monkeypatch.setattr(
+    R.scores, "classification_error", lambda p, y, where=None: np.float32(-(2**-23))
+  )
   assert float(R._FUNCTIONS["accuracy"](x[:15], y[:15], None, None)) == 1.0
 
 
@@ -704,9 +708,8 @@ def test_nll_of_logits_is_the_log_loss_of_the_logits(monkeypatch):
   want = float(scores.log_loss(z, y, from_logits=True))
   assert want == pytest.approx(9 * np.exp(-16.0), rel=1e-5)
   probs, yy, _, nll = R._prepare(z, y)
-  head = R._finished(
-    R._headline_section(jax.random.key(0), probs, yy, nll, 5, 0, 0.9, "percentile")
-  )
+  data = R._padded_data(probs, yy, nll)
+  head = R._finished(R._headline_section(jax.random.key(0), data, 5, 0, 0.9, "percentile"))
   assert head["NLL"]["estimate"] == pytest.approx(want, rel=1e-5)
   models = {"a": (z, y), "b": (z * 0.5, y), "c": (np.asarray(jax.nn.softmax(z)), y)}
   for rs in (0, 4):
@@ -785,17 +788,62 @@ def test_the_report_dispatches_every_section_before_it_reads_one_back(small, rep
   ]
   # each section started and read back on its own gives the same numbers
   probs, yy, _, nll = R._prepare(x, y)
+  data = R._padded_data(probs, yy, nll)
+  n = len(y)
   k_head, k_rob, _ = R._keys(3)
   assert (
-    R._finished(R._headline_section(k_head, probs, yy, nll, 15, 10, 0.95, "percentile"))
-    == rep["metrics"]
+    R._finished(R._headline_section(k_head, data, 15, 10, 0.95, "percentile")) == rep["metrics"]
   )
   assert (
-    R._finished(R._robustness_section(k_rob, probs, yy, 15, 50, 0.95, "percentile"))
+    R._finished(R._robustness_section(k_rob, data, n, 15, 50, 0.95, "percentile"))
     == rep["robustness"]
   )
-  assert R._finished(R._utility_section(probs, yy, 32, 3)) == rep["utility"]
-  assert R._finished(R._decomposition_section(probs, yy)) == rep["decomposition"]
+  assert R._finished(R._utility_section(data, 32, 3)) == rep["utility"]
+  assert R._finished(R._decomposition_section(data)) == rep["decomposition"]
+
+
+def test_reports_of_sizes_in_one_size_bucket_share_their_programs(small):
+  """n = 1400 and 1450 pad to one bucket (1536 rows, masked): the second report
+  compiles its input checks, the padding and the bin-count grid's curves (the
+  grid follows n below 2000), not the bootstrap, the UC sweeps or the
+  decompositions again (every program, 30 and more, before the buckets)."""
+  from conftest import new_programs
+
+  x, y = small
+  settings = dict(num_utilities=8, resamples=4, robustness_resamples=0, seed=1)
+  first = report.calibration_report(x[:1400], y[:1400], **settings)
+  with new_programs() as events:
+    second = report.calibration_report(x[:1450], y[:1450], **settings)
+  compiles = events.count("/jax/core/compile/backend_compile_duration")
+  assert compiles <= 8, compiles
+  assert second["input"]["n"] == 1450 and first["input"]["n"] == 1400
+  p = jax.nn.softmax(x[:1450], axis=-1)
+  assert second["metrics"]["ConfCE(qua;15)"]["estimate"] == pytest.approx(
+    float(metrics.conf_ce(p, y[:1450])), rel=1e-5
+  )
+  assert second["metrics"]["NLL"]["estimate"] == pytest.approx(
+    float(scores.log_loss(x[:1450], y[:1450], from_logits=True)), rel=1e-5
+  )
+
+
+def test_the_reports_keys_are_all_different():
+  """Bootstrap, bin-count bands, consistency bands and the two utility families:
+  five keys. The utilities' were split(key(seed))[i], equal to the bootstrap's and
+  the bands' (split(k, 2)[i] == split(k, 3)[i] with partitionable threefry)."""
+  from jaxcal import utility
+  from jaxcal._src import report as R
+
+  samplers = {"linear": utility.sample_linear, "rank": utility.sample_rank}
+  for seed in (0, 7):
+    keys = R._keys(seed)
+    for fam in R.UTILITY_FAMILIES:
+      drawn = jax.tree.leaves(R._sampled_utilities(seed, fam, 4, 3))
+      for k in keys:  # the report's draws are not those of another section's key
+        other = jax.tree.leaves(samplers[fam](k, 4, 3))
+        assert not all(np.array_equal(a, b) for a, b in zip(drawn, other)), (seed, fam)
+    util = jax.random.split(R._keys(seed, 4)[3])
+    every = [tuple(jax.random.key_data(k).tolist()) for k in (*keys, *util)]
+    assert len(set(every)) == 5, seed
 
 
 def test_calibration_report_hands_each_section_its_settings(monkeypatch):
@@ -826,14 +874,17 @@ def test_calibration_report_hands_each_section_its_settings(monkeypatch):
     p, y, num_utilities=4, robustness_resamples=0, source="s", path="rel/x.npz", **settings
   )
   keys = jax.random.key_data(jax.random.split(jax.random.key(7), 3))
-  k, probs, yy, nll, *rest = calls["_headline_section"]
-  np.testing.assert_allclose(probs, p, rtol=1e-6)
-  np.testing.assert_allclose(nll, -np.log(p[[0, 1, 2], [0, 1, 1]]), rtol=1e-6)
-  assert yy.tolist() == [0, 1, 1] and rest == [2, 5, 0.8, "bca"]
+  k, data, *rest = calls["_headline_section"]
+  # the data in its size bucket (3 samples: a bucket of their own), all selected
+  np.testing.assert_allclose(data.probs, p, rtol=1e-6)
+  np.testing.assert_allclose(data.nll, -np.log(p[[0, 1, 2], [0, 1, 1]]), rtol=1e-6)
+  assert data.y.tolist() == [0, 1, 1] and data.where.tolist() == [True] * 3
+  assert rest == [2, 5, 0.8, "bca"]
   assert np.array_equal(jax.random.key_data(k), keys[0])
-  k, _, _, *rest = calls["_robustness_section"]
-  assert rest == [2, 0, 0.8, "bca"] and np.array_equal(jax.random.key_data(k), keys[1])
-  assert calls["_utility_section"][2:] == (4, 7)
+  k, same, *rest = calls["_robustness_section"]
+  assert same is data and rest == [3, 2, 0, 0.8, "bca"]
+  assert np.array_equal(jax.random.key_data(k), keys[1])
+  assert calls["_utility_section"][0] is data and calls["_utility_section"][1:] == (4, 7)
   assert rep["input"] == {
     "source": "s",
     "path": os.path.abspath("rel/x.npz"),
@@ -866,9 +917,10 @@ def test_utility_section_sorts_the_errors_of_each_family():
   rng = np.random.default_rng(2)
   p = jax.numpy.asarray(rng.dirichlet(np.ones(3), 20), jax.numpy.float32)
   y = jax.numpy.asarray(rng.integers(0, 3, 20))
-  assert R._finished(R._utility_section(p, y, 0, 1)) == {}
-  got = R._finished(R._utility_section(p, y, 5, 1))
-  k_lin, k_rank = jax.random.split(jax.random.key(1))
+  data = R._padded_data(p, y, jax.numpy.zeros(20))  # 20 rows: a bucket of 20
+  assert R._finished(R._utility_section(data, 0, 1)) == {}
+  got = R._finished(R._utility_section(data, 5, 1))
+  k_lin, k_rank = jax.random.split(jax.random.split(jax.random.key(1), 4)[3])
   for fam, us in (
     ("linear", utility.sample_linear(k_lin, 5, 3)),
     ("rank", utility.sample_rank(k_rank, 5, 3)),
@@ -991,7 +1043,7 @@ def test_bca_intervals_on_few_samples_keep_the_grids_within_the_jackknife(monkey
 
   grids = []
 
-  def estimate(key, stat, probs, y, resamples, confidence, interval):
+  def estimate(key, stat, probs, y, resamples, confidence, interval, *rows, where):
     grids.append((np.asarray(stat.bins).tolist(), interval))
     raise StopIteration
 
@@ -1001,7 +1053,10 @@ def test_bca_intervals_on_few_samples_keep_the_grids_within_the_jackknife(monkey
   # refusing 149 bins the bootstrap itself computes)
   for n, interval, top in ((150, "bca", 149), (150, "percentile", 150), (1000, "bca", 990)):
     with pytest.raises(StopIteration):
-      R._robustness_section(jax.random.key(0), x[:n], y[:n], 15, 2, 0.9, interval)
+      padded = R._padded_data(
+        jax.numpy.asarray(x[:n]), jax.numpy.asarray(y[:n]), jax.numpy.zeros(n)
+      )
+      R._robustness_section(jax.random.key(0), padded, n, 15, 2, 0.9, interval)
     assert max(grids[-1][0]) == top
   assert R._binnable(150, "bca", 2) == 149 and R._binnable(50, "bca", 2) == 49
   assert R._binnable(199, "bca", 2) == 198 and R._binnable(150, "bca", 0) == 150

@@ -54,6 +54,7 @@ same index sets for checks.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
@@ -411,30 +412,64 @@ def _gather(arrays, axes, slot, idx):
   return [jnp.take(a, idx[s], axis=ax, mode="clip") for a, ax, s in zip(arrays, axes, slot)]
 
 
+def _masked_groups(key: jax.Array, mask: jax.Array, count: jax.Array, groups: int) -> jax.Array:
+  """``(n,)`` jackknife group of each selected row (``groups`` for none, -1 unselected).
+
+  The ``count`` selected rows in a random order (uniform 32-bit keys, the
+  unselected rows' set to the largest so that they sort last), cut into
+  ``groups`` runs of ``count // groups`` rows; the remainder rows stay in
+  every evaluation, as without a mask.
+  """
+  n = mask.shape[0]
+  bits = jax.random.bits(key, (n,), jnp.uint32)
+  order = jnp.argsort(jnp.where(mask, bits, jnp.uint32(jnp.iinfo(jnp.uint32).max)), stable=True)
+  rank = jnp.zeros((n,), jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32))
+  size = jnp.maximum(count // groups, 1)
+  group = jnp.where(rank < size * groups, rank // size, groups)
+  return jnp.where(mask, group, -1)
+
+
 @functools.partial(
   jax.jit,
   static_argnames=("fn", "axes", "slot", "sizes", "num_resamples", "batch_size", "jackknife"),
 )
-def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, batch_size, jackknife):
+def _resampled(
+  keys, perms, arrays, mask, *, fn, axes, slot, sizes, num_resamples, batch_size, jackknife
+):
   """(estimate, samples, jackknife values or None): one compiled program.
 
   The estimate rides along as element 0 of the resamples (the identity
   indices), so ``fn`` is compiled once, batched, and not a second time for
   the full data: the report's first call compiled its metrics twice.
+
+  With a sample ``mask`` (one group): ``fn(*arrays, where=...)``; a resample
+  draws its ``count`` indices among the selected rows into the first
+  ``count`` of its ``n`` places (the rest masked). Partitionable threefry
+  draws element by element, so a mask selecting the first ``count`` rows
+  gives the index sets of the unmasked ``count`` rows exactly.
   """
+  if mask is not None:
+    count = jnp.sum(mask, dtype=jnp.int32)
+    # the selected rows' places, in order, first: draw j picks the (draw j)-th selected row
+    chosen = jnp.argsort(~mask, stable=True).astype(jnp.int32)
+    first = jnp.arange(sizes[0], dtype=jnp.int32) < count
 
   def one(args):
     ks, full = args
-    idx = [
-      jnp.where(full, jnp.arange(n, dtype=jnp.int32), _indices(k, n)) for k, n in zip(ks, sizes)
-    ]
-    return fn(*_gather(arrays, axes, slot, idx))
+    if mask is None:
+      idx = [
+        jnp.where(full, jnp.arange(n, dtype=jnp.int32), _indices(k, n)) for k, n in zip(ks, sizes)
+      ]
+      return fn(*_gather(arrays, axes, slot, idx))
+    draw = chosen[jax.random.randint(ks[0], (sizes[0],), 0, jnp.maximum(count, 1), jnp.int32)]
+    idx = [jnp.where(full, jnp.arange(sizes[0], dtype=jnp.int32), draw)]
+    return fn(*_gather(arrays, axes, slot, idx), where=jnp.where(full, mask, first))
 
   if V.checking():
     # jaxcal.checked reports the first failed check: fn on the caller's data, traced
     # first, so a bad input is described by its own rows (not by a resample's, where
     # rows repeat); its values are unused (the estimate below is element 0)
-    fn(*arrays)
+    fn(*arrays) if mask is None else fn(*arrays, where=mask)
   per_resample = [jax.random.split(k, num_resamples) for k in keys]
   per_resample = [jnp.concatenate([r[:1], r]) for r in per_resample]
   full = jnp.arange(num_resamples + 1) == 0
@@ -442,7 +477,15 @@ def _resampled(keys, perms, arrays, *, fn, axes, slot, sizes, num_resamples, bat
   estimate = jax.tree.map(lambda a: a[0], both)
   samples = jax.tree.map(lambda a: a[1:], both)
   jack = None
-  if jackknife:
+  if jackknife and mask is not None:
+    # Delete-a-group jackknife of the selected rows: each group masked out in turn
+    groups = _masked_groups(jax.random.fold_in(keys[0], 1), mask, count, jackknife[0])
+    jack = [
+      map_batches(
+        lambda k: fn(*arrays, where=mask & (groups != k)), jnp.arange(jackknife[0]), batch_size
+      )
+    ]
+  elif jackknife:
     # Delete-a-group jackknife of each data set in turn (the others full).
     parts = []
     for g, (perm, n) in enumerate(zip(perms, sizes)):
@@ -524,6 +567,7 @@ def bootstrap(
   groups: Sequence[int] | None = None,
   batch_size: int | None = None,
   jackknife_groups: int = 100,
+  where: ArrayLike | None = None,
 ) -> BootstrapResult:
   """Bootstrap interval of any statistic over resampled test samples.
 
@@ -573,6 +617,16 @@ def bootstrap(
       group of ``n // G`` left out, ``G = min(jackknife_groups, n)``): a
       statistic that needs ``m`` samples (``m`` quantile bins) needs
       ``m <= n - n // G``, and its error then names that smaller ``n``.
+    where: optional ``(n,)`` bool mask of the samples (one group only): the
+      data set is the ``k`` selected samples, and ``fn`` is called as
+      ``fn(*arrays, where=mask)`` (every jaxcal metric takes ``where``). A
+      resample draws ``k`` samples among the selected into its first ``k``
+      places and masks the rest, so the arrays keep their shape: data
+      padded to a fixed size (a size bucket) reuses one compiled program.
+      Masking the last rows gives the same index sets as the unpadded
+      data (partitionable threefry draws element by element; the BCa
+      jackknife's groups are drawn differently). Needs ``k >= 2`` (eager;
+      under ``jit`` fewer give NaN ends).
 
   Returns:
     :class:`BootstrapResult` ``(estimate, sd, lo, hi, samples)``. ``lo`` and
@@ -606,6 +660,13 @@ def bootstrap(
     >>> r = bootstrap(jax.random.key(0), jnp.mean, x, num_resamples=200)
     >>> float(r.estimate), bool(r.lo < 49.5 < r.hi), r.samples.shape
     (49.5, True, (200,))
+    >>> def mean(x, where):
+    ...   return jnp.sum(jnp.where(where, x, 0.0)) / jnp.sum(where)
+    >>> padded = jnp.concatenate([x, jnp.zeros(28)])  # 100 samples in a bucket of 128
+    >>> m = bootstrap(jax.random.key(0), mean, padded, num_resamples=200,
+    ...               where=jnp.arange(128) < 100)
+    >>> bool(jnp.allclose(m.samples, r.samples))  # the same resamples
+    True
 
   Reference: Efron & Tibshirani (1993), *An Introduction to the Bootstrap*,
   §6 (the bootstrap), §13-14 (percentile and BCa intervals); Lu, Wu,
@@ -668,6 +729,7 @@ def bootstrap(
         f"{ns[g]} and {a.shape[ax]} in group {g}"
       )
   sizes = tuple(ns[g] for g in names)
+  mask, count = _sample_mask(where, fn, sizes, len(names))
   if min(sizes) < 2:
     raise ValueError(
       f"bootstrap needs at least 2 samples per data array, got n = {min(sizes)} along the "
@@ -689,7 +751,9 @@ def bootstrap(
   keys = [key] if len(names) == 1 else list(jax.random.split(key, len(names)))
   jackknife = None
   perms: list[jax.Array] = []
-  if method == "bca":
+  if method == "bca" and mask is not None:  # groups of the selected rows (_masked_groups)
+    jackknife = (min(jackknife_groups, sizes[0] if count is None else count),)
+  elif method == "bca":
     jackknife = tuple(min(jackknife_groups, n) for n in sizes)
     perms = [
       jax.random.permutation(jax.random.fold_in(k, 1), n).astype(jnp.int32)
@@ -706,10 +770,55 @@ def bootstrap(
   )
   # the output's shapes and dtypes first, allocating nothing (the trace is the call's own:
   # jit caches it)
-  _check_statistic(_resampled.eval_shape(keys, perms, arrs, **static)[1], num_resamples)
-  estimate, samples, jack = _resampled(keys, perms, arrs, **static)
+  _check_statistic(_resampled.eval_shape(keys, perms, arrs, mask, **static)[1], num_resamples)
+  estimate, samples, jack = _resampled(keys, perms, arrs, mask, **static)
   sd, lo, hi = _summary(estimate, samples, jack, _levels(confidence), method=method)
+  if mask is not None and count is None:  # traced mask: fewer than 2 selected give NaN ends
+    enough = jnp.sum(mask, dtype=jnp.int32) >= 2
+    lo, hi = (jax.tree.map(lambda a: V.fold(a, enough), t) for t in (lo, hi))
   return BootstrapResult(estimate=estimate, sd=sd, lo=lo, hi=hi, samples=samples)
+
+
+def _sample_mask(
+  where: Any, fn: Callable, sizes: tuple[int, ...], num_groups: int
+) -> tuple[jax.Array | None, int | None]:
+  """:func:`bootstrap`'s checked ``(mask, k)``: ``k`` the selected count (None when traced).
+
+  Raises:
+    ValueError: a mask with several groups, of the wrong dtype or shape, or
+      selecting fewer than 2 samples; ``fn`` without a ``where`` argument.
+  """
+  if where is None:
+    return None, None
+  if num_groups != 1:
+    raise ValueError(
+      f"where masks the samples of one data set; these arrays form {num_groups} groups "
+      "(pass a mask per data set by masking inside fn, or one group)"
+    )
+  try:
+    params = inspect.signature(fn).parameters
+  except (TypeError, ValueError):  # no signature to read (a builtin): the trace will say
+    params = None
+  if (
+    params is not None
+    and "where" not in params
+    and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+  ):
+    raise ValueError(
+      "with where=, the statistic is called as fn(*arrays, where=mask), but fn has no "
+      "where argument (every jaxcal metric has one; add it to your function)"
+    )
+  mask = V.check_where(where, sizes[0])
+  if not V.is_concrete(mask):
+    return mask, None
+  with jax.ensure_compile_time_eval():  # a mask closed over by a user's jit: read now
+    k = int(jnp.sum(mask, dtype=jnp.int32))
+  if k < 2:
+    raise ValueError(
+      f"bootstrap needs at least 2 selected samples, where selects {k} of {sizes[0]}: every "
+      "resample of one sample is that sample (sd 0, a zero-width interval)"
+    )
+  return mask, k
 
 
 @functools.partial(jax.jit, static_argnames="method")

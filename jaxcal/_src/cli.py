@@ -791,7 +791,8 @@ def build_parser() -> argparse.ArgumentParser:
     type=_seed,
     default=0,
     help="seed of the sampled utilities (0): the key of family linear/rank is "
-    "jax.random.split(jax.random.key(seed))[0/1], the key made under jax.enable_x64 "
+    "jax.random.split(jax.random.split(jax.random.key(seed), 4)[3])[0/1], the key made under "
+    "jax.enable_x64 "
     "(all 64 bits of the seed), as in jaxcal report, so --m M --seed S "
     "gives the UC of jaxcal report --utilities M --seed S",
   )

@@ -16,6 +16,7 @@ Metric names, labels and number formats come from one vocabulary
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import os
@@ -165,30 +166,33 @@ def robustness_bins(n: int, lo: int = 2, hi: int = 2000, count: int = 20) -> np.
 
 
 def _uc(family: str) -> Callable:
-  def fn(p, y, m, b):
+  def fn(p, y, m, b, w=None):
     from jaxcal import utility
 
-    return utility.uc_class(p, y, family)
+    return utility.uc_class(p, y, family, where=w)
 
   return fn
 
 
-#: name -> f(probs, labels, num_bins, binning): the public function behind each name.
+#: name -> f(probs, labels, num_bins, binning, where=None): the public function behind each
+#: name (``where``: the samples' mask of data padded to a size bucket).
 _FUNCTIONS: dict[str, Callable] = {
   # clipped: under jit XLA fuses 1 - mean into fma(-sum, 1/n, 1), -5e-8 for no hit
-  "accuracy": lambda p, y, m, b: jnp.clip(1.0 - scores.classification_error(p, y), 0.0, 1.0),
-  "error_rate": lambda p, y, m, b: scores.classification_error(p, y),
-  "NLL": lambda p, y, m, b: scores.log_loss(p, y),
-  "Brier": lambda p, y, m, b: scores.brier(p, y),
-  "spherical": lambda p, y, m, b: scores.spherical(p, y),
-  "conf_loss": lambda p, y, m, b: scores.confidence_loss(p, y),
-  "ConfECE": lambda p, y, m, b: metrics.conf_ece(p, y, m, b),
-  "smECE": lambda p, y, m, b: metrics.smooth_ece(p, y),
-  "CWE_bin": lambda p, y, m, b: metrics.classwise_ece(p, y, m, b),
-  "ConfCE": lambda p, y, m, b: metrics.conf_ce(p, y, m, b),
-  "ConfCE_corr": lambda p, y, m, b: metrics.conf_ce_corr(p, y, m, b),
-  "LinCE_cw": lambda p, y, m, b: metrics.classwise_ce(p, y, m, b),
-  "ECCE": lambda p, y, m, b: metrics.ecce(p, y, m),
+  "accuracy": lambda p, y, m, b, w=None: jnp.clip(
+    1.0 - scores.classification_error(p, y, where=w), 0.0, 1.0
+  ),
+  "error_rate": lambda p, y, m, b, w=None: scores.classification_error(p, y, where=w),
+  "NLL": lambda p, y, m, b, w=None: scores.log_loss(p, y, where=w),
+  "Brier": lambda p, y, m, b, w=None: scores.brier(p, y, where=w),
+  "spherical": lambda p, y, m, b, w=None: scores.spherical(p, y, where=w),
+  "conf_loss": lambda p, y, m, b, w=None: scores.confidence_loss(p, y, where=w),
+  "ConfECE": lambda p, y, m, b, w=None: metrics.conf_ece(p, y, m, b, where=w),
+  "smECE": lambda p, y, m, b, w=None: metrics.smooth_ece(p, y, where=w),
+  "CWE_bin": lambda p, y, m, b, w=None: metrics.classwise_ece(p, y, m, b, where=w),
+  "ConfCE": lambda p, y, m, b, w=None: metrics.conf_ce(p, y, m, b, where=w),
+  "ConfCE_corr": lambda p, y, m, b, w=None: metrics.conf_ce_corr(p, y, m, b, where=w),
+  "LinCE_cw": lambda p, y, m, b, w=None: metrics.classwise_ce(p, y, m, b, where=w),
+  "ECCE": lambda p, y, m, b, w=None: metrics.ecce(p, y, m, where=w),
   "UC_TCE": _uc("tce"),
   "UC_CWE": _uc("cwe"),
   "UC_topK": _uc("topk"),
@@ -197,10 +201,11 @@ _FUNCTIONS: dict[str, Callable] = {
 
 
 class _Headline:
-  """``f(probs, labels, nll=None) -> {label: scalar}`` of the headline metrics (hashable by value).
+  """``f(probs, labels, nll=None, where=None) -> {label: scalar}`` of the headline metrics.
 
   ``nll``: ``(n,)`` per-sample log losses (:func:`_prepare`); NLL is their
-  mean, else ``scores.log_loss(probs, labels)``.
+  mean (over ``where``), else ``scores.log_loss(probs, labels)``. Hashable
+  by value (a bootstrap's compiled program is reused across calls).
   """
 
   def __init__(self, num_bins: int, names: tuple[tuple[str, str | None], ...] = HEADLINE):
@@ -210,11 +215,11 @@ class _Headline:
   def labels(self) -> list[str]:
     return [label(nm, b, self.num_bins if b else None) for nm, b in self.names]
 
-  def __call__(self, p, y, nll=None):
+  def __call__(self, p, y, nll=None, where=None):
     return {
-      lab: jnp.mean(nll)
+      lab: _masked_mean(nll, where)
       if nm == "NLL" and nll is not None
-      else _FUNCTIONS[nm](p, y, self.num_bins, b)
+      else _FUNCTIONS[nm](p, y, self.num_bins, b, where)
       for lab, (nm, b) in zip(self.labels(), self.names)
     }
 
@@ -235,15 +240,59 @@ class _Curves:
     self.bins = tuple(int(m) for m in bins)
     self.names = tuple(names)
 
-  def __call__(self, p, y):
+  def __call__(self, p, y, where=None):
     m = np.asarray(self.bins)
-    return {label(nm, b): _FUNCTIONS[nm](p, y, m, b) for nm, b in self.names}
+    return {label(nm, b): _FUNCTIONS[nm](p, y, m, b, where) for nm, b in self.names}
 
   def __hash__(self):
     return hash((type(self), self.bins, self.names))
 
   def __eq__(self, other):
     return type(other) is type(self) and (other.bins, other.names) == (self.bins, self.names)
+
+
+def _masked_mean(v: jax.Array, where: jax.Array | None) -> jax.Array:
+  """The mean of ``v`` over the selected entries (all without a mask)."""
+  if where is None:
+    return jnp.mean(v)
+  return jnp.sum(jnp.where(where, v, 0.0)) / jnp.sum(where, dtype=jnp.int32).astype(v.dtype)
+
+
+class _Padded(NamedTuple):
+  """The report's data padded to its size bucket (:func:`_padded_data`)."""
+
+  probs: jax.Array  # (b, C)
+  y: jax.Array  # (b,)
+  nll: jax.Array  # (b,)
+  where: jax.Array  # (b,) bool: the first n rows
+
+
+def _padded_data(probs: jax.Array, y: jax.Array, nll: jax.Array) -> _Padded:
+  """``probs``, ``y`` and ``nll`` filled up to ``size_bucket(n)`` rows, with the mask of the ``n``.
+
+  Every section runs on the padded arrays with ``where=`` (the metrics,
+  :func:`~jaxcal._src.bootstrap.bootstrap`, the UC sweeps, the
+  decompositions), so reports of different ``n`` in one bucket share their
+  compiled programs: a second report at another ``n`` compiled all 36 of
+  them again (15 s of its 15 s on 2 idle cores). The padding rows are
+  ``(1, 0, ..., 0)`` with label 0 (valid in any dtype), never read.
+  """
+  from jaxcal._src.study import size_bucket
+
+  n = probs.shape[0]
+  return _pad_rows(probs, y, nll, size_bucket(n))
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _pad_rows(probs, y, nll, nb):
+  from jaxcal._src.study import _padded
+
+  n, c = probs.shape
+  row = jnp.eye(1, c, dtype=probs.dtype)
+  p = _padded([probs], row, nb, jnp)[0]
+  yy = _padded([y], jnp.zeros((1,), y.dtype), nb, jnp)[0]
+  ll = _padded([nll], jnp.zeros((1,), nll.dtype), nb, jnp)[0]
+  return _Padded(p, yy, ll, jnp.arange(nb) < n)
 
 
 def _plain(tree: Any) -> Any:
@@ -262,19 +311,27 @@ def _prepare(scores_in: Any, labels: Any) -> tuple[jax.Array, jax.Array, bool, j
   is_probs = V.probs_or_logits(x)  # the one rule; probabilities off the simplex raise
   if is_probs:
     checked = V.check_probs(x, name="predictions")  # in float32 (at least)
-    z = None
     # bfloat16 / float16 probabilities stay in their dtype: every section checks them again,
     # at their dtype's tolerance (cast up, a bfloat16 softmax's rows are off by up to 5e-3,
     # beyond float32's 1e-3: the headline numbers were NaN and the UC sweep raised)
     low = jnp.issubdtype(x.dtype, jnp.floating) and jnp.finfo(x.dtype).bits < 32
     probs = V._device(x) if low else checked
-  else:
-    z = V.check_logits(x, name="predictions")
-    probs = checked = jax.nn.softmax(z, axis=-1)
-  y = V.check_labels(labels, probs.shape[0], probs.shape[1])
-  # the per-sample cores of scores.log_loss (the inputs are checked above)
-  nll = log_loss_per_sample(checked, y) if is_probs else _log_loss_of_logits(z, y)
+    y = V.check_labels(labels, probs.shape[0], probs.shape[1])
+    return probs, y, is_probs, _nll_of_probs(checked, y)
+  z = V.check_logits(x, name="predictions")
+  y = V.check_labels(labels, z.shape[0], z.shape[1])
+  probs, nll = _probs_and_nll(z, y)
   return probs, y, is_probs, nll
+
+
+# the per-sample cores of scores.log_loss (the inputs are checked), each one program:
+# run op by op they compiled 20 small programs for every new n
+_nll_of_probs = jax.jit(log_loss_per_sample)
+
+
+@jax.jit
+def _probs_and_nll(z: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+  return jax.nn.softmax(z, axis=-1), _log_loss_of_logits(z, y)
 
 
 def _check_utilities(num_utilities: Any, num_classes: int) -> int:
@@ -384,23 +441,34 @@ def _finished(section: Any) -> Any:
   return section.finish() if isinstance(section, _Pending) else section
 
 
-def _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval, *rows):
+def _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval, *rows, where):
   """``(estimate, lo, hi)`` trees of ``stat`` on the device; no interval (``None``) without resamples.
 
   Dispatched, not waited for: :func:`_plain` reads them back. ``rows``:
-  further ``(n,)`` arrays resampled with the samples (the per-sample log loss).
+  further ``(n,)`` arrays resampled with the samples (the per-sample log loss);
+  ``where``: the mask of the samples (:func:`_padded_data`).
   """
   if not resamples:
-    return jax.jit(stat)(probs, y, *rows), None, None
+    return jax.jit(stat)(probs, y, *rows, where=where), None, None
   r = bootstrap(
-    key, stat, probs, y, *rows, num_resamples=resamples, method=interval, confidence=confidence
+    key,
+    stat,
+    probs,
+    y,
+    *rows,
+    num_resamples=resamples,
+    method=interval,
+    confidence=confidence,
+    where=where,
   )
   return r.estimate, r.lo, r.hi
 
 
-def _headline_section(key, probs, y, nll, num_bins, resamples, confidence, interval) -> _Pending:
+def _headline_section(key, data, num_bins, resamples, confidence, interval) -> _Pending:
   stat = _Headline(num_bins)
-  est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval, nll)
+  est, lo, hi = _estimate_and_interval(
+    key, stat, data.probs, data.y, resamples, confidence, interval, data.nll, where=data.where
+  )
 
   def finish() -> dict:
     ests, los, his = _plain(est), _plain(lo), _plain(hi)
@@ -414,11 +482,14 @@ def _headline_section(key, probs, y, nll, num_bins, resamples, confidence, inter
   return _Pending(finish)
 
 
-def _calibrated_means(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """``(mean(1 − c²), mean(1 − ‖p‖²))`` on the device: :func:`_calibrated_values` before ``/ n``."""
+@jax.jit
+def _calibrated_means(
+  probs: jax.Array, where: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
+  """``(mean(1 − c²), mean(1 − ‖p‖²))`` over ``where``: :func:`_calibrated_values` before ``/ n``."""
   probs = V.upcast(probs)  # bfloat16 / float16 probabilities: computed in float32
   top = jnp.max(probs, axis=1)
-  return jnp.mean(1.0 - top**2), jnp.mean(1.0 - jnp.sum(probs**2, axis=1))
+  return _masked_mean(1.0 - top**2, where), _masked_mean(1.0 - jnp.sum(probs**2, axis=1), where)
 
 
 def _calibrated_dict(means: tuple[jax.Array, jax.Array], n: int, c: int) -> dict:
@@ -438,13 +509,16 @@ def _calibrated_values(probs: jax.Array) -> dict:
   return _calibrated_dict(_calibrated_means(probs), *probs.shape)
 
 
-def _robustness_section(key, probs, y, num_bins, resamples, confidence, interval) -> _Pending:
+def _robustness_section(key, data, n, num_bins, resamples, confidence, interval) -> _Pending:
+  c = data.probs.shape[1]
   # the grid's largest count fits every jackknife evaluation of a BCa interval too
-  n = _binnable(probs.shape[0], interval, resamples)
-  bins = np.union1d(robustness_bins(n, lo=min(2, n)), [num_bins])  # the headline m on the grid
+  m = _binnable(n, interval, resamples)
+  bins = np.union1d(robustness_bins(m, lo=min(2, m)), [num_bins])  # the headline m on the grid
   stat = _Curves(bins)
-  est, lo, hi = _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval)
-  means = _calibrated_means(probs)
+  est, lo, hi = _estimate_and_interval(
+    key, stat, data.probs, data.y, resamples, confidence, interval, where=data.where
+  )
+  means = _calibrated_means(data.probs, data.where)
 
   def finish() -> dict:
     ests, los, his = _plain(est), _plain(lo), _plain(hi)
@@ -454,7 +528,7 @@ def _robustness_section(key, probs, y, num_bins, resamples, confidence, interval
       "num_bins": bins.tolist(),
       "resamples": resamples,
       "curves": curves,
-      "calibrated_value": _calibrated_dict(means, *probs.shape),
+      "calibrated_value": _calibrated_dict(means, n, c),
     }
 
   return _Pending(finish)
@@ -469,24 +543,31 @@ def _sampled_utilities(seed: int, family: str, m: int, num_classes: int):
   """The report's ``m`` sampled utilities of one family (``jaxcal sweep`` draws the same).
 
   The key of family ``i`` (its place in ``UTILITY_FAMILIES``: linear 0, rank
-  1) is ``jax.random.split(jax.random.key(seed))[i]`` (the key made under
-  ``jax.enable_x64``, :func:`~jaxcal._src.validation.seed_key`), so a sweep of ``m``
-  utilities of one family reproduces the report's eCDF of that family.
+  1) is ``jax.random.split(jax.random.split(jax.random.key(seed), 4)[3])[i]``
+  (the key made under ``jax.enable_x64``, :func:`~jaxcal._src.validation.seed_key`),
+  so a sweep of ``m`` utilities of one family reproduces the report's eCDF of
+  that family. The fourth key of :func:`_keys`'s split: with partitionable
+  threefry ``split(k, 2)[i] == split(k, 3)[i]``, and the keys were
+  ``split(k)[i]``, the headline bootstrap's key (linear) and the bin-count
+  bands' key (rank).
   """
   from jaxcal import utility
 
   sampler = {"linear": utility.sample_linear, "rank": utility.sample_rank}[family]
-  key = jax.random.split(V.seed_key(int(seed)))[UTILITY_FAMILIES.index(family)]
+  key = jax.random.split(_keys(seed, 4)[3])[UTILITY_FAMILIES.index(family)]
   return sampler(key, m, num_classes)
 
 
-def _utility_section(probs, y, num_utilities: int, seed: int) -> _Pending:
+def _utility_section(data, num_utilities: int, seed: int) -> _Pending:
   from jaxcal import utility
 
   if num_utilities <= 0:
     return _Pending(dict)
+  c = data.probs.shape[1]
   sweeps = {
-    name: utility.uc_sweep(probs, y, _sampled_utilities(seed, name, num_utilities, probs.shape[1]))
+    name: utility.uc_sweep(
+      data.probs, data.y, _sampled_utilities(seed, name, num_utilities, c), where=data.where
+    )
     for name in UTILITY_FAMILIES
   }
 
@@ -506,13 +587,14 @@ def _utility_section(probs, y, num_utilities: int, seed: int) -> _Pending:
   return _Pending(finish)
 
 
-def _decomposition_section(probs, y) -> _Pending:
-  """Both Brier decompositions of the checked ``probs`` (one program: the fits are shared)."""
+def _decomposition_section(data) -> _Pending:
+  """Both Brier decompositions of the checked probabilities (one program: the fits are shared)."""
   from jaxcal._src.decomposition import decompose_all
 
   modes = ("classwise", "normalized")
   # (in float32 at least, as scores.decompose computes: bfloat16 / float16 probabilities)
-  both = decompose_all(V.upcast(probs), y, tuple(("brier", m) for m in modes))
+  specs = tuple(("brier", m) for m in modes)
+  both = decompose_all(V.upcast(data.probs), data.y, specs, data.where)
 
   def finish() -> dict:
     return {
@@ -523,9 +605,9 @@ def _decomposition_section(probs, y) -> _Pending:
   return _Pending(finish)
 
 
-def _keys(seed: int) -> jax.Array:
-  """The report's keys: bootstrap, bin-count bands, consistency bands."""
-  return jax.random.split(V.seed_key(int(seed)), 3)
+def _keys(seed: int, num: int = 3) -> jax.Array:
+  """The report's keys: bootstrap, bin-count bands, consistency bands (and the utilities')."""
+  return jax.random.split(V.seed_key(int(seed)), num)
 
 
 def _environment() -> dict:
@@ -640,6 +722,7 @@ def calibration_report(
     num_bins, robustness_resamples, confidence, interval, n, "robustness_resamples"
   )[1]
   k_head, k_rob, _ = _keys(seed)
+  data = _padded_data(probs, y, nll)
   rep: dict[str, Any] = {
     "jaxcal": _environment(),
     "input": {
@@ -661,8 +744,8 @@ def calibration_report(
     },
     "seeds": {
       "seed": int(seed),
-      "keys": "jax.random.split(jax.random.key(seed), 3) -> bootstrap, bin-count bands, "
-      "consistency bands; utilities: jax.random.split(jax.random.key(seed)) -> linear, rank; "
+      "keys": "jax.random.split(jax.random.key(seed), 4) -> bootstrap, bin-count bands, "
+      "consistency bands, utilities; jax.random.split(utilities) -> linear, rank; "
       "jax.random.key(seed) made under jax.enable_x64 (all 64 bits of the seed)",
     },
   }
@@ -671,18 +754,14 @@ def calibration_report(
   # utility sweeps go first: their input checks read back, which waits for every program
   # dispatched before them.
   starts = (
-    ("utility", _utility_section, (probs, y, int(num_utilities), int(seed))),
-    (
-      "metrics",
-      _headline_section,
-      (k_head, probs, y, nll, num_bins, resamples, confidence, interval),
-    ),
+    ("utility", _utility_section, (data, int(num_utilities), int(seed))),
+    ("metrics", _headline_section, (k_head, data, num_bins, resamples, confidence, interval)),
     (
       "robustness",
       _robustness_section,
-      (k_rob, probs, y, num_bins, rob_resamples, confidence, interval),
+      (k_rob, data, n, num_bins, rob_resamples, confidence, interval),
     ),
-    ("decomposition", _decomposition_section, (probs, y)),
+    ("decomposition", _decomposition_section, (data,)),
   )
   started: dict[str, Any] = {}
   spent: dict[str, float] = {}

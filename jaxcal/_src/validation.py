@@ -1082,14 +1082,12 @@ def auto_typed(a: jax.Array) -> jax.Array:
     >>> auto_typed(jnp.arange(3)).tolist()
     [0, 1, 2]
   """
-  s = getattr(a, "sharding", None)
-  if isinstance(a, jax.core.Tracer) or not isinstance(s, jax.sharding.NamedSharding):
-    return a
-  mesh = s.mesh
-  if jax.sharding.AxisType.Explicit not in tuple(mesh.axis_types):
+  if not _explicit_array(a):  # tracers, other arrays and shardings: as they are
     return a
   if not jax.sharding.get_abstract_mesh().empty:  # typed by a caller's set_mesh: kept
     return a
+  s = a.sharding
+  mesh = s.mesh
   auto = jax.sharding.Mesh(
     mesh.devices, mesh.axis_names, axis_types=(jax.sharding.AxisType.Auto,) * len(mesh.axis_names)
   )
@@ -2068,7 +2066,7 @@ def outside_explicit_context(fn: Callable) -> Callable:
     nested = not all(isinstance(v, _FLAT) for v in values)
     if nested:  # a state's or a fit's fields too
       values = jax.tree.leaves(values)
-    mesh = None if jax.sharding.get_abstract_mesh().empty else context_mesh()
+    mesh = context_mesh()
     if isinstance(mesh, jax.sharding.AbstractMesh) or any(
       isinstance(v, jax.core.Tracer) for v in values
     ):  # traced
