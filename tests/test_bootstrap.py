@@ -738,6 +738,65 @@ def test_consistency_bands_draw_the_same_labels_for_float64_probabilities():
       np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b), rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("binning", ["fixed", "quantile"])
+def test_consistency_bands_of_the_samples_where_selects(binning):
+  """A scattered mask: the bands of the selected rows, against a numpy loop over the
+  same draws (Bernoulli(max p) top labels of resampled selected rows); masked rows are
+  not checked; eager == jit; bad masks named."""
+  rng = np.random.default_rng(3)
+  p = rng.dirichlet(np.ones(4) * 0.7, 90).astype(np.float32)
+  keep = rng.random(90) < 0.7
+  p[np.flatnonzero(~keep)[0]] = np.nan
+  k, m, b = int(keep.sum()), 6, 40
+  key = jax.random.key(7)
+  got = BS.consistency_bands(key, p, m, binning, num_resamples=b, confidence=0.8, where=keep)
+  sel = np.flatnonzero(keep)
+  c = p[sel].max(1).astype(np.float64)
+
+  def bins(conf):
+    if binning == "fixed":
+      return np.minimum(np.floor(conf * m), m - 1).astype(int)
+    order = np.argsort(conf, kind="stable")
+    ids = np.empty(len(conf), int)
+    ids[order] = np.ceil((np.arange(len(conf)) + 1) * m / len(conf)).astype(int) - 1
+    return ids
+
+  b0 = bins(c)
+  cnt = np.bincount(b0, minlength=m)
+  conf = np.bincount(b0, c, m) / np.maximum(cnt, 1)
+  gaps = []
+  for kk in jax.random.split(key, b):
+    k_idx, k_lab = jax.random.split(kk)
+    idx = np.asarray(jax.random.randint(k_idx, (90,), 0, k))[:k]
+    u = np.asarray(jax.random.uniform(k_lab, (90,), jnp.float32))[:k]
+    ci = c[idx]
+    z = (u < p[sel].max(1)[idx]).astype(np.float64)
+    bi = bins(ci)
+    n_b = np.bincount(bi, minlength=m)
+    with np.errstate(invalid="ignore"):
+      gaps.append((np.bincount(bi, z, m) - np.bincount(bi, ci, m)) / n_b)
+  gaps = np.array(gaps)
+  with warnings.catch_warnings():  # a bin no resample fills: NaN, compared nowhere
+    warnings.simplefilter("ignore", RuntimeWarning)
+    lo = conf + np.nanquantile(gaps, 0.1, axis=0)
+    hi = conf + np.nanquantile(gaps, 0.9, axis=0)
+  ok = cnt > 0
+  np.testing.assert_array_equal(np.asarray(got.counts), cnt)
+  np.testing.assert_allclose(np.asarray(got.confidence)[ok], conf[ok], rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(got.lo)[ok], lo[ok], rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(got.hi)[ok], hi[ok], rtol=1e-4, atol=1e-6)
+  traced = jax.jit(
+    lambda w: BS.consistency_bands(key, p, m, binning, num_resamples=b, confidence=0.8, where=w)
+  )(keep)
+  np.testing.assert_allclose(np.asarray(traced.hi), np.asarray(got.hi), rtol=1e-6)
+  with pytest.raises(ValueError, match="where selects no samples"):
+    BS.consistency_bands(key, p, m, binning, num_resamples=b, where=np.zeros(90, bool))
+  with pytest.raises(ValueError, match=r"where must have shape \(90,\)"):
+    BS.consistency_bands(key, p, m, binning, num_resamples=b, where=keep[:5])
+  with pytest.raises(ValueError, match="non-finite"):
+    BS.consistency_bands(key, p, m, binning, num_resamples=b, where=np.ones(90, bool))
+
+
 def test_consistency_bands_quantile_logits_and_bad_input():
   x, _ = data.default_predictions()
   b = BS.consistency_bands(

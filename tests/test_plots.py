@@ -229,6 +229,31 @@ def test_smooth_reliability_diagram_draws_the_samples_where_selects(toy):
   assert want != report.format_number(float(metrics.smooth_ece(p, y, 0.1)))
 
 
+def test_reliability_diagram_draws_the_samples_where_selects(toy):
+  """The bars, counts, ConfECE and bands of the selected rows: the diagram of those rows
+  alone; the masked rows (one NaN here) neither checked nor read."""
+  p, y = toy
+  keep = np.arange(len(y)) % 3 != 0
+  bad = p.copy()
+  bad[0] = np.nan  # masked out
+  fig = plots.reliability_diagram(bad, y, 10, where=keep, bands=True, seed=4, model="toy")
+  alone = plots.reliability_diagram(p[keep], y[keep], 10, bands=True, seed=4, model="toy")
+  _check(fig, title_fragment=f"Reliability diagram — toy (n = {keep.sum()})")
+  for got, want in zip(fig.axes, alone.axes):
+    for a, b in zip(got.containers, want.containers):
+      np.testing.assert_allclose(_bars(a), _bars(b), rtol=1e-6, atol=1e-7)
+  texts = lambda f: [t.get_text() for t in f.legends[0].get_texts()]
+  assert texts(fig) == texts(alone)
+  # the bands: the same draws as the selected rows' own (a mask of the first rows)
+  padded = np.concatenate([p[keep], np.eye(1, 5).repeat(30, 0)]).astype(p.dtype)
+  first = np.arange(len(padded)) < keep.sum()
+  key = jax.random.key(5)
+  mine = bootstrap.consistency_bands(key, padded, 10, num_resamples=60, where=first)
+  own = bootstrap.consistency_bands(key, p[keep], 10, num_resamples=60)
+  for f in ("confidence", "lo", "hi", "counts"):
+    np.testing.assert_allclose(np.asarray(getattr(mine, f)), np.asarray(getattr(own, f)))
+
+
 def _top_label_probs(conf):
   """``(n, 3)`` probabilities whose top label is class 0 with confidence ``conf``."""
   conf = np.asarray(conf, np.float64)

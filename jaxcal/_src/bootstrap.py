@@ -412,6 +412,33 @@ def _gather(arrays, axes, slot, idx):
   return [jnp.take(a, idx[s], axis=ax, mode="clip") for a, ax, s in zip(arrays, axes, slot)]
 
 
+class _Selection(NamedTuple):
+  """The selected rows of a sample mask, for draws among them (:func:`_selection`)."""
+
+  chosen: jax.Array  # (n,) int32: the selected rows' places first, in order
+  count: jax.Array  # int32: how many are selected
+  first: jax.Array  # (n,) bool: the first ``count`` places (a resample's mask)
+
+
+def _selection(mask: jax.Array) -> _Selection:
+  """:class:`_Selection` of an ``(n,)`` bool mask."""
+  count = jnp.sum(mask, dtype=jnp.int32)
+  chosen = jnp.argsort(~mask, stable=True).astype(jnp.int32)
+  return _Selection(chosen, count, jnp.arange(mask.shape[0], dtype=jnp.int32) < count)
+
+
+def _masked_indices(key: jax.Array, sel: _Selection) -> jax.Array:
+  """``(n,)`` resample indices: ``count`` draws among the selected rows in the first places.
+
+  Draw ``j`` picks the ``(randint j)``-th selected row; the places from
+  ``count`` on hold draws too, masked by ``sel.first``. Partitionable
+  threefry draws element by element: a mask of the first ``k`` rows gives
+  :func:`_indices` of ``k`` rows in the first ``k`` places, exactly.
+  """
+  n = sel.chosen.shape[0]
+  return sel.chosen[jax.random.randint(key, (n,), 0, jnp.maximum(sel.count, 1), jnp.int32)]
+
+
 def _masked_groups(key: jax.Array, mask: jax.Array, count: jax.Array, groups: int) -> jax.Array:
   """``(n,)`` jackknife group of each selected row (``groups`` for none, -1 unselected).
 
@@ -449,10 +476,7 @@ def _resampled(
   gives the index sets of the unmasked ``count`` rows exactly.
   """
   if mask is not None:
-    count = jnp.sum(mask, dtype=jnp.int32)
-    # the selected rows' places, in order, first: draw j picks the (draw j)-th selected row
-    chosen = jnp.argsort(~mask, stable=True).astype(jnp.int32)
-    first = jnp.arange(sizes[0], dtype=jnp.int32) < count
+    sel = _selection(mask)
 
   def one(args):
     ks, full = args
@@ -461,9 +485,9 @@ def _resampled(
         jnp.where(full, jnp.arange(n, dtype=jnp.int32), _indices(k, n)) for k, n in zip(ks, sizes)
       ]
       return fn(*_gather(arrays, axes, slot, idx))
-    draw = chosen[jax.random.randint(ks[0], (sizes[0],), 0, jnp.maximum(count, 1), jnp.int32)]
+    draw = _masked_indices(ks[0], sel)
     idx = [jnp.where(full, jnp.arange(sizes[0], dtype=jnp.int32), draw)]
-    return fn(*_gather(arrays, axes, slot, idx), where=jnp.where(full, mask, first))
+    return fn(*_gather(arrays, axes, slot, idx), where=jnp.where(full, mask, sel.first))
 
   if V.checking():
     # jaxcal.checked reports the first failed check: fn on the caller's data, traced
@@ -479,7 +503,7 @@ def _resampled(
   jack = None
   if jackknife and mask is not None:
     # Delete-a-group jackknife of the selected rows: each group masked out in turn
-    groups = _masked_groups(jax.random.fold_in(keys[0], 1), mask, count, jackknife[0])
+    groups = _masked_groups(jax.random.fold_in(keys[0], 1), mask, sel.count, jackknife[0])
     jack = [
       map_batches(
         lambda k: fn(*arrays, where=mask & (groups != k)), jnp.arange(jackknife[0]), batch_size
@@ -875,12 +899,13 @@ class ConsistencyBands(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("num_bins", "binning", "num_resamples", "batch_size"))
-def _consistency(key, probs, num_bins, binning, num_resamples, batch_size, level):
+def _consistency(key, probs, num_bins, binning, num_resamples, batch_size, level, where=None):
   from jaxcal._src.calibration_errors import _confidence, _reliability_of_top
 
   n = probs.shape[0]
   c, _ = _confidence(probs, jnp.zeros((n,), jnp.int32))
-  base = _reliability_of_top(c, jnp.zeros_like(c), num_bins, binning)
+  base = _reliability_of_top(c, jnp.zeros_like(c), num_bins, binning, where)
+  sel = None if where is None else _selection(where)
   # The top-label diagram reads only whether y* ~ Categorical(p_i) is the top label, a
   # Bernoulli(max p_i) draw: O(n) per resample (a categorical draw made (n, C) Gumbel
   # noise and gathers, 16x the input at n = 10^5, C = 100), from float32 confidences
@@ -889,9 +914,11 @@ def _consistency(key, probs, num_bins, binning, num_resamples, batch_size, level
 
   def one(k):
     k_idx, k_lab = jax.random.split(k)
-    idx = _indices(k_idx, n)
+    idx = _indices(k_idx, n) if sel is None else _masked_indices(k_idx, sel)
     z = jax.random.uniform(k_lab, (n,), jnp.float32) < c32[idx]
-    s = _reliability_of_top(c[idx], z.astype(c.dtype), num_bins, binning)
+    s = _reliability_of_top(
+      c[idx], z.astype(c.dtype), num_bins, binning, None if sel is None else sel.first
+    )
     return jnp.where(s.counts > 0, s.accuracy - s.confidence, jnp.nan)
 
   gaps = map_batches(one, jax.random.split(key, num_resamples), batch_size)
@@ -913,6 +940,7 @@ def consistency_bands(
   num_resamples: int = 1000,
   confidence: float = 0.9,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
 ) -> ConsistencyBands:
   """Consistency bands of a top-label reliability diagram (Bröcker & Smith 2007).
 
@@ -936,6 +964,10 @@ def consistency_bands(
     confidence: probability mass inside the band, in ``(0, 1)`` (0.9: the
       5 %-95 % range of Bröcker & Smith).
     from_logits: treat ``probs`` as logits.
+    where: optional ``(n,)`` bool mask of the samples (the others neither
+      checked nor read): the bands of the ``k`` selected rows, each resample
+      drawing ``k`` of them (as :func:`bootstrap` with ``where``: a mask of
+      the first ``k`` rows gives the bands of those rows, exactly).
 
   Returns:
     :class:`ConsistencyBands` of ``(num_bins,)`` arrays.
@@ -960,7 +992,13 @@ def consistency_bands(
   diagrams for probabilistic classifiers", PNAS 118(8), §3 (consistency bands).
   """
   key = V.check_key(key)
-  if V.check_flag(from_logits, "from_logits"):
+  logits = V.check_flag(from_logits, "from_logits")
+  w, selected = None, None
+  if where is not None:  # the selected rows checked (labels: not used)
+    n = np.shape(probs)[0] if np.ndim(probs) == 2 else 0
+    d = V.check_predictions(probs, np.zeros(n, np.int32), from_logits=logits, where=where)
+    p, w, ok, selected = V.fold(d.probs(), d.ok), d.where, d.ok, d.count
+  elif logits:
     p = jax.nn.softmax(V.check_logits(probs, name="logits"), axis=-1)
   else:
     p = V.check_probs(probs)
@@ -971,9 +1009,11 @@ def consistency_bands(
       f"got {num_bins!r}"
     )
   binning = V.check_binning(binning)
-  if binning == "quantile" and m > p.shape[0]:
+  k = p.shape[0] if w is None else selected
+  if binning == "quantile" and isinstance(k, int) and m > k:
     raise ValueError(
-      f"quantile binning with num_bins = {m} needs at least that many samples, got n = {p.shape[0]}"
+      f"quantile binning with num_bins = {m} needs at least that many samples, got n = {k}"
+      + ("" if w is None else " selected by where")
     )
   num_resamples = V.check_int(num_resamples, "num_resamples", 2, MAX_RESAMPLES)
   # before anything is drawn: 2**24 bins asked XLA for 134 GB (raw RESOURCE_EXHAUSTED)
@@ -985,12 +1025,12 @@ def consistency_bands(
   _check_work(num_resamples, (p.shape[0],), 2 * _key_words(key))
   level = _check_confidence(confidence)
   batch = _auto_batch(4 * p.shape[0] * p.dtype.itemsize, num_resamples)  # O(n) each
-  out = _consistency(key, p, m, binning, num_resamples, batch, level)
-  if V.is_concrete(p):
+  out = _consistency(key, p, m, binning, num_resamples, batch, level, w)
+  if V.is_concrete(p, w):
     return out
   # traced: bad input made p NaN; every float of the result NaN (the confidence read 0.0
   # in some bins) and the counts (integers) -1
-  ok = jnp.all(jnp.isfinite(p))
+  ok = jnp.all(jnp.isfinite(p)) if w is None else ok
   conf, lo, hi, counts = V.fold((out.confidence, out.lo, out.hi, out.counts), ok, ints=-1)
   return out._replace(confidence=conf, lo=lo, hi=hi, counts=counts)  # level: a setting, kept
 

@@ -78,6 +78,7 @@ def reliability_diagram(
   binning: str = "fixed",
   *,
   from_logits: bool = False,
+  where: ArrayLike | None = None,
   bands: bool | ConsistencyBands = False,
   seed: int = 0,
   model: str | None = None,
@@ -108,6 +109,9 @@ def reliability_diagram(
     num_bins: number of bins (a static int).
     binning: ``"fixed"`` (equal width) or ``"quantile"`` (equal mass).
     from_logits: treat ``probs`` as logits.
+    where: optional ``(n,)`` bool mask: the diagram (and its bands) of the
+      selected samples, the others neither checked nor read (data padded
+      to a size bucket draws with one compiled program per bucket).
     bands: ``True`` to compute consistency bands (1000 resamples, 90 %), or
       a :class:`jaxcal.bootstrap.ConsistencyBands` computed beforehand
       (same ``num_bins`` and ``binning``).
@@ -149,10 +153,12 @@ def reliability_diagram(
       raise TypeError(
         f"bands must be True, False or a ConsistencyBands, got {type(bands).__name__}"
       ) from None
-  s = reliability_stats(probs, labels, num_bins, binning, from_logits=from_logits)
-  ece = float(conf_ece(probs, labels, num_bins, binning, from_logits=from_logits))
+  s = reliability_stats(probs, labels, num_bins, binning, from_logits=from_logits, where=where)
+  ece = float(conf_ece(probs, labels, num_bins, binning, from_logits=from_logits, where=where))
   if bands is True:
-    bands = consistency_bands(V.seed_key(seed), probs, num_bins, binning, from_logits=from_logits)
+    bands = consistency_bands(
+      V.seed_key(seed), probs, num_bins, binning, from_logits=from_logits, where=where
+    )
   if isinstance(bands, ConsistencyBands) and np.shape(bands.lo) != (num_bins,):
     raise ValueError(
       f"bands were computed for {np.shape(bands.lo)[0]} bins, the diagram has num_bins = "
