@@ -1092,6 +1092,14 @@ def test_kernel_calibrator_keeps_a_class_missing_from_its_memory_positive():
   with pytest.warns(UserWarning, match=r"holds no sample of 1 of the 3 classes \(2\)"):
     kc = kernel_calibrator(net, logits[100:], y[100:], phi[100:])
   assert float(jnp.min(kc(logits, features=phi))) > 0
+  # device labels closed over by a user's jit (the logits traced): the same warning and
+  # memory (the count was read from a staged-out scatter: TracerArrayConversionError)
+  mem_y = y[100:]
+  with pytest.warns(UserWarning, match=r"holds no sample of 1 of the 3 classes \(2\)"):
+    traced = jax.jit(lambda z: kernel_calibrator(net, z, mem_y, phi[100:]).memory_features)(
+      logits[100:]
+    )
+  np.testing.assert_allclose(np.asarray(traced), np.asarray(kc.memory_features), atol=1e-6)
 
 
 def test_a_batch_of_one_row_adds_no_fake_loss():

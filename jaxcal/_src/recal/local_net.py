@@ -1210,6 +1210,7 @@ def _check_weight_floor(weight_floor: Any) -> None:
     raise ValueError(f"weight_floor must be in [0, 1), got {weight_floor!r}")
 
 
+@V.outside_explicit_context
 def kernel_calibrator(
   net: LocalNet,
   inputs: ArrayLike,
@@ -1266,8 +1267,9 @@ def kernel_calibrator(
   # traced labels out of range: a NaN memory (its predictions NaN), not a plausible one
   phi_ref = V.fold(_forward_compiled(net, to_logits(x, net.from_logits), f)[0], y_ok)
   if V.is_concrete(y):
-    counts = jnp.zeros((net.num_classes,), jnp.int32).at[y].add(1)  # (C,): a small read
-    missing = np.flatnonzero(np.asarray(counts) == 0)
+    with jax.ensure_compile_time_eval():  # labels closed over by a user's jit: read now
+      counts = jnp.zeros((net.num_classes,), jnp.int32).at[y].add(1)  # (C,): a small read
+      missing = np.flatnonzero(np.asarray(counts) == 0)
     if missing.size:
       shown = ", ".join(map(str, missing[:10].tolist())) + (", ..." if missing.size > 10 else "")
       warnings.warn(
