@@ -257,6 +257,14 @@ def test_rank_correlation_jit_vmap_and_constant_under_trace():
     np.testing.assert_allclose(float(jax.jit(f)(A[0], B[0])), loop[0], atol=1e-6)
   # traced constant input cannot be checked: NaN, as scipy returns
   assert np.isnan(float(jax.jit(D.rank_correlation)(jnp.ones(4), jnp.arange(4.0))))
+  # device arrays closed over by a jit are concrete: checked (their constant test read a
+  # tracer, TracerBoolConversionError), and the value is the eager one
+  a, b = jnp.asarray(A[0]), jnp.asarray(B[0])
+  want = float(D.rank_correlation(a, b))
+  assert float(jax.jit(lambda: D.rank_correlation(a, b))()) == pytest.approx(want, abs=1e-6)
+  flat = jnp.ones(12)
+  with pytest.raises(ValueError, match="a is constant"):
+    jax.jit(lambda: D.rank_correlation(flat, b))()
   # perfect (anti-)monotone relations
   x = jnp.arange(10.0)
   assert float(D.rank_correlation(x, x**3)) == pytest.approx(1.0)

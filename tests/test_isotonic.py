@@ -280,6 +280,13 @@ def test_vmap_over_the_weights_alone_equals_a_loop():
   fits = jax.vmap(lambda w: isotonic_fit(x, y, w))(ws)
   for i, w in enumerate(ws):
     np.testing.assert_array_equal(fits.y[i], isotonic_fit(x, y, w).y)
+  # weights closed over by a jit (concrete, x traced): their checks read the weights'
+  # statistics from a tracer (ConcretizationTypeError); now checked, the eager fit
+  w0 = ws[1]
+  np.testing.assert_array_equal(jax.jit(lambda t: isotonic_regression(t, y, w0))(x), loop[1])
+  negative = w0.at[0].set(-1.0)
+  with pytest.raises(ValueError, match="weights must be >= 0; found minimum -1"):
+    jax.jit(lambda t: isotonic_regression(t, y, negative))(x)
 
 
 def test_weights_and_targets_of_extreme_relative_size_give_the_float64_fit():

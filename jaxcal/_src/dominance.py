@@ -393,7 +393,8 @@ def rank_correlation(a: ArrayLike, b: ArrayLike, method: str = "spearman") -> ja
   xa = V.check_values(xa, "a", allow_inf=True)
   xb = V.check_values(xb, "b", allow_inf=True)
   if V.is_concrete(xa, xb):
-    const = jax.device_get(_constant(xa, xb))  # two bools, one device pass
+    with jax.ensure_compile_time_eval():  # arrays closed over by a user's jit: read now
+      const = jax.device_get(_constant(xa, xb))  # two bools, one device pass
     for name, c in zip(("a", "b"), const):
       if c:
         raise ValueError(f"{name} is constant: the rank correlation is undefined")

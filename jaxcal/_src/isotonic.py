@@ -601,8 +601,9 @@ def _prepare(x, y, weights):
   arrays = {"x": xa, "y": ya} if wa is None else {"x": xa, "y": ya, "weights": wa}
   _, _, _, ok, _ = V.check_arrays(arrays)  # finite: raises eagerly, a traced flag otherwise
   if wa is not None:
-    low, positive, subnormal = _weight_stats(wa)
     if V.is_concrete(wa):
+      with jax.ensure_compile_time_eval():  # weights closed over by a user's jit: read now
+        low, positive, subnormal = jax.device_get(_weight_stats(wa))
       if float(low) < 0:
         raise ValueError(f"weights must be >= 0; found minimum {float(low):.4g}")
       if int(subnormal):
@@ -616,6 +617,7 @@ def _prepare(x, y, weights):
       if not bool(positive):
         raise ValueError("weights must have at least one positive entry (all are 0)")
     else:  # checked mode raises the eager messages
+      low, positive, subnormal = _weight_stats(wa)
       V.trace_check(low >= 0, "weights must be >= 0; found minimum {low}", low=low)
       V.trace_check(positive, "weights must have at least one positive entry (all are 0)")
       V.trace_check(
