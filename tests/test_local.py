@@ -569,6 +569,14 @@ def test_nadaraya_watson_matches_reference():
     t_pad = t.copy()
     t_pad[35] = np.nan
     np.testing.assert_array_equal(np.asarray(nadaraya_watson(phi, t_pad, 1.5, mask=mask)), got)
+    # a device mask closed over by a jit (features traced): checked now (its emptiness
+    # test read a tracer: TracerBoolConversionError), the eager estimate
+    dev = jnp.asarray(mask)
+    traced = jax.jit(lambda f: nadaraya_watson(f, t, 1.5, mask=dev))(phi)
+    np.testing.assert_allclose(np.asarray(traced), np.asarray(got), atol=1e-12)
+    empty = jnp.zeros(40, bool)
+    with pytest.raises(ValueError, match="mask selects no neighbours"):
+      jax.jit(lambda f: nadaraya_watson(f, t, 1.5, mask=empty))(phi)
   # float32 features far from the origin (|phi|^2 ~ 3e5, whose rounding alone is ~0.03):
   # the distances are taken on centred features
   far = nadaraya_watson((phi + 300).astype(np.float32), t.astype(np.float32), 1.5)

@@ -374,6 +374,12 @@ def test_traced_class_index_and_k_out_of_range_give_nan_utilities():
   assert np.isnan(float(jax.jit(lambda k: U.uc(p, y, U.top_k(k, 5)).value)(7)))
   with pytest.raises(ValueError, match=r"K must lie in \[1, 5\]"):
     checked(jax.jit(lambda k: U.top_k(k, 5).params))(jnp.array(6))
+  # a device K closed over by a jit is concrete: checked now (its range was read from a
+  # tracer: TracerBoolConversionError), the eager utility
+  two, nine = jnp.array(2), jnp.array(9)
+  np.testing.assert_array_equal(jax.jit(lambda: U.top_k(two, 5).params)(), U.top_k(2, 5).params)
+  with pytest.raises(ValueError, match=r"K must lie in \[1, 5\], got values in \[9, 9\]"):
+    jax.jit(lambda: U.top_k(nine, 5).params)()
 
 
 @pytest.mark.parametrize("n", [60, 4400])

@@ -314,7 +314,9 @@ def nadaraya_watson(
   if wh is not None:
     t = jnp.where(wh[:, None], t, 0.0)  # unselected rows are never read (0 * NaN is NaN)
     if V.is_concrete(wh):
-      if not bool(jax.device_get(jnp.any(wh))):  # a scalar
+      with jax.ensure_compile_time_eval():  # a mask closed over by a user's jit: read now
+        selects = bool(jax.device_get(jnp.any(wh)))  # a scalar
+      if not selects:
         raise ValueError("mask selects no neighbours: at least one entry must be True")
     else:
       V.trace_check(jnp.any(wh), "mask selects no neighbours: at least one entry must be True")

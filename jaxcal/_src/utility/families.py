@@ -570,9 +570,12 @@ def _int_params(x: Any, name: str, lo: int, hi: int) -> tuple[jax.Array, jax.Arr
     raise ValueError(f"{name} must be an integer (or an integer array), got dtype {a.dtype}")
   if V.is_concrete(a):
     if a.size:
-      vmin, vmax = (
-        jax.device_get((jnp.min(a), jnp.max(a))) if isinstance(a, jax.Array) else (a.min(), a.max())
-      )
+      with jax.ensure_compile_time_eval():  # closed over by a user's jit: read now
+        vmin, vmax = (
+          jax.device_get((jnp.min(a), jnp.max(a)))
+          if isinstance(a, jax.Array)
+          else (a.min(), a.max())
+        )
       if vmin < lo or vmax > hi:
         raise ValueError(f"{name} must lie in [{lo}, {hi}], got values in [{vmin}, {vmax}]")
     return V._device(a), None
