@@ -806,16 +806,17 @@ def test_reports_of_sizes_in_one_size_bucket_share_their_programs(small):
   """n = 1400 and 1450 pad to one bucket (1536 rows, masked): the second report
   compiles its input checks, the padding and the bin-count grid's curves (the
   grid follows n below 2000), not the bootstrap, the UC sweeps or the
-  decompositions again (every program, 30 and more, before the buckets)."""
-  from conftest import new_programs
+  decompositions again (36 programs before the buckets)."""
+  from jaxcal._src.bootstrap import _resampled
+  from jaxcal._src.decomposition import decompose_all
 
   x, y = small
   settings = dict(num_utilities=8, resamples=4, robustness_resamples=0, seed=1)
   first = report.calibration_report(x[:1400], y[:1400], **settings)
-  with new_programs() as events:
-    second = report.calibration_report(x[:1450], y[:1450], **settings)
-  compiles = events.count("/jax/core/compile/backend_compile_duration")
-  assert compiles <= 8, compiles
+  cached = lambda: [f._cache_size() for f in (_resampled, decompose_all)]
+  before = cached()
+  second = report.calibration_report(x[:1450], y[:1450], **settings)
+  assert cached() == before
   assert second["input"]["n"] == 1450 and first["input"]["n"] == 1400
   p = jax.nn.softmax(x[:1450], axis=-1)
   assert second["metrics"]["ConfCE(qua;15)"]["estimate"] == pytest.approx(
@@ -824,6 +825,28 @@ def test_reports_of_sizes_in_one_size_bucket_share_their_programs(small):
   assert second["metrics"]["NLL"]["estimate"] == pytest.approx(
     float(scores.log_loss(x[:1450], y[:1450], from_logits=True)), rel=1e-5
   )
+
+
+def test_comparisons_of_sizes_in_one_size_bucket_share_their_programs(small):
+  """Three paired models at n = 1400, then 1450 (one bucket of 1536 rows, masked): the
+  second comparison compiles its input checks and padding, not the paired bootstrap
+  again; its numbers are the public metrics' on the unpadded rows."""
+  from jaxcal._src.bootstrap import _resampled
+
+  x, y = small
+  models = lambda n: {f"t{t}": (x[:n] / t, y[:n]) for t in (1.0, 1.5, 2.0)}
+  settings = dict(num_bins=10, rank_bins=(5, 10), resamples=4)
+  report.compare_report(models(1400), **settings)
+  before = _resampled._cache_size()
+  rep = report.compare_report(models(1450), **settings)
+  assert _resampled._cache_size() == before  # the paired bootstrap's program, reused
+  p = jax.nn.softmax(x[:1450] / 1.5, axis=-1)
+  got = rep["metrics"]["t1.5"]
+  assert got["ConfCE(qua;10)"]["estimate"] == pytest.approx(
+    float(metrics.conf_ce(p, y[:1450], 10)), rel=1e-5
+  )
+  assert got["Brier"]["estimate"] == pytest.approx(float(scores.brier(p, y[:1450])), rel=1e-5)
+  assert [m["n"] for m in rep["models"]] == [1450] * 3
 
 
 def test_the_reports_keys_are_all_different():

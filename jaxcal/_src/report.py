@@ -846,16 +846,17 @@ class _Compare:
     self.rank_bins = tuple(int(m) for m in rank_bins)
     self.paired = paired
 
-  def _one(self, p, y, nll):
+  def _one(self, p, y, nll, where=None):
     m = np.asarray(self.rank_bins)
-    errs = jnp.stack([_FUNCTIONS[nm](p, y, m, b) for nm, b in RANK_ERRORS])
-    return self.head(p, y, nll), errs, scores.classification_error(p, y)
+    errs = jnp.stack([_FUNCTIONS[nm](p, y, m, b, where) for nm, b in RANK_ERRORS])
+    return self.head(p, y, nll, where), errs, scores.classification_error(p, y, where=where)
 
-  def __call__(self, *arrays):
-    # paired: (probs (M, n, C), labels (n,), nll (M, n)); else (p, y, nll) per model
+  def __call__(self, *arrays, where=None):
+    # paired: (probs (M, n, C), labels (n,), nll (M, n)), padded to a size bucket with the
+    # samples' mask where; else (p, y, nll) per model
     if self.paired:
       probs, y, nll = arrays
-      head, errs, cls = jax.vmap(self._one, in_axes=(0, None, 0))(probs, y, nll)
+      head, errs, cls = jax.vmap(self._one, in_axes=(0, None, 0, None))(probs, y, nll, where)
     else:
       outs = [self._one(*arrays[i : i + 3]) for i in range(0, len(arrays), 3)]
       head = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *[o[0] for o in outs])
@@ -1022,10 +1023,17 @@ def compare_report(
         "p / p.sum(-1, keepdims=True))"
       )
     stat = _Compare(num_bins, bins, paired)
-    if paired:
-      arrays: list[Any] = [jnp.stack(probs), labs[0], jnp.stack(nlls)]
+    where = None
+    if paired:  # in a size bucket (masked): comparisons of other n share the programs
+      pads = [_padded_data(pr, labs[0], ll) for pr, ll in zip(probs, nlls)]
+      arrays: list[Any] = [
+        jnp.stack([d.probs for d in pads]),
+        pads[0].y,
+        jnp.stack([d.nll for d in pads]),
+      ]
       axes: list[int] = [1, 0, 1]
       grp = [0, 0, 0]
+      where = pads[0].where
     else:
       arrays = [a for trio in zip(probs, labs, nlls) for a in trio]
       axes = [0] * len(arrays)
@@ -1045,10 +1053,11 @@ def compare_report(
         confidence=confidence,
         sample_axis=axes,
         groups=grp,
+        where=where,
       )
       est, lo, hi = _plain(r.estimate), _plain(r.lo), _plain(r.hi)
     else:
-      est, lo, hi = _plain(jax.jit(stat_fn)(*arrays)), None, None
+      est, lo, hi = _plain(jax.jit(stat_fn)(*arrays, where=where)), None, None
     for i, name in enumerate(names):
       p_, _, is_probs, _ = prepared[name]
       rep["models"].append(
@@ -1136,10 +1145,10 @@ class _HeadOnly:
   def __init__(self, stat: _Compare):
     self.stat = stat
 
-  def __call__(self, *arrays):
+  def __call__(self, *arrays, where=None):
     if self.stat.paired:
       probs, y, nll = arrays
-      head = jax.vmap(self.stat.head, in_axes=(0, None, 0))(probs, y, nll)
+      head = jax.vmap(self.stat.head, in_axes=(0, None, 0, None))(probs, y, nll, where)
     else:
       outs = [self.stat.head(*arrays[i : i + 3]) for i in range(0, len(arrays), 3)]
       head = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *outs)
