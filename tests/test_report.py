@@ -817,6 +817,17 @@ def test_reports_of_sizes_in_one_size_bucket_share_their_programs(small):
   before = cached()
   second = report.calibration_report(x[:1450], y[:1450], **settings)
   assert cached() == before
+  # without resamples the statistics run as compiled programs of their own, which a fresh
+  # jax.jit per call compiled again every time (the same n included); the curves of both
+  # grids (below n = 2000 the grid follows n) were compiled by the reports above
+  from jaxcal._src.report import _statistic
+
+  plain = dict(num_utilities=0, resamples=0, robustness_resamples=0)
+  report.calibration_report(x[:1400], y[:1400], **plain)
+  programs = _statistic._cache_size()
+  report.calibration_report(x[:1400], y[:1400], **plain)
+  report.calibration_report(x[:1450], y[:1450], **plain)
+  assert _statistic._cache_size() == programs
   assert second["input"]["n"] == 1450 and first["input"]["n"] == 1400
   p = jax.nn.softmax(x[:1450], axis=-1)
   assert second["metrics"]["ConfCE(qua;15)"]["estimate"] == pytest.approx(

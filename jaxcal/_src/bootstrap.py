@@ -439,6 +439,13 @@ def _masked_indices(key: jax.Array, sel: _Selection) -> jax.Array:
   return sel.chosen[jax.random.randint(key, (n,), 0, jnp.maximum(sel.count, 1), jnp.int32)]
 
 
+def _fill_empty(v: jax.Array, filled: jax.Array) -> jax.Array:
+  """``(G, ...)`` jackknife values with the rows where ``filled`` is False set to the others' mean."""
+  keep = filled.reshape(filled.shape + (1,) * (v.ndim - 1))
+  mean = jnp.sum(jnp.where(keep, v, 0), axis=0, keepdims=True) / jnp.maximum(jnp.sum(filled), 1)
+  return jnp.where(keep, v, mean)
+
+
 def _masked_groups(key: jax.Array, mask: jax.Array, count: jax.Array, groups: int) -> jax.Array:
   """``(n,)`` jackknife group of each selected row (``groups`` for none, -1 unselected).
 
@@ -503,12 +510,16 @@ def _resampled(
   jack = None
   if jackknife and mask is not None:
     # Delete-a-group jackknife of the selected rows: each group masked out in turn
-    groups = _masked_groups(jax.random.fold_in(keys[0], 1), mask, sel.count, jackknife[0])
-    jack = [
-      map_batches(
-        lambda k: fn(*arrays, where=mask & (groups != k)), jnp.arange(jackknife[0]), batch_size
-      )
-    ]
+    num = jackknife[0]
+    groups = _masked_groups(jax.random.fold_in(keys[0], 1), mask, sel.count, num)
+    values = map_batches(
+      lambda k: fn(*arrays, where=mask & (groups != k)), jnp.arange(num), batch_size
+    )
+    # a traced mask selecting fewer rows than groups leaves groups empty (their value the
+    # full estimate, which moved the acceleration): they get the other groups' mean, a
+    # deviation of 0 (the one-sample acceleration does not depend on the group count)
+    filled = jnp.arange(num) < jnp.minimum(sel.count, num)
+    jack = [jax.tree.map(lambda v: _fill_empty(v, filled), values)]
   elif jackknife:
     # Delete-a-group jackknife of each data set in turn (the others full).
     parts = []
@@ -641,6 +652,9 @@ def bootstrap(
       group of ``n // G`` left out, ``G = min(jackknife_groups, n)``): a
       statistic that needs ``m`` samples (``m`` quantile bins) needs
       ``m <= n - n // G``, and its error then names that smaller ``n``.
+      With ``where``, ``n`` is the selected count ``k`` (under ``jit``, where
+      ``k`` is traced, ``G = min(jackknife_groups, n)`` of the padded ``n``,
+      and groups left empty when ``k < G`` do not count).
     where: optional ``(n,)`` bool mask of the samples (one group only): the
       data set is the ``k`` selected samples, and ``fn`` is called as
       ``fn(*arrays, where=mask)`` (every jaxcal metric takes ``where``). A
@@ -673,10 +687,11 @@ def bootstrap(
       ``(num_resamples + 1) × size`` values
       of a statistic's output, or ``batch_size × size`` entries of one
       gathered batch of a data array beyond ``2^31 - 1`` (refused before
-      anything is drawn); a statistic with a complex (or other non-real)
-      output; and any
-      error ``fn`` raises while it is traced (with BCa on the jackknife's
-      ``n - n // G`` samples too).
+      anything is drawn); a ``where`` that is not a bool ``(n,)`` array,
+      selects fewer than 2 samples (eager), masks several groups, or meets
+      a ``fn`` without a ``where`` argument; a statistic with a complex (or
+      other non-real) output; and any error ``fn`` raises while it is traced
+      (with BCa on the jackknife's ``n - n // G`` samples too).
 
   Example:
     >>> import jax, jax.numpy as jnp

@@ -441,6 +441,17 @@ def _finished(section: Any) -> Any:
   return section.finish() if isinstance(section, _Pending) else section
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _statistic(stat: Callable, *arrays: jax.Array, where: jax.Array | None = None) -> Any:
+  """``stat(*arrays, where=where)`` compiled once per statistic (hashable by value) and shapes.
+
+  A fresh ``jax.jit(stat)`` per call compiled the headline and curve
+  programs of every report without resamples again (2.5 and 1.2 s of a 5 s
+  report at n = 2200, the same n included).
+  """
+  return stat(*arrays, where=where)
+
+
 def _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval, *rows, where):
   """``(estimate, lo, hi)`` trees of ``stat`` on the device; no interval (``None``) without resamples.
 
@@ -449,7 +460,7 @@ def _estimate_and_interval(key, stat, probs, y, resamples, confidence, interval,
   ``where``: the mask of the samples (:func:`_padded_data`).
   """
   if not resamples:
-    return jax.jit(stat)(probs, y, *rows, where=where), None, None
+    return _statistic(stat, probs, y, *rows, where=where), None, None
   r = bootstrap(
     key,
     stat,
@@ -1057,7 +1068,7 @@ def compare_report(
       )
       est, lo, hi = _plain(r.estimate), _plain(r.lo), _plain(r.hi)
     else:
-      est, lo, hi = _plain(jax.jit(stat_fn)(*arrays, where=where)), None, None
+      est, lo, hi = _plain(_statistic(stat_fn, *arrays, where=where)), None, None
     for i, name in enumerate(names):
       p_, _, is_probs, _ = prepared[name]
       rep["models"].append(
