@@ -29,7 +29,13 @@ a user would write instead, in the same process after ``first``):
 * ``evaluate_device_list_128``: ``jaxcal.evaluate`` of 128 models (the 12
   CIFAR models' test logits cut to 128 distinct lengths 9,000-9,889) held as
   device arrays, ``conf_ece`` and ``brier``; ``reference``: the same models as
-  a numpy list in a process of its own (``evaluate_numpy_list_128``).
+  a numpy list in a process of its own (``evaluate_numpy_list_128``);
+* ``report_new_n``: ``calibration_report`` of the ResNet-110 test logits at
+  n = 10,000, then at n = 9,001 (one size bucket, 10,240 rows); ``reference``:
+  the n = 9,001 report again (every program compiled: the floor);
+* ``compare_new_n``: ``compare_report`` of three CIFAR-10 models (ResNet-110,
+  DenseNet-121, Wide ResNet; 50 resamples) at n = 10,000, then at 9,001;
+  ``reference`` as above.
 
 Writes ``experiments/results/compile_reuse.json``. Usage:
   python experiments/bench/compile_reuse.py            # every case
@@ -60,6 +66,8 @@ CASES = (
   "reduce_calibration_128",
   "evaluate_device_list_128",
   "evaluate_numpy_list_128",
+  "report_new_n",
+  "compare_new_n",
 )
 MODEL = "cifar10_resnet110"
 
@@ -176,6 +184,27 @@ def worker(case: str) -> dict:
   return out
 
 
+def worker_report(case: str) -> dict:
+  """A report (or a comparison of three models) at n = 10,000, then at 9,001, then again."""
+  from jaxcal import report
+
+  names = (MODEL, "cifar10_densenet121", "cifar10_wide_resnet")
+  data = {nm: _load("test", nm) for nm in (names if case == "compare_new_n" else names[:1])}
+
+  def run(n):
+    if case == "report_new_n":
+      z, y = data[MODEL]
+      return report.calibration_report(z[:n], y[:n])["metrics"]["Brier"]["estimate"]
+    models = {nm: (z[:n], y[:n]) for nm, (z, y) in data.items()}
+    return report.compare_report(models, resamples=50)["metrics"][MODEL]["Brier"]["estimate"]
+
+  out = {"case": case}
+  out["first"] = _entry(_counted(lambda: run(10_000)))
+  out["second"] = _entry(_counted(lambda: run(9_001)))
+  out["reference"] = _entry(_counted(lambda: run(9_001)))
+  return out
+
+
 def worker_evaluate(case: str) -> dict:
   """``evaluate`` of 128 models of distinct lengths, as device arrays or as numpy arrays."""
   import jax
@@ -210,7 +239,12 @@ def main() -> None:
   ap.add_argument("--name", default="compile_reuse", help="results file name")
   args = ap.parse_args()
   if args.worker:
-    res = (worker_evaluate if args.worker.startswith("evaluate_") else worker)(args.worker)
+    if args.worker.startswith("evaluate_"):
+      res = worker_evaluate(args.worker)
+    elif args.worker.endswith("_new_n"):
+      res = worker_report(args.worker)
+    else:
+      res = worker(args.worker)
     print(json.dumps(res))
     return
   from _common import device_info, machine_note, write_result
