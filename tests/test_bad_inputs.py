@@ -912,3 +912,50 @@ def test_boolean_bin_ids_stay_bins_zero_and_one():
   b = jnp.array([True, False, True, False])
   for fn in (metrics.lin_ece, metrics.lin_ce):
     assert float(fn(u, s, b, 5)) == pytest.approx(float(fn(u, s, b.astype(jnp.int32), 5)))
+
+
+_PHI = np.asarray(jax.random.normal(jax.random.key(0), (60, 4)))
+_Y = (_PHI[:, 0] > 0).astype(np.int32)
+_Z = np.stack([-_PHI[:, 0], _PHI[:, 0]], 1).astype(np.float32)
+
+
+def _eager_only_calls():
+  from jaxcal import recalibrate, report
+
+  net = dict(features=_PHI, pca_dim=2, epochs=1, verbose=False)
+  return {
+    "fit_patching": (
+      "fit_patching runs eagerly",
+      lambda z, y: recalibrate.fit_patching(z, y, max_steps=2, progress=False).num_steps,
+    ),
+    "evaluate": ("evaluate runs eagerly", lambda z, y: jaxcal.evaluate(z, y, from_logits=True)),
+    "calibration_report": (
+      "calibration_report runs eagerly",
+      lambda z, y: report.calibration_report(z, y, resamples=0, num_utilities=0),
+    ),
+    "compare_report": (
+      "compare_report runs eagerly",
+      lambda z, y: report.compare_report({"a": (z, y), "b": (z, y)}, resamples=0),
+    ),
+    "local_net": (
+      r"fit\('local_net'\) runs eagerly",
+      lambda z, y: recalibrate.fit("local_net", z, y, **net).num_classes,
+    ),
+    "kcal": (
+      r"fit\('kcal'\) runs eagerly",
+      lambda z, y: recalibrate.fit("kcal", z, y, **net).num_classes,
+    ),
+  }
+
+
+@pytest.mark.parametrize("name", list(_eager_only_calls()))
+def test_eager_only_calls_name_themselves_under_jit_traced_or_closed_over(name):
+  """An eager-only call under jit says so, whether its arrays are traced or device arrays
+  closed over by the traced function: those went on and failed deep inside with JAX's
+  ConcretizationTypeError / TracerArrayConversionError (found by a review helper)."""
+  match, call = _eager_only_calls()[name]
+  z, y = jnp.asarray(_Z), jnp.asarray(_Y)
+  with pytest.raises(ValueError, match=match):
+    jax.jit(lambda a: call(a, y))(z)
+  with pytest.raises(ValueError, match=match):
+    jax.jit(lambda: call(z, y))()

@@ -992,7 +992,9 @@ def consistency_bands(
       binning, resample count or confidence (a string or a bool included);
       ``num_resamples × num_bins`` resampled gaps or ``num_resamples × (n + 2 w)``
       resample indices and key words (``w`` words per key: 2 for threefry)
-      beyond ``2^31 - 1`` (refused before anything is drawn).
+      beyond ``2^31 - 1`` (refused before anything is drawn); a ``where`` that
+      is not a bool ``(n,)`` array or selects no sample, or selects fewer
+      samples than quantile bins (eager calls).
 
   Example:
     >>> import jax, jax.numpy as jnp

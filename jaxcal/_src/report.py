@@ -721,6 +721,7 @@ def calibration_report(
   §4-5 (smECE with its automatic bandwidth).
   """
   t0 = time.perf_counter()
+  V.require_eager("calibration_report", "it reads its numbers back into a dict", scores_in, labels)
   probs, y, is_probs, nll = _prepare(scores_in, labels)
   n, c = probs.shape
   num_bins, resamples, confidence = _check_settings(num_bins, resamples, confidence, interval, n)
@@ -974,6 +975,7 @@ def compare_report(
     raise TypeError(f"models must be a dict name -> (scores, labels), got {type(models).__name__}")
   if len(models) < 2:
     raise ValueError(f"compare_report needs at least two models, got {len(models)}")
+  V.require_eager("compare_report", "it reads its numbers back into a dict", list(models.values()))
   prepared = {}
   for name, pair in models.items():
     if not isinstance(name, str):

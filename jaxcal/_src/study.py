@@ -1168,7 +1168,8 @@ def evaluate(
   Calibration, §4-5 (UC over sampled utilities); Resin (2025), Calibration in
   Context: A Case Study with Score Decompositions, §2.4 (decompositions).
   """
-  traced = any(isinstance(a, jax.core.Tracer) for a in _arrays_of(predictions, labels))
+  # (concrete arrays closed over by a user's jit too: they failed deep inside with JAX's error)
+  traced = not V.is_concrete(*_arrays_of(predictions, labels)) or not V._trace_clean()
   if not traced and not jax.sharding.get_abstract_mesh().empty:
     # inside a caller's jax.set_mesh: JAX refused the study's programs, sharded on a mesh
     # of their own, in that context; they run outside it (the results are host arrays)

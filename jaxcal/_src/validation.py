@@ -1115,6 +1115,33 @@ def _array(x: Any, name: str) -> jax.Array | np.ndarray:
   )
 
 
+def require_eager(what: str, why: str, *xs: Any, instead: str = "") -> None:
+  """Raises the clear error of an eager-only call made under a transformation.
+
+  Under ``jax.jit`` / ``jax.vmap`` (or ``jaxcal.checked``) the call's arrays
+  are tracers, or concrete arrays closed over by the traced function: those
+  went on and failed deep inside with JAX's ``ConcretizationTypeError`` or
+  ``TracerArrayConversionError``. Both give this message.
+
+  Args:
+    what: the call, e.g. ``"fit_patching"``.
+    why: why it runs eagerly.
+    *xs: its array arguments (pytrees).
+    instead: what to use under a transformation, if anything.
+
+  Raises:
+    ValueError: ``xs`` hold a tracer, or a transformation is tracing.
+
+  Example:
+    >>> require_eager("f", "a host loop", np.zeros(2))  # eager: nothing
+  """
+  if not is_concrete(*xs) or not _trace_clean():
+    raise ValueError(
+      f"{what} runs eagerly ({why}): call it outside jax.jit / jax.vmap"
+      + (f"; {instead}" if instead else "")
+    )
+
+
 def _trace_clean() -> bool:
   """True when no JAX transformation is tracing (an eager call)."""
   try:

@@ -833,6 +833,15 @@ def _train(
   """Validates, trains; returns ``(LocalNet, memory)`` with ``memory`` the
   held-out split ``(logits, labels, features)`` (the training split when
   there is none)."""
+  V.require_eager(
+    f"fit({method!r})",
+    "a training loop with early stopping on the host",
+    inputs,
+    labels,
+    features,
+    validation_data,
+    instead="the fitted network's apply is traceable",
+  )
   if features is None:
     raise ValueError(
       f"fit({method!r}) needs the backbone features of the calibration split: "

@@ -676,11 +676,13 @@ def _fit(
   progress=True,
 ) -> tuple[Patching, jax.Array]:
   """:func:`fit_patching`, also returning the final calibration predictions."""
-  if any(isinstance(a, jax.core.Tracer) for a in (inputs, labels)):
-    raise ValueError(
-      "fit_patching runs eagerly (a host loop over blocks of patches): call it outside "
-      "jax.jit / jax.vmap; the fitted Patching's apply is traceable"
-    )
+  V.require_eager(
+    "fit_patching",
+    "a host loop over blocks of patches",
+    inputs,
+    labels,
+    instead="the fitted Patching's apply is traceable",
+  )
   progress = V.check_flag(progress, "progress")
   x = check_inputs(inputs, from_logits)
   n, c = x.shape
