@@ -564,7 +564,9 @@ def test_bad_inputs(logits):
     jaxcal.evaluate({"a": x[0, :, 0]}, {"a": yy[0]}, ["brier"], from_logits=True)
   with pytest.raises(ValueError, match="labels has no entry for the models"):
     jaxcal.evaluate({"a": x[0]}, {"b": yy[0]}, ["brier"], from_logits=True)
-  with pytest.raises(ValueError, match="concrete"):
+  # under a jit whatever is traced (here the bin counts; the data closed over): evaluate
+  # runs eagerly, and says so
+  with pytest.raises(ValueError, match="evaluate runs eagerly"):
     jax.jit(lambda m: jaxcal.evaluate(x, yy, ["brier"], num_bins=m, from_logits=True))(
       jnp.array([3, 4])
     )
