@@ -1197,9 +1197,7 @@ def evaluate(
     raise ValueError(f"names must be a sequence of model names (e.g. a list), got {names!r}")
   if mesh is not None:
     _mesh_sizes(mesh)  # a bad mesh fails before any data is read
-  m = V.check_num_bins(num_bins)
-  if not V.is_concrete(m):
-    raise ValueError("num_bins must be concrete (an int or an int array), not a traced value")
+  m = V.check_num_bins(num_bins)  # concrete: a traced one means a trace, refused above
   bins_shape = () if isinstance(m, int) else tuple(np.shape(m))
   bins_np = np.atleast_1d(np.asarray(m, np.int32)).reshape(-1)
   if bins_np.size == 0:
